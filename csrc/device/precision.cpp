@@ -1,0 +1,124 @@
+#include "gpucore/precision.h"
+
+#include <ATen/Context.h>
+
+#include "gpucore/errors.h"
+
+namespace gpucore {
+
+DeviceKind device_kind_of(const std::string& device) {
+  if (device == "cpu") return DeviceKind::kCPU;
+  if (device == "mps") return DeviceKind::kMPS;
+  if (device.rfind("cuda", 0) == 0) return DeviceKind::kCUDA;
+  throw ConfigError("device '" + device + "' is not one of cpu, cuda, cuda:N, mps");
+}
+
+Precision parse_precision(const std::string& name) {
+  if (name == "auto") return Precision::kAuto;
+  if (name == "bf16-mixed") return Precision::kBF16Mixed;
+  if (name == "16-mixed") return Precision::kFP16Mixed;
+  if (name == "32") return Precision::kFP32;
+  if (name == "64") return Precision::kFP64;
+  throw ConfigError("precision '" + name + "' is not valid; use one of auto, bf16-mixed, 16-mixed, 32, 64");
+}
+
+std::string to_string(Precision precision) {
+  switch (precision) {
+    case Precision::kAuto: return "auto";
+    case Precision::kBF16Mixed: return "bf16-mixed";
+    case Precision::kFP16Mixed: return "16-mixed";
+    case Precision::kFP32: return "32";
+    case Precision::kFP64: return "64";
+  }
+  return "?";
+}
+
+Toggle parse_toggle(const std::string& key, const std::string& value) {
+  if (value == "auto") return Toggle::kAuto;
+  if (value == "true") return Toggle::kOn;
+  if (value == "false") return Toggle::kOff;
+  throw ConfigError(key + " '" + value + "' is not valid; use auto, true or false");
+}
+
+namespace {
+
+std::string describe(const DeviceCaps& caps) {
+  if (caps.kind == DeviceKind::kCUDA) {
+    return caps.device + " (" + caps.name + ", compute capability " + caps.cc.str() + ")";
+  }
+  return caps.device;
+}
+
+bool has_tf32(const DeviceCaps& caps) { return caps.kind == DeviceKind::kCUDA && caps.cc.major >= 8; }
+
+}  // namespace
+
+PrecisionPolicy resolve_precision(Precision requested, const DeviceCaps& caps, Toggle tf32, Toggle cudnn_benchmark) {
+  PrecisionPolicy policy;
+  const bool cuda = caps.kind == DeviceKind::kCUDA;
+  Precision precision = requested;
+  if (precision == Precision::kAuto) {
+    if (cuda && caps.bf16_supported) {
+      precision = Precision::kBF16Mixed;
+      policy.reason = "auto: " + describe(caps) + " has bf16 tensor cores, so bf16-mixed needs no loss scaling";
+    } else if (cuda && caps.cc.major >= 7) {
+      precision = Precision::kFP16Mixed;
+      policy.reason = "auto: " + describe(caps) + " has fp16 tensor cores but no bf16, so 16-mixed with loss scaling";
+    } else if (caps.kind == DeviceKind::kMPS) {
+      precision = Precision::kFP16Mixed;
+      policy.reason = "auto: MPS runs float16 autocast, with loss scaling";
+    } else {
+      precision = Precision::kFP32;
+      policy.reason = "auto: " + describe(caps) + " has no fast reduced-precision arithmetic, so 32";
+    }
+  } else {
+    policy.reason = "precision " + to_string(precision) + " as asked";
+  }
+
+  switch (precision) {
+    case Precision::kBF16Mixed:
+      if (!caps.bf16_supported) {
+        throw ConfigError("precision 'bf16-mixed' needs bfloat16 support, which " + describe(caps) +
+                          " does not have" + (cuda ? " (it needs compute capability 8.0 or newer)" : "") +
+                          "; use precision 16-mixed" + (cuda ? "" : " or 32") + ", or auto");
+      }
+      policy.autocast_dtype = "bfloat16";
+      break;
+    case Precision::kFP16Mixed:
+      if (caps.kind == DeviceKind::kCPU) {
+        throw ConfigError("precision '16-mixed' is not supported on the CPU; use bf16-mixed, 32 or auto");
+      }
+      policy.autocast_dtype = "float16";
+      policy.loss_scaling = true;
+      break;
+    case Precision::kFP64:
+      if (caps.kind == DeviceKind::kMPS) {
+        throw ConfigError("precision '64' is not supported on MPS, which has no float64; use 32 or auto");
+      }
+      policy.param_dtype = "float64";
+      break;
+    case Precision::kFP32:
+    case Precision::kAuto:
+      break;
+  }
+  policy.precision = precision;
+
+  // tf32 and cudnn_benchmark are CUDA knobs: a config that sets them still runs on the CPU or MPS
+  // (the same config serves every machine), but forcing TF32 on a GPU without it is a mistake.
+  if (tf32 == Toggle::kOn && cuda && !has_tf32(caps)) {
+    throw ConfigError("tf32 'true' needs compute capability 8.0 or newer, and " + describe(caps) +
+                      " is older; use tf32 auto or false");
+  }
+  policy.tf32 = has_tf32(caps) && tf32 != Toggle::kOff;
+  policy.cudnn_benchmark = cuda && cudnn_benchmark != Toggle::kOff;
+  return policy;
+}
+
+void apply_precision_policy(const PrecisionPolicy& policy) {
+  auto& context = at::globalContext();
+  context.setAllowTF32CuBLAS(policy.tf32);
+  context.setAllowTF32CuDNN(policy.tf32);
+  context.setBenchmarkCuDNN(policy.cudnn_benchmark);
+}
+
+}  // namespace gpucore

@@ -1,0 +1,22 @@
+#pragma once
+// Error types of the core. The Python bindings map them to gpucore.ConfigError (a ValueError)
+// and gpucore.DeviceUnavailableError (a RuntimeError).
+#include <stdexcept>
+#include <string>
+
+namespace gpucore {
+
+// A value the user gave (a config key, an argument) is not valid; the message names it and
+// lists what would be valid.
+class ConfigError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+// A device the user demanded exists in the request but cannot be used; the message says why.
+class DeviceUnavailableError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace gpucore

@@ -1,0 +1,60 @@
+"""gpucore: a native (C++/CUDA, LibTorch) training core for PyTorch vision projects."""
+import sys
+
+# torch must be imported before gpucore._C: it loads the libtorch shared libraries _C links to.
+try:
+    import torch
+except ImportError as exc:  # pragma: no cover - exercised only without torch
+    raise ImportError(
+        "gpucore needs torch, which is not installed in this environment "
+        f"({sys.executable}). Install torch first (pick the CUDA or CPU build for your machine), "
+        "then reinstall gpucore: python -m pip install torch && python -m pip install --force-reinstall --no-deps <gpucore source>"
+    ) from exc
+
+from ._version_check import check_torch_version, rebuild_hint
+
+try:
+    from . import _build_info
+except ImportError as exc:
+    raise ImportError(
+        "gpucore's native part is not built: this is the source tree, not an installed gpucore. "
+        "Run `python -m pip install .` in the gpucore checkout."
+    ) from exc
+
+check_torch_version(_build_info, torch.__version__)
+
+try:
+    from . import _C
+except ImportError as exc:
+    raise ImportError(
+        f"gpucore's native module failed to load ({exc}). " + rebuild_hint(_build_info)
+    ) from exc
+
+from .device import (  # noqa: E402
+    DeviceChoice,
+    DeviceFallbackWarning,
+    PrecisionPolicy,
+    device_facts,
+    memory_stats,
+    resolve_precision,
+    select_device,
+)
+from .doctor import doctor  # noqa: E402
+
+ConfigError = _C.ConfigError
+DeviceUnavailableError = _C.DeviceUnavailableError
+__version__ = _build_info.GPUCORE_VERSION
+
+__all__ = [
+    "ConfigError",
+    "DeviceChoice",
+    "DeviceFallbackWarning",
+    "DeviceUnavailableError",
+    "PrecisionPolicy",
+    "__version__",
+    "device_facts",
+    "doctor",
+    "memory_stats",
+    "resolve_precision",
+    "select_device",
+]
