@@ -21,7 +21,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpucore", description="gpucore: a native training core for PyTorch")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     doctor = commands.add_parser("doctor", help="check devices, versions and precision; run a smoke test")
     doctor.add_argument("--device", default="auto", help="the device you will ask for: auto (default), cpu, cuda, cuda:N, mps")
@@ -32,7 +32,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
     try:
         return args.run(args)
     except ImportError as exc:  # gpucore's native part missing or built for another torch

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs what gpucore needs on a fresh Debian/Ubuntu machine, reusing whatever is already there:
+# build tools and GoogleTest (apt), a virtualenv (.venv), torch, then gpucore itself with a plain
+# `pip install .` into that environment (plus its C++ test binary, in build/).
+#
+#   GPUCORE_VENV   the virtualenv to use or create (default: .venv in the checkout)
+#   GPUCORE_TORCH  the torch to install when the venv has none (default: torch==2.13.0, a CPU build;
+#                  on a GPU server e.g. "torch --index-url https://download.pytorch.org/whl/cu126")
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+VENV=${GPUCORE_VENV:-$ROOT/.venv}
+TORCH_SPEC=${GPUCORE_TORCH:-torch==2.13.0}
+BUILD_DIR=$ROOT/build/release
+
+missing=()
+command -v cmake >/dev/null || missing+=(cmake)
+command -v ninja >/dev/null || missing+=(ninja-build)
+command -v g++ >/dev/null || missing+=(g++)
+command -v ccache >/dev/null || missing+=(ccache)
+[ -f /usr/include/gtest/gtest.h ] || missing+=(libgtest-dev)
+python3 -c "import venv, ensurepip" 2>/dev/null || missing+=(python3-venv)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "bootstrap: installing ${missing[*]} with apt-get"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  if ! command -v apt-get >/dev/null; then
+    echo "bootstrap: please install ${missing[*]} with your package manager" >&2
+    exit 1
+  fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+PY="$VENV/bin/python"
+if ! "$PY" -c "import torch" 2>/dev/null; then
+  echo "bootstrap: installing $TORCH_SPEC into $VENV"
+  # shellcheck disable=SC2086  # GPUCORE_TORCH may carry pip options such as --index-url
+  "$PY" -m pip install -q $TORCH_SPEC
+fi
+"$PY" -m pip install -q "pytest>=7" numpy
+
+# Exactly what a user types (build isolation on): the build finds the venv's torch by itself.
+# The persistent build dir keeps rebuilds incremental and holds the GoogleTest binary.
+echo "bootstrap: building gpucore against $("$PY" -c 'import torch; print("torch", torch.__version__)')"
+"$PY" -m pip install -q . \
+  --config-settings=build-dir="$BUILD_DIR" \
+  --config-settings=cmake.define.GPUCORE_BUILD_TESTS=ON

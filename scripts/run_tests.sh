@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Set-up command 2: install everything, then run all tests: GoogleTest (ctest), then pytest.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+bash "$ROOT/scripts/bootstrap.sh"
+ctest --test-dir "$ROOT/build/release" --output-on-failure
+cd "$ROOT"
+"${GPUCORE_VENV:-$ROOT/.venv}/bin/python" -m pytest -q tests/python "$@"

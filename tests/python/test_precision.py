@@ -1,0 +1,97 @@
+import pytest
+import torch
+
+import gpucore
+
+from conftest import make_facts, make_gpu, requires_cuda
+
+
+def test_auto_on_cpu_is_fp32():
+    policy = gpucore.resolve_precision("auto", "cpu")
+    assert policy.precision == "32"
+    assert policy.autocast_dtype is None
+    assert policy.param_dtype == torch.float32
+    assert not policy.tf32 and not policy.cudnn_benchmark and not policy.loss_scaling
+
+
+def test_bf16_on_cpu_and_its_dict():
+    policy = gpucore.resolve_precision("bf16-mixed", "cpu")
+    assert policy.autocast_dtype == torch.bfloat16
+    assert policy.to_dict()["autocast_dtype"] == "bfloat16"
+
+
+@pytest.mark.parametrize(
+    "name,major,minor,expected,dtype,scaling",
+    [
+        ("NVIDIA A100", 8, 0, "bf16-mixed", torch.bfloat16, False),
+        ("NVIDIA H100", 9, 0, "bf16-mixed", torch.bfloat16, False),
+        ("Tesla T4", 7, 5, "16-mixed", torch.float16, True),
+        ("Tesla V100", 7, 0, "16-mixed", torch.float16, True),
+        ("Tesla P100", 6, 0, "32", None, False),
+    ],
+)
+def test_auto_policy_per_gpu(fake_machine, name, major, minor, expected, dtype, scaling):
+    fake_machine.install(make_facts([make_gpu(0, name, major, minor)], ("sm_60", "sm_70", "sm_75", "sm_80", "sm_90")))
+    policy = gpucore.resolve_precision("auto", "cuda:0")
+    assert policy.precision == expected
+    assert policy.autocast_dtype == dtype
+    assert policy.loss_scaling == scaling
+    assert policy.tf32 == (major >= 8)
+    assert policy.cudnn_benchmark
+
+
+def test_bf16_demanded_on_v100_is_an_error(fake_machine):
+    fake_machine.install(make_facts([make_gpu(0, "Tesla V100-SXM2-16GB", 7, 0)], ("sm_70", "sm_80")))
+    with pytest.raises(gpucore.ConfigError, match=r"bf16-mixed.*Tesla V100.*8\.0"):
+        gpucore.resolve_precision("bf16-mixed", "cuda:0")
+
+
+def test_bad_values_name_the_key():
+    with pytest.raises(gpucore.ConfigError, match="precision 'fp16'.*16-mixed"):
+        gpucore.resolve_precision("fp16", "cpu")
+    with pytest.raises(gpucore.ConfigError, match="tf32 'maybe'"):
+        gpucore.resolve_precision("32", "cpu", tf32="maybe")
+    with pytest.raises(gpucore.ConfigError, match="16-mixed"):
+        gpucore.resolve_precision("16-mixed", "cpu")
+
+
+def test_apply_sets_torch_flags():
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
+    try:
+        policy = gpucore.resolve_precision("32", "cpu")
+        policy.apply()
+        assert not torch.backends.cuda.matmul.allow_tf32
+        assert not torch.backends.cudnn.allow_tf32
+        assert not torch.backends.cudnn.benchmark
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = before
+
+
+@requires_cuda
+def test_live_cuda_policy_applies():
+    policy = gpucore.resolve_precision("auto", "cuda:0")
+    policy.apply()
+    assert torch.backends.cudnn.benchmark
+    assert torch.backends.cuda.matmul.allow_tf32 == policy.tf32
+
+
+def test_memory_stats_cpu():
+    before = gpucore.memory_stats("cpu")
+    block = torch.ones(64 << 20, dtype=torch.uint8)  # 64 MiB, touched
+    after = gpucore.memory_stats("cpu")
+    assert set(after) == {"device", "allocated", "reserved", "peak_allocated", "free", "total"}
+    assert after["total"] > 0
+    assert after["peak_allocated"] >= after["allocated"] > 0
+    assert after["allocated"] - before["allocated"] > 32 << 20
+    del block
+
+
+@requires_cuda
+def test_memory_stats_cuda():
+    before = gpucore.memory_stats("cuda:0")
+    block = torch.empty(256 << 20, dtype=torch.uint8, device="cuda:0")
+    after = gpucore.memory_stats("cuda:0")
+    assert after["allocated"] - before["allocated"] == 256 << 20
+    assert after["peak_allocated"] >= after["allocated"]
+    assert 0 < after["free"] < after["total"]
+    del block
