@@ -34,7 +34,7 @@ if(_gpucore_torch_minor VERSION_LESS 2.4)
   message(FATAL_ERROR "gpucore needs torch >= 2.4; ${Python_EXECUTABLE} has torch ${TORCH_VERSION}. "
                       "Upgrade torch, then run pip install . again.")
 endif()
-message(STATUS "gpucore: building against torch ${TORCH_VERSION} (C++11 ABI ${TORCH_CXX11_ABI}, "
+message(STATUS "gpucore: building against torch ${TORCH_VERSION} (C++${TORCH_CXX_STANDARD}, C++11 ABI ${TORCH_CXX11_ABI}, "
                "CUDA '${TORCH_CUDA_VERSION}') from ${TORCH_LIBRARY_DIRS}")
 
 function(_gpucore_torch_library out name)
