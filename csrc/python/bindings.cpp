@@ -12,6 +12,8 @@
 namespace py = pybind11;
 using namespace gpucore;
 
+void bind_training(py::module_& m);  // train_bindings.cpp
+
 namespace {
 
 // A Python probe (tests inject one) or, for None, the live probe on the device.
@@ -142,4 +144,6 @@ PYBIND11_MODULE(_C, m) {
       .def_readonly("tolerance", &SmokeResult::tolerance)
       .def_readonly("error", &SmokeResult::error);
   m.def("smoke_test", &smoke_test, py::arg("device"), py::call_guard<py::gil_scoped_release>());
+
+  bind_training(m);
 }

@@ -1,0 +1,96 @@
+#pragma once
+// The training step (DESIGN §3): forward under autocast, loss / window length, scaled backward;
+// after the last micro-batch of a window: non-finite check and unscale, clipping, fused optimizer
+// step that skips itself on non-finite gradients, scale update, schedule advanced only by taken
+// steps. Loss and metrics accumulate on the device; the host reads them at log intervals.
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gpucore/batches.h"
+#include "gpucore/grad_scaler.h"
+#include "gpucore/losses.h"
+#include "gpucore/metrics.h"
+#include "gpucore/optimizer.h"
+#include "gpucore/schedule.h"
+
+namespace gpucore {
+
+// Raised when training cannot go on (too many non-finite steps in a row); the message says why
+// and what to change. Maps to gpucore.TrainingError.
+class TrainingError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct EngineConfig {
+  std::string device = "cpu";
+  std::optional<at::ScalarType> autocast_dtype;  // nullopt: no autocast
+  at::ScalarType param_dtype = at::kFloat;       // inputs are cast to it when floating point
+  int64_t accumulate = 1;                        // micro-batches per optimizer step
+  double clip_grad_norm = 0.0;                   // 0: off
+  double clip_grad_value = 0.0;                  // 0: off
+  bool channels_last = false;
+  int64_t log_every = 50;                        // optimizer steps between host reads
+  int64_t max_consecutive_nonfinite = 20;
+  int64_t top_k = 5;
+  LossConfig loss;
+  OptimizerConfig optimizer;
+  ScheduleConfig schedule;
+  GradScalerConfig scaler;
+};
+
+using ForwardFn = std::function<at::Tensor(const at::Tensor& inputs)>;
+// A user loss (output, target) -> 0-dim loss; empty to use the built-in one.
+using LossFn = std::function<at::Tensor(const at::Tensor& output, const at::Tensor& target)>;
+// Called at log intervals with the running metrics of the epoch and the step count.
+using LogFn = std::function<void(const std::map<std::string, double>& metrics)>;
+
+struct EpochStats {
+  std::map<std::string, double> metrics;  // loss, accuracy, ... (see MetricTracker), lr, loss_scale
+  int64_t optimizer_steps = 0;            // windows completed this epoch (taken or skipped)
+  int64_t samples = 0;
+  double seconds = 0;
+};
+
+class Engine {
+ public:
+  Engine(std::vector<ParamGroup> groups, EngineConfig config);
+
+  EpochStats train_epoch(BatchSource& batches, const ForwardFn& forward, const LossFn& loss, const LogFn& on_log);
+  EpochStats evaluate(BatchSource& batches, const ForwardFn& forward, const LossFn& loss);
+
+  // Totals since construction (or restored from a checkpoint).
+  int64_t steps_taken() const;         // host read
+  int64_t steps_skipped() const;       // host read
+  int64_t host_syncs() const { return host_syncs_; }
+  double current_lr() const;           // host read
+  double loss_scale() const;           // host read
+
+  // Everything a resumed run needs: optimizer state, scaler, step counters.
+  std::vector<std::pair<std::string, at::Tensor>> state() const;
+  void load_state(const std::vector<std::pair<std::string, at::Tensor>>& state);
+
+ private:
+  void optimizer_step();
+  at::Tensor loss_of(const at::Tensor& output, const at::Tensor& target, const LossFn& loss) const;
+  std::map<std::string, double> read_metrics(const MetricTracker& tracker);
+
+  EngineConfig config_;
+  at::Device device_;
+  FusedOptimizer optimizer_;
+  GradScaler scaler_;
+  std::vector<at::Tensor> params_;
+  at::Tensor step_;          // optimizer steps taken, float32 0-dim
+  at::Tensor skipped_;       // steps skipped, float32 0-dim
+  at::Tensor consecutive_;   // skipped in a row, float32 0-dim
+  at::Tensor found_inf_;     // float32 0-dim
+  int64_t host_syncs_ = 0;
+};
+
+}  // namespace gpucore

@@ -1,0 +1,25 @@
+#pragma once
+// Built-in losses, computed in float32 from the model's output; shape mismatches are ConfigErrors
+// that name the loss and both shapes.
+#include <ATen/core/Tensor.h>
+
+#include <string>
+
+namespace gpucore {
+
+enum class LossKind { kCrossEntropy, kMultiLabelSoftMargin, kBCEWithLogits, kDiceBCE };
+LossKind parse_loss(const std::string& name);  // cross_entropy, multilabel_soft_margin, bce_with_logits, dice_bce; ctc raises
+
+struct LossConfig {
+  LossKind kind = LossKind::kCrossEntropy;
+  double label_smoothing = 0.0;  // cross_entropy
+  int64_t heads = 0;             // multilabel_soft_margin: targets given as (N, heads) class indices
+};
+
+// Mean over the batch. For multi-head targets given as indices, they are one-hot encoded first.
+at::Tensor compute_loss(const LossConfig& config, const at::Tensor& output, const at::Tensor& target);
+
+// Targets as the loss wants them (one-hot float for multi-head indices, float for BCE).
+at::Tensor prepare_target(const LossConfig& config, const at::Tensor& output, const at::Tensor& target);
+
+}  // namespace gpucore

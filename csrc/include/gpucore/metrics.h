@@ -1,0 +1,33 @@
+#pragma once
+// Metric sums kept on the device; read() is the only host synchronisation.
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <string>
+
+#include "gpucore/losses.h"
+
+namespace gpucore {
+
+class MetricTracker {
+ public:
+  // top_k: extra top-k accuracy for classification (0 = off).
+  MetricTracker(LossConfig loss, int64_t top_k, const at::Device& device);
+
+  void reset();
+  // output: model output (detached); target: as given by the data; loss: the batch's mean loss.
+  void update(const at::Tensor& output, const at::Tensor& target, const at::Tensor& loss);
+  // Host read: "loss" always; "accuracy" and "top{k}_accuracy" (cross_entropy); "char_accuracy" and
+  // "seq_accuracy" (multi-head); "iou" and "dice" (bce_with_logits, dice_bce).
+  std::map<std::string, double> read() const;
+  int64_t samples_seen_on_host() const { return samples_host_; }
+
+ private:
+  LossConfig loss_;
+  int64_t top_k_;
+  at::Tensor sums_;  // float64 [loss*n, n, correct, correct_k, char_correct, char_total, seq_correct, inter, union, dice_num, dice_den]
+  int64_t samples_host_ = 0;     // counted from batch shapes, no sync
+  bool top_k_computed_ = false;  // known from shapes: the output had more than top_k classes
+};
+
+}  // namespace gpucore

@@ -1,0 +1,35 @@
+#pragma once
+// Learning-rate schedules as functions of the optimizer-step count held in a device tensor, so the
+// rate follows only the steps actually taken (skipped fp16 steps do not advance it) and is computed
+// on the device without a host sync. All counts are optimizer steps.
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+namespace gpucore {
+
+enum class ScheduleKind { kConstant, kStep, kMultiStep, kCosine, kOneCycle };
+ScheduleKind parse_schedule(const std::string& name);  // constant, step, multistep, cosine, onecycle
+
+struct ScheduleConfig {
+  ScheduleKind kind = ScheduleKind::kConstant;
+  double base_lr = 1e-3;              // the peak rate for onecycle
+  int64_t warmup_steps = 0;           // linear warm-up from base_lr / warmup_steps
+  int64_t total_steps = 1;            // cosine and onecycle
+  int64_t step_size = 1;              // step
+  double gamma = 0.1;                 // step, multistep
+  std::vector<int64_t> milestones;    // multistep
+  double min_lr = 0.0;                // cosine floor
+  double pct_start = 0.3;             // onecycle
+  double div_factor = 25.0;           // onecycle: initial = base_lr / div_factor
+  double final_div_factor = 1e4;      // onecycle: final = initial / final_div_factor
+};
+
+// Throws ConfigError for inconsistent settings (warm-up longer than the run, onecycle with warm-up, ...).
+void validate(const ScheduleConfig& config);
+
+// The rate at step `step` (0-dim float32, any device), as a 0-dim float32 tensor on that device.
+at::Tensor learning_rate(const ScheduleConfig& config, const at::Tensor& step);
+
+}  // namespace gpucore

@@ -1,0 +1,236 @@
+// Bindings of the training core. The only translation unit that includes torch's Python headers
+// (for the Tensor type casters), so the rest of the build stays fast.
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/utils/pybind.h>
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
+
+#include "gpucore/batches.h"
+#include "gpucore/engine.h"
+#include "gpucore/errors.h"
+#include "gpucore/losses.h"
+#include "gpucore/schedule.h"
+
+namespace py = pybind11;
+using namespace gpucore;
+
+namespace {
+
+// Batches from any Python iterable of (inputs, targets) with a len(): a torch DataLoader, a list.
+class PythonBatches : public BatchSource {
+ public:
+  PythonBatches(py::object iterable, const std::string& device)
+      : iterable_(std::move(iterable)), device_(device) {
+    remaining_ = static_cast<int64_t>(py::len(iterable_));
+    iterator_ = py::iter(iterable_);
+  }
+  int64_t remaining() const override { return remaining_; }
+  bool next(at::Tensor& inputs, at::Tensor& targets) override {
+    py::gil_scoped_acquire gil;
+    if (remaining_ <= 0) return false;
+    auto item = py::reinterpret_steal<py::object>(PyIter_Next(iterator_.ptr()));
+    if (!item) {
+      if (PyErr_Occurred()) throw py::error_already_set();
+      remaining_ = 0;
+      return false;
+    }
+    py::sequence pair = item.cast<py::sequence>();
+    if (pair.size() < 2) throw ConfigError("each batch must be (inputs, targets), got " + std::to_string(pair.size()) + " item(s)");
+    inputs = pair[0].cast<at::Tensor>().to(device_, /*non_blocking=*/true);
+    targets = pair[1].cast<at::Tensor>().to(device_, /*non_blocking=*/true);
+    --remaining_;
+    return true;
+  }
+
+ private:
+  py::object iterable_, iterator_;
+  at::Device device_;
+  int64_t remaining_ = 0;
+};
+
+at::Tensor as_tensor(const py::object& value, const char* what) {
+  if (!THPVariable_Check(value.ptr())) {
+    throw ConfigError(std::string(what) + " must return a torch.Tensor, got " +
+                      py::str(py::type::of(value).attr("__name__")).cast<std::string>());
+  }
+  return value.cast<at::Tensor>();
+}
+
+// Calls a Python nn.Module (or any callable) with the GIL held for the call only.
+ForwardFn python_forward(const py::object& model) {
+  return [model](const at::Tensor& inputs) {
+    py::gil_scoped_acquire gil;
+    return as_tensor(model(inputs), "the model");
+  };
+}
+
+LossFn python_loss(const py::object& loss) {
+  if (loss.is_none()) return {};
+  return [loss](const at::Tensor& output, const at::Tensor& target) {
+    py::gil_scoped_acquire gil;
+    return as_tensor(loss(output, target), "the loss callable");
+  };
+}
+
+LogFn python_log(const py::object& on_log) {
+  if (on_log.is_none()) return {};
+  return [on_log](const std::map<std::string, double>& metrics) {
+    py::gil_scoped_acquire gil;
+    on_log(metrics);
+  };
+}
+
+py::dict stats_dict(const EpochStats& stats) {
+  py::dict out;
+  out["metrics"] = stats.metrics;
+  out["optimizer_steps"] = stats.optimizer_steps;
+  out["samples"] = stats.samples;
+  out["seconds"] = stats.seconds;
+  return out;
+}
+
+std::optional<at::ScalarType> parse_autocast(const std::string& name) {
+  if (name.empty()) return std::nullopt;
+  if (name == "bfloat16") return at::kBFloat16;
+  if (name == "float16") return at::kHalf;
+  throw ConfigError("autocast dtype '" + name + "' is not one of bfloat16, float16 or empty");
+}
+
+}  // namespace
+
+void bind_training(py::module_& m) {
+  py::register_exception<TrainingError>(m, "TrainingError", PyExc_RuntimeError);
+
+  py::class_<LossConfig>(m, "LossConfig")
+      .def(py::init<>())
+      .def_property("kind", [](const LossConfig&) { return py::none(); },
+                    [](LossConfig& c, const std::string& name) { c.kind = parse_loss(name); })
+      .def_readwrite("label_smoothing", &LossConfig::label_smoothing)
+      .def_readwrite("heads", &LossConfig::heads);
+
+  py::class_<OptimizerConfig>(m, "OptimizerConfig")
+      .def(py::init<>())
+      .def_property("kind", [](const OptimizerConfig&) { return py::none(); },
+                    [](OptimizerConfig& c, const std::string& name) { c.kind = parse_optimizer(name); })
+      .def_readwrite("momentum", &OptimizerConfig::momentum)
+      .def_readwrite("nesterov", &OptimizerConfig::nesterov)
+      .def_readwrite("beta1", &OptimizerConfig::beta1)
+      .def_readwrite("beta2", &OptimizerConfig::beta2)
+      .def_readwrite("eps", &OptimizerConfig::eps);
+
+  py::class_<ScheduleConfig>(m, "ScheduleConfig")
+      .def(py::init<>())
+      .def_property("kind", [](const ScheduleConfig&) { return py::none(); },
+                    [](ScheduleConfig& c, const std::string& name) { c.kind = parse_schedule(name); })
+      .def_readwrite("base_lr", &ScheduleConfig::base_lr)
+      .def_readwrite("warmup_steps", &ScheduleConfig::warmup_steps)
+      .def_readwrite("total_steps", &ScheduleConfig::total_steps)
+      .def_readwrite("step_size", &ScheduleConfig::step_size)
+      .def_readwrite("gamma", &ScheduleConfig::gamma)
+      .def_readwrite("milestones", &ScheduleConfig::milestones)
+      .def_readwrite("min_lr", &ScheduleConfig::min_lr)
+      .def_readwrite("pct_start", &ScheduleConfig::pct_start)
+      .def_readwrite("div_factor", &ScheduleConfig::div_factor)
+      .def_readwrite("final_div_factor", &ScheduleConfig::final_div_factor);
+  m.def("learning_rate", [](const ScheduleConfig& c, const at::Tensor& step) {
+    validate(c);
+    return learning_rate(c, step);
+  });
+
+  py::class_<GradScalerConfig>(m, "GradScalerConfig")
+      .def(py::init<>())
+      .def_readwrite("enabled", &GradScalerConfig::enabled)
+      .def_readwrite("init_scale", &GradScalerConfig::init_scale)
+      .def_readwrite("growth_factor", &GradScalerConfig::growth_factor)
+      .def_readwrite("backoff_factor", &GradScalerConfig::backoff_factor)
+      .def_readwrite("growth_interval", &GradScalerConfig::growth_interval);
+
+  py::class_<EngineConfig>(m, "EngineConfig")
+      .def(py::init<>())
+      .def_readwrite("device", &EngineConfig::device)
+      .def_property("autocast_dtype", [](const EngineConfig&) { return py::none(); },
+                    [](EngineConfig& c, const std::string& name) { c.autocast_dtype = parse_autocast(name); })
+      .def_property("param_dtype", [](const EngineConfig&) { return py::none(); },
+                    [](EngineConfig& c, const std::string& name) {
+                      c.param_dtype = name == "float64" ? at::kDouble : at::kFloat;
+                    })
+      .def_readwrite("accumulate", &EngineConfig::accumulate)
+      .def_readwrite("clip_grad_norm", &EngineConfig::clip_grad_norm)
+      .def_readwrite("clip_grad_value", &EngineConfig::clip_grad_value)
+      .def_readwrite("channels_last", &EngineConfig::channels_last)
+      .def_readwrite("log_every", &EngineConfig::log_every)
+      .def_readwrite("max_consecutive_nonfinite", &EngineConfig::max_consecutive_nonfinite)
+      .def_readwrite("top_k", &EngineConfig::top_k)
+      .def_readwrite("loss", &EngineConfig::loss)
+      .def_readwrite("optimizer", &EngineConfig::optimizer)
+      .def_readwrite("schedule", &EngineConfig::schedule)
+      .def_readwrite("scaler", &EngineConfig::scaler);
+
+  py::class_<BatchSource>(m, "BatchSource");
+  py::class_<TensorBatches, BatchSource>(m, "TensorBatches")
+      .def(py::init<at::Tensor, at::Tensor, int64_t, bool, bool, uint64_t, const std::string&>(), py::arg("inputs"),
+           py::arg("targets"), py::arg("batch_size"), py::arg("shuffle"), py::arg("drop_last"), py::arg("seed"),
+           py::arg("device"))
+      .def("start_epoch", &TensorBatches::start_epoch, py::arg("epoch"), py::arg("skip_batches") = 0)
+      .def("remaining", &TensorBatches::remaining)
+      .def("total_batches", &TensorBatches::total_batches)
+      .def("position", &TensorBatches::position)
+      .def("__len__", &TensorBatches::total_batches)
+      .def("next", [](TensorBatches& self) -> py::object {
+        at::Tensor inputs, targets;
+        if (!self.next(inputs, targets)) return py::none();
+        return py::make_tuple(inputs, targets);
+      });
+
+  py::class_<PythonBatches, BatchSource>(m, "PythonBatches")
+      .def(py::init<py::object, const std::string&>(), py::arg("iterable"), py::arg("device"))
+      .def("remaining", &PythonBatches::remaining);
+
+  py::class_<Engine>(m, "Engine")
+      .def(py::init([](const std::vector<std::pair<std::vector<at::Tensor>, double>>& groups, const EngineConfig& config) {
+             std::vector<ParamGroup> param_groups;
+             for (const auto& [params, weight_decay] : groups) param_groups.push_back({params, weight_decay});
+             return std::make_unique<Engine>(std::move(param_groups), config);
+           }),
+           py::arg("param_groups"), py::arg("config"))
+      .def(
+          "train_epoch",
+          [](Engine& self, BatchSource& batches, const py::object& model, const py::object& loss, const py::object& on_log) {
+            const ForwardFn forward = python_forward(model);
+            const LossFn loss_fn = python_loss(loss);
+            const LogFn log_fn = python_log(on_log);
+            EpochStats stats;
+            {
+              py::gil_scoped_release release;
+              stats = self.train_epoch(batches, forward, loss_fn, log_fn);
+            }
+            return stats_dict(stats);
+          },
+          py::arg("batches"), py::arg("model"), py::arg("loss") = py::none(), py::arg("on_log") = py::none())
+      .def(
+          "evaluate",
+          [](Engine& self, BatchSource& batches, const py::object& model, const py::object& loss) {
+            const ForwardFn forward = python_forward(model);
+            const LossFn loss_fn = python_loss(loss);
+            EpochStats stats;
+            {
+              py::gil_scoped_release release;
+              stats = self.evaluate(batches, forward, loss_fn);
+            }
+            return stats_dict(stats);
+          },
+          py::arg("batches"), py::arg("model"), py::arg("loss") = py::none())
+      .def("steps_taken", &Engine::steps_taken)
+      .def("steps_skipped", &Engine::steps_skipped)
+      .def("host_syncs", &Engine::host_syncs)
+      .def("current_lr", &Engine::current_lr)
+      .def("loss_scale", &Engine::loss_scale)
+      .def("state", [](const Engine& self) {
+        py::dict out;
+        for (const auto& [name, tensor] : self.state()) out[py::str(name)] = tensor.detach().clone();
+        return out;
+      })
+      .def("load_state", [](Engine& self, const std::map<std::string, at::Tensor>& state) {
+        self.load_state(std::vector<std::pair<std::string, at::Tensor>>(state.begin(), state.end()));
+      });
+}

@@ -1,0 +1,224 @@
+#include "gpucore/engine.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/_foreach_clamp_max.h>
+#include <ATen/ops/_foreach_clamp_min.h>
+#include <ATen/ops/_foreach_mul.h>
+#include <ATen/ops/_foreach_norm.h>
+#include <ATen/ops/stack.h>
+#include <ATen/ops/zeros.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <chrono>
+#include <map>
+
+#include "gpucore/autocast.h"
+#include "gpucore/errors.h"
+
+namespace gpucore {
+
+namespace {
+
+std::vector<at::Tensor> flatten(const std::vector<ParamGroup>& groups) {
+  std::vector<at::Tensor> params;
+  for (const auto& group : groups) params.insert(params.end(), group.params.begin(), group.params.end());
+  return params;
+}
+
+void check_config(const EngineConfig& c) {
+  if (c.accumulate < 1) throw ConfigError("accumulate_grad_batches must be >= 1, got " + std::to_string(c.accumulate));
+  if (c.clip_grad_norm < 0) throw ConfigError("clip_grad_norm must be >= 0, got " + std::to_string(c.clip_grad_norm));
+  if (c.clip_grad_value < 0) throw ConfigError("clip_grad_value must be >= 0, got " + std::to_string(c.clip_grad_value));
+  if (c.log_every < 1) throw ConfigError("log_every_n_steps must be >= 1, got " + std::to_string(c.log_every));
+  if (c.max_consecutive_nonfinite < 1) {
+    throw ConfigError("max_nonfinite_steps must be >= 1, got " + std::to_string(c.max_consecutive_nonfinite));
+  }
+  validate(c.schedule);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+Engine::Engine(std::vector<ParamGroup> groups, EngineConfig config)
+    : config_((check_config(config), std::move(config))),
+      device_(config_.device),
+      optimizer_(groups, config_.optimizer),
+      scaler_(config_.scaler, device_),
+      params_(flatten(groups)) {
+  if (params_.empty()) throw ConfigError("the model has no trainable parameters (all requires_grad=False?)");
+  const auto counter = at::TensorOptions().dtype(at::kFloat).device(device_);
+  step_ = at::zeros({}, counter);
+  skipped_ = at::zeros({}, counter);
+  consecutive_ = at::zeros({}, counter);
+  found_inf_ = at::zeros({}, counter);
+}
+
+at::Tensor Engine::loss_of(const at::Tensor& output, const at::Tensor& target, const LossFn& loss) const {
+  if (!loss) return compute_loss(config_.loss, output, target);
+  at::Tensor value = loss(output, target);
+  if (!value.defined() || value.numel() != 1) {
+    throw ConfigError("the loss callable must return a single-element tensor, got " +
+                      (value.defined() ? "shape " + c10::str(value.sizes()) : std::string("nothing")));
+  }
+  return value.reshape({}).to(at::kFloat);
+}
+
+namespace {
+
+at::Tensor prepare_inputs(const at::Tensor& inputs, const EngineConfig& config) {
+  at::Tensor x = inputs;
+  if (x.is_floating_point() && x.scalar_type() != config.param_dtype) x = x.to(config.param_dtype);
+  if (config.channels_last && x.dim() == 4) x = x.contiguous(at::MemoryFormat::ChannelsLast);
+  return x;
+}
+
+at::Tensor checked_output(const at::Tensor& output) {
+  if (!output.defined() || !output.is_floating_point()) {
+    throw ConfigError("the model must return a floating-point tensor, got " +
+                      (output.defined() ? std::string(c10::toString(output.scalar_type())) : std::string("nothing")));
+  }
+  return output;
+}
+
+}  // namespace
+
+EpochStats Engine::train_epoch(BatchSource& batches, const ForwardFn& forward, const LossFn& loss, const LogFn& on_log) {
+  const auto start = std::chrono::steady_clock::now();
+  MetricTracker tracker(config_.loss, config_.top_k, device_);
+  EpochStats stats;
+  const int64_t total = batches.remaining();
+  const int64_t k = config_.accumulate;
+  at::Tensor inputs, targets;
+  for (int64_t index = 0; index < total && batches.next(inputs, targets); ++index) {
+    // The last window of an epoch may be short; dividing by its real length keeps the step equal
+    // to one big batch of the same samples.
+    const int64_t window_len = std::min(k, total - (index / k) * k);
+    at::Tensor output;
+    {
+      AutocastGuard autocast(device_.type(), config_.autocast_dtype);
+      output = checked_output(forward(prepare_inputs(inputs, config_)));
+    }
+    const at::Tensor value = loss_of(output, targets, loss);
+    tracker.update(output.detach(), targets, value.detach());
+    torch::autograd::backward({scaler_.scale(value / static_cast<double>(window_len))});
+    if ((index + 1) % k == 0 || index + 1 == total) {
+      optimizer_step();
+      ++stats.optimizer_steps;
+      if (on_log && stats.optimizer_steps % config_.log_every == 0) on_log(read_metrics(tracker));
+    }
+  }
+  stats.metrics = read_metrics(tracker);
+  stats.samples = tracker.samples_seen_on_host();
+  stats.seconds = seconds_since(start);
+  return stats;
+}
+
+EpochStats Engine::evaluate(BatchSource& batches, const ForwardFn& forward, const LossFn& loss) {
+  const auto start = std::chrono::steady_clock::now();
+  at::NoGradGuard no_grad;
+  MetricTracker tracker(config_.loss, config_.top_k, device_);
+  at::Tensor inputs, targets;
+  while (batches.next(inputs, targets)) {
+    at::Tensor output;
+    {
+      AutocastGuard autocast(device_.type(), config_.autocast_dtype);
+      output = checked_output(forward(prepare_inputs(inputs, config_)));
+    }
+    tracker.update(output, targets, loss_of(output, targets, loss));
+  }
+  EpochStats stats;
+  ++host_syncs_;
+  stats.metrics = tracker.read();
+  stats.samples = tracker.samples_seen_on_host();
+  stats.seconds = seconds_since(start);
+  return stats;
+}
+
+void Engine::optimizer_step() {
+  std::vector<at::Tensor> grads;
+  for (const auto& param : params_) {
+    if (param.grad().defined()) grads.push_back(param.grad());
+  }
+  if (grads.empty()) {
+    throw ConfigError("no parameter received a gradient: does the loss depend on the model's output?");
+  }
+  found_inf_.zero_();
+  scaler_.unscale_and_check(grads, found_inf_);  // clipping must see unscaled gradients
+  if (config_.clip_grad_norm > 0) {
+    const at::Tensor total_norm = at::stack(at::_foreach_norm(grads, 2)).norm();
+    // Non-finite norms are already in found_inf, which skips the step.
+    at::_foreach_mul_(grads, (config_.clip_grad_norm / (total_norm + 1e-6)).clamp_max(1.0));
+  }
+  if (config_.clip_grad_value > 0) {
+    at::_foreach_clamp_min_(grads, -config_.clip_grad_value);
+    at::_foreach_clamp_max_(grads, config_.clip_grad_value);
+  }
+  optimizer_.step(learning_rate(config_.schedule, step_), found_inf_);
+  step_.add_(1).sub_(found_inf_);
+  skipped_.add_(found_inf_);
+  consecutive_.add_(1).mul_(found_inf_);
+  scaler_.update(found_inf_);
+  for (auto& param : params_) param.mutable_grad().reset();
+}
+
+std::map<std::string, double> Engine::read_metrics(const MetricTracker& tracker) {
+  ++host_syncs_;
+  std::map<std::string, double> metrics = tracker.read();
+  const at::Tensor counters =
+      at::stack({learning_rate(config_.schedule, step_), scaler_.scale_tensor(), consecutive_, skipped_}).cpu();
+  const float* values = counters.data_ptr<float>();
+  metrics["lr"] = values[0];
+  metrics["loss_scale"] = scaler_.enabled() ? values[1] : 1.0;
+  metrics["skipped_steps"] = values[3];
+  if (values[2] >= static_cast<float>(config_.max_consecutive_nonfinite)) {
+    throw TrainingError("training stopped: the last " + std::to_string(static_cast<int64_t>(values[2])) +
+                        " optimizer steps had non-finite gradients (inf/NaN) and were skipped (max_nonfinite_steps " +
+                        std::to_string(config_.max_consecutive_nonfinite) +
+                        "). The weights are those of the last good step. Lower lr, set clip_grad_norm, check the "
+                        "data for NaN, or use precision bf16-mixed or 32.");
+  }
+  return metrics;
+}
+
+int64_t Engine::steps_taken() const { return static_cast<int64_t>(step_.item<float>()); }
+int64_t Engine::steps_skipped() const { return static_cast<int64_t>(skipped_.item<float>()); }
+double Engine::current_lr() const { return learning_rate(config_.schedule, step_).item<double>(); }
+double Engine::loss_scale() const { return scaler_.enabled() ? scaler_.scale_tensor().item<double>() : 1.0; }
+
+std::vector<std::pair<std::string, at::Tensor>> Engine::state() const {
+  std::vector<std::pair<std::string, at::Tensor>> entries;
+  for (auto& [name, tensor] : optimizer_.state()) entries.emplace_back("optimizer." + name, tensor);
+  entries.emplace_back("scaler.scale", scaler_.scale_tensor());
+  entries.emplace_back("scaler.growth_tracker", scaler_.growth_tracker());
+  entries.emplace_back("counters.step", step_);
+  entries.emplace_back("counters.skipped", skipped_);
+  entries.emplace_back("counters.consecutive_nonfinite", consecutive_);
+  return entries;
+}
+
+void Engine::load_state(const std::vector<std::pair<std::string, at::Tensor>>& saved) {
+  std::vector<std::pair<std::string, at::Tensor>> optimizer_state;
+  std::map<std::string, at::Tensor> rest;
+  const std::string prefix = "optimizer.";
+  for (const auto& [name, tensor] : saved) {
+    if (name.rfind(prefix, 0) == 0) {
+      optimizer_state.emplace_back(name.substr(prefix.size()), tensor);
+    } else {
+      rest[name] = tensor;
+    }
+  }
+  optimizer_.load_state(optimizer_state);
+  for (auto& [name, live] : state()) {
+    if (name.rfind(prefix, 0) == 0) continue;
+    const auto it = rest.find(name);
+    if (it == rest.end()) throw ConfigError("training state has no entry '" + name + "': not a gpucore checkpoint?");
+    at::Tensor target = live;
+    target.copy_(it->second);
+  }
+}
+
+}  // namespace gpucore

@@ -1,0 +1,110 @@
+#include "gpucore/losses.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/binary_cross_entropy_with_logits.h>
+#include <ATen/ops/cross_entropy_loss.h>
+#include <ATen/ops/log_sigmoid.h>
+#include <ATen/ops/one_hot.h>
+#include <ATen/ops/sigmoid.h>
+
+#include "gpucore/errors.h"
+
+namespace gpucore {
+
+LossKind parse_loss(const std::string& name) {
+  if (name == "cross_entropy") return LossKind::kCrossEntropy;
+  if (name == "multilabel_soft_margin") return LossKind::kMultiLabelSoftMargin;
+  if (name == "bce_with_logits") return LossKind::kBCEWithLogits;
+  if (name == "dice_bce") return LossKind::kDiceBCE;
+  if (name == "ctc") {
+    throw ConfigError("loss 'ctc' is not implemented yet (it needs the sequence data sets of the data-loading work); "
+                      "pass your own loss callable (e.g. wrapping torch.nn.functional.ctc_loss) meanwhile");
+  }
+  throw ConfigError("loss '" + name + "' is not valid; use one of cross_entropy, multilabel_soft_margin, "
+                    "bce_with_logits, dice_bce, or pass a loss callable");
+}
+
+namespace {
+
+const char* name_of(LossKind kind) {
+  switch (kind) {
+    case LossKind::kCrossEntropy: return "cross_entropy";
+    case LossKind::kMultiLabelSoftMargin: return "multilabel_soft_margin";
+    case LossKind::kBCEWithLogits: return "bce_with_logits";
+    case LossKind::kDiceBCE: return "dice_bce";
+  }
+  return "?";
+}
+
+[[noreturn]] void shape_error(LossKind kind, const std::string& expected, const at::Tensor& output, const at::Tensor& target) {
+  throw ConfigError("loss " + std::string(name_of(kind)) + " expects " + expected + "; the model's output has shape " +
+                    c10::str(output.sizes()) + " and the target has shape " + c10::str(target.sizes()) + " (" +
+                    std::string(c10::toString(target.scalar_type())) + ")");
+}
+
+}  // namespace
+
+at::Tensor prepare_target(const LossConfig& config, const at::Tensor& output, const at::Tensor& target) {
+  switch (config.kind) {
+    case LossKind::kCrossEntropy:
+      return target;
+    case LossKind::kMultiLabelSoftMargin: {
+      const at::Tensor flat_output = output.reshape({output.size(0), -1});
+      if (config.heads > 0 && !target.is_floating_point()) {
+        if (target.dim() != 2 || target.size(1) != config.heads || flat_output.size(1) % config.heads != 0) {
+          shape_error(config.kind, "an output of (N, heads * classes) and integer targets of (N, heads) with heads = " +
+                      std::to_string(config.heads), output, target);
+        }
+        return at::one_hot(target, flat_output.size(1) / config.heads).reshape({target.size(0), -1}).to(at::kFloat);
+      }
+      return target.reshape({target.size(0), -1}).to(at::kFloat);
+    }
+    case LossKind::kBCEWithLogits:
+    case LossKind::kDiceBCE: {
+      // Masks often come as (N, H, W) for a (N, 1, H, W) output.
+      if (target.dim() + 1 == output.dim() && output.size(1) == 1) return target.unsqueeze(1).to(at::kFloat);
+      return target.to(at::kFloat);
+    }
+  }
+  return target;
+}
+
+at::Tensor compute_loss(const LossConfig& config, const at::Tensor& output, const at::Tensor& target) {
+  const at::Tensor out = output.to(at::kFloat);
+  if (out.dim() == 0 || out.size(0) != target.size(0) || target.dim() == 0) {
+    shape_error(config.kind, "output and target with the same batch size", output, target);
+  }
+  const at::Tensor t = prepare_target(config, output, target);
+  switch (config.kind) {
+    case LossKind::kCrossEntropy: {
+      const bool indices = !t.is_floating_point() && t.dim() == out.dim() - 1;
+      const bool probabilities = t.is_floating_point() && t.sizes() == out.sizes();
+      if (out.dim() < 2 || !(indices || probabilities)) {
+        shape_error(config.kind, "an output of (N, classes, ...) and integer class targets of (N, ...) or class "
+                    "probabilities of the output's shape", output, target);
+      }
+      return at::cross_entropy_loss(out, t, {}, at::Reduction::Mean, -100, config.label_smoothing);
+    }
+    case LossKind::kMultiLabelSoftMargin: {
+      const at::Tensor flat = out.reshape({out.size(0), -1});
+      if (flat.sizes() != t.sizes()) {
+        shape_error(config.kind, "targets with as many labels per sample as the output has logits", output, target);
+      }
+      // As torch.nn.MultiLabelSoftMarginLoss: mean over labels, then over the batch.
+      return -(t * at::log_sigmoid(flat) + (1 - t) * at::log_sigmoid(-flat)).mean(-1).mean();
+    }
+    case LossKind::kBCEWithLogits:
+    case LossKind::kDiceBCE: {
+      if (out.sizes() != t.sizes()) shape_error(config.kind, "a target of the output's shape", output, target);
+      const at::Tensor bce = at::binary_cross_entropy_with_logits(out, t, {}, {}, at::Reduction::Mean);
+      if (config.kind == LossKind::kBCEWithLogits) return bce;
+      const at::Tensor p = at::sigmoid(out).reshape({out.size(0), -1});
+      const at::Tensor m = t.reshape({t.size(0), -1});
+      const at::Tensor dice = (2 * (p * m).sum(1) + 1) / (p.sum(1) + m.sum(1) + 1);  // smoothed per sample
+      return bce + (1 - dice).mean();
+    }
+  }
+  return out;
+}
+
+}  // namespace gpucore

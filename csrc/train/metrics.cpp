@@ -1,0 +1,94 @@
+#include "gpucore/metrics.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/argmax.h>
+#include <ATen/ops/full_like.h>
+#include <ATen/ops/stack.h>
+#include <ATen/ops/zeros.h>
+
+namespace gpucore {
+
+namespace {
+enum Slot { kLossSum, kCount, kCorrect, kCorrectTopK, kAccTotal, kCharCorrect, kCharTotal, kSeqCorrect, kInter, kUnion, kDiceNum, kDiceDen, kSlots };
+}
+
+MetricTracker::MetricTracker(LossConfig loss, int64_t top_k, const at::Device& device) : loss_(loss), top_k_(top_k) {
+  sums_ = at::zeros({kSlots}, at::TensorOptions().dtype(at::kDouble).device(device));
+}
+
+void MetricTracker::reset() {
+  sums_.zero_();
+  samples_host_ = 0;
+  top_k_computed_ = false;
+}
+
+void MetricTracker::update(const at::Tensor& output, const at::Tensor& target, const at::Tensor& loss) {
+  const int64_t n = output.size(0);
+  samples_host_ += n;
+  const auto zero = at::zeros({}, sums_.options());
+  std::vector<at::Tensor> add(kSlots, zero);
+  add[kLossSum] = loss.to(at::kDouble) * static_cast<double>(n);
+  add[kCount] = at::full_like(zero, static_cast<double>(n));
+  switch (loss_.kind) {
+    case LossKind::kCrossEntropy: {
+      if (target.is_floating_point()) break;  // soft labels: no accuracy
+      const at::Tensor predicted = output.argmax(1);
+      add[kCorrect] = (predicted == target).sum().to(at::kDouble);
+      add[kAccTotal] = at::full_like(zero, static_cast<double>(target.numel()));
+      if (top_k_ > 0 && output.dim() == 2 && output.size(1) > top_k_) {
+        const at::Tensor top = std::get<1>(output.topk(top_k_, 1));
+        add[kCorrectTopK] = (top == target.unsqueeze(1)).any(1).sum().to(at::kDouble);
+        top_k_computed_ = true;
+      }
+      break;
+    }
+    case LossKind::kMultiLabelSoftMargin: {
+      if (loss_.heads <= 0) break;
+      const at::Tensor logits = output.reshape({n, loss_.heads, -1});
+      const at::Tensor predicted = logits.argmax(-1);
+      const at::Tensor truth = target.is_floating_point() ? target.reshape({n, loss_.heads, -1}).argmax(-1) : target;
+      const at::Tensor hits = predicted == truth;
+      add[kCharCorrect] = hits.sum().to(at::kDouble);
+      add[kCharTotal] = at::full_like(zero, static_cast<double>(n * loss_.heads));
+      add[kSeqCorrect] = hits.all(1).sum().to(at::kDouble);
+      break;
+    }
+    case LossKind::kBCEWithLogits:
+    case LossKind::kDiceBCE: {
+      const at::Tensor predicted = output > 0;  // sigmoid(x) > 0.5
+      const at::Tensor truth = prepare_target(loss_, output, target) > 0.5;
+      const at::Tensor inter = (predicted & truth).sum().to(at::kDouble);
+      add[kInter] = inter;
+      add[kUnion] = (predicted | truth).sum().to(at::kDouble);
+      add[kDiceNum] = 2 * inter;
+      add[kDiceDen] = (predicted.sum() + truth.sum()).to(at::kDouble);
+      add[kCorrect] = (predicted == truth).sum().to(at::kDouble);
+      add[kAccTotal] = at::full_like(zero, static_cast<double>(truth.numel()));
+      break;
+    }
+  }
+  sums_.add_(at::stack(add));
+}
+
+std::map<std::string, double> MetricTracker::read() const {
+  const at::Tensor host = sums_.cpu();
+  const double* s = host.data_ptr<double>();
+  std::map<std::string, double> metrics;
+  if (s[kCount] == 0) return metrics;
+  metrics["loss"] = s[kLossSum] / s[kCount];
+  if (s[kAccTotal] > 0) metrics["accuracy"] = s[kCorrect] / s[kAccTotal];
+  if (top_k_computed_) {
+    metrics["top" + std::to_string(top_k_) + "_accuracy"] = s[kCorrectTopK] / s[kCount];
+  }
+  if (s[kCharTotal] > 0) {
+    metrics["char_accuracy"] = s[kCharCorrect] / s[kCharTotal];
+    metrics["seq_accuracy"] = s[kSeqCorrect] / s[kCount];
+  }
+  if (loss_.kind == LossKind::kBCEWithLogits || loss_.kind == LossKind::kDiceBCE) {
+    metrics["iou"] = s[kUnion] > 0 ? s[kInter] / s[kUnion] : 1.0;
+    metrics["dice"] = s[kDiceDen] > 0 ? s[kDiceNum] / s[kDiceDen] : 1.0;
+  }
+  return metrics;
+}
+
+}  // namespace gpucore
