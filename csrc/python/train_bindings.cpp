@@ -223,6 +223,8 @@ void bind_training(py::module_& m) {
       .def("steps_taken", &Engine::steps_taken)
       .def("steps_skipped", &Engine::steps_skipped)
       .def("host_syncs", &Engine::host_syncs)
+      .def("windows_in_epoch", &Engine::windows_in_epoch)
+      .def("set_accumulate", &Engine::set_accumulate, py::arg("accumulate"))
       .def("current_lr", &Engine::current_lr)
       .def("loss_scale", &Engine::loss_scale)
       .def("state", [](const Engine& self) {

@@ -92,6 +92,7 @@ EpochStats Engine::train_epoch(BatchSource& batches, const ForwardFn& forward, c
   EpochStats stats;
   const int64_t total = batches.remaining();
   const int64_t k = config_.accumulate;
+  windows_in_epoch_ = 0;
   at::Tensor inputs, targets;
   for (int64_t index = 0; index < total && batches.next(inputs, targets); ++index) {
     // The last window of an epoch may be short; dividing by its real length keeps the step equal
@@ -108,6 +109,7 @@ EpochStats Engine::train_epoch(BatchSource& batches, const ForwardFn& forward, c
     if ((index + 1) % k == 0 || index + 1 == total) {
       optimizer_step();
       ++stats.optimizer_steps;
+      ++windows_in_epoch_;
       if (on_log && stats.optimizer_steps % config_.log_every == 0) on_log(read_metrics(tracker));
     }
   }
@@ -182,6 +184,11 @@ std::map<std::string, double> Engine::read_metrics(const MetricTracker& tracker)
                         "data for NaN, or use precision bf16-mixed or 32.");
   }
   return metrics;
+}
+
+void Engine::set_accumulate(int64_t accumulate) {
+  if (accumulate < 1) throw ConfigError("accumulate_grad_batches must be >= 1, got " + std::to_string(accumulate));
+  config_.accumulate = accumulate;
 }
 
 int64_t Engine::steps_taken() const { return static_cast<int64_t>(step_.item<float>()); }

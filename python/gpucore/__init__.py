@@ -40,9 +40,12 @@ from .device import (  # noqa: E402
     select_device,
 )
 from .doctor import doctor  # noqa: E402
+from .config import TrainConfig, load_config  # noqa: E402
+from .train import TrainResult, train  # noqa: E402
 
 ConfigError = _C.ConfigError
 DeviceUnavailableError = _C.DeviceUnavailableError
+TrainingError = _C.TrainingError
 __version__ = _build_info.GPUCORE_VERSION
 
 __all__ = [
@@ -51,10 +54,15 @@ __all__ = [
     "DeviceFallbackWarning",
     "DeviceUnavailableError",
     "PrecisionPolicy",
+    "TrainConfig",
+    "TrainResult",
+    "TrainingError",
     "__version__",
     "device_facts",
     "doctor",
+    "load_config",
     "memory_stats",
     "resolve_precision",
     "select_device",
+    "train",
 ]

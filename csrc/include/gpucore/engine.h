@@ -69,6 +69,11 @@ class Engine {
   int64_t steps_taken() const;         // host read
   int64_t steps_skipped() const;       // host read
   int64_t host_syncs() const { return host_syncs_; }
+  // Optimizer steps (windows) completed in the current or last train_epoch, also after an exception:
+  // where a resumed run picks the data up again.
+  int64_t windows_in_epoch() const { return windows_in_epoch_; }
+  // Micro-batches per step from now on (on_oom: reduce_batch doubles it as the batch halves).
+  void set_accumulate(int64_t accumulate);
   double current_lr() const;           // host read
   double loss_scale() const;           // host read
 
@@ -91,6 +96,7 @@ class Engine {
   at::Tensor consecutive_;   // skipped in a row, float32 0-dim
   at::Tensor found_inf_;     // float32 0-dim
   int64_t host_syncs_ = 0;
+  int64_t windows_in_epoch_ = 0;
 };
 
 }  // namespace gpucore

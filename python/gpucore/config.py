@@ -1,0 +1,287 @@
+"""Training configuration: every key, its type, default and valid values, in one table.
+
+`load_config` accepts a path (.yaml, .yml, .json), a dict, or a TrainConfig, applies overrides
+(`--set key=value` on the shell, keyword arguments in Python), and checks everything: an unknown
+key names the closest valid one, a wrong type or range names the key and what is valid.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from . import _C
+
+ConfigError = _C.ConfigError
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str
+    type: type  # bool, int, float, str, list or dict
+    default: Any
+    doc: str
+    choices: Optional[Sequence[str]] = None
+    check: Optional[Callable[[Any], bool]] = None
+    valid: str = ""  # what `check` accepts, for the error message
+    optional: bool = False  # None allowed
+
+
+def _positive(value):
+    return value > 0
+
+
+def _non_negative(value):
+    return value >= 0
+
+
+def _fraction(value):
+    return 0 <= value < 1
+
+
+KEYS = [
+    # model and data
+    Key("model", str, "fashion_mnist_cnn", "built-in model (fashion_mnist_cnn, captcha_cnn) or 'package.module:factory'"),
+    Key("model_kwargs", dict, {}, "keyword arguments for the model factory"),
+    Key("data", str, "synthetic_fashion", "built-in data set (synthetic_fashion) or a path: .npz, or a folder of x_train.npy/y_train.npy[/x_val.npy/y_val.npy]"),
+    Key("data_kwargs", dict, {}, "keyword arguments for a built-in data set (train_size, val_size, seed)"),
+    Key("val_fraction", float, 0.1, "share of the training data held out for validation when the data has no validation split", check=_fraction, valid="in [0, 1)"),
+    Key("normalize", bool, True, "standardise float inputs with the training set's mean and std (uint8 images are scaled to [0, 1] first)"),
+    # the loop
+    Key("epochs", int, 5, "training epochs", check=_positive, valid="> 0"),
+    Key("batch_size", int, 64, "micro-batch size", check=_positive, valid="> 0"),
+    Key("eval_batch_size", int, 256, "batch size for validation", check=_positive, valid="> 0"),
+    Key("accumulate_grad_batches", int, 1, "micro-batches per optimizer step (effective batch = batch_size x this)", check=_positive, valid="> 0"),
+    Key("shuffle", bool, True, "reshuffle the training data every epoch (order depends only on seed and epoch)"),
+    Key("drop_last", bool, False, "drop the last incomplete training batch"),
+    Key("loss", str, "cross_entropy", "built-in loss", choices=["cross_entropy", "multilabel_soft_margin", "bce_with_logits", "dice_bce", "ctc"]),
+    Key("label_smoothing", float, 0.0, "cross_entropy label smoothing", check=_fraction, valid="in [0, 1)"),
+    Key("heads", int, 0, "multi-head outputs (captcha: characters per image); targets are (N, heads) class indices", check=_non_negative, valid=">= 0"),
+    Key("top_k", int, 5, "also report top-k accuracy for classification (0: off)", check=_non_negative, valid=">= 0"),
+    # optimizer
+    Key("optimizer", str, "adamw", "fused optimizer", choices=["sgd", "adam", "adamw"]),
+    Key("lr", float, 1e-3, "learning rate (peak rate for onecycle)", check=_positive, valid="> 0"),
+    Key("lr_scaling", str, "none", "scale lr with the effective batch size relative to base_batch_size", choices=["none", "linear", "sqrt"]),
+    Key("base_batch_size", int, 256, "the batch size lr was tuned for (lr_scaling)", check=_positive, valid="> 0"),
+    Key("weight_decay", float, 0.01, "weight decay", check=_non_negative, valid=">= 0"),
+    Key("no_decay_norm_and_bias", bool, True, "no weight decay for biases and normalisation weights (parameters of one dimension)"),
+    Key("momentum", float, 0.9, "SGD momentum", check=lambda v: 0 <= v < 1, valid="in [0, 1)"),
+    Key("nesterov", bool, False, "SGD Nesterov momentum"),
+    Key("betas", list, [0.9, 0.999], "Adam(W) betas", check=lambda v: len(v) == 2 and all(isinstance(b, (int, float)) and 0 <= b < 1 for b in v), valid="two numbers in [0, 1)"),
+    Key("eps", float, 1e-8, "Adam(W) epsilon", check=_positive, valid="> 0"),
+    # schedule
+    Key("schedule", str, "cosine", "learning-rate schedule", choices=["constant", "step", "multistep", "cosine", "onecycle"]),
+    Key("warmup_epochs", float, 0.0, "linear warm-up, in epochs (may be fractional)", check=_non_negative, valid=">= 0"),
+    Key("step_size", int, 10, "step: epochs between decays", check=_positive, valid="> 0"),
+    Key("gamma", float, 0.1, "step/multistep: decay factor", check=_positive, valid="> 0"),
+    Key("milestones", list, [], "multistep: epochs at which lr decays", check=lambda v: all(isinstance(m, int) and m > 0 for m in v), valid="a list of positive integers"),
+    Key("min_lr", float, 0.0, "cosine: final learning rate", check=_non_negative, valid=">= 0"),
+    Key("pct_start", float, 0.3, "onecycle: share of the run spent rising", check=lambda v: 0 < v < 1, valid="in (0, 1)"),
+    Key("div_factor", float, 25.0, "onecycle: initial lr = lr / div_factor", check=_positive, valid="> 0"),
+    Key("final_div_factor", float, 1e4, "onecycle: final lr = initial lr / final_div_factor", check=_positive, valid="> 0"),
+    # gradients
+    Key("clip_grad_norm", float, 0.0, "clip gradients to this total norm after unscaling (0: off)", check=_non_negative, valid=">= 0"),
+    Key("clip_grad_value", float, 0.0, "clip each gradient element to [-v, v] after unscaling (0: off)", check=_non_negative, valid=">= 0"),
+    Key("init_scale", float, 65536.0, "16-mixed: initial loss scale", check=_positive, valid="> 0"),
+    Key("growth_interval", int, 2000, "16-mixed: good steps before the loss scale doubles", check=_positive, valid="> 0"),
+    Key("max_nonfinite_steps", int, 20, "stop with an error after this many optimizer steps in a row with inf/NaN gradients", check=_positive, valid="> 0"),
+    # device and precision
+    Key("device", str, "auto", "auto, cpu, cuda, cuda:N or mps"),
+    Key("no_cuda", bool, False, "never use CUDA in auto"),
+    Key("no_mps", bool, False, "never use MPS in auto"),
+    Key("use_cuda", bool, True, "false = no_cuda (seed 004's config.yaml)"),
+    Key("precision", str, "auto", "auto, bf16-mixed, 16-mixed, 32 or 64", choices=["auto", "bf16-mixed", "16-mixed", "32", "64"]),
+    Key("tf32", str, "auto", "TF32 matmul/cuDNN on Ampere and newer", choices=["auto", "true", "false"]),
+    Key("cudnn_benchmark", str, "auto", "cuDNN autotuning on CUDA", choices=["auto", "true", "false"]),
+    Key("channels_last", bool, False, "channels-last memory format for the model and 4-D inputs"),
+    Key("compile", bool, False, "torch.compile the model first"),
+    Key("cuda_graphs", bool, False, "capture the whole step in a CUDA graph (not implemented yet)"),
+    Key("deterministic", bool, False, "deterministic algorithms only (torch.use_deterministic_algorithms)"),
+    Key("seed", int, 42, "seed for weights, data order and augmentation", check=_non_negative, valid=">= 0"),
+    # evaluation, checkpoints, logs
+    Key("monitor", str, "auto", "metric for best-model tracking and early stopping, e.g. val_accuracy, val_loss (auto: val_accuracy, val_seq_accuracy or val_iou when reported, else val_loss)"),
+    Key("mode", str, "auto", "min or max for the monitored metric (auto: min for losses, max otherwise)", choices=["auto", "min", "max"]),
+    Key("patience", int, 0, "early stopping: epochs without improvement before stopping (0: off)", check=_non_negative, valid=">= 0"),
+    Key("min_delta", float, 0.0, "early stopping: smallest change that counts as improvement", check=_non_negative, valid=">= 0"),
+    Key("run_dir", str, "runs", "parent folder of run directories"),
+    Key("name", str, "", "run name, the run directory's name (default: the config file's name, else the model's)"),
+    Key("save_every_n_epochs", int, 0, "also keep a checkpoint every N epochs (0: off)", check=_non_negative, valid=">= 0"),
+    Key("keep_last_k", int, 3, "how many of the every-N checkpoints to keep", check=_positive, valid="> 0"),
+    Key("log_every_n_steps", int, 50, "optimizer steps between host reads of the running metrics (progress bar, on_step_end)", check=_positive, valid="> 0"),
+    Key("progress", bool, True, "show a progress bar (tqdm when installed, else a line per epoch)"),
+    Key("resume", str, None, "auto (the run's last checkpoint, if any) or a checkpoint path", optional=True),
+    Key("on_oom", str, "raise", "on CUDA out of memory: raise an error with the figures and what to change", choices=["raise", "reduce_batch"]),
+]
+KEY_BY_NAME = {key.name: key for key in KEYS}
+
+TrainConfig = dataclasses.make_dataclass(
+    "TrainConfig",
+    [(key.name, Any, dataclasses.field(default_factory=(lambda d=key.default: json.loads(json.dumps(d)))))
+     for key in KEYS],
+    namespace={"__doc__": "A gpucore training configuration; every field is a key of KEYS.",
+               "to_dict": lambda self: dataclasses.asdict(self)},
+)
+
+
+def _closest(name: str) -> str:
+    matches = difflib.get_close_matches(name, KEY_BY_NAME, n=1)
+    return f" Did you mean '{matches[0]}'?" if matches else ""
+
+
+def unknown_key_error(name: str) -> ConfigError:
+    return ConfigError(f"unknown config key '{name}'.{_closest(name)} Valid keys: {', '.join(sorted(KEY_BY_NAME))}")
+
+
+_TRUE, _FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
+
+
+def _coerce(key: Key, value: Any, where: str) -> Any:
+    """`value` as the key's type; strings from --set are parsed. Raises ConfigError naming the key."""
+    if value is None:
+        if key.optional:
+            return None
+        raise ConfigError(f"{where}: config key '{key.name}' must not be empty (default {key.default!r})")
+    expected = key.type
+    try:
+        if expected is bool:
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+                return value.strip().lower() in _TRUE
+            raise TypeError
+        if expected is int:
+            if isinstance(value, bool):
+                raise TypeError
+            if isinstance(value, int):
+                return value
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            if isinstance(value, str):
+                return int(value.strip())
+            raise TypeError
+        if expected is float:
+            if isinstance(value, bool):
+                raise TypeError
+            if isinstance(value, (int, float)):
+                result = float(value)
+            elif isinstance(value, str):
+                result = float(value.strip())
+            else:
+                raise TypeError
+            if not math.isfinite(result):
+                raise ValueError
+            return result
+        if expected is str:
+            if isinstance(value, bool):  # YAML turns `tf32: true` into a bool
+                return "true" if value else "false"
+            if isinstance(value, (str, int, float)):
+                return str(value).strip()
+            raise TypeError
+        if expected is list:
+            if isinstance(value, str):
+                value = json.loads(value)
+            if isinstance(value, tuple):
+                value = list(value)
+            if not isinstance(value, list):
+                raise TypeError
+            return value
+        if expected is dict:
+            if isinstance(value, str):
+                value = json.loads(value)
+            if not isinstance(value, Mapping):
+                raise TypeError
+            return dict(value)
+    except (TypeError, ValueError):
+        pass
+    raise ConfigError(
+        f"{where}: config key '{key.name}' must be {_type_name(expected)}, got {type(value).__name__} {value!r}"
+    )
+
+
+def _type_name(expected: type) -> str:
+    return {bool: "true or false", int: "an integer", float: "a finite number", str: "a string",
+            list: "a list", dict: "a mapping"}[expected]
+
+
+def _validate(config) -> None:
+    for key in KEYS:
+        value = getattr(config, key.name)
+        if value is None:
+            continue
+        if key.choices and value not in key.choices:
+            raise ConfigError(f"config key '{key.name}' is '{value}'; valid values: {', '.join(key.choices)}")
+        if key.check and not key.check(value):
+            raise ConfigError(f"config key '{key.name}' is {value!r}; it must be {key.valid}")
+
+
+def _read_file(path: str) -> dict:
+    if not os.path.isfile(path):
+        raise ConfigError(f"config file '{path}' does not exist")
+    extension = os.path.splitext(path)[1].lower()
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read()
+    try:
+        if extension in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text)
+        elif extension == ".json":
+            data = json.loads(text)
+        else:
+            raise ConfigError(f"config file '{path}' must end in .yaml, .yml or .json")
+    except ConfigError:
+        raise
+    except Exception as exc:  # yaml.YAMLError, json.JSONDecodeError: report where
+        raise ConfigError(f"config file '{path}' is not valid {extension[1:].upper()}: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file '{path}' must hold a mapping of keys to values, got {type(data).__name__}")
+    return data
+
+
+def parse_overrides(pairs: Sequence[str]) -> dict:
+    """['lr=0.01', 'epochs=3'] -> {'lr': '0.01', 'epochs': '3'}; values are typed by load_config."""
+    overrides = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"--set expects key=value, got '{pair}'")
+        overrides[name.strip()] = value
+    return overrides
+
+
+def load_config(source: Any = None, overrides: Optional[Mapping[str, Any]] = None):
+    """Build a checked TrainConfig from a path, dict or TrainConfig (None: the defaults) and overrides."""
+    name_hint = ""
+    if source is None:
+        data, where = {}, "defaults"
+    elif isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        data, where = _read_file(path), f"config file '{path}'"
+        name_hint = os.path.splitext(os.path.basename(path))[0]
+    elif isinstance(source, Mapping):
+        data, where = dict(source), "config"
+    elif dataclasses.is_dataclass(source) and type(source).__name__ == "TrainConfig":
+        data, where = dataclasses.asdict(source), "config"
+    else:
+        raise ConfigError(f"config must be a path, a dict or a TrainConfig, got {type(source).__name__}")
+
+    values = {}
+    for layer, origin in ((data, where), (dict(overrides or {}), "override")):
+        for name, value in layer.items():
+            key = KEY_BY_NAME.get(name)
+            if key is None:
+                raise unknown_key_error(name)
+            values[name] = _coerce(key, value, origin)
+    config = TrainConfig(**values)
+    if not config.use_cuda:
+        config.no_cuda = True
+    if not config.name:
+        config.name = name_hint or config.model.replace(":", "_").replace(".", "_")
+    _validate(config)
+    return config

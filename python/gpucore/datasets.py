@@ -1,0 +1,144 @@
+"""Training data for gpucore.train: the built-in synthetic set, .npz/.npy files, tensors, torch Datasets.
+
+Until the native data-loading work lands, file data is read with NumPy and served from memory by the
+C++ TensorBatches (kept on the training device, one gather per step).
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Optional, Tuple
+
+import torch
+
+from . import _C
+
+ConfigError = _C.ConfigError
+
+
+def synthetic_fashion(train_size: int = 12000, val_size: int = 2000, seed: int = 0, size: int = 28):
+    """Ten classes of 28x28 grey-scale shapes (bars, rings, boxes, crosses, ...) at random positions,
+    scales, thicknesses and contrasts, with noise: Fashion-MNIST-shaped and learnable, made offline.
+
+    Returns ((x_train, y_train), (x_val, y_val)) with x uint8 (N, 1, 28, 28) and y int64.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    total = train_size + val_size
+    labels = torch.randint(0, 10, (total,), generator=generator)
+
+    def uniform(low, high):
+        return low + (high - low) * torch.rand(total, 1, 1, generator=generator)
+
+    coords = torch.arange(size, dtype=torch.float32)
+    yy, xx = torch.meshgrid(coords, coords, indexing="ij")
+    cy, cx = uniform(9, 19), uniform(9, 19)
+    radius, width = uniform(5, 9), uniform(1.2, 2.5)
+    dy, dx = yy - cy, xx - cx
+    dist = torch.sqrt(dy**2 + dx**2)
+    box = torch.maximum(dy.abs(), dx.abs())
+    period = uniform(4, 7)
+    shapes = torch.stack([
+        (torch.cos(2 * math.pi * yy / period) > 0.3) & (box < radius + 2),             # 0 horizontal bars
+        (torch.cos(2 * math.pi * xx / period) > 0.3) & (box < radius + 2),             # 1 vertical bars
+        dist < radius,                                                                # 2 disc
+        (dist - radius).abs() < width,                                                # 3 ring
+        box < radius,                                                                 # 4 filled square
+        (box - radius).abs() < width,                                                 # 5 square outline
+        ((dy.abs() < width) | (dx.abs() < width)) & (box < radius + 1),               # 6 plus
+        (((dy - dx).abs() < width * 1.4) | ((dy + dx).abs() < width * 1.4)) & (box < radius),  # 7 X
+        (dy > -radius) & (dy.abs() + 0 < radius) & (dx.abs() < (dy + radius) * 0.6),   # 8 triangle
+        ((dist - radius).abs() < width) | (dist < width * 1.2),                        # 9 ring with a dot
+    ], dim=1).float()
+    images = shapes[torch.arange(total), labels]
+    contrast = uniform(0.55, 1.0)
+    images = images * contrast + 0.18 * torch.randn(total, size, size, generator=generator)
+    images = (images.clamp(0, 1) * 255).round().to(torch.uint8).unsqueeze(1)
+    return (images[:train_size], labels[:train_size]), (images[train_size:], labels[train_size:])
+
+
+BUILTIN = {"synthetic_fashion": synthetic_fashion}
+
+
+def _load_arrays(path: str):
+    try:
+        import numpy as np
+    except ImportError as exc:  # pragma: no cover - numpy is a dependency
+        raise ConfigError(f"reading '{path}' needs numpy: pip install numpy") from exc
+
+    def tensor(array, origin):
+        try:
+            return torch.from_numpy(np.ascontiguousarray(array))
+        except TypeError as exc:
+            raise ConfigError(f"data: '{origin}' holds {array.dtype} values, which torch cannot use") from exc
+
+    if os.path.isdir(path):
+        files = {name[:-4]: os.path.join(path, name) for name in os.listdir(path) if name.endswith(".npy")}
+        arrays = {}
+        for name, file in files.items():
+            try:
+                arrays[name] = tensor(np.load(file, allow_pickle=False), file)
+            except ValueError as exc:
+                raise ConfigError(f"data: '{file}' is not a valid .npy file ({exc})") from exc
+        origin = f"folder '{path}'"
+    elif path.endswith(".npz") and os.path.isfile(path):
+        try:
+            with np.load(path, allow_pickle=False) as archive:
+                arrays = {name: tensor(archive[name], f"{path}:{name}") for name in archive.files}
+        except (ValueError, OSError) as exc:
+            raise ConfigError(f"data: '{path}' is not a valid .npz file ({exc})") from exc
+        origin = f"'{path}'"
+    else:
+        raise ConfigError(
+            f"config key 'data': '{path}' is neither a built-in data set ({', '.join(BUILTIN)}), a .npz file, "
+            "nor a folder of .npy files"
+        )
+    for train_x, train_y, val_x, val_y in (("x_train", "y_train", "x_val", "y_val"), ("x_train", "y_train", "x_test", "y_test"),
+                                           ("x", "y", None, None)):
+        if train_x in arrays and train_y in arrays:
+            val = (arrays[val_x], arrays[val_y]) if val_x in arrays and val_y in arrays else None
+            return (arrays[train_x], arrays[train_y]), val
+    raise ConfigError(f"data: {origin} has arrays {sorted(arrays)}; expected x_train and y_train (optionally x_val/y_val "
+                      "or x_test/y_test), or x and y")
+
+
+def load_data(name: str, kwargs: dict, val_fraction: float, seed: int):
+    """(train, val) pairs of (inputs, targets) tensors for config key `data`; val may be None."""
+    if name in BUILTIN:
+        try:
+            train, val = BUILTIN[name](**kwargs)
+        except TypeError as exc:
+            raise ConfigError(f"config key 'data_kwargs' does not fit data set '{name}': {exc}") from exc
+    else:
+        train, val = _load_arrays(os.path.expanduser(name))
+    if val is None and val_fraction > 0:
+        train, val = split(train, val_fraction, seed)
+    return train, val
+
+
+def split(pair, fraction: float, seed: int):
+    inputs, targets = pair
+    order = torch.randperm(inputs.shape[0], generator=torch.Generator().manual_seed(seed))
+    held_out = max(1, int(round(inputs.shape[0] * fraction)))
+    val_index, train_index = order[:held_out], order[held_out:]
+    return (inputs[train_index], targets[train_index]), (inputs[val_index], targets[val_index])
+
+
+def prepare_inputs(inputs: torch.Tensor, stats: Optional[Tuple[float, float]]) -> torch.Tensor:
+    """Images as float32 NCHW: uint8 scaled to [0, 1], a channel added to (N, H, W), then standardised."""
+    x = inputs
+    if x.dtype == torch.uint8:
+        x = x.float().div_(255)
+    elif not x.is_floating_point():
+        x = x.float()
+    if x.dim() == 3:
+        x = x.unsqueeze(1)
+    if stats is not None:
+        mean, std = stats
+        x = (x - mean) / std
+    return x.contiguous()
+
+
+def input_stats(inputs: torch.Tensor) -> Tuple[float, float]:
+    x = prepare_inputs(inputs, None)
+    std = float(x.std())
+    return float(x.mean()), std if std > 0 else 1.0
