@@ -127,9 +127,22 @@ TrainConfig = dataclasses.make_dataclass(
 )
 
 
+# Names other tools use for our keys, so that a near miss of one of them still finds the key.
+ALIASES = {
+    "learning_rate": "lr", "scheduler": "schedule", "lr_scheduler": "schedule", "max_epochs": "epochs",
+    "num_epochs": "epochs", "grad_accum": "accumulate_grad_batches", "gradient_accumulation_steps": "accumulate_grad_batches",
+    "accumulate": "accumulate_grad_batches", "amp": "precision", "mixed_precision": "precision",
+    "test_batch_size": "eval_batch_size", "max_grad_norm": "clip_grad_norm", "gradient_clip_val": "clip_grad_norm",
+    "output_dir": "run_dir", "save_dir": "run_dir", "num_classes": "model_kwargs", "warmup_steps": "warmup_epochs",
+}
+
+
 def _closest(name: str) -> str:
-    matches = difflib.get_close_matches(name, KEY_BY_NAME, n=1)
-    return f" Did you mean '{matches[0]}'?" if matches else ""
+    candidates = list(KEY_BY_NAME) + list(ALIASES)
+    matches = difflib.get_close_matches(name.lower(), candidates, n=1, cutoff=0.6)
+    if not matches:
+        return ""
+    return f" Did you mean '{ALIASES.get(matches[0], matches[0])}'?"
 
 
 def unknown_key_error(name: str) -> ConfigError:

@@ -9,6 +9,7 @@ import os
 import random
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional, Sequence
 
@@ -16,7 +17,7 @@ import torch
 from torch import nn
 
 from . import _C
-from .checkpoint import load_checkpoint, save_checkpoint, write_json
+from .checkpoint import json_safe, load_checkpoint, save_checkpoint, write_json
 from .config import load_config
 from .datasets import input_stats, load_data, prepare_inputs
 from .device import resolve_precision, select_device
@@ -391,101 +392,106 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
     try:
         epoch = start_epoch
         while epoch < config.epochs:
-            module.train()
-            if choice.device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats(choice.device)
-            progress = _Progress(config.progress, steps_per_epoch - skip // config.accumulate_grad_batches,
-                                 epoch + 1, config.epochs, config.log_every_n_steps)
-
-            def on_log(metrics, epoch=epoch):
-                progress.update(metrics, samples_per_step)
-                _call(callbacks, "on_step_end", engine.steps_taken(), dict(metrics, epoch=epoch + 1))
-
-            snapshot = _snapshot(module, engine) if config.on_oom == "reduce_batch" else None
+            trained = False  # whether this epoch's optimizer steps are all done
             try:
-                train_stats = engine.train_epoch(train_set.epoch(epoch, skip), forward, loss, on_log)
-            except OutOfMemoryError as exc:
-                progress.close()
-                if snapshot is None or train_set.batch_size < 2:
-                    raise TrainingError(_oom_message(config, choice.device, exc)) from exc
-                # Same samples per optimizer step, half of them per micro-batch; the epoch starts over
-                # from the state it began with.
-                _restore(module, engine, snapshot)
+                module.train()
                 if choice.device.type == "cuda":
-                    torch.cuda.empty_cache()
-                config.batch_size //= 2
-                config.accumulate_grad_batches *= 2
-                engine.set_accumulate(config.accumulate_grad_batches)
-                train_set = train_set.with_batch_size(config.batch_size)
-                summary.setdefault("oom_reductions", []).append(
-                    {"epoch": epoch + 1, "batch_size": config.batch_size,
-                     "accumulate_grad_batches": config.accumulate_grad_batches})
-                import warnings
+                    torch.cuda.reset_peak_memory_stats(choice.device)
+                progress = _Progress(config.progress, steps_per_epoch - skip // config.accumulate_grad_batches,
+                                     epoch + 1, config.epochs, config.log_every_n_steps)
 
-                warnings.warn(f"CUDA ran out of memory in epoch {epoch + 1}; retrying it with batch_size "
-                              f"{config.batch_size} and accumulate_grad_batches {config.accumulate_grad_batches} "
-                              "(same effective batch)", RuntimeWarning, stacklevel=2)
-                continue
-            except KeyboardInterrupt:
+                def on_log(metrics, epoch=epoch):
+                    progress.update(metrics, samples_per_step)
+                    _call(callbacks, "on_step_end", engine.steps_taken(), dict(metrics, epoch=epoch + 1))
+
+                snapshot = _snapshot(module, engine) if config.on_oom == "reduce_batch" else None
+                try:
+                    train_stats = engine.train_epoch(train_set.epoch(epoch, skip), forward, loss, on_log)
+                except OutOfMemoryError as exc:
+                    progress.close()
+                    if snapshot is None or train_set.batch_size < 2:
+                        raise TrainingError(_oom_message(config, choice.device, exc)) from exc
+                    # Same samples per optimizer step, half of them per micro-batch; the epoch starts over
+                    # from the state it began with.
+                    _restore(module, engine, snapshot)
+                    if choice.device.type == "cuda":
+                        torch.cuda.empty_cache()
+                    config.batch_size //= 2
+                    config.accumulate_grad_batches *= 2
+                    engine.set_accumulate(config.accumulate_grad_batches)
+                    train_set = train_set.with_batch_size(config.batch_size)
+                    summary.setdefault("oom_reductions", []).append(
+                        {"epoch": epoch + 1, "batch_size": config.batch_size,
+                         "accumulate_grad_batches": config.accumulate_grad_batches})
+                    warnings.warn(f"CUDA ran out of memory in epoch {epoch + 1}; retrying it with batch_size "
+                                  f"{config.batch_size} and accumulate_grad_batches {config.accumulate_grad_batches} "
+                                  "(same effective batch)", RuntimeWarning, stacklevel=2)
+                    continue
                 progress.close()
-                position = skip + engine.windows_in_epoch() * config.accumulate_grad_batches
-                save_checkpoint(os.path.join(checkpoint_dir, "interrupted.pt"), checkpoint_payload(epoch, position))
+                trained = True
+                skip = 0
+                record = {"epoch": epoch + 1}
+                record.update({f"train_{k}": v for k, v in train_stats["metrics"].items() if k not in _COUNTERS})
+                if val_set is not None:
+                    module.eval()
+                    val_stats = engine.evaluate(val_set.epoch(epoch), forward, loss)
+                    record.update({f"val_{k}": v for k, v in val_stats["metrics"].items()})
+                record.update({
+                    "lr": train_stats["metrics"].get("lr"), "loss_scale": train_stats["metrics"].get("loss_scale"),
+                    "skipped_steps": int(train_stats["metrics"].get("skipped_steps", 0)),
+                    "epoch_time_s": train_stats["seconds"],
+                    "samples_per_s": train_stats["samples"] / max(train_stats["seconds"], 1e-9),
+                })
+                record.update(_memory(choice.device))
+                history.append(record)
+                if best["monitor"] is None:
+                    best["monitor"] = _auto_monitor(record)
+                if best["monitor"] not in record:
+                    raise ConfigError(f"config key 'monitor': '{best['monitor']}' is not reported; reported: "
+                                      f"{', '.join(sorted(k for k in record if k != 'epoch'))}")
+                if mode == "auto":
+                    mode = "min" if "loss" in best["monitor"] else "max"
+                improved = _improved(record[best["monitor"]], best["metric"], mode, config.min_delta)
+                if improved:
+                    best.update(metric=record[best["monitor"]], epoch=epoch + 1)
+                stalled = 0 if improved else stalled + 1
+
+                with open(metrics_path, "a", encoding="utf-8") as handle:
+                    handle.write(json.dumps(json_safe(record), allow_nan=False) + "\n")
+                if writer is not None:
+                    for key, value in record.items():
+                        if isinstance(value, (int, float)) and key != "epoch":
+                            writer.add_scalar(key, value, epoch + 1)
+                payload = checkpoint_payload(epoch + 1, 0)
+                save_checkpoint(os.path.join(checkpoint_dir, "last.pt"), payload)
+                if improved:
+                    save_checkpoint(os.path.join(checkpoint_dir, "best.pt"), payload)
+                if config.save_every_n_epochs and (epoch + 1) % config.save_every_n_epochs == 0:
+                    save_checkpoint(os.path.join(checkpoint_dir, f"epoch_{epoch + 1:04d}.pt"), payload)
+                    periodic = sorted(name for name in os.listdir(checkpoint_dir) if name.startswith("epoch_"))
+                    for old in periodic[:-config.keep_last_k]:
+                        os.remove(os.path.join(checkpoint_dir, old))
+                interrupted = os.path.join(checkpoint_dir, "interrupted.pt")
+                if os.path.exists(interrupted):
+                    os.remove(interrupted)  # superseded by last.pt
+                write_stats("running")
+                if config.progress:
+                    shown = {k: v for k, v in record.items() if k.endswith(("loss", "accuracy", "iou", "dice"))}
+                    print(f"epoch {epoch + 1}/{config.epochs} " + " ".join(f"{k}={v:.4f}" for k, v in shown.items())
+                          + f" ({record['samples_per_s']:.0f} samples/s)", file=sys.stderr)
+                _call(callbacks, "on_epoch_end", epoch + 1, record)
+            except KeyboardInterrupt:
+                # Ctrl-C: keep what is done. Mid-epoch, the data position is the end of the last full
+                # optimizer step; after the epoch's steps, the epoch counts as trained (its log row may
+                # be missing).
+                progress.close()
+                if trained:
+                    payload = checkpoint_payload(epoch + 1, 0)
+                else:
+                    payload = checkpoint_payload(epoch, skip + engine.windows_in_epoch() * config.accumulate_grad_batches)
+                save_checkpoint(os.path.join(checkpoint_dir, "interrupted.pt"), payload)
                 status = "interrupted"
                 break
-            progress.close()
-            skip = 0
-            record = {"epoch": epoch + 1}
-            record.update({f"train_{k}": v for k, v in train_stats["metrics"].items() if k not in _COUNTERS})
-            if val_set is not None:
-                module.eval()
-                val_stats = engine.evaluate(val_set.epoch(epoch), forward, loss)
-                record.update({f"val_{k}": v for k, v in val_stats["metrics"].items()})
-            record.update({
-                "lr": train_stats["metrics"].get("lr"), "loss_scale": train_stats["metrics"].get("loss_scale"),
-                "skipped_steps": int(train_stats["metrics"].get("skipped_steps", 0)),
-                "epoch_time_s": train_stats["seconds"],
-                "samples_per_s": train_stats["samples"] / max(train_stats["seconds"], 1e-9),
-            })
-            record.update(_memory(choice.device))
-            history.append(record)
-            if best["monitor"] is None:
-                best["monitor"] = _auto_monitor(record)
-            if best["monitor"] not in record:
-                raise ConfigError(f"config key 'monitor': '{best['monitor']}' is not reported; reported: "
-                                  f"{', '.join(sorted(k for k in record if k != 'epoch'))}")
-            if mode == "auto":
-                mode = "min" if "loss" in best["monitor"] else "max"
-            improved = _improved(record[best["monitor"]], best["metric"], mode, config.min_delta)
-            if improved:
-                best.update(metric=record[best["monitor"]], epoch=epoch + 1)
-            stalled = 0 if improved else stalled + 1
-
-            with open(metrics_path, "a", encoding="utf-8") as handle:
-                from .checkpoint import json_safe
-
-                handle.write(json.dumps(json_safe(record), allow_nan=False) + "\n")
-            if writer is not None:
-                for key, value in record.items():
-                    if isinstance(value, (int, float)) and key != "epoch":
-                        writer.add_scalar(key, value, epoch + 1)
-            payload = checkpoint_payload(epoch + 1, 0)
-            save_checkpoint(os.path.join(checkpoint_dir, "last.pt"), payload)
-            if improved:
-                save_checkpoint(os.path.join(checkpoint_dir, "best.pt"), payload)
-            if config.save_every_n_epochs and (epoch + 1) % config.save_every_n_epochs == 0:
-                save_checkpoint(os.path.join(checkpoint_dir, f"epoch_{epoch + 1:04d}.pt"), payload)
-                periodic = sorted(name for name in os.listdir(checkpoint_dir) if name.startswith("epoch_"))
-                for old in periodic[:-config.keep_last_k]:
-                    os.remove(os.path.join(checkpoint_dir, old))
-            interrupted = os.path.join(checkpoint_dir, "interrupted.pt")
-            if os.path.exists(interrupted):
-                os.remove(interrupted)  # superseded by last.pt
-            write_stats("running")
-            if config.progress:
-                shown = {k: v for k, v in record.items() if k.endswith(("loss", "accuracy", "iou", "dice"))}
-                print(f"epoch {epoch + 1}/{config.epochs} " + " ".join(f"{k}={v:.4f}" for k, v in shown.items())
-                      + f" ({record['samples_per_s']:.0f} samples/s)", file=sys.stderr)
-            _call(callbacks, "on_epoch_end", epoch + 1, record)
             epoch += 1
             if config.patience and stalled >= config.patience:
                 status = "early_stopped"

@@ -1,0 +1,259 @@
+"""gpucore.train end to end on the CPU, against plain PyTorch references."""
+import json
+import os
+
+import pytest
+import torch
+from torch import nn
+
+import gpucore
+from gpucore import checkpoint as gcheckpoint
+
+SMALL = {"data_kwargs": {"train_size": 1024, "val_size": 256, "seed": 3}, "progress": False, "batch_size": 64}
+
+
+def mlp(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Flatten(), nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 5))
+
+
+def tensors(n=128, seed=1):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 16, generator=generator), torch.randint(0, 5, (n,), generator=generator)
+
+
+def plain(tmp_path, **overrides):
+    base = dict(run_dir=str(tmp_path), progress=False, shuffle=False, normalize=False, schedule="constant",
+                seed=0, epochs=1)
+    base.update(overrides)
+    return base
+
+
+def test_default_config_learns_the_built_in_data(tmp_path):
+    result = gpucore.train(run_dir=str(tmp_path), epochs=2, progress=False,
+                           data_kwargs={"train_size": 4000, "val_size": 1000})
+    assert result.status == "completed"
+    assert result.monitor == "val_accuracy"
+    assert result.best_metric >= 0.9, result.history
+    assert result.history[-1]["train_loss"] < result.history[0]["train_loss"]
+    assert result.device == "cpu" and result.precision == "32"
+    assert result.samples_per_second > 0
+    assert result.host_syncs <= 2 * (len(result.history) * (4000 * 0.9 // 64 // 50 + 3))
+
+
+@pytest.mark.parametrize("optimizer,extra", [
+    ("adamw", {"weight_decay": 0.05}),
+    ("adam", {"weight_decay": 0.0}),
+    ("sgd", {"momentum": 0.9, "nesterov": True, "weight_decay": 1e-3}),
+    ("sgd", {"momentum": 0.0, "weight_decay": 0.0}),
+])
+def test_steps_match_torch_optim(tmp_path, optimizer, extra):
+    x, y = tensors(256)
+    model = mlp()
+    reference = mlp()
+    result = gpucore.train(plain(tmp_path, optimizer=optimizer, lr=0.05, batch_size=32,
+                                 no_decay_norm_and_bias=False, **extra), model=model, train_data=(x, y))
+    assert result.steps == 8
+    torch_optimizer = {
+        "adamw": lambda p: torch.optim.AdamW(p, lr=0.05, weight_decay=extra["weight_decay"]),
+        "adam": lambda p: torch.optim.Adam(p, lr=0.05),
+        "sgd": lambda p: torch.optim.SGD(p, lr=0.05, momentum=extra["momentum"], weight_decay=extra["weight_decay"],
+                                         nesterov=extra.get("nesterov", False)),
+    }[optimizer](reference.parameters())
+    for start in range(0, 256, 32):
+        torch_optimizer.zero_grad()
+        nn.functional.cross_entropy(reference(x[start:start + 32]), y[start:start + 32]).backward()
+        torch_optimizer.step()
+    for ours, theirs in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_accumulating_4_by_32_equals_one_batch_of_128(tmp_path):
+    x, y = tensors(128)
+    accumulated, whole = mlp(), mlp()
+    gpucore.train(plain(tmp_path, batch_size=32, accumulate_grad_batches=4, name="acc"), model=accumulated,
+                  train_data=(x, y))
+    gpucore.train(plain(tmp_path, batch_size=128, name="whole"), model=whole, train_data=(x, y))
+    for a, b in zip(accumulated.parameters(), whole.parameters()):
+        assert (a - b).abs().max().item() <= 1e-6
+
+
+def test_short_last_window_is_divided_by_its_real_length(tmp_path):
+    # 5 micro-batches with accumulation 4: windows of 4 and 1; the second must be a full-size step.
+    x, y = tensors(160)
+    model, reference = mlp(), mlp()
+    gpucore.train(plain(tmp_path, batch_size=32, accumulate_grad_batches=4, optimizer="sgd", momentum=0.0,
+                        weight_decay=0.0, lr=0.1), model=model, train_data=(x, y))
+    sgd = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for start, stop in ((0, 128), (128, 160)):
+        sgd.zero_grad()
+        nn.functional.cross_entropy(reference(x[start:stop]), y[start:stop]).backward()
+        sgd.step()
+    for a, b in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_lr_scaling_and_no_decay_groups(tmp_path):
+    x, y = tensors(64)
+    result = gpucore.train(plain(tmp_path, batch_size=64, lr=0.1, lr_scaling="linear", base_batch_size=256),
+                           model=mlp(), train_data=(x, y))
+    assert result.history[0]["lr"] == pytest.approx(0.025)
+    result = gpucore.train(plain(tmp_path, batch_size=64, lr=0.1, lr_scaling="sqrt", base_batch_size=256, name="s"),
+                           model=mlp(), train_data=(x, y))
+    assert result.history[0]["lr"] == pytest.approx(0.05)
+
+
+def test_run_directory_files(tmp_path):
+    result = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=2, save_every_n_epochs=1, keep_last_k=1))
+    names = sorted(os.listdir(result.checkpoint_dir))
+    assert names == ["best.pt", "epoch_0002.pt", "last.pt"]
+    stats = json.loads(open(result.stats_path).read())
+    assert stats["status"] == "completed"
+    assert [e["epoch"] for e in stats["epochs"]] == [1, 2]
+    for key in ("train_loss", "val_loss", "val_accuracy", "lr", "epoch_time_s", "samples_per_s", "skipped_steps",
+                "loss_scale", "gpu_memory_peak_bytes"):
+        assert key in stats["epochs"][0]
+    rows = [json.loads(line) for line in open(result.metrics_path)]
+    assert rows == stats["epochs"]
+    assert json.load(open(os.path.join(result.run_dir, "config.json")))["epochs"] == 2
+    checkpoint = torch.load(os.path.join(result.checkpoint_dir, "last.pt"), weights_only=True)
+    assert checkpoint["epoch"] == 2 and checkpoint["format"] == "gpucore-checkpoint"
+    assert set(checkpoint["model"]) == set(result.model.state_dict())
+
+
+def test_a_second_run_never_overwrites_the_first(tmp_path):
+    first = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=1))
+    second = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=1))
+    assert first.run_dir != second.run_dir
+    assert os.path.exists(os.path.join(first.checkpoint_dir, "last.pt"))
+
+
+def test_resume_is_bitwise_exact(tmp_path):
+    class StopAfterEpoch2:
+        def on_epoch_end(self, epoch, record):
+            if epoch == 2:
+                raise KeyboardInterrupt
+
+    config = dict(SMALL, epochs=4, seed=7)
+    straight = gpucore.train(dict(config, run_dir=str(tmp_path / "a")))
+    stopped = gpucore.train(dict(config, run_dir=str(tmp_path / "b")), callbacks=[StopAfterEpoch2()])
+    assert stopped.status == "interrupted" and len(stopped.history) == 2
+    resumed = gpucore.train(dict(config, run_dir=str(tmp_path / "b"), resume="auto"))
+    assert [r["epoch"] for r in resumed.history] == [1, 2, 3, 4]
+    for name, tensor in straight.model.state_dict().items():
+        assert torch.equal(tensor, resumed.model.state_dict()[name]), name
+    assert resumed.history[-1]["train_loss"] == straight.history[-1]["train_loss"]
+
+
+def test_interrupt_saves_and_resume_finishes(tmp_path):
+    class StopInEpoch2:
+        def on_step_end(self, step, metrics):
+            if metrics["epoch"] == 2:
+                raise KeyboardInterrupt
+
+    config = dict(SMALL, run_dir=str(tmp_path), epochs=3, log_every_n_steps=5)
+    result = gpucore.train(config, callbacks=[StopInEpoch2()])
+    assert result.status == "interrupted"
+    assert len(result.history) == 1
+    saved = torch.load(os.path.join(result.checkpoint_dir, "interrupted.pt"), weights_only=True)
+    assert saved["epoch"] == 1 and saved["position"] == 5
+    assert json.load(open(result.stats_path))["status"] == "interrupted"
+    resumed = gpucore.train(dict(config, resume="auto"))
+    assert resumed.status == "completed" and len(resumed.history) == 3
+    assert not os.path.exists(os.path.join(resumed.checkpoint_dir, "interrupted.pt"))
+
+
+def test_checkpoint_killed_mid_write_leaves_the_previous_one(tmp_path, monkeypatch):
+    result = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=1))
+    last = os.path.join(result.checkpoint_dir, "last.pt")
+    before = open(last, "rb").read()
+
+    def dying_save(payload, handle):
+        handle.write(b"half a checkpoint")
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(gcheckpoint.torch, "save", dying_save)
+    with pytest.raises(OSError, match="No space left"):
+        gcheckpoint.save_checkpoint(last, {"model": {}})
+    assert open(last, "rb").read() == before
+    assert torch.load(last, weights_only=True)["epoch"] == 1
+    assert [n for n in os.listdir(result.checkpoint_dir) if ".tmp-" in n] == []
+
+
+def test_nonfinite_losses_stop_with_an_error_and_keep_the_last_good_checkpoint(tmp_path):
+    calls = {"n": 0}
+    x, y = tensors(256)
+
+    def loss(output, target):
+        calls["n"] += 1
+        value = nn.functional.cross_entropy(output, target)
+        return value * float("nan") if calls["n"] > 8 else value  # epoch 1 (8 steps) is fine
+
+    with pytest.raises(gpucore.TrainingError, match="non-finite"):
+        gpucore.train(plain(tmp_path, epochs=3, batch_size=32, max_nonfinite_steps=3, log_every_n_steps=1,
+                            name="nan"), model=mlp(), train_data=(x, y), loss=loss)
+    run = tmp_path / "nan"
+    assert torch.load(run / "checkpoints" / "last.pt", weights_only=True)["epoch"] == 1
+    stats = json.load(open(run / "training_stats.json"))
+    assert stats["status"] == "failed" and "non-finite" in stats["error"]
+
+
+def test_early_stopping(tmp_path):
+    result = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=5, patience=1, min_delta=1.0))
+    assert result.status == "early_stopped"
+    assert len(result.history) == 2
+    assert result.best_epoch == 1
+
+
+def test_callbacks_and_monitor(tmp_path):
+    seen = []
+
+    class Recorder:
+        def on_epoch_end(self, epoch, record):
+            seen.append((epoch, record["val_loss"]))
+
+    result = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=2, monitor="val_loss"), callbacks=[Recorder()])
+    assert [e for e, _ in seen] == [1, 2]
+    assert result.best_metric == min(v for _, v in seen)
+
+
+def test_dataset_and_dataloader_inputs(tmp_path):
+    x, y = tensors(96)
+    dataset = torch.utils.data.TensorDataset(x, y)
+    from_dataset = gpucore.train(plain(tmp_path, batch_size=32, name="ds"), model=mlp(), train_data=dataset,
+                                 val_data=dataset)
+    assert from_dataset.steps == 3 and "val_accuracy" in from_dataset.history[0]
+    loader = torch.utils.data.DataLoader(dataset, batch_size=16)
+    from_loader = gpucore.train(plain(tmp_path, name="dl"), model=mlp(), train_data=loader)
+    assert from_loader.steps == 6
+
+
+def test_reduce_batch_on_out_of_memory(tmp_path):
+    class Picky(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = mlp()
+
+        def forward(self, x):
+            if x.shape[0] > 16:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            return self.net(x)
+
+    x, y = tensors(128)
+    with pytest.warns(RuntimeWarning, match="batch_size 16"):
+        result = gpucore.train(plain(tmp_path, batch_size=64, on_oom="reduce_batch"), model=Picky(), train_data=(x, y))
+    assert result.status == "completed" and result.steps == 2
+    with pytest.raises(gpucore.TrainingError, match="out of memory with batch_size 64.*on_oom: reduce_batch"):
+        gpucore.train(plain(tmp_path, batch_size=64, name="raise"), model=Picky(), train_data=(x, y))
+
+
+def test_channels_last_and_deterministic_run(tmp_path):
+    result = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=1, channels_last=True, deterministic=True))
+    assert result.status == "completed"
+    torch.use_deterministic_algorithms(False)
+
+
+def test_bf16_mixed_on_cpu_trains(tmp_path):
+    result = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=1, precision="bf16-mixed"))
+    assert result.precision == "bf16-mixed"
+    assert result.history[0]["val_accuracy"] > 0.5
