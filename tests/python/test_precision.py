@@ -77,12 +77,12 @@ def test_live_cuda_policy_applies():
 
 def test_memory_stats_cpu():
     before = gpucore.memory_stats("cpu")
-    block = torch.ones(64 << 20, dtype=torch.uint8)  # 64 MiB, touched
+    block = torch.ones(256 << 20, dtype=torch.uint8)  # 256 MiB, touched
     after = gpucore.memory_stats("cpu")
     assert set(after) == {"device", "allocated", "reserved", "peak_allocated", "free", "total"}
     assert after["total"] > 0
     assert after["peak_allocated"] >= after["allocated"] > 0
-    assert after["allocated"] - before["allocated"] > 32 << 20
+    assert after["allocated"] - before["allocated"] > 128 << 20
     del block
 
 

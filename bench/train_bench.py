@@ -1,0 +1,133 @@
+"""Training throughput, side by side in one run: gpucore.train vs a seed-style PyTorch loop vs a
+hand-optimised PyTorch loop, same model (the seeds' Fashion-MNIST CNN), data, batch size and epochs.
+
+    python bench/train_bench.py [--device auto] [--epochs 3] [--train-size 12000] [--batch-size 64] [--json out.json]
+
+Reports samples/s of the training epochs after the first (warm-up) and ratios to gpucore. Not a test:
+run it on purpose and quote the numbers with the device.
+"""
+import argparse
+import datetime
+import json
+import platform
+import tempfile
+import time
+
+import torch
+from torch import nn
+
+import gpucore
+from gpucore.datasets import input_stats, prepare_inputs, synthetic_fashion
+from gpucore.models import FashionMnistCNN
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def seed_style(x, y, device, policy, epochs, batch_size, lr):
+    """The loop the seeds' scripts wrote: DataLoader, .to(device) per batch, autocast + GradScaler, loss.item()."""
+    torch.manual_seed(0)
+    model = FashionMnistCNN().to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=batch_size, shuffle=True,
+                                         pin_memory=device.type == "cuda")
+    scaler = torch.amp.GradScaler(device.type, enabled=policy.loss_scaling)
+    times = []
+    for _ in range(epochs):
+        model.train()
+        start = time.perf_counter()
+        total = 0.0
+        for images, labels in loader:
+            images, labels = images.to(device), labels.to(device)
+            optimizer.zero_grad()
+            with torch.autocast(device.type, dtype=policy.autocast_dtype, enabled=policy.autocast_dtype is not None):
+                loss = nn.functional.cross_entropy(model(images), labels)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            total += loss.item()
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def hand_optimised(x, y, device, policy, epochs, batch_size, lr):
+    """Data on the device, a permutation per epoch, fused AdamW, loss summed on the device, one sync per epoch."""
+    torch.manual_seed(0)
+    model = FashionMnistCNN().to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)
+    x, y = x.to(device), y.to(device)
+    scaler = torch.amp.GradScaler(device.type, enabled=policy.loss_scaling)
+    times = []
+    for _ in range(epochs):
+        model.train()
+        start = time.perf_counter()
+        order = torch.randperm(x.shape[0], device=device)
+        total = torch.zeros((), device=device)
+        for begin in range(0, x.shape[0], batch_size):
+            index = order[begin:begin + batch_size]
+            optimizer.zero_grad(set_to_none=True)
+            with torch.autocast(device.type, dtype=policy.autocast_dtype, enabled=policy.autocast_dtype is not None):
+                loss = nn.functional.cross_entropy(model(x[index]), y[index])
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            total += loss.detach()
+        total.item()
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def gpucore_train(x, y, device, epochs, batch_size, lr):
+    with tempfile.TemporaryDirectory() as run_dir:
+        result = gpucore.train(
+            dict(epochs=epochs, batch_size=batch_size, lr=lr, device=str(device), run_dir=run_dir, progress=False,
+                 schedule="constant", weight_decay=0.0, normalize=False, seed=0),
+            train_data=(x, y),
+        )
+    return [row["epoch_time_s"] for row in result.history]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--train-size", type=int, default=12000)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--json", help="write the results here")
+    args = parser.parse_args(argv)
+
+    device = gpucore.select_device(args.device).device
+    policy = gpucore.resolve_precision("auto", device)
+    policy.apply()
+    (images, labels), _ = synthetic_fashion(train_size=args.train_size, val_size=1)
+    x = prepare_inputs(images, input_stats(images))
+    runs = {
+        "gpucore.train": gpucore_train(x, labels, device, args.epochs, args.batch_size, args.lr),
+        "seed-style loop": seed_style(x, labels, device, policy, args.epochs, args.batch_size, args.lr),
+        "hand-optimised loop": hand_optimised(x, labels, device, policy, args.epochs, args.batch_size, args.lr),
+    }
+    measured = {name: sum(times[1:]) if len(times) > 1 else times[0] for name, times in runs.items()}
+    samples = args.train_size * max(args.epochs - 1, 1)
+    rate = {name: samples / seconds for name, seconds in measured.items()}
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
+    print(f"device: {name}, precision {policy.precision}, torch {torch.__version__}, batch {args.batch_size}")
+    print(f"{'loop':<22}{'samples/s':>12}{'gpucore / this':>16}")
+    for loop, value in rate.items():
+        print(f"{loop:<22}{value:>12.0f}{rate['gpucore.train'] / value:>15.2f}x")
+    report = {"date": datetime.date.today().isoformat(), "device": name, "precision": policy.precision,
+              "torch": torch.__version__, "python": platform.python_version(), "batch_size": args.batch_size,
+              "train_size": args.train_size, "epochs_timed": max(args.epochs - 1, 1), "samples_per_s": rate,
+              "gpucore_ratio": {loop: rate["gpucore.train"] / value for loop, value in rate.items()}}
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(report, handle, indent=2)
+    return report
+
+
+if __name__ == "__main__":
+    main()

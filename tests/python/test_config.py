@@ -1,0 +1,132 @@
+"""Config loading: files, overrides, and an error that names the key for every bad input."""
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import gpucore
+from gpucore.config import KEYS, load_config, parse_overrides
+
+
+def test_defaults_and_every_key_documented_in_the_readme():
+    config = load_config()
+    readme = open(__file__.rsplit("/tests/", 1)[0] + "/README.md", encoding="utf-8").read()
+    for key in KEYS:
+        assert getattr(config, key.name) == key.default or key.name == "name"
+        assert f"| `{key.name}` |" in readme, f"README lacks config key {key.name}"
+
+
+def test_yaml_json_dict_and_overrides(tmp_path):
+    (tmp_path / "c.yaml").write_text("epochs: 3\nlr: 1e-2\ntf32: true\nbetas: [0.8, 0.9]\n")
+    (tmp_path / "c.json").write_text(json.dumps({"epochs": 4, "use_cuda": False}))
+    from_yaml = load_config(str(tmp_path / "c.yaml"), parse_overrides(["batch_size=32", "precision=32"]))
+    assert (from_yaml.epochs, from_yaml.lr, from_yaml.tf32, from_yaml.batch_size) == (3, 0.01, "true", 32)
+    assert from_yaml.betas == [0.8, 0.9] and from_yaml.name == "c"
+    from_json = load_config(str(tmp_path / "c.json"))
+    assert from_json.epochs == 4 and from_json.no_cuda  # seed 004's use_cuda: false
+    assert load_config({"epochs": 2}, {"epochs": "5"}).epochs == 5
+    assert load_config(from_yaml).to_dict() == from_yaml.to_dict()
+
+
+@pytest.mark.parametrize("values,pattern", [
+    ({"lerning_rate": 1}, r"unknown config key 'lerning_rate'.*Did you mean 'lr'"),
+    ({"batchsize": 1}, r"Did you mean 'batch_size'"),
+    ({"epochs": "three"}, r"'epochs' must be an integer, got str 'three'"),
+    ({"epochs": 0}, r"'epochs' is 0; it must be > 0"),
+    ({"lr": -1}, r"'lr' is -1.0; it must be > 0"),
+    ({"optimizer": "adagrad"}, r"'optimizer' is 'adagrad'; valid values: sgd, adam, adamw"),
+    ({"betas": [0.9]}, r"'betas'.*two numbers"),
+    ({"shuffle": "maybe"}, r"'shuffle' must be true or false"),
+    ({"model_kwargs": 3}, r"'model_kwargs' must be a mapping"),
+    ({"lr": float("nan")}, r"'lr' must be a finite number"),
+])
+def test_bad_values_name_the_key(values, pattern):
+    with pytest.raises(gpucore.ConfigError, match=pattern):
+        load_config(values)
+
+
+def test_bad_files(tmp_path):
+    with pytest.raises(gpucore.ConfigError, match="does not exist"):
+        load_config(str(tmp_path / "missing.yaml"))
+    (tmp_path / "bad.yaml").write_text("epochs: [1,\n")
+    with pytest.raises(gpucore.ConfigError, match="bad.yaml' is not valid YAML"):
+        load_config(str(tmp_path / "bad.yaml"))
+    (tmp_path / "list.json").write_text("[1, 2]")
+    with pytest.raises(gpucore.ConfigError, match="must hold a mapping"):
+        load_config(str(tmp_path / "list.json"))
+    (tmp_path / "c.toml").write_text("")
+    with pytest.raises(gpucore.ConfigError, match=r"\.yaml, \.yml or \.json"):
+        load_config(str(tmp_path / "c.toml"))
+    with pytest.raises(gpucore.ConfigError, match="key=value"):
+        parse_overrides(["epochs"])
+
+
+def test_training_input_errors(tmp_path):
+    run = {"run_dir": str(tmp_path), "progress": False, "epochs": 1}
+    with pytest.raises(gpucore.ConfigError, match=r"'fashion_mnist' is not a built-in model.*Did you mean 'fashion_mnist_cnn'"):
+        gpucore.train(dict(run, model="fashion_mnist"))
+    with pytest.raises(gpucore.ConfigError, match="cannot import module 'no_such_pkg.models'"):
+        gpucore.train(dict(run, model="no_such_pkg.models:net"))
+    with pytest.raises(gpucore.ConfigError, match="model_kwargs' does not fit"):
+        gpucore.train(dict(run, model_kwargs={"colours": 3}))
+    with pytest.raises(gpucore.ConfigError, match="neither a built-in data set"):
+        gpucore.train(dict(run, data=str(tmp_path / "nothing_here")))
+    with pytest.raises(gpucore.ConfigError, match=r"model's output has shape \[8, 10\]"):
+        gpucore.train(dict(run, data_kwargs={"train_size": 64, "val_size": 16}, batch_size=8, heads=3,
+                           loss="multilabel_soft_margin"))
+    with pytest.raises(gpucore.ConfigError, match="'monitor': 'val_f1' is not reported"):
+        gpucore.train(dict(run, data_kwargs={"train_size": 64, "val_size": 16}, monitor="val_f1"))
+    with pytest.raises(NotImplementedError, match="cuda_graphs"):
+        gpucore.train(dict(run, cuda_graphs=True))
+    with pytest.raises(gpucore.ConfigError, match="does not exist"):
+        gpucore.train(dict(run, resume=str(tmp_path / "nope.pt")))
+
+
+def test_npz_and_npy_data(tmp_path):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 255, (200, 28, 28), dtype=np.uint8)
+    y = rng.integers(0, 10, 200)
+    np.savez(tmp_path / "data.npz", x_train=x[:160], y_train=y[:160], x_test=x[160:], y_test=y[160:])
+    result = gpucore.train(dict(run_dir=str(tmp_path), progress=False, epochs=1, data=str(tmp_path / "data.npz")))
+    assert "val_accuracy" in result.history[0]
+    folder = tmp_path / "arrays"
+    folder.mkdir()
+    np.save(folder / "x.npy", x)
+    np.save(folder / "y.npy", y)
+    result = gpucore.train(dict(run_dir=str(tmp_path), progress=False, epochs=1, data=str(folder), val_fraction=0.25))
+    assert result.steps == 3  # 150 training samples in batches of 64
+    np.save(folder / "y.npy", y[:10])
+    with pytest.raises(gpucore.ConfigError, match="same number of samples"):
+        gpucore.train(dict(run_dir=str(tmp_path), progress=False, epochs=1, data=str(folder), val_fraction=0))
+
+
+def run_cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "gpucore", *args], capture_output=True, text=True, timeout=600,
+                          cwd=cwd)
+
+
+def test_cli_train_and_resume(tmp_path):
+    config = tmp_path / "tiny.yaml"
+    config.write_text(
+        f"epochs: 2\nrun_dir: {tmp_path / 'runs'}\nprogress: false\n"
+        "data_kwargs: {train_size: 512, val_size: 128}\n"
+    )
+    result = run_cli("train", str(config), "--set", "epochs=1")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["status"] == "completed" and summary["run_dir"].endswith("tiny")
+    resumed = run_cli("train", str(config), "--resume", "auto")
+    assert resumed.returncode == 0, resumed.stderr
+    history = [json.loads(line) for line in open(tmp_path / "runs" / "tiny" / "metrics.jsonl")]
+    assert [row["epoch"] for row in history] == [1, 2]
+
+
+def test_cli_train_errors_exit_2(tmp_path):
+    result = run_cli("train", "--set", "epocs=1")
+    assert result.returncode == 2
+    assert "Did you mean 'epochs'" in result.stderr
+    assert "Traceback" not in result.stderr
