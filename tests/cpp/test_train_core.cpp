@@ -1,0 +1,160 @@
+// The training core without Python: schedules, loss scaling, the fused optimizer's skip, batches.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include "gpucore/batches.h"
+#include "gpucore/engine.h"
+#include "gpucore/errors.h"
+#include "gpucore/grad_scaler.h"
+#include "gpucore/optimizer.h"
+#include "gpucore/schedule.h"
+
+namespace gpucore {
+namespace {
+
+double lr_at(const ScheduleConfig& config, double step) {
+  return learning_rate(config, at::scalar_tensor(step, at::kFloat)).item<double>();
+}
+
+TEST(Schedule, WarmupRisesLinearlyToTheBaseRate) {
+  ScheduleConfig config;
+  config.base_lr = 0.4;
+  config.warmup_steps = 4;
+  config.total_steps = 100;
+  EXPECT_NEAR(lr_at(config, 0), 0.1, 1e-7);
+  EXPECT_NEAR(lr_at(config, 3), 0.4, 1e-7);
+  EXPECT_NEAR(lr_at(config, 50), 0.4, 1e-7);
+}
+
+TEST(Schedule, CosineStartsAfterWarmupAndEndsAtMinLr) {
+  ScheduleConfig config;
+  config.kind = ScheduleKind::kCosine;
+  config.base_lr = 1.0;
+  config.min_lr = 0.1;
+  config.warmup_steps = 10;
+  config.total_steps = 110;
+  EXPECT_NEAR(lr_at(config, 10), 1.0, 1e-6);
+  EXPECT_NEAR(lr_at(config, 60), 0.55, 1e-6);  // half way: the mean of 1.0 and 0.1
+  EXPECT_NEAR(lr_at(config, 110), 0.1, 1e-6);
+}
+
+TEST(Schedule, StepDecay) {
+  ScheduleConfig config;
+  config.kind = ScheduleKind::kStep;
+  config.base_lr = 1.0;
+  config.step_size = 5;
+  config.gamma = 0.5;
+  EXPECT_NEAR(lr_at(config, 4), 1.0, 1e-7);
+  EXPECT_NEAR(lr_at(config, 5), 0.5, 1e-7);
+  EXPECT_NEAR(lr_at(config, 12), 0.25, 1e-7);
+}
+
+TEST(Schedule, InvalidSettingsAreConfigErrors) {
+  ScheduleConfig config;
+  config.base_lr = 0;
+  EXPECT_THROW(validate(config), ConfigError);
+  config.base_lr = 0.1;
+  config.kind = ScheduleKind::kOneCycle;
+  config.warmup_steps = 3;
+  EXPECT_THROW(validate(config), ConfigError);
+  EXPECT_EQ(parse_schedule("cosine"), ScheduleKind::kCosine);
+  EXPECT_THROW(parse_schedule("linear"), ConfigError);
+}
+
+TEST(GradScaler, BacksOffOnInfAndGrowsAfterTheInterval) {
+  GradScalerConfig config;
+  config.enabled = true;
+  config.growth_interval = 2;
+  GradScaler scaler(config, at::kCPU);
+  at::Tensor found_inf = at::zeros({}, at::kFloat);
+  std::vector<at::Tensor> grads = {at::tensor({65536.0f, std::numeric_limits<float>::infinity()})};
+  scaler.unscale_and_check(grads, found_inf);
+  EXPECT_EQ(found_inf.item<float>(), 1.0f);
+  EXPECT_EQ(grads[0][0].item<float>(), 1.0f);  // divided by the scale 2^16
+  scaler.update(found_inf);
+  EXPECT_EQ(scaler.scale_tensor().item<float>(), 32768.0f);
+  found_inf.zero_();
+  scaler.update(found_inf);
+  scaler.update(found_inf);
+  EXPECT_EQ(scaler.scale_tensor().item<float>(), 65536.0f);
+}
+
+TEST(GradScaler, DisabledStillDetectsNonFiniteGradients) {
+  GradScaler scaler(GradScalerConfig{}, at::kCPU);
+  at::Tensor found_inf = at::zeros({}, at::kFloat);
+  std::vector<at::Tensor> grads = {at::tensor({1.0f, std::nanf("")})};
+  scaler.unscale_and_check(grads, found_inf);
+  EXPECT_EQ(found_inf.item<float>(), 1.0f);
+  EXPECT_TRUE(at::equal(scaler.scale(at::ones({})), at::ones({})));
+}
+
+TEST(FusedOptimizer, SkipsTheStepWhenFoundInfIsSet) {
+  for (const auto kind : {OptimizerKind::kSGD, OptimizerKind::kAdam, OptimizerKind::kAdamW}) {
+    at::Tensor param = at::ones({3}).requires_grad_(true);
+    param.mutable_grad() = at::full({3}, 0.5);
+    OptimizerConfig config;
+    config.kind = kind;
+    FusedOptimizer optimizer({{{param}, 0.01}}, config);
+    const at::Tensor lr = at::scalar_tensor(0.1, at::kFloat);
+    optimizer.step(lr, at::ones({}, at::kFloat));
+    EXPECT_TRUE(at::equal(param, at::ones({3})));
+    optimizer.step(lr, at::zeros({}, at::kFloat));
+    EXPECT_LT(param[0].item<float>(), 1.0f);
+    for (const auto& [name, tensor] : optimizer.state()) {
+      if (name.find("step") != std::string::npos) EXPECT_EQ(tensor.item<float>(), 1.0f) << name;
+    }
+  }
+}
+
+TEST(FusedOptimizer, StateRoundTripAndMismatchErrors) {
+  at::Tensor param = at::ones({2, 2}).requires_grad_(true);
+  FusedOptimizer optimizer({{{param}, 0.0}}, OptimizerConfig{});
+  auto state = optimizer.state();
+  ASSERT_EQ(state.size(), 3u);
+  state[0].second = state[0].second.clone().fill_(7);
+  optimizer.load_state(state);
+  EXPECT_EQ(optimizer.state()[0].second[0][0].item<float>(), 7.0f);
+  state[0].second = at::zeros({3});
+  EXPECT_THROW(optimizer.load_state(state), ConfigError);
+  EXPECT_THROW(optimizer.load_state({}), ConfigError);
+}
+
+TEST(TensorBatches, ServesEverySampleOnceAndHonoursDropLast) {
+  const at::Tensor x = at::arange(10).to(at::kFloat).unsqueeze(1);
+  const at::Tensor y = at::arange(10);
+  TensorBatches keep(x, y, 4, true, false, 1, at::kCPU);
+  TensorBatches drop(x, y, 4, true, true, 1, at::kCPU);
+  EXPECT_EQ(keep.remaining(), 3);
+  EXPECT_EQ(drop.remaining(), 2);
+  at::Tensor inputs, targets;
+  std::vector<int64_t> seen;
+  while (keep.next(inputs, targets)) {
+    EXPECT_TRUE(at::equal(inputs.squeeze(1).to(at::kLong), targets));
+    for (int64_t i = 0; i < targets.size(0); ++i) seen.push_back(targets[i].item<int64_t>());
+  }
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(seen, std::vector<int64_t>({0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+}
+
+TEST(Engine, AccumulationEqualsOneBigBatchWithoutPython) {
+  at::manual_seed(0);
+  const at::Tensor x = at::randn({64, 5}), y = at::randint(0, 3, {64});
+  const at::Tensor w0 = at::randn({3, 5}) * 0.1;
+  auto run = [&](int64_t batch, int64_t accumulate) {
+    at::Tensor w = w0.clone().requires_grad_(true);
+    EngineConfig config;
+    config.accumulate = accumulate;
+    config.optimizer.kind = OptimizerKind::kSGD;
+    config.optimizer.momentum = 0.0;
+    config.schedule.base_lr = 0.5;
+    Engine engine({{{w}, 0.0}}, config);
+    TensorBatches batches(x, y, batch, false, false, 0, at::kCPU);
+    engine.train_epoch(batches, [&](const at::Tensor& inputs) { return at::matmul(inputs, w.t()); }, {}, {});
+    return w.detach();
+  };
+  EXPECT_LE((run(16, 4) - run(64, 1)).abs().max().item<float>(), 1e-6);
+}
+
+}  // namespace
+}  // namespace gpucore
