@@ -130,3 +130,14 @@ def test_cli_train_errors_exit_2(tmp_path):
     assert result.returncode == 2
     assert "Did you mean 'epochs'" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_example_configs_load():
+    import pathlib
+
+    folder = pathlib.Path(__file__).resolve().parents[2] / "examples" / "configs"
+    configs = sorted(folder.glob("*.yaml"))
+    assert configs
+    for path in configs:
+        config = load_config(str(path))
+        assert config.name == path.stem
