@@ -3,6 +3,9 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/binary_cross_entropy_with_logits.h>
 #include <ATen/ops/cross_entropy_loss.h>
+#include <ATen/ops/ctc_loss.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/log_softmax.h>
 #include <ATen/ops/log_sigmoid.h>
 #include <ATen/ops/one_hot.h>
 #include <ATen/ops/sigmoid.h>
@@ -16,12 +19,9 @@ LossKind parse_loss(const std::string& name) {
   if (name == "multilabel_soft_margin") return LossKind::kMultiLabelSoftMargin;
   if (name == "bce_with_logits") return LossKind::kBCEWithLogits;
   if (name == "dice_bce") return LossKind::kDiceBCE;
-  if (name == "ctc") {
-    throw ConfigError("loss 'ctc' is not implemented yet (it needs the sequence data sets of the data-loading work); "
-                      "pass your own loss callable (e.g. wrapping torch.nn.functional.ctc_loss) meanwhile");
-  }
+  if (name == "ctc") return LossKind::kCTC;
   throw ConfigError("loss '" + name + "' is not valid; use one of cross_entropy, multilabel_soft_margin, "
-                    "bce_with_logits, dice_bce, or pass a loss callable");
+                    "bce_with_logits, dice_bce, ctc, or pass a loss callable");
 }
 
 namespace {
@@ -32,6 +32,7 @@ const char* name_of(LossKind kind) {
     case LossKind::kMultiLabelSoftMargin: return "multilabel_soft_margin";
     case LossKind::kBCEWithLogits: return "bce_with_logits";
     case LossKind::kDiceBCE: return "dice_bce";
+    case LossKind::kCTC: return "ctc";
   }
   return "?";
 }
@@ -47,6 +48,7 @@ const char* name_of(LossKind kind) {
 at::Tensor prepare_target(const LossConfig& config, const at::Tensor& output, const at::Tensor& target) {
   switch (config.kind) {
     case LossKind::kCrossEntropy:
+    case LossKind::kCTC:
       return target;
     case LossKind::kMultiLabelSoftMargin: {
       const at::Tensor flat_output = output.reshape({output.size(0), -1});
@@ -102,6 +104,18 @@ at::Tensor compute_loss(const LossConfig& config, const at::Tensor& output, cons
       const at::Tensor m = t.reshape({t.size(0), -1});
       const at::Tensor dice = (2 * (p * m).sum(1) + 1) / (p.sum(1) + m.sum(1) + 1);  // smoothed per sample
       return bce + (1 - dice).mean();
+    }
+    case LossKind::kCTC: {
+      if (out.dim() != 3 || t.dim() != 2 || t.is_floating_point()) {
+        shape_error(config.kind, "an output of (N, T, classes) logits and integer targets of (N, S) padded with -1",
+                    output, target);
+      }
+      const int64_t n = out.size(0), steps = out.size(1);
+      const at::Tensor log_probs = at::log_softmax(out, -1).transpose(0, 1);  // (T, N, C), as ctc_loss wants
+      const at::Tensor target_lengths = (t >= 0).sum(1);
+      const at::Tensor input_lengths = at::full({n}, steps, t.options().dtype(at::kLong));
+      return at::ctc_loss(log_probs, t.clamp_min(0), input_lengths, target_lengths, /*blank=*/0,
+                          at::Reduction::Mean, /*zero_infinity=*/true);
     }
   }
   return out;

@@ -2,6 +2,9 @@
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/argmax.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/where.h>
 #include <ATen/ops/full_like.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/zeros.h>
@@ -53,6 +56,22 @@ void MetricTracker::update(const at::Tensor& output, const at::Tensor& target, c
       add[kSeqCorrect] = hits.all(1).sum().to(at::kDouble);
       break;
     }
+    case LossKind::kCTC: {
+      // Greedy decoding on the device: best class per step, repeats collapsed, blanks (0) dropped,
+      // then compared with the target sequence in full.
+      const at::Tensor best = output.argmax(-1);  // (N, T)
+      const int64_t steps = best.size(1);
+      const at::Tensor previous = at::cat({at::full({n, 1}, -1, best.options()), best.slice(1, 0, steps - 1)}, 1);
+      const at::Tensor keep = (best != 0) & (best != previous);
+      const at::Tensor slot = at::where(keep, keep.cumsum(1) - 1, at::full_like(best, steps));
+      const int64_t width = std::max(steps, target.size(1));
+      at::Tensor decoded = at::full({n, width + 1}, -1, best.options());
+      decoded.scatter_(1, slot, best);
+      at::Tensor truth = at::full({n, width}, -1, best.options());
+      truth.slice(1, 0, target.size(1)).copy_(at::where(target >= 0, target, at::full_like(target, -1)));
+      add[kSeqCorrect] = (decoded.slice(1, 0, width) == truth).all(1).sum().to(at::kDouble);
+      break;
+    }
     case LossKind::kBCEWithLogits:
     case LossKind::kDiceBCE: {
       const at::Tensor predicted = output > 0;  // sigmoid(x) > 0.5
@@ -80,7 +99,9 @@ std::map<std::string, double> MetricTracker::read() const {
   if (top_k_computed_) {
     metrics["top" + std::to_string(top_k_) + "_accuracy"] = s[kCorrectTopK] / s[kCount];
   }
-  if (s[kCharTotal] > 0) {
+  if (loss_.kind == LossKind::kCTC) {
+    metrics["seq_accuracy"] = s[kSeqCorrect] / s[kCount];
+  } else if (s[kCharTotal] > 0) {
     metrics["char_accuracy"] = s[kCharCorrect] / s[kCharTotal];
     metrics["seq_accuracy"] = s[kSeqCorrect] / s[kCount];
   }

@@ -124,14 +124,17 @@ def split(pair, fraction: float, seed: int):
 
 
 def prepare_inputs(inputs: torch.Tensor, stats: Optional[Tuple[float, float]]) -> torch.Tensor:
-    """Images as float32 NCHW: uint8 scaled to [0, 1], a channel added to (N, H, W), then standardised."""
+    """Inputs as float32: uint8 images scaled to [0, 1] (and given a channel when (N, H, W)), then standardised.
+
+    Float inputs keep their shape, so sequence data (N, T, features) passes through.
+    """
     x = inputs
     if x.dtype == torch.uint8:
         x = x.float().div_(255)
+        if x.dim() == 3:
+            x = x.unsqueeze(1)
     elif not x.is_floating_point():
         x = x.float()
-    if x.dim() == 3:
-        x = x.unsqueeze(1)
     if stats is not None:
         mean, std = stats
         x = (x - mean) / std

@@ -325,8 +325,6 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
     forward = torch.compile(module) if config.compile else module
 
     if train_data is None:
-        if config.loss == "ctc":
-            _C.LossConfig().kind = "ctc"  # raises the ConfigError that explains
         train_pair, val_pair = load_data(config.data, config.data_kwargs, config.val_fraction, config.seed)
         train_data = train_pair
         val_data = val_pair if val_data is None else val_data

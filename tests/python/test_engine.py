@@ -193,9 +193,39 @@ def test_loss_shape_mismatch_names_both_shapes():
         evaluate("multilabel_soft_margin", torch.randn(8, 10), torch.randint(0, 10, (8, 3)), heads=4)
 
 
-def test_ctc_is_reported_as_not_implemented():
-    with pytest.raises(_C.ConfigError, match="ctc.*not implemented"):
-        _C.LossConfig().kind = "ctc"
+def test_ctc_loss_and_greedy_sequence_accuracy():
+    torch.manual_seed(0)
+    output = torch.randn(6, 12, 5)
+    targets = torch.tensor([[1, 2, 3], [4, 4, -1], [2, -1, -1], [1, 3, 1], [3, 2, -1], [4, 1, 2]])
+    # make samples 0 and 2 decode exactly: 1 1 _ 2 3 3 ... and 2 2 _ _
+    output[0] = -5
+    for step, token in enumerate([1, 1, 0, 2, 3, 3, 0, 0, 0, 0, 0, 0]):
+        output[0, step, token] = 5
+    output[2] = -5
+    output[2, :, 0] = 5
+    output[2, 3:5, 2] = 10
+    metrics = evaluate("ctc", output, targets)
+    lengths = (targets >= 0).sum(1)
+    expected = nn.functional.ctc_loss(output.log_softmax(-1).transpose(0, 1), targets.clamp_min(0),
+                                      torch.full((6,), 12), lengths, zero_infinity=True)
+    assert metrics["loss"] == pytest.approx(expected.item(), rel=1e-5)
+
+    def greedy(sequence):
+        out, previous = [], None
+        for token in sequence.argmax(-1).tolist():
+            if token != 0 and token != previous:
+                out.append(token)
+            previous = token
+        return out
+
+    right = sum(greedy(output[i]) == [t for t in targets[i].tolist() if t >= 0] for i in range(6))
+    assert right >= 2
+    assert metrics["seq_accuracy"] == pytest.approx(right / 6)
+
+
+def test_ctc_shape_error():
+    with pytest.raises(_C.ConfigError, match=r"ctc expects an output of \(N, T, classes\)"):
+        evaluate("ctc", torch.randn(4, 10), torch.randint(1, 5, (4, 3)))
 
 
 def test_tensor_batches_order_depends_only_on_seed_and_epoch():
