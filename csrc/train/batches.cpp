@@ -30,7 +30,10 @@ void TensorBatches::start_epoch(int64_t epoch, int64_t skip_batches) {
   if (shuffle_) {
     // Drawn on the CPU from (seed, epoch) alone: the same order on every device and machine.
     const at::Generator generator = at::detail::createCPUGenerator(seed_ * 1000003ULL + static_cast<uint64_t>(epoch));
-    order_ = at::randperm(n, generator, at::TensorOptions().dtype(at::kLong)).to(device_);
+    at::Tensor order = at::randperm(n, generator, at::TensorOptions().dtype(at::kLong));
+    // Pinned, the copy to the GPU is asynchronous: starting an epoch costs no host sync.
+    if (device_.is_cuda()) order = order.pin_memory();
+    order_ = order.to(device_, /*non_blocking=*/device_.is_cuda());
   } else {
     order_ = at::arange(n, at::TensorOptions().dtype(at::kLong).device(device_));
   }

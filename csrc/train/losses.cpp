@@ -7,7 +7,8 @@
 #include <ATen/ops/full.h>
 #include <ATen/ops/log_softmax.h>
 #include <ATen/ops/log_sigmoid.h>
-#include <ATen/ops/one_hot.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/zeros.h>
 #include <ATen/ops/sigmoid.h>
 
 #include "gpucore/errors.h"
@@ -57,7 +58,11 @@ at::Tensor prepare_target(const LossConfig& config, const at::Tensor& output, co
           shape_error(config.kind, "an output of (N, heads * classes) and integer targets of (N, heads) with heads = " +
                       std::to_string(config.heads), output, target);
         }
-        return at::one_hot(target, flat_output.size(1) / config.heads).reshape({target.size(0), -1}).to(at::kFloat);
+        // One-hot by scatter: at::one_hot validates the indices on the host, a sync per step on CUDA.
+        const int64_t classes = flat_output.size(1) / config.heads;
+        const at::Tensor offsets = at::arange(config.heads, target.options()) * classes;
+        return at::zeros({target.size(0), flat_output.size(1)}, flat_output.options().dtype(at::kFloat))
+            .scatter_(1, target + offsets, 1.0);
       }
       return target.reshape({target.size(0), -1}).to(at::kFloat);
     }

@@ -285,3 +285,37 @@ def test_ctc_sequence_model_learns(tmp_path):
                                 normalize=False), model=model, train_data=(x[:448], y[:448]), val_data=(x[448:], y[448:]))
     assert result.monitor == "val_seq_accuracy"
     assert result.best_metric >= 0.9, result.history[-1]
+
+
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@requires_cuda
+@pytest.mark.parametrize("precision", ["auto", "16-mixed", "32"])
+def test_cuda_training_learns(tmp_path, precision):
+    result = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=3, device="cuda", precision=precision))
+    assert result.device.startswith("cuda")
+    assert result.best_metric >= 0.9
+    assert result.history[-1]["gpu_memory_peak_bytes"] > 0
+
+
+@requires_cuda
+def test_cuda_steps_do_not_synchronise_with_the_host(tmp_path):
+    # A whole epoch of ~150 steps under the sync debugger: only the end-of-epoch reads may sync.
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(f"""
+        import warnings
+        import torch, gpucore
+        warnings.simplefilter("always")  # count every sync, not one per source line
+        torch.cuda.set_sync_debug_mode("warn")
+        gpucore.train(dict(run_dir={str(tmp_path)!r}, progress=False, epochs=1, device="cuda",
+                           data_kwargs={{"train_size": 9600, "val_size": 10}}, log_every_n_steps=100000,
+                           val_fraction=0, normalize=False))
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    syncs = result.stderr.count("called a synchronizing CUDA operation")
+    assert syncs <= 12, result.stderr[-3000:]
