@@ -2,6 +2,7 @@
 
 #include <ATen/Context.h>
 
+#include "gpucore/choices.h"
 #include "gpucore/errors.h"
 
 namespace gpucore {
@@ -13,31 +14,18 @@ DeviceKind device_kind_of(const std::string& device) {
   throw ConfigError("device '" + device + "' is not one of cpu, cuda, cuda:N, mps");
 }
 
-Precision parse_precision(const std::string& name) {
-  if (name == "auto") return Precision::kAuto;
-  if (name == "bf16-mixed") return Precision::kBF16Mixed;
-  if (name == "16-mixed") return Precision::kFP16Mixed;
-  if (name == "32") return Precision::kFP32;
-  if (name == "64") return Precision::kFP64;
-  throw ConfigError("precision '" + name + "' is not valid; use one of auto, bf16-mixed, 16-mixed, 32, 64");
-}
+namespace {
+const Choices<Precision> kPrecisions = {{"auto", Precision::kAuto}, {"bf16-mixed", Precision::kBF16Mixed},
+                                        {"16-mixed", Precision::kFP16Mixed}, {"32", Precision::kFP32},
+                                        {"64", Precision::kFP64}};
+}  // namespace
 
-std::string to_string(Precision precision) {
-  switch (precision) {
-    case Precision::kAuto: return "auto";
-    case Precision::kBF16Mixed: return "bf16-mixed";
-    case Precision::kFP16Mixed: return "16-mixed";
-    case Precision::kFP32: return "32";
-    case Precision::kFP64: return "64";
-  }
-  return "?";
-}
+Precision parse_precision(const std::string& name) { return parse_choice("precision", name, kPrecisions); }
+
+std::string to_string(Precision precision) { return choice_name(precision, kPrecisions); }
 
 Toggle parse_toggle(const std::string& key, const std::string& value) {
-  if (value == "auto") return Toggle::kAuto;
-  if (value == "true") return Toggle::kOn;
-  if (value == "false") return Toggle::kOff;
-  throw ConfigError(key + " '" + value + "' is not valid; use auto, true or false");
+  return parse_choice<Toggle>(key, value, {{"auto", Toggle::kAuto}, {"true", Toggle::kOn}, {"false", Toggle::kOff}});
 }
 
 namespace {

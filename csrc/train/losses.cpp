@@ -1,50 +1,40 @@
 #include "gpucore/losses.h"
 
 #include <ATen/TensorOperators.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/binary_cross_entropy_with_logits.h>
 #include <ATen/ops/cross_entropy_loss.h>
 #include <ATen/ops/ctc_loss.h>
 #include <ATen/ops/full.h>
-#include <ATen/ops/log_softmax.h>
 #include <ATen/ops/log_sigmoid.h>
-#include <ATen/ops/arange.h>
-#include <ATen/ops/zeros.h>
+#include <ATen/ops/log_softmax.h>
 #include <ATen/ops/sigmoid.h>
+#include <ATen/ops/zeros.h>
 
+#include "gpucore/choices.h"
 #include "gpucore/errors.h"
 
 namespace gpucore {
 
-LossKind parse_loss(const std::string& name) {
-  if (name == "cross_entropy") return LossKind::kCrossEntropy;
-  if (name == "multilabel_soft_margin") return LossKind::kMultiLabelSoftMargin;
-  if (name == "bce_with_logits") return LossKind::kBCEWithLogits;
-  if (name == "dice_bce") return LossKind::kDiceBCE;
-  if (name == "ctc") return LossKind::kCTC;
-  throw ConfigError("loss '" + name + "' is not valid; use one of cross_entropy, multilabel_soft_margin, "
-                    "bce_with_logits, dice_bce, ctc, or pass a loss callable");
-}
-
 namespace {
 
-const char* name_of(LossKind kind) {
-  switch (kind) {
-    case LossKind::kCrossEntropy: return "cross_entropy";
-    case LossKind::kMultiLabelSoftMargin: return "multilabel_soft_margin";
-    case LossKind::kBCEWithLogits: return "bce_with_logits";
-    case LossKind::kDiceBCE: return "dice_bce";
-    case LossKind::kCTC: return "ctc";
-  }
-  return "?";
-}
+const Choices<LossKind> kLosses = {{"cross_entropy", LossKind::kCrossEntropy},
+                                   {"multilabel_soft_margin", LossKind::kMultiLabelSoftMargin},
+                                   {"bce_with_logits", LossKind::kBCEWithLogits},
+                                   {"dice_bce", LossKind::kDiceBCE},
+                                   {"ctc", LossKind::kCTC}};
+
+std::string name_of(LossKind kind) { return choice_name(kind, kLosses); }
 
 [[noreturn]] void shape_error(LossKind kind, const std::string& expected, const at::Tensor& output, const at::Tensor& target) {
-  throw ConfigError("loss " + std::string(name_of(kind)) + " expects " + expected + "; the model's output has shape " +
+  throw ConfigError("loss " + name_of(kind) + " expects " + expected + "; the model's output has shape " +
                     c10::str(output.sizes()) + " and the target has shape " + c10::str(target.sizes()) + " (" +
                     std::string(c10::toString(target.scalar_type())) + ")");
 }
 
 }  // namespace
+
+LossKind parse_loss(const std::string& name) { return parse_choice("loss", name, kLosses, ", or pass a loss callable"); }
 
 at::Tensor prepare_target(const LossConfig& config, const at::Tensor& output, const at::Tensor& target) {
   switch (config.kind) {

@@ -10,15 +10,14 @@
 
 #include <map>
 
+#include "gpucore/choices.h"
 #include "gpucore/errors.h"
 
 namespace gpucore {
 
 OptimizerKind parse_optimizer(const std::string& name) {
-  if (name == "sgd") return OptimizerKind::kSGD;
-  if (name == "adam") return OptimizerKind::kAdam;
-  if (name == "adamw") return OptimizerKind::kAdamW;
-  throw ConfigError("optimizer '" + name + "' is not valid; use one of sgd, adam, adamw");
+  return parse_choice<OptimizerKind>("optimizer", name,
+                      {{"sgd", OptimizerKind::kSGD}, {"adam", OptimizerKind::kAdam}, {"adamw", OptimizerKind::kAdamW}});
 }
 
 FusedOptimizer::FusedOptimizer(std::vector<ParamGroup> groups, OptimizerConfig config)

@@ -10,17 +10,16 @@
 
 #include <cmath>
 
+#include "gpucore/choices.h"
 #include "gpucore/errors.h"
 
 namespace gpucore {
 
 ScheduleKind parse_schedule(const std::string& name) {
-  if (name == "constant") return ScheduleKind::kConstant;
-  if (name == "step") return ScheduleKind::kStep;
-  if (name == "multistep") return ScheduleKind::kMultiStep;
-  if (name == "cosine") return ScheduleKind::kCosine;
-  if (name == "onecycle") return ScheduleKind::kOneCycle;
-  throw ConfigError("schedule '" + name + "' is not valid; use one of constant, step, multistep, cosine, onecycle");
+  return parse_choice<ScheduleKind>("schedule", name,
+                      {{"constant", ScheduleKind::kConstant}, {"step", ScheduleKind::kStep},
+                       {"multistep", ScheduleKind::kMultiStep}, {"cosine", ScheduleKind::kCosine},
+                       {"onecycle", ScheduleKind::kOneCycle}});
 }
 
 void validate(const ScheduleConfig& c) {
