@@ -55,41 +55,29 @@ class TrainResult:
 class _EpochData:
     """One data set, served epoch by epoch as a C++ BatchSource."""
 
-    def __init__(self, data, config, device: str, training: bool, stats):
+    def __init__(self, data, config, device: str, training: bool, normalization):
         self.batch_size = config.batch_size if training else config.eval_batch_size
-        self.training = training
-        self.config, self.device, self.stats = config, device, stats
-        self.data = data
-        self._tensors = None
-        self._build()
-
-    def _build(self):
-        data, config = self.data, self.config
-        shuffle = self.training and config.shuffle
-        drop_last = self.training and config.drop_last
+        self.seed, self.device = config.seed, device
+        self.fixed_batch_size = isinstance(data, torch.utils.data.DataLoader)  # the user's loader batches itself
+        self._tensors = self._loader = self._generator = None
+        shuffle = training and config.shuffle
+        drop_last = training and config.drop_last
         if isinstance(data, (tuple, list)) and len(data) == 2 and all(isinstance(t, torch.Tensor) for t in data):
             inputs, targets = data
-            self._tensors = _C.TensorBatches(prepare_inputs(inputs, self.stats), targets, self.batch_size, shuffle,
-                                             drop_last, config.seed, self.device)
+            self._tensors = _C.TensorBatches(prepare_inputs(inputs, normalization), targets, self.batch_size, shuffle,
+                                             drop_last, config.seed, device)
         elif isinstance(data, torch.utils.data.DataLoader):
             self._loader = data
         elif isinstance(data, torch.utils.data.Dataset):
-            self._loader = torch.utils.data.DataLoader(
-                data, batch_size=self.batch_size, shuffle=shuffle, drop_last=drop_last,
-                generator=torch.Generator().manual_seed(config.seed), pin_memory=self.device.startswith("cuda"))
+            self._generator = torch.Generator()
+            self._loader = torch.utils.data.DataLoader(data, batch_size=self.batch_size, shuffle=shuffle,
+                                                       drop_last=drop_last, generator=self._generator,
+                                                       pin_memory=device.startswith("cuda"))
         else:
             raise ConfigError(
                 "training data must be (inputs, targets) tensors, a torch Dataset or a DataLoader, got "
                 f"{type(data).__name__}"
             )
-
-    def with_batch_size(self, batch_size: int) -> "_EpochData":
-        copy = object.__new__(_EpochData)
-        copy.__dict__.update(self.__dict__)
-        copy.batch_size = batch_size
-        if copy._tensors is not None or not isinstance(self.data, torch.utils.data.DataLoader):
-            copy._build()
-        return copy
 
     def total_batches(self) -> int:
         return len(self._tensors) if self._tensors is not None else len(self._loader)
@@ -98,8 +86,8 @@ class _EpochData:
         if self._tensors is not None:
             self._tensors.start_epoch(epoch, skip)
             return self._tensors
-        if hasattr(self._loader.generator or object(), "manual_seed"):
-            self._loader.generator.manual_seed(self.config.seed * 1000003 + epoch)
+        if self._generator is not None:  # the same order per (seed, epoch) as TensorBatches promises
+            self._generator.manual_seed(self.seed * 1000003 + epoch)
         return _C.PythonBatches(_Skipped(self._loader, skip), self.device)
 
 
@@ -328,11 +316,12 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
         train_pair, val_pair = load_data(config.data, config.data_kwargs, config.val_fraction, config.seed)
         train_data = train_pair
         val_data = val_pair if val_data is None else val_data
-    stats = None
+    normalization = None
     if config.normalize and isinstance(train_data, (tuple, list)) and isinstance(train_data[0], torch.Tensor):
-        stats = input_stats(train_data[0])
-    train_set = _EpochData(train_data, config, device, training=True, stats=stats)
-    val_set = _EpochData(val_data, config, device, training=False, stats=stats) if val_data is not None else None
+        normalization = input_stats(train_data[0])
+    train_set = _EpochData(train_data, config, device, training=True, normalization=normalization)
+    val_set = (_EpochData(val_data, config, device, training=False, normalization=normalization)
+               if val_data is not None else None)
     steps_per_epoch = math.ceil(train_set.total_batches() / config.accumulate_grad_batches)
     engine = _C.Engine(_param_groups(module, config), _engine_config(config, device, policy, steps_per_epoch))
 
@@ -375,7 +364,7 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
     def checkpoint_payload(epoch: int, position: int) -> dict:
         return {"model": module.state_dict(), "engine": engine.state(), "rng": _rng_state(), "epoch": epoch,
                 "position": position, "history": history, "best": best, "config": config.to_dict(),
-                "input_stats": list(stats) if stats else None}
+                "input_stats": list(normalization) if normalization else None}
 
     def write_stats(status: str, error: Optional[str] = None) -> None:
         write_json(stats_path, dict(summary, status=status, error=error, epochs=history, best=best,
@@ -407,7 +396,7 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
                     train_stats = engine.train_epoch(train_set.epoch(epoch, skip), forward, loss, on_log)
                 except OutOfMemoryError as exc:
                     progress.close()
-                    if snapshot is None or train_set.batch_size < 2:
+                    if snapshot is None or train_set.batch_size < 2 or train_set.fixed_batch_size:
                         raise TrainingError(_oom_message(config, choice.device, exc)) from exc
                     # Same samples per optimizer step, half of them per micro-batch; the epoch starts over
                     # from the state it began with.
@@ -417,7 +406,7 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
                     config.batch_size //= 2
                     config.accumulate_grad_batches *= 2
                     engine.set_accumulate(config.accumulate_grad_batches)
-                    train_set = train_set.with_batch_size(config.batch_size)
+                    train_set = _EpochData(train_data, config, device, training=True, normalization=normalization)
                     summary.setdefault("oom_reductions", []).append(
                         {"epoch": epoch + 1, "batch_size": config.batch_size,
                          "accumulate_grad_batches": config.accumulate_grad_batches})
