@@ -42,6 +42,7 @@ from .device import (  # noqa: E402
 from .doctor import doctor  # noqa: E402
 from .config import TrainConfig, load_config  # noqa: E402
 from .train import TrainResult, train  # noqa: E402
+from .cam import CAM, CamResult, gradcam  # noqa: E402
 
 ConfigError = _C.ConfigError
 DeviceUnavailableError = _C.DeviceUnavailableError
@@ -49,6 +50,8 @@ TrainingError = _C.TrainingError
 __version__ = _build_info.GPUCORE_VERSION
 
 __all__ = [
+    "CAM",
+    "CamResult",
     "ConfigError",
     "DeviceChoice",
     "DeviceFallbackWarning",
@@ -60,6 +63,7 @@ __all__ = [
     "__version__",
     "device_facts",
     "doctor",
+    "gradcam",
     "load_config",
     "memory_stats",
     "resolve_precision",

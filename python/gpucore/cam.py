@@ -1,0 +1,359 @@
+"""Grad-CAM and its relatives on the device, safe inside training and in notebooks.
+
+Python holds the hooks (always removed, train/eval mode always restored); gradients go only to the
+captured activations (torch.autograd.grad), so parameters' .grad are never touched. The math runs in
+gpucore's torch ops (gpucore::cam_weights, cam_weighted_sum, cam_normalize, cam_overlay; CPU and CUDA
+kernels) with pytorch-grad-cam's conventions: ReLU, per-image min-max with eps 1e-7, bilinear resize
+with align_corners=False to the input size, layers averaged and min-max normalised again.
+"""
+from __future__ import annotations
+
+import base64
+import contextlib
+import difflib
+import os
+from typing import Any, Callable, List, Optional, Sequence, Union
+
+import torch
+from torch import nn
+
+from . import _C
+from .png import encode_png, grid
+
+ConfigError = _C.ConfigError
+
+METHODS = ("gradcam", "gradcam++", "xgradcam", "hirescam", "layercam", "eigencam", "eigengradcam", "scorecam")
+_GRADIENT_FREE = ("eigencam", "scorecam")
+_ops = torch.ops.gpucore
+
+
+def _register_fakes() -> None:
+    """Shapes of the ops without running them (torch.compile, FakeTensor, opcheck)."""
+    def weights(activations, gradients, method):
+        return activations.new_empty(activations.shape[:2], dtype=torch.float32)
+
+    def weighted_sum(activations, weights):
+        return activations.new_empty((activations.shape[0], *activations.shape[2:]), dtype=torch.float32)
+
+    def normalize(cams, size):
+        shape = (cams.shape[0], *size) if size else cams.shape
+        return cams.new_empty(shape, dtype=torch.float32)
+
+    def overlay(images, cams, alpha):
+        return torch.empty_like(images)
+
+    for name, fake in (("cam_weights", weights), ("cam_weighted_sum", weighted_sum), ("cam_normalize", normalize),
+                       ("cam_overlay", overlay)):
+        torch.library.register_fake(f"gpucore::{name}")(fake)
+
+
+_register_fakes()
+
+
+def segmentation_target(category: int, mask: Optional[torch.Tensor] = None) -> Callable:
+    """Target for segmentation outputs (N, K, H, W): class `category` summed over `mask` (H x W or N x H x W) or the image."""
+    def score(output: torch.Tensor) -> torch.Tensor:
+        if output.dim() != 4 or not 0 <= category < output.shape[1]:
+            raise ConfigError(f"segmentation target {category} needs an output of N x K x H x W with K > {category}, "
+                              f"got {tuple(output.shape)}")
+        logits = output[:, category]
+        return (logits * mask.to(logits)).flatten(1).sum(1) if mask is not None else logits.flatten(1).sum(1)
+    return score
+
+
+def head_target(head: int, category: int, classes: int) -> Callable:
+    """Target for multi-head outputs (captcha: N x heads*classes): class `category` of head `head`."""
+    def score(output: torch.Tensor) -> torch.Tensor:
+        per_head = output.reshape(output.shape[0], -1, classes)
+        if not (0 <= head < per_head.shape[1] and 0 <= category < classes):
+            raise ConfigError(f"head target ({head}, {category}) is out of range for {per_head.shape[1]} heads of "
+                              f"{classes} classes")
+        return per_head[:, head, category]
+    return score
+
+
+def _resolve_layer(model: nn.Module, layer: Union[str, nn.Module]) -> nn.Module:
+    if isinstance(layer, nn.Module):
+        return layer
+    if not isinstance(layer, str):
+        raise ConfigError(f"target layer must be a module or a dotted name such as 'layer4', got {type(layer).__name__}")
+    modules = dict(model.named_modules())
+    if layer in modules and layer:
+        return modules[layer]
+    names = [name for name in modules if name]
+    close = difflib.get_close_matches(layer, names, n=3, cutoff=0.5)
+    hint = f" Closest: {', '.join(close)}." if close else ""
+    raise ConfigError(f"the model has no layer '{layer}'.{hint} Layers: {', '.join(names[:40])}"
+                      + (" ..." if len(names) > 40 else ""))
+
+
+@contextlib.contextmanager
+def _capture(model: nn.Module, layers: Sequence[nn.Module]):
+    """Records each layer's output; hooks removed and the model's mode restored whatever happens."""
+    captured: List[Optional[torch.Tensor]] = [None] * len(layers)
+    handles = []
+    was_training = model.training
+
+    def hook_for(index):
+        def hook(module, inputs, output):
+            captured[index] = output[0] if isinstance(output, (tuple, list)) else output
+        return hook
+
+    try:
+        model.eval()
+        for index, layer in enumerate(layers):
+            handles.append(layer.register_forward_hook(hook_for(index)))
+        yield captured
+    finally:
+        for handle in handles:
+            handle.remove()
+        model.train(was_training)
+
+
+def _check_inputs(inputs: Any) -> torch.Tensor:
+    if not isinstance(inputs, torch.Tensor) or inputs.dim() != 4 or not inputs.is_floating_point():
+        shape = tuple(inputs.shape) if isinstance(inputs, torch.Tensor) else type(inputs).__name__
+        raise ConfigError(f"CAM inputs must be a floating-point N x C x H x W tensor, got {shape}")
+    return inputs
+
+
+def _scores(output: torch.Tensor, targets: Any) -> torch.Tensor:
+    """One scalar per sample: the logit of the target class (argmax when targets is None) or a callable's value."""
+    n = output.shape[0]
+    if callable(targets):
+        score = targets(output)
+        if not isinstance(score, torch.Tensor) or score.shape != (n,):
+            raise ConfigError(f"a target callable must return one score per sample, shape ({n},), got "
+                              f"{tuple(score.shape) if isinstance(score, torch.Tensor) else type(score).__name__}")
+        return score
+    if output.dim() != 2:
+        raise ConfigError(f"class targets need an output of N x classes, got {tuple(output.shape)}; pass a callable "
+                          "(gpucore.cam.segmentation_target, head_target) for other outputs")
+    if targets is None:
+        index = output.argmax(1)
+    else:
+        index = torch.as_tensor(targets, device=output.device).long().reshape(-1)
+        if index.numel() == 1:
+            index = index.expand(n)
+        if index.numel() != n:
+            raise ConfigError(f"targets has {index.numel()} entries for {n} inputs")
+        bad = [int(t) for t in index.tolist() if not 0 <= t < output.shape[1]]
+        if bad:
+            raise ConfigError(f"target {bad[0]} is out of range for an output of {output.shape[1]} classes")
+    return output.gather(1, index.reshape(n, 1)).reshape(n)
+
+
+def _projection(matrix: torch.Tensor) -> torch.Tensor:
+    """First principal component of each N x C x H x W activation map, as N x H x W.
+
+    The eigenvector's sign is fixed so that the projection's value of largest magnitude is positive
+    (an SVD alone leaves it to chance).
+    """
+    n, c, h, w = matrix.shape
+    x = matrix.float().reshape(n, c, h * w).transpose(1, 2)  # N x HW x C
+    x = x - x.mean(dim=1, keepdim=True)
+    _, vectors = torch.linalg.eigh(x.transpose(1, 2) @ x)    # ascending eigenvalues
+    projection = x @ vectors[..., -1:]                        # N x HW x 1
+    projection = projection.reshape(n, h * w)
+    peak = projection.gather(1, projection.abs().argmax(1, keepdim=True))
+    projection = projection * torch.where(peak < 0, -1.0, 1.0)
+    return torch.relu(projection).reshape(n, h, w)
+
+
+class CAM:
+    """A reusable CAM for one model and target layer(s): `cam(inputs, targets)` -> CamResult."""
+
+    def __init__(self, model: nn.Module, target_layers: Union[str, nn.Module, Sequence[Union[str, nn.Module]]],
+                 method: str = "gradcam", *, reshape_transform: Optional[Callable] = None,
+                 batch_size: Optional[int] = None, scorecam_memory_bytes: int = 256 << 20):
+        if method not in METHODS:
+            raise ConfigError(f"CAM method '{method}' is not one of {', '.join(METHODS)}")
+        if batch_size is not None and batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+        layers = [target_layers] if isinstance(target_layers, (str, nn.Module)) else list(target_layers)
+        if not layers:
+            raise ConfigError("give at least one target layer")
+        self.model, self.method, self.reshape_transform = model, method, reshape_transform
+        self.batch_size, self.scorecam_memory_bytes = batch_size, scorecam_memory_bytes
+        self.layer_names = [layer if isinstance(layer, str) else type(layer).__name__ for layer in layers]
+        self.layers = [_resolve_layer(model, layer) for layer in layers]
+
+    def __call__(self, inputs: torch.Tensor, targets: Any = None) -> "CamResult":
+        inputs = _check_inputs(inputs)
+        size = self.batch_size or inputs.shape[0]
+        chunks = []
+        for start in range(0, inputs.shape[0], size):
+            part = targets
+            if targets is not None and not callable(targets) and not isinstance(targets, int):
+                part = list(torch.as_tensor(targets).reshape(-1).tolist())[start:start + size]
+            chunks.append(self._cams(inputs[start:start + size], part))
+        return CamResult(torch.cat(chunks), self.method, self.layer_names)
+
+    def _activation(self, captured: Optional[torch.Tensor], index: int) -> torch.Tensor:
+        if captured is None:
+            raise ConfigError(f"target layer '{self.layer_names[index]}' did not run in the model's forward pass")
+        return captured
+
+    def _spatial(self, tensor: torch.Tensor) -> torch.Tensor:
+        tensor = self.reshape_transform(tensor) if self.reshape_transform else tensor
+        if tensor.dim() != 4:
+            raise ConfigError(f"the target layer's output is {tuple(tensor.shape)}, not N x C x H x W; pass "
+                              "reshape_transform (e.g. for vision-transformer tokens)")
+        return tensor.float()
+
+    def _cams(self, inputs: torch.Tensor, targets: Any) -> torch.Tensor:
+        height, width = inputs.shape[-2:]
+        gradient_free = self.method in _GRADIENT_FREE
+        with _capture(self.model, self.layers) as captured:
+            with torch.set_grad_enabled(not gradient_free):
+                # A fresh leaf that requires grad, so the graph reaches the layers even with frozen weights.
+                x = inputs.detach().requires_grad_(not gradient_free)
+                output = self.model(x)
+                if isinstance(output, (tuple, list)):
+                    output = output[0]
+                activations = [self._activation(a, i) for i, a in enumerate(captured)]
+                scores = _scores(output, targets)
+                if gradient_free:
+                    gradients = [None] * len(activations)
+                else:
+                    gradients = list(torch.autograd.grad(scores.sum(), activations, allow_unused=True))
+            per_layer = []
+            for index, (activation, gradient) in enumerate(zip(activations, gradients)):
+                if not gradient_free and gradient is None:
+                    raise ConfigError(f"the target score does not depend on layer '{self.layer_names[index]}'")
+                a = self._spatial(activation.detach())
+                g = self._spatial(gradient) if gradient is not None else None
+                per_layer.append(_ops.cam_normalize(self._layer_cam(a, g, inputs, output, targets), [height, width]))
+        stacked = torch.stack(per_layer, dim=1).clamp_min(0).mean(dim=1)
+        return _ops.cam_normalize(stacked, [])
+
+    def _layer_cam(self, a, g, inputs, output, targets) -> torch.Tensor:
+        method = self.method
+        if method in ("gradcam", "gradcam++", "xgradcam"):
+            return _ops.cam_weighted_sum(a, _ops.cam_weights(a, g, method))
+        if method == "hirescam":
+            return _ops.cam_weighted_sum(a, g)
+        if method == "layercam":
+            return _ops.cam_weighted_sum(a, torch.relu(g))
+        if method == "eigencam":
+            return _projection(a)
+        if method == "eigengradcam":
+            return _projection(a * g)
+        return _ops.cam_weighted_sum(a, self._scorecam_weights(a, inputs, output, targets))
+
+    def _scorecam_weights(self, a, inputs, output, targets) -> torch.Tensor:
+        """Softmax over channels of the target score of the input masked by each upsampled channel."""
+        n, channels = a.shape[:2]
+        masks = nn.functional.interpolate(a, size=inputs.shape[-2:], mode="bilinear", align_corners=False)
+        low = masks.flatten(2).amin(2)[..., None, None]
+        high = masks.flatten(2).amax(2)[..., None, None]
+        masks = (masks - low) / (high - low + 1e-7)
+        if targets is None:
+            targets = output.argmax(1)
+        per_sample = inputs[0].numel() * inputs.element_size()
+        chunk = max(1, int(self.scorecam_memory_bytes // (per_sample * 8)))
+        scores = []
+        with torch.no_grad():
+            for image in range(n):
+                target = targets if callable(targets) else torch.as_tensor(targets, device=a.device).reshape(-1)
+                if not callable(target):
+                    target = int(target[image if target.numel() > 1 else 0]) if target.numel() else None
+                    target = _class_scorer(target)
+                image_scores = []
+                for start in range(0, channels, chunk):
+                    masked = inputs[image][None] * masks[image, start:start + chunk, None].to(inputs.dtype)
+                    result = self.model(masked)
+                    result = result[0] if isinstance(result, (tuple, list)) else result
+                    image_scores.append(target(result).float())
+                scores.append(torch.cat(image_scores))
+        return torch.softmax(torch.stack(scores), dim=1)
+
+
+def _class_scorer(category: int) -> Callable:
+    return lambda output: output[:, category]
+
+
+def gradcam(model: nn.Module, target_layer: Union[str, nn.Module, Sequence[Union[str, nn.Module]]],
+            inputs: torch.Tensor, targets: Any = None, *, method: str = "gradcam", batch_size: Optional[int] = None,
+            reshape_transform: Optional[Callable] = None) -> "CamResult":
+    """Class activation maps of `inputs` (N x C x H x W) for `targets` at `target_layer`.
+
+    targets: None (each sample's top class), an int, one int per sample, or a callable on the model's
+    output returning one score per sample (see segmentation_target, head_target). method: one of
+    gradcam, gradcam++, xgradcam, hirescam, layercam, eigencam, eigengradcam, scorecam.
+    """
+    return CAM(model, target_layer, method, reshape_transform=reshape_transform, batch_size=batch_size)(inputs, targets)
+
+
+def _as_rgb_uint8(images: torch.Tensor, size) -> torch.Tensor:
+    """N x H x W x 3 uint8 from uint8 or [0, 1] float images, channels first or last, grey or RGB."""
+    if not isinstance(images, torch.Tensor) or images.dim() != 4:
+        raise ConfigError("overlay images must be an N x 3 x H x W or N x H x W x 3 tensor (uint8, or float in [0, 1])")
+    x = images
+    if x.shape[1] in (1, 3) and x.shape[-1] not in (1, 3):
+        x = x.permute(0, 2, 3, 1)
+    if x.shape[-1] == 1:
+        x = x.expand(*x.shape[:3], 3)
+    if x.shape[-1] != 3:
+        raise ConfigError(f"overlay images must have 1 or 3 channels, got shape {tuple(images.shape)}")
+    if x.is_floating_point():
+        x = (x.clamp(0, 1) * 255).to(torch.uint8)
+    elif x.dtype != torch.uint8:
+        raise ConfigError(f"overlay images must be uint8 or float, got {x.dtype}")
+    if tuple(x.shape[1:3]) != tuple(size):
+        raise ConfigError(f"overlay images are {tuple(x.shape[1:3])}, the CAMs {tuple(size)}: give the images the "
+                          "model saw, at the same size")
+    return x.contiguous()
+
+
+class CamResult:
+    """CAMs (N x H x W float32 in [0, 1], on the input's device) with overlays, PNG files and notebook display."""
+
+    def __init__(self, cams: torch.Tensor, method: str, layers: Sequence[str]):
+        self.cams, self.method, self.layers = cams, method, list(layers)
+        self._images: Optional[torch.Tensor] = None
+
+    def __len__(self) -> int:
+        return self.cams.shape[0]
+
+    def __repr__(self) -> str:
+        return f"CamResult({self.method} at {', '.join(self.layers)}: {len(self)} maps of {tuple(self.cams.shape[1:])})"
+
+    def numpy(self):
+        return self.cams.detach().to("cpu").numpy()
+
+    def heatmaps(self) -> torch.Tensor:
+        """The CAMs in JET colours, N x H x W x 3 uint8."""
+        blank = torch.zeros(*self.cams.shape, 3, dtype=torch.uint8, device=self.cams.device)
+        return _ops.cam_overlay(blank, self.cams, 1.0)
+
+    def overlay(self, images: torch.Tensor, colormap: str = "jet", alpha: float = 0.5) -> torch.Tensor:
+        """CAMs blended onto `images` (the heatmap weighs `alpha`), N x H x W x 3 uint8 RGB, as show_cam_on_image."""
+        if colormap != "jet":
+            raise ConfigError(f"colormap '{colormap}' is not supported; use 'jet'")
+        rgb = _as_rgb_uint8(images.to(self.cams.device), self.cams.shape[1:])
+        self._images = rgb
+        return _ops.cam_overlay(rgb, self.cams, float(alpha))
+
+    def save(self, directory: str, images: Optional[torch.Tensor] = None, prefix: str = "cam") -> List[str]:
+        """One PNG per map (over `images` when given) in `directory`; returns the paths."""
+        os.makedirs(directory, exist_ok=True)
+        pictures = self.overlay(images) if images is not None else self.heatmaps()
+        paths = []
+        for index, picture in enumerate(pictures):
+            path = os.path.join(directory, f"{prefix}_{index:04d}.png")
+            with open(path, "wb") as handle:
+                handle.write(encode_png(picture))
+            paths.append(path)
+        return paths
+
+    def _picture(self) -> torch.Tensor:
+        shown = _ops.cam_overlay(self._images, self.cams, 0.5) if self._images is not None else self.heatmaps()
+        return grid(shown[:32])
+
+    def _repr_png_(self) -> bytes:
+        return encode_png(self._picture())
+
+    def _repr_html_(self) -> str:
+        data = base64.b64encode(self._repr_png_()).decode("ascii")
+        return f'<div><b>{self.method}</b> at {", ".join(self.layers)}<br><img src="data:image/png;base64,{data}"/></div>'
