@@ -150,7 +150,10 @@ at::Tensor cam_overlay_cpu(const at::Tensor& images, const at::Tensor& cams, dou
         const float scaled = std::clamp(255.0f * cp[image * pixels + p], 0.0f, 255.0f);
         const uint8_t* colour = kJetRGB[static_cast<int>(scaled)];  // truncation, as np.uint8
         for (int k = 0; k < 3; ++k) {
-          const float value = heat_weight * colour[k] / 255.0f + image_weight * ip[(image * pixels + p) * 3 + k] / 255.0f;
+          // The operation order of show_cam_on_image, so float rounding (and uint8 truncation) agree.
+          const float heat = static_cast<float>(colour[k]) / 255.0f;
+          const float pixel = static_cast<float>(ip[(image * pixels + p) * 3 + k]) / 255.0f;
+          const float value = heat_weight * heat + image_weight * pixel;
           blended[p * 3 + k] = value;
           peak = std::max(peak, value);
         }

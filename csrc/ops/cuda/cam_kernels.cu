@@ -114,7 +114,9 @@ __global__ void cam_normalize_kernel(const float* cams, float* out, int64_t h, i
 
 __device__ float blend(const uint8_t* image, const float* cam, int64_t p, int k, float alpha) {
   const float scaled = fminf(fmaxf(255.0f * cam[p], 0.0f), 255.0f);
-  return alpha * jet_rgb[static_cast<int>(scaled)][k] / 255.0f + (1.0f - alpha) * image[p * 3 + k] / 255.0f;
+  const float heat = static_cast<float>(jet_rgb[static_cast<int>(scaled)][k]) / 255.0f;
+  const float pixel = static_cast<float>(image[p * 3 + k]) / 255.0f;
+  return alpha * heat + (1.0f - alpha) * pixel;  // show_cam_on_image's order, for identical rounding
 }
 
 // One block per image: the blend's maximum, then the blend divided by it.

@@ -1,0 +1,316 @@
+"""Grad-CAM against a plain PyTorch reference written here with pytorch-grad-cam's formulas."""
+import gc
+
+import pytest
+import torch
+from torch import nn
+
+import gpucore
+from gpucore import cam as gcam
+
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+class Block(nn.Module):
+    """A torchvision-style basic residual block."""
+
+    def __init__(self, channels_in, channels_out, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels_in, channels_out, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels_out)
+        self.conv2 = nn.Conv2d(channels_out, channels_out, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels_out)
+        self.downsample = (nn.Sequential(nn.Conv2d(channels_in, channels_out, 1, stride, bias=False),
+                                         nn.BatchNorm2d(channels_out)) if stride != 1 or channels_in != channels_out else None)
+
+    def forward(self, x):
+        identity = self.downsample(x) if self.downsample is not None else x
+        return torch.relu(self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x))))) + identity)
+
+
+class TinyResNet(nn.Module):
+    def __init__(self, classes=7):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, 1, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.layer1 = Block(8, 8, 1)
+        self.layer2 = Block(8, 16, 2)
+        self.layer3 = Block(16, 24, 2)
+        self.fc = nn.Linear(24, classes)
+
+    def forward(self, x):
+        x = torch.relu(self.bn1(self.conv1(x)))
+        x = self.layer3(self.layer2(self.layer1(x)))
+        return self.fc(x.mean((2, 3)))
+
+
+def make_model(seed=0):
+    torch.manual_seed(seed)
+    model = TinyResNet()
+    # Random batch-norm statistics, so eval mode differs from train mode.
+    for module in model.modules():
+        if isinstance(module, nn.BatchNorm2d):
+            module.running_mean.uniform_(-0.2, 0.2)
+            module.running_var.uniform_(0.5, 1.5)
+    return model
+
+
+def scale(cam, size=None):
+    """pytorch-grad-cam's scale_cam_image."""
+    cam = cam - cam.amin((1, 2), keepdim=True)
+    cam = cam / (1e-7 + cam.amax((1, 2), keepdim=True))
+    if size is not None:
+        cam = nn.functional.interpolate(cam[:, None], size=size, mode="bilinear", align_corners=False)[:, 0]
+    return cam
+
+
+def reference(model, layer_names, x, method, targets=None):
+    model.eval()
+    layers = [dict(model.named_modules())[name] for name in layer_names]
+    store = {}
+    handles = [layer.register_forward_hook(lambda m, i, o, k=k: store.__setitem__(k, o)) for k, layer in enumerate(layers)]
+    try:
+        out = model(x)
+        index = out.argmax(1) if targets is None else torch.as_tensor(targets).expand(x.shape[0])
+        activations = [store[k] for k in range(len(layers))]
+        grads = torch.autograd.grad(out.gather(1, index[:, None]).sum(), activations)
+    finally:
+        for handle in handles:
+            handle.remove()
+    cams = []
+    for a, g in zip(activations, grads):
+        a, g = a.detach(), g.detach()
+        if method == "gradcam":
+            cam = (g.mean((2, 3))[:, :, None, None] * a).sum(1)
+        elif method == "gradcam++":
+            g2, g3 = g**2, g**3
+            sum_a = a.sum((2, 3))[:, :, None, None]
+            aij = g2 / (2 * g2 + sum_a * g3 + 1e-6)
+            aij = torch.where(g != 0, aij, torch.zeros_like(aij))
+            cam = ((torch.relu(g) * aij).sum((2, 3))[:, :, None, None] * a).sum(1)
+        elif method == "xgradcam":
+            sum_a = a.sum((2, 3))[:, :, None, None]
+            cam = ((g * a / (sum_a + 1e-7)).sum((2, 3))[:, :, None, None] * a).sum(1)
+        elif method == "hirescam":
+            cam = (g * a).sum(1)
+        elif method == "layercam":
+            cam = (torch.relu(g) * a).sum(1)
+        elif method in ("eigencam", "eigengradcam"):
+            m = a if method == "eigencam" else a * g
+            cam = []
+            for sample in m:
+                flat = sample.reshape(sample.shape[0], -1).T
+                flat = flat - flat.mean(0)
+                _, _, vt = torch.linalg.svd(flat, full_matrices=False)
+                projection = flat @ vt[0]
+                projection = projection * (1 if projection[projection.abs().argmax()] >= 0 else -1)
+                cam.append(projection.reshape(sample.shape[1:]))
+            cam = torch.stack(cam)
+        elif method == "scorecam":
+            with torch.no_grad():
+                up = nn.functional.interpolate(a, size=x.shape[-2:], mode="bilinear", align_corners=False)
+                low, high = up.flatten(2).amin(2)[..., None, None], up.flatten(2).amax(2)[..., None, None]
+                up = (up - low) / (high - low + 1e-7)
+                weights = []
+                for i in range(x.shape[0]):
+                    scores = model(x[i][None] * up[i][:, None])[:, index[i]]
+                    weights.append(torch.softmax(scores, 0))
+                cam = (torch.stack(weights)[:, :, None, None] * a).sum(1)
+        cams.append(scale(torch.relu(cam), x.shape[-2:]))
+    return scale(torch.stack(cams, 1).clamp_min(0).mean(1))
+
+
+@pytest.mark.parametrize("method", gcam.METHODS)
+def test_methods_match_the_reference(method):
+    model = make_model()
+    x = torch.randn(5, 3, 32, 28)
+    ours = gpucore.gradcam(model, "layer2", x, method=method).cams
+    expected = reference(model, ["layer2"], x, method)
+    assert ours.shape == (5, 32, 28)
+    torch.testing.assert_close(ours, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_several_layers_explicit_targets_and_chunks():
+    model = make_model(1)
+    x = torch.randn(6, 3, 24, 24)
+    ours = gpucore.CAM(model, ["layer2", model.layer3], "gradcam", batch_size=4)(x, targets=3).cams
+    torch.testing.assert_close(ours, reference(model, ["layer2", "layer3"], x, "gradcam", targets=3), rtol=1e-4,
+                               atol=1e-4)
+    per_sample = gpucore.gradcam(model, "layer3", x, targets=[0, 1, 2, 3, 4, 5]).cams
+    assert per_sample.shape == (6, 24, 24)
+
+
+def test_pytorch_grad_cam_agrees_when_installed():
+    pgc = pytest.importorskip("pytorch_grad_cam")
+    from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
+
+    model = make_model()
+    x = torch.randn(3, 3, 32, 32)
+    with pgc.GradCAM(model=model, target_layers=[model.layer3]) as theirs:
+        expected = theirs(input_tensor=x, targets=[ClassifierOutputTarget(2)] * 3)
+    ours = gpucore.gradcam(model, "layer3", x, targets=2).numpy()
+    assert abs(ours - expected).max() < 1e-4
+
+
+def test_gradients_do_not_touch_parameters_and_mode_is_restored():
+    model = make_model()
+    model.train()
+    x = torch.randn(2, 3, 16, 16)
+    gpucore.gradcam(model, "layer3", x)
+    assert model.training
+    assert all(p.grad is None for p in model.parameters())
+    for module in model.modules():
+        assert not module._forward_hooks
+
+
+def test_hooks_removed_and_mode_restored_after_a_failure():
+    model = make_model()
+    model.eval()
+    x = torch.randn(2, 3, 16, 16)
+    with pytest.raises(gpucore.ConfigError, match="out of range"):
+        gpucore.gradcam(model, "layer3", x, targets=99)
+    assert not model.training
+    assert all(not m._forward_hooks for m in model.modules())
+
+
+def test_frozen_models_and_half_precision_inputs_work():
+    model = make_model()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    x = torch.randn(2, 3, 16, 16)
+    result = gpucore.gradcam(model, "layer3", x)
+    assert torch.isfinite(result.cams).all() and result.cams.max() > 0.99
+    bf16 = make_model().to(torch.bfloat16)
+    cams = gpucore.gradcam(bf16, "layer3", x.to(torch.bfloat16)).cams
+    assert cams.dtype == torch.float32 and cams.max() > 0.99
+
+
+def test_errors_name_the_problem():
+    model = make_model()
+    x = torch.randn(2, 3, 16, 16)
+    with pytest.raises(gpucore.ConfigError, match=r"no layer 'layr3'.*Closest: layer3"):
+        gpucore.gradcam(model, "layr3", x)
+    with pytest.raises(gpucore.ConfigError, match="did not run"):
+        unused = nn.Conv2d(1, 1, 1)
+        model.add_module("unused", unused)
+        gpucore.gradcam(model, "unused", x)
+    with pytest.raises(gpucore.ConfigError, match="N x C x H x W"):
+        gpucore.gradcam(model, "layer3", torch.randn(3, 16, 16))
+    with pytest.raises(gpucore.ConfigError, match="not one of gradcam"):
+        gpucore.gradcam(model, "layer3", x, method="gradcam+++")
+    with pytest.raises(gpucore.ConfigError, match="2 entries for 3 inputs|3 inputs"):
+        gpucore.gradcam(model, "layer3", torch.randn(3, 3, 16, 16), targets=[1, 2])
+    with pytest.raises(gpucore.ConfigError, match="reshape_transform"):
+        gpucore.gradcam(model, "fc", x)
+
+
+def test_segmentation_and_multi_head_targets():
+    torch.manual_seed(0)
+    seg = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 4, 1))
+    x = torch.randn(2, 3, 12, 12)
+    mask = torch.zeros(12, 12)
+    mask[3:8, 3:8] = 1
+    cams = gpucore.gradcam(seg, "1", x, targets=gcam.segmentation_target(2, mask)).cams
+    assert cams.shape == (2, 12, 12)
+    head_model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(2), nn.Flatten(),
+                               nn.Linear(32, 4 * 10))
+    cams = gpucore.gradcam(head_model, "1", x, targets=gcam.head_target(3, 7, classes=10)).cams
+    assert cams.shape == (2, 12, 12)
+
+
+def test_reshape_transform_for_tokens():
+    class Tokens(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Conv2d(3, 16, 4, 4)
+            self.mix = nn.Linear(16, 16)
+            self.head = nn.Linear(16, 5)
+
+        def forward(self, x):
+            tokens = self.embed(x).flatten(2).transpose(1, 2)  # N x 16 tokens x 16
+            tokens = self.mix(tokens)
+            return self.head(tokens.mean(1))
+
+    to_map = lambda t: t.transpose(1, 2).reshape(t.shape[0], 16, 4, 4)
+    cams = gpucore.gradcam(Tokens(), "mix", torch.randn(2, 3, 16, 16), reshape_transform=to_map).cams
+    assert cams.shape == (2, 16, 16)
+
+
+def test_overlay_matches_show_cam_on_image_and_opencv_jet():
+    torch.manual_seed(0)
+    images = torch.randint(0, 256, (2, 10, 12, 3), dtype=torch.uint8)
+    cams = torch.rand(2, 10, 12)
+    result = gcam.CamResult(cams, "gradcam", ["x"])
+    ours = result.overlay(images, alpha=0.4)
+    ramp = torch.arange(256.0).div(255).reshape(1, 1, 256) + 1e-6
+    jet = gcam.CamResult(ramp, "gradcam", ["x"]).heatmaps()[0, 0]
+    heat = jet[(255 * cams).to(torch.uint8).long()].float() / 255
+    blend = 0.4 * heat + 0.6 * images.float() / 255
+    expected = (255 * (blend / blend.amax((1, 2, 3), keepdim=True))).to(torch.uint8)
+    assert torch.equal(ours, expected)
+    cv2 = pytest.importorskip("cv2")
+    import numpy as np
+
+    table = cv2.applyColorMap(np.arange(256, dtype=np.uint8).reshape(1, 256), cv2.COLORMAP_JET)[0][:, ::-1].copy()
+    heatmaps = gcam.CamResult(ramp, "gradcam", ["x"]).heatmaps()
+    assert np.array_equal(heatmaps[0, 0].numpy(), table)
+
+
+def test_png_files_and_notebook_display(tmp_path):
+    model = make_model()
+    x = torch.rand(3, 3, 16, 16)
+    result = gpucore.gradcam(model, "layer3", x)
+    paths = result.save(str(tmp_path / "out"), images=x)
+    assert len(paths) == 3
+    data = open(paths[0], "rb").read()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n") and b"IEND" in data
+    png = result._repr_png_()
+    assert png.startswith(b"\x89PNG") and "data:image/png;base64," in result._repr_html_()
+    try:
+        from PIL import Image
+    except ImportError:
+        return
+    decoded = torch.from_numpy(__import__("numpy").array(Image.open(paths[0])))
+    assert torch.equal(decoded, result.overlay(x)[0])
+
+
+def test_ops_pass_opcheck():
+    torch.manual_seed(0)
+    a, g = torch.randn(2, 4, 5, 6), torch.randn(2, 4, 5, 6)
+    for method in ("gradcam", "gradcam++", "xgradcam"):
+        torch.library.opcheck(torch.ops.gpucore.cam_weights, (a, g, method))
+    torch.library.opcheck(torch.ops.gpucore.cam_weighted_sum, (a, torch.randn(2, 4)))
+    torch.library.opcheck(torch.ops.gpucore.cam_weighted_sum, (a, g))
+    torch.library.opcheck(torch.ops.gpucore.cam_normalize, (torch.rand(2, 5, 6), [9, 11]))
+    torch.library.opcheck(torch.ops.gpucore.cam_normalize, (torch.rand(2, 5, 6), []))
+    torch.library.opcheck(torch.ops.gpucore.cam_overlay,
+                          (torch.randint(0, 256, (2, 5, 6, 3), dtype=torch.uint8), torch.rand(2, 5, 6), 0.5))
+
+
+def test_memory_is_flat_over_many_calls():
+    model = make_model()
+    x = torch.randn(2, 3, 16, 16)
+    for _ in range(20):
+        gpucore.gradcam(model, "layer3", x)
+    gc.collect()
+    before = gpucore.memory_stats("cpu")["allocated"]
+    for _ in range(300):
+        gpucore.gradcam(model, "layer3", x)
+    gc.collect()
+    after = gpucore.memory_stats("cpu")["allocated"]
+    assert after - before < 16 << 20
+    assert all(not m._forward_hooks for m in model.modules())
+
+
+@requires_cuda
+@pytest.mark.parametrize("method", gcam.METHODS)
+def test_cuda_kernels_match_cpu(method):
+    model = make_model()
+    x = torch.randn(3, 3, 32, 32)
+    cpu = gpucore.gradcam(model, "layer2", x, method=method).cams
+    gpu = gpucore.gradcam(model.cuda(), "layer2", x.cuda(), method=method).cams
+    assert gpu.device.type == "cuda"
+    torch.testing.assert_close(gpu.cpu(), cpu, rtol=1e-3, atol=1e-3)
+    images = torch.randint(0, 256, (3, 32, 32, 3), dtype=torch.uint8)
+    assert torch.equal(gcam.CamResult(cpu, method, []).overlay(images),
+                       gcam.CamResult(cpu.cuda(), method, []).overlay(images.cuda()).cpu())
