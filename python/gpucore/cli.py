@@ -42,6 +42,89 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_images(path: str, channels: int):
+    """uint8 N x H x W x C images and their names: a .npy/.npz array, or a folder of PNG/JPEG/BMP files."""
+    import os
+
+    import numpy as np
+    import torch
+
+    from .config import ConfigError
+
+    if os.path.isfile(path) and path.endswith((".npy", ".npz")):
+        array = np.load(path, allow_pickle=False)
+        if path.endswith(".npz"):
+            array = array[array.files[0]]
+        images = torch.from_numpy(np.ascontiguousarray(array))
+        if images.dim() == 3:
+            images = images.unsqueeze(-1)
+        names = [f"image_{i:04d}" for i in range(images.shape[0])]
+    elif os.path.isdir(path):
+        files = sorted(f for f in os.listdir(path) if f.lower().endswith((".png", ".jpg", ".jpeg", ".bmp")))
+        if not files:
+            raise ConfigError(f"--images: folder '{path}' holds no .png, .jpg, .jpeg or .bmp files")
+        try:
+            from PIL import Image
+        except ImportError as exc:
+            raise ConfigError("reading image files needs Pillow until gpucore's native image readers land: "
+                              "pip install pillow (or pass a .npy array of uint8 images)") from exc
+        pictures = []
+        for name in files:
+            with Image.open(os.path.join(path, name)) as picture:
+                pictures.append(np.asarray(picture.convert("L" if channels == 1 else "RGB")))
+        if len({p.shape for p in pictures}) != 1:
+            raise ConfigError(f"--images: the images in '{path}' differ in size; give images of one size")
+        images = torch.from_numpy(np.stack(pictures))
+        if images.dim() == 3:
+            images = images.unsqueeze(-1)
+        names = [os.path.splitext(f)[0] for f in files]
+    else:
+        raise ConfigError(f"--images '{path}' is neither a folder of images nor a .npy/.npz file")
+    if images.dtype != torch.uint8 or images.shape[-1] != channels:
+        raise ConfigError(f"--images: expected uint8 images with {channels} channel(s), got {images.dtype} "
+                          f"{tuple(images.shape)}")
+    return images, names
+
+
+def _gradcam(args: argparse.Namespace) -> int:
+    import os
+
+    import torch
+    from torch import nn
+
+    from .cam import CAM
+    from .checkpoint import load_checkpoint
+    from .config import load_config
+    from .device import select_device
+    from .models import build_model
+    from .png import encode_png
+
+    config = load_config(args.config)
+    device = select_device(args.device).device
+    model = build_model(config.model, config.model_kwargs)
+    checkpoint = load_checkpoint(args.checkpoint)
+    model.load_state_dict(checkpoint["model"])
+    model.to(device)
+    first_conv = next((m for m in model.modules() if isinstance(m, nn.Conv2d)), None)
+    channels = first_conv.in_channels if first_conv is not None else 3
+    images, names = _read_images(args.images, channels)
+    x = images.permute(0, 3, 1, 2).float().div(255)
+    if checkpoint.get("input_stats"):
+        mean, std = checkpoint["input_stats"]
+        x = (x - mean) / std
+    targets = args.target if args.target is not None else None
+    result = CAM(model, args.layer, args.method, batch_size=args.batch_size)(x.to(device), targets)
+    overlays = result.overlay(images.to(device))
+    os.makedirs(args.out, exist_ok=True)
+    for name, picture in zip(names, overlays):
+        with open(os.path.join(args.out, f"{name}_{args.method}.png"), "wb") as handle:
+            handle.write(encode_png(picture))
+    torch.save(result.cams.cpu(), os.path.join(args.out, f"cams_{args.method}.pt"))
+    print(json.dumps({"images": len(names), "method": args.method, "layer": args.layer, "device": str(device),
+                      "out": os.path.abspath(args.out)}, indent=2))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpucore", description="gpucore: a native training core for PyTorch")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -57,6 +140,19 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
     train.add_argument("--resume", metavar="auto|PATH", help="continue from the run's last checkpoint or from PATH")
     train.set_defaults(run=_train)
+
+    cam = commands.add_parser("gradcam", help="class activation maps of images for a trained checkpoint")
+    cam.add_argument("--config", required=True, help="the training config (names the model)")
+    cam.add_argument("--checkpoint", required=True, help="a gpucore checkpoint (best.pt, last.pt)")
+    cam.add_argument("--layer", required=True, help="target layer, a dotted name such as layer4 or features.7")
+    cam.add_argument("--images", required=True, help="a folder of PNG/JPEG/BMP images or a .npy/.npz uint8 array")
+    cam.add_argument("--out", required=True, help="folder for the overlays (PNG) and the maps (cams_METHOD.pt)")
+    cam.add_argument("--method", default="gradcam", help="gradcam (default), gradcam++, xgradcam, hirescam, layercam, "
+                     "eigencam, eigengradcam, scorecam")
+    cam.add_argument("--target", type=int, help="class index (default: each image's predicted class)")
+    cam.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
+    cam.add_argument("--batch-size", type=int, default=32, help="images per pass (default 32)")
+    cam.set_defaults(run=_gradcam)
     return parser
 
 

@@ -314,3 +314,32 @@ def test_cuda_kernels_match_cpu(method):
     images = torch.randint(0, 256, (3, 32, 32, 3), dtype=torch.uint8)
     assert torch.equal(gcam.CamResult(cpu, method, []).overlay(images),
                        gcam.CamResult(cpu.cuda(), method, []).overlay(images.cuda()).cpu())
+
+
+def test_cli_gradcam_on_a_trained_checkpoint(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from gpucore.datasets import synthetic_fashion
+
+    config = tmp_path / "fm.yaml"
+    config.write_text(f"epochs: 1\nrun_dir: {tmp_path / 'runs'}\nprogress: false\n"
+                      "data_kwargs: {train_size: 512, val_size: 64}\n")
+    trained = gpucore.train(str(config))
+    (images, labels), _ = synthetic_fashion(train_size=4, val_size=1, seed=5)
+    np.save(tmp_path / "images.npy", images[:, 0].numpy())
+    out = tmp_path / "cams"
+    command = [sys.executable, "-m", "gpucore", "gradcam", "--config", str(config), "--checkpoint",
+               f"{trained.checkpoint_dir}/best.pt", "--layer", "features.4", "--images", str(tmp_path / "images.npy"),
+               "--out", str(out), "--method", "gradcam++"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["images"] == 4
+    assert sorted(p.name for p in out.iterdir())[:2] == ["cams_gradcam++.pt", "image_0000_gradcam++.png"]
+    assert torch.load(out / "cams_gradcam++.pt").shape == (4, 28, 28)
+    bad = subprocess.run(command[:-4] + ["--layer", "feature.4", "--out", str(out)], capture_output=True, text=True,
+                         timeout=300)
+    assert bad.returncode == 2 and "no layer 'feature.4'" in bad.stderr
