@@ -208,7 +208,13 @@ class CAM:
             with torch.set_grad_enabled(not gradient_free):
                 # A fresh leaf that requires grad, so the graph reaches the layers even with frozen weights.
                 x = inputs.detach().requires_grad_(not gradient_free)
-                output = self.model(x)
+                try:
+                    output = self.model(x)
+                except RuntimeError as exc:
+                    if "out of memory" in str(exc):
+                        raise
+                    raise ConfigError(f"inputs of shape {tuple(inputs.shape)} ({inputs.dtype}, {inputs.device}) do "
+                                      f"not fit the model: {str(exc).splitlines()[0]}") from exc
                 if isinstance(output, (tuple, list)):
                     output = output[0]
                 activations = [self._activation(a, i) for i, a in enumerate(captured)]
@@ -244,10 +250,11 @@ class CAM:
     def _scorecam_weights(self, a, inputs, output, targets) -> torch.Tensor:
         """Softmax over channels of the target score of the input masked by each upsampled channel."""
         n, channels = a.shape[:2]
-        masks = nn.functional.interpolate(a, size=inputs.shape[-2:], mode="bilinear", align_corners=False)
+        # As pytorch-grad-cam: UpsamplingBilinear2d (align_corners=True), per-channel min-max with eps 1e-8.
+        masks = nn.functional.interpolate(a, size=inputs.shape[-2:], mode="bilinear", align_corners=True)
         low = masks.flatten(2).amin(2)[..., None, None]
         high = masks.flatten(2).amax(2)[..., None, None]
-        masks = (masks - low) / (high - low + 1e-7)
+        masks = (masks - low) / (high - low + 1e-8)
         if targets is None:
             targets = output.argmax(1)
         per_sample = inputs[0].numel() * inputs.element_size()
