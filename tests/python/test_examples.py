@@ -21,3 +21,10 @@ def test_train_bench_runs_and_reports_every_loop(tmp_path):
     assert set(report["samples_per_s"]) == {"gpucore.train", "seed-style loop", "hand-optimised loop"}
     assert all(value > 0 for value in report["samples_per_s"].values())
     assert (tmp_path / "bench.json").exists()
+
+
+def test_cam_bench_runs_and_reports(tmp_path):
+    bench = runpy.run_path(str(EXAMPLES.parent / "bench" / "cam_bench.py"))
+    report = bench["main"](["--batch", "2", "--size", "32", "--repeats", "1", "--json", str(tmp_path / "cam.json")])
+    assert {"gpucore", "plain PyTorch"} <= set(report["per_second"])
+    assert all(value > 0 for value in report["per_second"].values())

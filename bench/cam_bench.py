@@ -1,0 +1,146 @@
+"""Grad-CAM throughput, side by side in one run: CAMs plus overlays per second for a ResNet-50-size
+model (random weights, batch 64, 224 px by default) with gpucore, a plain PyTorch reference on the same
+device, and pytorch-grad-cam (GradCAM + show_cam_on_image) when it is installed.
+
+    python bench/cam_bench.py [--device auto] [--batch 64] [--size 224] [--repeats 3] [--json out.json]
+
+Not a test: run it on purpose and quote the numbers with the device.
+"""
+import argparse
+import datetime
+import json
+import platform
+import time
+
+import torch
+from torch import nn
+
+import gpucore
+
+
+class Bottleneck(nn.Module):
+    def __init__(self, channels_in, width, stride):
+        super().__init__()
+        out = width * 4
+        self.body = nn.Sequential(
+            nn.Conv2d(channels_in, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True),
+            nn.Conv2d(width, width, 3, stride, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True),
+            nn.Conv2d(width, out, 1, bias=False), nn.BatchNorm2d(out))
+        self.downsample = (nn.Sequential(nn.Conv2d(channels_in, out, 1, stride, bias=False), nn.BatchNorm2d(out))
+                           if stride != 1 or channels_in != out else nn.Identity())
+
+    def forward(self, x):
+        return torch.relu(self.body(x) + self.downsample(x))
+
+
+class ResNet50(nn.Module):
+    """torchvision's resnet50 layout (3-4-6-3 bottlenecks), 25.6 M parameters, random weights."""
+
+    def __init__(self, classes=1000):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
+                                  nn.MaxPool2d(3, 2, 1))
+        layers, channels = [], 64
+        for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+            stage = []
+            for index in range(blocks):
+                stage.append(Bottleneck(channels, width, stride if index == 0 else 1))
+                channels = width * 4
+            layers.append(nn.Sequential(*stage))
+        self.layer1, self.layer2, self.layer3, self.layer4 = layers
+        self.fc = nn.Linear(2048, classes)
+
+    def forward(self, x):
+        x = self.layer4(self.layer3(self.layer2(self.layer1(self.stem(x)))))
+        return self.fc(x.mean((2, 3)))
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def plain_reference(model, x, images, jet):
+    """Grad-CAM written directly in PyTorch on the same device: hooks, autograd.grad, tensor math."""
+    store = {}
+    handle = model.layer4.register_forward_hook(lambda m, i, o: store.__setitem__("a", o))
+    try:
+        x = x.detach().requires_grad_(True)
+        out = model(x)
+        (grad,) = torch.autograd.grad(out.gather(1, out.argmax(1, keepdim=True)).sum(), store["a"])
+    finally:
+        handle.remove()
+    a = store["a"].detach()
+    cam = torch.relu((grad.mean((2, 3), keepdim=True) * a).sum(1))
+    cam = cam - cam.amin((1, 2), keepdim=True)
+    cam = cam / (cam.amax((1, 2), keepdim=True) + 1e-7)
+    cam = nn.functional.interpolate(cam[:, None], size=x.shape[-2:], mode="bilinear", align_corners=False)[:, 0]
+    heat = jet[(255 * cam).to(torch.uint8).long()].float() / 255
+    blend = 0.5 * heat + 0.5 * images.float() / 255
+    return (255 * (blend / blend.amax((1, 2, 3), keepdim=True))).to(torch.uint8)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--size", type=int, default=224)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", help="write the results here")
+    args = parser.parse_args(argv)
+
+    device = gpucore.select_device(args.device).device
+    torch.manual_seed(0)
+    model = ResNet50().to(device).eval()
+    x = torch.randn(args.batch, 3, args.size, args.size, device=device)
+    images = torch.randint(0, 256, (args.batch, args.size, args.size, 3), dtype=torch.uint8, device=device)
+    ramp = torch.arange(256.0, device=device).div(255).reshape(1, 1, 256) + 1e-6
+    jet = gpucore.CamResult(ramp, "gradcam", []).heatmaps()[0, 0]
+
+    runners = {
+        "gpucore": lambda: gpucore.gradcam(model, "layer4", x).overlay(images),
+        "plain PyTorch": lambda: plain_reference(model, x, images, jet),
+    }
+    try:
+        from pytorch_grad_cam import GradCAM
+        from pytorch_grad_cam.utils.image import show_cam_on_image
+
+        host_images = images.float().div(255).cpu().numpy()
+
+        def pytorch_grad_cam():
+            with GradCAM(model=model, target_layers=[model.layer4]) as cam:
+                maps = cam(input_tensor=x, targets=None)
+            return [show_cam_on_image(img, m, use_rgb=True) for img, m in zip(host_images, maps)]
+
+        runners["pytorch-grad-cam"] = pytorch_grad_cam
+    except ImportError:
+        pass
+
+    # Interleaved rounds, median per implementation: a shared, noisy machine hits all of them alike.
+    for run in runners.values():
+        run()  # warm-up
+    seconds = {name: [] for name in runners}
+    for _ in range(args.repeats):
+        for name, run in runners.items():
+            sync(device)
+            start = time.perf_counter()
+            run()
+            sync(device)
+            seconds[name].append(time.perf_counter() - start)
+    rate = {name: args.batch / sorted(times)[len(times) // 2] for name, times in seconds.items()}
+    label = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
+    print(f"device: {label}, torch {torch.__version__}, batch {args.batch}, {args.size} px, ResNet-50 layer4")
+    print(f"{'implementation':<20}{'CAMs+overlays/s':>17}{'gpucore / this':>16}")
+    for name, value in rate.items():
+        print(f"{name:<20}{value:>17.1f}{rate['gpucore'] / value:>15.2f}x")
+    report = {"date": datetime.date.today().isoformat(), "device": label, "torch": torch.__version__,
+              "python": platform.python_version(), "batch": args.batch, "size": args.size, "per_second": rate,
+              "gpucore_ratio": {name: rate["gpucore"] / value for name, value in rate.items()}}
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(report, handle, indent=2)
+    return report
+
+
+if __name__ == "__main__":
+    main()
