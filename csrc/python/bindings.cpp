@@ -12,7 +12,7 @@
 namespace py = pybind11;
 using namespace gpucore;
 
-void bind_training(py::module_& m);  // train_bindings.cpp
+void bind_tensor_api(py::module_& m);  // tensor_bindings.cpp
 
 namespace {
 
@@ -145,5 +145,5 @@ PYBIND11_MODULE(_C, m) {
       .def_readonly("error", &SmokeResult::error);
   m.def("smoke_test", &smoke_test, py::arg("device"), py::call_guard<py::gil_scoped_release>());
 
-  bind_training(m);
+  bind_tensor_api(m);
 }

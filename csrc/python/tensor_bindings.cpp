@@ -1,5 +1,6 @@
-// Bindings of the training core. The only translation unit that includes torch's Python headers
-// (for the Tensor type casters), so the rest of the build stays fast.
+// Bindings of everything that takes or returns tensors (the training core, the data readers). The
+// only translation unit that includes torch's Python headers (for the Tensor type casters), so the
+// rest of the build stays fast.
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 #include <pybind11/functional.h>
@@ -9,6 +10,7 @@
 #include "gpucore/engine.h"
 #include "gpucore/errors.h"
 #include "gpucore/losses.h"
+#include "gpucore/readers.h"
 #include "gpucore/schedule.h"
 
 namespace py = pybind11;
@@ -98,7 +100,7 @@ std::optional<at::ScalarType> parse_autocast(const std::string& name) {
 
 }  // namespace
 
-void bind_training(py::module_& m) {
+void bind_tensor_api(py::module_& m) {
   py::register_exception<TrainingError>(m, "TrainingError", PyExc_RuntimeError);
 
   py::class_<LossConfig>(m, "LossConfig")
@@ -235,4 +237,19 @@ void bind_training(py::module_& m) {
       .def("load_state", [](Engine& self, const std::map<std::string, at::Tensor>& state) {
         self.load_state(std::vector<std::pair<std::string, at::Tensor>>(state.begin(), state.end()));
       });
+
+  m.def("read_idx", &read_idx, py::arg("path"), py::call_guard<py::gil_scoped_release>());
+  m.def("read_npy", &read_npy, py::arg("path"), py::call_guard<py::gil_scoped_release>());
+  m.def("decode_image", &decode_image, py::arg("path"), py::arg("channels"), py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "decode_images",
+      [](const std::vector<std::string>& paths, int64_t channels, int64_t threads, bool skip_errors) {
+        DecodedImages decoded;
+        {
+          py::gil_scoped_release release;
+          decoded = decode_images(paths, channels, threads, skip_errors);
+        }
+        return py::make_tuple(decoded.images, decoded.kept, decoded.skipped);
+      },
+      py::arg("paths"), py::arg("channels"), py::arg("threads"), py::arg("skip_errors"));
 }

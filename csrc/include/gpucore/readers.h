@@ -1,0 +1,31 @@
+#pragma once
+// Readers for training data on disk. Every reader checks what it reads and names the file (and the
+// offset or index) in its error, a ConfigError.
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+namespace gpucore {
+
+// An IDX file (MNIST, Fashion-MNIST, EMNIST), plain or gzip-compressed (detected from the content):
+// a tensor of the file's type and dimensions (uint8 N x H x W for images, N for labels).
+at::Tensor read_idx(const std::string& path);
+
+// A .npy file: little-endian bool, (u)int8/16/32/64, float16/32/64, C order.
+at::Tensor read_npy(const std::string& path);
+
+// One PNG or JPEG image (detected from its first bytes) as uint8 H x W x channels (1: grey, 3: RGB).
+at::Tensor decode_image(const std::string& path, int64_t channels);
+
+struct DecodedImages {
+  at::Tensor images;                 // uint8 N x H x W x channels, in the order of the paths kept
+  std::vector<int64_t> kept;         // index into the paths of each image
+  std::vector<std::string> skipped;  // "path: why", when skipping is allowed
+};
+
+// Decodes `paths` on `threads` threads (the result does not depend on the count). All images must
+// share one size. skip_errors: unreadable files are left out and reported instead of raising.
+DecodedImages decode_images(const std::vector<std::string>& paths, int64_t channels, int64_t threads, bool skip_errors);
+
+}  // namespace gpucore
