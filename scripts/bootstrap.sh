@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what gpucore needs on a fresh Debian/Ubuntu machine, reusing whatever is already there:
-# build tools and GoogleTest (apt), a virtualenv (.venv), torch, then gpucore itself with a plain
+# build tools, GoogleTest and the image libraries (apt), a virtualenv (.venv), torch, then gpucore itself with a plain
 # `pip install .` into that environment (plus its C++ test binary, in build/).
 #
 #   GPUCORE_VENV   the virtualenv to use or create (default: .venv in the checkout)
@@ -19,6 +19,9 @@ command -v ninja >/dev/null || missing+=(ninja-build)
 command -v g++ >/dev/null || missing+=(g++)
 command -v ccache >/dev/null || missing+=(ccache)
 [ -f /usr/include/gtest/gtest.h ] || missing+=(libgtest-dev)
+[ -f /usr/include/png.h ] || missing+=(libpng-dev)
+[ -f /usr/include/jpeglib.h ] || missing+=(libjpeg-dev)
+[ -f /usr/include/zlib.h ] || missing+=(zlib1g-dev)
 python3 -c "import venv, ensurepip" 2>/dev/null || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "bootstrap: installing ${missing[*]} with apt-get"

@@ -11,7 +11,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from . import _C
+from . import _C, data
 
 ConfigError = _C.ConfigError
 
@@ -59,45 +59,66 @@ def synthetic_fashion(train_size: int = 12000, val_size: int = 2000, seed: int =
 BUILTIN = {"synthetic_fashion": synthetic_fashion}
 
 
-def _load_arrays(path: str):
+def _find(folder: str, *names: str) -> Optional[str]:
+    for name in names:
+        for candidate in (name, name + ".gz"):
+            path = os.path.join(folder, candidate)
+            if os.path.isfile(path):
+                return path
+    return None
+
+
+def _load_folder(path: str, kwargs: dict):
+    """IDX files, .npy files, or image folders (class subfolders, optionally under train/ and val/ or test/)."""
+    def pair(dataset):
+        return dataset.inputs, dataset.targets
+
+    train_images = _find(path, "train-images-idx3-ubyte", "train-images.idx3-ubyte")
+    if train_images:
+        train = pair(data.IDX(train_images, _required(path, "train-labels-idx1-ubyte", "train-labels.idx1-ubyte")))
+        test_images = _find(path, "t10k-images-idx3-ubyte", "t10k-images.idx3-ubyte")
+        val = (pair(data.IDX(test_images, _required(path, "t10k-labels-idx1-ubyte", "t10k-labels.idx1-ubyte")))
+               if test_images else None)
+        return train, val
+    arrays = {name[:-4]: os.path.join(path, name) for name in os.listdir(path) if name.endswith(".npy")}
+    for x, y, vx, vy in (("x_train", "y_train", "x_val", "y_val"), ("x_train", "y_train", "x_test", "y_test"),
+                         ("x", "y", None, None)):
+        if x in arrays and y in arrays:
+            val = pair(data.Npy(arrays[vx], arrays[vy])) if vx in arrays and vy in arrays else None
+            return pair(data.Npy(arrays[x], arrays[y])), val
+    if os.path.isdir(os.path.join(path, "train")):
+        train = pair(data.ImageFolder(os.path.join(path, "train"), **kwargs))
+        for name in ("val", "test"):
+            if os.path.isdir(os.path.join(path, name)):
+                return train, pair(data.ImageFolder(os.path.join(path, name), **kwargs))
+        return train, None
+    if any(os.path.isdir(os.path.join(path, entry)) for entry in os.listdir(path)):
+        return pair(data.ImageFolder(path, **kwargs)), None
+    raise ConfigError(f"data folder '{path}' holds no IDX files (train-images-idx3-ubyte[.gz]), no x_train.npy/"
+                      "y_train.npy or x.npy/y.npy, and no class subfolders of images")
+
+
+def _required(folder: str, *names: str) -> str:
+    path = _find(folder, *names)
+    if path is None:
+        raise ConfigError(f"data folder '{folder}' has IDX images but no {names[0]}[.gz] beside them")
+    return path
+
+
+def _load_npz(path: str):
+    import numpy as np
+
     try:
-        import numpy as np
-    except ImportError as exc:  # pragma: no cover - numpy is a dependency
-        raise ConfigError(f"reading '{path}' needs numpy: pip install numpy") from exc
-
-    def tensor(array, origin):
-        try:
-            return torch.from_numpy(np.ascontiguousarray(array))
-        except TypeError as exc:
-            raise ConfigError(f"data: '{origin}' holds {array.dtype} values, which torch cannot use") from exc
-
-    if os.path.isdir(path):
-        files = {name[:-4]: os.path.join(path, name) for name in os.listdir(path) if name.endswith(".npy")}
-        arrays = {}
-        for name, file in files.items():
-            try:
-                arrays[name] = tensor(np.load(file, allow_pickle=False), file)
-            except ValueError as exc:
-                raise ConfigError(f"data: '{file}' is not a valid .npy file ({exc})") from exc
-        origin = f"folder '{path}'"
-    elif path.endswith(".npz") and os.path.isfile(path):
-        try:
-            with np.load(path, allow_pickle=False) as archive:
-                arrays = {name: tensor(archive[name], f"{path}:{name}") for name in archive.files}
-        except (ValueError, OSError) as exc:
-            raise ConfigError(f"data: '{path}' is not a valid .npz file ({exc})") from exc
-        origin = f"'{path}'"
-    else:
-        raise ConfigError(
-            f"config key 'data': '{path}' is neither a built-in data set ({', '.join(BUILTIN)}), a .npz file, "
-            "nor a folder of .npy files"
-        )
-    for train_x, train_y, val_x, val_y in (("x_train", "y_train", "x_val", "y_val"), ("x_train", "y_train", "x_test", "y_test"),
-                                           ("x", "y", None, None)):
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {name: torch.from_numpy(np.ascontiguousarray(archive[name])) for name in archive.files}
+    except (ValueError, OSError, TypeError) as exc:
+        raise ConfigError(f"data: '{path}' is not a valid .npz file of numeric arrays ({exc})") from exc
+    for train_x, train_y, val_x, val_y in (("x_train", "y_train", "x_val", "y_val"),
+                                           ("x_train", "y_train", "x_test", "y_test"), ("x", "y", None, None)):
         if train_x in arrays and train_y in arrays:
             val = (arrays[val_x], arrays[val_y]) if val_x in arrays and val_y in arrays else None
             return (arrays[train_x], arrays[train_y]), val
-    raise ConfigError(f"data: {origin} has arrays {sorted(arrays)}; expected x_train and y_train (optionally x_val/y_val "
+    raise ConfigError(f"data: '{path}' has arrays {sorted(arrays)}; expected x_train and y_train (optionally x_val/y_val "
                       "or x_test/y_test), or x and y")
 
 
@@ -109,7 +130,16 @@ def load_data(name: str, kwargs: dict, val_fraction: float, seed: int):
         except TypeError as exc:
             raise ConfigError(f"config key 'data_kwargs' does not fit data set '{name}': {exc}") from exc
     else:
-        train, val = _load_arrays(os.path.expanduser(name))
+        path = os.path.expanduser(name)
+        if os.path.isdir(path):
+            train, val = _load_folder(path, kwargs)
+        elif path.endswith(".npz") and os.path.isfile(path):
+            train, val = _load_npz(path)
+        else:
+            raise ConfigError(
+                f"config key 'data': '{name}' is neither a built-in data set ({', '.join(BUILTIN)}), a .npz file, "
+                "nor a folder (IDX files, .npy files, or class subfolders of images)"
+            )
     if val is None and val_fraction > 0:
         train, val = split(train, val_fraction, seed)
     return train, val

@@ -19,6 +19,7 @@ from torch import nn
 from . import _C
 from .checkpoint import json_safe, load_checkpoint, save_checkpoint, write_json
 from .config import load_config
+from .data import Dataset as LoadedDataset
 from .datasets import input_stats, load_data, prepare_inputs
 from .device import resolve_precision, select_device
 from .models import build_model
@@ -312,6 +313,8 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
         module.to(memory_format=torch.channels_last)
     forward = torch.compile(module) if config.compile else module
 
+    # Data sets read by gpucore's readers are in memory: serve them like tensors, from the device.
+    train_data, val_data = ((d.inputs, d.targets) if isinstance(d, LoadedDataset) else d for d in (train_data, val_data))
     if train_data is None:
         train_pair, val_pair = load_data(config.data, config.data_kwargs, config.val_fraction, config.seed)
         train_data = train_pair

@@ -100,7 +100,7 @@ def test_npz_and_npy_data(tmp_path):
     result = gpucore.train(dict(run_dir=str(tmp_path), progress=False, epochs=1, data=str(folder), val_fraction=0.25))
     assert result.steps == 3  # 150 training samples in batches of 64
     np.save(folder / "y.npy", y[:10])
-    with pytest.raises(gpucore.ConfigError, match="same number of samples"):
+    with pytest.raises(gpucore.ConfigError, match=r"x.npy: 200 inputs but 10 targets"):
         gpucore.train(dict(run_dir=str(tmp_path), progress=False, epochs=1, data=str(folder), val_fraction=0))
 
 

@@ -1,0 +1,197 @@
+"""The native readers and data sets: round trips with files written here, every corrupt case, errors that name the file."""
+import gzip
+import os
+import struct
+
+import numpy as np
+import pytest
+import torch
+
+import gpucore
+from gpucore import _C, data
+from gpucore.png import encode_png
+
+
+def write_idx(path, array, compress=False):
+    codes = {np.uint8: 0x08, np.int8: 0x09, np.int16: 0x0B, np.int32: 0x0C, np.float32: 0x0D, np.float64: 0x0E}
+    header = struct.pack(">BBBB", 0, 0, codes[array.dtype.type], array.ndim)
+    header += b"".join(struct.pack(">I", d) for d in array.shape)
+    payload = header + array.astype(array.dtype.newbyteorder(">")).tobytes()
+    with (gzip.open if compress else open)(path, "wb") as handle:
+        handle.write(payload)
+
+
+@pytest.mark.parametrize("compress", [False, True])
+@pytest.mark.parametrize("dtype", [np.uint8, np.int32, np.float32, np.float64, np.int16])
+def test_idx_round_trip(tmp_path, compress, dtype):
+    array = (np.random.default_rng(0).random((5, 4, 3)) * 100).astype(dtype)
+    path = str(tmp_path / ("a.idx.gz" if compress else "a.idx"))
+    write_idx(path, array, compress)
+    assert np.array_equal(_C.read_idx(path).numpy(), array)
+
+
+def test_idx_errors_name_the_file(tmp_path):
+    good = tmp_path / "good.idx"
+    write_idx(str(good), np.zeros((3, 2, 2), np.uint8))
+    payload = good.read_bytes()
+    cases = {"truncated.idx": payload[:-2], "extra.idx": payload + b"\x00", "magic.idx": b"\x01\x02" + payload[2:],
+             "type.idx": payload[:2] + b"\x07" + payload[3:], "header.idx": payload[:6]}
+    messages = {"truncated.idx": "truncated", "extra.idx": "more data", "magic.idx": "not an IDX file",
+                "type.idx": "unknown data type", "header.idx": "truncated in its header"}
+    for name, content in cases.items():
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(gpucore.ConfigError, match=messages[name]) as info:
+            _C.read_idx(str(tmp_path / name))
+        assert name in str(info.value)
+    with pytest.raises(gpucore.ConfigError, match="cannot open"):
+        _C.read_idx(str(tmp_path / "missing.idx"))
+
+
+def test_idx_data_set_and_training_on_an_idx_folder(tmp_path):
+    rng = np.random.default_rng(1)
+    (images, labels), (val_images, val_labels) = gpucore.datasets.synthetic_fashion(train_size=600, val_size=100)
+    write_idx(str(tmp_path / "train-images-idx3-ubyte.gz"), images[:, 0].numpy(), compress=True)
+    write_idx(str(tmp_path / "train-labels-idx1-ubyte.gz"), labels.numpy().astype(np.uint8), compress=True)
+    write_idx(str(tmp_path / "t10k-images-idx3-ubyte"), val_images[:, 0].numpy())
+    write_idx(str(tmp_path / "t10k-labels-idx1-ubyte"), val_labels.numpy().astype(np.uint8))
+    dataset = data.IDX(str(tmp_path / "train-images-idx3-ubyte.gz"), str(tmp_path / "train-labels-idx1-ubyte.gz"))
+    assert torch.equal(dataset.inputs, images) and torch.equal(dataset.targets, labels)
+    result = gpucore.train(dict(data=str(tmp_path), epochs=1, progress=False, run_dir=str(tmp_path / "runs")))
+    assert "val_accuracy" in result.history[0]
+    write_idx(str(tmp_path / "short-labels"), labels.numpy()[:10].astype(np.uint8))
+    with pytest.raises(gpucore.ConfigError, match="short-labels"):
+        data.IDX(str(tmp_path / "train-images-idx3-ubyte.gz"), str(tmp_path / "short-labels"))
+    del rng
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int64, np.float32, np.float64, np.bool_, np.int16])
+def test_npy_round_trip(tmp_path, dtype):
+    array = (np.random.default_rng(0).random((3, 5)) * 10).astype(dtype)
+    np.save(tmp_path / "a.npy", array)
+    assert np.array_equal(_C.read_npy(str(tmp_path / "a.npy")).numpy(), array)
+
+
+def test_npy_errors(tmp_path):
+    np.save(tmp_path / "a.npy", np.zeros((4, 4), np.float32))
+    content = (tmp_path / "a.npy").read_bytes()
+    (tmp_path / "cut.npy").write_bytes(content[:-8])
+    with pytest.raises(gpucore.ConfigError, match="cut.npy' is truncated"):
+        _C.read_npy(str(tmp_path / "cut.npy"))
+    (tmp_path / "bad.npy").write_bytes(b"not numpy at all")
+    with pytest.raises(gpucore.ConfigError, match="bad.npy' is not a .npy file"):
+        _C.read_npy(str(tmp_path / "bad.npy"))
+    np.save(tmp_path / "complex.npy", np.zeros(3, np.complex64))
+    with pytest.raises(gpucore.ConfigError, match="complex.npy' holds dtype c8"):
+        _C.read_npy(str(tmp_path / "complex.npy"))
+    np.save(tmp_path / "fortran.npy", np.asfortranarray(np.zeros((3, 2), np.float32)))
+    with pytest.raises(gpucore.ConfigError, match="Fortran order"):
+        _C.read_npy(str(tmp_path / "fortran.npy"))
+
+
+def write_png(path, image):
+    with open(path, "wb") as handle:
+        handle.write(encode_png(image))
+
+
+def test_png_round_trip_grey_and_rgb(tmp_path):
+    rgb = torch.randint(0, 256, (9, 13, 3), dtype=torch.uint8)
+    grey = torch.randint(0, 256, (9, 13), dtype=torch.uint8)
+    write_png(tmp_path / "rgb.png", rgb)
+    write_png(tmp_path / "grey.png", grey)
+    assert torch.equal(_C.decode_image(str(tmp_path / "rgb.png"), 3), rgb)
+    assert torch.equal(_C.decode_image(str(tmp_path / "grey.png"), 1)[..., 0], grey)
+    assert torch.equal(_C.decode_image(str(tmp_path / "grey.png"), 3), grey[..., None].expand(9, 13, 3))
+
+
+def test_jpeg_matches_pillow(tmp_path):
+    Image = pytest.importorskip("PIL.Image")
+    pixels = np.random.default_rng(0).integers(0, 256, (16, 20, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(tmp_path / "a.jpg", quality=90)
+    ours = _C.decode_image(str(tmp_path / "a.jpg"), 3).numpy().astype(int)
+    theirs = np.asarray(Image.open(tmp_path / "a.jpg").convert("RGB")).astype(int)
+    assert np.abs(ours - theirs).max() <= 1  # same libjpeg family; IDCT rounding may differ by one
+
+
+def test_corrupt_images_name_the_file_or_are_skipped(tmp_path):
+    folder = tmp_path / "cls"
+    folder.mkdir()
+    for i in range(4):
+        write_png(folder / f"{i}.png", torch.full((6, 6, 3), i * 40, dtype=torch.uint8))
+    good = (folder / "0.png").read_bytes()
+    (folder / "4_cut.png").write_bytes(good[:40])
+    (folder / "5_text.png").write_bytes(b"hello")
+    paths = sorted(str(p) for p in folder.iterdir())
+    with pytest.raises(gpucore.ConfigError, match=r"4_cut.png' \(index 4\): corrupt PNG"):
+        _C.decode_images(paths, 3, 2, False)
+    images, kept, skipped = _C.decode_images(paths, 3, 2, True)
+    assert images.shape == (4, 6, 6, 3) and kept == [0, 1, 2, 3]
+    assert len(skipped) == 2 and "neither PNG nor JPEG" in skipped[1]
+
+
+def test_mixed_sizes_are_an_error(tmp_path):
+    write_png(tmp_path / "a.png", torch.zeros(6, 6, 3, dtype=torch.uint8))
+    write_png(tmp_path / "b.png", torch.zeros(7, 6, 3, dtype=torch.uint8))
+    with pytest.raises(gpucore.ConfigError, match=r"b.png' is 7x6 but .*a.png' is 6x6"):
+        _C.decode_images([str(tmp_path / "a.png"), str(tmp_path / "b.png")], 3, 1, False)
+
+
+def make_image_folder(root, classes=3, per_class=12, size=10, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    for label in range(classes):
+        os.makedirs(root / f"class_{label}", exist_ok=True)
+        for i in range(per_class):
+            image = torch.randint(0, 60, (size, size, 3), generator=generator, dtype=torch.uint8)
+            image[:, :, label] += 150  # the class is the dominant colour
+            write_png(root / f"class_{label}" / f"{i:03d}.png", image)
+
+
+def test_image_folder_same_for_1_and_4_threads_and_trains(tmp_path):
+    make_image_folder(tmp_path / "data" / "train")
+    make_image_folder(tmp_path / "data" / "val", per_class=4, seed=1)
+    one = data.ImageFolder(str(tmp_path / "data" / "train"), threads=1)
+    four = data.ImageFolder(str(tmp_path / "data" / "train"), threads=4)
+    assert torch.equal(one.inputs, four.inputs) and torch.equal(one.targets, four.targets)
+    assert one.classes == ["class_0", "class_1", "class_2"] and one.inputs.shape == (36, 3, 10, 10)
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(300, 3))
+    result = gpucore.train(dict(data=str(tmp_path / "data"), epochs=10, batch_size=12, progress=False,
+                                run_dir=str(tmp_path / "runs"), lr=0.01), model=net)
+    assert result.best_metric == 1.0
+
+
+def test_files_captcha_names_csv_and_segmentation(tmp_path):
+    for text in ("ab12", "9zz0"):
+        write_png(tmp_path / f"{text}.png", torch.zeros(4, 8, 3, dtype=torch.uint8))
+    alphabet = "0123456789abcdefghijklmnopqrstuvwxyz"
+    captcha = data.Files(sorted(str(p) for p in tmp_path.glob("*.png")),
+                         label_from_name=data.captcha_labels(alphabet, 4))
+    assert captcha.targets.tolist() == [[9, 35, 35, 0], [10, 11, 1, 2]]
+    with pytest.raises(gpucore.ConfigError, match="'toolong' is not 4 characters"):
+        data.captcha_labels(alphabet, 4)("toolong")
+    (tmp_path / "list.csv").write_text("image,label\nab12.png,3\n9zz0.png,5\n")
+    listed = data.CSV(str(tmp_path / "list.csv"))
+    assert listed.targets.tolist() == [3, 5]
+    images, masks = tmp_path / "img", tmp_path / "mask"
+    images.mkdir()
+    masks.mkdir()
+    mask = torch.zeros(5, 5, dtype=torch.uint8)
+    mask[1:3, 1:4] = 255
+    for name in ("a", "b"):
+        write_png(images / f"{name}.png", torch.randint(0, 256, (5, 5, 3), dtype=torch.uint8))
+        write_png(masks / f"{name}.png", mask)
+    pairs = data.Segmentation(str(images), str(masks))
+    assert pairs.inputs.shape == (2, 3, 5, 5) and pairs.targets.shape == (2, 5, 5)
+    assert pairs.targets.sum().item() == 2 * 6
+    write_png(images / "c.png", torch.zeros(5, 5, 3, dtype=torch.uint8))
+    with pytest.raises(gpucore.ConfigError, match="'c' has an image or a mask but not both"):
+        data.Segmentation(str(images), str(masks))
+
+
+def test_npy_folder_and_dataset_objects_in_train(tmp_path):
+    (images, labels), _ = gpucore.datasets.synthetic_fashion(train_size=256, val_size=1)
+    np.save(tmp_path / "x.npy", images[:, 0].numpy())
+    np.save(tmp_path / "y.npy", labels.numpy())
+    loaded = data.Npy(str(tmp_path / "x.npy"), str(tmp_path / "y.npy"))
+    assert torch.equal(loaded.inputs, images)
+    result = gpucore.train(dict(epochs=1, progress=False, run_dir=str(tmp_path / "r"), val_fraction=0.0),
+                           train_data=loaded)
+    assert result.steps == 4
