@@ -1,0 +1,59 @@
+// CPU kernel of the augment op: one pass per output plane, crop + flip + scale/shift, written as float,
+// then cast once to the requested dtype.
+#include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include "ops/augment.h"
+
+namespace gpucore::ops {
+namespace {
+
+template <typename In>
+void augment_planes(const at::Tensor& images, const int64_t* offsets, const bool* flips, int64_t padding,
+                    const std::vector<float>& scale, const std::vector<float>& shift, float* out) {
+  const int64_t n = images.size(0), channels = images.size(1), h = images.size(2), w = images.size(3);
+  const In* in = images.data_ptr<In>();
+  at::parallel_for(0, n * channels, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t plane = begin; plane < end; ++plane) {
+      const int64_t image = plane / channels, c = plane % channels;
+      const int64_t dy = offsets[image * 2] - padding, dx = offsets[image * 2 + 1] - padding;
+      const bool flip = flips[image];
+      const In* src = in + plane * h * w;
+      float* dst = out + plane * h * w;
+      for (int64_t y = 0; y < h; ++y) {
+        const int64_t sy = y + dy;
+        for (int64_t x = 0; x < w; ++x) {
+          const int64_t sx = (flip ? w - 1 - x : x) + dx;
+          const float value = (sy >= 0 && sy < h && sx >= 0 && sx < w) ? static_cast<float>(src[sy * w + sx]) : 0.0f;
+          dst[y * w + x] = value * scale[c] + shift[c];
+        }
+      }
+    }
+  });
+}
+
+at::Tensor augment_cpu(const at::Tensor& images, const at::Tensor& offsets, const at::Tensor& flips, int64_t padding,
+                       at::ArrayRef<double> mean, at::ArrayRef<double> std, at::ScalarType dtype) {
+  const std::vector<double> mean_values(mean.begin(), mean.end()), std_values(std.begin(), std.end());
+  check_augment_inputs(images, offsets, flips, padding, mean_values, std_values);
+  std::vector<float> scale, shift;
+  augment_affine(images, mean_values, std_values, scale, shift);
+  const at::Tensor in = images.scalar_type() == at::kByte ? images.contiguous() : images.to(at::kFloat).contiguous();
+  const at::Tensor off = offsets.contiguous(), flip = flips.contiguous();
+  at::Tensor out = at::empty(images.sizes(), images.options().dtype(at::kFloat));
+  if (in.scalar_type() == at::kByte) {
+    augment_planes<uint8_t>(in, off.data_ptr<int64_t>(), flip.data_ptr<bool>(), padding, scale, shift,
+                            out.data_ptr<float>());
+  } else {
+    augment_planes<float>(in, off.data_ptr<int64_t>(), flip.data_ptr<bool>(), padding, scale, shift,
+                          out.data_ptr<float>());
+  }
+  return dtype == at::kFloat ? out : out.to(dtype);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(gpucore, CPU, m) { m.impl("augment", &augment_cpu); }
+
+}  // namespace gpucore::ops

@@ -1,0 +1,38 @@
+#include <cuda_runtime.h>
+
+#include "ops/cuda/augment_kernels.h"
+
+namespace gpucore::ops::cuda {
+namespace {
+
+template <typename In>
+__global__ void augment_kernel(const In* images, const int64_t* offsets, const bool* flips, float* out, int64_t total,
+                               int64_t channels, int64_t h, int64_t w, int64_t padding, ChannelAffine affine) {
+  const int64_t index = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (index >= total) return;
+  const int64_t x = index % w, y = (index / w) % h, plane = index / (h * w);
+  const int64_t image = plane / channels, c = plane % channels;
+  const int64_t sy = y + offsets[image * 2] - padding;
+  const int64_t sx = (flips[image] ? w - 1 - x : x) + offsets[image * 2 + 1] - padding;
+  const float value = (sy >= 0 && sy < h && sx >= 0 && sx < w) ? static_cast<float>(images[(plane * h + sy) * w + sx]) : 0.0f;
+  out[index] = value * affine.scale[c] + affine.shift[c];
+}
+
+}  // namespace
+
+void launch_augment(const void* images, bool is_uint8, const int64_t* offsets, const bool* flips, float* out, int64_t n,
+                    int64_t channels, int64_t h, int64_t w, int64_t padding, ChannelAffine affine, cudaStream_t stream) {
+  const int64_t total = n * channels * h * w;
+  if (total == 0) return;
+  constexpr int threads = 256;
+  const unsigned blocks = static_cast<unsigned>((total + threads - 1) / threads);
+  if (is_uint8) {
+    augment_kernel<<<blocks, threads, 0, stream>>>(static_cast<const uint8_t*>(images), offsets, flips, out, total,
+                                                   channels, h, w, padding, affine);
+  } else {
+    augment_kernel<<<blocks, threads, 0, stream>>>(static_cast<const float*>(images), offsets, flips, out, total,
+                                                   channels, h, w, padding, affine);
+  }
+}
+
+}  // namespace gpucore::ops::cuda

@@ -1,0 +1,20 @@
+#pragma once
+// Launcher of the augment CUDA kernel (raw buffers on the current device), kept free of torch headers.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace gpucore::ops::cuda {
+
+constexpr int kAugmentMaxChannels = 8;
+
+struct ChannelAffine {
+  float scale[kAugmentMaxChannels];
+  float shift[kAugmentMaxChannels];
+};
+
+// images: uint8 (is_uint8) or float32 N x C x H x W contiguous; out: float32, same shape.
+void launch_augment(const void* images, bool is_uint8, const int64_t* offsets, const bool* flips, float* out, int64_t n,
+                    int64_t channels, int64_t h, int64_t w, int64_t padding, ChannelAffine affine, cudaStream_t stream);
+
+}  // namespace gpucore::ops::cuda
