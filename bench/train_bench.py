@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 import gpucore
-from gpucore.datasets import input_stats, prepare_inputs, synthetic_fashion
+from gpucore.datasets import input_stats, synthetic_fashion
 from gpucore.models import FashionMnistCNN
 
 
@@ -105,7 +105,8 @@ def main(argv=None):
     policy = gpucore.resolve_precision("auto", device)
     policy.apply()
     (images, labels), _ = synthetic_fashion(train_size=args.train_size, val_size=1)
-    x = prepare_inputs(images, input_stats(images))
+    mean, std = input_stats(images)  # one channel
+    x = (images.float() / 255 - mean[0]) / std[0]
     runs = {
         "gpucore.train": gpucore_train(x, labels, device, args.epochs, args.batch_size, args.lr),
         "seed-style loop": seed_style(x, labels, device, policy, args.epochs, args.batch_size, args.lr),

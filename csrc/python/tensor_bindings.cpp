@@ -168,11 +168,23 @@ void bind_tensor_api(py::module_& m) {
       .def_readwrite("schedule", &EngineConfig::schedule)
       .def_readwrite("scaler", &EngineConfig::scaler);
 
+  py::class_<AugmentConfig>(m, "AugmentConfig")
+      .def(py::init<>())
+      .def_readwrite("enabled", &AugmentConfig::enabled)
+      .def_readwrite("crop_padding", &AugmentConfig::crop_padding)
+      .def_readwrite("hflip", &AugmentConfig::hflip)
+      .def_readwrite("mean", &AugmentConfig::mean)
+      .def_readwrite("std", &AugmentConfig::std);
+
   py::class_<BatchSource>(m, "BatchSource");
   py::class_<TensorBatches, BatchSource>(m, "TensorBatches")
-      .def(py::init<at::Tensor, at::Tensor, int64_t, bool, bool, uint64_t, const std::string&>(), py::arg("inputs"),
-           py::arg("targets"), py::arg("batch_size"), py::arg("shuffle"), py::arg("drop_last"), py::arg("seed"),
-           py::arg("device"))
+      .def(py::init([](at::Tensor inputs, at::Tensor targets, int64_t batch_size, bool shuffle, bool drop_last,
+                       uint64_t seed, const std::string& device, const AugmentConfig& augment) {
+             return std::make_unique<TensorBatches>(std::move(inputs), std::move(targets), batch_size, shuffle,
+                                                    drop_last, seed, c10::Device(device), augment);
+           }),
+           py::arg("inputs"), py::arg("targets"), py::arg("batch_size"), py::arg("shuffle"), py::arg("drop_last"),
+           py::arg("seed"), py::arg("device"), py::arg("augment") = AugmentConfig{})
       .def("start_epoch", &TensorBatches::start_epoch, py::arg("epoch"), py::arg("skip_batches") = 0)
       .def("remaining", &TensorBatches::remaining)
       .def("total_batches", &TensorBatches::total_batches)

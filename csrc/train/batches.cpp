@@ -2,15 +2,20 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/arange.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/randint.h>
 #include <ATen/ops/randperm.h>
+#include <ATen/ops/zeros.h>
 
 #include "gpucore/errors.h"
+#include "ops/augment.h"
 
 namespace gpucore {
 
 TensorBatches::TensorBatches(at::Tensor inputs, at::Tensor targets, int64_t batch_size, bool shuffle, bool drop_last,
-                             uint64_t seed, const at::Device& device)
-    : batch_size_(batch_size), shuffle_(shuffle), drop_last_(drop_last), seed_(seed), device_(device) {
+                             uint64_t seed, const at::Device& device, AugmentConfig augment)
+    : augment_(std::move(augment)), batch_size_(batch_size), shuffle_(shuffle), drop_last_(drop_last), seed_(seed),
+      device_(device) {
   if (inputs.dim() == 0 || targets.dim() == 0 || inputs.size(0) != targets.size(0)) {
     throw ConfigError("data: inputs and targets must have the same number of samples, got inputs of shape " +
                       c10::str(inputs.sizes()) + " and targets of shape " + c10::str(targets.sizes()));
@@ -20,22 +25,43 @@ TensorBatches::TensorBatches(at::Tensor inputs, at::Tensor targets, int64_t batc
     throw ConfigError("data: " + std::to_string(inputs.size(0)) + " samples make no full batch of " +
                       std::to_string(batch_size) + " with drop_last; lower batch_size or set drop_last false");
   }
+  if (augment_.enabled && inputs.dim() != 4) {
+    throw ConfigError("data: image transforms need N x C x H x W inputs, got shape " + c10::str(inputs.sizes()));
+  }
   inputs_ = inputs.to(device_);
   targets_ = targets.to(device_);
   start_epoch(0);
 }
 
+namespace {
+
+// Host tensor to the device; pinned first, so the copy is asynchronous and costs no host sync.
+at::Tensor to_device(at::Tensor host, const at::Device& device) {
+  if (device.is_cuda()) host = host.pin_memory();
+  return host.to(device, /*non_blocking=*/device.is_cuda());
+}
+
+}  // namespace
+
 void TensorBatches::start_epoch(int64_t epoch, int64_t skip_batches) {
   const int64_t n = inputs_.size(0);
+  // Drawn on the CPU from (seed, epoch) alone: the same order and augmentation on every device.
+  const uint64_t epoch_seed = seed_ * 1000003ULL + static_cast<uint64_t>(epoch);
+  const auto on_host = at::TensorOptions().dtype(at::kLong);
   if (shuffle_) {
-    // Drawn on the CPU from (seed, epoch) alone: the same order on every device and machine.
-    const at::Generator generator = at::detail::createCPUGenerator(seed_ * 1000003ULL + static_cast<uint64_t>(epoch));
-    at::Tensor order = at::randperm(n, generator, at::TensorOptions().dtype(at::kLong));
-    // Pinned, the copy to the GPU is asynchronous: starting an epoch costs no host sync.
-    if (device_.is_cuda()) order = order.pin_memory();
-    order_ = order.to(device_, /*non_blocking=*/device_.is_cuda());
+    order_ = to_device(at::randperm(n, at::detail::createCPUGenerator(epoch_seed), on_host), device_);
   } else {
-    order_ = at::arange(n, at::TensorOptions().dtype(at::kLong).device(device_));
+    order_ = at::arange(n, on_host.device(device_));
+  }
+  if (augment_.enabled) {
+    const at::Generator draws = at::detail::createCPUGenerator(epoch_seed ^ 0x9E3779B97F4A7C15ULL);
+    const int64_t span = 2 * augment_.crop_padding + 1;
+    offsets_ = to_device(augment_.crop_padding > 0 ? at::randint(span, {n, 2}, draws, on_host)
+                                                   : at::full({n, 2}, 0, on_host),
+                         device_);
+    flips_ = to_device(augment_.hflip ? at::randint(2, {n}, draws, on_host).to(at::kBool)
+                                      : at::zeros({n}, on_host.dtype(at::kBool)),
+                       device_);
   }
   position_ = std::min(skip_batches, total_batches());
 }
@@ -54,6 +80,10 @@ bool TensorBatches::next(at::Tensor& inputs, at::Tensor& targets) {
   const at::Tensor index = order_.slice(0, begin, end);
   inputs = inputs_.index_select(0, index);
   targets = targets_.index_select(0, index);
+  if (augment_.enabled) {
+    inputs = ops::augment(inputs, offsets_.index_select(0, index), flips_.index_select(0, index), augment_.crop_padding,
+                          augment_.mean, augment_.std, augment_.dtype);
+  }
   ++position_;
   return true;
 }

@@ -30,6 +30,7 @@ except ImportError as exc:
         f"gpucore's native module failed to load ({exc}). " + rebuild_hint(_build_info)
     ) from exc
 
+from . import ops  # noqa: E402,F401  (fake kernels of the torch ops)
 from .device import (  # noqa: E402
     DeviceChoice,
     DeviceFallbackWarning,

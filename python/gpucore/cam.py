@@ -27,27 +27,6 @@ _GRADIENT_FREE = ("eigencam", "scorecam")
 _ops = torch.ops.gpucore
 
 
-def _register_fakes() -> None:
-    """Shapes of the ops without running them (torch.compile, FakeTensor, opcheck)."""
-    def weights(activations, gradients, method):
-        return activations.new_empty(activations.shape[:2], dtype=torch.float32)
-
-    def weighted_sum(activations, weights):
-        return activations.new_empty((activations.shape[0], *activations.shape[2:]), dtype=torch.float32)
-
-    def normalize(cams, size):
-        shape = (cams.shape[0], *size) if size else cams.shape
-        return cams.new_empty(shape, dtype=torch.float32)
-
-    def overlay(images, cams, alpha):
-        return torch.empty_like(images)
-
-    for name, fake in (("cam_weights", weights), ("cam_weighted_sum", weighted_sum), ("cam_normalize", normalize),
-                       ("cam_overlay", overlay)):
-        torch.library.register_fake(f"gpucore::{name}")(fake)
-
-
-_register_fakes()
 
 
 def segmentation_target(category: int, mask: Optional[torch.Tensor] = None) -> Callable:

@@ -110,8 +110,8 @@ def _gradcam(args: argparse.Namespace) -> int:
     images, names = _read_images(args.images, channels)
     x = images.permute(0, 3, 1, 2).float().div(255)
     if checkpoint.get("input_stats"):
-        mean, std = checkpoint["input_stats"]
-        x = (x - mean) / std
+        stats = checkpoint["input_stats"]
+        x = (x - torch.tensor(stats["mean"]).view(1, -1, 1, 1)) / torch.tensor(stats["std"]).view(1, -1, 1, 1)
     targets = args.target if args.target is not None else None
     result = CAM(model, args.layer, args.method, batch_size=args.batch_size)(x.to(device), targets)
     overlays = result.overlay(images.to(device))

@@ -153,25 +153,29 @@ def split(pair, fraction: float, seed: int):
     return (inputs[train_index], targets[train_index]), (inputs[val_index], targets[val_index])
 
 
-def prepare_inputs(inputs: torch.Tensor, stats: Optional[Tuple[float, float]]) -> torch.Tensor:
-    """Inputs as float32: uint8 images scaled to [0, 1] (and given a channel when (N, H, W)), then standardised.
+def as_images(inputs: torch.Tensor) -> torch.Tensor:
+    """uint8 (N, H, W) images get their channel: (N, 1, H, W). Everything else is returned as it is."""
+    return inputs.unsqueeze(1) if inputs.dtype == torch.uint8 and inputs.dim() == 3 else inputs
 
-    Float inputs keep their shape, so sequence data (N, T, features) passes through.
-    """
-    x = inputs
-    if x.dtype == torch.uint8:
-        x = x.float().div_(255)
-        if x.dim() == 3:
-            x = x.unsqueeze(1)
-    elif not x.is_floating_point():
-        x = x.float()
+
+def prepare_inputs(inputs: torch.Tensor, stats: Optional[Tuple[list, list]]) -> torch.Tensor:
+    """Non-image inputs as float32, standardised with the (single-value) stats; shapes are kept, so
+    sequence data (N, T, features) passes through. Images go through gpucore::augment instead."""
+    x = inputs if inputs.is_floating_point() else inputs.float()
     if stats is not None:
-        mean, std = stats
-        x = (x - mean) / std
+        x = (x - stats[0][0]) / stats[1][0]
     return x.contiguous()
 
 
-def input_stats(inputs: torch.Tensor) -> Tuple[float, float]:
-    x = prepare_inputs(inputs, None)
-    std = float(x.std())
-    return float(x.mean()), std if std > 0 else 1.0
+def input_stats(inputs: torch.Tensor) -> Tuple[list, list]:
+    """(mean, std) lists: per channel for N x C x H x W images (uint8 scaled to [0, 1]), one value otherwise."""
+    x = as_images(inputs)
+    if x.dim() == 4:
+        values = x.transpose(0, 1).reshape(x.shape[1], -1)
+        values = values.float().div_(255) if x.dtype == torch.uint8 else values.float()
+        mean, std = values.mean(1), values.std(1)
+    else:
+        values = x.float()
+        mean, std = values.mean().reshape(1), values.std().reshape(1)
+    std = torch.where(std > 0, std, torch.ones_like(std))
+    return mean.tolist(), std.tolist()

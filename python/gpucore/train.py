@@ -20,7 +20,7 @@ from . import _C
 from .checkpoint import json_safe, load_checkpoint, save_checkpoint, write_json
 from .config import load_config
 from .data import Dataset as LoadedDataset
-from .datasets import input_stats, load_data, prepare_inputs
+from .datasets import as_images, input_stats, load_data, prepare_inputs
 from .device import resolve_precision, select_device
 from .models import build_model
 
@@ -63,10 +63,27 @@ class _EpochData:
         self._tensors = self._loader = self._generator = None
         shuffle = training and config.shuffle
         drop_last = training and config.drop_last
+        wants_augment = training and (config.crop_padding > 0 or config.hflip)
         if isinstance(data, (tuple, list)) and len(data) == 2 and all(isinstance(t, torch.Tensor) for t in data):
-            inputs, targets = data
-            self._tensors = _C.TensorBatches(prepare_inputs(inputs, normalization), targets, self.batch_size, shuffle,
-                                             drop_last, config.seed, device)
+            inputs, targets = as_images(data[0]), data[1]
+            augment = _C.AugmentConfig()
+            if inputs.dim() == 4:
+                # Images stay as they are (uint8: a quarter of float32's memory) on the device; each batch
+                # is scaled, cropped, flipped and normalised by gpucore::augment.
+                augment.enabled = True
+                if training:
+                    augment.crop_padding, augment.hflip = config.crop_padding, config.hflip
+                if normalization is not None:
+                    augment.mean, augment.std = normalization
+            elif wants_augment:
+                raise ConfigError(f"crop_padding and hflip need N x C x H x W images, got inputs {tuple(inputs.shape)}")
+            else:
+                inputs = prepare_inputs(inputs, normalization)
+            self._tensors = _C.TensorBatches(inputs, targets, self.batch_size, shuffle, drop_last, config.seed, device,
+                                             augment)
+        elif wants_augment:
+            raise ConfigError("crop_padding and hflip apply to image tensors and gpucore.data sets; transform a torch "
+                              "Dataset or DataLoader yourself")
         elif isinstance(data, torch.utils.data.DataLoader):
             self._loader = data
         elif isinstance(data, torch.utils.data.Dataset):
@@ -367,7 +384,7 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
     def checkpoint_payload(epoch: int, position: int) -> dict:
         return {"model": module.state_dict(), "engine": engine.state(), "rng": _rng_state(), "epoch": epoch,
                 "position": position, "history": history, "best": best, "config": config.to_dict(),
-                "input_stats": list(normalization) if normalization else None}
+                "input_stats": {"mean": normalization[0], "std": normalization[1]} if normalization else None}
 
     def write_stats(status: str, error: Optional[str] = None) -> None:
         write_json(stats_path, dict(summary, status=status, error=error, epochs=history, best=best,

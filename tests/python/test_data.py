@@ -195,3 +195,74 @@ def test_npy_folder_and_dataset_objects_in_train(tmp_path):
     result = gpucore.train(dict(epochs=1, progress=False, run_dir=str(tmp_path / "r"), val_fraction=0.0),
                            train_data=loaded)
     assert result.steps == 4
+
+
+def augment_reference(x, offsets, flips, padding, mean, std):
+    out = []
+    for i in range(x.shape[0]):
+        image = x[i].float() / 255 if x.dtype == torch.uint8 else x[i].float()
+        padded = torch.nn.functional.pad(image, (padding,) * 4)
+        crop = padded[:, offsets[i, 0]:offsets[i, 0] + x.shape[2], offsets[i, 1]:offsets[i, 1] + x.shape[3]]
+        if flips[i]:
+            crop = crop.flip(-1)
+        if mean:
+            crop = (crop - torch.tensor(mean)[:, None, None]) / torch.tensor(std)[:, None, None]
+        out.append(crop)
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+def test_augment_op_matches_pytorch(dtype):
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 256, (6, 3, 9, 11), generator=generator).to(dtype)
+    offsets = torch.randint(0, 7, (6, 2), generator=generator)
+    flips = torch.randint(0, 2, (6,), generator=generator).bool()
+    mean, std = [0.4, 0.5, 0.6], [0.2, 0.25, 0.3]
+    ours = torch.ops.gpucore.augment(x, offsets, flips, 3, mean, std, torch.float32)
+    torch.testing.assert_close(ours, augment_reference(x, offsets, flips, 3, mean, std), rtol=1e-5, atol=1e-5)
+    half = torch.ops.gpucore.augment(x, offsets, flips, 3, [], [], torch.bfloat16)
+    assert half.dtype == torch.bfloat16
+    torch.library.opcheck(torch.ops.gpucore.augment, (x, offsets, flips, 3, mean, std, torch.float32))
+    with pytest.raises(RuntimeError, match="offsets must be int64 N x 2"):
+        torch.ops.gpucore.augment(x, offsets[:2], flips, 3, [], [], torch.float32)
+    with pytest.raises(RuntimeError, match="one value per channel"):
+        torch.ops.gpucore.augment(x, offsets, flips, 3, [0.5], [0.5], torch.float32)
+
+
+def test_augmentation_depends_on_sample_and_epoch_not_batch_size():
+    x = torch.randint(0, 256, (20, 1, 6, 6), dtype=torch.uint8)
+    y = torch.arange(20)
+
+    def epoch(batch_size, epoch_index):
+        config = _C.AugmentConfig()
+        config.enabled, config.crop_padding, config.hflip = True, 2, True
+        batches = _C.TensorBatches(x, y, batch_size, True, False, 3, "cpu", config)
+        batches.start_epoch(epoch_index)
+        served = {}
+        while (batch := batches.next()) is not None:
+            for image, label in zip(*batch):
+                served[int(label)] = image
+        return served
+
+    small, large = epoch(3, 1), epoch(7, 1)
+    assert all(torch.equal(small[k], large[k]) for k in range(20))
+    other = epoch(3, 2)
+    assert any(not torch.equal(small[k], other[k]) for k in range(20))
+
+
+def test_training_with_crop_and_flip_resumes_exactly(tmp_path):
+    class Stop:
+        def on_epoch_end(self, epoch, record):
+            if epoch == 1:
+                raise KeyboardInterrupt
+
+    config = dict(data_kwargs={"train_size": 512, "val_size": 128}, epochs=2, crop_padding=2, hflip=True,
+                  progress=False, batch_size=64)
+    straight = gpucore.train(dict(config, run_dir=str(tmp_path / "a")))
+    gpucore.train(dict(config, run_dir=str(tmp_path / "b")), callbacks=[Stop()])
+    resumed = gpucore.train(dict(config, run_dir=str(tmp_path / "b"), resume="auto"))
+    for name, tensor in straight.model.state_dict().items():
+        assert torch.equal(tensor, resumed.model.state_dict()[name]), name
+    with pytest.raises(gpucore.ConfigError, match="crop_padding and hflip need N x C x H x W"):
+        gpucore.train(dict(progress=False, run_dir=str(tmp_path / "c"), hflip=True),
+                      model=torch.nn.Linear(4, 2), train_data=(torch.randn(8, 4), torch.randint(0, 2, (8,))))

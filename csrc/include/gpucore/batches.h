@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace gpucore {
 
@@ -16,10 +17,21 @@ class BatchSource {
   virtual bool next(at::Tensor& inputs, at::Tensor& targets) = 0;
 };
 
+// The per-batch transform of image data sets kept as uint8 (gpucore::augment): scale to [0, 1],
+// optional random crop of the padded image and horizontal flip, per-channel normalisation. The random
+// draws belong to (seed, epoch, sample), so they do not depend on the batch size or the device.
+struct AugmentConfig {
+  bool enabled = false;
+  int64_t crop_padding = 0;
+  bool hflip = false;
+  std::vector<double> mean, std;  // per channel; empty: no normalisation
+  at::ScalarType dtype = at::kFloat;
+};
+
 class TensorBatches : public BatchSource {
  public:
   TensorBatches(at::Tensor inputs, at::Tensor targets, int64_t batch_size, bool shuffle, bool drop_last,
-                uint64_t seed, const at::Device& device);
+                uint64_t seed, const at::Device& device, AugmentConfig augment = {});
 
   // Starts `epoch`, skipping its first `skip_batches` batches (resume mid-epoch).
   void start_epoch(int64_t epoch, int64_t skip_batches = 0);
@@ -31,6 +43,8 @@ class TensorBatches : public BatchSource {
 
  private:
   at::Tensor inputs_, targets_, order_;
+  AugmentConfig augment_;
+  at::Tensor offsets_, flips_;  // this epoch's draws per sample, on the device
   int64_t batch_size_;
   bool shuffle_, drop_last_;
   uint64_t seed_;
