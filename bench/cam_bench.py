@@ -7,15 +7,17 @@ device, and pytorch-grad-cam (GradCAM + show_cam_on_image) when it is installed.
 Not a test: run it on purpose and quote the numbers with the device.
 """
 import argparse
-import datetime
-import json
-import platform
+import os
+import sys
 import time
 
 import torch
 from torch import nn
 
 import gpucore
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import device_label, report, sync  # noqa: E402
 
 
 class Bottleneck(nn.Module):
@@ -53,11 +55,6 @@ class ResNet50(nn.Module):
     def forward(self, x):
         x = self.layer4(self.layer3(self.layer2(self.layer1(self.stem(x)))))
         return self.fc(x.mean((2, 3)))
-
-
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def plain_reference(model, x, images, jet):
@@ -128,18 +125,10 @@ def main(argv=None):
             sync(device)
             seconds[name].append(time.perf_counter() - start)
     rate = {name: args.batch / sorted(times)[len(times) // 2] for name, times in seconds.items()}
-    label = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
-    print(f"device: {label}, torch {torch.__version__}, batch {args.batch}, {args.size} px, ResNet-50 layer4")
-    print(f"{'implementation':<20}{'CAMs+overlays/s':>17}{'gpucore / this':>16}")
-    for name, value in rate.items():
-        print(f"{name:<20}{value:>17.1f}{rate['gpucore'] / value:>15.2f}x")
-    report = {"date": datetime.date.today().isoformat(), "device": label, "torch": torch.__version__,
-              "python": platform.python_version(), "batch": args.batch, "size": args.size, "per_second": rate,
-              "gpucore_ratio": {name: rate["gpucore"] / value for name, value in rate.items()}}
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(report, handle, indent=2)
-    return report
+    title = (f"device: {device_label(device)}, torch {torch.__version__}, batch {args.batch}, {args.size} px, "
+             "ResNet-50 layer4")
+    return report(title, "CAMs+overlays/s", rate, "gpucore",
+                  {"device": device_label(device), "batch": args.batch, "size": args.size}, args.json)
 
 
 if __name__ == "__main__":

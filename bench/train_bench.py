@@ -7,9 +7,8 @@ Reports samples/s of the training epochs after the first (warm-up) and ratios to
 run it on purpose and quote the numbers with the device.
 """
 import argparse
-import datetime
-import json
-import platform
+import os
+import sys
 import tempfile
 import time
 
@@ -20,10 +19,8 @@ import gpucore
 from gpucore.datasets import input_stats, synthetic_fashion
 from gpucore.models import FashionMnistCNN
 
-
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import device_label, report, sync  # noqa: E402
 
 
 def seed_style(x, y, device, policy, epochs, batch_size, lr):
@@ -115,19 +112,11 @@ def main(argv=None):
     measured = {name: sum(times[1:]) if len(times) > 1 else times[0] for name, times in runs.items()}
     samples = args.train_size * max(args.epochs - 1, 1)
     rate = {name: samples / seconds for name, seconds in measured.items()}
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
-    print(f"device: {name}, precision {policy.precision}, torch {torch.__version__}, batch {args.batch_size}")
-    print(f"{'loop':<22}{'samples/s':>12}{'gpucore / this':>16}")
-    for loop, value in rate.items():
-        print(f"{loop:<22}{value:>12.0f}{rate['gpucore.train'] / value:>15.2f}x")
-    report = {"date": datetime.date.today().isoformat(), "device": name, "precision": policy.precision,
-              "torch": torch.__version__, "python": platform.python_version(), "batch_size": args.batch_size,
-              "train_size": args.train_size, "epochs_timed": max(args.epochs - 1, 1), "samples_per_s": rate,
-              "gpucore_ratio": {loop: rate["gpucore.train"] / value for loop, value in rate.items()}}
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(report, handle, indent=2)
-    return report
+    title = (f"device: {device_label(device)}, precision {policy.precision}, torch {torch.__version__}, "
+             f"batch {args.batch_size}")
+    return report(title, "samples/s", rate, "gpucore.train",
+                  {"device": device_label(device), "precision": policy.precision, "batch_size": args.batch_size,
+                   "train_size": args.train_size, "epochs_timed": max(args.epochs - 1, 1)}, args.json)
 
 
 if __name__ == "__main__":
