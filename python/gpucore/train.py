@@ -1,7 +1,6 @@
 """gpucore.train: configuration, model and data in Python; every training step in the C++ engine."""
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import math

@@ -1,7 +1,6 @@
 import pytest
 import torch
 
-import gpucore
 from gpucore import _C, device as gdevice
 
 

@@ -4,7 +4,6 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
 import gpucore
 from gpucore.config import KEYS, load_config, parse_overrides

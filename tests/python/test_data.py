@@ -48,7 +48,6 @@ def test_idx_errors_name_the_file(tmp_path):
 
 
 def test_idx_data_set_and_training_on_an_idx_folder(tmp_path):
-    rng = np.random.default_rng(1)
     (images, labels), (val_images, val_labels) = gpucore.datasets.synthetic_fashion(train_size=600, val_size=100)
     write_idx(str(tmp_path / "train-images-idx3-ubyte.gz"), images[:, 0].numpy(), compress=True)
     write_idx(str(tmp_path / "train-labels-idx1-ubyte.gz"), labels.numpy().astype(np.uint8), compress=True)
@@ -61,7 +60,6 @@ def test_idx_data_set_and_training_on_an_idx_folder(tmp_path):
     write_idx(str(tmp_path / "short-labels"), labels.numpy()[:10].astype(np.uint8))
     with pytest.raises(gpucore.ConfigError, match="short-labels"):
         data.IDX(str(tmp_path / "train-images-idx3-ubyte.gz"), str(tmp_path / "short-labels"))
-    del rng
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int64, np.float32, np.float64, np.bool_, np.int16])

@@ -1,5 +1,4 @@
 """The C++ engine's pieces against PyTorch: schedules, loss scaling, clipping, losses, metrics."""
-import math
 
 import pytest
 import torch
@@ -145,13 +144,11 @@ def evaluate(loss, output, target, heads=0):
 
 def test_cross_entropy_with_label_smoothing_and_accuracy():
     output, target = torch.randn(64, 10), torch.randint(0, 10, (64,))
-    config = _C.EngineConfig()
     metrics = evaluate("cross_entropy", output, target)
     assert metrics["loss"] == pytest.approx(nn.functional.cross_entropy(output, target).item(), rel=1e-6)
     assert metrics["accuracy"] == pytest.approx((output.argmax(1) == target).float().mean().item())
     top5 = (output.topk(5, 1).indices == target[:, None]).any(1).float().mean().item()
     assert metrics["top5_accuracy"] == pytest.approx(top5)
-    del config
 
 
 def test_multilabel_soft_margin_and_multi_head_metrics():
