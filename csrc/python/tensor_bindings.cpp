@@ -186,6 +186,7 @@ void bind_tensor_api(py::module_& m) {
            py::arg("inputs"), py::arg("targets"), py::arg("batch_size"), py::arg("shuffle"), py::arg("drop_last"),
            py::arg("seed"), py::arg("device"), py::arg("augment") = AugmentConfig{})
       .def("start_epoch", &TensorBatches::start_epoch, py::arg("epoch"), py::arg("skip_batches") = 0)
+      .def("set_shard", &TensorBatches::set_shard, py::arg("rank"), py::arg("world_size"))
       .def("remaining", &TensorBatches::remaining)
       .def("total_batches", &TensorBatches::total_batches)
       .def("position", &TensorBatches::position)

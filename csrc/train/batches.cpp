@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/randperm.h>
@@ -48,11 +49,15 @@ void TensorBatches::start_epoch(int64_t epoch, int64_t skip_batches) {
   // Drawn on the CPU from (seed, epoch) alone: the same order and augmentation on every device.
   const uint64_t epoch_seed = seed_ * 1000003ULL + static_cast<uint64_t>(epoch);
   const auto on_host = at::TensorOptions().dtype(at::kLong);
-  if (shuffle_) {
-    order_ = to_device(at::randperm(n, at::detail::createCPUGenerator(epoch_seed), on_host), device_);
-  } else {
-    order_ = at::arange(n, on_host.device(device_));
+  at::Tensor order = shuffle_ ? at::randperm(n, at::detail::createCPUGenerator(epoch_seed), on_host)
+                              : at::arange(n, on_host);
+  if (world_size_ > 1) {
+    // Equal shards: the order is wrapped to a multiple of the world size, then rank r takes every
+    // world_size-th sample from r. Every sample is served once per epoch across ranks (a few twice).
+    const int64_t per_rank = (n + world_size_ - 1) / world_size_;
+    order = at::cat({order, order.slice(0, 0, per_rank * world_size_ - n)}).slice(0, rank_, c10::nullopt, world_size_);
   }
+  order_ = to_device(order, device_);
   if (augment_.enabled) {
     const at::Generator draws = at::detail::createCPUGenerator(epoch_seed ^ 0x9E3779B97F4A7C15ULL);
     const int64_t span = 2 * augment_.crop_padding + 1;
@@ -66,8 +71,17 @@ void TensorBatches::start_epoch(int64_t epoch, int64_t skip_batches) {
   position_ = std::min(skip_batches, total_batches());
 }
 
+void TensorBatches::set_shard(int64_t rank, int64_t world_size) {
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    throw ConfigError("shard: rank must be in [0, world_size) and world_size >= 1, got rank " + std::to_string(rank) +
+                      " of " + std::to_string(world_size));
+  }
+  rank_ = rank;
+  world_size_ = world_size;
+}
+
 int64_t TensorBatches::total_batches() const {
-  const int64_t n = inputs_.size(0);
+  const int64_t n = order_.size(0);
   return drop_last_ ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
 }
 
@@ -76,7 +90,7 @@ int64_t TensorBatches::remaining() const { return total_batches() - position_; }
 bool TensorBatches::next(at::Tensor& inputs, at::Tensor& targets) {
   if (position_ >= total_batches()) return false;
   const int64_t begin = position_ * batch_size_;
-  const int64_t end = std::min(begin + batch_size_, inputs_.size(0));
+  const int64_t end = std::min(begin + batch_size_, order_.size(0));
   const at::Tensor index = order_.slice(0, begin, end);
   inputs = inputs_.index_select(0, index);
   targets = targets_.index_select(0, index);

@@ -44,6 +44,8 @@ from .doctor import doctor  # noqa: E402
 from .config import TrainConfig, load_config  # noqa: E402
 from .train import TrainResult, train  # noqa: E402
 from .cam import CAM, CamResult, gradcam  # noqa: E402
+from .loader import DataLoader  # noqa: E402
+from . import data  # noqa: E402
 
 ConfigError = _C.ConfigError
 DeviceUnavailableError = _C.DeviceUnavailableError
@@ -54,6 +56,7 @@ __all__ = [
     "CAM",
     "CamResult",
     "ConfigError",
+    "DataLoader",
     "DeviceChoice",
     "DeviceFallbackWarning",
     "DeviceUnavailableError",
@@ -62,6 +65,7 @@ __all__ = [
     "TrainResult",
     "TrainingError",
     "__version__",
+    "data",
     "device_facts",
     "doctor",
     "gradcam",

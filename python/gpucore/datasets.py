@@ -179,3 +179,26 @@ def input_stats(inputs: torch.Tensor) -> Tuple[list, list]:
         mean, std = values.mean().reshape(1), values.std().reshape(1)
     std = torch.where(std > 0, std, torch.ones_like(std))
     return mean.tolist(), std.tolist()
+
+
+def tensor_batches(inputs: torch.Tensor, targets: torch.Tensor, *, batch_size: int, shuffle: bool, drop_last: bool,
+                   seed: int, device: str, crop_padding: int = 0, hflip: bool = False,
+                   normalization: Optional[Tuple[list, list]] = None):
+    """The C++ batch source over in-memory tensors, on `device`.
+
+    Images (N x C x H x W, or uint8 N x H x W) stay as they are (uint8: a quarter of float32's
+    memory); each batch is scaled, cropped, flipped and normalised by gpucore::augment. Other inputs
+    are standardised once here.
+    """
+    inputs = as_images(inputs)
+    augment = _C.AugmentConfig()
+    if inputs.dim() == 4:
+        augment.enabled = True
+        augment.crop_padding, augment.hflip = crop_padding, hflip
+        if normalization is not None:
+            augment.mean, augment.std = normalization
+    elif crop_padding > 0 or hflip:
+        raise ConfigError(f"crop_padding and hflip need N x C x H x W images, got inputs {tuple(inputs.shape)}")
+    else:
+        inputs = prepare_inputs(inputs, normalization)
+    return _C.TensorBatches(inputs, targets, batch_size, shuffle, drop_last, seed, device, augment)

@@ -19,7 +19,7 @@ from . import _C
 from .checkpoint import json_safe, load_checkpoint, save_checkpoint, write_json
 from .config import load_config
 from .data import Dataset as LoadedDataset
-from .datasets import as_images, input_stats, load_data, prepare_inputs
+from .datasets import input_stats, load_data, tensor_batches
 from .device import resolve_precision, select_device
 from .models import build_model
 
@@ -64,22 +64,10 @@ class _EpochData:
         drop_last = training and config.drop_last
         wants_augment = training and (config.crop_padding > 0 or config.hflip)
         if isinstance(data, (tuple, list)) and len(data) == 2 and all(isinstance(t, torch.Tensor) for t in data):
-            inputs, targets = as_images(data[0]), data[1]
-            augment = _C.AugmentConfig()
-            if inputs.dim() == 4:
-                # Images stay as they are (uint8: a quarter of float32's memory) on the device; each batch
-                # is scaled, cropped, flipped and normalised by gpucore::augment.
-                augment.enabled = True
-                if training:
-                    augment.crop_padding, augment.hflip = config.crop_padding, config.hflip
-                if normalization is not None:
-                    augment.mean, augment.std = normalization
-            elif wants_augment:
-                raise ConfigError(f"crop_padding and hflip need N x C x H x W images, got inputs {tuple(inputs.shape)}")
-            else:
-                inputs = prepare_inputs(inputs, normalization)
-            self._tensors = _C.TensorBatches(inputs, targets, self.batch_size, shuffle, drop_last, config.seed, device,
-                                             augment)
+            self._tensors = tensor_batches(data[0], data[1], batch_size=self.batch_size, shuffle=shuffle,
+                                           drop_last=drop_last, seed=config.seed, device=device,
+                                           crop_padding=config.crop_padding if training else 0,
+                                           hflip=config.hflip and training, normalization=normalization)
         elif wants_augment:
             raise ConfigError("crop_padding and hflip apply to image tensors and gpucore.data sets; transform a torch "
                               "Dataset or DataLoader yourself")

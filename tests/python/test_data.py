@@ -264,3 +264,73 @@ def test_training_with_crop_and_flip_resumes_exactly(tmp_path):
     with pytest.raises(gpucore.ConfigError, match="crop_padding and hflip need N x C x H x W"):
         gpucore.train(dict(progress=False, run_dir=str(tmp_path / "c"), hflip=True),
                       model=torch.nn.Linear(4, 2), train_data=(torch.randn(8, 4), torch.randint(0, 2, (8,))))
+
+
+def image_set(n=50, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return data.Tensors(torch.randint(0, 256, (n, 3, 8, 8), generator=generator, dtype=torch.uint8), torch.arange(n))
+
+
+def test_dataloader_yields_normalised_batches_on_the_device():
+    dataset = image_set()
+    loader = gpucore.DataLoader(dataset, batch_size=16, shuffle=False, device="cpu")
+    assert len(loader) == 4
+    batches = list(loader)
+    x, y = batches[0]
+    mean, std = gpucore.datasets.input_stats(dataset.inputs)
+    expected = (dataset.inputs[:16].float() / 255 - torch.tensor(mean)[:, None, None]) / torch.tensor(std)[:, None, None]
+    torch.testing.assert_close(x, expected, rtol=1e-5, atol=1e-5)
+    assert torch.equal(y, torch.arange(16))
+    assert torch.equal(torch.cat([b[1] for b in batches]), torch.arange(50))
+    host = gpucore.DataLoader(dataset, batch_size=16, shuffle=False, device="cpu", cache="host")
+    assert torch.equal(next(iter(host))[0], x)
+
+
+def test_dataloader_shards_cover_every_sample_with_equal_lengths():
+    dataset = image_set(50)
+    seen, lengths = [], []
+    for rank in range(3):
+        loader = gpucore.DataLoader(dataset, batch_size=4, device="cpu", seed=9, rank=rank, world_size=3)
+        labels = torch.cat([y for _, y in loader])
+        lengths.append(labels.numel())
+        seen.extend(labels.tolist())
+    assert lengths == [17, 17, 17]
+    assert set(seen) == set(range(50))
+    with pytest.raises(gpucore.ConfigError, match="rank must be in"):
+        gpucore.DataLoader(dataset, batch_size=4, device="cpu", rank=3, world_size=3)
+
+
+def test_dataloader_resumes_mid_epoch_exactly():
+    dataset = image_set(40)
+    options = dict(batch_size=8, device="cpu", seed=4, crop_padding=2, hflip=True)
+    whole = gpucore.DataLoader(dataset, **options)
+    list(whole)  # epoch 0
+    expected = list(whole)  # epoch 1
+    first = gpucore.DataLoader(dataset, **options)
+    list(first)
+    iterator = iter(first)
+    taken = [next(iterator) for _ in range(2)]
+    state = first.state_dict()
+    assert state == {"epoch": 1, "position": 2}
+    resumed = gpucore.DataLoader(dataset, **options)
+    resumed.load_state_dict(state)
+    rest = list(resumed)
+    for (x, y), (ex, ey) in zip(taken + rest, expected):
+        assert torch.equal(x, ex) and torch.equal(y, ey)
+    assert resumed.state_dict() == {"epoch": 2, "position": 0}
+
+
+def test_dataloader_memory_is_flat_across_epochs():
+    import gc
+
+    loader = gpucore.DataLoader(image_set(2000), batch_size=64, device="cpu", crop_padding=2, hflip=True)
+    for _ in range(3):
+        for _ in loader:
+            pass
+    gc.collect()
+    before = gpucore.memory_stats("cpu")["allocated"]
+    for _ in range(10):
+        for _ in loader:
+            pass
+    gc.collect()
+    assert gpucore.memory_stats("cpu")["allocated"] - before < 16 << 20

@@ -33,6 +33,8 @@ class TensorBatches : public BatchSource {
   TensorBatches(at::Tensor inputs, at::Tensor targets, int64_t batch_size, bool shuffle, bool drop_last,
                 uint64_t seed, const at::Device& device, AugmentConfig augment = {});
 
+  // Serve only this rank's equal share of each epoch (distributed training); takes effect at start_epoch.
+  void set_shard(int64_t rank, int64_t world_size);
   // Starts `epoch`, skipping its first `skip_batches` batches (resume mid-epoch).
   void start_epoch(int64_t epoch, int64_t skip_batches = 0);
   int64_t remaining() const override;
@@ -50,6 +52,7 @@ class TensorBatches : public BatchSource {
   uint64_t seed_;
   at::Device device_;
   int64_t position_ = 0;
+  int64_t rank_ = 0, world_size_ = 1;
 };
 
 }  // namespace gpucore
