@@ -17,10 +17,11 @@ def device_label(device: torch.device) -> str:
 
 def report(title: str, unit: str, rates: dict, reference: str, facts: dict, json_path=None) -> dict:
     """Prints `rates` (higher is better) with `reference`'s ratio to each, writes the JSON, returns it."""
+    width = max(len(name) for name in rates) + 2
     print(title)
-    print(f"{'implementation':<22}{unit:>17}{reference + ' / this':>24}")
+    print(f"{'implementation':<{width}}{unit:>17}   ratio of '{reference}' to this")
     for name, value in rates.items():
-        print(f"{name:<22}{value:>17.1f}{rates[reference] / value:>23.2f}x")
+        print(f"{name:<{width}}{value:>17.1f}{rates[reference] / value:>12.2f}x")
     result = dict(facts, date=datetime.date.today().isoformat(), torch=torch.__version__,
                   python=platform.python_version(), per_second=rates,
                   ratio={name: rates[reference] / value for name, value in rates.items()})

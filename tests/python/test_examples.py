@@ -28,3 +28,10 @@ def test_cam_bench_runs_and_reports(tmp_path):
     report = bench["main"](["--batch", "2", "--size", "32", "--repeats", "1", "--json", str(tmp_path / "cam.json")])
     assert {"gpucore", "plain PyTorch"} <= set(report["per_second"])
     assert all(value > 0 for value in report["per_second"].values())
+
+
+def test_data_bench_runs_and_reports(tmp_path):
+    pytest.importorskip("PIL")
+    bench = runpy.run_path(str(EXAMPLES.parent / "bench" / "data_bench.py"))
+    report = bench["main"](["--images", "64", "--size", "8", "--epochs", "2", "--json", str(tmp_path / "data.json")])
+    assert len(report["per_second"]) == 6 and all(value > 0 for value in report["per_second"].values())
