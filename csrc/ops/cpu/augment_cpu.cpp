@@ -5,6 +5,7 @@
 #include <torch/library.h>
 
 #include "ops/augment.h"
+#include "ops/cam.h"
 
 namespace gpucore::ops {
 namespace {
@@ -39,7 +40,7 @@ at::Tensor augment_cpu(const at::Tensor& images, const at::Tensor& offsets, cons
   check_augment_inputs(images, offsets, flips, padding, mean_values, std_values);
   std::vector<float> scale, shift;
   augment_affine(images, mean_values, std_values, scale, shift);
-  const at::Tensor in = images.scalar_type() == at::kByte ? images.contiguous() : images.to(at::kFloat).contiguous();
+  const at::Tensor in = images.scalar_type() == at::kByte ? images.contiguous() : float_contiguous(images);
   const at::Tensor off = offsets.contiguous(), flip = flips.contiguous();
   at::Tensor out = at::empty(images.sizes(), images.options().dtype(at::kFloat));
   if (in.scalar_type() == at::kByte) {

@@ -15,8 +15,6 @@
 namespace gpucore::ops {
 namespace {
 
-at::Tensor float_contiguous(const at::Tensor& t) { return t.to(at::kFloat).contiguous(); }
-
 at::Tensor cam_weights_cpu(const at::Tensor& activations, const at::Tensor& gradients, c10::string_view method_name) {
   check_weights_inputs(activations, gradients);
   const CamMethod method = parse_cam_method(std::string(method_name));

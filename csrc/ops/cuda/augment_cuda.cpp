@@ -6,6 +6,7 @@
 #include <torch/library.h>
 
 #include "ops/augment.h"
+#include "ops/cam.h"
 #include "ops/cuda/augment_kernels.h"
 
 namespace gpucore::ops {
@@ -26,7 +27,7 @@ at::Tensor augment_cuda(const at::Tensor& images, const at::Tensor& offsets, con
   }
   const c10::cuda::CUDAGuard guard(images.device());
   const bool is_uint8 = images.scalar_type() == at::kByte;
-  const at::Tensor in = is_uint8 ? images.contiguous() : images.to(at::kFloat).contiguous();
+  const at::Tensor in = is_uint8 ? images.contiguous() : float_contiguous(images);
   const at::Tensor off = offsets.contiguous(), flip = flips.contiguous();
   at::Tensor out = at::empty(images.sizes(), images.options().dtype(at::kFloat));
   cuda::launch_augment(in.data_ptr(), is_uint8, off.data_ptr<int64_t>(), flip.data_ptr<bool>(), out.data_ptr<float>(),

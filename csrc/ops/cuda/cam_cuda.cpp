@@ -13,8 +13,6 @@
 namespace gpucore::ops {
 namespace {
 
-at::Tensor float_contiguous(const at::Tensor& t) { return t.to(at::kFloat).contiguous(); }
-
 cudaStream_t current_stream() { return c10::cuda::getCurrentCUDAStream().stream(); }
 
 at::Tensor cam_weights_cuda(const at::Tensor& activations, const at::Tensor& gradients, c10::string_view method) {
