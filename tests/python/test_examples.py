@@ -2,6 +2,7 @@ import pathlib
 import runpy
 
 import pytest
+import torch
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 
@@ -35,3 +36,34 @@ def test_data_bench_runs_and_reports(tmp_path):
     bench = runpy.run_path(str(EXAMPLES.parent / "bench" / "data_bench.py"))
     report = bench["main"](["--images", "64", "--size", "8", "--epochs", "2", "--json", str(tmp_path / "data.json")])
     assert len(report["per_second"]) == 6 and all(value > 0 for value in report["per_second"].values())
+
+
+def test_fashion_mnist_example_synthetic_idx_and_missing_data(tmp_path, capsys):
+    example = runpy.run_path(str(EXAMPLES / "fashion_mnist" / "mnist_gpu.py"))
+    assert example["main"](["--dataset", str(tmp_path / "nothing"), "--dir", str(tmp_path / "runs")]) == 2
+    assert "Fashion-MNIST is not in" in capsys.readouterr().err
+    code = example["main"](["--synthetic", "--epochs", "1", "--batch-size", "256", "--dir", str(tmp_path / "runs"),
+                            "--save-model", "--save-model-dir", str(tmp_path / "models"), "--momentum", "0.9",
+                            "--lr", "0.05"])
+    assert code == 0
+    weights = torch.load(tmp_path / "models" / "fashion_mnist_cnn.pt", weights_only=True)
+    assert "features.0.weight" in weights
+    assert "best val_accuracy" in capsys.readouterr().out
+
+
+def test_classifier_gradcam_scripts_and_notebook(tmp_path, monkeypatch):
+    import json
+
+    folder = EXAMPLES / "classifier_gradcam"
+    monkeypatch.chdir(tmp_path)
+    training = runpy.run_path(str(folder / "scripts" / "run_training.py"))
+    checkpoint_dir = training["main"](["epochs=1", "progress=false", "data_kwargs={\"train_size\": 512, \"val_size\": 64}"])
+    cams = runpy.run_path(str(folder / "scripts" / "run_gradcam.py"))
+    out = cams["main"]([checkpoint_dir, "--count", "4", "--out", str(tmp_path / "cams")])
+    assert len([p for p in (tmp_path / "cams").iterdir() if p.suffix == ".png"]) == 4
+    grid = runpy.run_path(str(folder / "scripts" / "visualize_gradcam.py"))
+    assert open(grid["main"](["--out", out]), "rb").read().startswith(b"\x89PNG")
+    notebook = json.load(open(folder / "gradcam.ipynb"))
+    for cell in notebook["cells"]:
+        if cell["cell_type"] == "code":
+            compile("".join(cell["source"]), "gradcam.ipynb", "exec")
