@@ -58,10 +58,13 @@ at::Tensor as_tensor(const py::object& value, const char* what) {
   return value.cast<at::Tensor>();
 }
 
-// Calls a Python nn.Module (or any callable) with the GIL held for the call only.
+// Calls a Python nn.Module (or any callable) with the GIL held for the call only. For a
+// DistributedDataParallel model, require_backward_grad_sync is what its no_sync() context toggles.
 ForwardFn python_forward(const py::object& model) {
-  return [model](const at::Tensor& inputs) {
+  const bool data_parallel = py::hasattr(model, "require_backward_grad_sync");
+  return [model, data_parallel](const at::Tensor& inputs, bool sync_gradients) {
     py::gil_scoped_acquire gil;
+    if (data_parallel) model.attr("require_backward_grad_sync") = sync_gradients;
     return as_tensor(model(inputs), "the model");
   };
 }

@@ -98,15 +98,16 @@ EpochStats Engine::train_epoch(BatchSource& batches, const ForwardFn& forward, c
     // The last window of an epoch may be short; dividing by its real length keeps the step equal
     // to one big batch of the same samples.
     const int64_t window_len = std::min(k, total - (index / k) * k);
+    const bool last_in_window = (index + 1) % k == 0 || index + 1 == total;
     at::Tensor output;
     {
       AutocastGuard autocast(device_.type(), config_.autocast_dtype);
-      output = checked_output(forward(prepare_inputs(inputs, config_)));
+      output = checked_output(forward(prepare_inputs(inputs, config_), last_in_window));
     }
     const at::Tensor value = loss_of(output, targets, loss);
     tracker.update(output.detach(), targets, value.detach());
     torch::autograd::backward({scaler_.scale(value / static_cast<double>(window_len))});
-    if ((index + 1) % k == 0 || index + 1 == total) {
+    if (last_in_window) {
       optimizer_step();
       ++stats.optimizer_steps;
       ++windows_in_epoch_;
@@ -128,7 +129,7 @@ EpochStats Engine::evaluate(BatchSource& batches, const ForwardFn& forward, cons
     at::Tensor output;
     {
       AutocastGuard autocast(device_.type(), config_.autocast_dtype);
-      output = checked_output(forward(prepare_inputs(inputs, config_)));
+      output = checked_output(forward(prepare_inputs(inputs, config_), /*sync_gradients=*/true));
     }
     tracker.update(output, targets, loss_of(output, targets, loss));
   }

@@ -20,12 +20,15 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from . import distributed
     from .config import load_config, parse_overrides
     from .train import train
 
     overrides = parse_overrides(args.set or [])
     if args.resume is not None:
         overrides["resume"] = args.resume
+    if args.devices is not None:
+        overrides["devices"] = args.devices
     config = load_config(args.config, overrides)
     result = train(config)
     summary = {
@@ -34,7 +37,8 @@ def _train(args: argparse.Namespace) -> int:
         "precision": result.precision, "samples_per_second": round(result.samples_per_second, 1),
         "steps": result.steps, "skipped_steps": result.skipped_steps,
     }
-    print(json.dumps(summary, indent=2))
+    if distributed.environment().is_main:
+        print(json.dumps(summary, indent=2))
     if result.status == "interrupted":
         print(f"interrupted: resume with  gpucore train {args.config or ''} --resume auto".replace("  ", " "),
               file=sys.stderr)
@@ -139,6 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("config", nargs="?", default=None, help="a .yaml/.yml/.json config; omitted: the built-in defaults")
     train.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
     train.add_argument("--resume", metavar="auto|PATH", help="continue from the run's last checkpoint or from PATH")
+    train.add_argument("--devices", type=int, help="data-parallel processes on this machine (default 1)")
     train.set_defaults(run=_train)
 
     cam = commands.add_parser("gradcam", help="class activation maps of images for a trained checkpoint")

@@ -103,6 +103,8 @@ KEYS = [
     Key("compile", bool, False, "torch.compile the model first"),
     Key("cuda_graphs", bool, False, "capture the whole step in a CUDA graph (not implemented yet)"),
     Key("deterministic", bool, False, "deterministic algorithms only (torch.use_deterministic_algorithms)"),
+    Key("devices", int, 1, "processes for data-parallel training on this machine (one per GPU; gloo on CPU); >1 starts them itself, like torchrun --nproc_per_node", check=_positive, valid="> 0"),
+    Key("dist_timeout", int, 600, "seconds a collective (or the whole devices > 1 job) may wait before the job stops with an error", check=_positive, valid="> 0"),
     Key("seed", int, 42, "seed for weights, data order and augmentation", check=_non_negative, valid=">= 0"),
     # evaluation, checkpoints, logs
     Key("monitor", str, "auto", "metric for best-model tracking and early stopping, e.g. val_accuracy, val_loss (auto: val_accuracy, val_seq_accuracy or val_iou when reported, else val_loss)"),

@@ -15,7 +15,7 @@ from typing import Any, Callable, List, Optional, Sequence
 import torch
 from torch import nn
 
-from . import _C
+from . import _C, distributed
 from .checkpoint import json_safe, load_checkpoint, save_checkpoint, write_json
 from .config import load_config
 from .data import Dataset as LoadedDataset
@@ -55,11 +55,11 @@ class TrainResult:
 class _EpochData:
     """One data set, served epoch by epoch as a C++ BatchSource."""
 
-    def __init__(self, data, config, device: str, training: bool, normalization):
+    def __init__(self, data, config, device: str, training: bool, normalization, world=distributed.World()):
         self.batch_size = config.batch_size if training else config.eval_batch_size
         self.seed, self.device = config.seed, device
         self.fixed_batch_size = isinstance(data, torch.utils.data.DataLoader)  # the user's loader batches itself
-        self._tensors = self._loader = self._generator = None
+        self._tensors = self._loader = self._generator = self._sampler = None
         shuffle = training and config.shuffle
         drop_last = training and config.drop_last
         wants_augment = training and (config.crop_padding > 0 or config.hflip)
@@ -68,6 +68,8 @@ class _EpochData:
                                            drop_last=drop_last, seed=config.seed, device=device,
                                            crop_padding=config.crop_padding if training else 0,
                                            hflip=config.hflip and training, normalization=normalization)
+            if training:
+                self._tensors.set_shard(world.rank, world.size)
         elif wants_augment:
             raise ConfigError("crop_padding and hflip apply to image tensors and gpucore.data sets; transform a torch "
                               "Dataset or DataLoader yourself")
@@ -75,7 +77,14 @@ class _EpochData:
             self._loader = data
         elif isinstance(data, torch.utils.data.Dataset):
             self._generator = torch.Generator()
-            self._loader = torch.utils.data.DataLoader(data, batch_size=self.batch_size, shuffle=shuffle,
+            sampler = None
+            if training and world.size > 1:  # equal shards per rank, reshuffled per epoch by set_epoch
+                sampler = torch.utils.data.distributed.DistributedSampler(
+                    data, num_replicas=world.size, rank=world.rank, shuffle=shuffle, seed=config.seed,
+                    drop_last=drop_last)
+            self._sampler = sampler
+            self._loader = torch.utils.data.DataLoader(data, batch_size=self.batch_size,
+                                                       shuffle=shuffle and sampler is None, sampler=sampler,
                                                        drop_last=drop_last, generator=self._generator,
                                                        pin_memory=device.startswith("cuda"))
         else:
@@ -93,6 +102,8 @@ class _EpochData:
             return self._tensors
         if self._generator is not None:  # the same order per (seed, epoch) as TensorBatches promises
             self._generator.manual_seed(self.seed * 1000003 + epoch)
+        if self._sampler is not None:
+            self._sampler.set_epoch(epoch)
         return _C.PythonBatches(_Skipped(self._loader, skip), self.device)
 
 
@@ -211,6 +222,25 @@ def _oom_message(config, device: torch.device, exc: BaseException) -> str:
             f"on_oom: reduce_batch to do that automatically. The last checkpoint is intact. ({exc})".replace("\n", " "))
 
 
+def _result_of_launch(config, summary: dict) -> "TrainResult":
+    """The TrainResult of a `devices: N` run, from rank 0's run directory."""
+    stats_path = os.path.join(summary["run_dir"], "training_stats.json")
+    with open(stats_path, encoding="utf-8") as handle:
+        stats = json.load(handle)
+    checkpoint_dir = os.path.join(summary["run_dir"], "checkpoints")
+    module = build_model(config.model, config.model_kwargs)
+    module.load_state_dict(load_checkpoint(os.path.join(checkpoint_dir, "last.pt"))["model"])
+    history = stats["epochs"]
+    seconds = sum(r["epoch_time_s"] for r in history)
+    return TrainResult(
+        history=history, best_metric=stats["best"]["metric"], best_epoch=stats["best"]["epoch"],
+        monitor=stats["best"]["monitor"] or "", status=stats["status"], run_dir=summary["run_dir"],
+        checkpoint_dir=checkpoint_dir, stats_path=stats_path, metrics_path=os.path.join(summary["run_dir"], "metrics.jsonl"),
+        device=stats["device"], precision=stats["precision"]["precision"],
+        samples_per_second=sum(r["samples_per_s"] * r["epoch_time_s"] for r in history) / seconds if seconds else 0.0,
+        steps=stats["steps"], skipped_steps=stats["skipped_steps"], host_syncs=stats["host_syncs"], model=module)
+
+
 def _free_run_dir(parent: str, name: str) -> str:
     """A run directory that holds no earlier run's checkpoints: name, name-2, name-3, ..."""
     for index in itertools.count(1):
@@ -297,6 +327,13 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
     """
     config = load_config(cfg, overrides)
     callbacks = list(callbacks or [])
+    world = distributed.environment()
+    if config.devices > 1 and world.size == 1:
+        if any(v is not None for v in (model, train_data, val_data, loss)) or callbacks:
+            raise ConfigError("devices > 1 starts new processes, which cannot receive a model, data, loss or "
+                              "callbacks from this one: name the model and data in the config, or run your "
+                              "script under torchrun --nproc_per_node=N")
+        return _result_of_launch(config, distributed.launch(config, config.devices, config.dist_timeout))
     if config.cuda_graphs:
         raise NotImplementedError("config key 'cuda_graphs' is not implemented yet; set cuda_graphs: false")
 
@@ -304,8 +341,13 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
     if config.deterministic:
         torch.use_deterministic_algorithms(True)
         torch.backends.cudnn.deterministic = True
-    choice = select_device(config.device, no_cuda=config.no_cuda, no_mps=config.no_mps)
+    preference = config.device
+    if world.size > 1 and config.device in ("auto", "cuda") and not config.no_cuda and torch.cuda.is_available():
+        preference = f"cuda:{world.local_rank}"  # each process binds its local GPU
+    choice = select_device(preference, no_cuda=config.no_cuda, no_mps=config.no_mps or world.size > 1)
     device = str(choice.device)
+    created_group = distributed.start(world, choice.device, config.dist_timeout)
+    distributed.check_same(json.dumps(config.to_dict(), sort_keys=True), "the configuration")
     policy = resolve_precision(config.precision, choice.device, tf32=config.tf32, cudnn_benchmark=config.cudnn_benchmark)
     policy.apply()
 
@@ -315,7 +357,11 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
     module.to(device=choice.device, dtype=policy.param_dtype)
     if config.channels_last:
         module.to(memory_format=torch.channels_last)
-    forward = torch.compile(module) if config.compile else module
+    forward = module
+    if world.size > 1:
+        index = [choice.device.index] if choice.device.type == "cuda" else None
+        forward = torch.nn.parallel.DistributedDataParallel(module, device_ids=index)
+    forward = torch.compile(forward) if config.compile else forward
 
     # Data sets read by gpucore's readers are in memory: serve them like tensors, from the device.
     train_data, val_data = ((d.inputs, d.targets) if isinstance(d, LoadedDataset) else d for d in (train_data, val_data))
@@ -326,7 +372,8 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
     normalization = None
     if config.normalize and isinstance(train_data, (tuple, list)) and isinstance(train_data[0], torch.Tensor):
         normalization = input_stats(train_data[0])
-    train_set = _EpochData(train_data, config, device, training=True, normalization=normalization)
+    train_set = _EpochData(train_data, config, device, training=True, normalization=normalization, world=world)
+    distributed.check_same(train_set.total_batches(), "the number of batches per epoch (data length)")
     val_set = (_EpochData(val_data, config, device, training=False, normalization=normalization)
                if val_data is not None else None)
     steps_per_epoch = math.ceil(train_set.total_batches() / config.accumulate_grad_batches)
@@ -336,12 +383,14 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
     run_dir = os.path.join(parent, config.name)
     resume = _resume_path(config, run_dir)
     if resume is None:
-        run_dir = _free_run_dir(parent, config.name)
+        run_dir = distributed.broadcast(_free_run_dir(parent, config.name) if world.is_main else None)
     checkpoint_dir = os.path.join(run_dir, "checkpoints")
-    os.makedirs(checkpoint_dir, exist_ok=True)
+    if world.is_main:
+        os.makedirs(checkpoint_dir, exist_ok=True)
     stats_path = os.path.join(run_dir, "training_stats.json")
     metrics_path = os.path.join(run_dir, "metrics.jsonl")
-    write_json(os.path.join(run_dir, "config.json"), config.to_dict())
+    if world.is_main:
+        write_json(os.path.join(run_dir, "config.json"), config.to_dict())
 
     history: List[dict] = []
     best = {"metric": None, "epoch": None, "monitor": None if config.monitor == "auto" else config.monitor}
@@ -358,12 +407,13 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
         history, best = list(checkpoint["history"]), dict(checkpoint["best"])
 
     writer = None
-    try:
-        from torch.utils.tensorboard import SummaryWriter
+    if world.is_main:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
 
-        writer = SummaryWriter(os.path.join(run_dir, "tensorboard"))
-    except ImportError:
-        pass
+            writer = SummaryWriter(os.path.join(run_dir, "tensorboard"))
+        except ImportError:
+            pass
 
     summary = {"device": device, "device_reason": choice.reason, "precision": policy.to_dict(),
                "torch": torch.__version__, "config": config.to_dict(), "run_dir": run_dir}
@@ -373,7 +423,15 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
                 "position": position, "history": history, "best": best, "config": config.to_dict(),
                 "input_stats": {"mean": normalization[0], "std": normalization[1]} if normalization else None}
 
+    def persist(name: str, payload: dict) -> None:
+        """Rank 0 writes; every rank waits until the checkpoint is complete."""
+        if world.is_main:
+            save_checkpoint(os.path.join(checkpoint_dir, name), payload)
+        distributed.barrier()
+
     def write_stats(status: str, error: Optional[str] = None) -> None:
+        if not world.is_main:
+            return
         write_json(stats_path, dict(summary, status=status, error=error, epochs=history, best=best,
                                     steps=engine.steps_taken(), skipped_steps=engine.steps_skipped(),
                                     host_syncs=engine.host_syncs()))
@@ -391,7 +449,7 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
                 module.train()
                 if choice.device.type == "cuda":
                     torch.cuda.reset_peak_memory_stats(choice.device)
-                progress = _Progress(config.progress, steps_per_epoch - skip // config.accumulate_grad_batches,
+                progress = _Progress(config.progress and world.is_main, steps_per_epoch - skip // config.accumulate_grad_batches,
                                      epoch + 1, config.epochs, config.log_every_n_steps)
 
                 def on_log(metrics, epoch=epoch):
@@ -425,7 +483,9 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
                 trained = True
                 skip = 0
                 record = {"epoch": epoch + 1}
-                record.update({f"train_{k}": v for k, v in train_stats["metrics"].items() if k not in _COUNTERS})
+                train_metrics = {k: v for k, v in train_stats["metrics"].items() if k not in _COUNTERS}
+                train_metrics = distributed.average_metrics(train_metrics, train_stats["samples"], choice.device)
+                record.update({f"train_{k}": v for k, v in train_metrics.items()})
                 if val_set is not None:
                     module.eval()
                     val_stats = engine.evaluate(val_set.epoch(epoch), forward, loss)
@@ -450,26 +510,28 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
                     best.update(metric=record[best["monitor"]], epoch=epoch + 1)
                 stalled = 0 if improved else stalled + 1
 
-                with open(metrics_path, "a", encoding="utf-8") as handle:
-                    handle.write(json.dumps(json_safe(record), allow_nan=False) + "\n")
+                if world.is_main:
+                    with open(metrics_path, "a", encoding="utf-8") as handle:
+                        handle.write(json.dumps(json_safe(record), allow_nan=False) + "\n")
                 if writer is not None:
                     for key, value in record.items():
                         if isinstance(value, (int, float)) and key != "epoch":
                             writer.add_scalar(key, value, epoch + 1)
                 payload = checkpoint_payload(epoch + 1, 0)
-                save_checkpoint(os.path.join(checkpoint_dir, "last.pt"), payload)
+                persist("last.pt", payload)
                 if improved:
-                    save_checkpoint(os.path.join(checkpoint_dir, "best.pt"), payload)
+                    persist("best.pt", payload)
                 if config.save_every_n_epochs and (epoch + 1) % config.save_every_n_epochs == 0:
-                    save_checkpoint(os.path.join(checkpoint_dir, f"epoch_{epoch + 1:04d}.pt"), payload)
-                    periodic = sorted(name for name in os.listdir(checkpoint_dir) if name.startswith("epoch_"))
-                    for old in periodic[:-config.keep_last_k]:
-                        os.remove(os.path.join(checkpoint_dir, old))
+                    persist(f"epoch_{epoch + 1:04d}.pt", payload)
+                    if world.is_main:
+                        periodic = sorted(name for name in os.listdir(checkpoint_dir) if name.startswith("epoch_"))
+                        for old in periodic[:-config.keep_last_k]:
+                            os.remove(os.path.join(checkpoint_dir, old))
                 interrupted = os.path.join(checkpoint_dir, "interrupted.pt")
-                if os.path.exists(interrupted):
+                if world.is_main and os.path.exists(interrupted):
                     os.remove(interrupted)  # superseded by last.pt
                 write_stats("running")
-                if config.progress:
+                if config.progress and world.is_main:
                     shown = {k: v for k, v in record.items() if k.endswith(("loss", "accuracy", "iou", "dice"))}
                     print(f"epoch {epoch + 1}/{config.epochs} " + " ".join(f"{k}={v:.4f}" for k, v in shown.items())
                           + f" ({record['samples_per_s']:.0f} samples/s)", file=sys.stderr)
@@ -483,7 +545,8 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
                     payload = checkpoint_payload(epoch + 1, 0)
                 else:
                     payload = checkpoint_payload(epoch, skip + engine.windows_in_epoch() * config.accumulate_grad_batches)
-                save_checkpoint(os.path.join(checkpoint_dir, "interrupted.pt"), payload)
+                if world.is_main:
+                    save_checkpoint(os.path.join(checkpoint_dir, "interrupted.pt"), payload)
                 status = "interrupted"
                 break
             epoch += 1
@@ -496,6 +559,8 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
     finally:
         if writer is not None:
             writer.close()
+        if created_group:
+            torch.distributed.destroy_process_group()
     write_stats(status)
 
     seconds = sum(r["epoch_time_s"] for r in history)

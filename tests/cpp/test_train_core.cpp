@@ -150,7 +150,7 @@ TEST(Engine, AccumulationEqualsOneBigBatchWithoutPython) {
     config.schedule.base_lr = 0.5;
     Engine engine({{{w}, 0.0}}, config);
     TensorBatches batches(x, y, batch, false, false, 0, at::kCPU);
-    engine.train_epoch(batches, [&](const at::Tensor& inputs) { return at::matmul(inputs, w.t()); }, {}, {});
+    engine.train_epoch(batches, [&](const at::Tensor& inputs, bool) { return at::matmul(inputs, w.t()); }, {}, {});
     return w.detach();
   };
   EXPECT_LE((run(16, 4) - run(64, 1)).abs().max().item<float>(), 1e-6);

@@ -45,7 +45,9 @@ struct EngineConfig {
   GradScalerConfig scaler;
 };
 
-using ForwardFn = std::function<at::Tensor(const at::Tensor& inputs)>;
+// The model's forward. sync_gradients is false for all but the last micro-batch of an accumulation
+// window: a data-parallel model then skips the gradient all-reduce of that backward (DDP's no_sync).
+using ForwardFn = std::function<at::Tensor(const at::Tensor& inputs, bool sync_gradients)>;
 // A user loss (output, target) -> 0-dim loss; empty to use the built-in one.
 using LossFn = std::function<at::Tensor(const at::Tensor& output, const at::Tensor& target)>;
 // Called at log intervals with the running metrics of the epoch and the step count.

@@ -1,0 +1,94 @@
+"""Data-parallel training with two gloo processes on the CPU."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import gpucore
+from gpucore import distributed
+
+MODELS = textwrap.dedent("""
+    import os
+    import torch
+    from torch import nn
+
+    def mlp(fail_rank=-1):
+        if int(os.environ.get("RANK", "0")) == fail_rank:
+            raise RuntimeError("rank %d was told to fail" % fail_rank)
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.Tanh(), nn.Linear(32, 10))
+""")
+
+WORKER = textwrap.dedent("""
+    import os, sys, torch, gpucore
+    config = dict(model="ddp_models:mlp", epochs=2, batch_size=int(sys.argv[2]), optimizer="sgd", momentum=0.9,
+                  lr=0.05, schedule="constant", shuffle=False, normalize=False, progress=False, run_dir=sys.argv[1],
+                  name="ddp", weight_decay=0.0, accumulate_grad_batches=int(sys.argv[3]), val_fraction=0.0)
+    generator = torch.Generator().manual_seed(1)
+    x, y = torch.randn(256, 1, 8, 8, generator=generator), torch.randint(0, 10, (256,), generator=generator)
+    result = gpucore.train(config, train_data=(x, y))
+    torch.save(result.model.state_dict(), os.path.join(sys.argv[1], "weights_%s.pt" % os.environ.get("RANK", "0")))
+""")
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    (tmp_path / "ddp_models.py").write_text(MODELS)
+    (tmp_path / "worker.py").write_text(WORKER)
+    return tmp_path
+
+
+def environment(workdir, rank, world, port):
+    env = dict(os.environ, PYTHONPATH=f"{workdir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    if world > 1:
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                   WORLD_SIZE=str(world))
+    return env
+
+
+def run_workers(workdir, out, world, batch, accumulate):
+    port = distributed._free_port()
+    processes = [subprocess.Popen([sys.executable, str(workdir / "worker.py"), str(out), str(batch), str(accumulate)],
+                                  env=environment(workdir, rank, world, port), stderr=subprocess.PIPE, text=True)
+                 for rank in range(world)]
+    for process in processes:
+        _, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err[-3000:]
+    return [torch.load(out / f"weights_{rank}.pt", weights_only=True) for rank in range(world)]
+
+
+def test_two_ranks_agree_and_equal_one_process_with_the_same_global_batch(workdir):
+    two = run_workers(workdir, workdir / "two", 2, batch=16, accumulate=2)
+    for name in two[0]:
+        assert torch.equal(two[0][name], two[1][name]), name
+    (one,) = run_workers(workdir, workdir / "one", 1, batch=32, accumulate=2)
+    for name in one:
+        torch.testing.assert_close(two[0][name], one[name], rtol=1e-5, atol=1e-6)
+    assert (workdir / "two" / "ddp" / "checkpoints" / "last.pt").exists()
+    stats = json.load(open(workdir / "two" / "ddp" / "training_stats.json"))
+    assert stats["status"] == "completed" and len(stats["epochs"]) == 2
+
+
+def test_devices_2_starts_the_processes_itself(workdir, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", f"{workdir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    result = gpucore.train(dict(devices=2, epochs=1, progress=False, run_dir=str(workdir / "runs"),
+                                data_kwargs={"train_size": 2048, "val_size": 256}, batch_size=32))
+    assert result.status == "completed" and result.best_metric > 0.5  # chance is 0.1
+    assert result.steps == 32  # 2048 samples over 2 ranks in batches of 32
+
+
+def test_a_failing_rank_stops_the_job_with_its_error(workdir, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", f"{workdir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    with pytest.raises(gpucore.TrainingError, match=r"rank 1 of 2 failed[\s\S]*rank 1 was told to fail"):
+        gpucore.train(dict(devices=2, epochs=1, progress=False, run_dir=str(workdir / "runs"), dist_timeout=60,
+                           model="ddp_models:mlp", model_kwargs={"fail_rank": 1},
+                           data_kwargs={"train_size": 64, "val_size": 16}))
+
+
+def test_devices_with_objects_from_python_is_refused():
+    with pytest.raises(gpucore.ConfigError, match="torchrun"):
+        gpucore.train(dict(devices=2), model=torch.nn.Linear(2, 2))
