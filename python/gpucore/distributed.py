@@ -29,6 +29,7 @@ class World:
     rank: int = 0
     size: int = 1
     local_rank: int = 0
+    launched: bool = False  # started by torchrun / devices: N (DDP even for one process)
 
     @property
     def is_main(self) -> bool:
@@ -43,12 +44,12 @@ def environment() -> World:
         local_rank = int(os.environ.get("LOCAL_RANK", str(rank)))
     except ValueError as exc:
         raise _C.ConfigError(f"WORLD_SIZE, RANK and LOCAL_RANK must be integers ({exc})") from exc
-    return World(rank, size, local_rank)
+    return World(rank, size, local_rank, "WORLD_SIZE" in os.environ)
 
 
 def start(world: World, device: torch.device, timeout_s: int) -> bool:
     """Joins the process group (NCCL on CUDA, gloo otherwise); True when this call created it."""
-    if world.size == 1 or dist.is_initialized():
+    if not world.launched or dist.is_initialized():
         return False
     backend = "nccl" if device.type == "cuda" else "gloo"
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s), rank=world.rank,
@@ -111,6 +112,8 @@ def launch(config, devices: int, timeout_s: int) -> dict:
         for rank in range(devices):
             env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                        LOCAL_RANK=str(rank), WORLD_SIZE=str(devices), LOCAL_WORLD_SIZE=str(devices))
+            # Share the cores instead of every process starting one thread per core (torchrun does the same).
+            env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // devices)))
             out = open(os.path.join(scratch, f"rank{rank}.out"), "w+")
             err = open(os.path.join(scratch, f"rank{rank}.err"), "w+")
             logs.append((out, err))

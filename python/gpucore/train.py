@@ -342,9 +342,9 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
         torch.use_deterministic_algorithms(True)
         torch.backends.cudnn.deterministic = True
     preference = config.device
-    if world.size > 1 and config.device in ("auto", "cuda") and not config.no_cuda and torch.cuda.is_available():
+    if world.launched and config.device in ("auto", "cuda") and not config.no_cuda and torch.cuda.is_available():
         preference = f"cuda:{world.local_rank}"  # each process binds its local GPU
-    choice = select_device(preference, no_cuda=config.no_cuda, no_mps=config.no_mps or world.size > 1)
+    choice = select_device(preference, no_cuda=config.no_cuda, no_mps=config.no_mps or world.launched)
     device = str(choice.device)
     created_group = distributed.start(world, choice.device, config.dist_timeout)
     distributed.check_same(json.dumps(config.to_dict(), sort_keys=True), "the configuration")
@@ -358,7 +358,7 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
     if config.channels_last:
         module.to(memory_format=torch.channels_last)
     forward = module
-    if world.size > 1:
+    if world.launched:
         index = [choice.device.index] if choice.device.type == "cuda" else None
         forward = torch.nn.parallel.DistributedDataParallel(module, device_ids=index)
     forward = torch.compile(forward) if config.compile else forward
@@ -494,7 +494,8 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
                     "lr": train_stats["metrics"].get("lr"), "loss_scale": train_stats["metrics"].get("loss_scale"),
                     "skipped_steps": int(train_stats["metrics"].get("skipped_steps", 0)),
                     "epoch_time_s": train_stats["seconds"],
-                    "samples_per_s": train_stats["samples"] / max(train_stats["seconds"], 1e-9),
+                    # all ranks together (each trains an equal share)
+                    "samples_per_s": train_stats["samples"] * world.size / max(train_stats["seconds"], 1e-9),
                 })
                 record.update(_memory(choice.device))
                 history.append(record)

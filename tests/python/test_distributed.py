@@ -42,18 +42,19 @@ def workdir(tmp_path):
     return tmp_path
 
 
-def environment(workdir, rank, world, port):
+def environment(workdir, rank, world, port, launched=None):
     env = dict(os.environ, PYTHONPATH=f"{workdir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    if world > 1:
+    if launched if launched is not None else world > 1:
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
                    WORLD_SIZE=str(world))
     return env
 
 
-def run_workers(workdir, out, world, batch, accumulate):
+def run_workers(workdir, out, world, batch, accumulate, launched=None):
     port = distributed._free_port()
     processes = [subprocess.Popen([sys.executable, str(workdir / "worker.py"), str(out), str(batch), str(accumulate)],
-                                  env=environment(workdir, rank, world, port), stderr=subprocess.PIPE, text=True)
+                                  env=environment(workdir, rank, world, port, launched), stderr=subprocess.PIPE,
+                                  text=True)
                  for rank in range(world)]
     for process in processes:
         _, err = process.communicate(timeout=300)
@@ -92,3 +93,9 @@ def test_a_failing_rank_stops_the_job_with_its_error(workdir, monkeypatch):
 def test_devices_with_objects_from_python_is_refused():
     with pytest.raises(gpucore.ConfigError, match="torchrun"):
         gpucore.train(dict(devices=2), model=torch.nn.Linear(2, 2))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_nccl_on_one_gpu_world_size_1(workdir):
+    (weights,) = run_workers(workdir, workdir / "nccl", 1, batch=32, accumulate=2, launched=True)
+    assert all(torch.isfinite(t).all() for t in weights.values())
