@@ -67,3 +67,17 @@ def test_classifier_gradcam_scripts_and_notebook(tmp_path, monkeypatch):
     for cell in notebook["cells"]:
         if cell["cell_type"] == "code":
             compile("".join(cell["source"]), "gradcam.ipynb", "exec")
+
+
+def test_bench_runner_quick_runs_every_benchmark(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    pytest.importorskip("PIL")
+    out = tmp_path / "all.json"
+    result = subprocess.run([sys.executable, "-m", "bench", "all", "--quick", "--json", str(out)],
+                            cwd=str(EXAMPLES.parent), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert set(report["results"]) == {"train", "cam", "data"} and report["quick"] is True

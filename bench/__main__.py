@@ -1,0 +1,44 @@
+"""Runs the benchmarks side by side in one run and writes one JSON with the device, versions and date.
+
+    python -m bench all [--device auto] [--json out.json] [--quick]
+    python -m bench train|cam|data [...]
+
+--quick uses tiny sizes: a smoke test of the runner (CI runs it), not a measurement.
+"""
+import argparse
+import datetime
+import json
+import os
+import runpy
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BENCHES = {
+    "train": ("train_bench.py", [], ["--epochs", "2", "--train-size", "256"]),
+    "cam": ("cam_bench.py", [], ["--batch", "2", "--size", "32", "--repeats", "1"]),
+    "data": ("data_bench.py", [], ["--images", "64", "--size", "8", "--epochs", "2"]),
+}
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("which", choices=["all", *BENCHES])
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--json", help="write every result here")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: check the runner, measure nothing")
+    args = parser.parse_args(argv)
+    results = {}
+    for name in (BENCHES if args.which == "all" else [args.which]):
+        script, full, quick = BENCHES[name]
+        print(f"\n== {name} ==")
+        bench = runpy.run_path(os.path.join(HERE, script))
+        results[name] = bench["main"](["--device", args.device, *(quick if args.quick else full)])
+    report = {"date": datetime.date.today().isoformat(), "quick": args.quick, "results": results}
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(report, handle, indent=2)
+    return report
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
