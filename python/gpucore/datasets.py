@@ -56,7 +56,35 @@ def synthetic_fashion(train_size: int = 12000, val_size: int = 2000, seed: int =
     return (images[:train_size], labels[:train_size]), (images[train_size:], labels[train_size:])
 
 
-BUILTIN = {"synthetic_fashion": synthetic_fashion}
+def synthetic_sequences(train_size: int = 4096, val_size: int = 512, seed: int = 0, steps: int = 24, classes: int = 10,
+                        max_length: int = 6, noise: float = 0.3):
+    """Sequences for CTC models (the kind seed 001's TFNet is): each token k (1..classes-1) shows as 2-3
+    noisy frames of a feature pattern, separated by blank frames; targets are (N, max_length) class indices
+    padded with -1. Returns ((x_train, y_train), (x_val, y_val)) with x float (N, steps, classes)."""
+    generator = torch.Generator().manual_seed(seed)
+    total = train_size + val_size
+    if 3 * max_length + 1 > steps:
+        raise ConfigError(f"synthetic_sequences: {max_length} tokens need at least {3 * max_length + 1} steps, got {steps}")
+    x = torch.zeros(total, steps, classes)
+    y = torch.full((total, max_length), -1, dtype=torch.long)
+    lengths = torch.randint(1, max_length + 1, (total,), generator=generator)
+    tokens = torch.randint(1, classes, (total, max_length), generator=generator)
+    widths = torch.randint(2, 4, (total, max_length), generator=generator)
+    for i in range(total):
+        t = 0
+        for j in range(int(lengths[i])):
+            x[i, t, 0] = 1.0  # a blank frame before every token
+            t += 1
+            width = int(widths[i, j])
+            x[i, t:t + width, int(tokens[i, j])] = 1.0
+            t += width
+        x[i, t:, 0] = 1.0
+        y[i, :int(lengths[i])] = tokens[i, :int(lengths[i])]
+    x += noise * torch.randn(x.shape, generator=generator)
+    return (x[:train_size], y[:train_size]), (x[train_size:], y[train_size:])
+
+
+BUILTIN = {"synthetic_fashion": synthetic_fashion, "synthetic_sequences": synthetic_sequences}
 
 
 def _find(folder: str, *names: str) -> Optional[str]:

@@ -81,3 +81,9 @@ def test_bench_runner_quick_runs_every_benchmark(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
     assert set(report["results"]) == {"train", "cam", "data"} and report["quick"] is True
+
+
+def test_sequence_ctc_example_learns(tmp_path):
+    example = runpy.run_path(str(EXAMPLES / "sequence_ctc" / "train_ctc.py"))
+    best = example["main"](["--epochs", "6", "--train-size", "2048", "--dir", str(tmp_path)])
+    assert best >= 0.85

@@ -260,29 +260,13 @@ def test_bf16_mixed_on_cpu_trains(tmp_path):
 
 
 def test_ctc_sequence_model_learns(tmp_path):
-    # Token k (1..4) is shown as 2-3 noisy frames of feature k, separated by blank frames (feature 0).
-    generator = torch.Generator().manual_seed(0)
-    n, steps, features = 512, 16, 5
-    x = torch.zeros(n, steps, features)
-    y = torch.full((n, 4), -1, dtype=torch.long)
-    for i in range(n):
-        length = int(torch.randint(1, 5, (1,), generator=generator))
-        tokens = torch.randint(1, 5, (length,), generator=generator)
-        y[i, :length] = tokens
-        t = 0
-        for token in tokens.tolist():
-            x[i, t, 0] = 1.0
-            t += 1
-            for _ in range(2):
-                x[i, t, token] = 1.0
-                t += 1
-        x[i, t:, 0] = 1.0
-    x += 0.1 * torch.randn(x.shape, generator=generator)
+    (x, y), (xv, yv) = gpucore.datasets.synthetic_sequences(train_size=448, val_size=64, steps=16, classes=5,
+                                                             max_length=4, noise=0.1)
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(features, 32), nn.ReLU(), nn.Linear(32, 5))
+    model = nn.Sequential(nn.Linear(5, 32), nn.ReLU(), nn.Linear(32, 5))
     result = gpucore.train(dict(run_dir=str(tmp_path), progress=False, epochs=10, batch_size=32, lr=0.01, loss="ctc",
-                                schedule="constant", weight_decay=0.0,
-                                normalize=False), model=model, train_data=(x[:448], y[:448]), val_data=(x[448:], y[448:]))
+                                schedule="constant", weight_decay=0.0, normalize=False),
+                           model=model, train_data=(x, y), val_data=(xv, yv))
     assert result.monitor == "val_seq_accuracy"
     assert result.best_metric >= 0.9, result.history[-1]
 
