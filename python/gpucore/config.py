@@ -47,7 +47,7 @@ KEYS = [
     # model and data
     Key("model", str, "fashion_mnist_cnn", "built-in model (fashion_mnist_cnn, captcha_cnn) or 'package.module:factory'"),
     Key("model_kwargs", dict, {}, "keyword arguments for the model factory"),
-    Key("data", str, "synthetic_fashion", "built-in data set (synthetic_fashion, synthetic_sequences) or a path: a .npz; a folder of IDX files (train-/t10k-images-idx3-ubyte[.gz] and labels); a folder of x_train.npy/y_train.npy[/x_val.npy/y_val.npy]; an image folder (class subfolders, optionally under train/ and val/)"),
+    Key("data", str, "synthetic_fashion", "built-in data set (synthetic_fashion, synthetic_sequences, synthetic_captcha) or a path: a .npz; a folder of IDX files (train-/t10k-images-idx3-ubyte[.gz] and labels); a folder of x_train.npy/y_train.npy[/x_val.npy/y_val.npy]; an image folder (class subfolders, optionally under train/ and val/)"),
     Key("data_kwargs", dict, {}, "keyword arguments for the built-in data set (train_size, val_size, seed; synthetic_sequences also steps, classes, max_length, noise) or the image-folder reader (channels, threads, on_error: raise or skip)"),
     Key("val_fraction", float, 0.1, "share of the training data held out for validation when the data has no validation split", check=_fraction, valid="in [0, 1)"),
     Key("normalize", bool, True, "standardise inputs with the training set's mean and std, per channel for images (uint8 images are scaled to [0, 1] first)"),

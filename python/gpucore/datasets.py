@@ -83,8 +83,76 @@ def synthetic_sequences(train_size: int = 4096, val_size: int = 512, seed: int =
     x += noise * torch.randn(x.shape, generator=generator)
     return (x[:train_size], y[:train_size]), (x[train_size:], y[train_size:])
 
+_GLYPHS = {  # a 5 x 7 bitmap font for the built-in captcha generator
+    "0": (".###.", "#...#", "#..##", "#.#.#", "##..#", "#...#", ".###."),
+    "1": ("..#..", ".##..", "..#..", "..#..", "..#..", "..#..", ".###."),
+    "2": (".###.", "#...#", "....#", "...#.", "..#..", ".#...", "#####"),
+    "3": ("#####", "...#.", "..#..", "...#.", "....#", "#...#", ".###."),
+    "4": ("...#.", "..##.", ".#.#.", "#..#.", "#####", "...#.", "...#."),
+    "5": ("#####", "#....", "####.", "....#", "....#", "#...#", ".###."),
+    "6": ("..##.", ".#...", "#....", "####.", "#...#", "#...#", ".###."),
+    "7": ("#####", "....#", "...#.", "..#..", ".#...", ".#...", ".#..."),
+    "8": (".###.", "#...#", "#...#", ".###.", "#...#", "#...#", ".###."),
+    "9": (".###.", "#...#", "#...#", ".####", "....#", "...#.", ".##.."),
+    "a": (".###.", "#...#", "#...#", "#####", "#...#", "#...#", "#...#"),
+    "b": ("####.", "#...#", "#...#", "####.", "#...#", "#...#", "####."),
+    "c": (".###.", "#...#", "#....", "#....", "#....", "#...#", ".###."),
+    "d": ("###..", "#..#.", "#...#", "#...#", "#...#", "#..#.", "###.."),
+    "e": ("#####", "#....", "#....", "####.", "#....", "#....", "#####"),
+    "f": ("#####", "#....", "#....", "####.", "#....", "#....", "#...."),
+    "g": (".###.", "#...#", "#....", "#.###", "#...#", "#...#", ".####"),
+    "h": ("#...#", "#...#", "#...#", "#####", "#...#", "#...#", "#...#"),
+    "i": (".###.", "..#..", "..#..", "..#..", "..#..", "..#..", ".###."),
+    "j": ("..###", "...#.", "...#.", "...#.", "...#.", "#..#.", ".##.."),
+    "k": ("#...#", "#..#.", "#.#..", "##...", "#.#..", "#..#.", "#...#"),
+    "l": ("#....", "#....", "#....", "#....", "#....", "#....", "#####"),
+    "m": ("#...#", "##.##", "#.#.#", "#.#.#", "#...#", "#...#", "#...#"),
+    "n": ("#...#", "#...#", "##..#", "#.#.#", "#..##", "#...#", "#...#"),
+    "o": (".###.", "#...#", "#...#", "#...#", "#...#", "#...#", ".###."),
+    "p": ("####.", "#...#", "#...#", "####.", "#....", "#....", "#...."),
+    "q": (".###.", "#...#", "#...#", "#...#", "#.#.#", "#..#.", ".##.#"),
+    "r": ("####.", "#...#", "#...#", "####.", "#.#..", "#..#.", "#...#"),
+    "s": (".####", "#....", "#....", ".###.", "....#", "....#", "####."),
+    "t": ("#####", "..#..", "..#..", "..#..", "..#..", "..#..", "..#.."),
+    "u": ("#...#", "#...#", "#...#", "#...#", "#...#", "#...#", ".###."),
+    "v": ("#...#", "#...#", "#...#", "#...#", "#...#", ".#.#.", "..#.."),
+    "w": ("#...#", "#...#", "#...#", "#.#.#", "#.#.#", "#.#.#", ".#.#."),
+    "x": ("#...#", "#...#", ".#.#.", "..#..", ".#.#.", "#...#", "#...#"),
+    "y": ("#...#", "#...#", ".#.#.", "..#..", "..#..", "..#..", "..#.."),
+    "z": ("#####", "....#", "...#.", "..#..", ".#...", "#....", "#####"),
+}
+CAPTCHA_ALPHABET = "".join(_GLYPHS)
 
-BUILTIN = {"synthetic_fashion": synthetic_fashion, "synthetic_sequences": synthetic_sequences}
+
+def synthetic_captcha(train_size: int = 10000, val_size: int = 1000, seed: int = 0, length: int = 4,
+                      height: int = 60, width: int = 160):
+    """Captcha images like seed 002's (160 x 60 RGB, 4 characters of 0-9a-z) drawn from a built-in bitmap
+    font: scaled glyphs at jittered positions in random colours over a noisy background with stray lines.
+    Targets are (N, length) indices into CAPTCHA_ALPHABET. Returns ((x_train, y_train), (x_val, y_val))."""
+    generator = torch.Generator().manual_seed(seed)
+    total = train_size + val_size
+    font = torch.tensor([[[c == "#" for c in row] for row in _GLYPHS[ch]] for ch in CAPTCHA_ALPHABET])  # 36 x 7 x 5
+    labels = torch.randint(0, len(CAPTCHA_ALPHABET), (total, length), generator=generator)
+    images = (torch.rand(total, 3, height, width, generator=generator) * 60 + 170).to(torch.uint8)
+    slot = width // length
+    for i in range(total):
+        for j in range(length):
+            scale = int(torch.randint(4, 7, (1,), generator=generator))
+            glyph = font[labels[i, j]].repeat_interleave(scale, 0).repeat_interleave(scale, 1)
+            gh, gw = glyph.shape
+            top = int(torch.randint(0, max(height - gh, 1), (1,), generator=generator))
+            left = j * slot + int(torch.randint(0, max(slot - gw, 1), (1,), generator=generator))
+            colour = torch.randint(0, 120, (3, 1, 1), generator=generator).to(torch.uint8)
+            region = images[i, :, top:top + gh, left:left + gw]
+            images[i, :, top:top + gh, left:left + gw] = torch.where(glyph[:gh, :region.shape[2]], colour, region)
+        for _ in range(2):  # stray lines across the text
+            row = int(torch.randint(0, height, (1,), generator=generator))
+            images[i, :, row, :] = torch.randint(0, 120, (3, 1), generator=generator).to(torch.uint8)
+    return (images[:train_size], labels[:train_size]), (images[train_size:], labels[train_size:])
+
+
+BUILTIN = {"synthetic_fashion": synthetic_fashion, "synthetic_sequences": synthetic_sequences,
+           "synthetic_captcha": synthetic_captcha}
 
 
 def _find(folder: str, *names: str) -> Optional[str]:

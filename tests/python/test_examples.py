@@ -4,6 +4,8 @@ import runpy
 import pytest
 import torch
 
+import gpucore
+
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 
 
@@ -87,3 +89,15 @@ def test_sequence_ctc_example_learns(tmp_path):
     example = runpy.run_path(str(EXAMPLES / "sequence_ctc" / "train_ctc.py"))
     best = example["main"](["--epochs", "6", "--train-size", "2048", "--dir", str(tmp_path)])
     assert best >= 0.85
+
+
+def test_captcha_example_runs_with_the_built_in_generator(tmp_path, capsys):
+    example = runpy.run_path(str(EXAMPLES / "captcha" / "captcha_train.py"))
+    accuracy = example["main"](["--epochs", "1", "--train-size", "256", "--val-size", "64", "--batch-size", "64",
+                                "--grad-accum", "2", "--dir", str(tmp_path)])
+    assert 0.0 <= accuracy <= 1.0
+    assert "whole-captcha accuracy" in capsys.readouterr().out
+    (images, labels), _ = gpucore.datasets.synthetic_captcha(train_size=4, val_size=1, seed=3)
+    again, _ = gpucore.datasets.synthetic_captcha(train_size=4, val_size=1, seed=3)
+    assert images.shape == (4, 3, 60, 160) and labels.shape == (4, 4)
+    assert torch.equal(images, again[0]) and int(labels.max()) < 36
