@@ -101,3 +101,11 @@ def test_captcha_example_runs_with_the_built_in_generator(tmp_path, capsys):
     again, _ = gpucore.datasets.synthetic_captcha(train_size=4, val_size=1, seed=3)
     assert images.shape == (4, 3, 60, 160) and labels.shape == (4, 4)
     assert torch.equal(images, again[0]) and int(labels.max()) < 36
+
+
+def test_card_handwriting_segmentation_learns_and_explains(tmp_path):
+    example = runpy.run_path(str(EXAMPLES / "card_handwriting" / "train_segmentation.py"))
+    iou = example["main"](["--epochs", "2", "--images", "400", "--dir", str(tmp_path / "runs"),
+                           "--out", str(tmp_path / "cams")])
+    assert iou > 0.5
+    assert len(list((tmp_path / "cams").glob("*.png"))) == 8
