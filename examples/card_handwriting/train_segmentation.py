@@ -75,13 +75,15 @@ def main(argv=None) -> float:
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--dir", default="runs")
     parser.add_argument("--out", default="cards_out")
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    torch.manual_seed(args.seed)  # the model's initial weights
     images, masks = handwriting_cards(args.images)
     held_out = max(1, args.images // 10)
     model = UNet()
     result = gpucore.train(
         {"loss": "dice_bce", "epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr,
-         "schedule": "cosine", "monitor": "val_iou", "run_dir": args.dir, "name": "card_handwriting"},
+         "schedule": "cosine", "monitor": "val_iou", "run_dir": args.dir, "name": "card_handwriting", "seed": args.seed},
         model=model, train_data=(images[held_out:], masks[held_out:]), val_data=(images[:held_out], masks[:held_out]))
     print(f"best val IoU {result.best_metric:.3f} (epoch {result.best_epoch}) on {result.device}")
 

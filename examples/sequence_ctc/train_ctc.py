@@ -8,6 +8,7 @@ class 0 is the CTC blank. gpucore reports the greedy-decoded sequence accuracy.
 import argparse
 import sys
 
+import torch
 from torch import nn
 
 import gpucore
@@ -30,11 +31,14 @@ def main(argv=None) -> float:
     parser.add_argument("--train-size", type=int, default=4096)
     parser.add_argument("--lr", type=float, default=1e-2)
     parser.add_argument("--dir", default="runs")
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    torch.manual_seed(args.seed)  # the model's initial weights
     result = gpucore.train(
         {"data": "synthetic_sequences", "data_kwargs": {"train_size": args.train_size, "val_size": 512},
          "loss": "ctc", "epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr, "schedule": "constant",
-         "clip_grad_norm": 5.0, "normalize": False, "run_dir": args.dir, "name": "sequence_ctc"},
+         "clip_grad_norm": 5.0, "normalize": False, "run_dir": args.dir, "name": "sequence_ctc",
+         "seed": args.seed},
         model=SequenceRecognizer())
     print(f"best {result.monitor} {result.best_metric:.3f} (epoch {result.best_epoch}) on {result.device}")
     return result.best_metric
