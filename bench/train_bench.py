@@ -78,6 +78,48 @@ def hand_optimised(x, y, device, policy, epochs, batch_size, lr):
     return times
 
 
+def lightning_loop(x, y, device, policy, epochs, batch_size, lr):
+    """PyTorch Lightning as its users write it: a LightningModule, a DataLoader, Trainer.fit. None if not installed."""
+    try:
+        import lightning as L
+    except ImportError:
+        return None
+
+    class Module(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.net = FashionMnistCNN()
+
+        def training_step(self, batch, _):
+            images, labels = batch
+            return nn.functional.cross_entropy(self.net(images), labels)
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=lr, weight_decay=0.0)
+
+    class EpochTimer(L.Callback):
+        def __init__(self):
+            self.times = []
+
+        def on_train_epoch_start(self, trainer, module):
+            self.start = time.perf_counter()
+
+        def on_train_epoch_end(self, trainer, module):
+            sync(device)
+            self.times.append(time.perf_counter() - self.start)
+
+    timer = EpochTimer()
+    precision = {"bf16-mixed": "bf16-mixed", "16-mixed": "16-mixed"}.get(policy.precision, "32-true")
+    trainer = L.Trainer(max_epochs=epochs, accelerator="gpu" if device.type == "cuda" else device.type, devices=1,
+                        precision=precision, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=[timer])
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=batch_size, shuffle=True,
+                                         pin_memory=device.type == "cuda")
+    trainer.fit(Module(), loader)
+    return timer.times
+
+
 def gpucore_train(x, y, device, epochs, batch_size, lr):
     with tempfile.TemporaryDirectory() as run_dir:
         result = gpucore.train(
@@ -109,6 +151,9 @@ def main(argv=None):
         "seed-style loop": seed_style(x, labels, device, policy, args.epochs, args.batch_size, args.lr),
         "hand-optimised loop": hand_optimised(x, labels, device, policy, args.epochs, args.batch_size, args.lr),
     }
+    lightning = lightning_loop(x, labels, device, policy, args.epochs, args.batch_size, args.lr)
+    if lightning is not None:
+        runs["PyTorch Lightning"] = lightning
     measured = {name: sum(times[1:]) if len(times) > 1 else times[0] for name, times in runs.items()}
     samples = args.train_size * max(args.epochs - 1, 1)
     rate = {name: samples / seconds for name, seconds in measured.items()}

@@ -21,7 +21,7 @@ def test_device_setup_example_learns_on_the_chosen_device(capsys):
 def test_train_bench_runs_and_reports_every_loop(tmp_path):
     bench = runpy.run_path(str(EXAMPLES.parent / "bench" / "train_bench.py"))
     report = bench["main"](["--epochs", "2", "--train-size", "256", "--json", str(tmp_path / "bench.json")])
-    assert set(report["per_second"]) == {"gpucore.train", "seed-style loop", "hand-optimised loop"}
+    assert {"gpucore.train", "seed-style loop", "hand-optimised loop"} <= set(report["per_second"])
     assert all(value > 0 for value in report["per_second"].values())
     assert (tmp_path / "bench.json").exists()
 
