@@ -13,6 +13,7 @@ from torch import nn
 
 import gpucore
 from gpucore.cam import segmentation_target
+from gpucore.datasets import model_inputs
 
 
 def handwriting_cards(count: int, size: int = 64, seed: int = 0):
@@ -91,9 +92,8 @@ def main(argv=None) -> float:
     device = torch.device(result.device)
     checkpoint = torch.load(os.path.join(result.checkpoint_dir, "best.pt"), map_location=device, weights_only=True)
     model.load_state_dict(checkpoint["model"])
-    mean, std = checkpoint["input_stats"]["mean"], checkpoint["input_stats"]["std"]
-    x = (images[:8].float() / 255 - torch.tensor(mean).view(1, -1, 1, 1)) / torch.tensor(std).view(1, -1, 1, 1)
-    cams = gpucore.gradcam(model, "bottleneck", x.to(device), targets=segmentation_target(0, masks[:8].to(device)))
+    x = model_inputs(images[:8].to(device), checkpoint["input_stats"])
+    cams = gpucore.gradcam(model, "bottleneck", x, targets=segmentation_target(0, masks[:8].to(device)))
     paths = cams.save(args.out, images=images[:8].to(device))
     print(f"{len(paths)} Grad-CAM overlays in {args.out}")
     return result.best_metric

@@ -99,6 +99,7 @@ def _gradcam(args: argparse.Namespace) -> int:
     from .cam import CAM
     from .checkpoint import load_checkpoint
     from .config import load_config
+    from .datasets import model_inputs
     from .device import select_device
     from .models import build_model
     from .png import encode_png
@@ -112,10 +113,7 @@ def _gradcam(args: argparse.Namespace) -> int:
     first_conv = next((m for m in model.modules() if isinstance(m, nn.Conv2d)), None)
     channels = first_conv.in_channels if first_conv is not None else 3
     images, names = _read_images(args.images, channels)
-    x = images.permute(0, 3, 1, 2).float().div(255)
-    if checkpoint.get("input_stats"):
-        stats = checkpoint["input_stats"]
-        x = (x - torch.tensor(stats["mean"]).view(1, -1, 1, 1)) / torch.tensor(stats["std"]).view(1, -1, 1, 1)
+    x = model_inputs(images.permute(0, 3, 1, 2), checkpoint.get("input_stats"))
     targets = args.target if args.target is not None else None
     result = CAM(model, args.layer, args.method, batch_size=args.batch_size)(x.to(device), targets)
     overlays = result.overlay(images.to(device))

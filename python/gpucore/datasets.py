@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import torch
 
@@ -177,11 +177,9 @@ def _load_folder(path: str, kwargs: dict):
                if test_images else None)
         return train, val
     arrays = {name[:-4]: os.path.join(path, name) for name in os.listdir(path) if name.endswith(".npy")}
-    for x, y, vx, vy in (("x_train", "y_train", "x_val", "y_val"), ("x_train", "y_train", "x_test", "y_test"),
-                         ("x", "y", None, None)):
-        if x in arrays and y in arrays:
-            val = pair(data.Npy(arrays[vx], arrays[vy])) if vx in arrays and vy in arrays else None
-            return pair(data.Npy(arrays[x], arrays[y])), val
+    splits = _pick_splits(arrays, lambda x, y: pair(data.Npy(x, y)))
+    if splits is not None:
+        return splits
     if os.path.isdir(os.path.join(path, "train")):
         train = pair(data.ImageFolder(os.path.join(path, "train"), **kwargs))
         for name in ("val", "test"):
@@ -201,6 +199,20 @@ def _required(folder: str, *names: str) -> str:
     return path
 
 
+# Array names of a training split and its validation split, in the order they are looked for.
+_SPLIT_NAMES = (("x_train", "y_train", "x_val", "y_val"), ("x_train", "y_train", "x_test", "y_test"), ("x", "y", None, None))
+
+
+def _pick_splits(arrays: dict, load: Callable):
+    """(train, val) from the first of _SPLIT_NAMES that `arrays` holds (val may be None), else None;
+    load(x, y) turns two of its entries into an (inputs, targets) pair."""
+    for x, y, val_x, val_y in _SPLIT_NAMES:
+        if x in arrays and y in arrays:
+            val = load(arrays[val_x], arrays[val_y]) if val_x in arrays and val_y in arrays else None
+            return load(arrays[x], arrays[y]), val
+    return None
+
+
 def _load_npz(path: str):
     import numpy as np
 
@@ -209,11 +221,9 @@ def _load_npz(path: str):
             arrays = {name: torch.from_numpy(np.ascontiguousarray(archive[name])) for name in archive.files}
     except (ValueError, OSError, TypeError) as exc:
         raise ConfigError(f"data: '{path}' is not a valid .npz file of numeric arrays ({exc})") from exc
-    for train_x, train_y, val_x, val_y in (("x_train", "y_train", "x_val", "y_val"),
-                                           ("x_train", "y_train", "x_test", "y_test"), ("x", "y", None, None)):
-        if train_x in arrays and train_y in arrays:
-            val = (arrays[val_x], arrays[val_y]) if val_x in arrays and val_y in arrays else None
-            return (arrays[train_x], arrays[train_y]), val
+    splits = _pick_splits(arrays, lambda x, y: (x, y))
+    if splits is not None:
+        return splits
     raise ConfigError(f"data: '{path}' has arrays {sorted(arrays)}; expected x_train and y_train (optionally x_val/y_val "
                       "or x_test/y_test), or x and y")
 
@@ -275,6 +285,17 @@ def input_stats(inputs: torch.Tensor) -> Tuple[list, list]:
         mean, std = values.mean().reshape(1), values.std().reshape(1)
     std = torch.where(std > 0, std, torch.ones_like(std))
     return mean.tolist(), std.tolist()
+
+
+def model_inputs(images: torch.Tensor, input_stats: Optional[dict]) -> torch.Tensor:
+    """Images (N x C x H x W, uint8 or float) as the model saw them in training: the same gpucore::augment op,
+    without crop or flip, with a checkpoint's `input_stats` ({"mean": [...], "std": [...]}, or None)."""
+    images = as_images(images)
+    n = images.shape[0]
+    offsets = torch.zeros(n, 2, dtype=torch.long, device=images.device)
+    flips = torch.zeros(n, dtype=torch.bool, device=images.device)
+    mean, std = (input_stats["mean"], input_stats["std"]) if input_stats else ([], [])
+    return torch.ops.gpucore.augment(images, offsets, flips, 0, mean, std, torch.float32)
 
 
 def tensor_batches(inputs: torch.Tensor, targets: torch.Tensor, *, batch_size: int, shuffle: bool, drop_last: bool,

@@ -119,14 +119,13 @@ def launch(config, devices: int, timeout_s: int) -> dict:
             logs.append((out, err))
             processes.append(subprocess.Popen([sys.executable, "-m", "gpucore", "train", config_path], env=env,
                                               stdout=out, stderr=err))
+        def first_failure() -> Optional[int]:
+            return next((rank for rank, p in enumerate(processes) if p.poll() not in (None, 0)), None)
+
         deadline = time.monotonic() + timeout_s
-        failed: Optional[int] = None
-        while any(p.poll() is None for p in processes):
-            failed = next((r for r, p in enumerate(processes) if p.poll() not in (None, 0)), None)
-            if failed is not None or time.monotonic() > deadline:
-                break
+        while any(p.poll() is None for p in processes) and first_failure() is None and time.monotonic() <= deadline:
             time.sleep(0.2)
-        failed = failed if failed is not None else next((r for r, p in enumerate(processes) if p.poll() not in (None, 0)), None)
+        failed = first_failure()
         timed_out = failed is None and any(p.poll() is None for p in processes)
         for process in processes:
             if process.poll() is None:

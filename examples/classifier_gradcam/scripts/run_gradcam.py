@@ -10,7 +10,7 @@ import os
 import torch
 
 import gpucore
-from gpucore.datasets import load_data
+from gpucore.datasets import load_data, model_inputs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIG = os.path.join(HERE, "..", "configs", "config.yaml")
@@ -32,9 +32,8 @@ def main(argv=None) -> str:
     model.load_state_dict(checkpoint["model"])
     _, (images, labels) = load_data(config.data, config.data_kwargs, config.val_fraction, config.seed)
     images, labels = images[:args.count], labels[:args.count]
-    mean, std = checkpoint["input_stats"]["mean"], checkpoint["input_stats"]["std"]
-    x = ((images.float() / 255 - torch.tensor(mean).view(1, -1, 1, 1)) / torch.tensor(std).view(1, -1, 1, 1))
-    result = gpucore.gradcam(model, args.layer, x.to(device), targets=labels.tolist(), method=args.method)
+    x = model_inputs(images.to(device), checkpoint["input_stats"])
+    result = gpucore.gradcam(model, args.layer, x, targets=labels.tolist(), method=args.method)
     paths = result.save(args.out, images=images.to(device))
     torch.save({"cams": result.cams.cpu(), "labels": labels, "images": images}, os.path.join(args.out, "cams.pt"))
     print(f"{len(paths)} overlays ({args.method}, layer {args.layer}) in {args.out}")
