@@ -1,5 +1,9 @@
-// PNG (libpng) and JPEG (libjpeg-turbo) decoding, one image or many on a few threads.
+// PNG (libpng) and JPEG (libjpeg-turbo) decoding, one image or many on a few threads, resized to
+// a fixed size where asked.
+#include <ATen/ops/_upsample_bilinear2d_aa.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
+#include <c10/util/ParallelGuard.h>
 #include <jpeglib.h>
 #include <png.h>
 
@@ -111,6 +115,22 @@ void check_channels(int64_t channels) {
   }
 }
 
+// Pixels resized into dst (height x width x channels): bilinear with antialiasing, torch's kernel
+// (torchvision's Resize on uint8 tensors), rounded to uint8.
+void resize_into(const Pixels& pixels, int64_t channels, int64_t height, int64_t width, uint8_t* dst) {
+  // Called from reader threads: torch's kernel runs serially here instead of starting a thread team
+  // per reader thread.
+  c10::ParallelGuard serial(true);
+  const auto bytes = at::TensorOptions().dtype(at::kByte);
+  const at::Tensor source = at::from_blob(const_cast<uint8_t*>(pixels.data.data()),
+                                          {pixels.height, pixels.width, channels}, bytes);
+  const at::Tensor resized = at::_upsample_bilinear2d_aa(source.permute({2, 0, 1}).unsqueeze(0), {height, width},
+                                                         /*align_corners=*/false);
+  at::from_blob(dst, {height, width, channels}, bytes).copy_(resized[0].permute({1, 2, 0}));
+}
+
+std::string size_text(int64_t height, int64_t width) { return std::to_string(height) + "x" + std::to_string(width); }
+
 }  // namespace
 
 at::Tensor decode_image(const std::string& path, int64_t channels) {
@@ -122,13 +142,52 @@ at::Tensor decode_image(const std::string& path, int64_t channels) {
   return out;
 }
 
-DecodedImages decode_images(const std::vector<std::string>& paths, int64_t channels, int64_t threads, bool skip_errors) {
+std::string decode_image_into(const std::string& path, int64_t channels, int64_t height, int64_t width, bool resize,
+                              uint8_t* dst) {
+  Pixels pixels = decode(path, channels);
+  if (!pixels.error.empty()) return pixels.error;
+  if (pixels.height == height && pixels.width == width) {
+    std::memcpy(dst, pixels.data.data(), pixels.data.size());
+  } else if (resize) {
+    try {
+      resize_into(pixels, channels, height, width, dst);
+    } catch (const std::exception& e) {
+      return std::string("cannot resize: ") + e.what();
+    }
+  } else {
+    return "is " + size_text(pixels.height, pixels.width) + " but the data set's images are " +
+           size_text(height, width) + " (give the reader a size to resize them)";
+  }
+  return {};
+}
+
+DecodedImages decode_images(const std::vector<std::string>& paths, int64_t channels, int64_t threads, bool skip_errors,
+                            int64_t height, int64_t width) {
   check_channels(channels);
   if (threads < 1) throw ConfigError("threads must be >= 1, got " + std::to_string(threads));
+  if ((height > 0) != (width > 0) || height < 0 || width < 0) {
+    throw ConfigError("image size must be two positive numbers (height, width) or none, got " +
+                      size_text(height, width));
+  }
   std::vector<Pixels> decoded(paths.size());
   std::atomic<size_t> next{0};
   auto work = [&] {
-    for (size_t i = next++; i < paths.size(); i = next++) decoded[i] = decode(paths[i], channels);
+    for (size_t i = next++; i < paths.size(); i = next++) {
+      decoded[i] = decode(paths[i], channels);
+      Pixels& pixels = decoded[i];
+      if (height > 0 && pixels.error.empty() && (pixels.height != height || pixels.width != width)) {
+        Pixels resized;
+        resized.height = height;
+        resized.width = width;
+        resized.data.resize(static_cast<size_t>(height * width * channels));
+        try {
+          resize_into(pixels, channels, height, width, resized.data.data());
+        } catch (const std::exception& e) {
+          resized.error = std::string("cannot resize: ") + e.what();
+        }
+        pixels = std::move(resized);
+      }
+    }
   };
   std::vector<std::thread> pool;
   const int64_t workers = std::min<int64_t>(threads, static_cast<int64_t>(paths.size()));
@@ -147,18 +206,17 @@ DecodedImages decode_images(const std::vector<std::string>& paths, int64_t chann
     }
     if (first == nullptr) first = &pixels;
     if (pixels.height != first->height || pixels.width != first->width) {
-      throw ConfigError("image '" + paths[i] + "' is " + std::to_string(pixels.height) + "x" +
-                        std::to_string(pixels.width) + " but '" + paths[result.kept.front()] + "' is " +
-                        std::to_string(first->height) + "x" + std::to_string(first->width) +
-                        "; a data set needs images of one size (resize them first)");
+      throw ConfigError("image '" + paths[i] + "' is " + size_text(pixels.height, pixels.width) + " but '" +
+                        paths[result.kept.front()] + "' is " + size_text(first->height, first->width) +
+                        "; a data set needs images of one size (give the reader a size to resize them)");
     }
     result.kept.push_back(static_cast<int64_t>(i));
   }
-  const int64_t height = first ? first->height : 0, width = first ? first->width : 0;
-  result.images = at::empty({static_cast<int64_t>(result.kept.size()), height, width, channels},
+  const int64_t out_height = first ? first->height : height, out_width = first ? first->width : width;
+  result.images = at::empty({static_cast<int64_t>(result.kept.size()), out_height, out_width, channels},
                             at::TensorOptions().dtype(at::kByte));
   auto* dst = static_cast<uint8_t*>(result.images.data_ptr());
-  const size_t image_bytes = static_cast<size_t>(height * width * channels);
+  const size_t image_bytes = static_cast<size_t>(out_height * out_width * channels);
   for (size_t k = 0; k < result.kept.size(); ++k) {
     std::memcpy(dst + k * image_bytes, decoded[result.kept[k]].data.data(), image_bytes);
   }

@@ -9,6 +9,7 @@
 #include "gpucore/batches.h"
 #include "gpucore/engine.h"
 #include "gpucore/errors.h"
+#include "gpucore/file_batches.h"
 #include "gpucore/losses.h"
 #include "gpucore/readers.h"
 #include "gpucore/schedule.h"
@@ -180,25 +181,55 @@ void bind_tensor_api(py::module_& m) {
       .def_readwrite("std", &AugmentConfig::std);
 
   py::class_<BatchSource>(m, "BatchSource");
-  py::class_<TensorBatches, BatchSource>(m, "TensorBatches")
-      .def(py::init([](at::Tensor inputs, at::Tensor targets, int64_t batch_size, bool shuffle, bool drop_last,
-                       uint64_t seed, const std::string& device, const AugmentConfig& augment) {
-             return std::make_unique<TensorBatches>(std::move(inputs), std::move(targets), batch_size, shuffle,
-                                                    drop_last, seed, c10::Device(device), augment);
-           }),
-           py::arg("inputs"), py::arg("targets"), py::arg("batch_size"), py::arg("shuffle"), py::arg("drop_last"),
-           py::arg("seed"), py::arg("device"), py::arg("augment") = AugmentConfig{})
-      .def("start_epoch", &TensorBatches::start_epoch, py::arg("epoch"), py::arg("skip_batches") = 0)
-      .def("set_shard", &TensorBatches::set_shard, py::arg("rank"), py::arg("world_size"))
-      .def("remaining", &TensorBatches::remaining)
-      .def("total_batches", &TensorBatches::total_batches)
-      .def("position", &TensorBatches::position)
-      .def("__len__", &TensorBatches::total_batches)
-      .def("next", [](TensorBatches& self) -> py::object {
+  // next() returns (inputs, targets) or None at the end of the epoch; it may wait for reader threads.
+  py::class_<EpochBatches, BatchSource>(m, "EpochBatches")
+      .def("start_epoch", &EpochBatches::start_epoch, py::arg("epoch"), py::arg("skip_batches") = 0,
+           py::call_guard<py::gil_scoped_release>())
+      .def("set_shard", &EpochBatches::set_shard, py::arg("rank"), py::arg("world_size"))
+      .def("remaining", &EpochBatches::remaining)
+      .def("total_batches", &EpochBatches::total_batches)
+      .def("position", &EpochBatches::position)
+      .def("__len__", &EpochBatches::total_batches)
+      .def("next", [](EpochBatches& self) -> py::object {
         at::Tensor inputs, targets;
-        if (!self.next(inputs, targets)) return py::none();
+        bool more;
+        {
+          py::gil_scoped_release release;
+          more = self.next(inputs, targets);
+        }
+        if (!more) return py::none();
         return py::make_tuple(inputs, targets);
       });
+  py::class_<TensorBatches, EpochBatches>(m, "TensorBatches")
+      .def(py::init([](at::Tensor inputs, at::Tensor targets, int64_t batch_size, bool shuffle, bool drop_last,
+                       uint64_t seed, const std::string& device, const AugmentConfig& augment, bool resident) {
+             return std::make_unique<TensorBatches>(std::move(inputs), std::move(targets), batch_size, shuffle,
+                                                    drop_last, seed, c10::Device(device), augment, resident);
+           }),
+           py::arg("inputs"), py::arg("targets"), py::arg("batch_size"), py::arg("shuffle"), py::arg("drop_last"),
+           py::arg("seed"), py::arg("device"), py::arg("augment") = AugmentConfig{}, py::arg("resident") = true);
+
+  py::class_<FileBatchesConfig>(m, "FileBatchesConfig")
+      .def(py::init<>())
+      .def_readwrite("channels", &FileBatchesConfig::channels)
+      .def_readwrite("height", &FileBatchesConfig::height)
+      .def_readwrite("width", &FileBatchesConfig::width)
+      .def_readwrite("threads", &FileBatchesConfig::threads)
+      .def_readwrite("prefetch", &FileBatchesConfig::prefetch)
+      .def_readwrite("skip_errors", &FileBatchesConfig::skip_errors);
+  py::class_<FileBatches, EpochBatches>(m, "FileBatches")
+      .def(py::init([](std::vector<std::string> paths, const at::Tensor& targets, int64_t batch_size, bool shuffle,
+                       bool drop_last, uint64_t seed, const std::string& device, const AugmentConfig& augment,
+                       const FileBatchesConfig& config) {
+             py::gil_scoped_release release;
+             return std::make_unique<FileBatches>(std::move(paths), targets, batch_size, shuffle, drop_last, seed,
+                                                  c10::Device(device), augment, config);
+           }),
+           py::arg("paths"), py::arg("targets"), py::arg("batch_size"), py::arg("shuffle"), py::arg("drop_last"),
+           py::arg("seed"), py::arg("device"), py::arg("augment"), py::arg("config"))
+      .def("skipped", &FileBatches::skipped)
+      .def_property_readonly("height", &FileBatches::height)
+      .def_property_readonly("width", &FileBatches::width);
 
   py::class_<PythonBatches, BatchSource>(m, "PythonBatches")
       .def(py::init<py::object, const std::string&>(), py::arg("iterable"), py::arg("device"))
@@ -259,13 +290,15 @@ void bind_tensor_api(py::module_& m) {
   m.def("decode_image", &decode_image, py::arg("path"), py::arg("channels"), py::call_guard<py::gil_scoped_release>());
   m.def(
       "decode_images",
-      [](const std::vector<std::string>& paths, int64_t channels, int64_t threads, bool skip_errors) {
+      [](const std::vector<std::string>& paths, int64_t channels, int64_t threads, bool skip_errors, int64_t height,
+         int64_t width) {
         DecodedImages decoded;
         {
           py::gil_scoped_release release;
-          decoded = decode_images(paths, channels, threads, skip_errors);
+          decoded = decode_images(paths, channels, threads, skip_errors, height, width);
         }
         return py::make_tuple(decoded.images, decoded.kept, decoded.skipped);
       },
-      py::arg("paths"), py::arg("channels"), py::arg("threads"), py::arg("skip_errors"));
+      py::arg("paths"), py::arg("channels"), py::arg("threads"), py::arg("skip_errors"), py::arg("height") = 0,
+      py::arg("width") = 0);
 }

@@ -13,27 +13,6 @@
 
 namespace gpucore {
 
-TensorBatches::TensorBatches(at::Tensor inputs, at::Tensor targets, int64_t batch_size, bool shuffle, bool drop_last,
-                             uint64_t seed, const at::Device& device, AugmentConfig augment)
-    : augment_(std::move(augment)), batch_size_(batch_size), shuffle_(shuffle), drop_last_(drop_last), seed_(seed),
-      device_(device) {
-  if (inputs.dim() == 0 || targets.dim() == 0 || inputs.size(0) != targets.size(0)) {
-    throw ConfigError("data: inputs and targets must have the same number of samples, got inputs of shape " +
-                      c10::str(inputs.sizes()) + " and targets of shape " + c10::str(targets.sizes()));
-  }
-  if (batch_size < 1) throw ConfigError("batch_size must be >= 1, got " + std::to_string(batch_size));
-  if (drop_last && inputs.size(0) < batch_size) {
-    throw ConfigError("data: " + std::to_string(inputs.size(0)) + " samples make no full batch of " +
-                      std::to_string(batch_size) + " with drop_last; lower batch_size or set drop_last false");
-  }
-  if (augment_.enabled && inputs.dim() != 4) {
-    throw ConfigError("data: image transforms need N x C x H x W inputs, got shape " + c10::str(inputs.sizes()));
-  }
-  inputs_ = inputs.to(device_);
-  targets_ = targets.to(device_);
-  start_epoch(0);
-}
-
 namespace {
 
 // Host tensor to the device; pinned first, so the copy is asynchronous and costs no host sync.
@@ -44,8 +23,25 @@ at::Tensor to_device(at::Tensor host, const at::Device& device) {
 
 }  // namespace
 
-void TensorBatches::start_epoch(int64_t epoch, int64_t skip_batches) {
-  const int64_t n = inputs_.size(0);
+EpochBatches::EpochBatches(int64_t samples, const at::Tensor& targets, int64_t batch_size, bool shuffle,
+                           bool drop_last, uint64_t seed, const at::Device& device, AugmentConfig augment,
+                           const std::string& what)
+    : augment_(std::move(augment)), batch_size_(batch_size), device_(device), samples_(samples), shuffle_(shuffle),
+      drop_last_(drop_last), seed_(seed) {
+  if (targets.dim() == 0 || targets.size(0) != samples) {
+    throw ConfigError(what + ": inputs and targets must have the same number of samples, got " +
+                      std::to_string(samples) + " inputs and targets of shape " + c10::str(targets.sizes()));
+  }
+  if (batch_size < 1) throw ConfigError("batch_size must be >= 1, got " + std::to_string(batch_size));
+  if (drop_last && samples < batch_size) {
+    throw ConfigError(what + ": " + std::to_string(samples) + " samples make no full batch of " +
+                      std::to_string(batch_size) + " with drop_last; lower batch_size or set drop_last false");
+  }
+  targets_ = targets.to(device_);
+}
+
+void EpochBatches::start_epoch(int64_t epoch, int64_t skip_batches) {
+  const int64_t n = samples_;
   // Drawn on the CPU from (seed, epoch) alone: the same order and augmentation on every device.
   const uint64_t epoch_seed = seed_ * 1000003ULL + static_cast<uint64_t>(epoch);
   const auto on_host = at::TensorOptions().dtype(at::kLong);
@@ -57,7 +53,8 @@ void TensorBatches::start_epoch(int64_t epoch, int64_t skip_batches) {
     const int64_t per_rank = (n + world_size_ - 1) / world_size_;
     order = at::cat({order, order.slice(0, 0, per_rank * world_size_ - n)}).slice(0, rank_, c10::nullopt, world_size_);
   }
-  order_ = to_device(order, device_);
+  order_host_ = order.contiguous();
+  order_ = to_device(order_host_, device_);
   if (augment_.enabled) {
     const at::Generator draws = at::detail::createCPUGenerator(epoch_seed ^ 0x9E3779B97F4A7C15ULL);
     const int64_t span = 2 * augment_.crop_padding + 1;
@@ -71,7 +68,7 @@ void TensorBatches::start_epoch(int64_t epoch, int64_t skip_batches) {
   position_ = std::min(skip_batches, total_batches());
 }
 
-void TensorBatches::set_shard(int64_t rank, int64_t world_size) {
+void EpochBatches::set_shard(int64_t rank, int64_t world_size) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
     throw ConfigError("shard: rank must be in [0, world_size) and world_size >= 1, got rank " + std::to_string(rank) +
                       " of " + std::to_string(world_size));
@@ -80,24 +77,57 @@ void TensorBatches::set_shard(int64_t rank, int64_t world_size) {
   world_size_ = world_size;
 }
 
-int64_t TensorBatches::total_batches() const {
-  const int64_t n = order_.size(0);
+int64_t EpochBatches::total_batches() const {
+  const int64_t n = order_host_.size(0);
   return drop_last_ ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
 }
 
-int64_t TensorBatches::remaining() const { return total_batches() - position_; }
+int64_t EpochBatches::remaining() const { return total_batches() - position_; }
+
+int64_t EpochBatches::batch_end(int64_t batch) const {
+  return std::min(batch_begin(batch) + batch_size_, order_host_.size(0));
+}
+
+void EpochBatches::finish_batch(const at::Tensor& batch_inputs, const at::Tensor& index, at::Tensor& inputs,
+                                at::Tensor& targets) const {
+  targets = targets_.index_select(0, index);
+  if (!augment_.enabled) {
+    inputs = batch_inputs;
+    return;
+  }
+  const at::Tensor offsets = offsets_.index_select(0, index), flips = flips_.index_select(0, index);
+  inputs = ops::augment(batch_inputs, offsets, flips, augment_.crop_padding, augment_.mean, augment_.std,
+                        augment_.dtype);
+  const bool moves_pixels = augment_.crop_padding > 0 || augment_.hflip;
+  if (moves_pixels && targets.dim() == 3 && targets.size(1) == inputs.size(2) && targets.size(2) == inputs.size(3)) {
+    // A segmentation mask: the same crop and flip through the same kernel, class ids exact in float,
+    // the padding as class 0.
+    targets = ops::augment(targets.unsqueeze(1).to(at::kFloat), offsets, flips, augment_.crop_padding, {}, {},
+                           at::kFloat)
+                  .squeeze(1)
+                  .to(targets.scalar_type());
+  }
+}
+
+TensorBatches::TensorBatches(at::Tensor inputs, at::Tensor targets, int64_t batch_size, bool shuffle, bool drop_last,
+                             uint64_t seed, const at::Device& device, AugmentConfig augment, bool resident)
+    : EpochBatches(inputs.dim() == 0 ? 0 : inputs.size(0), targets, batch_size, shuffle, drop_last, seed, device,
+                   std::move(augment), "data"),
+      resident_(resident || device.is_cpu()) {
+  if (augment_.enabled && inputs.dim() != 4) {
+    throw ConfigError("data: image transforms need N x C x H x W inputs, got shape " + c10::str(inputs.sizes()));
+  }
+  inputs_ = resident_ ? inputs.to(device_) : inputs.cpu();
+  start_epoch(0);
+}
 
 bool TensorBatches::next(at::Tensor& inputs, at::Tensor& targets) {
   if (position_ >= total_batches()) return false;
-  const int64_t begin = position_ * batch_size_;
-  const int64_t end = std::min(begin + batch_size_, order_.size(0));
+  const int64_t begin = batch_begin(position_), end = batch_end(position_);
   const at::Tensor index = order_.slice(0, begin, end);
-  inputs = inputs_.index_select(0, index);
-  targets = targets_.index_select(0, index);
-  if (augment_.enabled) {
-    inputs = ops::augment(inputs, offsets_.index_select(0, index), flips_.index_select(0, index), augment_.crop_padding,
-                          augment_.mean, augment_.std, augment_.dtype);
-  }
+  const at::Tensor batch = resident_ ? inputs_.index_select(0, index)
+                                     : to_device(inputs_.index_select(0, order_host_.slice(0, begin, end)), device_);
+  finish_batch(batch, index, inputs, targets);
   ++position_;
   return true;
 }

@@ -1,14 +1,15 @@
 """Data sets read by gpucore's native readers (IDX, .npy, PNG/JPEG) into memory.
 
 Each data set holds `inputs` (uint8 N x C x H x W for images) and `targets`, and can be passed to
-gpucore.train as train_data/val_data. Errors name the file. The threaded pinned pipeline and the fused
-on-device transforms of the data-loading design are not here yet: these readers decode everything once.
+gpucore.train as train_data/val_data or to gpucore.DataLoader. Errors name the file. Image files
+(ImageFolder, Files, CSV) are decoded only when asked: all at once into memory (cache device/host), or
+batch by batch on reader threads while training runs (cache none), for data sets larger than memory.
 """
 from __future__ import annotations
 
 import csv
 import os
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -50,6 +51,103 @@ class Dataset(torch.utils.data.Dataset):
                 + (f", {len(self.skipped)} skipped" if self.skipped else "") + ")")
 
 
+def _image_size(size) -> Tuple[int, int]:
+    """(height, width) from None (keep; (0, 0)), an int (square) or a pair."""
+    if size is None:
+        return 0, 0
+    pair = (size, size) if isinstance(size, int) else tuple(size)
+    if len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in pair):
+        raise ConfigError(f"image size must be a positive int or [height, width] of positive ints, got {size!r}")
+    return pair
+
+
+class ImageFiles(Dataset):
+    """Image files and their targets, decoded on demand.
+
+    `inputs` decodes every file once (on `threads` threads, resized to `size` when given) and keeps the
+    result; gpucore.DataLoader(cache="none") and config `cache: none` decode batch by batch instead.
+    size: None (all images must share one size), an int or (height, width): resized like torchvision's
+    Resize (bilinear, antialiased). on_error "skip" leaves unreadable files out and lists them in `skipped`.
+    """
+
+    def __init__(self, paths: Sequence[str], targets: torch.Tensor, classes: Optional[List[str]] = None, *,
+                 channels: int = 3, size=None, threads: Optional[int] = None, on_error: str = "raise",
+                 origin: str = "image files"):
+        if len(paths) != targets.shape[0]:
+            raise ConfigError(f"{origin}: {len(paths)} files but {targets.shape[0]} targets")
+        if not paths:
+            raise ConfigError(f"{origin}: no image files")
+        if channels not in (1, 3):
+            raise ConfigError(f"channels must be 1 (grey) or 3 (RGB), got {channels!r}")
+        self.paths, self.targets, self.classes = list(paths), targets, classes
+        self.channels, self.size, self.threads = channels, _image_size(size), _threads(threads)
+        self.skip_errors, self.origin = _on_error(on_error), origin
+        self.skipped: List[str] = []
+        self._inputs: Optional[torch.Tensor] = None
+
+    @property
+    def inputs(self) -> torch.Tensor:
+        if self._inputs is None:
+            images, kept, self.skipped = _C.decode_images(self.paths, self.channels, self.threads, self.skip_errors,
+                                                          *self.size)
+            self.paths = [self.paths[i] for i in kept]
+            self.targets = self.targets[kept]
+            self._inputs = _images_nchw(images)
+        return self._inputs
+
+    @property
+    def decoded(self) -> bool:
+        return self._inputs is not None
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def image_shape(self) -> Tuple[int, int, int]:
+        """(channels, height, width) of the decoded images, from `size` or the first file."""
+        if self._inputs is not None:
+            return tuple(self._inputs.shape[1:])
+        if self.size != (0, 0):
+            return (self.channels, *self.size)
+        first = _C.decode_image(self.paths[0], self.channels)
+        return self.channels, first.shape[0], first.shape[1]
+
+    def nbytes(self) -> int:
+        """Memory the decoded uint8 images take."""
+        channels, height, width = self.image_shape()
+        return len(self) * channels * height * width
+
+    def subset(self, index: Sequence[int]) -> "ImageFiles":
+        index = [int(i) for i in index]
+        part = ImageFiles([self.paths[i] for i in index], self.targets[index], self.classes, channels=self.channels,
+                          size=self.size if self.size != (0, 0) else None, threads=self.threads,
+                          on_error="skip" if self.skip_errors else "raise", origin=self.origin)
+        if self._inputs is not None:
+            part._inputs = self._inputs[index]
+        return part
+
+    def sample_stats(self, limit: int = 1024) -> Tuple[list, list]:
+        """Per-channel (mean, std) of the images scaled to [0, 1]: exact when decoded, else from up to
+        `limit` files spread evenly over the set (streaming never decodes the whole set for it)."""
+        from .datasets import input_stats
+
+        if self._inputs is not None:
+            return input_stats(self._inputs)
+        step = max(1, len(self) // limit)
+        images, _, _ = _C.decode_images(self.paths[::step][:limit], self.channels, self.threads, True,
+                                        *self.image_shape()[1:])
+        if images.shape[0] == 0:
+            raise ConfigError(f"{self.origin}: none of the sampled image files could be read")
+        return input_stats(_images_nchw(images))
+
+    def __getitem__(self, index):
+        return self.inputs[index], self.targets[index]
+
+    def __repr__(self) -> str:
+        return (f"ImageFiles({self.origin}: {len(self)} files" + (f", {len(self.classes)} classes" if self.classes else "")
+                + (f", resized to {self.size[0]}x{self.size[1]}" if self.size != (0, 0) else "")
+                + (f", {len(self.skipped)} skipped" if self.skipped else "") + ")")
+
+
 def _images_nchw(images: torch.Tensor) -> torch.Tensor:
     return images.permute(0, 3, 1, 2).contiguous()
 
@@ -81,8 +179,9 @@ def _decode(paths: List[str], channels: int, threads: Optional[int], on_error: s
     return _images_nchw(images), kept, skipped
 
 
-def ImageFolder(root: str, channels: int = 3, threads: Optional[int] = None, on_error: str = "raise") -> Dataset:
-    """One subfolder per class (sorted names are the classes), PNG/JPEG images of one size."""
+def ImageFolder(root: str, channels: int = 3, size=None, threads: Optional[int] = None,
+                on_error: str = "raise") -> ImageFiles:
+    """One subfolder per class (sorted names are the classes) of PNG/JPEG images, decoded on demand."""
     if not os.path.isdir(root):
         raise ConfigError(f"image folder '{root}' does not exist")
     classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
@@ -97,13 +196,13 @@ def ImageFolder(root: str, channels: int = 3, threads: Optional[int] = None, on_
                 labels.append(label)
     if not paths:
         raise ConfigError(f"image folder '{root}' holds no .png/.jpg/.jpeg files in its class subfolders")
-    images, kept, skipped = _decode(paths, channels, threads, on_error)
-    return Dataset(images, torch.tensor(labels)[kept], classes, skipped, origin=root)
+    return ImageFiles(paths, torch.tensor(labels), classes, channels=channels, size=size, threads=threads,
+                      on_error=on_error, origin=root)
 
 
 def Files(paths: Sequence[str], labels: Optional[Sequence] = None, *, label_from_name: Optional[Callable] = None,
-          channels: int = 3, threads: Optional[int] = None, on_error: str = "raise") -> Dataset:
-    """Images from a list of files with `labels`, or labels computed from each file's name."""
+          channels: int = 3, size=None, threads: Optional[int] = None, on_error: str = "raise") -> ImageFiles:
+    """Images from a list of files with `labels`, or labels computed from each file's name; decoded on demand."""
     paths = list(paths)
     if (labels is None) == (label_from_name is None):
         raise ConfigError("Files needs either labels or label_from_name")
@@ -111,8 +210,8 @@ def Files(paths: Sequence[str], labels: Optional[Sequence] = None, *, label_from
         labels = [label_from_name(os.path.splitext(os.path.basename(p))[0]) for p in paths]
     if len(labels) != len(paths):
         raise ConfigError(f"Files: {len(paths)} files but {len(labels)} labels")
-    images, kept, skipped = _decode(paths, channels, threads, on_error)
-    return Dataset(images, torch.as_tensor(labels)[kept], skipped=skipped, origin=f"{len(paths)} files")
+    return ImageFiles(paths, torch.as_tensor(labels), channels=channels, size=size, threads=threads,
+                      on_error=on_error, origin=f"{len(paths)} files")
 
 
 def captcha_labels(alphabet: str, length: int) -> Callable[[str], List[int]]:
@@ -128,7 +227,7 @@ def captcha_labels(alphabet: str, length: int) -> Callable[[str], List[int]]:
 
 
 def CSV(path: str, image_column: str = "image", label_column: str = "label", root: Optional[str] = None,
-        channels: int = 3, threads: Optional[int] = None, on_error: str = "raise") -> Dataset:
+        channels: int = 3, size=None, threads: Optional[int] = None, on_error: str = "raise") -> ImageFiles:
     """Images listed in a CSV file with an integer label per row; paths relative to `root` (default: the CSV's folder)."""
     root = root if root is not None else os.path.dirname(os.path.abspath(path))
     with open(path, newline="", encoding="utf-8") as handle:
@@ -139,8 +238,8 @@ def CSV(path: str, image_column: str = "image", label_column: str = "label", roo
         labels = [int(row[label_column]) for row in rows]
     except ValueError as exc:
         raise ConfigError(f"CSV '{path}': column '{label_column}' must hold integers ({exc})") from exc
-    return Files([os.path.join(root, row[image_column]) for row in rows], labels, channels=channels, threads=threads,
-                 on_error=on_error)
+    return Files([os.path.join(root, row[image_column]) for row in rows], labels, channels=channels, size=size,
+                 threads=threads, on_error=on_error)
 
 
 def Segmentation(images: str, masks: str, channels: int = 3, threads: Optional[int] = None) -> Dataset:

@@ -1,7 +1,6 @@
-"""Training data for gpucore.train: the built-in synthetic set, .npz/.npy files, tensors, torch Datasets.
-
-Until the native data-loading work lands, file data is read with NumPy and served from memory by the
-C++ TensorBatches (kept on the training device, one gather per step).
+"""Training data for gpucore.train (config key `data`): the built-in synthetic sets, IDX/.npy/.npz
+files (read into memory as (inputs, targets) tensors) and image folders (gpucore.data.ImageFiles,
+decoded into memory or streamed, as config key `cache` says; see loader.py).
 """
 from __future__ import annotations
 
@@ -181,15 +180,23 @@ def _load_folder(path: str, kwargs: dict):
     if splits is not None:
         return splits
     if os.path.isdir(os.path.join(path, "train")):
-        train = pair(data.ImageFolder(os.path.join(path, "train"), **kwargs))
+        train = _image_folder(os.path.join(path, "train"), kwargs)
         for name in ("val", "test"):
             if os.path.isdir(os.path.join(path, name)):
-                return train, pair(data.ImageFolder(os.path.join(path, name), **kwargs))
+                return train, _image_folder(os.path.join(path, name), kwargs)
         return train, None
     if any(os.path.isdir(os.path.join(path, entry)) for entry in os.listdir(path)):
-        return pair(data.ImageFolder(path, **kwargs)), None
+        return _image_folder(path, kwargs), None
     raise ConfigError(f"data folder '{path}' holds no IDX files (train-images-idx3-ubyte[.gz]), no x_train.npy/"
                       "y_train.npy or x.npy/y.npy, and no class subfolders of images")
+
+
+def _image_folder(root: str, kwargs: dict) -> data.ImageFiles:
+    try:
+        return data.ImageFolder(root, **kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"config key 'data_kwargs' does not fit the image-folder reader (channels, size, threads, "
+                          f"on_error): {exc}") from exc
 
 
 def _required(folder: str, *names: str) -> str:
@@ -229,7 +236,7 @@ def _load_npz(path: str):
 
 
 def load_data(name: str, kwargs: dict, val_fraction: float, seed: int):
-    """(train, val) pairs of (inputs, targets) tensors for config key `data`; val may be None."""
+    """(train, val) for config key `data`, each (inputs, targets) tensors or ImageFiles; val may be None."""
     if name in BUILTIN:
         try:
             train, val = BUILTIN[name](**kwargs)
@@ -251,11 +258,15 @@ def load_data(name: str, kwargs: dict, val_fraction: float, seed: int):
     return train, val
 
 
-def split(pair, fraction: float, seed: int):
-    inputs, targets = pair
-    order = torch.randperm(inputs.shape[0], generator=torch.Generator().manual_seed(seed))
-    held_out = max(1, int(round(inputs.shape[0] * fraction)))
+def split(dataset, fraction: float, seed: int):
+    """(train, val) parts of (inputs, targets) tensors or ImageFiles, a seeded `fraction` held out."""
+    count = len(dataset) if isinstance(dataset, data.ImageFiles) else dataset[0].shape[0]
+    order = torch.randperm(count, generator=torch.Generator().manual_seed(seed))
+    held_out = max(1, int(round(count * fraction)))
     val_index, train_index = order[:held_out], order[held_out:]
+    if isinstance(dataset, data.ImageFiles):
+        return dataset.subset(train_index.tolist()), dataset.subset(val_index.tolist())
+    inputs, targets = dataset
     return (inputs[train_index], targets[train_index]), (inputs[val_index], targets[val_index])
 
 
@@ -296,26 +307,3 @@ def model_inputs(images: torch.Tensor, input_stats: Optional[dict]) -> torch.Ten
     flips = torch.zeros(n, dtype=torch.bool, device=images.device)
     mean, std = (input_stats["mean"], input_stats["std"]) if input_stats else ([], [])
     return torch.ops.gpucore.augment(images, offsets, flips, 0, mean, std, torch.float32)
-
-
-def tensor_batches(inputs: torch.Tensor, targets: torch.Tensor, *, batch_size: int, shuffle: bool, drop_last: bool,
-                   seed: int, device: str, crop_padding: int = 0, hflip: bool = False,
-                   normalization: Optional[Tuple[list, list]] = None):
-    """The C++ batch source over in-memory tensors, on `device`.
-
-    Images (N x C x H x W, or uint8 N x H x W) stay as they are (uint8: a quarter of float32's
-    memory); each batch is scaled, cropped, flipped and normalised by gpucore::augment. Other inputs
-    are standardised once here.
-    """
-    inputs = as_images(inputs)
-    augment = _C.AugmentConfig()
-    if inputs.dim() == 4:
-        augment.enabled = True
-        augment.crop_padding, augment.hflip = crop_padding, hflip
-        if normalization is not None:
-            augment.mean, augment.std = normalization
-    elif crop_padding > 0 or hflip:
-        raise ConfigError(f"crop_padding and hflip need N x C x H x W images, got inputs {tuple(inputs.shape)}")
-    else:
-        inputs = prepare_inputs(inputs, normalization)
-    return _C.TensorBatches(inputs, targets, batch_size, shuffle, drop_last, seed, device, augment)

@@ -1,78 +1,149 @@
-"""gpucore.DataLoader: batches of an in-memory data set, ready on the device, for any training loop."""
+"""Where a data set lives while it trains (cache), the C++ batch source that serves it, and
+gpucore.DataLoader: batches ready on the device for any training loop."""
 from __future__ import annotations
 
-from typing import Tuple, Union
+import os
+from typing import Optional, Tuple, Union
 
 import torch
 
 from . import _C
-from .data import Dataset
-from .datasets import as_images, input_stats, tensor_batches
+from .data import Dataset, ImageFiles
+from .datasets import as_images, input_stats, prepare_inputs
 from .device import select_device
 
 ConfigError = _C.ConfigError
+CACHES = ("auto", "device", "host", "none")
+
+
+def _available_host_memory() -> int:
+    page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 0
+    return page * os.sysconf("SC_AVPHYS_PAGES") if page else 0
+
+
+def choose_cache(data, cache: str, device: torch.device) -> str:
+    """device, host or none for `data` ((inputs, targets) tensors or ImageFiles) and config `cache`.
+
+    auto: on the device when the decoded data takes at most a quarter of its free memory (host memory
+    for CPU training), else in host memory when image files fit in half of the available memory, else
+    streamed from the files. In-memory tensors are never "none".
+    """
+    if cache not in CACHES:
+        raise ConfigError(f"cache must be one of {', '.join(CACHES)}, got '{cache}'")
+    files = isinstance(data, ImageFiles)
+    if cache == "none" and not files:
+        raise ConfigError("cache 'none' streams image files from disk (ImageFolder, Files, CSV or an image-folder "
+                          "'data'); this data set is already in memory: use auto, device or host")
+    if cache != "auto":
+        return cache
+    nbytes = data.nbytes() if files else sum(t.numel() * t.element_size() for t in data)
+    in_memory = not files or data.decoded or nbytes <= _available_host_memory() // 2
+    if device.type == "cuda":
+        if nbytes <= torch.cuda.mem_get_info(device)[0] // 4:
+            return "device"
+        return "host" if in_memory else "none"
+    return "device" if in_memory else "none"
+
+
+def data_stats(data, cache: str) -> Tuple[list, list]:
+    """Per-channel (mean, std) of a data set placed by `cache`, for normalisation: exact for data in
+    memory, from a sample of the files when streaming."""
+    if isinstance(data, ImageFiles):
+        return data.sample_stats() if cache == "none" else input_stats(data.inputs)
+    return input_stats(data[0])
+
+
+def batch_source(data, cache: str, *, batch_size: int, shuffle: bool, drop_last: bool, seed: int,
+                 device: torch.device, crop_padding: int = 0, hflip: bool = False,
+                 normalization: Optional[Tuple[list, list]] = None, prefetch: int = 4) -> _C.EpochBatches:
+    """The C++ source of `data` ((inputs, targets) tensors or ImageFiles) placed by `cache` (choose_cache).
+
+    Images (N x C x H x W, or uint8 N x H x W) stay as they are (uint8: a quarter of float32's memory);
+    each batch is scaled, cropped, flipped and normalised by gpucore::augment on the training device.
+    Other inputs are standardised once here.
+    """
+    augment = _C.AugmentConfig()
+    if isinstance(data, ImageFiles) and cache == "none":
+        augment.enabled = True
+        augment.crop_padding, augment.hflip = crop_padding, hflip
+        if normalization is not None:
+            augment.mean, augment.std = normalization
+        config = _C.FileBatchesConfig()
+        config.channels, (config.height, config.width) = data.channels, data.image_shape()[1:]
+        config.threads, config.prefetch, config.skip_errors = data.threads, prefetch, data.skip_errors
+        return _C.FileBatches(data.paths, data.targets, batch_size, shuffle, drop_last, seed, str(device), augment,
+                              config)
+    inputs, targets = (data.inputs, data.targets) if isinstance(data, ImageFiles) else data
+    inputs = as_images(inputs)
+    if inputs.dim() == 4:
+        augment.enabled = True
+        augment.crop_padding, augment.hflip = crop_padding, hflip
+        if normalization is not None:
+            augment.mean, augment.std = normalization
+    elif crop_padding > 0 or hflip:
+        raise ConfigError(f"crop_padding and hflip need N x C x H x W images, got inputs {tuple(inputs.shape)}")
+    else:
+        inputs = prepare_inputs(inputs, normalization)
+    return _C.TensorBatches(inputs, targets, batch_size, shuffle, drop_last, seed, str(device), augment,
+                            resident=cache == "device")
 
 
 class DataLoader:
     """Iterates `(inputs, targets)` on the device, one epoch per `for` loop, like torch's DataLoader.
 
-    dataset: a gpucore.data set or (inputs, targets) tensors. Images stay as they are (uint8 on the device
-    with cache="device"); each batch is scaled, randomly cropped (crop_padding) and flipped (hflip) and
-    normalised (normalize: True for the data set's per-channel mean and std, or (mean, std) lists) by
-    gpucore::augment. Order and augmentation depend only on (seed, epoch, sample); rank/world_size
-    serve equal shards for distributed training. state_dict()/load_state_dict() resume mid-epoch.
+    dataset: a gpucore.data set or (inputs, targets) tensors. Images stay uint8 until each batch is
+    scaled, randomly cropped (crop_padding) and flipped (hflip) and normalised (normalize: True for the
+    data set's per-channel mean and std, or (mean, std) lists) by gpucore::augment on the device. Order
+    and augmentation depend only on (seed, epoch, sample); rank/world_size serve equal shards for
+    distributed training. state_dict()/load_state_dict() resume mid-epoch.
     cache: "device" (the data set on the device: each step is a gather and the fused op, no host work),
-    "host" (the data set stays in host memory; batches are copied over pinned), or "auto" (device when
-    it takes at most a quarter of the device's free memory).
+    "host" (in host memory; batches copied over pinned memory), "none" (image files decoded batch by
+    batch on `threads` reader threads, `prefetch` batches ahead, into a pinned ring copied on a side
+    CUDA stream), or "auto" (device when it fits a quarter of the free device memory, else host, else none).
     """
 
     def __init__(self, dataset: Union[Dataset, Tuple[torch.Tensor, torch.Tensor]], batch_size: int,
                  shuffle: bool = True, device: Union[str, torch.device] = "auto", *, crop_padding: int = 0,
                  hflip: bool = False, normalize: Union[bool, Tuple[list, list]] = True, drop_last: bool = False,
-                 seed: int = 0, rank: int = 0, world_size: int = 1, cache: str = "auto"):
-        inputs, targets = (dataset.inputs, dataset.targets) if isinstance(dataset, Dataset) else dataset
-        if not (isinstance(inputs, torch.Tensor) and isinstance(targets, torch.Tensor)):
-            raise ConfigError("DataLoader needs a gpucore.data set or (inputs, targets) tensors; for a torch Dataset "
-                              "use torch.utils.data.DataLoader")
+                 seed: int = 0, rank: int = 0, world_size: int = 1, cache: str = "auto", prefetch: int = 4):
+        if isinstance(dataset, ImageFiles):
+            data = dataset
+        elif isinstance(dataset, Dataset):
+            data = (dataset.inputs, dataset.targets)
+        else:
+            data = dataset
+            if not (isinstance(data, (tuple, list)) and len(data) == 2
+                    and all(isinstance(t, torch.Tensor) for t in data)):
+                raise ConfigError("DataLoader needs a gpucore.data set or (inputs, targets) tensors; for a torch "
+                                  "Dataset use torch.utils.data.DataLoader")
         self.device = select_device(device).device if str(device) == "auto" else torch.device(device)
-        if cache not in ("auto", "device", "host"):
-            raise ConfigError(f"cache must be auto, device or host, got '{cache}'")
-        if cache == "auto":
-            cache = "device" if self._fits(inputs, targets) else "host"
-        self.cache = cache
-        normalization = input_stats(inputs) if normalize is True else (tuple(normalize) if normalize else None)
-        source_device = str(self.device) if cache == "device" else "cpu"
-        self._batches = tensor_batches(as_images(inputs), targets, batch_size=batch_size, shuffle=shuffle,
-                                       drop_last=drop_last, seed=seed, device=source_device,
-                                       crop_padding=crop_padding, hflip=hflip, normalization=normalization)
+        self.cache = choose_cache(data, cache, self.device)
+        self.dataset = dataset
+        normalization = data_stats(data, self.cache) if normalize is True else (tuple(normalize) if normalize else None)
+        self._batches = batch_source(data, self.cache, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last,
+                                     seed=seed, device=self.device, crop_padding=crop_padding, hflip=hflip,
+                                     normalization=normalization, prefetch=prefetch)
         self._batches.set_shard(rank, world_size)
         self.epoch, self._position = 0, 0
         self._batches.start_epoch(0)
 
-    def _fits(self, inputs: torch.Tensor, targets: torch.Tensor) -> bool:
-        if self.device.type != "cuda":
-            return True
-        size = inputs.numel() * inputs.element_size() + targets.numel() * targets.element_size()
-        return size <= torch.cuda.mem_get_info(self.device)[0] // 4
-
     def __len__(self) -> int:
         return self._batches.total_batches()
 
+    @property
+    def skipped(self) -> list:
+        """Files left out so far (on_error="skip"), "path: why"."""
+        streamed = self._batches.skipped() if isinstance(self._batches, _C.FileBatches) else []
+        return sorted(set(getattr(self.dataset, "skipped", [])) | set(streamed))
+
     def __iter__(self):
         self._batches.start_epoch(self.epoch, self._position)
-        pin = self.cache == "host" and self.device.type == "cuda"
         while True:
             batch = self._batches.next()
             if batch is None:
                 break
             self._position += 1
-            inputs, targets = batch
-            if self.cache == "host":
-                if pin:
-                    inputs, targets = inputs.pin_memory(), targets.pin_memory()
-                inputs = inputs.to(self.device, non_blocking=pin)
-                targets = targets.to(self.device, non_blocking=pin)
-            yield inputs, targets
+            yield batch
         self.epoch, self._position = self.epoch + 1, 0
 
     def state_dict(self) -> dict:

@@ -19,7 +19,9 @@ from . import _C, distributed
 from .checkpoint import json_safe, load_checkpoint, save_checkpoint, write_json
 from .config import load_config
 from .data import Dataset as LoadedDataset
-from .datasets import input_stats, load_data, tensor_batches
+from .data import ImageFiles
+from .datasets import load_data
+from .loader import batch_source, choose_cache, data_stats
 from .device import resolve_precision, select_device
 from .models import build_model
 
@@ -63,11 +65,13 @@ class _EpochData:
         shuffle = training and config.shuffle
         drop_last = training and config.drop_last
         wants_augment = training and (config.crop_padding > 0 or config.hflip)
-        if isinstance(data, (tuple, list)) and len(data) == 2 and all(isinstance(t, torch.Tensor) for t in data):
-            self._tensors = tensor_batches(data[0], data[1], batch_size=self.batch_size, shuffle=shuffle,
-                                           drop_last=drop_last, seed=config.seed, device=device,
-                                           crop_padding=config.crop_padding if training else 0,
-                                           hflip=config.hflip and training, normalization=normalization)
+        if _is_native(data):
+            self._tensors = batch_source(data, choose_cache(data, config.cache, torch.device(device)),
+                                         batch_size=self.batch_size, shuffle=shuffle, drop_last=drop_last,
+                                         seed=config.seed, device=torch.device(device),
+                                         crop_padding=config.crop_padding if training else 0,
+                                         hflip=config.hflip and training, normalization=normalization,
+                                         prefetch=config.prefetch)
             if training:
                 self._tensors.set_shard(world.rank, world.size)
         elif wants_augment:
@@ -105,6 +109,12 @@ class _EpochData:
         if self._sampler is not None:
             self._sampler.set_epoch(epoch)
         return _C.PythonBatches(_Skipped(self._loader, skip), self.device)
+
+
+def _is_native(data) -> bool:
+    """Data gpucore's C++ sources serve: (inputs, targets) tensors or image files."""
+    return isinstance(data, ImageFiles) or (isinstance(data, (tuple, list)) and len(data) == 2
+                                            and all(isinstance(t, torch.Tensor) for t in data))
 
 
 class _Skipped:
@@ -363,15 +373,16 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
         forward = torch.nn.parallel.DistributedDataParallel(module, device_ids=index)
     forward = torch.compile(forward) if config.compile else forward
 
-    # Data sets read by gpucore's readers are in memory: serve them like tensors, from the device.
-    train_data, val_data = ((d.inputs, d.targets) if isinstance(d, LoadedDataset) else d for d in (train_data, val_data))
+    # Data sets read by gpucore's readers are served like tensors; image files may also be streamed.
+    train_data, val_data = ((d.inputs, d.targets) if isinstance(d, LoadedDataset) and not isinstance(d, ImageFiles)
+                            else d for d in (train_data, val_data))
     if train_data is None:
-        train_pair, val_pair = load_data(config.data, config.data_kwargs, config.val_fraction, config.seed)
-        train_data = train_pair
-        val_data = val_pair if val_data is None else val_data
+        train_default, val_default = load_data(config.data, config.data_kwargs, config.val_fraction, config.seed)
+        train_data = train_default
+        val_data = val_default if val_data is None else val_data
     normalization = None
-    if config.normalize and isinstance(train_data, (tuple, list)) and isinstance(train_data[0], torch.Tensor):
-        normalization = input_stats(train_data[0])
+    if config.normalize and _is_native(train_data):
+        normalization = data_stats(train_data, choose_cache(train_data, config.cache, torch.device(device)))
     train_set = _EpochData(train_data, config, device, training=True, normalization=normalization, world=world)
     distributed.check_same(train_set.total_batches(), "the number of batches per epoch (data length)")
     val_set = (_EpochData(val_data, config, device, training=False, normalization=normalization)

@@ -1,7 +1,9 @@
 #pragma once
-// Where micro-batches come from. TensorBatches serves in-memory tensors (kept on the training
-// device when they fit): each epoch is a seeded permutation, a slice and a gather, with no host work
-// per step. The order depends only on (seed, epoch), never on the device or thread count.
+// Where micro-batches come from. Every gpucore source draws each epoch's order and augmentation from
+// (seed, epoch) alone, so batches never depend on the device, the thread count or the source:
+//  - TensorBatches serves in-memory tensors (kept on the training device when they fit): each step is
+//    a slice of the epoch's permutation, a gather and the fused transform, with no host work.
+//  - FileBatches (file_batches.h) decodes image files on reader threads while training runs.
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -20,6 +22,7 @@ class BatchSource {
 // The per-batch transform of image data sets kept as uint8 (gpucore::augment): scale to [0, 1],
 // optional random crop of the padded image and horizontal flip, per-channel normalisation. The random
 // draws belong to (seed, epoch, sample), so they do not depend on the batch size or the device.
+// Segmentation masks (targets N x H x W of the images' size) get the same crop and flip.
 struct AugmentConfig {
   bool enabled = false;
   int64_t crop_padding = 0;
@@ -28,31 +31,56 @@ struct AugmentConfig {
   at::ScalarType dtype = at::kFloat;
 };
 
-class TensorBatches : public BatchSource {
+// The epoch plan every seeded source shares: order, equal shards per rank, augmentation draws, and the
+// position in the epoch (for resuming mid-epoch).
+class EpochBatches : public BatchSource {
  public:
-  TensorBatches(at::Tensor inputs, at::Tensor targets, int64_t batch_size, bool shuffle, bool drop_last,
-                uint64_t seed, const at::Device& device, AugmentConfig augment = {});
-
   // Serve only this rank's equal share of each epoch (distributed training); takes effect at start_epoch.
   void set_shard(int64_t rank, int64_t world_size);
   // Starts `epoch`, skipping its first `skip_batches` batches (resume mid-epoch).
-  void start_epoch(int64_t epoch, int64_t skip_batches = 0);
+  virtual void start_epoch(int64_t epoch, int64_t skip_batches = 0);
   int64_t remaining() const override;
-  bool next(at::Tensor& inputs, at::Tensor& targets) override;
   int64_t total_batches() const;                   // in a whole epoch
   int64_t position() const { return position_; }  // batches served in this epoch, skipped ones included
-  int64_t size() const { return inputs_.size(0); }
+  int64_t size() const { return samples_; }
 
- private:
-  at::Tensor inputs_, targets_, order_;
+ protected:
+  // `samples` inputs whose targets (moved to `device`) are `targets`; `what` names the data in errors.
+  EpochBatches(int64_t samples, const at::Tensor& targets, int64_t batch_size, bool shuffle, bool drop_last,
+               uint64_t seed, const at::Device& device, AugmentConfig augment, const std::string& what);
+  int64_t batch_begin(int64_t batch) const { return batch * batch_size_; }  // position in the epoch's order
+  int64_t batch_end(int64_t batch) const;
+  // The batch of the samples `index` (on the device) from their inputs: targets gathered, images
+  // transformed (masks in the targets follow the images' crop and flip).
+  void finish_batch(const at::Tensor& batch_inputs, const at::Tensor& index, at::Tensor& inputs,
+                    at::Tensor& targets) const;
+
   AugmentConfig augment_;
-  at::Tensor offsets_, flips_;  // this epoch's draws per sample, on the device
+  at::Tensor order_host_, order_;  // this epoch's samples (this rank's share), on the host and on the device
   int64_t batch_size_;
-  bool shuffle_, drop_last_;
-  uint64_t seed_;
   at::Device device_;
   int64_t position_ = 0;
+
+ private:
+  at::Tensor targets_;          // on the device
+  at::Tensor offsets_, flips_;  // this epoch's draws per sample, on the device
+  int64_t samples_;
+  bool shuffle_, drop_last_;
+  uint64_t seed_;
   int64_t rank_ = 0, world_size_ = 1;
+};
+
+// resident: the inputs are kept on the training device; otherwise they stay in host memory and each
+// batch is gathered on the host and copied over pinned memory.
+class TensorBatches : public EpochBatches {
+ public:
+  TensorBatches(at::Tensor inputs, at::Tensor targets, int64_t batch_size, bool shuffle, bool drop_last,
+                uint64_t seed, const at::Device& device, AugmentConfig augment = {}, bool resident = true);
+  bool next(at::Tensor& inputs, at::Tensor& targets) override;
+
+ private:
+  at::Tensor inputs_;
+  bool resident_;
 };
 
 }  // namespace gpucore

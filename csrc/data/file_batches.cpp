@@ -1,0 +1,220 @@
+#include "gpucore/file_batches.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/tensor.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
+#include <algorithm>
+
+#include "gpucore/errors.h"
+#include "gpucore/readers.h"
+
+namespace gpucore {
+
+namespace {
+
+// The size of the first readable image (the data set's size when none is given).
+std::pair<int64_t, int64_t> first_image_size(const std::vector<std::string>& paths, int64_t channels,
+                                             bool skip_errors) {
+  for (const std::string& path : paths) {
+    try {
+      const at::Tensor image = decode_image(path, channels);
+      return {image.size(0), image.size(1)};
+    } catch (const ConfigError&) {
+      if (!skip_errors) throw;
+    }
+  }
+  throw ConfigError("none of the " + std::to_string(paths.size()) + " image files could be read");
+}
+
+c10::Device with_index(const c10::Device& device) {
+  if (!device.is_cuda() || device.has_index()) return device;
+  return c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getDevice();
+}
+
+}  // namespace
+
+FileBatches::FileBatches(std::vector<std::string> paths, const at::Tensor& targets, int64_t batch_size, bool shuffle,
+                         bool drop_last, uint64_t seed, const at::Device& device, AugmentConfig augment,
+                         FileBatchesConfig config)
+    : EpochBatches(static_cast<int64_t>(paths.size()), targets, batch_size, shuffle, drop_last, seed,
+                   with_index(device), std::move(augment), "image files"),
+      paths_(std::move(paths)), config_(config) {
+  if (paths_.empty()) throw ConfigError("image files: the list of files is empty");
+  if (config_.channels != 1 && config_.channels != 3) {
+    throw ConfigError("images can be read with 1 (grey) or 3 (RGB) channels, not " + std::to_string(config_.channels));
+  }
+  if (config_.threads < 1) throw ConfigError("threads must be >= 1, got " + std::to_string(config_.threads));
+  if (config_.prefetch < 1) throw ConfigError("prefetch must be >= 1, got " + std::to_string(config_.prefetch));
+  if ((config_.height > 0) != (config_.width > 0) || config_.height < 0 || config_.width < 0) {
+    throw ConfigError("image size must be two positive numbers (height, width) or none, got " +
+                      std::to_string(config_.height) + "x" + std::to_string(config_.width));
+  }
+  if (config_.height == 0) {
+    std::tie(config_.height, config_.width) = first_image_size(paths_, config_.channels, config_.skip_errors);
+  }
+  // Decoded images are uint8; the transform always scales them (and crops, flips, normalises as asked).
+  augment_.enabled = true;
+  const bool cuda = device_.is_cuda();
+  const std::vector<int64_t> slot_shape = {batch_size_, config_.height, config_.width, config_.channels};
+  slots_.resize(static_cast<size_t>(config_.prefetch));
+  for (Slot& slot : slots_) {
+    slot.host = at::empty(slot_shape, at::TensorOptions().dtype(at::kByte).pinned_memory(cuda));
+    if (cuda) {
+      slot.device = at::empty(slot_shape, at::TensorOptions().dtype(at::kByte).device(device_));
+      slot.copied.emplace(c10::DeviceType::CUDA);
+      slot.consumed.emplace(c10::DeviceType::CUDA);
+    }
+  }
+  if (cuda) copy_stream_ = c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStreamFromGlobalPool(device_);
+  start_epoch(0);
+}
+
+FileBatches::~FileBatches() {
+  stop_readers();
+  // No pinned buffer is freed while a copy from it may still run.
+  for (Slot& slot : slots_) {
+    if (slot.copied) slot.copied->synchronize();
+  }
+}
+
+void FileBatches::stop_readers() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  work_ready_.notify_all();
+  for (std::thread& reader : readers_) reader.join();
+  readers_.clear();
+  stop_ = false;
+}
+
+void FileBatches::start_readers() {
+  for (int64_t t = 0; t < config_.threads; ++t) readers_.emplace_back([this] { read_images(); });
+}
+
+void FileBatches::start_epoch(int64_t epoch, int64_t skip_batches) {
+  stop_readers();
+  for (Slot& slot : slots_) {
+    if (slot.copied) slot.copied->synchronize();  // a host slot may be rewritten from now on
+    slot.decoded = 0;
+    slot.failed.clear();
+  }
+  EpochBatches::start_epoch(epoch, skip_batches);
+  const int64_t batches = total_batches();
+  end_sample_ = batches == 0 ? 0 : batch_end(batches - 1);
+  next_sample_ = std::min(batch_begin(position_), end_sample_);
+  released_ = position_;
+  start_readers();
+}
+
+void FileBatches::read_images() {
+  const size_t image_bytes = static_cast<size_t>(config_.height * config_.width * config_.channels);
+  const int64_t* order = order_host_.data_ptr<int64_t>();
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    work_ready_.wait(lock, [&] {
+      return stop_ || (next_sample_ < end_sample_ && batch_of(next_sample_) < released_ + config_.prefetch);
+    });
+    if (stop_) return;
+    const int64_t position = next_sample_++;
+    const int64_t batch = batch_of(position), row = position - batch_begin(batch);
+    Slot& slot = slots_[static_cast<size_t>(batch % config_.prefetch)];
+    const int64_t sample = order[position];
+    uint8_t* destination = slot.host.data_ptr<uint8_t>() + static_cast<size_t>(row) * image_bytes;
+    lock.unlock();
+    const std::string& path = paths_[static_cast<size_t>(sample)];
+    const std::string error = decode_image_into(path, config_.channels, config_.height, config_.width,
+                                                /*resize=*/true, destination);
+    lock.lock();
+    if (!error.empty()) slot.failed.emplace_back(row, "'" + path + "' (index " + std::to_string(sample) + "): " + error);
+    if (++slot.decoded == batch_end(batch) - batch_begin(batch)) batch_ready_.notify_all();
+  }
+}
+
+void FileBatches::release_slots(int64_t batch) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    while (released_ < batch) {
+      Slot& slot = slots_[static_cast<size_t>(released_ % config_.prefetch)];
+      if (slot.copied) {
+        // The slot the next batch needs is waited for; the others only when their copies are done.
+        if (released_ <= batch - config_.prefetch) {
+          slot.copied->synchronize();
+        } else if (!slot.copied->query()) {
+          break;
+        }
+      }
+      slot.decoded = 0;
+      slot.failed.clear();
+      ++released_;
+    }
+  }
+  work_ready_.notify_all();
+}
+
+bool FileBatches::next(at::Tensor& inputs, at::Tensor& targets) {
+  if (position_ >= total_batches()) return false;
+  const int64_t batch = position_;
+  release_slots(batch);
+  Slot& slot = slots_[static_cast<size_t>(batch % config_.prefetch)];
+  const int64_t rows = batch_end(batch) - batch_begin(batch);
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    batch_ready_.wait(lock, [&] { return slot.decoded == rows; });
+  }
+  // The readers are done with this slot until it is released.
+  at::Tensor images = slot.host.slice(0, 0, rows);
+  at::Tensor index = order_.slice(0, batch_begin(batch), batch_end(batch));
+  if (!slot.failed.empty()) {
+    std::sort(slot.failed.begin(), slot.failed.end());
+    if (!config_.skip_errors) {
+      throw ConfigError("image " + slot.failed.front().second + " (on_error: skip leaves unreadable files out)");
+    }
+    std::vector<int64_t> keep;
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);  // skipped_ is read by skipped()
+      size_t f = 0;
+      for (int64_t row = 0; row < rows; ++row) {
+        if (f < slot.failed.size() && slot.failed[f].first == row) {
+          skipped_.insert(slot.failed[f++].second);
+        } else {
+          keep.push_back(row);
+        }
+      }
+    }
+    if (keep.empty()) {  // nothing readable in this batch: the next one
+      ++position_;
+      return next(inputs, targets);
+    }
+    const at::Tensor rows_kept = at::tensor(keep, at::TensorOptions().dtype(at::kLong));
+    images = images.index_select(0, rows_kept);
+    index = index.index_select(0, rows_kept.to(device_));
+  }
+  if (device_.is_cuda()) {
+    const c10::impl::VirtualGuardImpl cuda(c10::DeviceType::CUDA);
+    const c10::Stream training = cuda.getStream(device_);
+    at::Tensor on_device = slot.device.slice(0, 0, images.size(0));
+    {
+      const c10::StreamGuard on_copy_stream(*copy_stream_);
+      slot.consumed->block(*copy_stream_);  // the transform that last read this device slot
+      on_device.copy_(images, /*non_blocking=*/true);
+      slot.copied->record(*copy_stream_);
+    }
+    slot.copied->block(training);
+    finish_batch(on_device.permute({0, 3, 1, 2}), index, inputs, targets);
+    slot.consumed->record(training);
+  } else {
+    finish_batch(images.permute({0, 3, 1, 2}), index, inputs, targets);
+  }
+  ++position_;
+  return true;
+}
+
+std::vector<std::string> FileBatches::skipped() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return {skipped_.begin(), skipped_.end()};
+}
+
+}  // namespace gpucore

@@ -1,0 +1,80 @@
+#pragma once
+// FileBatches: image files decoded while training runs, for data sets that do not fit in memory.
+//
+// Reader threads (C++ threads, no processes) decode the images of the next `prefetch` batches straight
+// into the slots of a ring of host buffers (pinned when training on CUDA). next() takes the oldest
+// slot, copies it on a side CUDA stream into the slot's device buffer, makes the training stream wait
+// for that copy with an event, and runs the fused transform there. A host slot is refilled only after
+// its copy finished (an event), a device slot only after the transform that read it finished (another
+// event). On the CPU the transform reads the host slot directly. Order and augmentation are those of
+// every EpochBatches source: the same batches as TensorBatches over the same images, whatever the
+// thread count.
+#include <c10/core/Event.h>
+#include <c10/core/Stream.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpucore/batches.h"
+
+namespace gpucore {
+
+struct FileBatchesConfig {
+  int64_t channels = 3;            // 1 (grey) or 3 (RGB)
+  int64_t height = 0, width = 0;   // images are resized to this; 0: the first image's size, all must match
+  int64_t threads = 4;             // reader threads
+  int64_t prefetch = 4;            // batches decoded ahead (ring slots)
+  bool skip_errors = false;        // unreadable files: left out of their batch and reported, else an error
+};
+
+class FileBatches : public EpochBatches {
+ public:
+  FileBatches(std::vector<std::string> paths, const at::Tensor& targets, int64_t batch_size, bool shuffle,
+              bool drop_last, uint64_t seed, const at::Device& device, AugmentConfig augment,
+              FileBatchesConfig config);
+  ~FileBatches() override;
+  FileBatches(const FileBatches&) = delete;
+  FileBatches& operator=(const FileBatches&) = delete;
+
+  void start_epoch(int64_t epoch, int64_t skip_batches = 0) override;
+  bool next(at::Tensor& inputs, at::Tensor& targets) override;
+  // "path: why" of every file left out so far (skip_errors), each once.
+  std::vector<std::string> skipped() const;
+  int64_t height() const { return config_.height; }
+  int64_t width() const { return config_.width; }
+
+ private:
+  struct Slot {
+    at::Tensor host, device;            // batch_size x H x W x C uint8; device only when training on CUDA
+    int64_t decoded = 0;                // images of its batch written so far
+    std::vector<std::pair<int64_t, std::string>> failed;  // (row, "path: why")
+    std::optional<c10::Event> copied;   // host -> device copy done (side stream)
+    std::optional<c10::Event> consumed; // transform that read `device` done (training stream)
+  };
+
+  void read_images();        // a reader thread's loop
+  void stop_readers();       // waits until no reader touches a slot
+  void start_readers();
+  void release_slots(int64_t batch);  // frees the slots of batches before `batch` whose copies are done
+  int64_t batch_of(int64_t sample_position) const { return sample_position / batch_size_; }
+
+  std::vector<std::string> paths_;
+  FileBatchesConfig config_;
+  std::vector<Slot> slots_;
+  std::optional<c10::Stream> copy_stream_;
+  std::vector<std::thread> readers_;
+  mutable std::mutex mutex_;
+  std::condition_variable work_ready_, batch_ready_;
+  int64_t next_sample_ = 0;  // position in the epoch's order of the next image to decode
+  int64_t end_sample_ = 0;   // positions served this epoch (drop_last leaves the rest)
+  int64_t released_ = 0;     // batches whose slots may be refilled
+  bool stop_ = false;
+  std::set<std::string> skipped_;
+};
+
+}  // namespace gpucore

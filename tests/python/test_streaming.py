@@ -1,0 +1,193 @@
+"""Image files decoded while training runs (cache none): the same batches as the in-memory path, resize,
+unreadable files, resume, shards, memory; segmentation masks that follow the images' crop and flip."""
+import gc
+import os
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import gpucore
+from gpucore import _C, data
+from gpucore.png import encode_png
+
+
+def write_png(path, image):
+    with open(path, "wb") as handle:
+        handle.write(encode_png(image))
+
+
+def image_folder(root, classes=3, per_class=14, size=(10, 12), seed=0, sizes=None):
+    """PNGs (and a few JPEGs when Pillow is installed) whose class is the dominant colour; `sizes`
+    cycles through image sizes for mixed-size folders."""
+    generator = torch.Generator().manual_seed(seed)
+    try:
+        from PIL import Image
+    except ImportError:
+        Image = None
+    for label in range(classes):
+        os.makedirs(root / f"class_{label}", exist_ok=True)
+        for i in range(per_class):
+            height, width = sizes[i % len(sizes)] if sizes else size
+            image = torch.randint(0, 60, (height, width, 3), generator=generator, dtype=torch.uint8)
+            image[:, :, label] += 150
+            if Image is not None and i % 5 == 4:
+                Image.fromarray(image.numpy()).save(root / f"class_{label}" / f"{i:03d}.jpg", quality=95)
+            else:
+                write_png(root / f"class_{label}" / f"{i:03d}.png", image)
+    return root
+
+
+def batches(loader, epochs=2):
+    return [(x.clone(), y.clone()) for _ in range(epochs) for x, y in loader]
+
+
+def assert_same_batches(a, b):
+    assert len(a) == len(b)
+    for (x, y), (ex, ey) in zip(a, b):
+        assert torch.equal(y, ey)
+        assert torch.equal(x, ex)
+
+
+@pytest.mark.parametrize("threads,prefetch", [(1, 1), (4, 3)])
+def test_streamed_batches_equal_the_in_memory_batches(tmp_path, threads, prefetch):
+    root = str(image_folder(tmp_path / "train"))
+    options = dict(batch_size=8, device="cpu", seed=5, crop_padding=2, hflip=True)
+    streamed = gpucore.DataLoader(data.ImageFolder(root, threads=threads), cache="none", prefetch=prefetch, **options)
+    in_memory = gpucore.DataLoader(data.ImageFolder(root), cache="device", **options)
+    assert streamed.cache == "none" and in_memory.cache == "device"
+    assert len(streamed) == len(in_memory) == 6
+    assert_same_batches(batches(streamed), batches(in_memory))
+
+
+def test_resize_matches_torch_and_streaming_resizes_alike(tmp_path):
+    root = image_folder(tmp_path / "mixed", per_class=6, sizes=[(10, 12), (23, 17), (8, 8)])
+    with pytest.raises(gpucore.ConfigError, match="give the reader a size"):
+        data.ImageFolder(str(root)).inputs
+    files = data.ImageFolder(str(root), size=(9, 11))
+    for path, image in zip(files.paths, files.inputs):
+        original = _C.decode_image(path, 3).permute(2, 0, 1)[None]
+        expected = F.interpolate(original, size=(9, 11), mode="bilinear", antialias=True)[0]
+        assert torch.equal(image, original[0] if original.shape[-2:] == (9, 11) else expected), path
+    options = dict(batch_size=5, device="cpu", seed=1, shuffle=True)
+    streamed = gpucore.DataLoader(data.ImageFolder(str(root), size=(9, 11)), cache="none", **options)
+    assert_same_batches(batches(streamed, 1), batches(gpucore.DataLoader(files, cache="host", **options), 1))
+    with pytest.raises(gpucore.ConfigError, match=r"image size must be .*got \(9, 0\)"):
+        data.ImageFolder(str(root), size=(9, 0))
+
+
+def test_resize_is_close_to_pillow(tmp_path):
+    Image = pytest.importorskip("PIL.Image")
+    pixels = np.random.default_rng(0).integers(0, 256, (40, 52, 3), dtype=np.uint8)
+    write_png(tmp_path / "a.png", torch.from_numpy(pixels))
+    ours = data.Files([str(tmp_path / "a.png")], [0], size=(17, 23)).inputs[0].permute(1, 2, 0).numpy().astype(int)
+    theirs = np.asarray(Image.fromarray(pixels).resize((23, 17), Image.BILINEAR)).astype(int)
+    assert np.abs(ours - theirs).max() <= 1
+
+
+def test_unreadable_files_raise_naming_the_file_or_are_skipped(tmp_path):
+    root = image_folder(tmp_path / "data", classes=2, per_class=6)
+    (root / "class_1" / "999_cut.png").write_bytes((root / "class_1" / "000.png").read_bytes()[:50])
+    loader = gpucore.DataLoader(data.ImageFolder(str(root)), batch_size=4, device="cpu", cache="none", shuffle=False)
+    with pytest.raises(gpucore.ConfigError, match=r"999_cut.png' \(index 12\): corrupt PNG"):
+        list(loader)
+    skipping = gpucore.DataLoader(data.ImageFolder(str(root), on_error="skip"), batch_size=4, device="cpu",
+                                  cache="none", shuffle=False)
+    labels = torch.cat([y for _, y in skipping])
+    assert labels.tolist() == [0] * 6 + [1] * 6
+    assert len(skipping.skipped) == 1 and "999_cut.png" in skipping.skipped[0]
+
+
+def test_streaming_resumes_mid_epoch_and_shards_cover_every_sample(tmp_path):
+    root = str(image_folder(tmp_path / "train", per_class=10))
+    options = dict(batch_size=4, device="cpu", seed=3, crop_padding=1, hflip=True, cache="none")
+    whole = gpucore.DataLoader(data.ImageFolder(root), **options)
+    list(whole)
+    expected = batches(whole, 1)
+    first = gpucore.DataLoader(data.ImageFolder(root), **options)
+    list(first)
+    iterator = iter(first)
+    taken = [next(iterator) for _ in range(3)]
+    resumed = gpucore.DataLoader(data.ImageFolder(root), **options)
+    resumed.load_state_dict(first.state_dict())
+    assert_same_batches(taken + batches(resumed, 1), expected)
+    seen, lengths = [], []
+    for rank in range(4):
+        shard = gpucore.DataLoader(data.ImageFolder(root), rank=rank, world_size=4, **options)
+        served = torch.cat([x.flatten(1) for x, _ in shard])
+        lengths.append(served.shape[0])
+        seen.append(served)
+    assert lengths == [8, 8, 8, 8]  # 30 samples, 2 served twice for equal shards
+    assert torch.cat(seen).unique(dim=0).shape[0] == 30
+
+
+def test_streaming_memory_is_flat_and_freed(tmp_path):
+    root = str(image_folder(tmp_path / "train", per_class=40, size=(32, 32)))
+
+    def rss():
+        gc.collect()
+        return gpucore.memory_stats("cpu")["allocated"]
+
+    loader = gpucore.DataLoader(data.ImageFolder(root), batch_size=16, device="cpu", cache="none", hflip=True)
+    for _ in range(2):
+        list(loader)
+    before = rss()
+    for _ in range(8):
+        for _ in loader:
+            pass
+    assert rss() - before < 16 << 20
+    for _ in range(5):
+        loader = gpucore.DataLoader(data.ImageFolder(root), batch_size=16, device="cpu", cache="none", prefetch=8)
+        next(iter(loader))
+        del loader
+    assert rss() - before < 16 << 20
+
+
+def test_cache_choices_and_errors(tmp_path):
+    root = str(image_folder(tmp_path / "train", per_class=4))
+    tensors = (torch.zeros(8, 1, 4, 4, dtype=torch.uint8), torch.zeros(8, dtype=torch.long))
+    with pytest.raises(gpucore.ConfigError, match="cache 'none' streams image files"):
+        gpucore.DataLoader(tensors, batch_size=2, device="cpu", cache="none")
+    with pytest.raises(gpucore.ConfigError, match="cache must be one of auto, device, host, none, got 'disk'"):
+        gpucore.DataLoader(data.ImageFolder(root), batch_size=2, device="cpu", cache="disk")
+    with pytest.raises(gpucore.ConfigError, match="config key 'cache' is 'disk'; valid values: auto, device, host, none"):
+        gpucore.train(dict(cache="disk", progress=False, run_dir=str(tmp_path / "r")))
+    assert gpucore.DataLoader(data.ImageFolder(root), batch_size=2, device="cpu").cache == "device"
+    with pytest.raises(gpucore.ConfigError, match="prefetch must be >= 1, got 0"):
+        gpucore.DataLoader(data.ImageFolder(root), batch_size=2, device="cpu", cache="none", prefetch=0)
+
+
+def test_training_streams_an_image_folder_like_it_trains_in_memory(tmp_path):
+    image_folder(tmp_path / "data" / "train", per_class=16, sizes=[(12, 12), (14, 10)])
+    image_folder(tmp_path / "data" / "val", per_class=4, seed=1, sizes=[(12, 12)])
+
+    def run(cache):
+        config = dict(data=str(tmp_path / "data"), data_kwargs={"size": [12, 12], "threads": 3}, cache=cache,
+                      epochs=4, batch_size=8, lr=0.01, hflip=True, crop_padding=1, progress=False,
+                      run_dir=str(tmp_path / cache))
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 12 * 12, 3))
+        return gpucore.train(config, model=model)
+
+    streamed, in_memory = run("none"), run("device")
+    assert streamed.best_metric == 1.0
+    for a, b in zip(streamed.history, in_memory.history):
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-6)
+        assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-6)
+
+
+def test_segmentation_masks_follow_the_crop_and_flip():
+    generator = torch.Generator().manual_seed(0)
+    masks = torch.randint(0, 3, (12, 9, 11), generator=generator)
+    images = (masks * 100).to(torch.uint8)[:, None].expand(12, 3, 9, 11).contiguous()
+    config = _C.AugmentConfig()
+    config.enabled, config.crop_padding, config.hflip = True, 3, True
+    source = _C.TensorBatches(images, masks, 4, True, False, 7, "cpu", config)
+    moved = 0
+    while (batch := source.next()) is not None:
+        x, y = batch
+        assert y.dtype == masks.dtype
+        assert torch.equal((x[:, 0] * 255 / 100).round().long(), y)
+        moved += int(not any(torch.equal(m, t) for m in masks for t in y))
+    assert moved > 0  # the transform did move pixels
