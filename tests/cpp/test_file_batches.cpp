@@ -1,0 +1,116 @@
+// FileBatches on PNG files written here: the same batches as TensorBatches over the decoded images,
+// for any thread count and prefetch depth; unreadable files raise (naming the file) or are skipped.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <png.h>
+
+#include <string>
+#include <vector>
+
+#include "gpucore/batches.h"
+#include "gpucore/errors.h"
+#include "gpucore/file_batches.h"
+#include "gpucore/readers.h"
+
+namespace gpucore {
+namespace {
+
+// `count` RGB PNGs of 6 x 7 with seeded random pixels.
+std::vector<std::string> write_pngs(const std::string& prefix, int64_t count) {
+  at::manual_seed(11);
+  std::vector<std::string> paths;
+  for (int64_t i = 0; i < count; ++i) {
+    const at::Tensor pixels = at::randint(0, 256, {6, 7, 3}, at::kByte).contiguous();
+    png_image image{};
+    image.version = PNG_IMAGE_VERSION;
+    image.width = 7;
+    image.height = 6;
+    image.format = PNG_FORMAT_RGB;
+    paths.push_back(::testing::TempDir() + prefix + std::to_string(i) + ".png");
+    EXPECT_TRUE(png_image_write_to_file(&image, paths.back().c_str(), 0, pixels.data_ptr(), 0, nullptr));
+  }
+  return paths;
+}
+
+AugmentConfig crop_flip_normalise() {
+  AugmentConfig augment;
+  augment.enabled = true;
+  augment.crop_padding = 2;
+  augment.hflip = true;
+  augment.mean = {0.5, 0.4, 0.3};
+  augment.std = {0.2, 0.3, 0.25};
+  return augment;
+}
+
+std::vector<std::pair<at::Tensor, at::Tensor>> epoch_of(EpochBatches& source, int64_t epoch) {
+  source.start_epoch(epoch);
+  std::vector<std::pair<at::Tensor, at::Tensor>> served;
+  at::Tensor inputs, targets;
+  while (source.next(inputs, targets)) served.emplace_back(inputs, targets);
+  return served;
+}
+
+TEST(FileBatches, SameBatchesAsInMemoryForAnyThreadCount) {
+  const std::vector<std::string> paths = write_pngs("stream", 23);
+  const at::Tensor labels = at::arange(23);
+  const DecodedImages decoded = decode_images(paths, 3, 1, false);
+  TensorBatches in_memory(decoded.images.permute({0, 3, 1, 2}).contiguous(), labels, 5, true, false, 3, at::kCPU,
+                          crop_flip_normalise());
+  for (const auto& [threads, prefetch] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 2}, {8, 6}}) {
+    FileBatchesConfig config;
+    config.threads = threads;
+    config.prefetch = prefetch;
+    FileBatches streamed(paths, labels, 5, true, false, 3, at::kCPU, crop_flip_normalise(), config);
+    EXPECT_EQ(streamed.total_batches(), 5);
+    for (int64_t epoch = 0; epoch < 2; ++epoch) {
+      const auto expected = epoch_of(in_memory, epoch), got = epoch_of(streamed, epoch);
+      ASSERT_EQ(got.size(), expected.size());
+      for (size_t b = 0; b < got.size(); ++b) {
+        EXPECT_TRUE(at::equal(got[b].second, expected[b].second)) << "threads " << threads << " batch " << b;
+        EXPECT_TRUE(at::equal(got[b].first, expected[b].first)) << "threads " << threads << " batch " << b;
+      }
+    }
+  }
+}
+
+TEST(FileBatches, ResumesMidEpochAndStopsEarlyWithoutHanging) {
+  const std::vector<std::string> paths = write_pngs("resume", 17);
+  FileBatchesConfig config;
+  config.prefetch = 2;
+  FileBatches source(paths, at::arange(17), 4, true, true, 9, at::kCPU, AugmentConfig{}, config);
+  const auto whole = epoch_of(source, 1);
+  ASSERT_EQ(whole.size(), 4u);  // drop_last
+  source.start_epoch(1, 2);
+  at::Tensor inputs, targets;
+  ASSERT_TRUE(source.next(inputs, targets));
+  EXPECT_TRUE(at::equal(targets, whole[2].second));
+  EXPECT_TRUE(at::equal(inputs, whole[2].first));
+  source.start_epoch(2);  // abandons the rest of epoch 1 while readers are busy
+  ASSERT_TRUE(source.next(inputs, targets));
+}
+
+TEST(FileBatches, UnreadableFilesRaiseNamingTheFileOrAreSkipped) {
+  std::vector<std::string> paths = write_pngs("broken", 6);
+  paths[3] = ::testing::TempDir() + "does_not_exist.png";
+  FileBatchesConfig config;
+  FileBatches raising(paths, at::arange(6), 4, false, false, 0, at::kCPU, AugmentConfig{}, config);
+  at::Tensor inputs, targets;
+  try {
+    raising.next(inputs, targets);
+    FAIL() << "a missing file was served";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("does_not_exist.png' (index 3): cannot open"), std::string::npos) << e.what();
+  }
+  config.skip_errors = true;
+  FileBatches skipping(paths, at::arange(6), 4, false, false, 0, at::kCPU, AugmentConfig{}, config);
+  ASSERT_TRUE(skipping.next(inputs, targets));
+  EXPECT_TRUE(at::equal(targets, at::tensor(std::vector<int64_t>{0, 1, 2})));
+  ASSERT_TRUE(skipping.next(inputs, targets));
+  EXPECT_EQ(targets.size(0), 2);
+  ASSERT_EQ(skipping.skipped().size(), 1u);
+  EXPECT_THROW(FileBatches({}, at::arange(0), 4, false, false, 0, at::kCPU, AugmentConfig{}, config), ConfigError);
+}
+
+}  // namespace
+}  // namespace gpucore
