@@ -1,7 +1,10 @@
+// .npy arrays, and .npz archives of them (np.savez: stored; np.savez_compressed: deflate, via zlib).
 #include <ATen/ops/empty.h>
+#include <zlib.h>
 
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <regex>
 
 #include "gpucore/errors.h"
@@ -9,30 +12,33 @@
 
 namespace gpucore {
 
-at::Tensor read_npy(const std::string& path) {
+namespace {
+
+std::vector<unsigned char> read_bytes(const std::string& path, const std::string& kind) {
   std::ifstream file(path, std::ios::binary);
-  if (!file) throw ConfigError("cannot open .npy file '" + path + "'");
-  char magic[8] = {};
-  file.read(magic, 8);
-  if (!file || std::memcmp(magic, "\x93NUMPY", 6) != 0) {
-    throw ConfigError("'" + path + "' is not a .npy file (no \\x93NUMPY magic)");
+  if (!file) throw ConfigError("cannot open " + kind + " file '" + path + "'");
+  return std::vector<unsigned char>(std::istreambuf_iterator<char>(file), {});
+}
+
+// One .npy image in memory; `name` says where it came from in errors.
+at::Tensor parse_npy(const unsigned char* data, size_t size, const std::string& name) {
+  if (size < 10 || std::memcmp(data, "\x93NUMPY", 6) != 0) {
+    throw ConfigError("'" + name + "' is not a .npy file (no \\x93NUMPY magic)");
   }
-  uint32_t header_size = 0;
-  unsigned char size_bytes[4] = {};
-  const int size_width = magic[6] == 1 ? 2 : 4;
-  file.read(reinterpret_cast<char*>(size_bytes), size_width);
-  for (int i = size_width - 1; i >= 0; --i) header_size = (header_size << 8) | size_bytes[i];
-  std::string header(header_size, '\0');
-  file.read(header.data(), header_size);
-  if (!file) throw ConfigError(".npy file '" + path + "' is truncated in its header");
+  const size_t size_width = data[6] == 1 ? 2 : 4;
+  size_t header_size = 0;
+  for (size_t i = size_width; i-- > 0;) header_size = (header_size << 8) | data[8 + i];
+  const size_t header_begin = 8 + size_width;
+  if (header_begin + header_size > size) throw ConfigError(".npy file '" + name + "' is truncated in its header");
+  const std::string header(reinterpret_cast<const char*>(data) + header_begin, header_size);
 
   std::smatch match;
   if (!std::regex_search(header, match, std::regex("'descr':\\s*'([<>|=])([a-z])(\\d+)'"))) {
-    throw ConfigError(".npy file '" + path + "' has no readable dtype in its header: " + header);
+    throw ConfigError(".npy file '" + name + "' has no readable dtype in its header: " + header);
   }
   const std::string order = match[1], kind = match[2];
   const int width = std::stoi(match[3]);
-  if (order == ">" && width > 1) throw ConfigError(".npy file '" + path + "' is big-endian; save it little-endian");
+  if (order == ">" && width > 1) throw ConfigError(".npy file '" + name + "' is big-endian; save it little-endian");
   at::ScalarType type;
   const std::string code = kind + std::to_string(width);
   if (code == "b1") type = at::kBool;
@@ -44,12 +50,12 @@ at::Tensor read_npy(const std::string& path) {
   else if (code == "f2") type = at::kHalf;
   else if (code == "f4") type = at::kFloat;
   else if (code == "f8") type = at::kDouble;
-  else throw ConfigError(".npy file '" + path + "' holds dtype " + code + ", which gpucore does not read");
+  else throw ConfigError(".npy file '" + name + "' holds dtype " + code + ", which gpucore does not read");
   if (std::regex_search(header, std::regex("'fortran_order':\\s*True"))) {
-    throw ConfigError(".npy file '" + path + "' is in Fortran order; save it with np.ascontiguousarray");
+    throw ConfigError(".npy file '" + name + "' is in Fortran order; save it with np.ascontiguousarray");
   }
   if (!std::regex_search(header, match, std::regex("'shape':\\s*\\(([^)]*)\\)"))) {
-    throw ConfigError(".npy file '" + path + "' has no shape in its header");
+    throw ConfigError(".npy file '" + name + "' has no shape in its header");
   }
   std::vector<int64_t> shape;
   const std::string dims = match[1];
@@ -58,13 +64,95 @@ at::Tensor read_npy(const std::string& path) {
     shape.push_back(std::stoll(it->str()));
   }
   at::Tensor out = at::empty(shape, at::TensorOptions().dtype(type));
-  const int64_t expected = out.numel() * width;
-  file.read(static_cast<char*>(out.data_ptr()), expected);
-  if (file.gcount() != expected) {
-    throw ConfigError(".npy file '" + path + "' is truncated: shape " + c10::str(out.sizes()) + " needs " +
-                      std::to_string(expected) + " bytes of data, the file holds " + std::to_string(file.gcount()));
+  const size_t expected = static_cast<size_t>(out.numel()) * width, held = size - header_begin - header_size;
+  if (held < expected) {
+    throw ConfigError(".npy file '" + name + "' is truncated: shape " + c10::str(out.sizes()) + " needs " +
+                      std::to_string(expected) + " bytes of data, the file holds " + std::to_string(held));
+  }
+  std::memcpy(out.data_ptr(), data + header_begin + header_size, expected);
+  return out;
+}
+
+uint32_t le32(const unsigned char* p) { return p[0] | (p[1] << 8) | (p[2] << 16) | (static_cast<uint32_t>(p[3]) << 24); }
+uint16_t le16(const unsigned char* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+
+std::vector<unsigned char> inflate_raw(const unsigned char* data, size_t size, size_t expected, const std::string& name) {
+  std::vector<unsigned char> out(expected);
+  z_stream stream{};
+  if (inflateInit2(&stream, -MAX_WBITS) != Z_OK) throw ConfigError("zlib cannot start inflating '" + name + "'");
+  stream.next_in = const_cast<unsigned char*>(data);
+  stream.avail_in = static_cast<uInt>(size);
+  stream.next_out = out.data();
+  stream.avail_out = static_cast<uInt>(expected);
+  const int status = inflate(&stream, Z_FINISH);
+  const size_t produced = stream.total_out;
+  inflateEnd(&stream);
+  if (status != Z_STREAM_END || produced != expected) {
+    throw ConfigError("'" + name + "' is corrupt: its compressed data does not inflate to " +
+                      std::to_string(expected) + " bytes");
   }
   return out;
+}
+
+}  // namespace
+
+at::Tensor read_npy(const std::string& path) {
+  const std::vector<unsigned char> bytes = read_bytes(path, ".npy");
+  return parse_npy(bytes.data(), bytes.size(), path);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> read_npz(const std::string& path) {
+  const std::vector<unsigned char> bytes = read_bytes(path, ".npz");
+  const size_t size = bytes.size();
+  // The end-of-central-directory record: 22 bytes plus a comment of at most 64 KiB, at the end.
+  size_t end = size;
+  for (size_t at = size >= 22 ? size - 22 + 1 : 0; at-- > 0 && size - at <= 22 + 0xFFFF;) {
+    if (le32(&bytes[at]) == 0x06054b50) {
+      end = at;
+      break;
+    }
+  }
+  if (end == size) throw ConfigError("'" + path + "' is not a .npz file (no zip directory at its end)");
+  const uint16_t entries = le16(&bytes[end + 10]);
+  const uint32_t directory = le32(&bytes[end + 16]);
+  if (directory == 0xFFFFFFFFu || entries == 0xFFFF) {
+    throw ConfigError(".npz file '" + path + "' is a ZIP64 archive (over 4 GiB), which gpucore does not read; save "
+                      "the arrays as .npy files");
+  }
+  std::vector<std::pair<std::string, at::Tensor>> arrays;
+  size_t entry = directory;
+  for (uint16_t i = 0; i < entries; ++i) {
+    if (entry + 46 > size || le32(&bytes[entry]) != 0x02014b50) {
+      throw ConfigError(".npz file '" + path + "' is corrupt: bad zip directory entry " + std::to_string(i));
+    }
+    const uint16_t method = le16(&bytes[entry + 10]);
+    const uint32_t crc = le32(&bytes[entry + 16]), packed = le32(&bytes[entry + 20]), unpacked = le32(&bytes[entry + 24]);
+    const uint16_t name_length = le16(&bytes[entry + 28]);
+    const size_t next = entry + 46 + name_length + le16(&bytes[entry + 30]) + le16(&bytes[entry + 32]);
+    const uint32_t local = le32(&bytes[entry + 42]);
+    if (next > size) throw ConfigError(".npz file '" + path + "' is truncated in its zip directory");
+    std::string member(reinterpret_cast<const char*>(&bytes[entry + 46]), name_length);
+    const std::string where = path + ":" + member;
+    if (local + 30 > size || le32(&bytes[local]) != 0x04034b50) {
+      throw ConfigError(".npz file '" + path + "' is corrupt: no local header for '" + member + "'");
+    }
+    const size_t begin = local + 30 + le16(&bytes[local + 26]) + le16(&bytes[local + 28]);
+    if (begin + packed > size) throw ConfigError(".npz member '" + where + "' is truncated");
+    std::vector<unsigned char> inflated;
+    const unsigned char* data = &bytes[begin];
+    if (method == 8) {
+      inflated = inflate_raw(data, packed, unpacked, where);
+      data = inflated.data();
+    } else if (method != 0) {
+      throw ConfigError(".npz member '" + where + "' uses zip compression method " + std::to_string(method) +
+                        "; gpucore reads stored and deflated members (np.savez, np.savez_compressed)");
+    }
+    if (crc32(0L, data, unpacked) != crc) throw ConfigError(".npz member '" + where + "' is corrupt (CRC mismatch)");
+    if (member.size() > 4 && member.compare(member.size() - 4, 4, ".npy") == 0) member.resize(member.size() - 4);
+    arrays.emplace_back(member, parse_npy(data, unpacked, where));
+    entry = next;
+  }
+  return arrays;
 }
 
 }  // namespace gpucore

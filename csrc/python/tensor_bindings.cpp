@@ -287,6 +287,19 @@ void bind_tensor_api(py::module_& m) {
 
   m.def("read_idx", &read_idx, py::arg("path"), py::call_guard<py::gil_scoped_release>());
   m.def("read_npy", &read_npy, py::arg("path"), py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "read_npz",
+      [](const std::string& path) {
+        std::vector<std::pair<std::string, at::Tensor>> arrays;
+        {
+          py::gil_scoped_release release;
+          arrays = read_npz(path);
+        }
+        py::dict named;
+        for (const auto& [name, array] : arrays) named[py::str(name)] = array;
+        return named;
+      },
+      py::arg("path"));
   m.def("decode_image", &decode_image, py::arg("path"), py::arg("channels"), py::call_guard<py::gil_scoped_release>());
   m.def(
       "decode_images",

@@ -46,47 +46,35 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_images(path: str, channels: int):
-    """uint8 N x H x W x C images and their names: a .npy/.npz array, or a folder of PNG/JPEG/BMP files."""
+def _read_images(path: str, channels: int, size=None):
+    """uint8 N x H x W x C images and their names: a .npy/.npz array (the first array of a .npz), or a
+    folder of PNG/JPEG files (resized to `size` when given), read by gpucore's native readers."""
     import os
 
-    import numpy as np
     import torch
 
+    from . import _C, data
     from .config import ConfigError
 
     if os.path.isfile(path) and path.endswith((".npy", ".npz")):
-        array = np.load(path, allow_pickle=False)
-        if path.endswith(".npz"):
-            array = array[array.files[0]]
-        images = torch.from_numpy(np.ascontiguousarray(array))
+        images = _C.read_npy(path) if path.endswith(".npy") else next(iter(_C.read_npz(path).values()), None)
+        if images is None:
+            raise ConfigError(f"--images: '{path}' holds no arrays")
         if images.dim() == 3:
             images = images.unsqueeze(-1)
         names = [f"image_{i:04d}" for i in range(images.shape[0])]
     elif os.path.isdir(path):
-        files = sorted(f for f in os.listdir(path) if f.lower().endswith((".png", ".jpg", ".jpeg", ".bmp")))
+        files = sorted(f for f in os.listdir(path) if f.lower().endswith(data.IMAGE_EXTENSIONS))
         if not files:
-            raise ConfigError(f"--images: folder '{path}' holds no .png, .jpg, .jpeg or .bmp files")
-        try:
-            from PIL import Image
-        except ImportError as exc:
-            raise ConfigError("reading image files needs Pillow until gpucore's native image readers land: "
-                              "pip install pillow (or pass a .npy array of uint8 images)") from exc
-        pictures = []
-        for name in files:
-            with Image.open(os.path.join(path, name)) as picture:
-                pictures.append(np.asarray(picture.convert("L" if channels == 1 else "RGB")))
-        if len({p.shape for p in pictures}) != 1:
-            raise ConfigError(f"--images: the images in '{path}' differ in size; give images of one size")
-        images = torch.from_numpy(np.stack(pictures))
-        if images.dim() == 3:
-            images = images.unsqueeze(-1)
+            raise ConfigError(f"--images: folder '{path}' holds no .png, .jpg or .jpeg files")
+        images = data.Files([os.path.join(path, f) for f in files], [0] * len(files), channels=channels,
+                            size=size).inputs.permute(0, 2, 3, 1)
         names = [os.path.splitext(f)[0] for f in files]
     else:
         raise ConfigError(f"--images '{path}' is neither a folder of images nor a .npy/.npz file")
-    if images.dtype != torch.uint8 or images.shape[-1] != channels:
-        raise ConfigError(f"--images: expected uint8 images with {channels} channel(s), got {images.dtype} "
-                          f"{tuple(images.shape)}")
+    if images.dtype != torch.uint8 or images.dim() != 4 or images.shape[-1] != channels:
+        raise ConfigError(f"--images: expected uint8 images (N, H, W[, C]) with {channels} channel(s), got "
+                          f"{images.dtype} {tuple(images.shape)}")
     return images, names
 
 
@@ -112,7 +100,7 @@ def _gradcam(args: argparse.Namespace) -> int:
     model.to(device)
     first_conv = next((m for m in model.modules() if isinstance(m, nn.Conv2d)), None)
     channels = first_conv.in_channels if first_conv is not None else 3
-    images, names = _read_images(args.images, channels)
+    images, names = _read_images(args.images, channels, args.size)
     x = model_inputs(images.permute(0, 3, 1, 2), checkpoint.get("input_stats"))
     targets = args.target if args.target is not None else None
     result = CAM(model, args.layer, args.method, batch_size=args.batch_size)(x.to(device), targets)
@@ -148,7 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     cam.add_argument("--config", required=True, help="the training config (names the model)")
     cam.add_argument("--checkpoint", required=True, help="a gpucore checkpoint (best.pt, last.pt)")
     cam.add_argument("--layer", required=True, help="target layer, a dotted name such as layer4 or features.7")
-    cam.add_argument("--images", required=True, help="a folder of PNG/JPEG/BMP images or a .npy/.npz uint8 array")
+    cam.add_argument("--images", required=True, help="a folder of PNG/JPEG images or a .npy/.npz uint8 array")
+    cam.add_argument("--size", type=int, nargs=2, metavar=("HEIGHT", "WIDTH"),
+                     help="resize the images from a folder to this size (needed when their sizes differ)")
     cam.add_argument("--out", required=True, help="folder for the overlays (PNG) and the maps (cams_METHOD.pt)")
     cam.add_argument("--method", default="gradcam", help="gradcam (default), gradcam++, xgradcam, hirescam, layercam, "
                      "eigencam, eigengradcam, scorecam")

@@ -221,13 +221,7 @@ def _pick_splits(arrays: dict, load: Callable):
 
 
 def _load_npz(path: str):
-    import numpy as np
-
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            arrays = {name: torch.from_numpy(np.ascontiguousarray(archive[name])) for name in archive.files}
-    except (ValueError, OSError, TypeError) as exc:
-        raise ConfigError(f"data: '{path}' is not a valid .npz file of numeric arrays ({exc})") from exc
+    arrays = _C.read_npz(path)
     splits = _pick_splits(arrays, lambda x, y: (x, y))
     if splits is not None:
         return splits

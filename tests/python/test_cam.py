@@ -350,3 +350,14 @@ def test_cli_gradcam_on_a_trained_checkpoint(tmp_path):
     bad = subprocess.run(command[:-4] + ["--layer", "feature.4", "--out", str(out)], capture_output=True, text=True,
                          timeout=300)
     assert bad.returncode == 2 and "no layer 'feature.4'" in bad.stderr
+    folder = tmp_path / "pictures"
+    folder.mkdir()
+    from gpucore import cli
+    from gpucore.png import encode_png
+
+    for name, picture in (("a", images[0, 0]), ("b", torch.randint(0, 256, (40, 36), dtype=torch.uint8))):
+        (folder / f"{name}.png").write_bytes(encode_png(picture))
+    from_folder = command[3:-6] + ["--images", str(folder), "--out", str(tmp_path / "folder_cams")]
+    assert cli.main(from_folder + ["--size", "28", "28"]) == 0
+    assert torch.load(tmp_path / "folder_cams" / "cams_gradcam.pt").shape == (2, 28, 28)
+    assert cli.main(from_folder) == 2  # sizes differ and no --size

@@ -334,3 +334,27 @@ def test_dataloader_memory_is_flat_across_epochs():
             pass
     gc.collect()
     assert gpucore.memory_stats("cpu")["allocated"] - before < 16 << 20
+
+
+@pytest.mark.parametrize("save", [np.savez, np.savez_compressed])
+def test_npz_round_trip_and_corrupt_archives(tmp_path, save):
+    rng = np.random.default_rng(0)
+    arrays = {"x_train": rng.integers(0, 256, (7, 5, 4), dtype=np.uint8), "y_train": rng.integers(0, 9, 7),
+              "scale": rng.random(3).astype(np.float32)}
+    save(tmp_path / "a.npz", **arrays)
+    loaded = _C.read_npz(str(tmp_path / "a.npz"))
+    assert list(loaded) == list(arrays)
+    for name, array in arrays.items():
+        assert np.array_equal(loaded[name].numpy(), array)
+    content = (tmp_path / "a.npz").read_bytes()
+    (tmp_path / "cut.npz").write_bytes(content[: len(content) // 2])
+    with pytest.raises(gpucore.ConfigError, match="cut.npz' is not a .npz file"):
+        _C.read_npz(str(tmp_path / "cut.npz"))
+    flipped = bytearray(content)
+    first_data = 30 + int.from_bytes(content[26:28], "little") + int.from_bytes(content[28:30], "little")
+    flipped[first_data + 100] ^= 0xFF  # inside x_train's array (or its compressed stream)
+    (tmp_path / "flipped.npz").write_bytes(bytes(flipped))
+    with pytest.raises(gpucore.ConfigError, match=r"flipped.npz:x_train.npy' is corrupt"):
+        _C.read_npz(str(tmp_path / "flipped.npz"))
+    with pytest.raises(gpucore.ConfigError, match="cannot open .npz file"):
+        _C.read_npz(str(tmp_path / "missing.npz"))

@@ -4,6 +4,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace gpucore {
@@ -14,6 +15,9 @@ at::Tensor read_idx(const std::string& path);
 
 // A .npy file: little-endian bool, (u)int8/16/32/64, float16/32/64, C order.
 at::Tensor read_npy(const std::string& path);
+
+// A .npz archive (np.savez or np.savez_compressed): its arrays by name (without ".npy"), in archive order.
+std::vector<std::pair<std::string, at::Tensor>> read_npz(const std::string& path);
 
 // One PNG or JPEG image (detected from its first bytes) as uint8 H x W x channels (1: grey, 3: RGB).
 at::Tensor decode_image(const std::string& path, int64_t channels);
