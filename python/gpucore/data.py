@@ -170,6 +170,18 @@ def Npy(inputs: str, targets: str) -> Dataset:
     return Dataset(x, y if y.is_floating_point() else y.long(), origin=inputs)
 
 
+def Npz(path: str, inputs: str = "x", targets: str = "y") -> Dataset:
+    """Two arrays of an archive saved with numpy.savez or savez_compressed, by name; images as in Npy."""
+    arrays = _C.read_npz(path)
+    missing = [name for name in (inputs, targets) if name not in arrays]
+    if missing:
+        raise ConfigError(f".npz file '{path}' has no array '{missing[0]}'; it holds {sorted(arrays)}")
+    x, y = arrays[inputs], arrays[targets]
+    if x.dtype == torch.uint8 and x.dim() == 3:
+        x = x.unsqueeze(1)
+    return Dataset(x, y if y.is_floating_point() else y.long(), origin=path)
+
+
 def Tensors(inputs: torch.Tensor, targets: torch.Tensor) -> Dataset:
     return Dataset(inputs, targets)
 

@@ -346,6 +346,10 @@ def test_npz_round_trip_and_corrupt_archives(tmp_path, save):
     assert list(loaded) == list(arrays)
     for name, array in arrays.items():
         assert np.array_equal(loaded[name].numpy(), array)
+    dataset = data.Npz(str(tmp_path / "a.npz"), "x_train", "y_train")
+    assert dataset.inputs.shape == (7, 1, 5, 4) and dataset.targets.dtype == torch.long
+    with pytest.raises(gpucore.ConfigError, match="has no array 'x'; it holds"):
+        data.Npz(str(tmp_path / "a.npz"))
     content = (tmp_path / "a.npz").read_bytes()
     (tmp_path / "cut.npz").write_bytes(content[: len(content) // 2])
     with pytest.raises(gpucore.ConfigError, match="cut.npz' is not a .npz file"):

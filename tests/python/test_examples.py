@@ -37,7 +37,7 @@ def test_data_bench_runs_and_reports(tmp_path):
     pytest.importorskip("PIL")
     bench = runpy.run_path(str(EXAMPLES.parent / "bench" / "data_bench.py"))
     report = bench["main"](["--images", "64", "--size", "8", "--epochs", "2", "--json", str(tmp_path / "data.json")])
-    assert len(report["per_second"]) == 6 and all(value > 0 for value in report["per_second"].values())
+    assert len(report["per_second"]) == 8 and all(value > 0 for value in report["per_second"].values())
 
 
 def test_fashion_mnist_example_synthetic_idx_and_missing_data(tmp_path, capsys):
