@@ -42,8 +42,9 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
   # shellcheck disable=SC2086  # GPUCORE_TORCH may carry pip options such as --index-url
   "$PY" -m pip install -q $TORCH_SPEC
 fi
-# Test-only extras: OpenCV (its JET table is the reference for overlays) and Pillow (decodes our PNGs).
-"$PY" -m pip install -q "pytest>=7" numpy opencv-python-headless pillow
+# Test-only extras: OpenCV (its JET table is the reference for overlays), Pillow (decodes our PNGs),
+# nbclient + ipykernel (the Grad-CAM notebook is executed in a real kernel).
+"$PY" -m pip install -q "pytest>=7" numpy opencv-python-headless pillow nbclient ipykernel
 
 # Exactly what a user types (build isolation on): the build finds the venv's torch by itself.
 # The persistent build dir keeps rebuilds incremental and holds the GoogleTest binary.

@@ -109,3 +109,21 @@ def test_card_handwriting_segmentation_learns_and_explains(tmp_path):
                            "--out", str(tmp_path / "cams")])
     assert iou > 0.5
     assert len(list((tmp_path / "cams").glob("*.png"))) == 8
+
+
+def test_gradcam_notebook_executes_and_shows_overlays(tmp_path):
+    """Runs every cell of the notebook in a real kernel (nbclient + ipykernel, when installed) on a copy
+    of the example, and checks that the CAM results were displayed as images."""
+    import shutil
+
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    folder = tmp_path / "classifier_gradcam"
+    shutil.copytree(EXAMPLES / "classifier_gradcam", folder)
+    notebook = nbformat.read(str(folder / "gradcam.ipynb"), as_version=4)
+    nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": str(folder)}}).execute()
+    images = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.get("outputs", [])
+              if "image/png" in output.get("data", {})]
+    assert len(images) >= 4  # the gradcam++ grid, then layercam, eigencam and scorecam

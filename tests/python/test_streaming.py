@@ -191,3 +191,25 @@ def test_segmentation_masks_follow_the_crop_and_flip():
         assert torch.equal((x[:, 0] * 255 / 100).round().long(), y)
         moved += int(not any(torch.equal(m, t) for m in masks for t in y))
     assert moved > 0  # the transform did move pixels
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_streaming_pinned_ring_side_stream_matches_the_cpu(tmp_path):
+    root = str(image_folder(tmp_path / "train", per_class=30, size=(16, 16)))
+    options = dict(batch_size=8, seed=2, crop_padding=2, hflip=True)
+    streamed = gpucore.DataLoader(data.ImageFolder(root, threads=4), device="cuda", cache="none", prefetch=3, **options)
+    resident = gpucore.DataLoader(data.ImageFolder(root), device="cuda", cache="device", **options)
+    on_cpu = gpucore.DataLoader(data.ImageFolder(root), device="cpu", cache="device", **options)
+    got, expected = batches(streamed, 3), batches(resident, 3)
+    assert all(x.is_cuda for x, _ in got)
+    assert_same_batches(got, expected)
+    for (x, y), (cx, cy) in zip(got, batches(on_cpu, 3)):
+        assert torch.equal(y.cpu(), cy)
+        torch.testing.assert_close(x.cpu(), cx, rtol=1e-5, atol=1e-5)
+    # The training stream never waits on the host for a copy: consuming an epoch syncs only at its end.
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for x, _ in streamed:
+            x.mul_(2)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
