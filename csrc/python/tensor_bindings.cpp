@@ -178,7 +178,19 @@ void bind_tensor_api(py::module_& m) {
       .def_readwrite("crop_padding", &AugmentConfig::crop_padding)
       .def_readwrite("hflip", &AugmentConfig::hflip)
       .def_readwrite("mean", &AugmentConfig::mean)
-      .def_readwrite("std", &AugmentConfig::std);
+      .def_readwrite("std", &AugmentConfig::std)
+      .def_readwrite("channels_last", &AugmentConfig::channels_last)
+      .def_property(
+          "dtype",
+          [](const AugmentConfig& c) {
+            return std::string(c.dtype == at::kHalf ? "float16" : c.dtype == at::kBFloat16 ? "bfloat16" : "float32");
+          },
+          [](AugmentConfig& c, const std::string& name) {
+            if (name == "float32") c.dtype = at::kFloat;
+            else if (name == "float16") c.dtype = at::kHalf;
+            else if (name == "bfloat16") c.dtype = at::kBFloat16;
+            else throw ConfigError("batch dtype must be float32, float16 or bfloat16, got '" + name + "'");
+          });
 
   py::class_<BatchSource>(m, "BatchSource");
   // next() returns (inputs, targets) or None at the end of the epoch; it may wait for reader threads.

@@ -98,6 +98,7 @@ void EpochBatches::finish_batch(const at::Tensor& batch_inputs, const at::Tensor
   const at::Tensor offsets = offsets_.index_select(0, index), flips = flips_.index_select(0, index);
   inputs = ops::augment(batch_inputs, offsets, flips, augment_.crop_padding, augment_.mean, augment_.std,
                         augment_.dtype);
+  if (augment_.channels_last) inputs = inputs.contiguous(at::MemoryFormat::ChannelsLast);
   const bool moves_pixels = augment_.crop_padding > 0 || augment_.hflip;
   if (moves_pixels && targets.dim() == 3 && targets.size(1) == inputs.size(2) && targets.size(2) == inputs.size(3)) {
     // A segmentation mask: the same crop and flip through the same kernel, class ids exact in float,

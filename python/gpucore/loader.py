@@ -55,36 +55,32 @@ def data_stats(data, cache: str) -> Tuple[list, list]:
 
 def batch_source(data, cache: str, *, batch_size: int, shuffle: bool, drop_last: bool, seed: int,
                  device: torch.device, crop_padding: int = 0, hflip: bool = False,
-                 normalization: Optional[Tuple[list, list]] = None, prefetch: int = 4) -> _C.EpochBatches:
+                 normalization: Optional[Tuple[list, list]] = None, prefetch: int = 4,
+                 dtype: torch.dtype = torch.float32, channels_last: bool = False) -> _C.EpochBatches:
     """The C++ source of `data` ((inputs, targets) tensors or ImageFiles) placed by `cache` (choose_cache).
 
     Images (N x C x H x W, or uint8 N x H x W) stay as they are (uint8: a quarter of float32's memory);
-    each batch is scaled, cropped, flipped and normalised by gpucore::augment on the training device.
-    Other inputs are standardised once here.
+    each batch is scaled, cropped, flipped and normalised by gpucore::augment on the training device,
+    as `dtype` (float32, float16, bfloat16), channels-last if asked. Other inputs are standardised once here.
     """
-    augment = _C.AugmentConfig()
+    transform = _C.AugmentConfig()  # for images; other inputs get none
+    transform.enabled, transform.crop_padding, transform.hflip = True, crop_padding, hflip
+    transform.dtype, transform.channels_last = str(dtype).replace("torch.", ""), channels_last
+    if normalization is not None:
+        transform.mean, transform.std = normalization
     if isinstance(data, ImageFiles) and cache == "none":
-        augment.enabled = True
-        augment.crop_padding, augment.hflip = crop_padding, hflip
-        if normalization is not None:
-            augment.mean, augment.std = normalization
         config = _C.FileBatchesConfig()
         config.channels, (config.height, config.width) = data.channels, data.image_shape()[1:]
         config.threads, config.prefetch, config.skip_errors = data.threads, prefetch, data.skip_errors
-        return _C.FileBatches(data.paths, data.targets, batch_size, shuffle, drop_last, seed, str(device), augment,
+        return _C.FileBatches(data.paths, data.targets, batch_size, shuffle, drop_last, seed, str(device), transform,
                               config)
     inputs, targets = (data.inputs, data.targets) if isinstance(data, ImageFiles) else data
     inputs = as_images(inputs)
-    if inputs.dim() == 4:
-        augment.enabled = True
-        augment.crop_padding, augment.hflip = crop_padding, hflip
-        if normalization is not None:
-            augment.mean, augment.std = normalization
-    elif crop_padding > 0 or hflip:
-        raise ConfigError(f"crop_padding and hflip need N x C x H x W images, got inputs {tuple(inputs.shape)}")
-    else:
-        inputs = prepare_inputs(inputs, normalization)
-    return _C.TensorBatches(inputs, targets, batch_size, shuffle, drop_last, seed, str(device), augment,
+    if inputs.dim() != 4:
+        if crop_padding > 0 or hflip:
+            raise ConfigError(f"crop_padding and hflip need N x C x H x W images, got inputs {tuple(inputs.shape)}")
+        transform, inputs = _C.AugmentConfig(), prepare_inputs(inputs, normalization)
+    return _C.TensorBatches(inputs, targets, batch_size, shuffle, drop_last, seed, str(device), transform,
                             resident=cache == "device")
 
 
@@ -100,12 +96,14 @@ class DataLoader:
     "host" (in host memory; batches copied over pinned memory), "none" (image files decoded batch by
     batch on `threads` reader threads, `prefetch` batches ahead, into a pinned ring copied on a side
     CUDA stream), or "auto" (device when it fits a quarter of the free device memory, else host, else none).
+    dtype: float32, float16 or bfloat16 images; channels_last: batches in channels-last memory format.
     """
 
     def __init__(self, dataset: Union[Dataset, Tuple[torch.Tensor, torch.Tensor]], batch_size: int,
                  shuffle: bool = True, device: Union[str, torch.device] = "auto", *, crop_padding: int = 0,
                  hflip: bool = False, normalize: Union[bool, Tuple[list, list]] = True, drop_last: bool = False,
-                 seed: int = 0, rank: int = 0, world_size: int = 1, cache: str = "auto", prefetch: int = 4):
+                 seed: int = 0, rank: int = 0, world_size: int = 1, cache: str = "auto", prefetch: int = 4,
+                 dtype: torch.dtype = torch.float32, channels_last: bool = False):
         if isinstance(dataset, ImageFiles):
             data = dataset
         elif isinstance(dataset, Dataset):
@@ -122,7 +120,8 @@ class DataLoader:
         normalization = data_stats(data, self.cache) if normalize is True else (tuple(normalize) if normalize else None)
         self._batches = batch_source(data, self.cache, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last,
                                      seed=seed, device=self.device, crop_padding=crop_padding, hflip=hflip,
-                                     normalization=normalization, prefetch=prefetch)
+                                     normalization=normalization, prefetch=prefetch, dtype=dtype,
+                                     channels_last=channels_last)
         self._batches.set_shard(rank, world_size)
         self.epoch, self._position = 0, 0
         self._batches.start_epoch(0)

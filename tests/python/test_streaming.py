@@ -213,3 +213,18 @@ def test_cuda_streaming_pinned_ring_side_stream_matches_the_cpu(tmp_path):
             x.mul_(2)
     finally:
         torch.cuda.set_sync_debug_mode(0)
+
+
+@pytest.mark.parametrize("cache", ["none", "device"])
+def test_half_precision_channels_last_batches(tmp_path, cache):
+    root = str(image_folder(tmp_path / "train", per_class=4))
+    options = dict(batch_size=6, device="cpu", seed=1, hflip=True, cache=cache)
+    plain = batches(gpucore.DataLoader(data.ImageFolder(root), **options), 1)
+    for dtype in (torch.bfloat16, torch.float16):
+        loader = gpucore.DataLoader(data.ImageFolder(root), dtype=dtype, channels_last=True, **options)
+        for (x, y), (px, py) in zip(batches(loader, 1), plain):
+            assert x.dtype == dtype and x.is_contiguous(memory_format=torch.channels_last)
+            assert torch.equal(y, py)
+            torch.testing.assert_close(x.float(), px, rtol=1e-2, atol=2e-2)
+    with pytest.raises(gpucore.ConfigError, match="batch dtype must be float32, float16 or bfloat16, got 'int8'"):
+        gpucore.DataLoader(data.ImageFolder(root), dtype=torch.int8, **options)

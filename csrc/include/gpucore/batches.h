@@ -28,7 +28,8 @@ struct AugmentConfig {
   int64_t crop_padding = 0;
   bool hflip = false;
   std::vector<double> mean, std;  // per channel; empty: no normalisation
-  at::ScalarType dtype = at::kFloat;
+  at::ScalarType dtype = at::kFloat;  // float32, float16 or bfloat16
+  bool channels_last = false;         // the batch in channels-last memory format
 };
 
 // The epoch plan every seeded source shares: order, equal shards per rank, augmentation draws, and the
