@@ -108,8 +108,14 @@ class ImageFiles(Dataset):
             return tuple(self._inputs.shape[1:])
         if self.size != (0, 0):
             return (self.channels, *self.size)
-        first = _C.decode_image(self.paths[0], self.channels)
-        return self.channels, first.shape[0], first.shape[1]
+        for path in self.paths:  # the first readable one, when unreadable files are skipped
+            try:
+                first = _C.decode_image(path, self.channels)
+                return self.channels, first.shape[0], first.shape[1]
+            except ConfigError:
+                if not self.skip_errors:
+                    raise
+        raise ConfigError(f"{self.origin}: none of the {len(self)} image files could be read")
 
     def nbytes(self) -> int:
         """Memory the decoded uint8 images take."""

@@ -52,6 +52,7 @@ class TrainResult:
     skipped_steps: int
     host_syncs: int
     model: nn.Module = field(repr=False)
+    skipped_files: List[str] = field(default_factory=list)  # unreadable files left out (on_error: skip)
 
 
 class _EpochData:
@@ -62,6 +63,7 @@ class _EpochData:
         self.seed, self.device = config.seed, device
         self.fixed_batch_size = isinstance(data, torch.utils.data.DataLoader)  # the user's loader batches itself
         self._tensors = self._loader = self._generator = self._sampler = None
+        self._files = data if isinstance(data, ImageFiles) else None
         shuffle = training and config.shuffle
         drop_last = training and config.drop_last
         wants_augment = training and (config.crop_padding > 0 or config.hflip)
@@ -96,6 +98,11 @@ class _EpochData:
                 "training data must be (inputs, targets) tensors, a torch Dataset or a DataLoader, got "
                 f"{type(data).__name__}"
             )
+
+    def skipped_files(self) -> List[str]:
+        """Image files left out so far, "path: why": at decode, or while streaming."""
+        streamed = self._tensors.skipped() if isinstance(self._tensors, _C.FileBatches) else []
+        return sorted(set(self._files.skipped if self._files is not None else []) | set(streamed))
 
     def total_batches(self) -> int:
         return len(self._tensors) if self._tensors is not None else len(self._loader)
@@ -445,7 +452,10 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
             return
         write_json(stats_path, dict(summary, status=status, error=error, epochs=history, best=best,
                                     steps=engine.steps_taken(), skipped_steps=engine.steps_skipped(),
-                                    host_syncs=engine.host_syncs()))
+                                    host_syncs=engine.host_syncs(), skipped_files=skipped_files()))
+
+    def skipped_files() -> List[str]:
+        return sorted(set().union(*(s.skipped_files() for s in (train_set, val_set) if s is not None)))
 
     status = "completed"
     stalled = 0
@@ -583,4 +593,5 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
         metrics_path=metrics_path, device=device, precision=policy.precision,
         samples_per_second=samples / seconds if seconds > 0 else 0.0, steps=engine.steps_taken(),
         skipped_steps=engine.steps_skipped(), host_syncs=engine.host_syncs(), model=module,
+        skipped_files=skipped_files(),
     )

@@ -228,3 +228,19 @@ def test_half_precision_channels_last_batches(tmp_path, cache):
             torch.testing.assert_close(x.float(), px, rtol=1e-2, atol=2e-2)
     with pytest.raises(gpucore.ConfigError, match="batch dtype must be float32, float16 or bfloat16, got 'int8'"):
         gpucore.DataLoader(data.ImageFolder(root), dtype=torch.int8, **options)
+
+
+@pytest.mark.parametrize("cache", ["none", "device"])
+def test_training_reports_skipped_files(tmp_path, cache):
+    import json
+
+    root = image_folder(tmp_path / "data", classes=2, per_class=8)
+    (root / "class_0" / "broken.png").write_bytes(b"not an image")
+    config = dict(data=str(root), data_kwargs={"on_error": "skip"}, cache=cache, epochs=1, batch_size=4,
+                  val_fraction=0.25, progress=False, run_dir=str(tmp_path / "runs"))
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 10 * 12, 2))
+    result = gpucore.train(config, model=model)
+    assert len(result.skipped_files) == 1 and "broken.png" in result.skipped_files[0]
+    assert json.load(open(result.stats_path))["skipped_files"] == result.skipped_files
+    with pytest.raises(gpucore.ConfigError, match="broken.png"):
+        gpucore.train(dict(config, data_kwargs={}, run_dir=str(tmp_path / "raise")), model=model)
