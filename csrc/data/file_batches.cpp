@@ -37,11 +37,16 @@ c10::Device with_index(const c10::Device& device) {
 
 FileBatches::FileBatches(std::vector<std::string> paths, const at::Tensor& targets, int64_t batch_size, bool shuffle,
                          bool drop_last, uint64_t seed, const at::Device& device, AugmentConfig augment,
-                         FileBatchesConfig config)
+                         FileBatchesConfig config, std::vector<std::string> mask_paths)
     : EpochBatches(static_cast<int64_t>(paths.size()), targets, batch_size, shuffle, drop_last, seed,
                    with_index(device), std::move(augment), "image files"),
-      paths_(std::move(paths)), config_(config) {
+      paths_(std::move(paths)), mask_paths_(std::move(mask_paths)), config_(config) {
   if (paths_.empty()) throw ConfigError("image files: the list of files is empty");
+  if (!mask_paths_.empty() && mask_paths_.size() != paths_.size()) {
+    throw ConfigError("segmentation files: " + std::to_string(paths_.size()) + " images but " +
+                      std::to_string(mask_paths_.size()) + " masks");
+  }
+  if (mask_paths_.empty() && !targets.defined()) throw ConfigError("image files: the targets tensor is missing");
   if (config_.channels != 1 && config_.channels != 3) {
     throw ConfigError("images can be read with 1 (grey) or 3 (RGB) channels, not " + std::to_string(config_.channels));
   }
@@ -59,10 +64,14 @@ FileBatches::FileBatches(std::vector<std::string> paths, const at::Tensor& targe
   const bool cuda = device_.is_cuda();
   const std::vector<int64_t> slot_shape = {batch_size_, config_.height, config_.width, config_.channels};
   slots_.resize(static_cast<size_t>(config_.prefetch));
+  const std::vector<int64_t> mask_shape = {batch_size_, config_.height, config_.width};
+  const bool masks = !mask_paths_.empty();
   for (Slot& slot : slots_) {
     slot.host = at::empty(slot_shape, at::TensorOptions().dtype(at::kByte).pinned_memory(cuda));
+    if (masks) slot.host_masks = at::empty(mask_shape, at::TensorOptions().dtype(at::kByte).pinned_memory(cuda));
     if (cuda) {
       slot.device = at::empty(slot_shape, at::TensorOptions().dtype(at::kByte).device(device_));
+      if (masks) slot.device_masks = at::empty(mask_shape, at::TensorOptions().dtype(at::kByte).device(device_));
       slot.copied.emplace(c10::DeviceType::CUDA);
       slot.consumed.emplace(c10::DeviceType::CUDA);
     }
@@ -123,10 +132,18 @@ void FileBatches::read_images() {
     Slot& slot = slots_[static_cast<size_t>(batch % config_.prefetch)];
     const int64_t sample = order[position];
     uint8_t* destination = slot.host.data_ptr<uint8_t>() + static_cast<size_t>(row) * image_bytes;
+    uint8_t* mask_destination = mask_paths_.empty() ? nullptr
+                                                    : slot.host_masks.data_ptr<uint8_t>() +
+                                                          static_cast<size_t>(row) * config_.height * config_.width;
     lock.unlock();
-    const std::string& path = paths_[static_cast<size_t>(sample)];
-    const std::string error = decode_image_into(path, config_.channels, config_.height, config_.width,
-                                                /*resize=*/true, destination);
+    std::string path = paths_[static_cast<size_t>(sample)];
+    std::string error = decode_image_into(path, config_.channels, config_.height, config_.width, config_.resize,
+                                          /*nearest=*/false, destination);
+    if (error.empty() && mask_destination != nullptr) {
+      path = mask_paths_[static_cast<size_t>(sample)];
+      error = decode_image_into(path, 1, config_.height, config_.width, config_.resize, /*nearest=*/true,
+                                mask_destination);
+    }
     lock.lock();
     if (!error.empty()) slot.failed.emplace_back(row, "'" + path + "' (index " + std::to_string(sample) + "): " + error);
     if (++slot.decoded == batch_end(batch) - batch_begin(batch)) batch_ready_.notify_all();
@@ -166,6 +183,7 @@ bool FileBatches::next(at::Tensor& inputs, at::Tensor& targets) {
   }
   // The readers are done with this slot until it is released.
   at::Tensor images = slot.host.slice(0, 0, rows);
+  at::Tensor masks = mask_paths_.empty() ? at::Tensor() : slot.host_masks.slice(0, 0, rows);
   at::Tensor index = order_.slice(0, batch_begin(batch), batch_end(batch));
   if (!slot.failed.empty()) {
     std::sort(slot.failed.begin(), slot.failed.end());
@@ -190,23 +208,28 @@ bool FileBatches::next(at::Tensor& inputs, at::Tensor& targets) {
     }
     const at::Tensor rows_kept = at::tensor(keep, at::TensorOptions().dtype(at::kLong));
     images = images.index_select(0, rows_kept);
+    if (masks.defined()) masks = masks.index_select(0, rows_kept);
     index = index.index_select(0, rows_kept.to(device_));
   }
   if (device_.is_cuda()) {
     const c10::impl::VirtualGuardImpl cuda(c10::DeviceType::CUDA);
     const c10::Stream training = cuda.getStream(device_);
     at::Tensor on_device = slot.device.slice(0, 0, images.size(0));
+    at::Tensor masks_on_device = masks.defined() ? slot.device_masks.slice(0, 0, masks.size(0)) : at::Tensor();
     {
       const c10::StreamGuard on_copy_stream(*copy_stream_);
       slot.consumed->block(*copy_stream_);  // the transform that last read this device slot
       on_device.copy_(images, /*non_blocking=*/true);
+      if (masks.defined()) masks_on_device.copy_(masks, /*non_blocking=*/true);
       slot.copied->record(*copy_stream_);
     }
     slot.copied->block(training);
-    finish_batch(on_device.permute({0, 3, 1, 2}), index, inputs, targets);
+    finish_batch(on_device.permute({0, 3, 1, 2}), index, inputs, targets,
+                 masks.defined() ? mask_classes(masks_on_device) : at::Tensor());
     slot.consumed->record(training);
   } else {
-    finish_batch(images.permute({0, 3, 1, 2}), index, inputs, targets);
+    finish_batch(images.permute({0, 3, 1, 2}), index, inputs, targets,
+                 masks.defined() ? mask_classes(masks) : at::Tensor());
   }
   ++position_;
   return true;

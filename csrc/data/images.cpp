@@ -3,6 +3,8 @@
 #include <ATen/ops/_upsample_bilinear2d_aa.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
+#include <ATen/ops/upsample_nearest2d.h>
+#include <ATen/ops/where.h>
 #include <c10/util/ParallelGuard.h>
 #include <jpeglib.h>
 #include <png.h>
@@ -115,17 +117,18 @@ void check_channels(int64_t channels) {
   }
 }
 
-// Pixels resized into dst (height x width x channels): bilinear with antialiasing, torch's kernel
-// (torchvision's Resize on uint8 tensors), rounded to uint8.
-void resize_into(const Pixels& pixels, int64_t channels, int64_t height, int64_t width, uint8_t* dst) {
+// Pixels resized into dst (height x width x channels) with torch's kernels: bilinear with antialiasing
+// (torchvision's Resize on uint8 tensors), rounded to uint8; or nearest, for masks of class ids.
+void resize_into(const Pixels& pixels, int64_t channels, int64_t height, int64_t width, bool nearest, uint8_t* dst) {
   // Called from reader threads: torch's kernel runs serially here instead of starting a thread team
   // per reader thread.
   c10::ParallelGuard serial(true);
   const auto bytes = at::TensorOptions().dtype(at::kByte);
   const at::Tensor source = at::from_blob(const_cast<uint8_t*>(pixels.data.data()),
                                           {pixels.height, pixels.width, channels}, bytes);
-  const at::Tensor resized = at::_upsample_bilinear2d_aa(source.permute({2, 0, 1}).unsqueeze(0), {height, width},
-                                                         /*align_corners=*/false);
+  const at::Tensor planes = source.permute({2, 0, 1}).unsqueeze(0);
+  const at::Tensor resized = nearest ? at::upsample_nearest2d(planes, {height, width})
+                                     : at::_upsample_bilinear2d_aa(planes, {height, width}, /*align_corners=*/false);
   at::from_blob(dst, {height, width, channels}, bytes).copy_(resized[0].permute({1, 2, 0}));
 }
 
@@ -143,14 +146,14 @@ at::Tensor decode_image(const std::string& path, int64_t channels) {
 }
 
 std::string decode_image_into(const std::string& path, int64_t channels, int64_t height, int64_t width, bool resize,
-                              uint8_t* dst) {
+                              bool nearest, uint8_t* dst) {
   Pixels pixels = decode(path, channels);
   if (!pixels.error.empty()) return pixels.error;
   if (pixels.height == height && pixels.width == width) {
     std::memcpy(dst, pixels.data.data(), pixels.data.size());
   } else if (resize) {
     try {
-      resize_into(pixels, channels, height, width, dst);
+      resize_into(pixels, channels, height, width, nearest, dst);
     } catch (const std::exception& e) {
       return std::string("cannot resize: ") + e.what();
     }
@@ -162,7 +165,7 @@ std::string decode_image_into(const std::string& path, int64_t channels, int64_t
 }
 
 DecodedImages decode_images(const std::vector<std::string>& paths, int64_t channels, int64_t threads, bool skip_errors,
-                            int64_t height, int64_t width) {
+                            int64_t height, int64_t width, bool nearest) {
   check_channels(channels);
   if (threads < 1) throw ConfigError("threads must be >= 1, got " + std::to_string(threads));
   if ((height > 0) != (width > 0) || height < 0 || width < 0) {
@@ -181,7 +184,7 @@ DecodedImages decode_images(const std::vector<std::string>& paths, int64_t chann
         resized.width = width;
         resized.data.resize(static_cast<size_t>(height * width * channels));
         try {
-          resize_into(pixels, channels, height, width, resized.data.data());
+          resize_into(pixels, channels, height, width, nearest, resized.data.data());
         } catch (const std::exception& e) {
           resized.error = std::string("cannot resize: ") + e.what();
         }
@@ -221,6 +224,11 @@ DecodedImages decode_images(const std::vector<std::string>& paths, int64_t chann
     std::memcpy(dst + k * image_bytes, decoded[result.kept[k]].data.data(), image_bytes);
   }
   return result;
+}
+
+at::Tensor mask_classes(const at::Tensor& masks) {
+  const at::Tensor classes = masks.to(at::kLong);
+  return at::where(masks.eq(255), 1, classes);
 }
 
 }  // namespace gpucore

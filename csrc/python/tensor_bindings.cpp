@@ -226,19 +226,23 @@ void bind_tensor_api(py::module_& m) {
       .def_readwrite("channels", &FileBatchesConfig::channels)
       .def_readwrite("height", &FileBatchesConfig::height)
       .def_readwrite("width", &FileBatchesConfig::width)
+      .def_readwrite("resize", &FileBatchesConfig::resize)
       .def_readwrite("threads", &FileBatchesConfig::threads)
       .def_readwrite("prefetch", &FileBatchesConfig::prefetch)
       .def_readwrite("skip_errors", &FileBatchesConfig::skip_errors);
   py::class_<FileBatches, EpochBatches>(m, "FileBatches")
-      .def(py::init([](std::vector<std::string> paths, const at::Tensor& targets, int64_t batch_size, bool shuffle,
-                       bool drop_last, uint64_t seed, const std::string& device, const AugmentConfig& augment,
-                       const FileBatchesConfig& config) {
+      .def(py::init([](std::vector<std::string> paths, const std::optional<at::Tensor>& targets, int64_t batch_size,
+                       bool shuffle, bool drop_last, uint64_t seed, const std::string& device,
+                       const AugmentConfig& augment, const FileBatchesConfig& config,
+                       std::vector<std::string> mask_paths) {
              py::gil_scoped_release release;
-             return std::make_unique<FileBatches>(std::move(paths), targets, batch_size, shuffle, drop_last, seed,
-                                                  c10::Device(device), augment, config);
+             return std::make_unique<FileBatches>(std::move(paths), targets.value_or(at::Tensor()), batch_size,
+                                                  shuffle, drop_last, seed, c10::Device(device), augment, config,
+                                                  std::move(mask_paths));
            }),
            py::arg("paths"), py::arg("targets"), py::arg("batch_size"), py::arg("shuffle"), py::arg("drop_last"),
-           py::arg("seed"), py::arg("device"), py::arg("augment"), py::arg("config"))
+           py::arg("seed"), py::arg("device"), py::arg("augment"), py::arg("config"),
+           py::arg("mask_paths") = std::vector<std::string>{})
       .def("skipped", &FileBatches::skipped)
       .def_property_readonly("height", &FileBatches::height)
       .def_property_readonly("width", &FileBatches::width);
@@ -316,14 +320,15 @@ void bind_tensor_api(py::module_& m) {
   m.def(
       "decode_images",
       [](const std::vector<std::string>& paths, int64_t channels, int64_t threads, bool skip_errors, int64_t height,
-         int64_t width) {
+         int64_t width, bool nearest) {
         DecodedImages decoded;
         {
           py::gil_scoped_release release;
-          decoded = decode_images(paths, channels, threads, skip_errors, height, width);
+          decoded = decode_images(paths, channels, threads, skip_errors, height, width, nearest);
         }
         return py::make_tuple(decoded.images, decoded.kept, decoded.skipped);
       },
       py::arg("paths"), py::arg("channels"), py::arg("threads"), py::arg("skip_errors"), py::arg("height") = 0,
-      py::arg("width") = 0);
+      py::arg("width") = 0, py::arg("nearest") = false);
+  m.def("mask_classes", &mask_classes, py::arg("masks"));
 }

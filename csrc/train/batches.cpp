@@ -28,7 +28,7 @@ EpochBatches::EpochBatches(int64_t samples, const at::Tensor& targets, int64_t b
                            const std::string& what)
     : augment_(std::move(augment)), batch_size_(batch_size), device_(device), samples_(samples), shuffle_(shuffle),
       drop_last_(drop_last), seed_(seed) {
-  if (targets.dim() == 0 || targets.size(0) != samples) {
+  if (targets.defined() && (targets.dim() == 0 || targets.size(0) != samples)) {
     throw ConfigError(what + ": inputs and targets must have the same number of samples, got " +
                       std::to_string(samples) + " inputs and targets of shape " + c10::str(targets.sizes()));
   }
@@ -37,7 +37,7 @@ EpochBatches::EpochBatches(int64_t samples, const at::Tensor& targets, int64_t b
     throw ConfigError(what + ": " + std::to_string(samples) + " samples make no full batch of " +
                       std::to_string(batch_size) + " with drop_last; lower batch_size or set drop_last false");
   }
-  targets_ = targets.to(device_);
+  if (targets.defined()) targets_ = targets.to(device_);
 }
 
 void EpochBatches::start_epoch(int64_t epoch, int64_t skip_batches) {
@@ -89,8 +89,8 @@ int64_t EpochBatches::batch_end(int64_t batch) const {
 }
 
 void EpochBatches::finish_batch(const at::Tensor& batch_inputs, const at::Tensor& index, at::Tensor& inputs,
-                                at::Tensor& targets) const {
-  targets = targets_.index_select(0, index);
+                                at::Tensor& targets, const at::Tensor& batch_targets) const {
+  targets = batch_targets.defined() ? batch_targets : targets_.index_select(0, index);
   if (!augment_.enabled) {
     inputs = batch_inputs;
     return;
@@ -115,6 +115,7 @@ TensorBatches::TensorBatches(at::Tensor inputs, at::Tensor targets, int64_t batc
     : EpochBatches(inputs.dim() == 0 ? 0 : inputs.size(0), targets, batch_size, shuffle, drop_last, seed, device,
                    std::move(augment), "data"),
       resident_(resident || device.is_cpu()) {
+  if (!targets.defined()) throw ConfigError("data: the targets tensor is missing");
   if (augment_.enabled && inputs.dim() != 4) {
     throw ConfigError("data: image transforms need N x C x H x W inputs, got shape " + c10::str(inputs.sizes()));
   }

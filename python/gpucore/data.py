@@ -68,18 +68,24 @@ class ImageFiles(Dataset):
     result; gpucore.DataLoader(cache="none") and config `cache: none` decode batch by batch instead.
     size: None (all images must share one size), an int or (height, width): resized like torchvision's
     Resize (bilinear, antialiased). on_error "skip" leaves unreadable files out and lists them in `skipped`.
+    Segmentation pairs: `mask_paths` (one grey mask per image, resized with nearest) instead of
+    `targets`; the decoded masks are the targets, as class ids (white, 255, is class 1).
     """
 
-    def __init__(self, paths: Sequence[str], targets: torch.Tensor, classes: Optional[List[str]] = None, *,
+    def __init__(self, paths: Sequence[str], targets: Optional[torch.Tensor], classes: Optional[List[str]] = None, *,
                  channels: int = 3, size=None, threads: Optional[int] = None, on_error: str = "raise",
-                 origin: str = "image files"):
-        if len(paths) != targets.shape[0]:
-            raise ConfigError(f"{origin}: {len(paths)} files but {targets.shape[0]} targets")
+                 origin: str = "image files", mask_paths: Optional[Sequence[str]] = None):
+        count = len(mask_paths) if mask_paths is not None else (targets.shape[0] if targets is not None else None)
+        if count != len(paths) or (mask_paths is None) == (targets is None):
+            raise ConfigError(f"{origin}: {len(paths)} image files need as many targets or mask files (one of the "
+                              f"two), got {count}")
         if not paths:
             raise ConfigError(f"{origin}: no image files")
         if channels not in (1, 3):
             raise ConfigError(f"channels must be 1 (grey) or 3 (RGB), got {channels!r}")
-        self.paths, self.targets, self.classes = list(paths), targets, classes
+        self.paths, self.classes = list(paths), classes
+        self.mask_paths = list(mask_paths) if mask_paths is not None else None
+        self._targets = targets
         self.channels, self.size, self.threads = channels, _image_size(size), _threads(threads)
         self.skip_errors, self.origin = _on_error(on_error), origin
         self.skipped: List[str] = []
@@ -90,10 +96,30 @@ class ImageFiles(Dataset):
         if self._inputs is None:
             images, kept, self.skipped = _C.decode_images(self.paths, self.channels, self.threads, self.skip_errors,
                                                           *self.size)
+            if self.mask_paths is not None:
+                masks, mask_kept, mask_skipped = _C.decode_images(self.mask_paths, 1, self.threads, self.skip_errors,
+                                                                  *self.size, nearest=True)
+                both = sorted(set(kept) & set(mask_kept))  # a pair is kept when its image and mask both read
+                images = images[[kept.index(i) for i in both]]
+                masks = masks[[mask_kept.index(i) for i in both]]
+                if images.shape[1:3] != masks.shape[1:3]:
+                    raise ConfigError(f"segmentation '{self.origin}': masks are {tuple(masks.shape[1:3])}, images "
+                                      f"{tuple(images.shape[1:3])} (give a size to resize both)")
+                self.skipped += mask_skipped
+                self.mask_paths = [self.mask_paths[i] for i in both]
+                self._targets, kept = _C.mask_classes(masks[..., 0]), both
+            else:
+                self._targets = self._targets[kept]
             self.paths = [self.paths[i] for i in kept]
-            self.targets = self.targets[kept]
             self._inputs = _images_nchw(images)
         return self._inputs
+
+    @property
+    def targets(self) -> torch.Tensor:
+        """Class labels as given, or the decoded masks' class ids for segmentation pairs."""
+        if self.mask_paths is not None:
+            self.inputs  # noqa: B018  (decodes the masks with the images)
+        return self._targets
 
     @property
     def decoded(self) -> bool:
@@ -118,17 +144,19 @@ class ImageFiles(Dataset):
         raise ConfigError(f"{self.origin}: none of the {len(self)} image files could be read")
 
     def nbytes(self) -> int:
-        """Memory the decoded uint8 images take."""
+        """Memory the decoded uint8 images (and int64 mask class ids) take."""
         channels, height, width = self.image_shape()
-        return len(self) * channels * height * width
+        return len(self) * height * width * (channels + (8 if self.mask_paths is not None else 0))
 
     def subset(self, index: Sequence[int]) -> "ImageFiles":
         index = [int(i) for i in index]
-        part = ImageFiles([self.paths[i] for i in index], self.targets[index], self.classes, channels=self.channels,
-                          size=self.size if self.size != (0, 0) else None, threads=self.threads,
-                          on_error="skip" if self.skip_errors else "raise", origin=self.origin)
+        masks = [self.mask_paths[i] for i in index] if self.mask_paths is not None else None
+        part = ImageFiles([self.paths[i] for i in index], None if masks is not None else self._targets[index],
+                          self.classes, channels=self.channels, size=self.size if self.size != (0, 0) else None,
+                          threads=self.threads, on_error="skip" if self.skip_errors else "raise", origin=self.origin,
+                          mask_paths=masks)
         if self._inputs is not None:
-            part._inputs = self._inputs[index]
+            part._inputs, part._targets = self._inputs[index], self._targets[index]
         return part
 
     def sample_stats(self, limit: int = 1024) -> Tuple[list, list]:
@@ -190,11 +218,6 @@ def Npz(path: str, inputs: str = "x", targets: str = "y") -> Dataset:
 
 def Tensors(inputs: torch.Tensor, targets: torch.Tensor) -> Dataset:
     return Dataset(inputs, targets)
-
-
-def _decode(paths: List[str], channels: int, threads: Optional[int], on_error: str):
-    images, kept, skipped = _C.decode_images(paths, channels, _threads(threads), _on_error(on_error))
-    return _images_nchw(images), kept, skipped
 
 
 def ImageFolder(root: str, channels: int = 3, size=None, threads: Optional[int] = None,
@@ -260,8 +283,11 @@ def CSV(path: str, image_column: str = "image", label_column: str = "label", roo
                  threads=threads, on_error=on_error)
 
 
-def Segmentation(images: str, masks: str, channels: int = 3, threads: Optional[int] = None) -> Dataset:
-    """Image folder + mask folder paired by file name (without extension); masks are grey class ids (255 -> 1)."""
+def Segmentation(images: str, masks: str, channels: int = 3, size=None, threads: Optional[int] = None,
+                 on_error: str = "raise") -> ImageFiles:
+    """Image folder + mask folder paired by file name (without extension); masks are grey class ids
+    (white, 255, is class 1). Decoded on demand, into memory or streamed like ImageFolder; the masks get
+    the images' crop and flip."""
     def stems(folder):
         if not os.path.isdir(folder):
             raise ConfigError(f"segmentation folder '{folder}' does not exist")
@@ -273,10 +299,5 @@ def Segmentation(images: str, masks: str, channels: int = 3, threads: Optional[i
         raise ConfigError(f"segmentation: '{missing[0]}' has an image or a mask but not both "
                           f"({len(missing)} unpaired in '{images}' and '{masks}')")
     names = sorted(image_files)
-    x, _, _ = _decode([image_files[n] for n in names], channels, threads, "raise")
-    y, _, _ = _decode([mask_files[n] for n in names], 1, threads, "raise")
-    if x.shape[-2:] != y.shape[-2:]:
-        raise ConfigError(f"segmentation: masks are {tuple(y.shape[-2:])}, images {tuple(x.shape[-2:])}")
-    y = y[:, 0].long()
-    y = torch.where(y == 255, torch.ones_like(y), y)
-    return Dataset(x, y, origin=images)
+    return ImageFiles([image_files[n] for n in names], None, channels=channels, size=size, threads=threads,
+                      on_error=on_error, origin=images, mask_paths=[mask_files[n] for n in names])

@@ -71,9 +71,11 @@ def batch_source(data, cache: str, *, batch_size: int, shuffle: bool, drop_last:
     if isinstance(data, ImageFiles) and cache == "none":
         config = _C.FileBatchesConfig()
         config.channels, (config.height, config.width) = data.channels, data.image_shape()[1:]
+        config.resize = data.size != (0, 0)
         config.threads, config.prefetch, config.skip_errors = data.threads, prefetch, data.skip_errors
-        return _C.FileBatches(data.paths, data.targets, batch_size, shuffle, drop_last, seed, str(device), transform,
-                              config)
+        segmentation = data.mask_paths is not None  # the masks are read with their images, batch by batch
+        return _C.FileBatches(data.paths, None if segmentation else data.targets, batch_size, shuffle, drop_last,
+                              seed, str(device), transform, config, data.mask_paths or [])
     inputs, targets = (data.inputs, data.targets) if isinstance(data, ImageFiles) else data
     inputs = as_images(inputs)
     if inputs.dim() != 4:

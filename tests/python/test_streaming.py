@@ -244,3 +244,39 @@ def test_training_reports_skipped_files(tmp_path, cache):
     assert json.load(open(result.stats_path))["skipped_files"] == result.skipped_files
     with pytest.raises(gpucore.ConfigError, match="broken.png"):
         gpucore.train(dict(config, data_kwargs={}, run_dir=str(tmp_path / "raise")), model=model)
+
+
+def segmentation_folders(root, count=10, size=(9, 11)):
+    """Images whose grey value is 100 x the mask's class (0..2, white 255 for class 1 in every third mask)."""
+    generator = torch.Generator().manual_seed(4)
+    (root / "images").mkdir(parents=True)
+    (root / "masks").mkdir()
+    for i in range(count):
+        classes = torch.randint(0, 3, size, generator=generator).to(torch.uint8)
+        write_png(root / "images" / f"{i:02d}.png", (classes * 100)[..., None].expand(*size, 3).contiguous())
+        stored = torch.where(classes == 1, 255, classes).to(torch.uint8) if i % 3 == 0 else classes
+        write_png(root / "masks" / f"{i:02d}.png", stored)
+    return str(root / "images"), str(root / "masks")
+
+
+def test_segmentation_pairs_stream_like_they_load_and_masks_follow_the_images(tmp_path):
+    images, masks = segmentation_folders(tmp_path)
+    options = dict(batch_size=4, device="cpu", seed=6, crop_padding=2, hflip=True, normalize=False)
+    streamed = batches(gpucore.DataLoader(data.Segmentation(images, masks, threads=3), cache="none", **options))
+    in_memory = batches(gpucore.DataLoader(data.Segmentation(images, masks), cache="device", **options))
+    assert_same_batches(streamed, in_memory)
+    for x, y in streamed:
+        assert y.dtype == torch.long and y.shape == (x.shape[0], 9, 11) and y.max() <= 2
+        assert torch.equal((x[:, 0] * 255 / 100).round().long(), y)
+    resized = dict(options, crop_padding=0, hflip=False)
+    small = data.Segmentation(images, masks, size=(6, 7))
+    assert small.inputs.shape == (10, 3, 6, 7) and small.targets.shape == (10, 6, 7)
+    assert set(small.targets.unique().tolist()) <= {0, 1, 2}  # nearest: no blended class ids
+    assert_same_batches(batches(gpucore.DataLoader(data.Segmentation(images, masks, size=(6, 7)), cache="none",
+                                                   **resized)),
+                        batches(gpucore.DataLoader(small, cache="host", **resized)))
+    write_png(tmp_path / "masks" / "03.png", torch.zeros(5, 5, dtype=torch.uint8))
+    with pytest.raises(gpucore.ConfigError, match=r"03.png' \(index 3\): is 5x5 but the data set's images are 9x11"):
+        list(gpucore.DataLoader(data.Segmentation(images, masks), cache="none", **options))
+    with pytest.raises(gpucore.ConfigError, match=r"03.png' is 5x5 but .*00.png' is 9x11"):
+        data.Segmentation(images, masks).inputs

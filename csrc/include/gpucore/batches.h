@@ -46,15 +46,17 @@ class EpochBatches : public BatchSource {
   int64_t size() const { return samples_; }
 
  protected:
-  // `samples` inputs whose targets (moved to `device`) are `targets`; `what` names the data in errors.
+  // `samples` inputs whose targets (moved to `device`) are `targets`, or undefined when the source
+  // reads each batch's targets itself; `what` names the data in errors.
   EpochBatches(int64_t samples, const at::Tensor& targets, int64_t batch_size, bool shuffle, bool drop_last,
                uint64_t seed, const at::Device& device, AugmentConfig augment, const std::string& what);
   int64_t batch_begin(int64_t batch) const { return batch * batch_size_; }  // position in the epoch's order
   int64_t batch_end(int64_t batch) const;
-  // The batch of the samples `index` (on the device) from their inputs: targets gathered, images
-  // transformed (masks in the targets follow the images' crop and flip).
-  void finish_batch(const at::Tensor& batch_inputs, const at::Tensor& index, at::Tensor& inputs,
-                    at::Tensor& targets) const;
+  // The batch of the samples `index` (on the device) from their inputs: targets gathered (or
+  // `batch_targets` when given), images transformed (masks in the targets follow the images' crop
+  // and flip).
+  void finish_batch(const at::Tensor& batch_inputs, const at::Tensor& index, at::Tensor& inputs, at::Tensor& targets,
+                    const at::Tensor& batch_targets = {}) const;
 
   AugmentConfig augment_;
   at::Tensor order_host_, order_;  // this epoch's samples (this rank's share), on the host and on the device

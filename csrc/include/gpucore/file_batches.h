@@ -9,6 +9,10 @@
 // event). On the CPU the transform reads the host slot directly. Order and augmentation are those of
 // every EpochBatches source: the same batches as TensorBatches over the same images, whatever the
 // thread count.
+//
+// Segmentation pairs: with `mask_paths` (one grey mask per image) each sample's mask is decoded beside
+// its image (resized with nearest), travels the same ring, becomes class ids (mask_classes) and gets
+// the image's crop and flip; `targets` is then undefined.
 #include <c10/core/Event.h>
 #include <c10/core/Stream.h>
 
@@ -26,7 +30,8 @@ namespace gpucore {
 
 struct FileBatchesConfig {
   int64_t channels = 3;            // 1 (grey) or 3 (RGB)
-  int64_t height = 0, width = 0;   // images are resized to this; 0: the first image's size, all must match
+  int64_t height = 0, width = 0;   // the images' size; 0: the first image's size
+  bool resize = false;             // images (and masks) of another size are resized, else refused
   int64_t threads = 4;             // reader threads
   int64_t prefetch = 4;            // batches decoded ahead (ring slots)
   bool skip_errors = false;        // unreadable files: left out of their batch and reported, else an error
@@ -36,7 +41,7 @@ class FileBatches : public EpochBatches {
  public:
   FileBatches(std::vector<std::string> paths, const at::Tensor& targets, int64_t batch_size, bool shuffle,
               bool drop_last, uint64_t seed, const at::Device& device, AugmentConfig augment,
-              FileBatchesConfig config);
+              FileBatchesConfig config, std::vector<std::string> mask_paths = {});
   ~FileBatches() override;
   FileBatches(const FileBatches&) = delete;
   FileBatches& operator=(const FileBatches&) = delete;
@@ -51,6 +56,7 @@ class FileBatches : public EpochBatches {
  private:
   struct Slot {
     at::Tensor host, device;            // batch_size x H x W x C uint8; device only when training on CUDA
+    at::Tensor host_masks, device_masks;  // batch_size x H x W uint8, for segmentation pairs
     int64_t decoded = 0;                // images of its batch written so far
     std::vector<std::pair<int64_t, std::string>> failed;  // (row, "path: why")
     std::optional<c10::Event> copied;   // host -> device copy done (side stream)
@@ -63,7 +69,7 @@ class FileBatches : public EpochBatches {
   void release_slots(int64_t batch);  // frees the slots of batches before `batch` whose copies are done
   int64_t batch_of(int64_t sample_position) const { return sample_position / batch_size_; }
 
-  std::vector<std::string> paths_;
+  std::vector<std::string> paths_, mask_paths_;
   FileBatchesConfig config_;
   std::vector<Slot> slots_;
   std::optional<c10::Stream> copy_stream_;

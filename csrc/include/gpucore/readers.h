@@ -30,14 +30,19 @@ struct DecodedImages {
 
 // Decodes `paths` on `threads` threads (the result does not depend on the count). With height and
 // width > 0 every image is resized to that size (bilinear with antialiasing, like torchvision's
-// Resize); with 0 all images must share one size. skip_errors: unreadable files are left out and
-// reported instead of raising.
+// Resize; nearest for masks of class ids); with 0 all images must share one size. skip_errors:
+// unreadable files are left out and reported instead of raising.
 DecodedImages decode_images(const std::vector<std::string>& paths, int64_t channels, int64_t threads, bool skip_errors,
-                            int64_t height = 0, int64_t width = 0);
+                            int64_t height = 0, int64_t width = 0, bool nearest = false);
 
 // Decodes one image into dst (height x width x channels). An image of another size is resized when
-// `resize`, else refused. Returns why it failed, or "" (for reader threads: no exceptions).
+// `resize` (nearest or bilinear, as above), else refused. Returns why it failed, or "" (for reader
+// threads: no exceptions).
 std::string decode_image_into(const std::string& path, int64_t channels, int64_t height, int64_t width, bool resize,
-                              uint8_t* dst);
+                              bool nearest, uint8_t* dst);
+
+// Segmentation masks stored as grey images (uint8, any shape) as int64 class ids: the grey value is
+// the class, except white (255), which is class 1 (black-and-white masks).
+at::Tensor mask_classes(const at::Tensor& masks);
 
 }  // namespace gpucore
