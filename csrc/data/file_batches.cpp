@@ -136,13 +136,17 @@ void FileBatches::read_images() {
                                                     : slot.host_masks.data_ptr<uint8_t>() +
                                                           static_cast<size_t>(row) * config_.height * config_.width;
     lock.unlock();
-    std::string path = paths_[static_cast<size_t>(sample)];
-    std::string error = decode_image_into(path, config_.channels, config_.height, config_.width, config_.resize,
-                                          /*nearest=*/false, destination);
-    if (error.empty() && mask_destination != nullptr) {
-      path = mask_paths_[static_cast<size_t>(sample)];
-      error = decode_image_into(path, 1, config_.height, config_.width, config_.resize, /*nearest=*/true,
-                                mask_destination);
+    std::string path = paths_[static_cast<size_t>(sample)], error;
+    try {  // an exception must not escape a thread (that would end the process)
+      error = decode_image_into(path, config_.channels, config_.height, config_.width, config_.resize,
+                                /*nearest=*/false, destination);
+      if (error.empty() && mask_destination != nullptr) {
+        path = mask_paths_[static_cast<size_t>(sample)];
+        error = decode_image_into(path, 1, config_.height, config_.width, config_.resize, /*nearest=*/true,
+                                  mask_destination);
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
     }
     lock.lock();
     if (!error.empty()) slot.failed.emplace_back(row, "'" + path + "' (index " + std::to_string(sample) + "): " + error);
