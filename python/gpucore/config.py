@@ -202,7 +202,7 @@ def _coerce(key: Key, value: Any, where: str) -> Any:
             raise TypeError
         if expected is list:
             if isinstance(value, str):
-                value = json.loads(value)
+                value = _parse_flow(value)
             if isinstance(value, tuple):
                 value = list(value)
             if not isinstance(value, list):
@@ -210,7 +210,7 @@ def _coerce(key: Key, value: Any, where: str) -> Any:
             return value
         if expected is dict:
             if isinstance(value, str):
-                value = json.loads(value)
+                value = _parse_flow(value)
             if not isinstance(value, Mapping):
                 raise TypeError
             return dict(value)
@@ -221,9 +221,20 @@ def _coerce(key: Key, value: Any, where: str) -> Any:
     )
 
 
+def _parse_flow(text: str) -> Any:
+    """A list or mapping written on the shell: JSON, or YAML's flow style ({size: [20, 20]})."""
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(str(exc)) from exc
+
+
 def _type_name(expected: type) -> str:
     return {bool: "true or false", int: "an integer", float: "a finite number", str: "a string",
-            list: "a list", dict: "a mapping"}[expected]
+            list: "a list (JSON or YAML flow style: [1, 2])",
+            dict: "a mapping (JSON or YAML flow style: {size: [20, 20]})"}[expected]
 
 
 def _validate(config) -> None:

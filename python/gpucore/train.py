@@ -64,6 +64,7 @@ class _EpochData:
         self.fixed_batch_size = isinstance(data, torch.utils.data.DataLoader)  # the user's loader batches itself
         self._tensors = self._loader = self._generator = self._sampler = None
         self._files = data if isinstance(data, ImageFiles) else None
+        self.description = _describe(data)
         shuffle = training and config.shuffle
         drop_last = training and config.drop_last
         wants_augment = training and (config.crop_padding > 0 or config.hflip)
@@ -116,6 +117,17 @@ class _EpochData:
         if self._sampler is not None:
             self._sampler.set_epoch(epoch)
         return _C.PythonBatches(_Skipped(self._loader, skip), self.device)
+
+
+def _describe(data) -> str:
+    """What one sample of `data` looks like, for errors."""
+    if isinstance(data, ImageFiles):
+        channels, height, width = data.image_shape()
+        return f"{channels} x {height} x {width} uint8 images from '{data.origin}'"
+    if _is_native(data):
+        return f"inputs of shape {tuple(data[0].shape[1:])} ({data[0].dtype}) and targets of shape " \
+               f"{tuple(data[1].shape[1:])} per sample"
+    return f"batches from a {type(data).__name__}"
 
 
 def _is_native(data) -> bool:
@@ -500,6 +512,15 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
                                   f"{config.batch_size} and accumulate_grad_batches {config.accumulate_grad_batches} "
                                   "(same effective batch)", RuntimeWarning, stacklevel=2)
                     continue
+                except RuntimeError as exc:
+                    progress.close()
+                    if isinstance(exc, TrainingError) or engine.steps_taken() > 0 or epoch != start_epoch:
+                        raise
+                    # Nothing has trained yet: most likely the model does not fit the data.
+                    raise TrainingError(
+                        f"the model failed on the first training batch ({train_set.description}): {exc}\nCheck that "
+                        "the model fits the data: input channels, image size, number of classes (config keys "
+                        "model, model_kwargs, data, data_kwargs)") from exc
                 progress.close()
                 trained = True
                 skip = 0

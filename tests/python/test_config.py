@@ -140,3 +140,11 @@ def test_example_configs_load():
     for path in configs:
         config = load_config(str(path))
         assert config.name == path.stem
+
+
+def test_set_accepts_json_and_yaml_flow_for_lists_and_mappings():
+    config = load_config(None, parse_overrides(["data_kwargs={size: [20, 20], threads: 2}", "milestones=[3, 6]"]))
+    assert config.data_kwargs == {"size": [20, 20], "threads": 2} and config.milestones == [3, 6]
+    assert load_config(None, parse_overrides(['model_kwargs={"width": 8}'])).model_kwargs == {"width": 8}
+    with pytest.raises(gpucore.ConfigError, match=r"'data_kwargs' must be a mapping \(JSON or YAML flow"):
+        load_config(None, parse_overrides(["data_kwargs=[1, 2"]))
