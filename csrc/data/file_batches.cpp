@@ -47,15 +47,9 @@ FileBatches::FileBatches(std::vector<std::string> paths, const at::Tensor& targe
                       std::to_string(mask_paths_.size()) + " masks");
   }
   if (mask_paths_.empty() && !targets.defined()) throw ConfigError("image files: the targets tensor is missing");
-  if (config_.channels != 1 && config_.channels != 3) {
-    throw ConfigError("images can be read with 1 (grey) or 3 (RGB) channels, not " + std::to_string(config_.channels));
-  }
+  check_image_request(config_.channels, config_.height, config_.width);
   if (config_.threads < 1) throw ConfigError("threads must be >= 1, got " + std::to_string(config_.threads));
   if (config_.prefetch < 1) throw ConfigError("prefetch must be >= 1, got " + std::to_string(config_.prefetch));
-  if ((config_.height > 0) != (config_.width > 0) || config_.height < 0 || config_.width < 0) {
-    throw ConfigError("image size must be two positive numbers (height, width) or none, got " +
-                      std::to_string(config_.height) + "x" + std::to_string(config_.width));
-  }
   if (config_.height == 0) {
     std::tie(config_.height, config_.width) = first_image_size(paths_, config_.channels, config_.skip_errors);
   }

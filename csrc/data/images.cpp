@@ -111,12 +111,6 @@ Pixels decode(const std::string& path, int64_t channels) {
   return out;
 }
 
-void check_channels(int64_t channels) {
-  if (channels != 1 && channels != 3) {
-    throw ConfigError("images can be read with 1 (grey) or 3 (RGB) channels, not " + std::to_string(channels));
-  }
-}
-
 // Pixels resized into dst (height x width x channels) with torch's kernels: bilinear with antialiasing
 // (torchvision's Resize on uint8 tensors), rounded to uint8; or nearest, for masks of class ids.
 void resize_into(const Pixels& pixels, int64_t channels, int64_t height, int64_t width, bool nearest, uint8_t* dst) {
@@ -136,8 +130,18 @@ std::string size_text(int64_t height, int64_t width) { return std::to_string(hei
 
 }  // namespace
 
+void check_image_request(int64_t channels, int64_t height, int64_t width) {
+  if (channels != 1 && channels != 3) {
+    throw ConfigError("images can be read with 1 (grey) or 3 (RGB) channels, not " + std::to_string(channels));
+  }
+  if ((height > 0) != (width > 0) || height < 0 || width < 0) {
+    throw ConfigError("image size must be two positive numbers (height, width) or none, got " +
+                      size_text(height, width));
+  }
+}
+
 at::Tensor decode_image(const std::string& path, int64_t channels) {
-  check_channels(channels);
+  check_image_request(channels, 0, 0);
   Pixels pixels = decode(path, channels);
   if (!pixels.error.empty()) throw ConfigError("image '" + path + "': " + pixels.error);
   at::Tensor out = at::empty({pixels.height, pixels.width, channels}, at::TensorOptions().dtype(at::kByte));
@@ -166,30 +170,21 @@ std::string decode_image_into(const std::string& path, int64_t channels, int64_t
 
 DecodedImages decode_images(const std::vector<std::string>& paths, int64_t channels, int64_t threads, bool skip_errors,
                             int64_t height, int64_t width, bool nearest) {
-  check_channels(channels);
+  check_image_request(channels, height, width);
   if (threads < 1) throw ConfigError("threads must be >= 1, got " + std::to_string(threads));
-  if ((height > 0) != (width > 0) || height < 0 || width < 0) {
-    throw ConfigError("image size must be two positive numbers (height, width) or none, got " +
-                      size_text(height, width));
-  }
   std::vector<Pixels> decoded(paths.size());
   std::atomic<size_t> next{0};
   auto work = [&] {
     for (size_t i = next++; i < paths.size(); i = next++) {
-      decoded[i] = decode(paths[i], channels);
-      Pixels& pixels = decoded[i];
-      if (height > 0 && pixels.error.empty() && (pixels.height != height || pixels.width != width)) {
-        Pixels resized;
-        resized.height = height;
-        resized.width = width;
-        resized.data.resize(static_cast<size_t>(height * width * channels));
-        try {
-          resize_into(pixels, channels, height, width, nearest, resized.data.data());
-        } catch (const std::exception& e) {
-          resized.error = std::string("cannot resize: ") + e.what();
-        }
-        pixels = std::move(resized);
+      if (height == 0) {  // each image at its own size; checked to agree below
+        decoded[i] = decode(paths[i], channels);
+        continue;
       }
+      Pixels& pixels = decoded[i];
+      pixels.height = height;
+      pixels.width = width;
+      pixels.data.resize(static_cast<size_t>(height * width * channels));
+      pixels.error = decode_image_into(paths[i], channels, height, width, /*resize=*/true, nearest, pixels.data.data());
     }
   };
   std::vector<std::thread> pool;

@@ -99,9 +99,11 @@ class ImageFiles(Dataset):
             if self.mask_paths is not None:
                 masks, mask_kept, mask_skipped = _C.decode_images(self.mask_paths, 1, self.threads, self.skip_errors,
                                                                   *self.size, nearest=True)
-                both = sorted(set(kept) & set(mask_kept))  # a pair is kept when its image and mask both read
-                images = images[[kept.index(i) for i in both]]
-                masks = masks[[mask_kept.index(i) for i in both]]
+                image_row = {path_index: row for row, path_index in enumerate(kept)}
+                mask_row = {path_index: row for row, path_index in enumerate(mask_kept)}
+                both = sorted(image_row.keys() & mask_row.keys())  # a pair is kept when image and mask both read
+                images = images[[image_row[i] for i in both]]
+                masks = masks[[mask_row[i] for i in both]]
                 if images.shape[1:3] != masks.shape[1:3]:
                     raise ConfigError(f"segmentation '{self.origin}': masks are {tuple(masks.shape[1:3])}, images "
                                       f"{tuple(images.shape[1:3])} (give a size to resize both)")
@@ -198,10 +200,14 @@ def IDX(images: str, labels: str) -> Dataset:
 
 def Npy(inputs: str, targets: str) -> Dataset:
     """Arrays saved with numpy.save: images uint8 (N, H, W) or (N, C, H, W), or any float features."""
-    x, y = _C.read_npy(inputs), _C.read_npy(targets)
+    return _arrays(_C.read_npy(inputs), _C.read_npy(targets), inputs)
+
+
+def _arrays(x: torch.Tensor, y: torch.Tensor, origin: str) -> Dataset:
+    """Arrays as a data set: uint8 (N, H, W) images get their channel, integer targets become int64."""
     if x.dtype == torch.uint8 and x.dim() == 3:
         x = x.unsqueeze(1)
-    return Dataset(x, y if y.is_floating_point() else y.long(), origin=inputs)
+    return Dataset(x, y if y.is_floating_point() else y.long(), origin=origin)
 
 
 def Npz(path: str, inputs: str = "x", targets: str = "y") -> Dataset:
@@ -210,10 +216,7 @@ def Npz(path: str, inputs: str = "x", targets: str = "y") -> Dataset:
     missing = [name for name in (inputs, targets) if name not in arrays]
     if missing:
         raise ConfigError(f".npz file '{path}' has no array '{missing[0]}'; it holds {sorted(arrays)}")
-    x, y = arrays[inputs], arrays[targets]
-    if x.dtype == torch.uint8 and x.dim() == 3:
-        x = x.unsqueeze(1)
-    return Dataset(x, y if y.is_floating_point() else y.long(), origin=path)
+    return _arrays(arrays[inputs], arrays[targets], path)
 
 
 def Tensors(inputs: torch.Tensor, targets: torch.Tensor) -> Dataset:

@@ -2,23 +2,29 @@
 gpucore.DataLoader: batches ready on the device for any training loop."""
 from __future__ import annotations
 
-import os
-from typing import Optional, Tuple, Union
+from typing import List, Optional, Tuple, Union
 
 import torch
 
 from . import _C
 from .data import Dataset, ImageFiles
 from .datasets import as_images, input_stats, prepare_inputs
-from .device import select_device
+from .device import memory_stats, select_device
 
 ConfigError = _C.ConfigError
 CACHES = ("auto", "device", "host", "none")
 
 
-def _available_host_memory() -> int:
-    page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 0
-    return page * os.sysconf("SC_AVPHYS_PAGES") if page else 0
+def is_native(data) -> bool:
+    """Data gpucore's C++ sources serve: (inputs, targets) tensors or image files."""
+    return isinstance(data, ImageFiles) or (isinstance(data, (tuple, list)) and len(data) == 2
+                                            and all(isinstance(t, torch.Tensor) for t in data))
+
+
+def skipped_files(data, source) -> List[str]:
+    """Files left out of `data` (on_error skip), "path: why", each once: at decode and while `source` streams."""
+    streamed = source.skipped() if isinstance(source, _C.FileBatches) else []
+    return sorted(set(getattr(data, "skipped", [])) | set(streamed))
 
 
 def choose_cache(data, cache: str, device: torch.device) -> str:
@@ -37,7 +43,7 @@ def choose_cache(data, cache: str, device: torch.device) -> str:
     if cache != "auto":
         return cache
     nbytes = data.nbytes() if files else sum(t.numel() * t.element_size() for t in data)
-    in_memory = not files or data.decoded or nbytes <= _available_host_memory() // 2
+    in_memory = not files or data.decoded or nbytes <= (memory_stats("cpu")["free"] or 0) // 2
     if device.type == "cuda":
         if nbytes <= torch.cuda.mem_get_info(device)[0] // 4:
             return "device"
@@ -106,16 +112,11 @@ class DataLoader:
                  hflip: bool = False, normalize: Union[bool, Tuple[list, list]] = True, drop_last: bool = False,
                  seed: int = 0, rank: int = 0, world_size: int = 1, cache: str = "auto", prefetch: int = 4,
                  dtype: torch.dtype = torch.float32, channels_last: bool = False):
-        if isinstance(dataset, ImageFiles):
-            data = dataset
-        elif isinstance(dataset, Dataset):
-            data = (dataset.inputs, dataset.targets)
-        else:
-            data = dataset
-            if not (isinstance(data, (tuple, list)) and len(data) == 2
-                    and all(isinstance(t, torch.Tensor) for t in data)):
-                raise ConfigError("DataLoader needs a gpucore.data set or (inputs, targets) tensors; for a torch "
-                                  "Dataset use torch.utils.data.DataLoader")
+        in_memory = isinstance(dataset, Dataset) and not isinstance(dataset, ImageFiles)
+        data = (dataset.inputs, dataset.targets) if in_memory else dataset
+        if not is_native(data):
+            raise ConfigError("DataLoader needs a gpucore.data set or (inputs, targets) tensors; for a torch "
+                              "Dataset use torch.utils.data.DataLoader")
         self.device = select_device(device).device if str(device) == "auto" else torch.device(device)
         self.cache = choose_cache(data, cache, self.device)
         self.dataset = dataset
@@ -134,8 +135,7 @@ class DataLoader:
     @property
     def skipped(self) -> list:
         """Files left out so far (on_error="skip"), "path: why"."""
-        streamed = self._batches.skipped() if isinstance(self._batches, _C.FileBatches) else []
-        return sorted(set(getattr(self.dataset, "skipped", [])) | set(streamed))
+        return skipped_files(self.dataset, self._batches)
 
     def __iter__(self):
         self._batches.start_epoch(self.epoch, self._position)

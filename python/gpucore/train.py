@@ -21,7 +21,7 @@ from .config import load_config
 from .data import Dataset as LoadedDataset
 from .data import ImageFiles
 from .datasets import load_data
-from .loader import batch_source, choose_cache, data_stats
+from .loader import batch_source, choose_cache, data_stats, is_native, skipped_files
 from .device import resolve_precision, select_device
 from .models import build_model
 
@@ -63,12 +63,12 @@ class _EpochData:
         self.seed, self.device = config.seed, device
         self.fixed_batch_size = isinstance(data, torch.utils.data.DataLoader)  # the user's loader batches itself
         self._tensors = self._loader = self._generator = self._sampler = None
-        self._files = data if isinstance(data, ImageFiles) else None
+        self._data = data
         self.description = _describe(data)
         shuffle = training and config.shuffle
         drop_last = training and config.drop_last
         wants_augment = training and (config.crop_padding > 0 or config.hflip)
-        if _is_native(data):
+        if is_native(data):
             self._tensors = batch_source(data, choose_cache(data, config.cache, torch.device(device)),
                                          batch_size=self.batch_size, shuffle=shuffle, drop_last=drop_last,
                                          seed=config.seed, device=torch.device(device),
@@ -102,8 +102,7 @@ class _EpochData:
 
     def skipped_files(self) -> List[str]:
         """Image files left out so far, "path: why": at decode, or while streaming."""
-        streamed = self._tensors.skipped() if isinstance(self._tensors, _C.FileBatches) else []
-        return sorted(set(self._files.skipped if self._files is not None else []) | set(streamed))
+        return skipped_files(self._data, self._tensors)
 
     def total_batches(self) -> int:
         return len(self._tensors) if self._tensors is not None else len(self._loader)
@@ -124,16 +123,10 @@ def _describe(data) -> str:
     if isinstance(data, ImageFiles):
         channels, height, width = data.image_shape()
         return f"{channels} x {height} x {width} uint8 images from '{data.origin}'"
-    if _is_native(data):
+    if is_native(data):
         return f"inputs of shape {tuple(data[0].shape[1:])} ({data[0].dtype}) and targets of shape " \
                f"{tuple(data[1].shape[1:])} per sample"
     return f"batches from a {type(data).__name__}"
-
-
-def _is_native(data) -> bool:
-    """Data gpucore's C++ sources serve: (inputs, targets) tensors or image files."""
-    return isinstance(data, ImageFiles) or (isinstance(data, (tuple, list)) and len(data) == 2
-                                            and all(isinstance(t, torch.Tensor) for t in data))
 
 
 class _Skipped:
@@ -400,7 +393,7 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
         train_data = train_default
         val_data = val_default if val_data is None else val_data
     normalization = None
-    if config.normalize and _is_native(train_data):
+    if config.normalize and is_native(train_data):
         normalization = data_stats(train_data, choose_cache(train_data, config.cache, torch.device(device)))
     train_set = _EpochData(train_data, config, device, training=True, normalization=normalization, world=world)
     distributed.check_same(train_set.total_batches(), "the number of batches per epoch (data length)")
@@ -464,9 +457,9 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
             return
         write_json(stats_path, dict(summary, status=status, error=error, epochs=history, best=best,
                                     steps=engine.steps_taken(), skipped_steps=engine.steps_skipped(),
-                                    host_syncs=engine.host_syncs(), skipped_files=skipped_files()))
+                                    host_syncs=engine.host_syncs(), skipped_files=all_skipped_files()))
 
-    def skipped_files() -> List[str]:
+    def all_skipped_files() -> List[str]:
         return sorted(set().union(*(s.skipped_files() for s in (train_set, val_set) if s is not None)))
 
     status = "completed"
@@ -614,5 +607,5 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
         metrics_path=metrics_path, device=device, precision=policy.precision,
         samples_per_second=samples / seconds if seconds > 0 else 0.0, steps=engine.steps_taken(),
         skipped_steps=engine.steps_skipped(), host_syncs=engine.host_syncs(), model=module,
-        skipped_files=skipped_files(),
+        skipped_files=all_skipped_files(),
     )

@@ -19,6 +19,10 @@ at::Tensor read_npy(const std::string& path);
 // A .npz archive (np.savez or np.savez_compressed): its arrays by name (without ".npy"), in archive order.
 std::vector<std::pair<std::string, at::Tensor>> read_npz(const std::string& path);
 
+// Checks what an image reader is asked for: 1 or 3 channels; a size of two positive numbers, or 0 x 0
+// (the images' own size). ConfigError otherwise.
+void check_image_request(int64_t channels, int64_t height, int64_t width);
+
 // One PNG or JPEG image (detected from its first bytes) as uint8 H x W x channels (1: grey, 3: RGB).
 at::Tensor decode_image(const std::string& path, int64_t channels);
 
