@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Verifies gpucore on a GPU machine with no network, in one call, from the project root:
+#   1. what the machine has (GPU, driver, python, torch, nvcc, cmake, the libraries the build needs)
+#   2. installs only what is missing, from the bundle of scripts/gpu/bundle.sh (no network)
+#   3. builds gpucore with its CUDA kernels for this GPU's architecture, and the GoogleTest binary
+#   4. ctest, the whole pytest suite (CUDA tests included), `gpucore doctor --json`,
+#      `python -m bench all --device cuda`
+# Under $OUT (default build/gpu-verify), 8 files at most: setup.log, one log per step (the doctor's holds its
+# JSON), bench.json and results.md; the results table is printed last.
+#
+#   GPUCORE_BUNDLE  the bundle folder (default .gpu-bundle)    PYTHON  the interpreter (default python3)
+#   GPUCORE_VERIFY_STEPS  the steps to run (default "build ctest pytest doctor bench")
+#   GPUCORE_PYTEST_ARGS   extra pytest arguments (e.g. "-k cuda")
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$ROOT"
+OUT=${OUT:-$ROOT/build/gpu-verify}
+BUNDLE=${GPUCORE_BUNDLE:-$ROOT/.gpu-bundle}
+PY=${PYTHON:-python3}
+STEPS=" ${GPUCORE_VERIFY_STEPS:-build ctest pytest doctor bench} "
+BUILD_DIR=$ROOT/build/gpu
+mkdir -p "$OUT"
+RESULTS=$OUT/results.md
+printf '| step | result | seconds | detail |\n|---|---|---|---|\n' >"$RESULTS"
+START=$SECONDS
+
+# step NAME DETAIL_COMMAND -- COMMAND...: runs COMMAND with its output in $OUT/NAME.log, then adds a
+# row with the exit status, the time and the last line DETAIL_COMMAND prints (it reads the log).
+step() {
+  local name=$1 detail=$2; shift 3
+  local t0=$SECONDS rc detail_text
+  echo "== $name: $*"
+  "$@" >"$OUT/$name.log" 2>&1
+  rc=$?
+  detail_text=$(eval "$detail" <"$OUT/$name.log" 2>/dev/null | tail -n 1 | tr '|' '/' | cut -c1-160)
+  printf '| %s | %s | %d | %s |\n' "$name" "$([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)")" \
+    $((SECONDS - t0)) "$detail_text" >>"$RESULTS"
+  [ $rc -eq 0 ] || { echo "-- $name failed ($rc); end of its log:"; tail -n 40 "$OUT/$name.log"; }
+  return $rc
+}
+wants() { [[ "$STEPS" == *" $1 "* ]]; }
+
+# ---- 1. the machine -----------------------------------------------------------------------------
+{
+  nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv
+  "$PY" -c 'import sys, torch; print("python", sys.version.split()[0], sys.executable);
+print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available(),
+      "arch list", torch.cuda.get_arch_list())'
+  command -v nvcc && nvcc --version | tail -n 1
+  cmake --version | head -n 1; ninja --version; nproc
+} >"$OUT/setup.log" 2>&1
+cat "$OUT/setup.log"
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
+ARCH=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d ' ')
+[ -n "$ARCH" ] || { echo "verify: no GPU found (nvidia-smi)"; exit 1; }
+
+# ---- 2. what is missing, from the bundle ----------------------------------------------------------
+# Native libraries: the machine's own when their headers are there, else the bundle's prefix
+# (CMake reads CMAKE_PREFIX_PATH from the environment: the build and the tests' own configures).
+missing_native=()
+for header in png.h jpeglib.h zlib.h gtest/gtest.h; do
+  [ -f "/usr/include/$header" ] || [ -f "/usr/local/include/$header" ] || missing_native+=("$header")
+done
+if [ ${#missing_native[@]} -gt 0 ]; then
+  [ -d "$BUNDLE/prefix/usr" ] || { echo "verify: ${missing_native[*]} missing and no bundle at $BUNDLE (run scripts/gpu/bundle.sh)"; exit 1; }
+  echo "verify: ${missing_native[*]} not on the machine: using $BUNDLE/prefix"
+  export CMAKE_PREFIX_PATH=$BUNDLE/prefix/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
+fi
+# Python packages: module name -> distribution in the bundle.
+missing_py=()
+for pair in scikit_build_core:scikit-build-core pytest:pytest xdist:pytest-xdist pytest_timeout:pytest-timeout \
+            yaml:pyyaml tqdm:tqdm PIL:pillow nbclient:nbclient nbformat:nbformat ipykernel:ipykernel \
+            captcha:captcha pytorch_grad_cam:grad-cam ttach:ttach; do
+  "$PY" -c "import ${pair%%:*}" 2>/dev/null || missing_py+=("${pair#*:}")
+done
+if [ ${#missing_py[@]} -gt 0 ]; then
+  echo "verify: installing ${missing_py[*]} from $BUNDLE/wheels"
+  for dist in "${missing_py[@]}"; do  # one at a time: one that cannot be installed skips only its tests
+    "$PY" -m pip install -q --no-index --find-links "$BUNDLE/wheels" --no-warn-script-location "$dist" \
+      >>"$OUT/setup.log" 2>&1 || echo "verify: could not install $dist (see setup.log)"
+  done
+fi
+
+# ---- 3. build ---------------------------------------------------------------------------------------
+export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
+export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-$ARCH}
+if wants build; then
+  step build "grep -E 'Successfully installed|error' " -- \
+    "$PY" -m pip install -v --no-build-isolation --no-index --no-deps . \
+      --config-settings=build-dir="$BUILD_DIR" \
+      --config-settings=cmake.define.GPUCORE_WITH_CUDA=ON \
+      --config-settings=cmake.define.GPUCORE_BUILD_TESTS=ON || { cat "$RESULTS"; exit 1; }
+fi
+
+# ---- 4. tests, doctor, benchmarks -------------------------------------------------------------------
+XDIST=()
+"$PY" -c "import xdist" 2>/dev/null && XDIST=(-n 8)
+wants ctest && step ctest "grep -E 'tests passed|tests failed'" -- ctest --test-dir "$BUILD_DIR" -j 8 --output-on-failure
+# shellcheck disable=SC2086  # GPUCORE_PYTEST_ARGS is a list of arguments
+wants pytest && step pytest "grep -E '(passed|failed|error)'" -- \
+  "$PY" -m pytest -q -rfEs "${XDIST[@]}" tests/python ${GPUCORE_PYTEST_ARGS:-}
+wants doctor && step doctor "$PY -c 'import json,sys; d=json.load(sys.stdin); k=d[\"gpucore_kernels\"] or {}; s=d[\"smoke_test\"] or {}; print(d[\"selected\"][\"device\"], d[\"precision\"][\"name\"] if d[\"precision\"] else None, \"kernels\", k.get(\"ok\"), \"smoke\", s.get(\"ok\"), d[\"advice\"])'" -- \
+  "$PY" -m gpucore doctor --json
+wants bench && step bench "tail -n 1" -- "$PY" -m bench all --device cuda --json "$OUT/bench.json"
+
+echo
+echo "gpucore on $GPU (sm_$ARCH), $((SECONDS - START)) s in all; logs in $OUT"
+[ -f "$OUT/pytest.log" ] && grep -E '^(FAILED|ERROR)' "$OUT/pytest.log" | head -n 30
+cat "$RESULTS"
+! grep -q FAILED "$RESULTS"
