@@ -4,8 +4,8 @@
 
 #include <cstring>
 #include <fstream>
+#include <cctype>
 #include <iterator>
-#include <regex>
 
 #include "gpucore/errors.h"
 #include "gpucore/readers.h"
@@ -20,6 +20,63 @@ std::vector<unsigned char> read_bytes(const std::string& path, const std::string
   return std::vector<unsigned char>(std::istreambuf_iterator<char>(file), {});
 }
 
+bool all_digits(const std::string& text) {
+  if (text.empty()) return false;
+  for (char c : text) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) return false;
+  }
+  return true;
+}
+
+// The text of one value in the header's dict literal ("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 5), }"),
+// from after "'key':" up to the next top-level comma or brace. Hand-parsed: std::regex would be simpler, but
+// its template code is also instantiated inside libtorch, and a torch built by another compiler resolves our
+// copies to its own and crashes (seen with torch 2.11 built by GCC 13.3).
+std::string header_value(const std::string& header, const std::string& key, const std::string& name) {
+  const std::string quoted = "'" + key + "':";
+  const size_t at = header.find(quoted);
+  if (at == std::string::npos) throw ConfigError(".npy file '" + name + "' has no '" + key + "' in its header: " + header);
+  size_t begin = at + quoted.size();
+  while (begin < header.size() && std::isspace(static_cast<unsigned char>(header[begin]))) ++begin;
+  size_t end = begin;
+  int depth = 0;
+  while (end < header.size() && (depth > 0 || (header[end] != ',' && header[end] != '}'))) {
+    if (header[end] == '(') ++depth;
+    if (header[end] == ')') --depth;
+    ++end;
+  }
+  return header.substr(begin, end - begin);
+}
+
+// "(3, 5)", "(7,)" or "()": each dimension checked, so a corrupt header cannot ask for an impossible size.
+std::vector<int64_t> parse_shape(const std::string& text, const std::string& name) {
+  if (text.size() < 2 || text.front() != '(' || text.back() != ')') {
+    throw ConfigError(".npy file '" + name + "' has no readable shape in its header: " + text);
+  }
+  std::vector<int64_t> shape;
+  int64_t elements = 1;
+  std::string item;
+  const std::string inner = text.substr(1, text.size() - 2) + ",";
+  for (char c : inner) {
+    if (c != ',') {
+      if (!std::isspace(static_cast<unsigned char>(c))) item += c;
+      continue;
+    }
+    if (item.empty()) continue;
+    if (!all_digits(item) || item.size() > 15) {
+      throw ConfigError(".npy file '" + name + "' has an unreadable dimension '" + item + "' in its shape " + text);
+    }
+    const int64_t dim = std::stoll(item);
+    if (dim > 0 && elements > (int64_t{1} << 50) / dim) {
+      throw ConfigError(".npy file '" + name + "' claims an impossible shape " + text);
+    }
+    elements *= dim;
+    shape.push_back(dim);
+    item.clear();
+  }
+  return shape;
+}
+
 // One .npy image in memory; `name` says where it came from in errors.
 at::Tensor parse_npy(const unsigned char* data, size_t size, const std::string& name) {
   if (size < 10 || std::memcmp(data, "\x93NUMPY", 6) != 0) {
@@ -32,13 +89,16 @@ at::Tensor parse_npy(const unsigned char* data, size_t size, const std::string& 
   if (header_begin + header_size > size) throw ConfigError(".npy file '" + name + "' is truncated in its header");
   const std::string header(reinterpret_cast<const char*>(data) + header_begin, header_size);
 
-  std::smatch match;
-  if (!std::regex_search(header, match, std::regex("'descr':\\s*'([<>|=])([a-z])(\\d+)'"))) {
+  const std::string descr = header_value(header, "descr", name);
+  if (descr.size() < 5 || descr.front() != '\'' || descr.back() != '\'' ||
+      std::string("<>|=").find(descr[1]) == std::string::npos || !std::islower(static_cast<unsigned char>(descr[2])) ||
+      !all_digits(descr.substr(3, descr.size() - 4))) {
     throw ConfigError(".npy file '" + name + "' has no readable dtype in its header: " + header);
   }
-  const std::string order = match[1], kind = match[2];
-  const int width = std::stoi(match[3]);
-  if (order == ">" && width > 1) throw ConfigError(".npy file '" + name + "' is big-endian; save it little-endian");
+  const char order = descr[1];
+  const std::string kind(1, descr[2]);
+  const int width = std::stoi(descr.substr(3, descr.size() - 4));
+  if (order == '>' && width > 1) throw ConfigError(".npy file '" + name + "' is big-endian; save it little-endian");
   at::ScalarType type;
   const std::string code = kind + std::to_string(width);
   if (code == "b1") type = at::kBool;
@@ -51,18 +111,10 @@ at::Tensor parse_npy(const unsigned char* data, size_t size, const std::string& 
   else if (code == "f4") type = at::kFloat;
   else if (code == "f8") type = at::kDouble;
   else throw ConfigError(".npy file '" + name + "' holds dtype " + code + ", which gpucore does not read");
-  if (std::regex_search(header, std::regex("'fortran_order':\\s*True"))) {
+  if (header_value(header, "fortran_order", name).rfind("True", 0) == 0) {
     throw ConfigError(".npy file '" + name + "' is in Fortran order; save it with np.ascontiguousarray");
   }
-  if (!std::regex_search(header, match, std::regex("'shape':\\s*\\(([^)]*)\\)"))) {
-    throw ConfigError(".npy file '" + name + "' has no shape in its header");
-  }
-  std::vector<int64_t> shape;
-  const std::string dims = match[1];
-  const std::regex number("\\d+");
-  for (std::sregex_iterator it(dims.begin(), dims.end(), number), end; it != end; ++it) {
-    shape.push_back(std::stoll(it->str()));
-  }
+  const std::vector<int64_t> shape = parse_shape(header_value(header, "shape", name), name);
   at::Tensor out = at::empty(shape, at::TensorOptions().dtype(type));
   const size_t expected = static_cast<size_t>(out.numel()) * width, held = size - header_begin - header_size;
   if (held < expected) {

@@ -27,7 +27,7 @@ WITH_DEPS=(
   nbclient nbformat ipykernel  # the Grad-CAM notebook runs in a real kernel
   captcha                      # the captcha example's real generator
 )
-NO_DEPS=(grad-cam ttach)       # pytorch-grad-cam, the Grad-CAM reference (needs opencv, matplotlib, scikit-learn)
+NO_DEPS=(ttach)
 PLATFORMS=()
 for tag in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 \
            manylinux1_x86_64 manylinux_2_34_x86_64 manylinux_2_31_x86_64 linux_x86_64; do
@@ -39,6 +39,9 @@ pip_download() {
 }
 pip_download "${WITH_DEPS[@]}"
 pip_download --no-deps "${NO_DEPS[@]}"
+# pytorch-grad-cam, the Grad-CAM reference (its own needs, opencv, matplotlib, scikit-learn, are in the
+# images): 1.5 is published as source only, so it is built into a wheel here (pure Python).
+python3 -m pip wheel -q --no-deps -w "$DIR/wheels" "grad-cam==1.5.5"
 # Large wheels that every image we target already has; a second copy would only cost carry space.
 rm -f "$DIR"/wheels/numpy-* "$DIR"/wheels/opencv* "$DIR"/wheels/torch-*
 

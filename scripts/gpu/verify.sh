@@ -84,7 +84,8 @@ fi
 
 # ---- 3. build ---------------------------------------------------------------------------------------
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
-export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-$ARCH}
+# The GPU's own architecture, whatever the image sets (the device image sets TORCH_CUDA_ARCH_LIST=9.0a).
+export TORCH_CUDA_ARCH_LIST=${GPUCORE_VERIFY_ARCH:-$ARCH}
 if wants build; then
   step build "grep -E 'Successfully installed|error' " -- \
     "$PY" -m pip install -v --no-build-isolation --no-index --no-deps . \
@@ -99,7 +100,7 @@ XDIST=()
 wants ctest && step ctest "grep -E 'tests passed|tests failed'" -- ctest --test-dir "$BUILD_DIR" -j 8 --output-on-failure
 # shellcheck disable=SC2086  # GPUCORE_PYTEST_ARGS is a list of arguments
 wants pytest && step pytest "grep -E '(passed|failed|error)'" -- \
-  "$PY" -m pytest -q -rfEs "${XDIST[@]}" tests/python ${GPUCORE_PYTEST_ARGS:-}
+  "$PY" -m pytest -q -rfEs --durations=12 "${XDIST[@]}" tests/python ${GPUCORE_PYTEST_ARGS:-}
 wants doctor && step doctor "$PY -c 'import json,sys; d=json.load(sys.stdin); k=d[\"gpucore_kernels\"] or {}; s=d[\"smoke_test\"] or {}; print(d[\"selected\"][\"device\"], d[\"precision\"][\"name\"] if d[\"precision\"] else None, \"kernels\", k.get(\"ok\"), \"smoke\", s.get(\"ok\"), d[\"advice\"])'" -- \
   "$PY" -m gpucore doctor --json
 wants bench && step bench "tail -n 1" -- "$PY" -m bench all --device cuda --json "$OUT/bench.json"

@@ -16,8 +16,18 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+def cmake_binary():
+    """The cmake program itself: pip's cmake package installs a Python shim that a hidden site-packages breaks."""
+    try:
+        import cmake
+
+        return os.path.join(cmake.CMAKE_BIN_DIR, "cmake")
+    except (ImportError, AttributeError):
+        return shutil.which("cmake")
+
+
 def configure(tmp_path, python, env=None):
-    command = ["cmake", "-S", str(ROOT), "-B", str(tmp_path / "build"), f"-DPython_EXECUTABLE={python}",
+    command = [cmake_binary(), "-S", str(ROOT), "-B", str(tmp_path / "build"), f"-DPython_EXECUTABLE={python}",
                "-DGPUCORE_WITH_CUDA=OFF"]
     return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
 

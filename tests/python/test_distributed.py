@@ -27,7 +27,8 @@ WORKER = textwrap.dedent("""
     import os, sys, torch, gpucore
     config = dict(model="ddp_models:mlp", epochs=2, batch_size=int(sys.argv[2]), optimizer="sgd", momentum=0.9,
                   lr=0.05, schedule="constant", shuffle=False, normalize=False, progress=False, run_dir=sys.argv[1],
-                  name="ddp", weight_decay=0.0, accumulate_grad_batches=int(sys.argv[3]), val_fraction=0.0)
+                  name="ddp", weight_decay=0.0, accumulate_grad_batches=int(sys.argv[3]), val_fraction=0.0,
+                  device=sys.argv[4])
     generator = torch.Generator().manual_seed(1)
     x, y = torch.randn(256, 1, 8, 8, generator=generator), torch.randint(0, 10, (256,), generator=generator)
     result = gpucore.train(config, train_data=(x, y))
@@ -50,9 +51,10 @@ def environment(workdir, rank, world, port, launched=None):
     return env
 
 
-def run_workers(workdir, out, world, batch, accumulate, launched=None):
+def run_workers(workdir, out, world, batch, accumulate, launched=None, device="cpu"):
     port = distributed._free_port()
-    processes = [subprocess.Popen([sys.executable, str(workdir / "worker.py"), str(out), str(batch), str(accumulate)],
+    processes = [subprocess.Popen([sys.executable, str(workdir / "worker.py"), str(out), str(batch), str(accumulate),
+                                   device],
                                   env=environment(workdir, rank, world, port, launched), stderr=subprocess.PIPE,
                                   text=True)
                  for rank in range(world)]
@@ -76,7 +78,7 @@ def test_two_ranks_agree_and_equal_one_process_with_the_same_global_batch(workdi
 
 def test_devices_2_starts_the_processes_itself(workdir, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", f"{workdir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    result = gpucore.train(dict(devices=2, epochs=1, progress=False, run_dir=str(workdir / "runs"),
+    result = gpucore.train(dict(devices=2, device="cpu", epochs=1, progress=False, run_dir=str(workdir / "runs"),
                                 data_kwargs={"train_size": 2048, "val_size": 256}, batch_size=32))
     assert result.status == "completed" and result.best_metric > 0.5  # chance is 0.1
     assert result.steps == 32  # 2048 samples over 2 ranks in batches of 32
@@ -85,7 +87,8 @@ def test_devices_2_starts_the_processes_itself(workdir, monkeypatch):
 def test_a_failing_rank_stops_the_job_with_its_error(workdir, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", f"{workdir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     with pytest.raises(gpucore.TrainingError, match=r"rank 1 of 2 failed[\s\S]*rank 1 was told to fail"):
-        gpucore.train(dict(devices=2, epochs=1, progress=False, run_dir=str(workdir / "runs"), dist_timeout=60,
+        gpucore.train(dict(devices=2, device="cpu", epochs=1, progress=False, run_dir=str(workdir / "runs"),
+                           dist_timeout=60,
                            model="ddp_models:mlp", model_kwargs={"fail_rank": 1},
                            data_kwargs={"train_size": 64, "val_size": 16}))
 
@@ -97,5 +100,5 @@ def test_devices_with_objects_from_python_is_refused():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_nccl_on_one_gpu_world_size_1(workdir):
-    (weights,) = run_workers(workdir, workdir / "nccl", 1, batch=32, accumulate=2, launched=True)
+    (weights,) = run_workers(workdir, workdir / "nccl", 1, batch=32, accumulate=2, launched=True, device="cuda")
     assert all(torch.isfinite(t).all() for t in weights.values())

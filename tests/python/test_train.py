@@ -24,7 +24,7 @@ def tensors(n=128, seed=1):
 
 def plain(tmp_path, **overrides):
     base = dict(run_dir=str(tmp_path), progress=False, shuffle=False, normalize=False, schedule="constant",
-                seed=0, epochs=1)
+                seed=0, epochs=1, device="cpu")
     base.update(overrides)
     return base
 
@@ -36,7 +36,10 @@ def test_default_config_learns_the_built_in_data(tmp_path):
     assert result.monitor == "val_accuracy"
     assert result.best_metric >= 0.9, result.history
     assert result.history[-1]["train_loss"] < result.history[0]["train_loss"]
-    assert result.device == "cpu" and result.precision == "32"
+    if torch.cuda.is_available():  # the default config picks the GPU and its fastest safe precision
+        assert result.device == "cuda:0" and result.precision in ("bf16-mixed", "16-mixed")
+    else:
+        assert result.device == "cpu" and result.precision == "32"
     assert result.samples_per_second > 0
     assert result.host_syncs <= 2 * (len(result.history) * (4000 * 0.9 // 64 // 50 + 3))
 
@@ -277,9 +280,11 @@ requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs 
 @requires_cuda
 @pytest.mark.parametrize("precision", ["auto", "16-mixed", "32"])
 def test_cuda_training_learns(tmp_path, precision):
-    result = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=3, device="cuda", precision=precision))
+    # The same data and epochs reach 0.9 on the CPU (test_default_config_learns_the_built_in_data).
+    result = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=2, device="cuda", precision=precision,
+                                data_kwargs={"train_size": 4000, "val_size": 1000}))
     assert result.device.startswith("cuda")
-    assert result.best_metric >= 0.9
+    assert result.best_metric >= 0.9, result.history
     assert result.history[-1]["gpu_memory_peak_bytes"] > 0
 
 
