@@ -21,6 +21,8 @@ std::pair<int64_t, int64_t> first_image_size(const std::vector<std::string>& pat
     try {
       const at::Tensor image = decode_image(path, channels);
       return {image.size(0), image.size(1)};
+    } catch (const MissingReaderError&) {
+      throw;
     } catch (const ConfigError&) {
       if (!skip_errors) throw;
     }

@@ -6,8 +6,12 @@
 #include <ATen/ops/upsample_nearest2d.h>
 #include <ATen/ops/where.h>
 #include <c10/util/ParallelGuard.h>
+#ifdef GPUCORE_WITH_JPEG
 #include <jpeglib.h>
+#endif
+#ifdef GPUCORE_WITH_PNG
 #include <png.h>
+#endif
 
 #include <atomic>
 #include <csetjmp>
@@ -27,7 +31,18 @@ struct Pixels {
   std::vector<uint8_t> data;
   int64_t height = 0, width = 0;
   std::string error;  // empty when decoded
+  bool missing_library = false;  // the error is gpucore's build, not the file: never skipped
 };
+
+// Without libpng/libjpeg at build time the reader is left out; a file of that format then fails with this.
+void missing_library(const char* format, const char* library, Pixels& out) {
+  out.missing_library = true;
+  out.error = std::string("is a ") + format + " file, but gpucore was built without " + library +
+              ", so it has no " + format + " reader. Install " + library +
+              "'s headers (Debian/Ubuntu: apt-get install libpng-dev libjpeg-dev; macOS: brew install libpng "
+              "jpeg-turbo; conda: conda install libpng libjpeg-turbo), then reinstall gpucore (pip install "
+              "--force-reinstall --no-deps --no-cache-dir <gpucore source>)";
+}
 
 std::vector<unsigned char> read_file(const std::string& path, std::string& error) {
   std::ifstream file(path, std::ios::binary);
@@ -38,6 +53,7 @@ std::vector<unsigned char> read_file(const std::string& path, std::string& error
   return std::vector<unsigned char>(std::istreambuf_iterator<char>(file), {});
 }
 
+#ifdef GPUCORE_WITH_PNG
 void decode_png(const std::vector<unsigned char>& bytes, int64_t channels, Pixels& out) {
   png_image image;
   std::memset(&image, 0, sizeof(image));
@@ -55,7 +71,11 @@ void decode_png(const std::vector<unsigned char>& bytes, int64_t channels, Pixel
   }
   png_image_free(&image);
 }
+#else
+void decode_png(const std::vector<unsigned char>&, int64_t, Pixels& out) { missing_library("PNG", "libpng", out); }
+#endif
 
+#ifdef GPUCORE_WITH_JPEG
 struct JpegErrors {
   jpeg_error_mgr manager;
   std::jmp_buf jump;
@@ -95,6 +115,11 @@ void decode_jpeg(const std::vector<unsigned char>& bytes, int64_t channels, Pixe
   jpeg_finish_decompress(&info);
   jpeg_destroy_decompress(&info);
 }
+#else
+void decode_jpeg(const std::vector<unsigned char>&, int64_t, Pixels& out) {
+  missing_library("JPEG", "libjpeg", out);
+}
+#endif
 
 Pixels decode(const std::string& path, int64_t channels) {
   Pixels out;
@@ -128,6 +153,27 @@ void resize_into(const Pixels& pixels, int64_t channels, int64_t height, int64_t
 
 std::string size_text(int64_t height, int64_t width) { return std::to_string(height) + "x" + std::to_string(width); }
 
+// decode_image_into, with a missing reader reported in `missing_library` instead of thrown (reader threads).
+std::string decode_into(const std::string& path, int64_t channels, int64_t height, int64_t width, bool resize,
+                        bool nearest, uint8_t* dst, bool& missing_library) {
+  Pixels pixels = decode(path, channels);
+  missing_library = pixels.missing_library;
+  if (!pixels.error.empty()) return pixels.error;
+  if (pixels.height == height && pixels.width == width) {
+    std::memcpy(dst, pixels.data.data(), pixels.data.size());
+  } else if (resize) {
+    try {
+      resize_into(pixels, channels, height, width, nearest, dst);
+    } catch (const std::exception& e) {
+      return std::string("cannot resize: ") + e.what();
+    }
+  } else {
+    return "is " + size_text(pixels.height, pixels.width) + " but the data set's images are " +
+           size_text(height, width) + " (give the reader a size to resize them)";
+  }
+  return {};
+}
+
 }  // namespace
 
 void check_image_request(int64_t channels, int64_t height, int64_t width) {
@@ -143,6 +189,7 @@ void check_image_request(int64_t channels, int64_t height, int64_t width) {
 at::Tensor decode_image(const std::string& path, int64_t channels) {
   check_image_request(channels, 0, 0);
   Pixels pixels = decode(path, channels);
+  if (pixels.missing_library) throw MissingReaderError("image '" + path + "' " + pixels.error);
   if (!pixels.error.empty()) throw ConfigError("image '" + path + "': " + pixels.error);
   at::Tensor out = at::empty({pixels.height, pixels.width, channels}, at::TensorOptions().dtype(at::kByte));
   std::memcpy(out.data_ptr(), pixels.data.data(), pixels.data.size());
@@ -151,21 +198,10 @@ at::Tensor decode_image(const std::string& path, int64_t channels) {
 
 std::string decode_image_into(const std::string& path, int64_t channels, int64_t height, int64_t width, bool resize,
                               bool nearest, uint8_t* dst) {
-  Pixels pixels = decode(path, channels);
-  if (!pixels.error.empty()) return pixels.error;
-  if (pixels.height == height && pixels.width == width) {
-    std::memcpy(dst, pixels.data.data(), pixels.data.size());
-  } else if (resize) {
-    try {
-      resize_into(pixels, channels, height, width, nearest, dst);
-    } catch (const std::exception& e) {
-      return std::string("cannot resize: ") + e.what();
-    }
-  } else {
-    return "is " + size_text(pixels.height, pixels.width) + " but the data set's images are " +
-           size_text(height, width) + " (give the reader a size to resize them)";
-  }
-  return {};
+  bool missing = false;
+  std::string error = decode_into(path, channels, height, width, resize, nearest, dst, missing);
+  if (missing) throw MissingReaderError("image '" + path + "' " + error);
+  return error;
 }
 
 DecodedImages decode_images(const std::vector<std::string>& paths, int64_t channels, int64_t threads, bool skip_errors,
@@ -184,7 +220,8 @@ DecodedImages decode_images(const std::vector<std::string>& paths, int64_t chann
       pixels.height = height;
       pixels.width = width;
       pixels.data.resize(static_cast<size_t>(height * width * channels));
-      pixels.error = decode_image_into(paths[i], channels, height, width, /*resize=*/true, nearest, pixels.data.data());
+      pixels.error = decode_into(paths[i], channels, height, width, /*resize=*/true, nearest, pixels.data.data(),
+                                 pixels.missing_library);
     }
   };
   std::vector<std::thread> pool;
@@ -197,6 +234,7 @@ DecodedImages decode_images(const std::vector<std::string>& paths, int64_t chann
   const Pixels* first = nullptr;
   for (size_t i = 0; i < paths.size(); ++i) {
     const Pixels& pixels = decoded[i];
+    if (pixels.missing_library) throw MissingReaderError("image '" + paths[i] + "' " + pixels.error);
     if (!pixels.error.empty()) {
       if (!skip_errors) throw ConfigError("image '" + paths[i] + "' (index " + std::to_string(i) + "): " + pixels.error);
       result.skipped.push_back(paths[i] + ": " + pixels.error);

@@ -13,10 +13,26 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 
-from . import _C
+from . import _C, _build_info
 
 ConfigError = _C.ConfigError
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
+# Image format by file extension, and the library its reader needs (optional at build time).
+_FORMATS = {".png": ("png", "libpng"), ".jpg": ("jpeg", "libjpeg"), ".jpeg": ("jpeg", "libjpeg")}
+
+
+def _require_readers(paths: Sequence[str], origin: str) -> None:
+    """Fails before any decoding when a file's format has no reader in this build (its library was
+    missing when gpucore was built), instead of failing, or being skipped, file by file."""
+    for path in paths:
+        format_name, library = _FORMATS.get(os.path.splitext(path)[1].lower(), (None, None))
+        if format_name is not None and format_name not in _build_info.IMAGE_FORMATS:
+            raise ConfigError(
+                f"{origin}: '{path}' is a {format_name.upper()} file, but gpucore was built without {library}, so it "
+                f"has no {format_name.upper()} reader (readers built: {', '.join(_build_info.IMAGE_FORMATS) or 'none'}). "
+                f"Install {library}'s headers (Debian/Ubuntu: apt-get install libpng-dev libjpeg-dev; macOS: brew "
+                "install libpng jpeg-turbo; conda: conda install libpng libjpeg-turbo), then reinstall gpucore "
+                "(pip install --force-reinstall --no-deps --no-cache-dir <gpucore source>)")
 
 
 def _threads(threads: Optional[int]) -> int:
@@ -83,6 +99,7 @@ class ImageFiles(Dataset):
             raise ConfigError(f"{origin}: no image files")
         if channels not in (1, 3):
             raise ConfigError(f"channels must be 1 (grey) or 3 (RGB), got {channels!r}")
+        _require_readers(list(paths) + list(mask_paths or []), origin)
         self.paths, self.classes = list(paths), classes
         self.mask_paths = list(mask_paths) if mask_paths is not None else None
         self._targets = targets

@@ -356,6 +356,11 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
             raise ConfigError("devices > 1 starts new processes, which cannot receive a model, data, loss or "
                               "callbacks from this one: name the model and data in the config, or run your "
                               "script under torchrun --nproc_per_node=N")
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if str(config.device) in ("auto", "cuda") and 0 < gpus < config.devices:
+            raise ConfigError(f"devices: {config.devices} starts one process per GPU, but torch sees {gpus} CUDA "
+                              f"device(s); set devices to at most {gpus}, or device: cpu for {config.devices} CPU "
+                              "processes")
         return _result_of_launch(config, distributed.launch(config, config.devices, config.dist_timeout))
     if config.cuda_graphs:
         raise NotImplementedError("config key 'cuda_graphs' is not implemented yet; set cuda_graphs: false")

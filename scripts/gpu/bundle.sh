@@ -8,7 +8,10 @@
 #             unpacked, not installed: the build is pointed at it (CMAKE_PREFIX_PATH) and the built
 #             module finds these libraries through its rpath
 #
-#   scripts/gpu/bundle.sh [DIR]      GPUCORE_BUNDLE_PYTHON=3.12 picks the wheels' Python version
+#   scripts/gpu/bundle.sh [DIR]
+#   GPUCORE_BUNDLE_PYTHON  the wheels' Python version (default 3.12, the GPU image's)
+#   GPUCORE_BUNDLE_EXTRA   more requirements, fetched with what they need, e.g. "torch==2.13.0 numpy" for
+#                          a server that has no torch yet (pip options such as --index-url may follow)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -44,6 +47,8 @@ pip_download --no-deps "${NO_DEPS[@]}"
 python3 -m pip wheel -q --no-deps -w "$DIR/wheels" "grad-cam==1.5.5"
 # Large wheels that every image we target already has; a second copy would only cost carry space.
 rm -f "$DIR"/wheels/numpy-* "$DIR"/wheels/opencv* "$DIR"/wheels/torch-*
+# shellcheck disable=SC2086  # a list of requirements and options
+[ -z "${GPUCORE_BUNDLE_EXTRA:-}" ] || pip_download $GPUCORE_BUNDLE_EXTRA
 
 # ---- Debian packages, unpacked into prefix/ ---------------------------------------------------
 DEBS=(libpng-dev libpng16-16 libjpeg62-turbo-dev libjpeg62-turbo zlib1g-dev zlib1g libgtest-dev)

@@ -26,9 +26,9 @@ def cmake_binary():
         return shutil.which("cmake")
 
 
-def configure(tmp_path, python, env=None):
+def configure(tmp_path, python, env=None, extra=()):
     command = [cmake_binary(), "-S", str(ROOT), "-B", str(tmp_path / "build"), f"-DPython_EXECUTABLE={python}",
-               "-DGPUCORE_WITH_CUDA=OFF"]
+               "-DGPUCORE_WITH_CUDA=OFF", *extra]
     return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
 
 
@@ -58,3 +58,15 @@ def test_configure_finds_torch_behind_pips_build_isolation(tmp_path):
     result = configure(tmp_path, sys.executable, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"building against torch {torch.__version__}" in result.stdout
+
+
+def test_configure_without_libpng_and_libjpeg_builds_without_those_readers(tmp_path):
+    result = configure(tmp_path, sys.executable,
+                       extra=["-DCMAKE_DISABLE_FIND_PACKAGE_PNG=ON", "-DCMAKE_DISABLE_FIND_PACKAGE_JPEG=ON"])
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "building without the PNG reader" in output and "building without the JPEG reader" in output
+    assert "apt-get install libpng-dev libjpeg-dev" in output.replace("\n", " ")
+    build_info = {}
+    exec((tmp_path / "build" / "_build_info.py").read_text(), build_info)
+    assert build_info["IMAGE_FORMATS"] == ()

@@ -126,6 +126,27 @@ def test_corrupt_images_name_the_file_or_are_skipped(tmp_path):
     assert len(skipped) == 2 and "neither PNG nor JPEG" in skipped[1]
 
 
+def test_a_format_built_without_its_library_fails_before_decoding_naming_the_library(tmp_path, monkeypatch):
+    write_png(tmp_path / "a.png", torch.zeros(6, 6, 3, dtype=torch.uint8))
+    Image = pytest.importorskip("PIL.Image")
+    Image.fromarray(np.zeros((6, 6, 3), dtype=np.uint8)).save(tmp_path / "b.jpg")
+    monkeypatch.setattr(gpucore._build_info, "IMAGE_FORMATS", ("jpeg",))
+    for on_error in ("raise", "skip"):  # a missing reader is never a file to skip
+        with pytest.raises(gpucore.ConfigError, match=r"a.png' is a PNG file, but gpucore was built without libpng"
+                                                      r"[\s\S]*apt-get install libpng-dev"):
+            data.Files([str(tmp_path / "b.jpg"), str(tmp_path / "a.png")], [0, 1], on_error=on_error)
+    assert data.Files([str(tmp_path / "b.jpg")], [0]).inputs.shape == (1, 3, 6, 6)
+
+
+@pytest.mark.skipif("png" in gpucore._build_info.IMAGE_FORMATS, reason="this build has the PNG reader")
+def test_native_reader_without_libpng_names_the_library(tmp_path):
+    (tmp_path / "a.png").write_bytes(encode_png(torch.zeros(4, 4, 3, dtype=torch.uint8)))
+    for call in (lambda: _C.decode_image(str(tmp_path / "a.png"), 3),
+                 lambda: _C.decode_images([str(tmp_path / "a.png")], 3, 2, True)):
+        with pytest.raises(gpucore.ConfigError, match=r"a.png' is a PNG file, but gpucore was built without libpng"):
+            call()
+
+
 def test_mixed_sizes_are_an_error(tmp_path):
     write_png(tmp_path / "a.png", torch.zeros(6, 6, 3, dtype=torch.uint8))
     write_png(tmp_path / "b.png", torch.zeros(7, 6, 3, dtype=torch.uint8))

@@ -93,6 +93,14 @@ def test_a_failing_rank_stops_the_job_with_its_error(workdir, monkeypatch):
                            data_kwargs={"train_size": 64, "val_size": 16}))
 
 
+def test_more_processes_than_gpus_is_refused_before_starting_any(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(gpucore.ConfigError, match=r"devices: 2 starts one process per GPU, but torch sees 1 "
+                                                  r"CUDA device\(s\); set devices to at most 1, or device: cpu"):
+        gpucore.train(dict(devices=2, epochs=1, progress=False))
+
+
 def test_devices_with_objects_from_python_is_refused():
     with pytest.raises(gpucore.ConfigError, match="torchrun"):
         gpucore.train(dict(devices=2), model=torch.nn.Linear(2, 2))

@@ -13,6 +13,13 @@ class ConfigError : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+// A file needs a reader gpucore was built without (libpng or libjpeg missing at build time): never a
+// per-file error to skip, since every file of that format would fail the same way.
+class MissingReaderError : public ConfigError {
+ public:
+  using ConfigError::ConfigError;
+};
+
 // A device the user demanded exists in the request but cannot be used; the message says why.
 class DeviceUnavailableError : public std::runtime_error {
  public:
