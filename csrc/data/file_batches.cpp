@@ -17,17 +17,20 @@ namespace {
 // The size of the first readable image (the data set's size when none is given).
 std::pair<int64_t, int64_t> first_image_size(const std::vector<std::string>& paths, int64_t channels,
                                              bool skip_errors) {
+  std::string first_error;
   for (const std::string& path : paths) {
     try {
       const at::Tensor image = decode_image(path, channels);
       return {image.size(0), image.size(1)};
     } catch (const MissingReaderError&) {
       throw;
-    } catch (const ConfigError&) {
+    } catch (const ConfigError& e) {
       if (!skip_errors) throw;
+      if (first_error.empty()) first_error = e.what();
     }
   }
-  throw ConfigError("none of the " + std::to_string(paths.size()) + " image files could be read");
+  throw ConfigError("none of the " + std::to_string(paths.size()) + " image files could be read; the first: " +
+                    first_error);
 }
 
 c10::Device with_index(const c10::Device& device) {

@@ -34,6 +34,18 @@ struct Pixels {
   bool missing_library = false;  // the error is gpucore's build, not the file: never skipped
 };
 
+std::atomic<int64_t> max_pixels{kDefaultMaxImagePixels};
+
+// True (with the file's error set) when the header claims more pixels than allowed.
+bool too_many_pixels(uint64_t width, uint64_t height, Pixels& out) {
+  const int64_t limit = max_pixels.load();
+  if (limit == 0 || width * height <= static_cast<uint64_t>(limit)) return false;
+  out.error = "claims " + std::to_string(width) + "x" + std::to_string(height) + " = " + std::to_string(width * height) +
+              " pixels, more than the limit of " + std::to_string(limit) +
+              " (a corrupt file or a decompression bomb; raise it with gpucore.data.set_max_image_pixels)";
+  return true;
+}
+
 // Without libpng/libjpeg at build time the reader is left out; a file of that format then fails with this.
 void missing_library(const char* format, const char* library, Pixels& out) {
   out.missing_library = true;
@@ -62,6 +74,10 @@ void decode_png(const std::vector<unsigned char>& bytes, int64_t channels, Pixel
     out.error = std::string("corrupt PNG: ") + image.message;
     return;
   }
+  if (too_many_pixels(image.width, image.height, out)) {
+    png_image_free(&image);
+    return;
+  }
   image.format = channels == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;  // alpha composited on black
   out.height = image.height;
   out.width = image.width;
@@ -88,6 +104,12 @@ void on_jpeg_error(j_common_ptr info) {
   std::longjmp(errors->jump, 1);
 }
 
+// libjpeg's warnings (level -1) report corrupt or truncated data, which it would fill in with grey:
+// the file is refused instead, as Pillow does, and on_error decides.
+void on_jpeg_message(j_common_ptr info, int level) {
+  if (level < 0) on_jpeg_error(info);
+}
+
 // No object with a destructor is created between setjmp and a possible longjmp: `out` and `bytes`
 // live in the caller.
 void decode_jpeg(const std::vector<unsigned char>& bytes, int64_t channels, Pixels& out) {
@@ -95,6 +117,7 @@ void decode_jpeg(const std::vector<unsigned char>& bytes, int64_t channels, Pixe
   JpegErrors errors;
   info.err = jpeg_std_error(&errors.manager);
   errors.manager.error_exit = on_jpeg_error;
+  errors.manager.emit_message = on_jpeg_message;
   if (setjmp(errors.jump)) {
     jpeg_destroy_decompress(&info);
     out.error.assign("corrupt JPEG: ").append(errors.message);
@@ -103,6 +126,10 @@ void decode_jpeg(const std::vector<unsigned char>& bytes, int64_t channels, Pixe
   jpeg_create_decompress(&info);
   jpeg_mem_src(&info, bytes.data(), static_cast<unsigned long>(bytes.size()));
   jpeg_read_header(&info, TRUE);
+  if (too_many_pixels(info.image_width, info.image_height, out)) {
+    jpeg_destroy_decompress(&info);
+    return;
+  }
   info.out_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
   jpeg_start_decompress(&info);
   out.height = info.output_height;
@@ -212,16 +239,21 @@ DecodedImages decode_images(const std::vector<std::string>& paths, int64_t chann
   std::atomic<size_t> next{0};
   auto work = [&] {
     for (size_t i = next++; i < paths.size(); i = next++) {
-      if (height == 0) {  // each image at its own size; checked to agree below
-        decoded[i] = decode(paths[i], channels);
-        continue;
-      }
       Pixels& pixels = decoded[i];
-      pixels.height = height;
-      pixels.width = width;
-      pixels.data.resize(static_cast<size_t>(height * width * channels));
-      pixels.error = decode_into(paths[i], channels, height, width, /*resize=*/true, nearest, pixels.data.data(),
-                                 pixels.missing_library);
+      try {  // an exception must not escape a thread (that would end the process): it is this file's error
+        if (height == 0) {  // each image at its own size; checked to agree below
+          pixels = decode(paths[i], channels);
+          continue;
+        }
+        pixels.height = height;
+        pixels.width = width;
+        pixels.data.resize(static_cast<size_t>(height * width * channels));
+        pixels.error = decode_into(paths[i], channels, height, width, /*resize=*/true, nearest, pixels.data.data(),
+                                   pixels.missing_library);
+      } catch (const std::exception& e) {
+        pixels.data.clear();
+        pixels.error = std::string("cannot be decoded: ") + e.what();
+      }
     }
   };
   std::vector<std::thread> pool;
@@ -258,6 +290,13 @@ DecodedImages decode_images(const std::vector<std::string>& paths, int64_t chann
   }
   return result;
 }
+
+void set_max_image_pixels(int64_t pixels) {
+  if (pixels < 0) throw ConfigError("max image pixels must be >= 0 (0: no limit), got " + std::to_string(pixels));
+  max_pixels = pixels;
+}
+
+int64_t max_image_pixels() { return max_pixels.load(); }
 
 at::Tensor mask_classes(const at::Tensor& masks) {
   const at::Tensor classes = masks.to(at::kLong);

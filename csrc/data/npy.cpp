@@ -20,6 +20,23 @@ std::vector<unsigned char> read_bytes(const std::string& path, const std::string
   return std::vector<unsigned char>(std::istreambuf_iterator<char>(file), {});
 }
 
+// Header text as it can go into an error message: bytes outside printable ASCII as \xNN (an error
+// message must be valid UTF-8 to reach Python).
+std::string printable(const std::string& text) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : text.substr(0, 200)) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return text.size() > 200 ? out + "..." : out;
+}
+
 bool all_digits(const std::string& text) {
   if (text.empty()) return false;
   for (char c : text) {
@@ -35,7 +52,8 @@ bool all_digits(const std::string& text) {
 std::string header_value(const std::string& header, const std::string& key, const std::string& name) {
   const std::string quoted = "'" + key + "':";
   const size_t at = header.find(quoted);
-  if (at == std::string::npos) throw ConfigError(".npy file '" + name + "' has no '" + key + "' in its header: " + header);
+  if (at == std::string::npos) throw ConfigError(".npy file '" + name + "' has no '" + key + "' in its header: " +
+                                                   printable(header));
   size_t begin = at + quoted.size();
   while (begin < header.size() && std::isspace(static_cast<unsigned char>(header[begin]))) ++begin;
   size_t end = begin;
@@ -51,7 +69,7 @@ std::string header_value(const std::string& header, const std::string& key, cons
 // "(3, 5)", "(7,)" or "()": each dimension checked, so a corrupt header cannot ask for an impossible size.
 std::vector<int64_t> parse_shape(const std::string& text, const std::string& name) {
   if (text.size() < 2 || text.front() != '(' || text.back() != ')') {
-    throw ConfigError(".npy file '" + name + "' has no readable shape in its header: " + text);
+    throw ConfigError(".npy file '" + name + "' has no readable shape in its header: " + printable(text));
   }
   std::vector<int64_t> shape;
   int64_t elements = 1;
@@ -64,11 +82,12 @@ std::vector<int64_t> parse_shape(const std::string& text, const std::string& nam
     }
     if (item.empty()) continue;
     if (!all_digits(item) || item.size() > 15) {
-      throw ConfigError(".npy file '" + name + "' has an unreadable dimension '" + item + "' in its shape " + text);
+      throw ConfigError(".npy file '" + name + "' has an unreadable dimension '" + printable(item) + "' in its shape " +
+                        printable(text));
     }
     const int64_t dim = std::stoll(item);
     if (dim > 0 && elements > (int64_t{1} << 50) / dim) {
-      throw ConfigError(".npy file '" + name + "' claims an impossible shape " + text);
+      throw ConfigError(".npy file '" + name + "' claims an impossible shape " + printable(text));
     }
     elements *= dim;
     shape.push_back(dim);
@@ -82,7 +101,12 @@ at::Tensor parse_npy(const unsigned char* data, size_t size, const std::string& 
   if (size < 10 || std::memcmp(data, "\x93NUMPY", 6) != 0) {
     throw ConfigError("'" + name + "' is not a .npy file (no \\x93NUMPY magic)");
   }
-  const size_t size_width = data[6] == 1 ? 2 : 4;
+  if (data[6] < 1 || data[6] > 3) {
+    throw ConfigError(".npy file '" + name + "' has format version " + std::to_string(data[6]) +
+                      "; gpucore reads versions 1 to 3");
+  }
+  const size_t size_width = data[6] == 1 ? 2 : 4;  // versions 2 and 3: a 4-byte header length
+  if (size < 8 + size_width) throw ConfigError(".npy file '" + name + "' is truncated in its header");
   size_t header_size = 0;
   for (size_t i = size_width; i-- > 0;) header_size = (header_size << 8) | data[8 + i];
   const size_t header_begin = 8 + size_width;
@@ -90,10 +114,10 @@ at::Tensor parse_npy(const unsigned char* data, size_t size, const std::string& 
   const std::string header(reinterpret_cast<const char*>(data) + header_begin, header_size);
 
   const std::string descr = header_value(header, "descr", name);
-  if (descr.size() < 5 || descr.front() != '\'' || descr.back() != '\'' ||
+  if (descr.size() < 5 || descr.size() > 6 || descr.front() != '\'' || descr.back() != '\'' ||
       std::string("<>|=").find(descr[1]) == std::string::npos || !std::islower(static_cast<unsigned char>(descr[2])) ||
       !all_digits(descr.substr(3, descr.size() - 4))) {
-    throw ConfigError(".npy file '" + name + "' has no readable dtype in its header: " + header);
+    throw ConfigError(".npy file '" + name + "' has no readable dtype in its header: " + printable(header));
   }
   const char order = descr[1];
   const std::string kind(1, descr[2]);
@@ -115,12 +139,15 @@ at::Tensor parse_npy(const unsigned char* data, size_t size, const std::string& 
     throw ConfigError(".npy file '" + name + "' is in Fortran order; save it with np.ascontiguousarray");
   }
   const std::vector<int64_t> shape = parse_shape(header_value(header, "shape", name), name);
-  at::Tensor out = at::empty(shape, at::TensorOptions().dtype(type));
-  const size_t expected = static_cast<size_t>(out.numel()) * width, held = size - header_begin - header_size;
+  size_t elements = 1;
+  for (int64_t dim : shape) elements *= static_cast<size_t>(dim);  // bounded by parse_shape
+  // Checked before allocating: a corrupt header cannot make gpucore allocate what the file does not hold.
+  const size_t expected = elements * width, held = size - header_begin - header_size;
   if (held < expected) {
-    throw ConfigError(".npy file '" + name + "' is truncated: shape " + c10::str(out.sizes()) + " needs " +
+    throw ConfigError(".npy file '" + name + "' is truncated: shape " + c10::str(c10::IntArrayRef(shape)) + " needs " +
                       std::to_string(expected) + " bytes of data, the file holds " + std::to_string(held));
   }
+  at::Tensor out = at::empty(shape, at::TensorOptions().dtype(type));
   std::memcpy(out.data_ptr(), data + header_begin + header_size, expected);
   return out;
 }
@@ -181,17 +208,26 @@ std::vector<std::pair<std::string, at::Tensor>> read_npz(const std::string& path
     const uint32_t crc = le32(&bytes[entry + 16]), packed = le32(&bytes[entry + 20]), unpacked = le32(&bytes[entry + 24]);
     const uint16_t name_length = le16(&bytes[entry + 28]);
     const size_t next = entry + 46 + name_length + le16(&bytes[entry + 30]) + le16(&bytes[entry + 32]);
-    const uint32_t local = le32(&bytes[entry + 42]);
+    const size_t local = le32(&bytes[entry + 42]);  // size_t: local + 30 must not wrap
     if (next > size) throw ConfigError(".npz file '" + path + "' is truncated in its zip directory");
     std::string member(reinterpret_cast<const char*>(&bytes[entry + 46]), name_length);
-    const std::string where = path + ":" + member;
+    const std::string where = path + ":" + printable(member);
     if (local + 30 > size || le32(&bytes[local]) != 0x04034b50) {
-      throw ConfigError(".npz file '" + path + "' is corrupt: no local header for '" + member + "'");
+      throw ConfigError(".npz file '" + path + "' is corrupt: no local header for '" + printable(member) + "'");
     }
     const size_t begin = local + 30 + le16(&bytes[local + 26]) + le16(&bytes[local + 28]);
     if (begin + packed > size) throw ConfigError(".npz member '" + where + "' is truncated");
     std::vector<unsigned char> inflated;
     const unsigned char* data = &bytes[begin];
+    if (method == 0 && unpacked != packed) {
+      throw ConfigError(".npz member '" + where + "' is corrupt: stored with " + std::to_string(packed) +
+                        " bytes but its zip directory says " + std::to_string(unpacked));
+    }
+    // Deflate shrinks data at most ~1032:1; a larger claim is a corrupt directory, refused before allocating.
+    if (method == 8 && static_cast<uint64_t>(unpacked) > static_cast<uint64_t>(packed) * 1032 + 1024) {
+      throw ConfigError(".npz member '" + where + "' is corrupt: " + std::to_string(packed) +
+                        " compressed bytes cannot inflate to the " + std::to_string(unpacked) + " its directory claims");
+    }
     if (method == 8) {
       inflated = inflate_raw(data, packed, unpacked, where);
       data = inflated.data();

@@ -41,6 +41,10 @@ EpochBatches::EpochBatches(int64_t samples, const at::Tensor& targets, int64_t b
 }
 
 void EpochBatches::start_epoch(int64_t epoch, int64_t skip_batches) {
+  if (epoch < 0 || skip_batches < 0) {
+    throw ConfigError("data position (epoch " + std::to_string(epoch) + ", batch " + std::to_string(skip_batches) +
+                      ") must not be negative");
+  }
   const int64_t n = samples_;
   // Drawn on the CPU from (seed, epoch) alone: the same order and augmentation on every device.
   const uint64_t epoch_seed = seed_ * 1000003ULL + static_cast<uint64_t>(epoch);
@@ -65,7 +69,13 @@ void EpochBatches::start_epoch(int64_t epoch, int64_t skip_batches) {
                                       : at::zeros({n}, on_host.dtype(at::kBool)),
                        device_);
   }
-  position_ = std::min(skip_batches, total_batches());
+  if (skip_batches > total_batches()) {
+    position_ = total_batches();  // nothing is served until a valid start
+    throw ConfigError("data position: batch " + std::to_string(skip_batches) + " of epoch " + std::to_string(epoch) +
+                      " is past its end (" + std::to_string(total_batches()) +
+                      " batches): a checkpoint or DataLoader state of another data set, batch size or world size?");
+  }
+  position_ = skip_batches;
 }
 
 void EpochBatches::set_shard(int64_t rank, int64_t world_size) {

@@ -35,6 +35,18 @@ def _require_readers(paths: Sequence[str], origin: str) -> None:
                 "(pip install --force-reinstall --no-deps --no-cache-dir <gpucore source>)")
 
 
+def set_max_image_pixels(pixels: int) -> None:
+    """The most pixels an image file may claim in its header (default 178,956,970, Pillow's error threshold;
+    0: no limit). Checked before decoding allocates anything: a larger claim is that file's error."""
+    if isinstance(pixels, bool) or not isinstance(pixels, int):
+        raise ConfigError(f"max image pixels must be an integer >= 0 (0: no limit), got {pixels!r}")
+    _C.set_max_image_pixels(pixels)
+
+
+def max_image_pixels() -> int:
+    return _C.max_image_pixels()
+
+
 def _threads(threads: Optional[int]) -> int:
     return threads if threads is not None else max(1, min(8, os.cpu_count() or 1))
 

@@ -152,4 +152,14 @@ class DataLoader:
         return {"epoch": self.epoch, "position": self._position}
 
     def load_state_dict(self, state: dict) -> None:
-        self.epoch, self._position = int(state["epoch"]), int(state["position"])
+        try:
+            epoch, position = state["epoch"], state["position"]
+        except (KeyError, TypeError) as exc:
+            raise ConfigError(f"DataLoader state must be a dict with 'epoch' and 'position', got {state!r}") from exc
+        if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in (epoch, position)):
+            raise ConfigError(f"DataLoader state: epoch and position must be integers >= 0, got epoch {epoch!r}, "
+                              f"position {position!r}")
+        if position > len(self):
+            raise ConfigError(f"DataLoader state: position {position} is past the end of an epoch ({len(self)} "
+                              "batches): a state of another data set or batch size?")
+        self.epoch, self._position = epoch, position

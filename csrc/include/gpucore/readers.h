@@ -45,6 +45,13 @@ DecodedImages decode_images(const std::vector<std::string>& paths, int64_t chann
 std::string decode_image_into(const std::string& path, int64_t channels, int64_t height, int64_t width, bool resize,
                               bool nearest, uint8_t* dst);
 
+// The most pixels an image header may claim: checked before anything is allocated, so a small file
+// claiming a huge image fails as that file's error (a decompression-bomb guard like Pillow's
+// MAX_IMAGE_PIXELS; the default is Pillow's error threshold, 178,956,970). 0: no limit. Process-wide.
+constexpr int64_t kDefaultMaxImagePixels = 178956970;
+void set_max_image_pixels(int64_t pixels);
+int64_t max_image_pixels();
+
 // Segmentation masks stored as grey images (uint8, any shape) as int64 class ids: the grey value is
 // the class, except white (255), which is class 1 (black-and-white masks).
 at::Tensor mask_classes(const at::Tensor& masks);

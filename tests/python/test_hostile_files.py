@@ -1,0 +1,124 @@
+"""Hostile and corrupt files end in a clear error naming the file, never a crash or a huge allocation."""
+import os
+import struct
+import subprocess
+import sys
+import zlib
+
+import numpy as np
+import pytest
+import torch
+
+import gpucore
+from gpucore import _C, data
+
+sys.path.insert(0, os.path.dirname(__file__))
+import corrupt_files  # noqa: E402
+
+
+def write(path, content):
+    path.write_bytes(content)
+    return str(path)
+
+
+def test_edge_cases_are_refused_naming_the_file(tmp_path):
+    for name, content in corrupt_files.edge_cases().items():
+        assert corrupt_files.read_one(write(tmp_path / name, content)) == "error", name
+
+
+def test_npz_stored_member_larger_than_its_data_and_offset_near_2_32(tmp_path):
+    cases = corrupt_files.edge_cases()
+    with pytest.raises(gpucore.ConfigError, match=r"npz_stored_size.npz:x.npy' is corrupt: stored with 228 bytes "
+                                                  r"but its zip directory says 10485760"):
+        _C.read_npz(write(tmp_path / "npz_stored_size.npz", cases["npz_stored_size.npz"]))
+    with pytest.raises(gpucore.ConfigError, match=r"npz_far_offset.npz' is corrupt: no local header for 'x.npy'"):
+        _C.read_npz(write(tmp_path / "npz_far_offset.npz", cases["npz_far_offset.npz"]))
+
+
+def test_npy_headers_version_2_non_utf8_and_overflowing_shapes(tmp_path):
+    cases = corrupt_files.edge_cases()
+    expected = {"npy_v2_short.npy": "no 'descr' in its header|truncated in its header",
+                "npy_not_utf8.npy": r"no readable dtype in its header: .*\\xff\\xfe",
+                "npy_huge_shape.npy": "unreadable dimension '99999999999999999999'",
+                "npy_version_9.npy": "has format version 9; gpucore reads versions 1 to 3"}
+    for name, pattern in expected.items():
+        with pytest.raises(gpucore.ConfigError, match=pattern):
+            _C.read_npy(write(tmp_path / name, cases[name]))
+    # A shape the file does not hold is refused before allocating it.
+    header = b"{'descr': '<f8', 'fortran_order': False, 'shape': (1000000, 1000000), }"
+    header += b" " * (63 - len(header) % 64) + b"\n"
+    path = write(tmp_path / "claims.npy", b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header)
+    with pytest.raises(gpucore.ConfigError, match=r"claims.npy' is truncated: shape \[1000000, 1000000\] needs"):
+        _C.read_npy(path)
+
+
+def test_image_headers_claiming_too_many_pixels_are_that_files_error(tmp_path):
+    bomb = write(tmp_path / "bomb.png", corrupt_files.edge_cases()["png_bomb.png"])
+    assert os.path.getsize(bomb) < 200
+    good = write(tmp_path / "good.png", corrupt_files._png(np.full((4, 4, 3), 7, dtype=np.uint8)))
+    with pytest.raises(gpucore.ConfigError, match=r"bomb.png' \(index 1\): claims 30000x30000 = 900000000 pixels"):
+        _C.decode_images([good, bomb], 3, 2, False)
+    images, kept, skipped = _C.decode_images([good, bomb], 3, 2, True)
+    assert kept == [0] and "bomb.png: claims 30000x30000" in skipped[0]
+    assert torch.equal(images[0], torch.full((4, 4, 3), 7, dtype=torch.uint8))
+    # The limit is configurable; a normal image over a lowered limit fails the same way.
+    assert data.max_image_pixels() == 178956970
+    try:
+        data.set_max_image_pixels(15)
+        with pytest.raises(gpucore.ConfigError, match=r"good.png': claims 4x4 = 16 pixels, more than the limit of 15"):
+            _C.decode_image(good, 3)
+        data.set_max_image_pixels(0)  # no limit
+        _C.decode_image(good, 3)
+    finally:
+        data.set_max_image_pixels(178956970)
+    with pytest.raises(gpucore.ConfigError, match="max image pixels must be >= 0"):
+        data.set_max_image_pixels(-1)
+
+
+def test_jpeg_claiming_too_many_pixels_and_truncated_jpegs(tmp_path):
+    pytest.importorskip("PIL")
+    content = bytearray(corrupt_files._jpeg(np.random.default_rng(0).integers(0, 256, (40, 48, 3), dtype=np.uint8)))
+    sof = content.find(b"\xff\xc0")
+    huge = bytearray(content)
+    huge[sof + 5:sof + 9] = struct.pack(">HH", 60000, 60000)
+    with pytest.raises(gpucore.ConfigError, match=r"huge.jpg': claims 60000x60000"):
+        _C.decode_image(write(tmp_path / "huge.jpg", bytes(huge)), 3)
+    for fraction in (0.7, 0.8, 0.9):  # cut inside the scan: libjpeg would fill the rest with grey
+        cut = write(tmp_path / f"cut{fraction}.jpg", bytes(content[: int(len(content) * fraction)]))
+        with pytest.raises(gpucore.ConfigError, match=rf"cut{fraction}.jpg': corrupt JPEG: Premature end"):
+            _C.decode_image(cut, 3)
+        images, kept, skipped = _C.decode_images([cut], 3, 1, True)
+        assert kept == [] and "Premature end" in skipped[0]
+
+
+def test_data_positions_out_of_range_are_refused():
+    x, y = torch.randint(0, 256, (10, 1, 4, 4), dtype=torch.uint8), torch.arange(10)
+    loader = gpucore.DataLoader(data.Tensors(x, y), batch_size=4, device="cpu")
+    for state, pattern in (({"epoch": 0, "position": -1}, "integers >= 0"), ({"epoch": -2, "position": 0}, ">= 0"),
+                           ({"epoch": 0, "position": 4}, "position 4 is past the end of an epoch \\(3 batches\\)"),
+                           ({"epoch": 0}, "'epoch' and 'position'")):
+        with pytest.raises(gpucore.ConfigError, match=pattern):
+            loader.load_state_dict(state)
+    loader.load_state_dict({"epoch": 1, "position": 3})  # the end of an epoch is valid: nothing left in it
+    assert list(loader) == []
+
+
+def test_streaming_source_refuses_a_position_past_the_epoch(tmp_path):
+    paths = [write(tmp_path / f"{i}.png", corrupt_files._png(np.full((4, 4, 3), i, dtype=np.uint8))) for i in range(5)]
+    loader = gpucore.DataLoader(data.Files(paths, list(range(5))), batch_size=2, cache="none", device="cpu")
+    loader._position = 9  # as a corrupt checkpoint would set it
+    with pytest.raises(gpucore.ConfigError, match="batch 9 of epoch 0 is past its end \\(3 batches\\)"):
+        list(loader)
+    loader._position = -1
+    with pytest.raises(gpucore.ConfigError, match="must not be negative"):
+        list(loader)
+    loader._position = 0
+    assert sorted(int(t) for _, target in loader for t in target) == [0, 1, 2, 3, 4]
+
+
+def test_seeded_corrupt_file_corpus_no_crash_no_hang_every_error_names_its_file(tmp_path):
+    # A small corpus here; `python tests/python/corrupt_files.py --count 2000` by hand.
+    summary = corrupt_files.run(corrupt_files.write_corpus(str(tmp_path), count=8, seed=int.from_bytes(os.urandom(2), "little")),
+                                chunk=60)
+    assert summary["failures"] == [], "\n".join(summary["failures"])
+    assert summary["ok"] + summary["error"] >= 7 + 8 * 4
