@@ -8,6 +8,7 @@
 
 #include "gpucore/batches.h"
 #include "gpucore/engine.h"
+#include "gpucore/metrics.h"
 #include "gpucore/errors.h"
 #include "gpucore/file_batches.h"
 #include "gpucore/losses.h"
@@ -113,6 +114,7 @@ void bind_tensor_api(py::module_& m) {
                     [](LossConfig& c, const std::string& name) { c.kind = parse_loss(name); })
       .def_readwrite("label_smoothing", &LossConfig::label_smoothing)
       .def_readwrite("heads", &LossConfig::heads);
+  m.def("reported_metrics", &reported_metrics, py::arg("loss"), py::arg("top_k"));
 
   py::class_<OptimizerConfig>(m, "OptimizerConfig")
       .def(py::init<>())

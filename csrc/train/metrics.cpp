@@ -89,6 +89,27 @@ void MetricTracker::update(const at::Tensor& output, const at::Tensor& target, c
   sums_.add_(at::stack(add));
 }
 
+std::vector<std::string> reported_metrics(const LossConfig& loss, int64_t top_k) {
+  std::vector<std::string> names{"loss"};
+  switch (loss.kind) {
+    case LossKind::kCrossEntropy:
+      names.push_back("accuracy");
+      if (top_k > 0) names.push_back("top" + std::to_string(top_k) + "_accuracy");
+      break;
+    case LossKind::kCTC:
+      names.push_back("seq_accuracy");
+      break;
+    case LossKind::kMultiLabelSoftMargin:
+      if (loss.heads > 0) names.insert(names.end(), {"char_accuracy", "seq_accuracy"});
+      break;
+    case LossKind::kBCEWithLogits:
+    case LossKind::kDiceBCE:
+      names.insert(names.end(), {"iou", "dice"});
+      break;
+  }
+  return names;
+}
+
 std::map<std::string, double> MetricTracker::read() const {
   const at::Tensor host = sums_.cpu();
   const double* s = host.data_ptr<double>();

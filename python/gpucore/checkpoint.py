@@ -5,10 +5,13 @@ of tensors and numbers written with torch.save, so `torch.load(path, weights_onl
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import numbers
 import os
+import signal
+import threading
 from typing import Any, Callable
 
 import torch
@@ -30,7 +33,29 @@ def _fsync_directory(directory: str) -> None:
         os.close(descriptor)
 
 
+@contextlib.contextmanager
+def _interrupts_deferred():
+    """Ctrl-C during the block is held back and raised as KeyboardInterrupt once the block is done, so a
+    write is never cut in the middle (the main thread only: Python delivers signals there)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if received and previous is not signal.SIG_IGN:
+            raise KeyboardInterrupt
+
+
 def atomic_write(path: str, write: Callable[[Any], None], binary: bool = True) -> None:
+    with _interrupts_deferred():
+        _atomic_write(path, write, binary)
+
+
+def _atomic_write(path: str, write: Callable[[Any], None], binary: bool) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     temporary = f"{path}.tmp-{os.getpid()}"
@@ -97,6 +122,42 @@ def json_safe(value: Any) -> Any:
     if hasattr(value, "item"):  # NumPy scalars
         return json_safe(value.item())
     return str(value)
+
+
+def write_jsonl(path: str, rows: list) -> None:
+    """One JSON line per row, the whole file replaced at once: it always agrees with the rows given."""
+    text = "".join(json.dumps(json_safe(row), allow_nan=False) + "\n" for row in rows)
+    atomic_write(path, lambda handle: handle.write(text), binary=False)
+
+
+def remove_stale_temporaries(folder: str) -> list:
+    """Deletes the temporary files atomic_write left in `folder` when its process was killed mid-write
+    (`NAME.tmp-PID` of a process that no longer runs); returns their paths."""
+    removed = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        stem, sep, pid = name.rpartition(".tmp-")
+        if not sep or not stem or not pid.isdigit() or (int(pid) != os.getpid() and _process_alive(int(pid))):
+            continue
+        try:
+            os.remove(os.path.join(folder, name))
+            removed.append(os.path.join(folder, name))
+        except OSError:
+            pass
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True  # exists, owned by someone else (or the platform cannot tell): leave its file alone
+    return True
 
 
 def write_json(path: str, data: Any) -> None:

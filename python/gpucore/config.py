@@ -31,6 +31,13 @@ class Key:
     optional: bool = False  # None allowed
 
 
+_INT64_LIMIT = 2**63  # integer keys reach C++ as int64
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _positive(value):
     return value > 0
 
@@ -75,14 +82,14 @@ KEYS = [
     Key("no_decay_norm_and_bias", bool, True, "no weight decay for biases and normalisation weights (parameters of one dimension)"),
     Key("momentum", float, 0.9, "SGD momentum", check=lambda v: 0 <= v < 1, valid="in [0, 1)"),
     Key("nesterov", bool, False, "SGD Nesterov momentum"),
-    Key("betas", list, [0.9, 0.999], "Adam(W) betas", check=lambda v: len(v) == 2 and all(isinstance(b, (int, float)) and 0 <= b < 1 for b in v), valid="two numbers in [0, 1)"),
+    Key("betas", list, [0.9, 0.999], "Adam(W) betas", check=lambda v: len(v) == 2 and all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in v), valid="two numbers in [0, 1)"),
     Key("eps", float, 1e-8, "Adam(W) epsilon", check=_positive, valid="> 0"),
     # schedule
     Key("schedule", str, "cosine", "learning-rate schedule", choices=["constant", "step", "multistep", "cosine", "onecycle"]),
     Key("warmup_epochs", float, 0.0, "linear warm-up, in epochs (may be fractional)", check=_non_negative, valid=">= 0"),
     Key("step_size", int, 10, "step: epochs between decays", check=_positive, valid="> 0"),
     Key("gamma", float, 0.1, "step/multistep: decay factor", check=_positive, valid="> 0"),
-    Key("milestones", list, [], "multistep: epochs at which lr decays", check=lambda v: all(isinstance(m, int) and m > 0 for m in v), valid="a list of positive integers"),
+    Key("milestones", list, [], "multistep: epochs at which lr decays", check=lambda v: all(_is_int(m) and 0 < m < _INT64_LIMIT for m in v), valid="a list of positive integers"),
     Key("min_lr", float, 0.0, "cosine: final learning rate", check=_non_negative, valid=">= 0"),
     Key("pct_start", float, 0.3, "onecycle: share of the run spent rising", check=lambda v: 0 < v < 1, valid="in (0, 1)"),
     Key("div_factor", float, 25.0, "onecycle: initial lr = lr / div_factor", check=_positive, valid="> 0"),
@@ -176,12 +183,16 @@ def _coerce(key: Key, value: Any, where: str) -> Any:
             if isinstance(value, bool):
                 raise TypeError
             if isinstance(value, int):
-                return value
-            if isinstance(value, float) and value.is_integer():
-                return int(value)
-            if isinstance(value, str):
-                return int(value.strip())
-            raise TypeError
+                result = value
+            elif isinstance(value, float) and value.is_integer():
+                result = int(value)
+            elif isinstance(value, str):
+                result = int(value.strip())
+            else:
+                raise TypeError
+            if not -_INT64_LIMIT <= result < _INT64_LIMIT:
+                raise OverflowError
+            return result
         if expected is float:
             if isinstance(value, bool):
                 raise TypeError
@@ -214,6 +225,10 @@ def _coerce(key: Key, value: Any, where: str) -> Any:
             if not isinstance(value, Mapping):
                 raise TypeError
             return dict(value)
+    except OverflowError:
+        limit = "integers must be below 2^63 in size" if expected is int else "too large for a number"
+        raise ConfigError(f"{where}: config key '{key.name}' is {value!r}, out of range: {limit} "
+                          f"(default {key.default!r})") from None
     except (TypeError, ValueError):
         pass
     raise ConfigError(
@@ -237,34 +252,71 @@ def _type_name(expected: type) -> str:
             dict: "a mapping (JSON or YAML flow style: {size: [20, 20]})"}[expected]
 
 
-def _validate(config) -> None:
+def _validate(config, origins: Mapping[str, str]) -> None:
+    """origins: where each key that was given came from (a file, "override"), for the error message."""
     for key in KEYS:
         value = getattr(config, key.name)
         if value is None:
             continue
+        where = f"{origins[key.name]}: " if key.name in origins else ""
         if key.choices and value not in key.choices:
-            raise ConfigError(f"config key '{key.name}' is '{value}'; valid values: {', '.join(key.choices)}")
+            raise ConfigError(f"{where}config key '{key.name}' is '{value}'; valid values: {', '.join(key.choices)}")
         if key.check and not key.check(value):
-            raise ConfigError(f"config key '{key.name}' is {value!r}; it must be {key.valid}")
+            raise ConfigError(f"{where}config key '{key.name}' is {value!r}; it must be {key.valid}")
+
+
+def _no_duplicate_keys(pairs) -> dict:
+    mapping = {}
+    for name, value in pairs:
+        if name in mapping:
+            raise ConfigError(f"key '{name}' is given twice; keep one (YAML and JSON would silently use the last)")
+        mapping[name] = value
+    return mapping
+
+
+def _load_yaml(text: str) -> Any:
+    """yaml.safe_load, except that a key given twice in one mapping is an error, not 'the last one wins'."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def mapping(loader, node, deep=False):
+        loader.flatten_mapping(node)
+        result = {}
+        for key_node, value_node in node.value:
+            name = loader.construct_object(key_node, deep=True)
+            try:
+                seen = name in result
+            except TypeError:  # a list or mapping as a key
+                raise ConfigError(f"line {key_node.start_mark.line + 1}: a key must be a name, got {name!r}") from None
+            if seen:
+                raise ConfigError(f"key '{name}' is given twice (again on line {key_node.start_mark.line + 1}); keep "
+                                  "one (YAML would silently use the last)")
+            result[name] = loader.construct_object(value_node, deep=True)
+        return result
+
+    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    return yaml.load(text, Loader=Loader)
 
 
 def _read_file(path: str) -> dict:
     if not os.path.isfile(path):
         raise ConfigError(f"config file '{path}' does not exist")
     extension = os.path.splitext(path)[1].lower()
-    with open(path, encoding="utf-8") as handle:
-        text = handle.read()
+    with open(path, "rb") as handle:
+        raw = handle.read()
     try:
-        if extension in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.safe_load(text)
-        elif extension == ".json":
-            data = json.loads(text)
-        else:
-            raise ConfigError(f"config file '{path}' must end in .yaml, .yml or .json")
-    except ConfigError:
-        raise
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file '{path}' is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
+                          "save it as UTF-8") from exc
+    if extension not in (".yaml", ".yml", ".json"):
+        raise ConfigError(f"config file '{path}' must end in .yaml, .yml or .json")
+    try:
+        data = _load_yaml(text) if extension != ".json" else json.loads(text, object_pairs_hook=_no_duplicate_keys)
+    except ConfigError as exc:
+        raise ConfigError(f"config file '{path}': {exc}") from exc
     except Exception as exc:  # yaml.YAMLError, json.JSONDecodeError: report where
         raise ConfigError(f"config file '{path}' is not valid {extension[1:].upper()}: {exc}") from exc
     if data is None:
@@ -301,17 +353,21 @@ def load_config(source: Any = None, overrides: Optional[Mapping[str, Any]] = Non
     else:
         raise ConfigError(f"config must be a path, a dict or a TrainConfig, got {type(source).__name__}")
 
-    values = {}
+    values, origins = {}, {}
     for layer, origin in ((data, where), (dict(overrides or {}), "override")):
         for name, value in layer.items():
+            if not isinstance(name, str):
+                raise ConfigError(f"{where}: config keys are names, got {type(name).__name__} {name!r} as a key "
+                                  "(YAML reads `null:`, `1:` and `true:` as such; valid keys: "
+                                  f"{', '.join(sorted(KEY_BY_NAME))})")
             key = KEY_BY_NAME.get(name)
             if key is None:
                 raise unknown_key_error(name)
-            values[name] = _coerce(key, value, origin)
+            values[name], origins[name] = _coerce(key, value, origin), origin
     config = TrainConfig(**values)
     if not config.use_cuda:
         config.no_cuda = True
     if not config.name:
         config.name = name_hint or config.model.replace(":", "_").replace(".", "_")
-    _validate(config)
+    _validate(config, origins)
     return config

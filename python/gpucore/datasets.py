@@ -232,6 +232,11 @@ def _load_npz(path: str):
 def load_data(name: str, kwargs: dict, val_fraction: float, seed: int):
     """(train, val) for config key `data`, each (inputs, targets) tensors or ImageFiles; val may be None."""
     if name in BUILTIN:
+        for size_key, least in (("train_size", 1), ("val_size", 0)):
+            size = kwargs.get(size_key, least)
+            if isinstance(size, bool) or not isinstance(size, int) or size < least:
+                raise ConfigError(f"config key 'data_kwargs': {size_key} of data set '{name}' must be an integer "
+                                  f">= {least}, got {size!r}")
         try:
             train, val = BUILTIN[name](**kwargs)
         except TypeError as exc:
@@ -247,6 +252,8 @@ def load_data(name: str, kwargs: dict, val_fraction: float, seed: int):
                 f"config key 'data': '{name}' is neither a built-in data set ({', '.join(BUILTIN)}), a .npz file, "
                 "nor a folder (IDX files, .npy files, or class subfolders of images)"
             )
+    if isinstance(val, tuple) and len(val[0]) == 0:  # val_size: 0 means no validation data
+        val = None
     if val is None and val_fraction > 0:
         train, val = split(train, val_fraction, seed)
     return train, val

@@ -16,8 +16,9 @@ import torch
 from torch import nn
 
 from . import _C, distributed
-from .checkpoint import json_safe, load_checkpoint, save_checkpoint, write_json
-from .config import load_config
+from .checkpoint import (load_checkpoint, remove_stale_temporaries, save_checkpoint, write_json,
+                         write_jsonl)
+from .config import KEY_BY_NAME, load_config
 from .data import Dataset as LoadedDataset
 from .data import ImageFiles
 from .datasets import load_data
@@ -30,6 +31,7 @@ TrainingError = _C.TrainingError
 OutOfMemoryError = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
 
 _COUNTERS = ("lr", "loss_scale", "skipped_steps")
+_DEFAULT_TOP_K = KEY_BY_NAME["top_k"].default
 
 
 @dataclass
@@ -187,11 +189,7 @@ def _engine_config(config, device: str, policy, steps_per_epoch: int) -> _C.Engi
     engine.log_every = config.log_every_n_steps
     engine.max_consecutive_nonfinite = config.max_nonfinite_steps
     engine.top_k = config.top_k
-    loss = _C.LossConfig()
-    loss.kind = config.loss
-    loss.label_smoothing = config.label_smoothing
-    loss.heads = config.heads
-    engine.loss = loss
+    engine.loss = _loss_config(config)
     optimizer = _C.OptimizerConfig()
     optimizer.kind = config.optimizer
     optimizer.momentum, optimizer.nesterov = config.momentum, config.nesterov
@@ -264,11 +262,17 @@ def _result_of_launch(config, summary: dict) -> "TrainResult":
         steps=stats["steps"], skipped_steps=stats["skipped_steps"], host_syncs=stats["host_syncs"], model=module)
 
 
+def _has_checkpoints(run_dir: str) -> bool:
+    folder = os.path.join(run_dir, "checkpoints")
+    return os.path.isdir(folder) and any(name.endswith(".pt") for name in os.listdir(folder))
+
+
 def _free_run_dir(parent: str, name: str) -> str:
-    """A run directory that holds no earlier run's checkpoints: name, name-2, name-3, ..."""
+    """A run directory that holds no earlier run's checkpoints: name, name-2, name-3, ... A run killed
+    before its first checkpoint left nothing to keep: its directory is used again, so resumes find it."""
     for index in itertools.count(1):
         candidate = os.path.join(parent, name if index == 1 else f"{name}-{index}")
-        if not os.path.exists(os.path.join(candidate, "checkpoints")):
+        if not _has_checkpoints(candidate):
             return candidate
     raise AssertionError("unreachable")
 
@@ -288,6 +292,28 @@ def _memory(device: torch.device) -> dict:
         return {"gpu_memory_peak_bytes": None, "gpu_memory_allocated_bytes": None}
     return {"gpu_memory_peak_bytes": torch.cuda.max_memory_allocated(device),
             "gpu_memory_allocated_bytes": torch.cuda.memory_allocated(device)}
+
+
+def _loss_config(config) -> "_C.LossConfig":
+    loss = _C.LossConfig()
+    loss.kind = config.loss
+    loss.label_smoothing = config.label_smoothing
+    loss.heads = config.heads
+    return loss
+
+
+def _check_metric_keys(config, has_val: bool) -> None:
+    """What can be known before the first epoch trains: a monitor no epoch can report, heads the loss ignores."""
+    if config.heads > 0 and config.loss != "multilabel_soft_margin":
+        raise ConfigError(f"config key 'heads' ({config.heads}) is used by loss multilabel_soft_margin only; loss "
+                          f"'{config.loss}' would ignore it: set heads: 0, or loss: multilabel_soft_margin")
+    if config.monitor == "auto":
+        return
+    splits = ("train", "val") if has_val else ("train",)
+    names = [f"{split}_{name}" for split in splits for name in _C.reported_metrics(_loss_config(config), config.top_k)]
+    if config.monitor not in names:
+        raise ConfigError(f"config key 'monitor': '{config.monitor}' is never reported with loss '{config.loss}'"
+                          f"{'' if has_val else ' and no validation data'}; reported: {', '.join(names)}")
 
 
 def _auto_monitor(record: dict) -> str:
@@ -405,6 +431,7 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
     distributed.check_same(train_set.total_batches(), "the number of batches per epoch (data length)")
     val_set = (_EpochData(val_data, config, device, training=False, normalization=normalization)
                if val_data is not None else None)
+    _check_metric_keys(config, val_set is not None)
     steps_per_epoch = math.ceil(train_set.total_batches() / config.accumulate_grad_batches)
     engine = _C.Engine(_param_groups(module, config), _engine_config(config, device, policy, steps_per_epoch))
 
@@ -415,10 +442,16 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
         run_dir = distributed.broadcast(_free_run_dir(parent, config.name) if world.is_main else None)
     checkpoint_dir = os.path.join(run_dir, "checkpoints")
     if world.is_main:
-        os.makedirs(checkpoint_dir, exist_ok=True)
+        try:
+            os.makedirs(checkpoint_dir, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"config key 'run_dir': cannot create '{checkpoint_dir}' ({exc.strerror}); pick a folder "
+                              "you can write to") from exc
     stats_path = os.path.join(run_dir, "training_stats.json")
     metrics_path = os.path.join(run_dir, "metrics.jsonl")
     if world.is_main:
+        for folder in (run_dir, checkpoint_dir):  # files a killed write of an earlier start left behind
+            remove_stale_temporaries(folder)
         write_json(os.path.join(run_dir, "config.json"), config.to_dict())
 
     history: List[dict] = []
@@ -434,6 +467,8 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
         _set_rng_state(checkpoint["rng"])
         start_epoch, skip = int(checkpoint["epoch"]), int(checkpoint["position"])
         history, best = list(checkpoint["history"]), dict(checkpoint["best"])
+        if world.is_main:  # rows written after this checkpoint (a kill before the next one) are dropped
+            write_jsonl(metrics_path, history)
 
     writer = None
     if world.is_main:
@@ -527,6 +562,13 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
                 train_metrics = {k: v for k, v in train_stats["metrics"].items() if k not in _COUNTERS}
                 train_metrics = distributed.average_metrics(train_metrics, train_stats["samples"], choice.device)
                 record.update({f"train_{k}": v for k, v in train_metrics.items()})
+                top_k_name = f"train_top{config.top_k}_accuracy"
+                # Only when top_k was changed: the default (5) quietly stays off for models of few classes.
+                if (epoch == start_epoch and config.loss == "cross_entropy" and config.top_k not in (0, _DEFAULT_TOP_K)
+                        and top_k_name not in record):
+                    warnings.warn(f"config key 'top_k' is {config.top_k}, but the model has at most that many classes, so "
+                                  f"top-{config.top_k} accuracy is always 1 and is not reported; set top_k below the "
+                                  "number of classes, or 0", RuntimeWarning, stacklevel=2)
                 if val_set is not None:
                     module.eval()
                     val_stats = engine.evaluate(val_set.epoch(epoch), forward, loss)
@@ -553,8 +595,7 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
                 stalled = 0 if improved else stalled + 1
 
                 if world.is_main:
-                    with open(metrics_path, "a", encoding="utf-8") as handle:
-                        handle.write(json.dumps(json_safe(record), allow_nan=False) + "\n")
+                    write_jsonl(metrics_path, history)
                 if writer is not None:
                     for key, value in record.items():
                         if isinstance(value, (int, float)) and key != "epoch":

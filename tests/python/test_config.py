@@ -1,9 +1,11 @@
 """Config loading: files, overrides, and an error that names the key for every bad input."""
 import json
+import os
 import subprocess
 import sys
 
 import pytest
+import torch
 
 import gpucore
 from gpucore.config import KEYS, load_config, parse_overrides
@@ -62,6 +64,33 @@ def test_bad_files(tmp_path):
         parse_overrides(["epochs"])
 
 
+@pytest.mark.parametrize("text, pattern", [
+    ("null: 3\n", "config keys are names, got NoneType None as a key"),
+    ("1: 3\n", "config keys are names, got int 1 as a key"),
+    ("true: 3\n", "config keys are names, got bool True as a key"),
+    ("epochs: 9223372036854775808\n", "'epochs' is 9223372036854775808, out of range: integers must be below 2\\^63"),
+    ("growth_interval: -9223372036854775809\n", "'growth_interval' .* out of range"),
+    ("seed: 1.0e+30\n", "'seed' is 1e\\+30, out of range"),
+    ("epochs: 3\nlr: 0.1\nepochs: 4\n", "key 'epochs' is given twice \\(again on line 3\\)"),
+    ("data_kwargs: {train_size: 5, train_size: 6}\n", "key 'train_size' is given twice"),
+    ("milestones: [true]\n", "'milestones' is \\[True\\]; it must be a list of positive integers"),
+    ("betas: [true, 0.9]\n", "'betas' is \\[True, 0.9\\]"),
+])
+def test_hostile_config_files_name_the_key(tmp_path, text, pattern):
+    (tmp_path / "c.yaml").write_text(text)
+    with pytest.raises(gpucore.ConfigError, match="c.yaml'.*" + pattern):
+        load_config(str(tmp_path / "c.yaml"))
+
+
+def test_config_files_not_utf8_and_json_duplicates(tmp_path):
+    (tmp_path / "latin1.yaml").write_bytes("name: caf\xe9\n".encode("latin-1"))
+    with pytest.raises(gpucore.ConfigError, match=r"latin1.yaml' is not UTF-8 text \(byte 0xe9 at offset 9\)"):
+        load_config(str(tmp_path / "latin1.yaml"))
+    (tmp_path / "twice.json").write_text('{"epochs": 3, "epochs": 4}')
+    with pytest.raises(gpucore.ConfigError, match="twice.json': key 'epochs' is given twice"):
+        load_config(str(tmp_path / "twice.json"))
+
+
 def test_training_input_errors(tmp_path):
     run = {"run_dir": str(tmp_path), "progress": False, "epochs": 1}
     with pytest.raises(gpucore.ConfigError, match=r"'fashion_mnist' is not a built-in model.*Did you mean 'fashion_mnist_cnn'"):
@@ -75,8 +104,27 @@ def test_training_input_errors(tmp_path):
     with pytest.raises(gpucore.ConfigError, match=r"model's output has shape \[8, 10\]"):
         gpucore.train(dict(run, data_kwargs={"train_size": 64, "val_size": 16}, batch_size=8, heads=3,
                            loss="multilabel_soft_margin"))
-    with pytest.raises(gpucore.ConfigError, match="'monitor': 'val_f1' is not reported"):
+    with pytest.raises(gpucore.ConfigError, match="'monitor': 'val_f1' is never reported with loss 'cross_entropy'; "
+                                                  "reported: train_loss, train_accuracy, train_top5_accuracy, val_loss"):
         gpucore.train(dict(run, data_kwargs={"train_size": 64, "val_size": 16}, monitor="val_f1"))
+    assert not os.path.exists(tmp_path / "fashion_mnist_cnn" / "metrics.jsonl")  # refused before training
+    with pytest.raises(gpucore.ConfigError, match="'monitor': 'val_loss' is never reported with loss 'cross_entropy' "
+                                                  "and no validation data"):
+        gpucore.train(dict(run, data_kwargs={"train_size": 64, "val_size": 0}, val_fraction=0, monitor="val_loss"))
+    with pytest.raises(gpucore.ConfigError, match="'heads' \\(4\\) is used by loss multilabel_soft_margin only"):
+        gpucore.train(dict(run, data_kwargs={"train_size": 64, "val_size": 16}, heads=4))
+    for size in ({"train_size": 0}, {"train_size": -3}, {"val_size": -1}):
+        with pytest.raises(gpucore.ConfigError, match="data_kwargs': (train|val)_size of data set 'synthetic_fashion' "
+                                                      "must be an integer >= [01]"):
+            gpucore.train(dict(run, data_kwargs=size))
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))
+    x, y = torch.randn(32, 16), torch.randint(0, 3, (32,))
+    with pytest.warns(RuntimeWarning, match="'top_k' is 3, but the model has at most that many classes"):
+        gpucore.train(dict(run, name="topk", top_k=3), model=net, train_data=(x, y))
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    with pytest.raises(gpucore.ConfigError, match="'run_dir': cannot create .*a_file/fashion_mnist_cnn/checkpoints"):
+        gpucore.train(dict(run, run_dir=str(blocker), data_kwargs={"train_size": 64, "val_size": 16}))
     with pytest.raises(NotImplementedError, match="cuda_graphs"):
         gpucore.train(dict(run, cuda_graphs=True))
     with pytest.raises(gpucore.ConfigError, match="does not exist"):

@@ -130,12 +130,14 @@ def test_a_format_built_without_its_library_fails_before_decoding_naming_the_lib
     write_png(tmp_path / "a.png", torch.zeros(6, 6, 3, dtype=torch.uint8))
     Image = pytest.importorskip("PIL.Image")
     Image.fromarray(np.zeros((6, 6, 3), dtype=np.uint8)).save(tmp_path / "b.jpg")
-    monkeypatch.setattr(gpucore._build_info, "IMAGE_FORMATS", ("jpeg",))
+    has_jpeg = "jpeg" in gpucore._build_info.IMAGE_FORMATS
+    monkeypatch.setattr(gpucore._build_info, "IMAGE_FORMATS", ("jpeg",) if has_jpeg else ())
     for on_error in ("raise", "skip"):  # a missing reader is never a file to skip
         with pytest.raises(gpucore.ConfigError, match=r"a.png' is a PNG file, but gpucore was built without libpng"
                                                       r"[\s\S]*apt-get install libpng-dev"):
             data.Files([str(tmp_path / "b.jpg"), str(tmp_path / "a.png")], [0, 1], on_error=on_error)
-    assert data.Files([str(tmp_path / "b.jpg")], [0]).inputs.shape == (1, 3, 6, 6)
+    if has_jpeg:  # the other format still reads
+        assert data.Files([str(tmp_path / "b.jpg")], [0]).inputs.shape == (1, 3, 6, 6)
 
 
 @pytest.mark.skipif("png" in gpucore._build_info.IMAGE_FORMATS, reason="this build has the PNG reader")

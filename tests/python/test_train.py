@@ -308,3 +308,53 @@ def test_cuda_steps_do_not_synchronise_with_the_host(tmp_path):
     assert result.returncode == 0, result.stderr
     syncs = result.stderr.count("called a synchronizing CUDA operation")
     assert syncs <= 12, result.stderr[-3000:]
+
+
+def test_a_run_killed_before_its_first_checkpoint_is_resumed_in_the_same_directory(tmp_path):
+    # What a kill before the first checkpoint leaves: the run directory with an empty checkpoints folder,
+    # and a half-written checkpoint of the dead process.
+    run_dir = tmp_path / "fashion_mnist_cnn"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    dead_pid = 2**22 + 12345  # above Linux's pid_max default: no such process
+    stale = run_dir / "checkpoints" / f"last.pt.tmp-{dead_pid}"
+    stale.write_bytes(b"half a checkpoint")
+    result = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=1, resume="auto"))
+    assert result.run_dir == str(run_dir)
+    assert not stale.exists()
+    again = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=2, resume="auto"))
+    assert again.run_dir == str(run_dir) and [r["epoch"] for r in again.history] == [1, 2]
+
+
+def test_metrics_jsonl_agrees_with_the_checkpoint_after_a_resume(tmp_path):
+    config = dict(SMALL, run_dir=str(tmp_path), epochs=2)
+    first = gpucore.train(dict(config, epochs=1))
+    # A kill between writing epoch 2's row and its checkpoint: the row is on disk, the checkpoint is epoch 1's.
+    with open(first.metrics_path, "a") as handle:
+        handle.write(json.dumps({"epoch": 2, "train_loss": 0.5}) + "\n")
+    resumed = gpucore.train(dict(config, resume="auto"))
+    rows = [json.loads(line) for line in open(resumed.metrics_path)]
+    assert [row["epoch"] for row in rows] == [1, 2]
+    assert rows == json.loads(json.dumps(resumed.history))
+
+
+def test_ctrl_c_during_a_checkpoint_write_waits_for_the_write_then_interrupts(tmp_path, monkeypatch):
+    import signal
+
+    from gpucore import checkpoint as gcheckpoint_module
+
+    real_save = torch.save
+    calls = []
+
+    def save_interrupted_midway(payload, handle):
+        calls.append(1)
+        if len(calls) == 1:
+            os.kill(os.getpid(), signal.SIGINT)  # lands while the file is being written
+        real_save(payload, handle)
+
+    monkeypatch.setattr(gcheckpoint_module.torch, "save", save_interrupted_midway)
+    result = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=2))
+    assert result.status == "interrupted" and len(result.history) == 1
+    for name in ("last.pt", "interrupted.pt"):
+        saved = torch.load(os.path.join(result.checkpoint_dir, name), weights_only=True)
+        assert saved["epoch"] == 1
+    assert [f for f in os.listdir(result.checkpoint_dir) if ".tmp-" in f] == []

@@ -4,10 +4,15 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "gpucore/losses.h"
 
 namespace gpucore {
+
+// The names read() may report for this loss ("loss", "accuracy", "top5_accuracy", ...): top-k only
+// when the output has more than top_k classes, which is known once the model has run.
+std::vector<std::string> reported_metrics(const LossConfig& loss, int64_t top_k);
 
 class MetricTracker {
  public:
