@@ -1,0 +1,128 @@
+"""Random SIGKILLs during short training runs: nothing on disk may be lost, torn or left behind.
+
+    python tests/python/kill_runs.py --trials 100 [--seed 0]
+
+Each trial starts `gpucore train` (CPU, checkpoints every epoch, resume: auto), kills it with SIGKILL
+at a random moment, and starts it again until a run completes (killing it again at random, up to
+--kills times). Then it checks: every checkpoint file loads; the run stayed in one run directory; no
+temporary file is left; metrics.jsonl holds each epoch once and agrees with training_stats.json; the
+final weights are bitwise those of an uninterrupted run. Prints a summary; exit status 1 on any failure.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+EPOCHS = 3
+CONFIG = {"epochs": EPOCHS, "device": "cpu", "progress": False, "resume": "auto", "name": "killed",
+          "save_every_n_epochs": 1, "keep_last_k": 2, "batch_size": 64,
+          "data_kwargs": {"train_size": 1536, "val_size": 256, "seed": 5}}
+
+
+def _run(run_dir: str, kill_after: float | None) -> int:
+    """One `gpucore train`; with kill_after, SIGKILLed after that many seconds unless it ended first."""
+    config_path = os.path.join(run_dir, "config.json")
+    with open(config_path, "w") as handle:
+        json.dump(dict(CONFIG, run_dir=run_dir), handle)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    process = subprocess.Popen([sys.executable, "-m", "gpucore", "train", config_path], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, env=env)
+    if kill_after is None:
+        _, err = process.communicate(timeout=600)
+        if process.returncode != 0:
+            raise RuntimeError(f"gpucore train failed: {err.decode()[-2000:]}")
+        return process.returncode
+    try:
+        process.wait(timeout=kill_after)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    return process.returncode
+
+
+def _final_weights(run_dir: str) -> dict:
+    import torch
+
+    return torch.load(os.path.join(run_dir, "killed", "checkpoints", "last.pt"), weights_only=True)["model"]
+
+
+def check_run(run_dir: str, reference: dict) -> list:
+    """What is wrong with a finished run in run_dir (empty: nothing)."""
+    import torch
+
+    problems = []
+    entries = sorted(os.listdir(run_dir))
+    if [e for e in entries if e.startswith("killed")] != ["killed"]:
+        problems.append(f"more than one run directory: {entries}")
+    run = os.path.join(run_dir, "killed")
+    for folder, _, files in os.walk(run):
+        for name in files:
+            path = os.path.join(folder, name)
+            if ".tmp-" in name:
+                problems.append(f"temporary file left: {path}")
+            elif name.endswith(".pt"):
+                try:
+                    torch.load(path, weights_only=True)
+                except Exception as exc:  # any failure to load is what this test is for
+                    problems.append(f"unloadable checkpoint {path}: {exc}")
+    rows = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl"))]
+    if [row["epoch"] for row in rows] != list(range(1, EPOCHS + 1)):
+        problems.append(f"metrics.jsonl epochs {[row['epoch'] for row in rows]}")
+    stats = json.load(open(os.path.join(run, "training_stats.json")))
+    if stats["status"] != "completed" or [r["epoch"] for r in stats["epochs"]] != list(range(1, EPOCHS + 1)):
+        problems.append(f"training_stats.json: status {stats['status']}, epochs {[r['epoch'] for r in stats['epochs']]}")
+    weights = _final_weights(run_dir)
+    for name, tensor in reference.items():
+        if not torch.equal(weights[name], tensor):
+            problems.append(f"final weights differ from the uninterrupted run in {name}")
+            break
+    return problems
+
+
+def trial(workdir: str, reference: dict, rng: random.Random, max_kills: int, longest: float) -> list:
+    for _ in range(max_kills):
+        if _run(workdir, kill_after=rng.uniform(0.0, longest)) == 0:
+            break
+    else:
+        _run(workdir, kill_after=None)
+    if not os.path.exists(os.path.join(workdir, "killed", "training_stats.json")) or \
+            json.load(open(os.path.join(workdir, "killed", "training_stats.json")))["status"] != "completed":
+        _run(workdir, kill_after=None)
+    return check_run(workdir, reference)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=10)
+    parser.add_argument("--kills", type=int, default=3, help="most kills per trial before a run may finish")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    rng = random.Random(args.seed)
+    with tempfile.TemporaryDirectory() as scratch:
+        reference_dir = os.path.join(scratch, "reference")
+        os.makedirs(reference_dir)
+        start = time.monotonic()
+        _run(reference_dir, kill_after=None)
+        longest = (time.monotonic() - start) * 1.1  # kills land anywhere in a whole run, start-up included
+        reference = _final_weights(reference_dir)
+        failures = 0
+        for index in range(args.trials):
+            workdir = os.path.join(scratch, f"trial{index}")
+            os.makedirs(workdir)
+            problems = trial(workdir, reference, rng, args.kills, longest)
+            failures += bool(problems)
+            for problem in problems:
+                print(f"trial {index}: {problem}")
+    print(f"{args.trials} trials, {failures} with problems")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
