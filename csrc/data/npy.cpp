@@ -37,6 +37,20 @@ std::string printable(const std::string& text) {
   return text.size() > 200 ? out + "..." : out;
 }
 
+// Member names become Python strings: they must be UTF-8 (a flipped bit in one is corruption).
+bool valid_utf8(const std::string& text) {
+  for (size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const size_t length = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (length == 0 || i + length > text.size()) return false;
+    for (size_t k = 1; k < length; ++k) {
+      if ((static_cast<unsigned char>(text[i + k]) >> 6) != 0x2) return false;
+    }
+    i += length;
+  }
+  return true;
+}
+
 bool all_digits(const std::string& text) {
   if (text.empty()) return false;
   for (char c : text) {
@@ -215,7 +229,13 @@ std::vector<std::pair<std::string, at::Tensor>> read_npz(const std::string& path
     if (local + 30 > size || le32(&bytes[local]) != 0x04034b50) {
       throw ConfigError(".npz file '" + path + "' is corrupt: no local header for '" + printable(member) + "'");
     }
-    const size_t begin = local + 30 + le16(&bytes[local + 26]) + le16(&bytes[local + 28]);
+    const size_t local_name_length = le16(&bytes[local + 26]);
+    if (local_name_length != name_length || local + 30 + local_name_length > size ||
+        std::memcmp(&bytes[local + 30], &bytes[entry + 46], name_length) != 0 || !valid_utf8(member)) {
+      throw ConfigError(".npz file '" + path + "' is corrupt: the name of member " + std::to_string(i) + " ('" +
+                        printable(member) + "') differs between its zip directory and its local header, or is not UTF-8");
+    }
+    const size_t begin = local + 30 + local_name_length + le16(&bytes[local + 28]);
     if (begin + packed > size) throw ConfigError(".npz member '" + where + "' is truncated");
     std::vector<unsigned char> inflated;
     const unsigned char* data = &bytes[begin];

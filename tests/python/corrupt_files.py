@@ -95,7 +95,10 @@ def edge_cases() -> dict:
     bigger[directory + 24:directory + 28] = struct.pack("<I", 10 << 20)  # stored member's size, larger than its data
     far = bytearray(npz)
     far[directory + 42:directory + 46] = struct.pack("<I", 0xFFFFFFF0)  # local header offset near 2^32
+    not_utf8 = bytearray(npz)  # the member name "x.npy" as b"\xf0.npy", alike in both zip headers
+    not_utf8[30] = not_utf8[directory + 46] = 0xF0
     return {
+        "npz_name_not_utf8.npz": bytes(not_utf8),
         "png_bomb.png": bytes(png_bomb),
         "npz_stored_size.npz": bytes(bigger),
         "npz_far_offset.npz": bytes(far),

@@ -33,6 +33,9 @@ def test_npz_stored_member_larger_than_its_data_and_offset_near_2_32(tmp_path):
         _C.read_npz(write(tmp_path / "npz_stored_size.npz", cases["npz_stored_size.npz"]))
     with pytest.raises(gpucore.ConfigError, match=r"npz_far_offset.npz' is corrupt: no local header for 'x.npy'"):
         _C.read_npz(write(tmp_path / "npz_far_offset.npz", cases["npz_far_offset.npz"]))
+    with pytest.raises(gpucore.ConfigError, match=r"npz_name_not_utf8.npz' is corrupt: the name of member 0 "
+                                                  r"\('\\xf0.npy'\) differs .* or is not UTF-8"):
+        _C.read_npz(write(tmp_path / "npz_name_not_utf8.npz", cases["npz_name_not_utf8.npz"]))
 
 
 def test_npy_headers_version_2_non_utf8_and_overflowing_shapes(tmp_path):
@@ -121,7 +124,7 @@ def test_seeded_corrupt_file_corpus_no_crash_no_hang_every_error_names_its_file(
     summary = corrupt_files.run(corrupt_files.write_corpus(str(tmp_path), count=8, seed=int.from_bytes(os.urandom(2), "little")),
                                 chunk=60)
     assert summary["failures"] == [], "\n".join(summary["failures"])
-    assert summary["ok"] + summary["error"] >= 7 + 8 * 4
+    assert summary["ok"] + summary["error"] >= len(corrupt_files.edge_cases()) + 8 * 4
 
 
 def test_random_sigkills_lose_nothing_and_leave_nothing():
