@@ -22,11 +22,11 @@ cmake --build "$BUILD"
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 ctest --test-dir "$BUILD" --output-on-failure
 
-# The Python package with the sanitized module in it; Python itself is not instrumented, so the ASan
-# runtime is preloaded.
+# The Python package with the sanitized module in it. Python itself is not instrumented, so the ASan
+# runtime is preloaded, with libstdc++ (ASan intercepts __cxa_throw and must find the real one at start).
 PACKAGE=$BUILD/python/gpucore
 rm -rf "$BUILD/python" && mkdir -p "$PACKAGE"
 cp "$ROOT"/python/gpucore/*.py "$PACKAGE"/
 cp "$BUILD"/_C*.so "$BUILD"/libgpucore_core.so "$BUILD"/_build_info.py "$PACKAGE"/
-LD_PRELOAD=$(gcc -print-file-name=libasan.so) PYTHONPATH=$BUILD/python \
+LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libstdc++.so)" PYTHONPATH=$BUILD/python \
   "$PY" "$ROOT/tests/python/corrupt_files.py" "$@"
