@@ -39,12 +39,14 @@ if(GPUCORE_CUDA_ENABLED)
     if(arch STREQUAL "")
       continue()
     endif()
-    if(NOT arch MATCHES "^([0-9]+)\\.([0-9]+)(\\+PTX)?$")
-      message(FATAL_ERROR "TORCH_CUDA_ARCH_LIST entry '${arch}' is not of the form 8.0 or 9.0+PTX")
+    # 9.0a: architecture-specific code (Hopper's wgmma needs sm_90a), as torch accepts it.
+    if(NOT arch MATCHES "^([0-9]+)\\.([0-9]+)(a?)(\\+PTX)?$")
+      message(FATAL_ERROR "TORCH_CUDA_ARCH_LIST entry '${arch}' is not of the form 8.0, 9.0a or 9.0+PTX "
+                          "(family-specific entries such as 10.0f are not supported yet: use 10.0 or 10.0a)")
     endif()
-    set(_num "${CMAKE_MATCH_1}${CMAKE_MATCH_2}")
+    set(_num "${CMAKE_MATCH_1}${CMAKE_MATCH_2}${CMAKE_MATCH_3}")
     list(APPEND GPUCORE_CUDA_ARCH_NAMES "sm_${_num}")
-    if(CMAKE_MATCH_3)
+    if(CMAKE_MATCH_4)
       list(APPEND CMAKE_CUDA_ARCHITECTURES "${_num}")           # SASS and PTX
       list(APPEND GPUCORE_CUDA_ARCH_NAMES "compute_${_num}")
     else()

@@ -95,8 +95,9 @@ if wants build; then
 fi
 
 # ---- 4. tests, doctor, benchmarks -------------------------------------------------------------------
-XDIST=()
+XDIST=()  # 8 workers; a test that hangs fails after 300 s instead of eating the lease
 "$PY" -c "import xdist" 2>/dev/null && XDIST=(-n 8)
+"$PY" -c "import pytest_timeout" 2>/dev/null && XDIST+=(--timeout 300)
 wants ctest && step ctest "grep -E 'tests passed|tests failed'" -- ctest --test-dir "$BUILD_DIR" -j 8 --output-on-failure
 # shellcheck disable=SC2086  # GPUCORE_PYTEST_ARGS is a list of arguments
 wants pytest && step pytest "grep -E '(passed|failed|error)'" -- \
