@@ -95,13 +95,13 @@ if wants build; then
 fi
 
 # ---- 4. tests, doctor, benchmarks -------------------------------------------------------------------
-XDIST=()  # 8 workers; a test that hangs fails after 300 s instead of eating the lease
-"$PY" -c "import xdist" 2>/dev/null && XDIST=(-n 8)
-"$PY" -c "import pytest_timeout" 2>/dev/null && XDIST+=(--timeout 300)
+PYTEST_OPTS=()  # 8 workers; a test that hangs fails after 300 s instead of eating the lease
+"$PY" -c "import xdist" 2>/dev/null && PYTEST_OPTS=(-n 8)
+"$PY" -c "import pytest_timeout" 2>/dev/null && PYTEST_OPTS+=(--timeout 300)
 wants ctest && step ctest "grep -E 'tests passed|tests failed'" -- ctest --test-dir "$BUILD_DIR" -j 8 --output-on-failure
 # shellcheck disable=SC2086  # GPUCORE_PYTEST_ARGS is a list of arguments
 wants pytest && step pytest "grep -E '(passed|failed|error)'" -- \
-  "$PY" -m pytest -q -rfEs --durations=12 "${XDIST[@]}" tests/python ${GPUCORE_PYTEST_ARGS:-}
+  "$PY" -m pytest -q -rfEs --durations=12 "${PYTEST_OPTS[@]}" tests/python ${GPUCORE_PYTEST_ARGS:-}
 wants doctor && step doctor "$PY -c 'import json,sys; d=json.load(sys.stdin); k=d[\"gpucore_kernels\"] or {}; s=d[\"smoke_test\"] or {}; print(d[\"selected\"][\"device\"], d[\"precision\"][\"name\"] if d[\"precision\"] else None, \"kernels\", k.get(\"ok\"), \"smoke\", s.get(\"ok\"), d[\"advice\"])'" -- \
   "$PY" -m gpucore doctor --json
 wants bench && step bench "tail -n 1" -- "$PY" -m bench all --device cuda --json "$OUT/bench.json"
