@@ -35,6 +35,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# The real Fashion-MNIST (config data: fashion_mnist), Debian/Ubuntu's package; optional: without it,
+# gpucore says where to put the files and trains on its synthetic stand-in.
+if [ ! -d /usr/share/datasets/fashion-mnist ] && command -v apt-get >/dev/null; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  install_dataset() { DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends dataset-fashion-mnist >/dev/null 2>&1; }
+  install_dataset || { $SUDO apt-get update -qq >/dev/null 2>&1 && install_dataset; } \
+    || echo "bootstrap: dataset-fashion-mnist could not be installed; data: fashion_mnist will say where to put the files"
+fi
+
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 PY="$VENV/bin/python"
 if ! "$PY" -c "import torch" 2>/dev/null; then

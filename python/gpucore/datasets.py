@@ -150,8 +150,52 @@ def synthetic_captcha(train_size: int = 10000, val_size: int = 1000, seed: int =
     return (images[:train_size], labels[:train_size]), (images[train_size:], labels[train_size:])
 
 
-BUILTIN = {"synthetic_fashion": synthetic_fashion, "synthetic_sequences": synthetic_sequences,
-           "synthetic_captcha": synthetic_captcha}
+FASHION_MNIST_ENV = "GPUCORE_FASHION_MNIST"
+# Where the original IDX files are looked for after data_kwargs `path` and $GPUCORE_FASHION_MNIST:
+# Debian/Ubuntu's dataset-fashion-mnist package, then a user cache folder.
+FASHION_MNIST_PLACES = ["/usr/share/datasets/fashion-mnist", "~/.cache/gpucore/fashion-mnist"]
+_FASHION_MNIST_FILES = "train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz, " \
+                       "t10k-labels-idx1-ubyte.gz"
+
+
+def find_fashion_mnist(path: Optional[str] = None) -> Optional[str]:
+    """The folder holding Fashion-MNIST's four IDX files, or None. An explicit `path` must hold them."""
+    if path is not None:
+        folder = os.path.expanduser(path)
+        if _find(folder, "train-images-idx3-ubyte") is None:
+            raise ConfigError(f"config key 'data_kwargs': path '{path}' holds no Fashion-MNIST IDX files "
+                              f"({_FASHION_MNIST_FILES})")
+        return folder
+    candidates = [os.environ[FASHION_MNIST_ENV]] if os.environ.get(FASHION_MNIST_ENV) else []
+    for folder in candidates + [os.path.expanduser(place) for place in FASHION_MNIST_PLACES]:
+        if _find(folder, "train-images-idx3-ubyte") is not None:
+            return folder
+    return None
+
+
+def fashion_mnist(path: Optional[str] = None, train_size: Optional[int] = None, val_size: Optional[int] = None):
+    """The real Fashion-MNIST from its original IDX files: 60,000 training images, and the 10,000 test
+    images as the validation split (the first train_size / val_size of each when given). Where the files
+    are nowhere, a warning says where to put them and the synthetic set stands in."""
+    folder = find_fashion_mnist(path)
+    if folder is None:
+        import warnings
+
+        places = ", ".join([f"${FASHION_MNIST_ENV}"] + FASHION_MNIST_PLACES)
+        warnings.warn(f"Fashion-MNIST's files were not found ({places}; or data_kwargs path). Install Debian/"
+                      f"Ubuntu's dataset-fashion-mnist, or put {_FASHION_MNIST_FILES} in one of those folders. "
+                      "Training on the SYNTHETIC Fashion-MNIST-shaped set instead: its accuracy means nothing for "
+                      "the real data.", RuntimeWarning, stacklevel=3)
+        return synthetic_fashion(**{k: v for k, v in (("train_size", train_size), ("val_size", val_size)) if v})
+    train, test = _load_folder(folder, {})
+    if test is None:
+        raise ConfigError(f"Fashion-MNIST folder '{folder}' has no test files (t10k-images-idx3-ubyte[.gz])")
+    return tuple((x[:size], y[:size]) if size is not None else (x, y)
+                 for (x, y), size in ((train, train_size), (test, val_size)))
+
+
+BUILTIN = {"fashion_mnist": fashion_mnist, "synthetic_fashion": synthetic_fashion,
+           "synthetic_sequences": synthetic_sequences, "synthetic_captcha": synthetic_captcha}
 
 
 def _find(folder: str, *names: str) -> Optional[str]:
@@ -234,7 +278,7 @@ def load_data(name: str, kwargs: dict, val_fraction: float, seed: int):
     if name in BUILTIN:
         for size_key, least in (("train_size", 1), ("val_size", 0)):
             size = kwargs.get(size_key, least)
-            if isinstance(size, bool) or not isinstance(size, int) or size < least:
+            if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < least):
                 raise ConfigError(f"config key 'data_kwargs': {size_key} of data set '{name}' must be an integer "
                                   f">= {least}, got {size!r}")
         try:

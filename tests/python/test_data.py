@@ -385,3 +385,54 @@ def test_npz_round_trip_and_corrupt_archives(tmp_path, save):
         _C.read_npz(str(tmp_path / "flipped.npz"))
     with pytest.raises(gpucore.ConfigError, match="cannot open .npz file"):
         _C.read_npz(str(tmp_path / "missing.npz"))
+
+
+def write_fashion_mnist(folder, train=40, test=12, seed=0):
+    """Fashion-MNIST-named IDX files (gzip, as Debian ships them) of random images; returns the arrays."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    arrays = {}
+    for split, n in (("train", train), ("t10k", test)):
+        images, labels = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8), rng.integers(0, 10, n, dtype=np.uint8)
+        write_idx(str(folder / f"{split}-images-idx3-ubyte.gz"), images, compress=True)
+        write_idx(str(folder / f"{split}-labels-idx1-ubyte.gz"), labels, compress=True)
+        arrays[split] = (images, labels)
+    return arrays
+
+
+def test_fashion_mnist_is_found_by_path_environment_and_places(tmp_path, monkeypatch):
+    from gpucore import datasets
+
+    arrays = write_fashion_mnist(tmp_path / "fm")
+    monkeypatch.delenv(datasets.FASHION_MNIST_ENV, raising=False)
+    monkeypatch.setattr(datasets, "FASHION_MNIST_PLACES", [str(tmp_path / "nowhere"), str(tmp_path / "fm")])
+    for kwargs in ({"path": str(tmp_path / "fm")}, {}):
+        (x, y), (xv, yv) = datasets.load_data("fashion_mnist", kwargs, val_fraction=0.1, seed=0)
+        assert torch.equal(x[:, 0], torch.from_numpy(arrays["train"][0])) and x.shape == (40, 1, 28, 28)
+        assert torch.equal(yv, torch.from_numpy(arrays["t10k"][1]).long())  # the test set is the validation split
+    monkeypatch.setattr(datasets, "FASHION_MNIST_PLACES", [])
+    monkeypatch.setenv(datasets.FASHION_MNIST_ENV, str(tmp_path / "fm"))
+    (x, y), (xv, yv) = datasets.load_data("fashion_mnist", {"train_size": 8, "val_size": 5}, val_fraction=0.1, seed=0)
+    assert torch.equal(x[:, 0], torch.from_numpy(arrays["train"][0][:8])) and xv.shape == (5, 1, 28, 28)
+    with pytest.raises(gpucore.ConfigError, match=r"path '.*empty' holds no Fashion-MNIST IDX files"):
+        datasets.load_data("fashion_mnist", {"path": str(tmp_path / "empty")}, val_fraction=0.1, seed=0)
+
+
+def test_fashion_mnist_nowhere_warns_where_to_put_it_and_uses_the_synthetic_set(tmp_path, monkeypatch):
+    from gpucore import datasets
+
+    monkeypatch.delenv(datasets.FASHION_MNIST_ENV, raising=False)
+    monkeypatch.setattr(datasets, "FASHION_MNIST_PLACES", [str(tmp_path / "nowhere")])
+    with pytest.warns(RuntimeWarning, match=r"Fashion-MNIST's files were not found .*dataset-fashion-mnist.*SYNTHETIC"):
+        (x, y), (xv, yv) = datasets.load_data("fashion_mnist", {"train_size": 30, "val_size": 10}, 0.1, 0)
+    synthetic = datasets.synthetic_fashion(train_size=30, val_size=10)
+    assert torch.equal(x, synthetic[0][0]) and xv.shape[0] == 10
+
+
+@pytest.mark.skipif(not os.path.isdir("/usr/share/datasets/fashion-mnist"), reason="dataset-fashion-mnist not installed")
+def test_the_real_fashion_mnist_from_debians_package():
+    from gpucore import datasets
+
+    (x, y), (xv, yv) = datasets.load_data("fashion_mnist", {}, val_fraction=0.1, seed=0)
+    assert x.shape == (60000, 1, 28, 28) and xv.shape == (10000, 1, 28, 28)
+    assert torch.bincount(y).tolist() == [6000] * 10 and torch.bincount(yv).tolist() == [1000] * 10
