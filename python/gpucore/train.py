@@ -383,7 +383,8 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
                               "callbacks from this one: name the model and data in the config, or run your "
                               "script under torchrun --nproc_per_node=N")
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if str(config.device) in ("auto", "cuda") and 0 < gpus < config.devices:
+        wants_gpus = config.device == "cuda" or (config.device == "auto" and not config.no_cuda)
+        if wants_gpus and 0 < gpus < config.devices:
             raise ConfigError(f"devices: {config.devices} starts one process per GPU, but torch sees {gpus} CUDA "
                               f"device(s); set devices to at most {gpus}, or device: cpu for {config.devices} CPU "
                               "processes")
