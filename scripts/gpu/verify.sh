@@ -3,13 +3,13 @@
 #   1. what the machine has (GPU, driver, python, torch, nvcc, cmake, the libraries the build needs)
 #   2. installs only what is missing, from the bundle of scripts/gpu/bundle.sh (no network)
 #   3. builds gpucore with its CUDA kernels for this GPU's architecture, and the GoogleTest binary
-#   4. ctest, the whole pytest suite (CUDA tests included), `gpucore doctor --json`,
-#      `python -m bench all --device cuda`
-# Under $OUT (default build/gpu-verify), 8 files at most: setup.log, one log per step (the doctor's holds its
-# JSON), bench.json and results.md; the results table is printed last.
+#   4. ctest, the whole pytest suite (CUDA tests included), `gpucore doctor --json`, one torchrun process
+#      (NCCL), the host syncs of one training epoch, `python -m bench all --device cuda`
+# Under $OUT (default build/gpu-verify), 8 files: setup.log, build/ctest/pytest/doctor logs (the doctor's
+# holds its JSON), checks.log (torchrun, syncs, benchmarks), bench.json and results.md; the table is printed last.
 #
 #   GPUCORE_BUNDLE  the bundle folder (default .gpu-bundle)    PYTHON  the interpreter (default python3)
-#   GPUCORE_VERIFY_STEPS  the steps to run (default "build ctest pytest doctor bench")
+#   GPUCORE_VERIFY_STEPS  the steps to run (default "build ctest pytest doctor ddp syncs bench")
 #   GPUCORE_PYTEST_ARGS   extra pytest arguments (e.g. "-k cuda")
 set -uo pipefail
 
@@ -18,7 +18,7 @@ cd "$ROOT"
 OUT=${OUT:-$ROOT/build/gpu-verify}
 BUNDLE=${GPUCORE_BUNDLE:-$ROOT/.gpu-bundle}
 PY=${PYTHON:-python3}
-STEPS=" ${GPUCORE_VERIFY_STEPS:-build ctest pytest doctor bench} "
+STEPS=" ${GPUCORE_VERIFY_STEPS:-build ctest pytest doctor ddp syncs bench} "
 BUILD_DIR=$ROOT/build/gpu
 mkdir -p "$OUT"
 RESULTS=$OUT/results.md
@@ -27,16 +27,20 @@ START=$SECONDS
 
 # step NAME DETAIL_COMMAND -- COMMAND...: runs COMMAND with its output in $OUT/NAME.log, then adds a
 # row with the exit status, the time and the last line DETAIL_COMMAND prints (it reads the log).
+# STEP_LOG=NAME appends to $OUT/NAME.log instead (the device tool brings back 8 files at most).
 step() {
   local name=$1 detail=$2; shift 3
-  local t0=$SECONDS rc detail_text
+  local t0=$SECONDS rc detail_text log="$OUT/${STEP_LOG:-$1}.log" output
   echo "== $name: $*"
-  "$@" >"$OUT/$name.log" 2>&1
+  output=$(mktemp)
+  "$@" >"$output" 2>&1
   rc=$?
-  detail_text=$(eval "$detail" <"$OUT/$name.log" 2>/dev/null | tail -n 1 | tr '|' '/' | cut -c1-160)
+  { [ -z "${STEP_LOG:-}" ] || echo "== $name: $*"; cat "$output"; } >>"$log"
+  detail_text=$(eval "$detail" <"$output" 2>/dev/null | tail -n 1 | tr '|' '/' | cut -c1-160)
+  rm -f "$output"
   printf '| %s | %s | %d | %s |\n' "$name" "$([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)")" \
     $((SECONDS - t0)) "$detail_text" >>"$RESULTS"
-  [ $rc -eq 0 ] || { echo "-- $name failed ($rc); end of its log:"; tail -n 40 "$OUT/$name.log"; }
+  [ $rc -eq 0 ] || { echo "-- $name failed ($rc); end of its log:"; tail -n 40 "$log"; }
   return $rc
 }
 wants() { [[ "$STEPS" == *" $1 "* ]]; }
@@ -104,10 +108,16 @@ wants pytest && step pytest "grep -E '(passed|failed|error)'" -- \
   "$PY" -m pytest -q -rfEs --durations=12 "${PYTEST_OPTS[@]}" tests/python ${GPUCORE_PYTEST_ARGS:-}
 wants doctor && step doctor "$PY -c 'import json,sys; d=json.load(sys.stdin); k=d[\"gpucore_kernels\"] or {}; s=d[\"smoke_test\"] or {}; print(d[\"selected\"][\"device\"], d[\"precision\"][\"name\"] if d[\"precision\"] else None, \"kernels\", k.get(\"ok\"), \"smoke\", s.get(\"ok\"), d[\"advice\"])'" -- \
   "$PY" -m gpucore doctor --json
-wants bench && step bench "tail -n 1" -- "$PY" -m bench all --device cuda --json "$OUT/bench.json"
+# One process under torchrun: NCCL, rank-0 writes and the launcher's environment, on the GPU.
+wants ddp && STEP_LOG=checks step ddp "grep -E 'best_metric|Error'" -- \
+  "$PY" -m torch.distributed.run --standalone --nproc_per_node=1 -m gpucore train --set epochs=1 \
+  --set device=cuda --set progress=false --set run_dir=/tmp/gpucore-verify-ddp --set data=synthetic_fashion \
+  --set "data_kwargs={train_size: 4096, val_size: 512}"
+wants syncs && STEP_LOG=checks step syncs "grep 'host syncs'" -- "$PY" scripts/gpu/count_syncs.py
+wants bench && STEP_LOG=checks step bench "tail -n 1" -- "$PY" -m bench all --device cuda --json "$OUT/bench.json"
 
 echo
-echo "gpucore on $GPU (sm_$ARCH), $((SECONDS - START)) s in all; logs in $OUT"
+echo "gpucore on $GPU (compute capability $ARCH), $((SECONDS - START)) s in all; logs in $OUT"
 [ -f "$OUT/pytest.log" ] && grep -E '^(FAILED|ERROR)' "$OUT/pytest.log" | head -n 30
 cat "$RESULTS"
 ! grep -q FAILED "$RESULTS"
