@@ -13,6 +13,8 @@ VENV=${GPUCORE_VENV:-$ROOT/.venv}
 TORCH_SPEC=${GPUCORE_TORCH:-torch==2.13.0}
 BUILD_DIR=$ROOT/build/release
 
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
 missing=()
 command -v cmake >/dev/null || missing+=(cmake)
 command -v ninja >/dev/null || missing+=(ninja-build)
@@ -25,8 +27,6 @@ command -v ccache >/dev/null || missing+=(ccache)
 python3 -c "import venv, ensurepip" 2>/dev/null || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "bootstrap: installing ${missing[*]} with apt-get"
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   if ! command -v apt-get >/dev/null; then
     echo "bootstrap: please install ${missing[*]} with your package manager" >&2
     exit 1
@@ -38,8 +38,6 @@ fi
 # The real Fashion-MNIST (config data: fashion_mnist), Debian/Ubuntu's package; optional: without it,
 # gpucore says where to put the files and trains on its synthetic stand-in.
 if [ ! -d /usr/share/datasets/fashion-mnist ] && command -v apt-get >/dev/null; then
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   install_dataset() { DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends dataset-fashion-mnist >/dev/null 2>&1; }
   install_dataset || { $SUDO apt-get update -qq >/dev/null 2>&1 && install_dataset; } \
     || echo "bootstrap: dataset-fashion-mnist could not be installed; data: fashion_mnist will say where to put the files"

@@ -47,13 +47,9 @@ bool too_many_pixels(uint64_t width, uint64_t height, Pixels& out) {
 }
 
 // Without libpng/libjpeg at build time the reader is left out; a file of that format then fails with this.
-void missing_library(const char* format, const char* library, Pixels& out) {
+void missing_library(const std::string& format, Pixels& out) {
   out.missing_library = true;
-  out.error = std::string("is a ") + format + " file, but gpucore was built without " + library +
-              ", so it has no " + format + " reader. Install " + library +
-              "'s headers (Debian/Ubuntu: apt-get install libpng-dev libjpeg-dev; macOS: brew install libpng "
-              "jpeg-turbo; conda: conda install libpng libjpeg-turbo), then reinstall gpucore (pip install "
-              "--force-reinstall --no-deps --no-cache-dir <gpucore source>)";
+  out.error = missing_reader_message(format);
 }
 
 std::vector<unsigned char> read_file(const std::string& path, std::string& error) {
@@ -88,7 +84,7 @@ void decode_png(const std::vector<unsigned char>& bytes, int64_t channels, Pixel
   png_image_free(&image);
 }
 #else
-void decode_png(const std::vector<unsigned char>&, int64_t, Pixels& out) { missing_library("PNG", "libpng", out); }
+void decode_png(const std::vector<unsigned char>&, int64_t, Pixels& out) { missing_library("png", out); }
 #endif
 
 #ifdef GPUCORE_WITH_JPEG
@@ -144,7 +140,7 @@ void decode_jpeg(const std::vector<unsigned char>& bytes, int64_t channels, Pixe
 }
 #else
 void decode_jpeg(const std::vector<unsigned char>&, int64_t, Pixels& out) {
-  missing_library("JPEG", "libjpeg", out);
+  missing_library("jpeg", out);
 }
 #endif
 
@@ -289,6 +285,16 @@ DecodedImages decode_images(const std::vector<std::string>& paths, int64_t chann
     std::memcpy(dst + k * image_bytes, decoded[result.kept[k]].data.data(), image_bytes);
   }
   return result;
+}
+
+std::string missing_reader_message(const std::string& format) {
+  if (format != "png" && format != "jpeg") throw ConfigError("image format must be png or jpeg, got '" + format + "'");
+  const std::string name = format == "png" ? "PNG" : "JPEG", library = "lib" + format;
+  return "is a " + name + " file, but gpucore was built without " + library + ", so it has no " + name +
+         " reader. Install " + library +
+         "'s headers (Debian/Ubuntu: apt-get install libpng-dev libjpeg-dev; macOS: brew install libpng jpeg-turbo; "
+         "conda: conda install libpng libjpeg-turbo), then reinstall gpucore (pip install --force-reinstall "
+         "--no-deps --no-cache-dir <gpucore source>)";
 }
 
 void set_max_image_pixels(int64_t pixels) {

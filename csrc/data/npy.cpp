@@ -1,5 +1,6 @@
 // .npy arrays, and .npz archives of them (np.savez: stored; np.savez_compressed: deflate, via zlib).
 #include <ATen/ops/empty.h>
+#include <c10/util/accumulate.h>
 #include <zlib.h>
 
 #include <cstring>
@@ -153,10 +154,10 @@ at::Tensor parse_npy(const unsigned char* data, size_t size, const std::string& 
     throw ConfigError(".npy file '" + name + "' is in Fortran order; save it with np.ascontiguousarray");
   }
   const std::vector<int64_t> shape = parse_shape(header_value(header, "shape", name), name);
-  size_t elements = 1;
-  for (int64_t dim : shape) elements *= static_cast<size_t>(dim);  // bounded by parse_shape
-  // Checked before allocating: a corrupt header cannot make gpucore allocate what the file does not hold.
-  const size_t expected = elements * width, held = size - header_begin - header_size;
+  // Checked before allocating: a corrupt header cannot make gpucore allocate what the file does not hold
+  // (parse_shape bounds the element count).
+  const size_t expected = static_cast<size_t>(c10::multiply_integers(shape)) * width;
+  const size_t held = size - header_begin - header_size;
   if (held < expected) {
     throw ConfigError(".npy file '" + name + "' is truncated: shape " + c10::str(c10::IntArrayRef(shape)) + " needs " +
                       std::to_string(expected) + " bytes of data, the file holds " + std::to_string(held));

@@ -333,6 +333,7 @@ void bind_tensor_api(py::module_& m) {
       py::arg("paths"), py::arg("channels"), py::arg("threads"), py::arg("skip_errors"), py::arg("height") = 0,
       py::arg("width") = 0, py::arg("nearest") = false);
   m.def("mask_classes", &mask_classes, py::arg("masks"));
+  m.def("missing_reader_message", &missing_reader_message, py::arg("format"));
   m.def("set_max_image_pixels", &set_max_image_pixels, py::arg("pixels"));
   m.def("max_image_pixels", &max_image_pixels);
 }

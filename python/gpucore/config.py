@@ -265,11 +265,16 @@ def _validate(config, origins: Mapping[str, str]) -> None:
             raise ConfigError(f"{where}config key '{key.name}' is {value!r}; it must be {key.valid}")
 
 
+def _duplicate_key(name: Any, line: Optional[int] = None) -> ConfigError:
+    again = f" (again on line {line})" if line is not None else ""
+    return ConfigError(f"key '{name}' is given twice{again}; keep one (YAML and JSON would silently use the last)")
+
+
 def _no_duplicate_keys(pairs) -> dict:
     mapping = {}
     for name, value in pairs:
         if name in mapping:
-            raise ConfigError(f"key '{name}' is given twice; keep one (YAML and JSON would silently use the last)")
+            raise _duplicate_key(name)
         mapping[name] = value
     return mapping
 
@@ -291,8 +296,7 @@ def _load_yaml(text: str) -> Any:
             except TypeError:  # a list or mapping as a key
                 raise ConfigError(f"line {key_node.start_mark.line + 1}: a key must be a name, got {name!r}") from None
             if seen:
-                raise ConfigError(f"key '{name}' is given twice (again on line {key_node.start_mark.line + 1}); keep "
-                                  "one (YAML would silently use the last)")
+                raise _duplicate_key(name, key_node.start_mark.line + 1)
             result[name] = loader.construct_object(value_node, deep=True)
         return result
 

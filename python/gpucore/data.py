@@ -17,22 +17,17 @@ from . import _C, _build_info
 
 ConfigError = _C.ConfigError
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
-# Image format by file extension, and the library its reader needs (optional at build time).
-_FORMATS = {".png": ("png", "libpng"), ".jpg": ("jpeg", "libjpeg"), ".jpeg": ("jpeg", "libjpeg")}
+# Image format by file extension (its reader is optional at build time).
+_FORMATS = {".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg"}
 
 
 def _require_readers(paths: Sequence[str], origin: str) -> None:
     """Fails before any decoding when a file's format has no reader in this build (its library was
     missing when gpucore was built), instead of failing, or being skipped, file by file."""
     for path in paths:
-        format_name, library = _FORMATS.get(os.path.splitext(path)[1].lower(), (None, None))
+        format_name = _FORMATS.get(os.path.splitext(path)[1].lower())
         if format_name is not None and format_name not in _build_info.IMAGE_FORMATS:
-            raise ConfigError(
-                f"{origin}: '{path}' is a {format_name.upper()} file, but gpucore was built without {library}, so it "
-                f"has no {format_name.upper()} reader (readers built: {', '.join(_build_info.IMAGE_FORMATS) or 'none'}). "
-                f"Install {library}'s headers (Debian/Ubuntu: apt-get install libpng-dev libjpeg-dev; macOS: brew "
-                "install libpng jpeg-turbo; conda: conda install libpng libjpeg-turbo), then reinstall gpucore "
-                "(pip install --force-reinstall --no-deps --no-cache-dir <gpucore source>)")
+            raise ConfigError(f"{origin}: '{path}' {_C.missing_reader_message(format_name)}")
 
 
 def set_max_image_pixels(pixels: int) -> None:

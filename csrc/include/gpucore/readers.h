@@ -45,6 +45,10 @@ DecodedImages decode_images(const std::vector<std::string>& paths, int64_t chann
 std::string decode_image_into(const std::string& path, int64_t channels, int64_t height, int64_t width, bool resize,
                               bool nearest, uint8_t* dst);
 
+// Why a file of `format` ("png" or "jpeg") cannot be read by a gpucore built without its library, and
+// how to install it (the one text for the C++ readers and the Python check before decoding).
+std::string missing_reader_message(const std::string& format);
+
 // The most pixels an image header may claim: checked before anything is allocated, so a small file
 // claiming a huge image fails as that file's error (a decompression-bomb guard like Pillow's
 // MAX_IMAGE_PIXELS; the default is Pillow's error threshold, 178,956,970). 0: no limit. Process-wide.
