@@ -4,7 +4,7 @@
 #   2. installs only what is missing, from the bundle of scripts/gpu/bundle.sh (no network)
 #   3. builds gpucore with its CUDA kernels for this GPU's architecture, and the GoogleTest binary
 #   4. ctest, the whole pytest suite (CUDA tests included), `gpucore doctor --json`, one torchrun process
-#      (NCCL), the host syncs of one training epoch, `python -m bench all --device cuda`
+#      (NCCL), the host syncs of training steps, `python -m bench all --device cuda`
 # Under $OUT (default build/gpu-verify), 8 files: setup.log, build/ctest/pytest/doctor logs (the doctor's
 # holds its JSON), checks.log (torchrun, syncs, benchmarks), bench.json and results.md; the table is printed last.
 #
@@ -30,7 +30,7 @@ START=$SECONDS
 # STEP_LOG=NAME appends to $OUT/NAME.log instead (the device tool brings back 8 files at most).
 step() {
   local name=$1 detail=$2; shift 3
-  local t0=$SECONDS rc detail_text log="$OUT/${STEP_LOG:-$1}.log" output
+  local t0=$SECONDS rc detail_text log="$OUT/${STEP_LOG:-$name}.log" output
   echo "== $name: $*"
   output=$(mktemp)
   "$@" >"$output" 2>&1
@@ -81,8 +81,10 @@ done
 if [ ${#missing_py[@]} -gt 0 ]; then
   echo "verify: installing ${missing_py[*]} from $BUNDLE/wheels"
   for dist in "${missing_py[@]}"; do  # one at a time: one that cannot be installed skips only its tests
-    "$PY" -m pip install -q --no-index --find-links "$BUNDLE/wheels" --no-warn-script-location "$dist" \
-      >>"$OUT/setup.log" 2>&1 || echo "verify: could not install $dist (see setup.log)"
+    # grad-cam asks for opencv-python by name; images with opencv-python-headless have cv2 already.
+    deps=(); [ "$dist" = grad-cam ] && "$PY" -c "import cv2" 2>/dev/null && deps=(--no-deps)
+    "$PY" -m pip install -q --no-index --find-links "$BUNDLE/wheels" --no-warn-script-location "${deps[@]}" \
+      "$dist" >>"$OUT/setup.log" 2>&1 || echo "verify: could not install $dist (see setup.log)"
   done
 fi
 
@@ -106,14 +108,14 @@ wants ctest && step ctest "grep -E 'tests passed|tests failed'" -- ctest --test-
 # shellcheck disable=SC2086  # GPUCORE_PYTEST_ARGS is a list of arguments
 wants pytest && step pytest "grep -E '(passed|failed|error)'" -- \
   "$PY" -m pytest -q -rfEs --durations=12 "${PYTEST_OPTS[@]}" tests/python ${GPUCORE_PYTEST_ARGS:-}
-wants doctor && step doctor "$PY -c 'import json,sys; d=json.load(sys.stdin); k=d[\"gpucore_kernels\"] or {}; s=d[\"smoke_test\"] or {}; print(d[\"selected\"][\"device\"], d[\"precision\"][\"name\"] if d[\"precision\"] else None, \"kernels\", k.get(\"ok\"), \"smoke\", s.get(\"ok\"), d[\"advice\"])'" -- \
+wants doctor && step doctor "$PY -c 'import json,sys; d=json.load(sys.stdin); k=d[\"gpucore_kernels\"] or {}; s=d[\"smoke_test\"] or {}; print(d[\"selected\"][\"device\"], d[\"precision\"][\"precision\"] if d[\"precision\"] else None, \"kernels\", k.get(\"ok\"), \"smoke\", s.get(\"ok\"), d[\"advice\"])'" -- \
   "$PY" -m gpucore doctor --json
 # One process under torchrun: NCCL, rank-0 writes and the launcher's environment, on the GPU.
 wants ddp && STEP_LOG=checks step ddp "grep -E 'best_metric|Error'" -- \
   "$PY" -m torch.distributed.run --standalone --nproc_per_node=1 -m gpucore train --set epochs=1 \
   --set device=cuda --set progress=false --set run_dir=/tmp/gpucore-verify-ddp --set data=synthetic_fashion \
   --set "data_kwargs={train_size: 4096, val_size: 512}"
-wants syncs && STEP_LOG=checks step syncs "grep 'host syncs'" -- "$PY" scripts/gpu/count_syncs.py
+wants syncs && STEP_LOG=checks step syncs "grep 'per step'" -- "$PY" scripts/gpu/count_syncs.py
 wants bench && STEP_LOG=checks step bench "tail -n 1" -- "$PY" -m bench all --device cuda --json "$OUT/bench.json"
 
 echo
