@@ -1,10 +1,12 @@
 """Training throughput, side by side in one run: gpucore.train vs a seed-style PyTorch loop vs a
 hand-optimised PyTorch loop, same model (the seeds' Fashion-MNIST CNN), data, batch size and epochs.
 
-    python bench/train_bench.py [--device auto] [--epochs 3] [--train-size 12000] [--batch-size 64] [--json out.json]
+    python bench/train_bench.py [--device auto] [--epochs 3] [--train-size 12000] [--batch-size 64] [--repeats 3]
+                                [--json out.json]
 
-Reports samples/s of the training epochs after the first (warm-up) and ratios to gpucore. Not a test:
-run it on purpose and quote the numbers with the device.
+Reports samples/s of the training epochs after the first (warm-up), the median over interleaved rounds
+(a noisy, launch-bound GPU run swings by 1.5x from one round to the next), and ratios to gpucore. Not a
+test: run it on purpose and quote the numbers with the device.
 """
 import argparse
 import os
@@ -137,6 +139,7 @@ def main(argv=None):
     parser.add_argument("--train-size", type=int, default=12000)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds; the median is reported")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
 
@@ -146,22 +149,27 @@ def main(argv=None):
     (images, labels), _ = synthetic_fashion(train_size=args.train_size, val_size=1)
     mean, std = input_stats(images)  # one channel
     x = (images.float() / 255 - mean[0]) / std[0]
-    runs = {
-        "gpucore.train": gpucore_train(x, labels, device, args.epochs, args.batch_size, args.lr),
-        "seed-style loop": seed_style(x, labels, device, policy, args.epochs, args.batch_size, args.lr),
-        "hand-optimised loop": hand_optimised(x, labels, device, policy, args.epochs, args.batch_size, args.lr),
+    loops = {
+        "gpucore.train": lambda: gpucore_train(x, labels, device, args.epochs, args.batch_size, args.lr),
+        "seed-style loop": lambda: seed_style(x, labels, device, policy, args.epochs, args.batch_size, args.lr),
+        "hand-optimised loop": lambda: hand_optimised(x, labels, device, policy, args.epochs, args.batch_size,
+                                                      args.lr),
+        "PyTorch Lightning": lambda: lightning_loop(x, labels, device, policy, args.epochs, args.batch_size, args.lr),
     }
-    lightning = lightning_loop(x, labels, device, policy, args.epochs, args.batch_size, args.lr)
-    if lightning is not None:
-        runs["PyTorch Lightning"] = lightning
-    measured = {name: sum(times[1:]) if len(times) > 1 else times[0] for name, times in runs.items()}
     samples = args.train_size * max(args.epochs - 1, 1)
-    rate = {name: samples / seconds for name, seconds in measured.items()}
+    rates = {name: [] for name in loops}
+    for _ in range(args.repeats):
+        for name, loop in loops.items():
+            times = loop()
+            if times is not None:  # None: Lightning is not installed
+                rates[name].append(samples / (sum(times[1:]) if len(times) > 1 else times[0]))
+    rate = {name: sorted(values)[len(values) // 2] for name, values in rates.items() if values}
     title = (f"device: {device_label(device)}, precision {policy.precision}, torch {torch.__version__}, "
              f"batch {args.batch_size}")
     return report(title, "samples/s", rate, "gpucore.train",
                   {"device": device_label(device), "precision": policy.precision, "batch_size": args.batch_size,
-                   "train_size": args.train_size, "epochs_timed": max(args.epochs - 1, 1)}, args.json)
+                   "train_size": args.train_size, "epochs_timed": max(args.epochs - 1, 1), "repeats": args.repeats,
+                   "every_round": rates}, args.json)
 
 
 if __name__ == "__main__":
