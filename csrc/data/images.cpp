@@ -46,11 +46,13 @@ bool too_many_pixels(uint64_t width, uint64_t height, Pixels& out) {
   return true;
 }
 
+#if !defined(GPUCORE_WITH_PNG) || !defined(GPUCORE_WITH_JPEG)
 // Without libpng/libjpeg at build time the reader is left out; a file of that format then fails with this.
 void missing_library(const std::string& format, Pixels& out) {
   out.missing_library = true;
   out.error = missing_reader_message(format);
 }
+#endif
 
 std::vector<unsigned char> read_file(const std::string& path, std::string& error) {
   std::ifstream file(path, std::ios::binary);
