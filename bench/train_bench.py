@@ -18,7 +18,8 @@ import torch
 from torch import nn
 
 import gpucore
-from gpucore.datasets import input_stats, synthetic_fashion
+from gpucore.builtin_data import synthetic_fashion
+from gpucore.tensor_inputs import input_stats
 from gpucore.models import FashionMnistCNN
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -13,7 +13,7 @@ import sys
 import torch
 
 import gpucore
-from gpucore.datasets import CAPTCHA_ALPHABET, synthetic_captcha
+from gpucore.builtin_data import CAPTCHA_ALPHABET, synthetic_captcha
 
 
 def captcha_package_data(count: int, length: int, seed: int):

@@ -31,9 +31,9 @@ except ImportError as exc:
     ) from exc
 
 from . import ops  # noqa: E402,F401  (fake kernels of the torch ops)
+from .errors import ConfigError, DeviceFallbackWarning, DeviceUnavailableError, TrainingError  # noqa: E402
 from .device import (  # noqa: E402
     DeviceChoice,
-    DeviceFallbackWarning,
     PrecisionPolicy,
     device_facts,
     memory_stats,
@@ -44,12 +44,9 @@ from .doctor import doctor  # noqa: E402
 from .config import TrainConfig, load_config  # noqa: E402
 from .train import TrainResult, train  # noqa: E402
 from .cam import CAM, CamResult, gradcam  # noqa: E402
-from .loader import DataLoader  # noqa: E402
+from .device_batches import DataLoader  # noqa: E402
 from . import data  # noqa: E402
 
-ConfigError = _C.ConfigError
-DeviceUnavailableError = _C.DeviceUnavailableError
-TrainingError = _C.TrainingError
 __version__ = _build_info.GPUCORE_VERSION
 
 __all__ = [

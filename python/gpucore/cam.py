@@ -18,9 +18,9 @@ import torch
 from torch import nn
 
 from . import _C
+from .errors import ConfigError
 from .png import encode_png, grid
 
-ConfigError = _C.ConfigError
 
 METHODS = ("gradcam", "gradcam++", "xgradcam", "hirescam", "layercam", "eigencam", "eigengradcam", "scorecam")
 _GRADIENT_FREE = ("eigencam", "scorecam")

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import _C
+from .errors import ConfigError
 
 FORMAT = "gpucore-checkpoint"
 VERSION = 1
@@ -94,13 +94,13 @@ def save_checkpoint(path: str, payload: dict) -> None:
 
 def load_checkpoint(path: str, map_location="cpu") -> dict:
     if not os.path.isfile(path):
-        raise _C.ConfigError(f"checkpoint '{path}' does not exist")
+        raise ConfigError(f"checkpoint '{path}' does not exist")
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:
-        raise _C.ConfigError(f"checkpoint '{path}' cannot be read ({type(exc).__name__}: {exc})") from exc
+        raise ConfigError(f"checkpoint '{path}' cannot be read ({type(exc).__name__}: {exc})") from exc
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise _C.ConfigError(f"'{path}' is not a gpucore checkpoint (no '{FORMAT}' marker)")
+        raise ConfigError(f"'{path}' is not a gpucore checkpoint (no '{FORMAT}' marker)")
     return payload
 
 

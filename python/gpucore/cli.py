@@ -87,7 +87,7 @@ def _gradcam(args: argparse.Namespace) -> int:
     from .cam import CAM
     from .checkpoint import load_checkpoint
     from .config import load_config
-    from .datasets import model_inputs
+    from .tensor_inputs import model_inputs
     from .device import select_device
     from .models import build_model
     from .png import encode_png
@@ -155,13 +155,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
-    from . import _C
+    from .errors import ConfigError, DeviceUnavailableError, TrainingError
 
     try:
         return args.run(args)
-    except (_C.ConfigError, _C.DeviceUnavailableError, NotImplementedError) as exc:
+    except (ConfigError, DeviceUnavailableError, NotImplementedError) as exc:
         print(f"gpucore: error: {exc}", file=sys.stderr)
         return 2
-    except _C.TrainingError as exc:
+    except TrainingError as exc:
         print(f"gpucore: training failed: {exc}", file=sys.stderr)
         return 1

@@ -14,9 +14,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from . import _C
+from .errors import ConfigError
 
-ConfigError = _C.ConfigError
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import torch
 
 from . import _C, _build_info
+from .errors import ConfigError
 
-ConfigError = _C.ConfigError
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
 # Image format by file extension (its reader is optional at build time).
 _FORMATS = {".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg"}
@@ -188,7 +188,7 @@ class ImageFiles(Dataset):
     def sample_stats(self, limit: int = 1024) -> Tuple[list, list]:
         """Per-channel (mean, std) of the images scaled to [0, 1]: exact when decoded, else from up to
         `limit` files spread evenly over the set (streaming never decodes the whole set for it)."""
-        from .datasets import input_stats
+        from .tensor_inputs import input_stats
 
         if self._inputs is not None:
             return input_stats(self._inputs)

@@ -9,12 +9,9 @@ from typing import Optional, Union
 import torch
 
 from . import _C
+from .errors import ConfigError, DeviceFallbackWarning
 
 DeviceLike = Union[str, torch.device]
-
-
-class DeviceFallbackWarning(UserWarning):
-    """`device: auto` passed over a device that exists but cannot be used."""
 
 
 @dataclass(frozen=True)
@@ -67,7 +64,7 @@ def _device_string(device: DeviceLike, argument: str) -> str:
         return str(device)
     if isinstance(device, str):
         return device.strip().lower()
-    raise _C.ConfigError(
+    raise ConfigError(
         f"{argument} must be a string such as 'auto', 'cpu', 'cuda', 'cuda:1' or 'mps', "
         f"or a torch.device; got {type(device).__name__} {device!r}"
     )
@@ -158,7 +155,7 @@ def _toggle(value: Union[bool, str], key: str) -> str:
         return "true" if value else "false"
     if isinstance(value, str):
         return value.strip().lower()
-    raise _C.ConfigError(f"{key} must be auto, true or false; got {type(value).__name__} {value!r}")
+    raise ConfigError(f"{key} must be auto, true or false; got {type(value).__name__} {value!r}")
 
 
 _DTYPES = {"": None, "bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32, "float64": torch.float64}
@@ -264,7 +261,7 @@ def memory_stats(device: Optional[DeviceLike] = None) -> dict:
             "total": getattr(torch.mps, "recommended_max_memory", lambda: None)(),
         }
     if target.type != "cpu":
-        raise _C.ConfigError(f"memory_stats: device '{target}' is not one of cpu, cuda, cuda:N, mps")
+        raise ConfigError(f"memory_stats: device '{target}' is not one of cpu, cuda, cuda:N, mps")
     page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else None
     rss = _proc_status_bytes("VmRSS")
     return {

@@ -21,7 +21,7 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
-from . import _C
+from .errors import ConfigError, TrainingError
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ def environment() -> World:
         rank = int(os.environ.get("RANK", "0"))
         local_rank = int(os.environ.get("LOCAL_RANK", str(rank)))
     except ValueError as exc:
-        raise _C.ConfigError(f"WORLD_SIZE, RANK and LOCAL_RANK must be integers ({exc})") from exc
+        raise ConfigError(f"WORLD_SIZE, RANK and LOCAL_RANK must be integers ({exc})") from exc
     return World(rank, size, local_rank, "WORLD_SIZE" in os.environ)
 
 
@@ -64,7 +64,7 @@ def check_same(value, what: str) -> None:
     values = [None] * dist.get_world_size()
     dist.all_gather_object(values, value)
     if any(v != values[0] for v in values):
-        raise _C.ConfigError(f"the ranks disagree on {what}: " + ", ".join(f"rank {r}: {v}" for r, v in enumerate(values)))
+        raise ConfigError(f"the ranks disagree on {what}: " + ", ".join(f"rank {r}: {v}" for r, v in enumerate(values)))
 
 
 def broadcast(value):
@@ -143,10 +143,10 @@ def launch(config, devices: int, timeout_s: int) -> dict:
             out.close()
             err.close()
     if timed_out:
-        raise _C.TrainingError(f"distributed training over {devices} processes did not finish within dist_timeout "
+        raise TrainingError(f"distributed training over {devices} processes did not finish within dist_timeout "
                                f"{timeout_s} s; rank 0's last output: {texts[0][1][-2000:]}")
     if failed is not None:
         tail = texts[failed][1].strip().splitlines()[-12:]
-        raise _C.TrainingError(f"rank {failed} of {devices} failed (exit status {processes[failed].returncode}); the "
+        raise TrainingError(f"rank {failed} of {devices} failed (exit status {processes[failed].returncode}); the "
                                "other ranks were stopped. Its error:\n" + "\n".join(tail))
     return json.loads(texts[0][0])

@@ -11,6 +11,7 @@ from typing import Optional
 import torch
 
 from . import _C, _build_info
+from .errors import ConfigError, DeviceUnavailableError
 from .device import DeviceLike, _device_string, assess_devices, device_facts, resolve_precision, select_device
 
 REPORT_VERSION = 1
@@ -61,7 +62,7 @@ def doctor(device: DeviceLike = "auto", *, smoke_test: bool = True) -> dict:
 
     try:
         choice = select_device(requested)
-    except (_C.ConfigError, _C.DeviceUnavailableError) as exc:
+    except (ConfigError, DeviceUnavailableError) as exc:
         report["selected"] = {"device": None, "reason": None, "error": str(exc)}
         advice.append(str(exc))
         return report

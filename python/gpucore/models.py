@@ -6,7 +6,7 @@ import importlib
 
 from torch import nn
 
-from . import _C
+from .errors import ConfigError
 
 
 class FashionMnistCNN(nn.Module):
@@ -58,23 +58,23 @@ def build_model(name: str, kwargs: dict) -> nn.Module:
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:
-            raise _C.ConfigError(f"config key 'model': cannot import module '{module_name}' ({exc})") from exc
+            raise ConfigError(f"config key 'model': cannot import module '{module_name}' ({exc})") from exc
         factory = getattr(module, attribute, None)
         if factory is None or not callable(factory):
-            raise _C.ConfigError(f"config key 'model': module '{module_name}' has no callable '{attribute}'")
+            raise ConfigError(f"config key 'model': module '{module_name}' has no callable '{attribute}'")
     elif name in BUILTIN:
         factory = BUILTIN[name]
     else:
         close = difflib.get_close_matches(name, BUILTIN, n=1)
         hint = f" Did you mean '{close[0]}'?" if close else ""
-        raise _C.ConfigError(
+        raise ConfigError(
             f"config key 'model': '{name}' is not a built-in model ({', '.join(BUILTIN)}) nor of the form "
             f"'package.module:factory'.{hint}"
         )
     try:
         model = factory(**kwargs)
     except TypeError as exc:
-        raise _C.ConfigError(f"config key 'model_kwargs' does not fit model '{name}': {exc}") from exc
+        raise ConfigError(f"config key 'model_kwargs' does not fit model '{name}': {exc}") from exc
     if not isinstance(model, nn.Module):
-        raise _C.ConfigError(f"config key 'model': '{name}' returned {type(model).__name__}, not a torch.nn.Module")
+        raise ConfigError(f"config key 'model': '{name}' returned {type(model).__name__}, not a torch.nn.Module")
     return model

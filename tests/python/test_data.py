@@ -48,7 +48,7 @@ def test_idx_errors_name_the_file(tmp_path):
 
 
 def test_idx_data_set_and_training_on_an_idx_folder(tmp_path):
-    (images, labels), (val_images, val_labels) = gpucore.datasets.synthetic_fashion(train_size=600, val_size=100)
+    (images, labels), (val_images, val_labels) = gpucore.builtin_data.synthetic_fashion(train_size=600, val_size=100)
     write_idx(str(tmp_path / "train-images-idx3-ubyte.gz"), images[:, 0].numpy(), compress=True)
     write_idx(str(tmp_path / "train-labels-idx1-ubyte.gz"), labels.numpy().astype(np.uint8), compress=True)
     write_idx(str(tmp_path / "t10k-images-idx3-ubyte"), val_images[:, 0].numpy())
@@ -210,7 +210,7 @@ def test_files_captcha_names_csv_and_segmentation(tmp_path):
 
 
 def test_npy_folder_and_dataset_objects_in_train(tmp_path):
-    (images, labels), _ = gpucore.datasets.synthetic_fashion(train_size=256, val_size=1)
+    (images, labels), _ = gpucore.builtin_data.synthetic_fashion(train_size=256, val_size=1)
     np.save(tmp_path / "x.npy", images[:, 0].numpy())
     np.save(tmp_path / "y.npy", labels.numpy())
     loaded = data.Npy(str(tmp_path / "x.npy"), str(tmp_path / "y.npy"))
@@ -302,7 +302,7 @@ def test_dataloader_yields_normalised_batches_on_the_device():
     assert len(loader) == 4
     batches = list(loader)
     x, y = batches[0]
-    mean, std = gpucore.datasets.input_stats(dataset.inputs)
+    mean, std = gpucore.tensor_inputs.input_stats(dataset.inputs)
     expected = (dataset.inputs[:16].float() / 255 - torch.tensor(mean)[:, None, None]) / torch.tensor(std)[:, None, None]
     torch.testing.assert_close(x, expected, rtol=1e-5, atol=1e-5)
     assert torch.equal(y, torch.arange(16))

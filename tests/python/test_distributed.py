@@ -21,6 +21,19 @@ MODELS = textwrap.dedent("""
             raise RuntimeError("rank %d was told to fail" % fail_rank)
         torch.manual_seed(0)
         return nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.Tanh(), nn.Linear(32, 10))
+
+    class Picky(nn.Module):  # runs out of memory above 16 samples per training batch, as a small GPU would
+        def __init__(self):
+            super().__init__()
+            self.net = mlp()
+
+        def forward(self, x):
+            if self.training and x.shape[0] > 16:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            return self.net(x)
+
+    def picky():
+        return Picky()
 """)
 
 WORKER = textwrap.dedent("""
@@ -82,6 +95,20 @@ def test_devices_2_starts_the_processes_itself(workdir, monkeypatch):
                                 data_kwargs={"train_size": 2048, "val_size": 256}, batch_size=32))
     assert result.status == "completed" and result.best_metric > 0.5  # chance is 0.1
     assert result.steps == 32  # 2048 samples over 2 ranks in batches of 32
+
+
+def test_out_of_memory_retry_keeps_sharding_the_data_over_the_ranks(workdir, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", f"{workdir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    monkeypatch.syspath_prepend(str(workdir))  # the result's model is built here too
+    result = gpucore.train(dict(devices=2, device="cpu", epochs=2, progress=False, run_dir=str(workdir / "runs"),
+                                model="ddp_models:picky", batch_size=32, on_oom="reduce_batch",
+                                data_kwargs={"train_size": 256, "val_size": 32, "size": 8}))
+    # 128 samples per rank in micro-batches of 16, two per step: 4 steps per epoch (8 if each rank
+    # trained on all 256 samples, as the retry once did).
+    assert result.steps == 8
+    stats = json.load(open(result.stats_path))
+    assert stats["oom_reductions"] == [{"epoch": 1, "batch_size": 16, "accumulate_grad_batches": 2}]
+    assert [row["epoch"] for row in stats["epochs"]] == [1, 2]
 
 
 def test_a_failing_rank_stops_the_job_with_its_error(workdir, monkeypatch):

@@ -97,8 +97,8 @@ def test_captcha_example_runs_with_the_built_in_generator(tmp_path, capsys):
                                 "--grad-accum", "2", "--dir", str(tmp_path)])
     assert 0.0 <= accuracy <= 1.0
     assert "whole-captcha accuracy" in capsys.readouterr().out
-    (images, labels), _ = gpucore.datasets.synthetic_captcha(train_size=4, val_size=1, seed=3)
-    again, _ = gpucore.datasets.synthetic_captcha(train_size=4, val_size=1, seed=3)
+    (images, labels), _ = gpucore.builtin_data.synthetic_captcha(train_size=4, val_size=1, seed=3)
+    again, _ = gpucore.builtin_data.synthetic_captcha(train_size=4, val_size=1, seed=3)
     assert images.shape == (4, 3, 60, 160) and labels.shape == (4, 4)
     assert torch.equal(images, again[0]) and int(labels.max()) < 36
 

@@ -10,7 +10,8 @@ import os
 import torch
 
 import gpucore
-from gpucore.datasets import load_data, model_inputs
+from gpucore.builtin_data import load_data
+from gpucore.tensor_inputs import model_inputs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIG = os.path.join(HERE, "..", "configs", "config.yaml")

@@ -7,11 +7,11 @@ from typing import List, Optional, Tuple, Union
 import torch
 
 from . import _C
+from .errors import ConfigError
 from .data import Dataset, ImageFiles
-from .datasets import as_images, input_stats, prepare_inputs
+from .tensor_inputs import as_images, input_stats, prepare_inputs
 from .device import memory_stats, select_device
 
-ConfigError = _C.ConfigError
 CACHES = ("auto", "device", "host", "none")
 
 

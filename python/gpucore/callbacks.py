@@ -1,0 +1,106 @@
+"""Policies applied after each epoch, as callbacks on the protocol users' callbacks use: optional
+`on_epoch_end(epoch, record)` and `on_step_end(step, metrics)` methods. The built-in ones carry state
+that a checkpoint saves (`state_dict` / `load_state_dict`), so a resumed run goes on where it stopped."""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Sequence
+
+from .errors import ConfigError
+from .run_dir import RunDir
+
+
+def call(callbacks: Sequence[Any], method: str, *args) -> None:
+    for callback in callbacks:
+        hook = getattr(callback, method, None)
+        if hook is not None:
+            hook(*args)
+
+
+class Monitor:
+    """The metric that decides "better" (config keys monitor, mode, min_delta); `auto` is settled by the
+    first epoch's record: the validation accuracy (or IoU, or loss) when there is validation data."""
+
+    AUTO_ORDER = ("val_accuracy", "val_seq_accuracy", "val_iou", "val_loss", "train_loss")
+
+    def __init__(self, name: str, mode: str, min_delta: float):
+        self.name = None if name == "auto" else name
+        self.mode = None if mode == "auto" else mode
+        self.min_delta = min_delta
+
+    def value(self, record: dict) -> Optional[float]:
+        if self.name is None:
+            self.name = next((n for n in self.AUTO_ORDER if n in record), "train_loss")
+        if self.name not in record:
+            raise ConfigError(f"config key 'monitor': '{self.name}' is not reported; reported: "
+                              f"{', '.join(sorted(k for k in record if k != 'epoch'))}")
+        if self.mode is None:
+            self.mode = "min" if "loss" in self.name else "max"
+        return record[self.name]
+
+    def improved(self, value: Optional[float], best: Optional[float]) -> bool:
+        if value is None:
+            return False
+        if best is None:
+            return True
+        return value < best - self.min_delta if self.mode == "min" else value > best + self.min_delta
+
+
+class EarlyStopping:
+    """Stops the run after `patience` epochs without improvement of the monitored metric (0: never)."""
+
+    def __init__(self, monitor: Monitor, patience: int):
+        self.monitor, self.patience = monitor, patience
+        self.best: Optional[float] = None
+        self.stalled = 0
+
+    @property
+    def should_stop(self) -> bool:
+        return bool(self.patience) and self.stalled >= self.patience
+
+    def on_epoch_end(self, epoch: int, record: dict) -> None:
+        value = self.monitor.value(record)
+        if self.monitor.improved(value, self.best):
+            self.best, self.stalled = value, 0
+        else:
+            self.stalled += 1
+
+    def state_dict(self) -> dict:
+        return {"best": self.best, "stalled": self.stalled}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.best, self.stalled = state["best"], state["stalled"]
+
+
+class ModelCheckpoint:
+    """After each epoch: checkpoints/last.pt; best.pt when the monitored metric improved; epoch_NNNN.pt
+    every `save_every_n_epochs` epochs, keeping the newest `keep_last_k`. Tracks the best metric and epoch."""
+
+    def __init__(self, monitor: Monitor, run_dir: RunDir, payload: Callable[[int], dict], save_every_n_epochs: int,
+                 keep_last_k: int):
+        self.monitor, self.run_dir, self.payload = monitor, run_dir, payload
+        self.save_every_n_epochs, self.keep_last_k = save_every_n_epochs, keep_last_k
+        self.best: Optional[float] = None
+        self.best_epoch: Optional[int] = None
+
+    def on_epoch_end(self, epoch: int, record: dict) -> None:
+        value = self.monitor.value(record)
+        improved = self.monitor.improved(value, self.best)
+        if improved:
+            self.best, self.best_epoch = value, epoch
+        payload = self.payload(epoch)
+        self.run_dir.save("last.pt", payload)
+        if improved:
+            self.run_dir.save("best.pt", payload)
+        if self.save_every_n_epochs and epoch % self.save_every_n_epochs == 0:
+            self.run_dir.save(f"epoch_{epoch:04d}.pt", payload)
+            self.run_dir.keep_newest("epoch_", self.keep_last_k)
+        self.run_dir.remove("interrupted.pt")  # superseded by last.pt
+
+    def state_dict(self) -> dict:
+        """The "best" entry of training_stats.json and of checkpoints."""
+        return {"metric": self.best, "epoch": self.best_epoch, "monitor": self.monitor.name}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.best, self.best_epoch = state["metric"], state["epoch"]
+        if state["monitor"] is not None:
+            self.monitor.name = state["monitor"]

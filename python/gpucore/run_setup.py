@@ -1,0 +1,112 @@
+"""Everything a training run is built from, in order: seeding, device and precision, the process group,
+the model on its device, the data sets, the C++ engine and the run directory."""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+from torch import nn
+
+from . import _C, distributed
+from .data import Dataset as LoadedDataset
+from .data import ImageFiles
+from .builtin_data import load_data
+from .device import PrecisionPolicy, resolve_precision, select_device
+from .engine_config import check_metric_keys, engine_config, param_groups
+from .epoch_data import EpochData, make_train_set, make_val_set, normalization_of
+from .errors import ConfigError
+from .models import build_model
+from .rng import seed_everything
+from .run_dir import RunDir
+
+
+@dataclass
+class Run:
+    config: Any
+    world: distributed.World
+    device: torch.device
+    device_reason: str
+    policy: PrecisionPolicy
+    module: nn.Module  # the model itself: its state is what checkpoints hold
+    forward: Callable  # what the engine calls: the module, wrapped for DDP and torch.compile as asked
+    loss: Optional[Callable]
+    train_data: Any  # kept to build the training set again (out-of-memory retry)
+    normalization: Optional[tuple]
+    train_set: EpochData
+    val_set: Optional[EpochData]
+    steps_per_epoch: int
+    engine: Any
+    run_dir: RunDir
+    created_group: bool
+
+    def summary(self) -> dict:
+        """The facts of the run for training_stats.json."""
+        return {"device": str(self.device), "device_reason": self.device_reason, "precision": self.policy.to_dict(),
+                "torch": torch.__version__, "config": self.config.to_dict(), "run_dir": self.run_dir.path}
+
+    def close(self) -> None:
+        self.run_dir.close()
+        if self.created_group:
+            torch.distributed.destroy_process_group()
+
+
+def build_run(config, world: distributed.World, model=None, train_data=None, val_data=None, loss=None) -> Run:
+    seed_everything(config.seed)
+    if config.deterministic:
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.deterministic = True
+    preference = config.device
+    if world.launched and config.device in ("auto", "cuda") and not config.no_cuda and torch.cuda.is_available():
+        preference = f"cuda:{world.local_rank}"  # each process binds its local GPU
+    choice = select_device(preference, no_cuda=config.no_cuda, no_mps=config.no_mps or world.launched)
+    device = str(choice.device)
+    created_group = distributed.start(world, choice.device, config.dist_timeout)
+    distributed.check_same(json.dumps(config.to_dict(), sort_keys=True), "the configuration")
+    policy = resolve_precision(config.precision, choice.device, tf32=config.tf32, cudnn_benchmark=config.cudnn_benchmark)
+    policy.apply()
+
+    module, forward = _place_model(model, config, choice.device, policy, world)
+    train_data, val_data = _training_data(config, train_data, val_data)
+    normalization = normalization_of(train_data, config, device)
+    train_set = make_train_set(train_data, config, device, normalization, world)
+    distributed.check_same(train_set.total_batches(), "the number of batches per epoch (data length)")
+    val_set = make_val_set(val_data, config, device, normalization)
+    check_metric_keys(config, val_set is not None)
+    steps_per_epoch = math.ceil(train_set.total_batches() / config.accumulate_grad_batches)
+    engine = _C.Engine(param_groups(module, config), engine_config(config, device, policy, steps_per_epoch))
+    run_dir = RunDir(config, world)
+    run_dir.create(config)
+    return Run(config=config, world=world, device=choice.device, device_reason=choice.reason, policy=policy,
+               module=module, forward=forward, loss=loss, train_data=train_data, normalization=normalization,
+               train_set=train_set, val_set=val_set, steps_per_epoch=steps_per_epoch, engine=engine, run_dir=run_dir,
+               created_group=created_group)
+
+
+def _place_model(model, config, device: torch.device, policy: PrecisionPolicy, world: distributed.World):
+    """(module, forward): the model on its device in its dtype and memory format, and what the engine calls."""
+    module = model if model is not None else build_model(config.model, config.model_kwargs)
+    if not isinstance(module, nn.Module):
+        raise ConfigError(f"model must be a torch.nn.Module, got {type(module).__name__}")
+    module.to(device=device, dtype=policy.param_dtype)
+    if config.channels_last:
+        module.to(memory_format=torch.channels_last)
+    forward = module
+    if world.launched:
+        forward = torch.nn.parallel.DistributedDataParallel(
+            module, device_ids=[device.index] if device.type == "cuda" else None)
+    return module, torch.compile(forward) if config.compile else forward
+
+
+def _training_data(config, train_data, val_data):
+    """The caller's data, else what config key `data` names. Data sets read by gpucore's readers are served
+    like tensors; image files may also be streamed."""
+    train_data, val_data = ((d.inputs, d.targets) if isinstance(d, LoadedDataset) and not isinstance(d, ImageFiles)
+                            else d for d in (train_data, val_data))
+    if train_data is None:
+        train_default, val_default = load_data(config.data, config.data_kwargs, config.val_fraction, config.seed)
+        train_data = train_default
+        val_data = val_default if val_data is None else val_data
+    return train_data, val_data

@@ -1,0 +1,45 @@
+"""Tensors as models take them: image layout, input statistics, standardisation. A leaf module."""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+
+
+def as_images(inputs: torch.Tensor) -> torch.Tensor:
+    """uint8 (N, H, W) images get their channel: (N, 1, H, W). Everything else is returned as it is."""
+    return inputs.unsqueeze(1) if inputs.dtype == torch.uint8 and inputs.dim() == 3 else inputs
+
+
+def prepare_inputs(inputs: torch.Tensor, stats: Optional[Tuple[list, list]]) -> torch.Tensor:
+    """Non-image inputs as float32, standardised with the (single-value) stats; shapes are kept, so
+    sequence data (N, T, features) passes through. Images go through gpucore::augment instead."""
+    x = inputs if inputs.is_floating_point() else inputs.float()
+    if stats is not None:
+        x = (x - stats[0][0]) / stats[1][0]
+    return x.contiguous()
+
+
+def input_stats(inputs: torch.Tensor) -> Tuple[list, list]:
+    """(mean, std) lists: per channel for N x C x H x W images (uint8 scaled to [0, 1]), one value otherwise."""
+    x = as_images(inputs)
+    if x.dim() == 4:
+        values = x.transpose(0, 1).reshape(x.shape[1], -1)
+        values = values.float().div_(255) if x.dtype == torch.uint8 else values.float()
+        mean, std = values.mean(1), values.std(1)
+    else:
+        values = x.float()
+        mean, std = values.mean().reshape(1), values.std().reshape(1)
+    std = torch.where(std > 0, std, torch.ones_like(std))
+    return mean.tolist(), std.tolist()
+
+
+def model_inputs(images: torch.Tensor, input_stats: Optional[dict]) -> torch.Tensor:
+    """Images (N x C x H x W, uint8 or float) as the model saw them in training: the same gpucore::augment op,
+    without crop or flip, with a checkpoint's `input_stats` ({"mean": [...], "std": [...]}, or None)."""
+    images = as_images(images)
+    n = images.shape[0]
+    offsets = torch.zeros(n, 2, dtype=torch.long, device=images.device)
+    flips = torch.zeros(n, dtype=torch.bool, device=images.device)
+    mean, std = (input_stats["mean"], input_stats["std"]) if input_stats else ([], [])
+    return torch.ops.gpucore.augment(images, offsets, flips, 0, mean, std, torch.float32)
