@@ -111,7 +111,7 @@ def main(argv=None):
                 handle.write(encode_png(images[index].permute(1, 2, 0)))
 
         def ours(cache="auto"):
-            dataset = gpucore.data.ImageFolder(root, threads=cores)
+            dataset = gpucore.data.read_image_folder(root, threads=cores)
             return gpucore.DataLoader(dataset, args.batch_size, device=device, crop_padding=4, hflip=True,
                                       normalize=(MEAN, STD), cache=cache)
 

@@ -2,7 +2,7 @@
 multi-label soft-margin loss, AMP and gradient accumulation from flags, several GPUs with --devices.
 
     python examples/captcha/captcha_train.py --amp --batch-size 128 --grad-accum 2 --epochs 30
-    torchrun --nproc_per_node=3 examples/captcha/captcha_train.py --amp          # the 3 A100s of seed 002
+    torchrun --nproc_per_node=3 examples/captcha/captcha_train.py --amp          # one process per GPU of a 3-A100 server
 
 Images are made on the fly with the `captcha` package when it is installed (pip install captcha), and by
 gpucore's built-in generator (a bitmap font with jitter, colours, noise and lines) otherwise.

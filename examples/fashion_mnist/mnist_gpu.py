@@ -20,7 +20,7 @@ IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description="Fashion-MNIST on gpucore (seed 003's mnist-gpu.py)")
+    parser = argparse.ArgumentParser(description="Fashion-MNIST on gpucore (the flags of the usual mnist-gpu.py script)")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--test-batch-size", type=int, default=500)

@@ -1,4 +1,4 @@
-"""A small sequence recogniser trained with CTC (the kind of model seed 001's TFNet is), on generated sequences.
+"""A small sequence recogniser trained with CTC (the kind of model a TFNet text-line recogniser is), on generated sequences.
 
     python examples/sequence_ctc/train_ctc.py [--epochs 8] [--batch-size 64]
 

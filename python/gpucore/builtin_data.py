@@ -57,7 +57,7 @@ def synthetic_fashion(train_size: int = 12000, val_size: int = 2000, seed: int =
 
 def synthetic_sequences(train_size: int = 4096, val_size: int = 512, seed: int = 0, steps: int = 24, classes: int = 10,
                         max_length: int = 6, noise: float = 0.3):
-    """Sequences for CTC models (the kind seed 001's TFNet is): each token k (1..classes-1) shows as 2-3
+    """Sequences for CTC models (the kind of a TFNet-style text-line recogniser): each token k (1..classes-1) shows as 2-3
     noisy frames of a feature pattern, separated by blank frames; targets are (N, max_length) class indices
     padded with -1. Returns ((x_train, y_train), (x_val, y_val)) with x float (N, steps, classes)."""
     generator = torch.Generator().manual_seed(seed)
@@ -125,7 +125,7 @@ CAPTCHA_ALPHABET = "".join(_GLYPHS)
 
 def synthetic_captcha(train_size: int = 10000, val_size: int = 1000, seed: int = 0, length: int = 4,
                       height: int = 60, width: int = 160):
-    """Captcha images like seed 002's (160 x 60 RGB, 4 characters of 0-9a-z) drawn from a built-in bitmap
+    """Captcha images like those of captcha-trainer scripts (160 x 60 RGB, 4 characters of 0-9a-z) drawn from a built-in bitmap
     font: scaled glyphs at jittered positions in random colours over a noisy background with stray lines.
     Targets are (N, length) indices into CAPTCHA_ALPHABET. Returns ((x_train, y_train), (x_val, y_val))."""
     generator = torch.Generator().manual_seed(seed)
@@ -214,13 +214,13 @@ def _load_folder(path: str, kwargs: dict):
 
     train_images = _find(path, "train-images-idx3-ubyte", "train-images.idx3-ubyte")
     if train_images:
-        train = pair(data.IDX(train_images, _required(path, "train-labels-idx1-ubyte", "train-labels.idx1-ubyte")))
+        train = pair(data.read_idx(train_images, _required(path, "train-labels-idx1-ubyte", "train-labels.idx1-ubyte")))
         test_images = _find(path, "t10k-images-idx3-ubyte", "t10k-images.idx3-ubyte")
-        val = (pair(data.IDX(test_images, _required(path, "t10k-labels-idx1-ubyte", "t10k-labels.idx1-ubyte")))
+        val = (pair(data.read_idx(test_images, _required(path, "t10k-labels-idx1-ubyte", "t10k-labels.idx1-ubyte")))
                if test_images else None)
         return train, val
     arrays = {name[:-4]: os.path.join(path, name) for name in os.listdir(path) if name.endswith(".npy")}
-    splits = _pick_splits(arrays, lambda x, y: pair(data.Npy(x, y)))
+    splits = _pick_splits(arrays, lambda x, y: pair(data.read_npy(x, y)))
     if splits is not None:
         return splits
     if os.path.isdir(os.path.join(path, "train")):
@@ -237,7 +237,7 @@ def _load_folder(path: str, kwargs: dict):
 
 def _image_folder(root: str, kwargs: dict) -> data.ImageFiles:
     try:
-        return data.ImageFolder(root, **kwargs)
+        return data.read_image_folder(root, **kwargs)
     except TypeError as exc:
         raise ConfigError(f"config key 'data_kwargs' does not fit the image-folder reader (channels, size, threads, "
                           f"on_error): {exc}") from exc

@@ -22,8 +22,6 @@ from .errors import ConfigError
 from .png import encode_png, grid
 
 
-METHODS = ("gradcam", "gradcam++", "xgradcam", "hirescam", "layercam", "eigencam", "eigengradcam", "scorecam")
-_GRADIENT_FREE = ("eigencam", "scorecam")
 _ops = torch.ops.gpucore
 
 
@@ -182,7 +180,7 @@ class CAM:
 
     def _cams(self, inputs: torch.Tensor, targets: Any) -> torch.Tensor:
         height, width = inputs.shape[-2:]
-        gradient_free = self.method in _GRADIENT_FREE
+        gradient_free = not _METHODS[self.method][0]
         with _capture(self.model, self.layers) as captured:
             with torch.set_grad_enabled(not gradient_free):
                 # A fresh leaf that requires grad, so the graph reaches the layers even with frozen weights.
@@ -208,23 +206,10 @@ class CAM:
                     raise ConfigError(f"the target score does not depend on layer '{self.layer_names[index]}'")
                 a = self._spatial(activation.detach())
                 g = self._spatial(gradient) if gradient is not None else None
-                per_layer.append(_ops.cam_normalize(self._layer_cam(a, g, inputs, output, targets), [height, width]))
+                layer_cam = _METHODS[self.method][1](self, a, g, inputs, output, targets)
+                per_layer.append(_ops.cam_normalize(layer_cam, [height, width]))
         stacked = torch.stack(per_layer, dim=1).clamp_min(0).mean(dim=1)
         return _ops.cam_normalize(stacked, [])
-
-    def _layer_cam(self, a, g, inputs, output, targets) -> torch.Tensor:
-        method = self.method
-        if method in ("gradcam", "gradcam++", "xgradcam"):
-            return _ops.cam_weighted_sum(a, _ops.cam_weights(a, g, method))
-        if method == "hirescam":
-            return _ops.cam_weighted_sum(a, g)
-        if method == "layercam":
-            return _ops.cam_weighted_sum(a, torch.relu(g))
-        if method == "eigencam":
-            return _projection(a)
-        if method == "eigengradcam":
-            return _projection(a * g)
-        return _ops.cam_weighted_sum(a, self._scorecam_weights(a, inputs, output, targets))
 
     def _scorecam_weights(self, a, inputs, output, targets) -> torch.Tensor:
         """Softmax over channels of the target score of the input masked by each upsampled channel."""
@@ -257,6 +242,23 @@ class CAM:
 
 def _class_scorer(category: int) -> Callable:
     return lambda output: output[:, category]
+
+
+# Each method: whether it needs the target score's gradients, and its map of one layer from the
+# activations a and gradients g (N x C x h x w): cam(self, a, g, inputs, output, targets) -> N x h x w.
+# Adding a method is one entry here.
+_METHODS = {
+    "gradcam": (True, lambda self, a, g, *_: _ops.cam_weighted_sum(a, _ops.cam_weights(a, g, "gradcam"))),
+    "gradcam++": (True, lambda self, a, g, *_: _ops.cam_weighted_sum(a, _ops.cam_weights(a, g, "gradcam++"))),
+    "xgradcam": (True, lambda self, a, g, *_: _ops.cam_weighted_sum(a, _ops.cam_weights(a, g, "xgradcam"))),
+    "hirescam": (True, lambda self, a, g, *_: _ops.cam_weighted_sum(a, g)),
+    "layercam": (True, lambda self, a, g, *_: _ops.cam_weighted_sum(a, torch.relu(g))),
+    "eigencam": (False, lambda self, a, g, *_: _projection(a)),
+    "eigengradcam": (True, lambda self, a, g, *_: _projection(a * g)),
+    "scorecam": (False, lambda self, a, g, inputs, output, targets: _ops.cam_weighted_sum(
+        a, self._scorecam_weights(a, inputs, output, targets))),
+}
+METHODS = tuple(_METHODS)
 
 
 def gradcam(model: nn.Module, target_layer: Union[str, nn.Module, Sequence[Union[str, nn.Module]]],
@@ -321,13 +323,17 @@ class CamResult:
         self._images = rgb
         return _ops.cam_overlay(rgb, self.cams, float(alpha))
 
-    def save(self, directory: str, images: Optional[torch.Tensor] = None, prefix: str = "cam") -> List[str]:
-        """One PNG per map (over `images` when given) in `directory`; returns the paths."""
+    def save(self, directory: str, images: Optional[torch.Tensor] = None, prefix: str = "cam",
+             names: Optional[Sequence[str]] = None) -> List[str]:
+        """One PNG per map (over `images` when given) in `directory`, named NAME.png for `names` (default
+        PREFIX_0000.png, ...); returns the paths."""
+        if names is not None and len(names) != len(self):
+            raise ConfigError(f"save: {len(names)} names for {len(self)} maps")
         os.makedirs(directory, exist_ok=True)
         pictures = self.overlay(images) if images is not None else self.heatmaps()
         paths = []
         for index, picture in enumerate(pictures):
-            path = os.path.join(directory, f"{prefix}_{index:04d}.png")
+            path = os.path.join(directory, f"{names[index] if names is not None else f'{prefix}_{index:04d}'}.png")
             with open(path, "wb") as handle:
                 handle.write(encode_png(picture))
             paths.append(path)

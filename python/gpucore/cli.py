@@ -40,8 +40,8 @@ def _train(args: argparse.Namespace) -> int:
     if distributed.environment().is_main:
         print(json.dumps(summary, indent=2))
     if result.status == "interrupted":
-        print(f"interrupted: resume with  gpucore train {args.config or ''} --resume auto".replace("  ", " "),
-              file=sys.stderr)
+        command = " ".join(part for part in ("gpucore train", args.config, "--resume auto") if part)
+        print(f"interrupted: resume with  {command}", file=sys.stderr)
         return 130
     return 0
 
@@ -67,7 +67,7 @@ def _read_images(path: str, channels: int, size=None):
         files = sorted(f for f in os.listdir(path) if f.lower().endswith(data.IMAGE_EXTENSIONS))
         if not files:
             raise ConfigError(f"--images: folder '{path}' holds no .png, .jpg or .jpeg files")
-        images = data.Files([os.path.join(path, f) for f in files], [0] * len(files), channels=channels,
+        images = data.read_files([os.path.join(path, f) for f in files], [0] * len(files), channels=channels,
                             size=size).inputs.permute(0, 2, 3, 1)
         names = [os.path.splitext(f)[0] for f in files]
     else:
@@ -90,7 +90,6 @@ def _gradcam(args: argparse.Namespace) -> int:
     from .tensor_inputs import model_inputs
     from .device import select_device
     from .models import build_model
-    from .png import encode_png
 
     config = load_config(args.config)
     device = select_device(args.device).device
@@ -102,13 +101,8 @@ def _gradcam(args: argparse.Namespace) -> int:
     channels = first_conv.in_channels if first_conv is not None else 3
     images, names = _read_images(args.images, channels, args.size)
     x = model_inputs(images.permute(0, 3, 1, 2), checkpoint.get("input_stats"))
-    targets = args.target if args.target is not None else None
-    result = CAM(model, args.layer, args.method, batch_size=args.batch_size)(x.to(device), targets)
-    overlays = result.overlay(images.to(device))
-    os.makedirs(args.out, exist_ok=True)
-    for name, picture in zip(names, overlays):
-        with open(os.path.join(args.out, f"{name}_{args.method}.png"), "wb") as handle:
-            handle.write(encode_png(picture))
+    result = CAM(model, args.layer, args.method, batch_size=args.batch_size)(x.to(device), args.target)
+    result.save(args.out, images.to(device), names=[f"{name}_{args.method}" for name in names])
     torch.save(result.cams.cpu(), os.path.join(args.out, f"cams_{args.method}.pt"))
     print(json.dumps({"images": len(names), "method": args.method, "layer": args.layer, "device": str(device),
                       "out": os.path.abspath(args.out)}, indent=2))
@@ -116,6 +110,8 @@ def _gradcam(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .cam import METHODS
+
     parser = argparse.ArgumentParser(prog="gpucore", description="gpucore: a native training core for PyTorch")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -140,8 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     cam.add_argument("--size", type=int, nargs=2, metavar=("HEIGHT", "WIDTH"),
                      help="resize the images from a folder to this size (needed when their sizes differ)")
     cam.add_argument("--out", required=True, help="folder for the overlays (PNG) and the maps (cams_METHOD.pt)")
-    cam.add_argument("--method", default="gradcam", help="gradcam (default), gradcam++, xgradcam, hirescam, layercam, "
-                     "eigencam, eigengradcam, scorecam")
+    cam.add_argument("--method", default="gradcam", help=f"{', '.join(METHODS)} (default gradcam)")
     cam.add_argument("--target", type=int, help="class index (default: each image's predicted class)")
     cam.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
     cam.add_argument("--batch-size", type=int, default=32, help="images per pass (default 32)")

@@ -103,7 +103,7 @@ KEYS = [
     Key("device", str, "auto", "auto, cpu, cuda, cuda:N or mps"),
     Key("no_cuda", bool, False, "never use CUDA in auto"),
     Key("no_mps", bool, False, "never use MPS in auto"),
-    Key("use_cuda", bool, True, "false = no_cuda (seed 004's config.yaml)"),
+    Key("use_cuda", bool, True, "false = no_cuda (the key classifier projects' config.yaml files use)"),
     Key("precision", str, "auto", "auto, bf16-mixed, 16-mixed, 32 or 64", choices=["auto", "bf16-mixed", "16-mixed", "32", "64"]),
     Key("tf32", str, "auto", "TF32 matmul/cuDNN on Ampere and newer", choices=["auto", "true", "false"]),
     Key("cudnn_benchmark", str, "auto", "cuDNN autotuning on CUDA", choices=["auto", "true", "false"]),

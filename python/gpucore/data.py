@@ -52,7 +52,7 @@ def _on_error(on_error: str) -> bool:
     return on_error == "skip"
 
 
-class Dataset(torch.utils.data.Dataset):
+class LabeledData(torch.utils.data.Dataset):
     """In-memory samples: inputs[i], targets[i]. `skipped` lists the files left out (on_error: skip)."""
 
     def __init__(self, inputs: torch.Tensor, targets: torch.Tensor, classes: Optional[List[str]] = None,
@@ -84,7 +84,7 @@ def _image_size(size) -> Tuple[int, int]:
     return pair
 
 
-class ImageFiles(Dataset):
+class ImageFiles(LabeledData):
     """Image files and their targets, decoded on demand.
 
     `inputs` decodes every file once (on `threads` threads, resized to `size` when given) and keeps the
@@ -212,29 +212,29 @@ def _images_nchw(images: torch.Tensor) -> torch.Tensor:
     return images.permute(0, 3, 1, 2).contiguous()
 
 
-def IDX(images: str, labels: str) -> Dataset:
+def read_idx(images: str, labels: str) -> LabeledData:
     """MNIST-style IDX image and label files, plain or .gz."""
     x, y = _C.read_idx(images), _C.read_idx(labels)
     if x.dim() != 3:
         raise ConfigError(f"IDX images '{images}' have {x.dim()} dimensions; expected N x H x W")
     if y.dim() != 1 or y.shape[0] != x.shape[0]:
         raise ConfigError(f"IDX labels '{labels}' hold {tuple(y.shape)} for {x.shape[0]} images in '{images}'")
-    return Dataset(x.unsqueeze(1), y.long(), origin=images)
+    return LabeledData(x.unsqueeze(1), y.long(), origin=images)
 
 
-def Npy(inputs: str, targets: str) -> Dataset:
+def read_npy(inputs: str, targets: str) -> LabeledData:
     """Arrays saved with numpy.save: images uint8 (N, H, W) or (N, C, H, W), or any float features."""
     return _arrays(_C.read_npy(inputs), _C.read_npy(targets), inputs)
 
 
-def _arrays(x: torch.Tensor, y: torch.Tensor, origin: str) -> Dataset:
+def _arrays(x: torch.Tensor, y: torch.Tensor, origin: str) -> LabeledData:
     """Arrays as a data set: uint8 (N, H, W) images get their channel, integer targets become int64."""
     if x.dtype == torch.uint8 and x.dim() == 3:
         x = x.unsqueeze(1)
-    return Dataset(x, y if y.is_floating_point() else y.long(), origin=origin)
+    return LabeledData(x, y if y.is_floating_point() else y.long(), origin=origin)
 
 
-def Npz(path: str, inputs: str = "x", targets: str = "y") -> Dataset:
+def read_npz(path: str, inputs: str = "x", targets: str = "y") -> LabeledData:
     """Two arrays of an archive saved with numpy.savez or savez_compressed, by name; images as in Npy."""
     arrays = _C.read_npz(path)
     missing = [name for name in (inputs, targets) if name not in arrays]
@@ -243,11 +243,11 @@ def Npz(path: str, inputs: str = "x", targets: str = "y") -> Dataset:
     return _arrays(arrays[inputs], arrays[targets], path)
 
 
-def Tensors(inputs: torch.Tensor, targets: torch.Tensor) -> Dataset:
-    return Dataset(inputs, targets)
+def from_tensors(inputs: torch.Tensor, targets: torch.Tensor) -> LabeledData:
+    return LabeledData(inputs, targets)
 
 
-def ImageFolder(root: str, channels: int = 3, size=None, threads: Optional[int] = None,
+def read_image_folder(root: str, channels: int = 3, size=None, threads: Optional[int] = None,
                 on_error: str = "raise") -> ImageFiles:
     """One subfolder per class (sorted names are the classes) of PNG/JPEG images, decoded on demand."""
     if not os.path.isdir(root):
@@ -268,7 +268,7 @@ def ImageFolder(root: str, channels: int = 3, size=None, threads: Optional[int] 
                       on_error=on_error, origin=root)
 
 
-def Files(paths: Sequence[str], labels: Optional[Sequence] = None, *, label_from_name: Optional[Callable] = None,
+def read_files(paths: Sequence[str], labels: Optional[Sequence] = None, *, label_from_name: Optional[Callable] = None,
           channels: int = 3, size=None, threads: Optional[int] = None, on_error: str = "raise") -> ImageFiles:
     """Images from a list of files with `labels`, or labels computed from each file's name; decoded on demand."""
     paths = list(paths)
@@ -294,7 +294,7 @@ def captcha_labels(alphabet: str, length: int) -> Callable[[str], List[int]]:
     return label
 
 
-def CSV(path: str, image_column: str = "image", label_column: str = "label", root: Optional[str] = None,
+def read_csv(path: str, image_column: str = "image", label_column: str = "label", root: Optional[str] = None,
         channels: int = 3, size=None, threads: Optional[int] = None, on_error: str = "raise") -> ImageFiles:
     """Images listed in a CSV file with an integer label per row; paths relative to `root` (default: the CSV's folder)."""
     root = root if root is not None else os.path.dirname(os.path.abspath(path))
@@ -306,11 +306,11 @@ def CSV(path: str, image_column: str = "image", label_column: str = "label", roo
         labels = [int(row[label_column]) for row in rows]
     except ValueError as exc:
         raise ConfigError(f"CSV '{path}': column '{label_column}' must hold integers ({exc})") from exc
-    return Files([os.path.join(root, row[image_column]) for row in rows], labels, channels=channels, size=size,
+    return read_files([os.path.join(root, row[image_column]) for row in rows], labels, channels=channels, size=size,
                  threads=threads, on_error=on_error)
 
 
-def Segmentation(images: str, masks: str, channels: int = 3, size=None, threads: Optional[int] = None,
+def read_segmentation(images: str, masks: str, channels: int = 3, size=None, threads: Optional[int] = None,
                  on_error: str = "raise") -> ImageFiles:
     """Image folder + mask folder paired by file name (without extension); masks are grey class ids
     (white, 255, is class 1). Decoded on demand, into memory or streamed like ImageFolder; the masks get

@@ -7,12 +7,12 @@ from typing import List, Optional, Tuple, Union
 import torch
 
 from . import _C
+from .config import KEY_BY_NAME
 from .errors import ConfigError
-from .data import Dataset, ImageFiles
+from .data import LabeledData, ImageFiles
 from .tensor_inputs import as_images, input_stats, prepare_inputs
 from .device import memory_stats, select_device
 
-CACHES = ("auto", "device", "host", "none")
 
 
 def is_native(data) -> bool:
@@ -34,8 +34,9 @@ def choose_cache(data, cache: str, device: torch.device) -> str:
     for CPU training), else in host memory when image files fit in half of the available memory, else
     streamed from the files. In-memory tensors are never "none".
     """
-    if cache not in CACHES:
-        raise ConfigError(f"cache must be one of {', '.join(CACHES)}, got '{cache}'")
+    caches = KEY_BY_NAME["cache"].choices
+    if cache not in caches:
+        raise ConfigError(f"cache must be one of {', '.join(caches)}, got '{cache}'")
     files = isinstance(data, ImageFiles)
     if cache == "none" and not files:
         raise ConfigError("cache 'none' streams image files from disk (ImageFolder, Files, CSV or an image-folder "
@@ -107,12 +108,12 @@ class DataLoader:
     dtype: float32, float16 or bfloat16 images; channels_last: batches in channels-last memory format.
     """
 
-    def __init__(self, dataset: Union[Dataset, Tuple[torch.Tensor, torch.Tensor]], batch_size: int,
+    def __init__(self, dataset: Union[LabeledData, Tuple[torch.Tensor, torch.Tensor]], batch_size: int,
                  shuffle: bool = True, device: Union[str, torch.device] = "auto", *, crop_padding: int = 0,
                  hflip: bool = False, normalize: Union[bool, Tuple[list, list]] = True, drop_last: bool = False,
                  seed: int = 0, rank: int = 0, world_size: int = 1, cache: str = "auto", prefetch: int = 4,
                  dtype: torch.dtype = torch.float32, channels_last: bool = False):
-        in_memory = isinstance(dataset, Dataset) and not isinstance(dataset, ImageFiles)
+        in_memory = isinstance(dataset, LabeledData) and not isinstance(dataset, ImageFiles)
         data = (dataset.inputs, dataset.targets) if in_memory else dataset
         if not is_native(data):
             raise ConfigError("DataLoader needs a gpucore.data set or (inputs, targets) tensors; for a torch "

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from . import _C, distributed
-from .data import Dataset as LoadedDataset
+from .data import LabeledData
 from .data import ImageFiles
 from .builtin_data import load_data
 from .device import PrecisionPolicy, resolve_precision, select_device
@@ -103,7 +103,7 @@ def _place_model(model, config, device: torch.device, policy: PrecisionPolicy, w
 def _training_data(config, train_data, val_data):
     """The caller's data, else what config key `data` names. Data sets read by gpucore's readers are served
     like tensors; image files may also be streamed."""
-    train_data, val_data = ((d.inputs, d.targets) if isinstance(d, LoadedDataset) and not isinstance(d, ImageFiles)
+    train_data, val_data = ((d.inputs, d.targets) if isinstance(d, LabeledData) and not isinstance(d, ImageFiles)
                             else d for d in (train_data, val_data))
     if train_data is None:
         train_default, val_default = load_data(config.data, config.data_kwargs, config.val_fraction, config.seed)

@@ -147,7 +147,7 @@ def read_one(path: str) -> str:
             _C.decode_image(path, 3)
             _C.decode_images([path], 3, 2, True)
             _C.decode_images([path], 1, 1, False, 16, 16)
-            loader = gpucore.DataLoader(gpucore.data.Files([path, path], [0, 1], on_error="skip"), batch_size=2,
+            loader = gpucore.DataLoader(gpucore.data.read_files([path, path], [0, 1], on_error="skip"), batch_size=2,
                                         cache="none", device="cpu")
             for _ in loader:
                 pass

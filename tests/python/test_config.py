@@ -26,7 +26,7 @@ def test_yaml_json_dict_and_overrides(tmp_path):
     assert (from_yaml.epochs, from_yaml.lr, from_yaml.tf32, from_yaml.batch_size) == (3, 0.01, "true", 32)
     assert from_yaml.betas == [0.8, 0.9] and from_yaml.name == "c"
     from_json = load_config(str(tmp_path / "c.json"))
-    assert from_json.epochs == 4 and from_json.no_cuda  # seed 004's use_cuda: false
+    assert from_json.epochs == 4 and from_json.no_cuda  # a classifier project's use_cuda: false
     assert load_config({"epochs": 2}, {"epochs": "5"}).epochs == 5
     assert load_config(from_yaml).to_dict() == from_yaml.to_dict()
 

@@ -53,13 +53,13 @@ def test_idx_data_set_and_training_on_an_idx_folder(tmp_path):
     write_idx(str(tmp_path / "train-labels-idx1-ubyte.gz"), labels.numpy().astype(np.uint8), compress=True)
     write_idx(str(tmp_path / "t10k-images-idx3-ubyte"), val_images[:, 0].numpy())
     write_idx(str(tmp_path / "t10k-labels-idx1-ubyte"), val_labels.numpy().astype(np.uint8))
-    dataset = data.IDX(str(tmp_path / "train-images-idx3-ubyte.gz"), str(tmp_path / "train-labels-idx1-ubyte.gz"))
+    dataset = data.read_idx(str(tmp_path / "train-images-idx3-ubyte.gz"), str(tmp_path / "train-labels-idx1-ubyte.gz"))
     assert torch.equal(dataset.inputs, images) and torch.equal(dataset.targets, labels)
     result = gpucore.train(dict(data=str(tmp_path), epochs=1, progress=False, run_dir=str(tmp_path / "runs")))
     assert "val_accuracy" in result.history[0]
     write_idx(str(tmp_path / "short-labels"), labels.numpy()[:10].astype(np.uint8))
     with pytest.raises(gpucore.ConfigError, match="short-labels"):
-        data.IDX(str(tmp_path / "train-images-idx3-ubyte.gz"), str(tmp_path / "short-labels"))
+        data.read_idx(str(tmp_path / "train-images-idx3-ubyte.gz"), str(tmp_path / "short-labels"))
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int64, np.float32, np.float64, np.bool_, np.int16])
@@ -137,9 +137,9 @@ def test_a_format_built_without_its_library_fails_before_decoding_naming_the_lib
     for on_error in ("raise", "skip"):  # a missing reader is never a file to skip
         with pytest.raises(gpucore.ConfigError, match=r"a.png' is a PNG file, but gpucore was built without libpng"
                                                       r"[\s\S]*apt-get install libpng-dev"):
-            data.Files(files, list(range(len(files))), on_error=on_error)
+            data.read_files(files, list(range(len(files))), on_error=on_error)
     if has_jpeg:  # the other format still reads
-        assert data.Files([str(tmp_path / "b.jpg")], [0]).inputs.shape == (1, 3, 6, 6)
+        assert data.read_files([str(tmp_path / "b.jpg")], [0]).inputs.shape == (1, 3, 6, 6)
 
 
 @pytest.mark.skipif("png" in gpucore._build_info.IMAGE_FORMATS, reason="this build has the PNG reader")
@@ -171,8 +171,8 @@ def make_image_folder(root, classes=3, per_class=12, size=10, seed=0):
 def test_image_folder_same_for_1_and_4_threads_and_trains(tmp_path):
     make_image_folder(tmp_path / "data" / "train")
     make_image_folder(tmp_path / "data" / "val", per_class=4, seed=1)
-    one = data.ImageFolder(str(tmp_path / "data" / "train"), threads=1)
-    four = data.ImageFolder(str(tmp_path / "data" / "train"), threads=4)
+    one = data.read_image_folder(str(tmp_path / "data" / "train"), threads=1)
+    four = data.read_image_folder(str(tmp_path / "data" / "train"), threads=4)
     assert torch.equal(one.inputs, four.inputs) and torch.equal(one.targets, four.targets)
     assert one.classes == ["class_0", "class_1", "class_2"] and one.inputs.shape == (36, 3, 10, 10)
     net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(300, 3))
@@ -185,13 +185,13 @@ def test_files_captcha_names_csv_and_segmentation(tmp_path):
     for text in ("ab12", "9zz0"):
         write_png(tmp_path / f"{text}.png", torch.zeros(4, 8, 3, dtype=torch.uint8))
     alphabet = "0123456789abcdefghijklmnopqrstuvwxyz"
-    captcha = data.Files(sorted(str(p) for p in tmp_path.glob("*.png")),
+    captcha = data.read_files(sorted(str(p) for p in tmp_path.glob("*.png")),
                          label_from_name=data.captcha_labels(alphabet, 4))
     assert captcha.targets.tolist() == [[9, 35, 35, 0], [10, 11, 1, 2]]
     with pytest.raises(gpucore.ConfigError, match="'toolong' is not 4 characters"):
         data.captcha_labels(alphabet, 4)("toolong")
     (tmp_path / "list.csv").write_text("image,label\nab12.png,3\n9zz0.png,5\n")
-    listed = data.CSV(str(tmp_path / "list.csv"))
+    listed = data.read_csv(str(tmp_path / "list.csv"))
     assert listed.targets.tolist() == [3, 5]
     images, masks = tmp_path / "img", tmp_path / "mask"
     images.mkdir()
@@ -201,19 +201,19 @@ def test_files_captcha_names_csv_and_segmentation(tmp_path):
     for name in ("a", "b"):
         write_png(images / f"{name}.png", torch.randint(0, 256, (5, 5, 3), dtype=torch.uint8))
         write_png(masks / f"{name}.png", mask)
-    pairs = data.Segmentation(str(images), str(masks))
+    pairs = data.read_segmentation(str(images), str(masks))
     assert pairs.inputs.shape == (2, 3, 5, 5) and pairs.targets.shape == (2, 5, 5)
     assert pairs.targets.sum().item() == 2 * 6
     write_png(images / "c.png", torch.zeros(5, 5, 3, dtype=torch.uint8))
     with pytest.raises(gpucore.ConfigError, match="'c' has an image or a mask but not both"):
-        data.Segmentation(str(images), str(masks))
+        data.read_segmentation(str(images), str(masks))
 
 
 def test_npy_folder_and_dataset_objects_in_train(tmp_path):
     (images, labels), _ = gpucore.builtin_data.synthetic_fashion(train_size=256, val_size=1)
     np.save(tmp_path / "x.npy", images[:, 0].numpy())
     np.save(tmp_path / "y.npy", labels.numpy())
-    loaded = data.Npy(str(tmp_path / "x.npy"), str(tmp_path / "y.npy"))
+    loaded = data.read_npy(str(tmp_path / "x.npy"), str(tmp_path / "y.npy"))
     assert torch.equal(loaded.inputs, images)
     result = gpucore.train(dict(epochs=1, progress=False, run_dir=str(tmp_path / "r"), val_fraction=0.0),
                            train_data=loaded)
@@ -293,7 +293,7 @@ def test_training_with_crop_and_flip_resumes_exactly(tmp_path):
 
 def image_set(n=50, seed=0):
     generator = torch.Generator().manual_seed(seed)
-    return data.Tensors(torch.randint(0, 256, (n, 3, 8, 8), generator=generator, dtype=torch.uint8), torch.arange(n))
+    return data.from_tensors(torch.randint(0, 256, (n, 3, 8, 8), generator=generator, dtype=torch.uint8), torch.arange(n))
 
 
 def test_dataloader_yields_normalised_batches_on_the_device():
@@ -371,10 +371,10 @@ def test_npz_round_trip_and_corrupt_archives(tmp_path, save):
     assert list(loaded) == list(arrays)
     for name, array in arrays.items():
         assert np.array_equal(loaded[name].numpy(), array)
-    dataset = data.Npz(str(tmp_path / "a.npz"), "x_train", "y_train")
+    dataset = data.read_npz(str(tmp_path / "a.npz"), "x_train", "y_train")
     assert dataset.inputs.shape == (7, 1, 5, 4) and dataset.targets.dtype == torch.long
     with pytest.raises(gpucore.ConfigError, match="has no array 'x'; it holds"):
-        data.Npz(str(tmp_path / "a.npz"))
+        data.read_npz(str(tmp_path / "a.npz"))
     content = (tmp_path / "a.npz").read_bytes()
     (tmp_path / "cut.npz").write_bytes(content[: len(content) // 2])
     with pytest.raises(gpucore.ConfigError, match="cut.npz' is not a .npz file"):
@@ -403,38 +403,38 @@ def write_fashion_mnist(folder, train=40, test=12, seed=0):
 
 
 def test_fashion_mnist_is_found_by_path_environment_and_places(tmp_path, monkeypatch):
-    from gpucore import datasets
+    from gpucore import builtin_data
 
     arrays = write_fashion_mnist(tmp_path / "fm")
-    monkeypatch.delenv(datasets.FASHION_MNIST_ENV, raising=False)
-    monkeypatch.setattr(datasets, "FASHION_MNIST_PLACES", [str(tmp_path / "nowhere"), str(tmp_path / "fm")])
+    monkeypatch.delenv(builtin_data.FASHION_MNIST_ENV, raising=False)
+    monkeypatch.setattr(builtin_data, "FASHION_MNIST_PLACES", [str(tmp_path / "nowhere"), str(tmp_path / "fm")])
     for kwargs in ({"path": str(tmp_path / "fm")}, {}):
-        (x, y), (xv, yv) = datasets.load_data("fashion_mnist", kwargs, val_fraction=0.1, seed=0)
+        (x, y), (xv, yv) = builtin_data.load_data("fashion_mnist", kwargs, val_fraction=0.1, seed=0)
         assert torch.equal(x[:, 0], torch.from_numpy(arrays["train"][0])) and x.shape == (40, 1, 28, 28)
         assert torch.equal(yv, torch.from_numpy(arrays["t10k"][1]).long())  # the test set is the validation split
-    monkeypatch.setattr(datasets, "FASHION_MNIST_PLACES", [])
-    monkeypatch.setenv(datasets.FASHION_MNIST_ENV, str(tmp_path / "fm"))
-    (x, y), (xv, yv) = datasets.load_data("fashion_mnist", {"train_size": 8, "val_size": 5}, val_fraction=0.1, seed=0)
+    monkeypatch.setattr(builtin_data, "FASHION_MNIST_PLACES", [])
+    monkeypatch.setenv(builtin_data.FASHION_MNIST_ENV, str(tmp_path / "fm"))
+    (x, y), (xv, yv) = builtin_data.load_data("fashion_mnist", {"train_size": 8, "val_size": 5}, val_fraction=0.1, seed=0)
     assert torch.equal(x[:, 0], torch.from_numpy(arrays["train"][0][:8])) and xv.shape == (5, 1, 28, 28)
     with pytest.raises(gpucore.ConfigError, match=r"path '.*empty' holds no Fashion-MNIST IDX files"):
-        datasets.load_data("fashion_mnist", {"path": str(tmp_path / "empty")}, val_fraction=0.1, seed=0)
+        builtin_data.load_data("fashion_mnist", {"path": str(tmp_path / "empty")}, val_fraction=0.1, seed=0)
 
 
 def test_fashion_mnist_nowhere_warns_where_to_put_it_and_uses_the_synthetic_set(tmp_path, monkeypatch):
-    from gpucore import datasets
+    from gpucore import builtin_data
 
-    monkeypatch.delenv(datasets.FASHION_MNIST_ENV, raising=False)
-    monkeypatch.setattr(datasets, "FASHION_MNIST_PLACES", [str(tmp_path / "nowhere")])
+    monkeypatch.delenv(builtin_data.FASHION_MNIST_ENV, raising=False)
+    monkeypatch.setattr(builtin_data, "FASHION_MNIST_PLACES", [str(tmp_path / "nowhere")])
     with pytest.warns(RuntimeWarning, match=r"Fashion-MNIST's files were not found .*dataset-fashion-mnist.*SYNTHETIC"):
-        (x, y), (xv, yv) = datasets.load_data("fashion_mnist", {"train_size": 30, "val_size": 10}, 0.1, 0)
-    synthetic = datasets.synthetic_fashion(train_size=30, val_size=10)
+        (x, y), (xv, yv) = builtin_data.load_data("fashion_mnist", {"train_size": 30, "val_size": 10}, 0.1, 0)
+    synthetic = builtin_data.synthetic_fashion(train_size=30, val_size=10)
     assert torch.equal(x, synthetic[0][0]) and xv.shape[0] == 10
 
 
 @pytest.mark.skipif(not os.path.isdir("/usr/share/datasets/fashion-mnist"), reason="dataset-fashion-mnist not installed")
 def test_the_real_fashion_mnist_from_debians_package():
-    from gpucore import datasets
+    from gpucore import builtin_data
 
-    (x, y), (xv, yv) = datasets.load_data("fashion_mnist", {}, val_fraction=0.1, seed=0)
+    (x, y), (xv, yv) = builtin_data.load_data("fashion_mnist", {}, val_fraction=0.1, seed=0)
     assert x.shape == (60000, 1, 28, 28) and xv.shape == (10000, 1, 28, 28)
     assert torch.bincount(y).tolist() == [6000] * 10 and torch.bincount(yv).tolist() == [1000] * 10

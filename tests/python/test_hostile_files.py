@@ -96,7 +96,7 @@ def test_jpeg_claiming_too_many_pixels_and_truncated_jpegs(tmp_path):
 
 def test_data_positions_out_of_range_are_refused():
     x, y = torch.randint(0, 256, (10, 1, 4, 4), dtype=torch.uint8), torch.arange(10)
-    loader = gpucore.DataLoader(data.Tensors(x, y), batch_size=4, device="cpu")
+    loader = gpucore.DataLoader(data.from_tensors(x, y), batch_size=4, device="cpu")
     for state, pattern in (({"epoch": 0, "position": -1}, "integers >= 0"), ({"epoch": -2, "position": 0}, ">= 0"),
                            ({"epoch": 0, "position": 4}, "position 4 is past the end of an epoch \\(3 batches\\)"),
                            ({"epoch": 0}, "'epoch' and 'position'")):
@@ -108,7 +108,7 @@ def test_data_positions_out_of_range_are_refused():
 
 def test_streaming_source_refuses_a_position_past_the_epoch(tmp_path):
     paths = [write(tmp_path / f"{i}.png", corrupt_files._png(np.full((4, 4, 3), i, dtype=np.uint8))) for i in range(5)]
-    loader = gpucore.DataLoader(data.Files(paths, list(range(5))), batch_size=2, cache="none", device="cpu")
+    loader = gpucore.DataLoader(data.read_files(paths, list(range(5))), batch_size=2, cache="none", device="cpu")
     loader._position = 9  # as a corrupt checkpoint would set it
     with pytest.raises(gpucore.ConfigError, match="batch 9 of epoch 0 is past its end \\(3 batches\\)"):
         list(loader)

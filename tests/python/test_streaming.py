@@ -54,8 +54,8 @@ def assert_same_batches(a, b):
 def test_streamed_batches_equal_the_in_memory_batches(tmp_path, threads, prefetch):
     root = str(image_folder(tmp_path / "train"))
     options = dict(batch_size=8, device="cpu", seed=5, crop_padding=2, hflip=True)
-    streamed = gpucore.DataLoader(data.ImageFolder(root, threads=threads), cache="none", prefetch=prefetch, **options)
-    in_memory = gpucore.DataLoader(data.ImageFolder(root), cache="device", **options)
+    streamed = gpucore.DataLoader(data.read_image_folder(root, threads=threads), cache="none", prefetch=prefetch, **options)
+    in_memory = gpucore.DataLoader(data.read_image_folder(root), cache="device", **options)
     assert streamed.cache == "none" and in_memory.cache == "device"
     assert len(streamed) == len(in_memory) == 6
     assert_same_batches(batches(streamed), batches(in_memory))
@@ -64,24 +64,24 @@ def test_streamed_batches_equal_the_in_memory_batches(tmp_path, threads, prefetc
 def test_resize_matches_torch_and_streaming_resizes_alike(tmp_path):
     root = image_folder(tmp_path / "mixed", per_class=6, sizes=[(10, 12), (23, 17), (8, 8)])
     with pytest.raises(gpucore.ConfigError, match="give the reader a size"):
-        data.ImageFolder(str(root)).inputs
-    files = data.ImageFolder(str(root), size=(9, 11))
+        data.read_image_folder(str(root)).inputs
+    files = data.read_image_folder(str(root), size=(9, 11))
     for path, image in zip(files.paths, files.inputs):
         original = _C.decode_image(path, 3).permute(2, 0, 1)[None]
         expected = F.interpolate(original, size=(9, 11), mode="bilinear", antialias=True)[0]
         assert torch.equal(image, original[0] if original.shape[-2:] == (9, 11) else expected), path
     options = dict(batch_size=5, device="cpu", seed=1, shuffle=True)
-    streamed = gpucore.DataLoader(data.ImageFolder(str(root), size=(9, 11)), cache="none", **options)
+    streamed = gpucore.DataLoader(data.read_image_folder(str(root), size=(9, 11)), cache="none", **options)
     assert_same_batches(batches(streamed, 1), batches(gpucore.DataLoader(files, cache="host", **options), 1))
     with pytest.raises(gpucore.ConfigError, match=r"image size must be .*got \(9, 0\)"):
-        data.ImageFolder(str(root), size=(9, 0))
+        data.read_image_folder(str(root), size=(9, 0))
 
 
 def test_resize_is_close_to_pillow(tmp_path):
     Image = pytest.importorskip("PIL.Image")
     pixels = np.random.default_rng(0).integers(0, 256, (40, 52, 3), dtype=np.uint8)
     write_png(tmp_path / "a.png", torch.from_numpy(pixels))
-    ours = data.Files([str(tmp_path / "a.png")], [0], size=(17, 23)).inputs[0].permute(1, 2, 0).numpy().astype(int)
+    ours = data.read_files([str(tmp_path / "a.png")], [0], size=(17, 23)).inputs[0].permute(1, 2, 0).numpy().astype(int)
     theirs = np.asarray(Image.fromarray(pixels).resize((23, 17), Image.BILINEAR)).astype(int)
     assert np.abs(ours - theirs).max() <= 1
 
@@ -89,10 +89,10 @@ def test_resize_is_close_to_pillow(tmp_path):
 def test_unreadable_files_raise_naming_the_file_or_are_skipped(tmp_path):
     root = image_folder(tmp_path / "data", classes=2, per_class=6)
     (root / "class_1" / "999_cut.png").write_bytes((root / "class_1" / "000.png").read_bytes()[:50])
-    loader = gpucore.DataLoader(data.ImageFolder(str(root)), batch_size=4, device="cpu", cache="none", shuffle=False)
+    loader = gpucore.DataLoader(data.read_image_folder(str(root)), batch_size=4, device="cpu", cache="none", shuffle=False)
     with pytest.raises(gpucore.ConfigError, match=r"999_cut.png' \(index 12\): corrupt PNG"):
         list(loader)
-    skipping = gpucore.DataLoader(data.ImageFolder(str(root), on_error="skip"), batch_size=4, device="cpu",
+    skipping = gpucore.DataLoader(data.read_image_folder(str(root), on_error="skip"), batch_size=4, device="cpu",
                                   cache="none", shuffle=False)
     labels = torch.cat([y for _, y in skipping])
     assert labels.tolist() == [0] * 6 + [1] * 6
@@ -102,19 +102,19 @@ def test_unreadable_files_raise_naming_the_file_or_are_skipped(tmp_path):
 def test_streaming_resumes_mid_epoch_and_shards_cover_every_sample(tmp_path):
     root = str(image_folder(tmp_path / "train", per_class=10))
     options = dict(batch_size=4, device="cpu", seed=3, crop_padding=1, hflip=True, cache="none")
-    whole = gpucore.DataLoader(data.ImageFolder(root), **options)
+    whole = gpucore.DataLoader(data.read_image_folder(root), **options)
     list(whole)
     expected = batches(whole, 1)
-    first = gpucore.DataLoader(data.ImageFolder(root), **options)
+    first = gpucore.DataLoader(data.read_image_folder(root), **options)
     list(first)
     iterator = iter(first)
     taken = [next(iterator) for _ in range(3)]
-    resumed = gpucore.DataLoader(data.ImageFolder(root), **options)
+    resumed = gpucore.DataLoader(data.read_image_folder(root), **options)
     resumed.load_state_dict(first.state_dict())
     assert_same_batches(taken + batches(resumed, 1), expected)
     seen, lengths = [], []
     for rank in range(4):
-        shard = gpucore.DataLoader(data.ImageFolder(root), rank=rank, world_size=4, **options)
+        shard = gpucore.DataLoader(data.read_image_folder(root), rank=rank, world_size=4, **options)
         served = torch.cat([x.flatten(1) for x, _ in shard])
         lengths.append(served.shape[0])
         seen.append(served)
@@ -129,7 +129,7 @@ def test_streaming_memory_is_flat_and_freed(tmp_path):
         gc.collect()
         return gpucore.memory_stats("cpu")["allocated"]
 
-    loader = gpucore.DataLoader(data.ImageFolder(root), batch_size=16, device="cpu", cache="none", hflip=True)
+    loader = gpucore.DataLoader(data.read_image_folder(root), batch_size=16, device="cpu", cache="none", hflip=True)
     for _ in range(2):
         list(loader)
     before = rss()
@@ -138,7 +138,7 @@ def test_streaming_memory_is_flat_and_freed(tmp_path):
             pass
     assert rss() - before < 16 << 20
     for _ in range(5):
-        loader = gpucore.DataLoader(data.ImageFolder(root), batch_size=16, device="cpu", cache="none", prefetch=8)
+        loader = gpucore.DataLoader(data.read_image_folder(root), batch_size=16, device="cpu", cache="none", prefetch=8)
         next(iter(loader))
         del loader
     assert rss() - before < 16 << 20
@@ -150,12 +150,12 @@ def test_cache_choices_and_errors(tmp_path):
     with pytest.raises(gpucore.ConfigError, match="cache 'none' streams image files"):
         gpucore.DataLoader(tensors, batch_size=2, device="cpu", cache="none")
     with pytest.raises(gpucore.ConfigError, match="cache must be one of auto, device, host, none, got 'disk'"):
-        gpucore.DataLoader(data.ImageFolder(root), batch_size=2, device="cpu", cache="disk")
+        gpucore.DataLoader(data.read_image_folder(root), batch_size=2, device="cpu", cache="disk")
     with pytest.raises(gpucore.ConfigError, match="config key 'cache' is 'disk'; valid values: auto, device, host, none"):
         gpucore.train(dict(cache="disk", progress=False, run_dir=str(tmp_path / "r")))
-    assert gpucore.DataLoader(data.ImageFolder(root), batch_size=2, device="cpu").cache == "device"
+    assert gpucore.DataLoader(data.read_image_folder(root), batch_size=2, device="cpu").cache == "device"
     with pytest.raises(gpucore.ConfigError, match="prefetch must be >= 1, got 0"):
-        gpucore.DataLoader(data.ImageFolder(root), batch_size=2, device="cpu", cache="none", prefetch=0)
+        gpucore.DataLoader(data.read_image_folder(root), batch_size=2, device="cpu", cache="none", prefetch=0)
 
 
 def test_training_streams_an_image_folder_like_it_trains_in_memory(tmp_path):
@@ -197,9 +197,9 @@ def test_segmentation_masks_follow_the_crop_and_flip():
 def test_cuda_streaming_pinned_ring_side_stream_matches_the_cpu(tmp_path):
     root = str(image_folder(tmp_path / "train", per_class=30, size=(16, 16)))
     options = dict(batch_size=8, seed=2, crop_padding=2, hflip=True)
-    streamed = gpucore.DataLoader(data.ImageFolder(root, threads=4), device="cuda", cache="none", prefetch=3, **options)
-    resident = gpucore.DataLoader(data.ImageFolder(root), device="cuda", cache="device", **options)
-    on_cpu = gpucore.DataLoader(data.ImageFolder(root), device="cpu", cache="device", **options)
+    streamed = gpucore.DataLoader(data.read_image_folder(root, threads=4), device="cuda", cache="none", prefetch=3, **options)
+    resident = gpucore.DataLoader(data.read_image_folder(root), device="cuda", cache="device", **options)
+    on_cpu = gpucore.DataLoader(data.read_image_folder(root), device="cpu", cache="device", **options)
     got, expected = batches(streamed, 3), batches(resident, 3)
     assert all(x.is_cuda for x, _ in got)
     assert_same_batches(got, expected)
@@ -219,15 +219,15 @@ def test_cuda_streaming_pinned_ring_side_stream_matches_the_cpu(tmp_path):
 def test_half_precision_channels_last_batches(tmp_path, cache):
     root = str(image_folder(tmp_path / "train", per_class=4))
     options = dict(batch_size=6, device="cpu", seed=1, hflip=True, cache=cache)
-    plain = batches(gpucore.DataLoader(data.ImageFolder(root), **options), 1)
+    plain = batches(gpucore.DataLoader(data.read_image_folder(root), **options), 1)
     for dtype in (torch.bfloat16, torch.float16):
-        loader = gpucore.DataLoader(data.ImageFolder(root), dtype=dtype, channels_last=True, **options)
+        loader = gpucore.DataLoader(data.read_image_folder(root), dtype=dtype, channels_last=True, **options)
         for (x, y), (px, py) in zip(batches(loader, 1), plain):
             assert x.dtype == dtype and x.is_contiguous(memory_format=torch.channels_last)
             assert torch.equal(y, py)
             torch.testing.assert_close(x.float(), px, rtol=1e-2, atol=2e-2)
     with pytest.raises(gpucore.ConfigError, match="batch dtype must be float32, float16 or bfloat16, got 'int8'"):
-        gpucore.DataLoader(data.ImageFolder(root), dtype=torch.int8, **options)
+        gpucore.DataLoader(data.read_image_folder(root), dtype=torch.int8, **options)
 
 
 @pytest.mark.parametrize("cache", ["none", "device"])
@@ -262,24 +262,24 @@ def segmentation_folders(root, count=10, size=(9, 11)):
 def test_segmentation_pairs_stream_like_they_load_and_masks_follow_the_images(tmp_path):
     images, masks = segmentation_folders(tmp_path)
     options = dict(batch_size=4, device="cpu", seed=6, crop_padding=2, hflip=True, normalize=False)
-    streamed = batches(gpucore.DataLoader(data.Segmentation(images, masks, threads=3), cache="none", **options))
-    in_memory = batches(gpucore.DataLoader(data.Segmentation(images, masks), cache="device", **options))
+    streamed = batches(gpucore.DataLoader(data.read_segmentation(images, masks, threads=3), cache="none", **options))
+    in_memory = batches(gpucore.DataLoader(data.read_segmentation(images, masks), cache="device", **options))
     assert_same_batches(streamed, in_memory)
     for x, y in streamed:
         assert y.dtype == torch.long and y.shape == (x.shape[0], 9, 11) and y.max() <= 2
         assert torch.equal((x[:, 0] * 255 / 100).round().long(), y)
     resized = dict(options, crop_padding=0, hflip=False)
-    small = data.Segmentation(images, masks, size=(6, 7))
+    small = data.read_segmentation(images, masks, size=(6, 7))
     assert small.inputs.shape == (10, 3, 6, 7) and small.targets.shape == (10, 6, 7)
     assert set(small.targets.unique().tolist()) <= {0, 1, 2}  # nearest: no blended class ids
-    assert_same_batches(batches(gpucore.DataLoader(data.Segmentation(images, masks, size=(6, 7)), cache="none",
+    assert_same_batches(batches(gpucore.DataLoader(data.read_segmentation(images, masks, size=(6, 7)), cache="none",
                                                    **resized)),
                         batches(gpucore.DataLoader(small, cache="host", **resized)))
     write_png(tmp_path / "masks" / "03.png", torch.zeros(5, 5, dtype=torch.uint8))
     with pytest.raises(gpucore.ConfigError, match=r"03.png' \(index 3\): is 5x5 but the data set's images are 9x11"):
-        list(gpucore.DataLoader(data.Segmentation(images, masks), cache="none", **options))
+        list(gpucore.DataLoader(data.read_segmentation(images, masks), cache="none", **options))
     with pytest.raises(gpucore.ConfigError, match=r"03.png' is 5x5 but .*00.png' is 9x11"):
-        data.Segmentation(images, masks).inputs
+        data.read_segmentation(images, masks).inputs
 
 
 def test_a_model_that_does_not_fit_the_data_gets_a_clear_error(tmp_path):

@@ -1,4 +1,4 @@
-"""Grad-CAM for validation images of the trained classifier (seed 004's run_gradcam.py): overlays as PNG files
+"""Grad-CAM for validation images of the trained classifier (a classifier project's run_gradcam.py): overlays as PNG files
 and the maps as cams.pt, on the device gpucore picks. Device mismatches cannot happen: gpucore moves
 nothing behind your back and computes on the input's device.
 

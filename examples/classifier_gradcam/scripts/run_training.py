@@ -1,4 +1,4 @@
-"""Train the classifier of configs/config.yaml (seed 004's run_training.py). Extra key=value pairs override keys."""
+"""Train the classifier of configs/config.yaml (the run_training.py of a classifier project). Extra key=value pairs override keys."""
 import os
 import sys
 

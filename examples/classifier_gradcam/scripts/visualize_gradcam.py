@@ -1,4 +1,4 @@
-"""One PNG grid of the overlays that run_gradcam.py wrote (seed 004's visualize_gradcam.py).
+"""One PNG grid of the overlays that run_gradcam.py wrote (a classifier project's visualize_gradcam.py).
 
     python scripts/visualize_gradcam.py [--out gradcam_out] [--columns 8]
 """
