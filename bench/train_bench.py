@@ -157,6 +157,10 @@ def main(argv=None):
                                                       args.lr),
         "PyTorch Lightning": lambda: lightning_loop(x, labels, device, policy, args.epochs, args.batch_size, args.lr),
     }
+    if policy.precision != "32":  # what reduced precision gains over the plain float32 loop
+        float32 = gpucore.resolve_precision("32", device)
+        loops["float32 loop"] = lambda: hand_optimised(x, labels, device, float32, args.epochs, args.batch_size,
+                                                       args.lr)
     samples = args.train_size * max(args.epochs - 1, 1)
     rates = {name: [] for name in loops}
     for _ in range(args.repeats):
