@@ -3,11 +3,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include "gpucore/arch_compat.h"
-#include "gpucore/device_select.h"
+#include "gpucore/device/arch_compat.h"
+#include "gpucore/device/device_select.h"
+#include "gpucore/device/precision.h"
+#include "gpucore/device/probe.h"
 #include "gpucore/errors.h"
-#include "gpucore/precision.h"
-#include "gpucore/probe.h"
 
 namespace py = pybind11;
 using namespace gpucore;

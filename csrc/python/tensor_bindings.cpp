@@ -6,14 +6,14 @@
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
-#include "gpucore/batches.h"
-#include "gpucore/engine.h"
-#include "gpucore/metrics.h"
+#include "gpucore/data/file_batches.h"
+#include "gpucore/data/readers.h"
 #include "gpucore/errors.h"
-#include "gpucore/file_batches.h"
-#include "gpucore/losses.h"
-#include "gpucore/readers.h"
-#include "gpucore/schedule.h"
+#include "gpucore/train/batches.h"
+#include "gpucore/train/engine.h"
+#include "gpucore/train/losses.h"
+#include "gpucore/train/metrics.h"
+#include "gpucore/train/schedule.h"
 
 namespace py = pybind11;
 using namespace gpucore;

@@ -1,4 +1,4 @@
-#include "gpucore/batches.h"
+#include "gpucore/train/batches.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/arange.h>

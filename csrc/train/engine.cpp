@@ -1,4 +1,4 @@
-#include "gpucore/engine.h"
+#include "gpucore/train/engine.h"
 
 #include <ATen/TensorOperators.h>
 #include <ATen/core/grad_mode.h>
@@ -13,8 +13,8 @@
 #include <chrono>
 #include <map>
 
-#include "gpucore/autocast.h"
 #include "gpucore/errors.h"
+#include "gpucore/train/autocast.h"
 
 namespace gpucore {
 

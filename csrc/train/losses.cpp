@@ -1,4 +1,4 @@
-#include "gpucore/losses.h"
+#include "gpucore/train/losses.h"
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/arange.h>

@@ -1,4 +1,4 @@
-#include "gpucore/metrics.h"
+#include "gpucore/train/metrics.h"
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/argmax.h>

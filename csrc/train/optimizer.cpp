@@ -1,4 +1,4 @@
-#include "gpucore/optimizer.h"
+#include "gpucore/train/optimizer.h"
 
 #include <ATen/ops/_foreach_add.h>
 #include <ATen/ops/_fused_adam.h>

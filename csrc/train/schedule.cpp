@@ -1,4 +1,4 @@
-#include "gpucore/schedule.h"
+#include "gpucore/train/schedule.h"
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/cos.h>

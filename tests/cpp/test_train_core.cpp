@@ -3,12 +3,12 @@
 
 #include <ATen/ATen.h>
 
-#include "gpucore/batches.h"
-#include "gpucore/engine.h"
 #include "gpucore/errors.h"
-#include "gpucore/grad_scaler.h"
-#include "gpucore/optimizer.h"
-#include "gpucore/schedule.h"
+#include "gpucore/train/batches.h"
+#include "gpucore/train/engine.h"
+#include "gpucore/train/grad_scaler.h"
+#include "gpucore/train/optimizer.h"
+#include "gpucore/train/schedule.h"
 
 namespace gpucore {
 namespace {

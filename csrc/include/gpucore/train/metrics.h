@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "gpucore/losses.h"
+#include "gpucore/train/losses.h"
 
 namespace gpucore {
 

@@ -12,21 +12,14 @@
 #include <utility>
 #include <vector>
 
-#include "gpucore/batches.h"
-#include "gpucore/grad_scaler.h"
-#include "gpucore/losses.h"
-#include "gpucore/metrics.h"
-#include "gpucore/optimizer.h"
-#include "gpucore/schedule.h"
+#include "gpucore/train/batches.h"
+#include "gpucore/train/grad_scaler.h"
+#include "gpucore/train/losses.h"
+#include "gpucore/train/metrics.h"
+#include "gpucore/train/optimizer.h"
+#include "gpucore/train/schedule.h"
 
 namespace gpucore {
-
-// Raised when training cannot go on (too many non-finite steps in a row); the message says why
-// and what to change. Maps to gpucore.TrainingError.
-class TrainingError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 struct EngineConfig {
   std::string device = "cpu";
