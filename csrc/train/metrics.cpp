@@ -19,12 +19,6 @@ MetricTracker::MetricTracker(LossConfig loss, int64_t top_k, const at::Device& d
   sums_ = at::zeros({kSlots}, at::TensorOptions().dtype(at::kDouble).device(device));
 }
 
-void MetricTracker::reset() {
-  sums_.zero_();
-  samples_host_ = 0;
-  top_k_computed_ = false;
-}
-
 void MetricTracker::update(const at::Tensor& output, const at::Tensor& target, const at::Tensor& loss) {
   const int64_t n = output.size(0);
   samples_host_ += n;

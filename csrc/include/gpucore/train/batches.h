@@ -43,7 +43,6 @@ class EpochBatches : public BatchSource {
   int64_t remaining() const override;
   int64_t total_batches() const;                   // in a whole epoch
   int64_t position() const { return position_; }  // batches served in this epoch, skipped ones included
-  int64_t size() const { return samples_; }
 
  protected:
   // `samples` inputs whose targets (moved to `device`) are `targets`, or undefined when the source

@@ -1,8 +1,9 @@
 #pragma once
-// The training step (DESIGN §3): forward under autocast, loss / window length, scaled backward;
-// after the last micro-batch of a window: non-finite check and unscale, clipping, fused optimizer
-// step that skips itself on non-finite gradients, scale update, schedule advanced only by taken
-// steps. Loss and metrics accumulate on the device; the host reads them at log intervals.
+// The training step, kept on the device so that the host waits for it only at log intervals:
+// forward under autocast, loss / window length, scaled backward; after the last micro-batch of a
+// window: non-finite check and unscale, clipping, fused optimizer step that skips itself on
+// non-finite gradients, scale update, schedule advanced only by taken steps. Loss and metrics
+// accumulate on the device; the host reads them at log intervals.
 #include <ATen/core/Tensor.h>
 
 #include <functional>
