@@ -15,10 +15,15 @@
 
 namespace gpucore {
 
-OptimizerKind parse_optimizer(const std::string& name) {
-  return parse_choice<OptimizerKind>("optimizer", name,
-                      {{"sgd", OptimizerKind::kSGD}, {"adam", OptimizerKind::kAdam}, {"adamw", OptimizerKind::kAdamW}});
-}
+namespace {
+
+const Choices<OptimizerKind> kOptimizers = {
+    {"sgd", OptimizerKind::kSGD}, {"adam", OptimizerKind::kAdam}, {"adamw", OptimizerKind::kAdamW}};
+
+}  // namespace
+
+OptimizerKind parse_optimizer(const std::string& name) { return parse_choice("optimizer", name, kOptimizers); }
+std::string to_string(OptimizerKind kind) { return choice_name(kind, kOptimizers); }
 
 FusedOptimizer::FusedOptimizer(std::vector<ParamGroup> groups, OptimizerConfig config)
     : groups_(std::move(groups)), config_(config) {

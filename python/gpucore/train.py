@@ -117,7 +117,7 @@ class _EpochData:
             self._generator.manual_seed(self.seed * 1000003 + epoch)
         if self._sampler is not None:
             self._sampler.set_epoch(epoch)
-        return _C.PythonBatches(_Skipped(self._loader, skip), self.device)
+        return _C.PythonBatches(_Skipped(self._loader, skip), torch.device(self.device))
 
 
 def _describe(data) -> str:
@@ -179,15 +179,15 @@ def _scaled_lr(config) -> float:
 
 def _engine_config(config, device: str, policy, steps_per_epoch: int) -> _C.EngineConfig:
     engine = _C.EngineConfig()
-    engine.device = device
-    engine.autocast_dtype = str(policy.autocast_dtype).replace("torch.", "") if policy.autocast_dtype else ""
-    engine.param_dtype = str(policy.param_dtype).replace("torch.", "")
-    engine.accumulate = config.accumulate_grad_batches
+    engine.device = torch.device(device)
+    engine.autocast_dtype = policy.autocast_dtype
+    engine.param_dtype = policy.param_dtype
+    engine.accumulate_grad_batches = config.accumulate_grad_batches
     engine.clip_grad_norm = config.clip_grad_norm
     engine.clip_grad_value = config.clip_grad_value
     engine.channels_last = config.channels_last
-    engine.log_every = config.log_every_n_steps
-    engine.max_consecutive_nonfinite = config.max_nonfinite_steps
+    engine.log_every_n_steps = config.log_every_n_steps
+    engine.max_nonfinite_steps = config.max_nonfinite_steps
     engine.top_k = config.top_k
     engine.loss = _loss_config(config)
     optimizer = _C.OptimizerConfig()
@@ -538,7 +538,7 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
                         torch.cuda.empty_cache()
                     config.batch_size //= 2
                     config.accumulate_grad_batches *= 2
-                    engine.set_accumulate(config.accumulate_grad_batches)
+                    engine.set_accumulate_grad_batches(config.accumulate_grad_batches)
                     train_set = _EpochData(train_data, config, device, training=True, normalization=normalization)
                     summary.setdefault("oom_reductions", []).append(
                         {"epoch": epoch + 1, "batch_size": config.batch_size,

@@ -144,7 +144,7 @@ TEST(Engine, AccumulationEqualsOneBigBatchWithoutPython) {
   auto run = [&](int64_t batch, int64_t accumulate) {
     at::Tensor w = w0.clone().requires_grad_(true);
     EngineConfig config;
-    config.accumulate = accumulate;
+    config.accumulate_grad_batches = accumulate;
     config.optimizer.kind = OptimizerKind::kSGD;
     config.optimizer.momentum = 0.0;
     config.schedule.base_lr = 0.5;

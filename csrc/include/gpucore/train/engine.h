@@ -23,15 +23,15 @@
 namespace gpucore {
 
 struct EngineConfig {
-  std::string device = "cpu";
-  std::optional<at::ScalarType> autocast_dtype;  // nullopt: no autocast
-  at::ScalarType param_dtype = at::kFloat;       // inputs are cast to it when floating point
-  int64_t accumulate = 1;                        // micro-batches per optimizer step
+  at::Device device = at::kCPU;
+  std::optional<at::ScalarType> autocast_dtype;  // bfloat16 or float16; nullopt: no autocast
+  at::ScalarType param_dtype = at::kFloat;       // float32 or float64; floating-point inputs are cast to it
+  int64_t accumulate_grad_batches = 1;           // micro-batches per optimizer step
   double clip_grad_norm = 0.0;                   // 0: off
   double clip_grad_value = 0.0;                  // 0: off
   bool channels_last = false;
-  int64_t log_every = 50;                        // optimizer steps between host reads
-  int64_t max_consecutive_nonfinite = 20;
+  int64_t log_every_n_steps = 50;                // optimizer steps between host reads
+  int64_t max_nonfinite_steps = 20;              // skipped steps in a row before a TrainingError
   int64_t top_k = 5;
   LossConfig loss;
   OptimizerConfig optimizer;
@@ -69,7 +69,7 @@ class Engine {
   // where a resumed run picks the data up again.
   int64_t windows_in_epoch() const { return windows_in_epoch_; }
   // Micro-batches per step from now on (on_oom: reduce_batch doubles it as the batch halves).
-  void set_accumulate(int64_t accumulate);
+  void set_accumulate_grad_batches(int64_t accumulate_grad_batches);
   double current_lr() const;           // host read
   double loss_scale() const;           // host read
 
