@@ -253,3 +253,26 @@ def test_tensor_batches_errors():
         _C.TensorBatches(torch.zeros(10, 2), torch.zeros(9), 4, True, False, 0, torch.device("cpu"))
     with pytest.raises(_C.ConfigError, match="batch_size"):
         _C.TensorBatches(torch.zeros(10, 2), torch.zeros(10), 0, True, False, 0, torch.device("cpu"))
+
+
+def test_config_kinds_read_back():
+    for config, kind in ((_C.LossConfig(), "dice_bce"), (_C.OptimizerConfig(), "adamw"),
+                         (_C.ScheduleConfig(), "onecycle")):
+        config.kind = kind
+        assert config.kind == kind
+
+
+def test_engine_config_takes_torch_dtypes_and_devices():
+    config = _C.EngineConfig()
+    assert (config.device, config.autocast_dtype, config.param_dtype) == (torch.device("cpu"), None, torch.float32)
+    config.autocast_dtype, config.param_dtype = torch.bfloat16, torch.float64
+    assert (config.autocast_dtype, config.param_dtype) == (torch.bfloat16, torch.float64)
+    with pytest.raises(TypeError):
+        config.param_dtype = "float64"
+    params = [nn.Parameter(torch.zeros(2))]
+    config.param_dtype = torch.int32
+    with pytest.raises(_C.ConfigError, match="param_dtype must be float32 or float64, got 'int32'"):
+        _C.Engine([(params, 0.0)], config)
+    config.param_dtype, config.autocast_dtype = torch.float32, torch.float32
+    with pytest.raises(_C.ConfigError, match="autocast_dtype must be bfloat16, float16 or None, got 'float32'"):
+        _C.Engine([(params, 0.0)], config)
