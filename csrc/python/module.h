@@ -1,7 +1,7 @@
 #pragma once
 // gpucore._C is bound by area, one file each; bindings.cpp is the module that calls them all.
-// Files that bind tensors, dtypes or devices include torch/csrc/utils/pybind.h, so these cross as
-// torch.Tensor, torch.dtype and torch.device (and files that do not stay fast to compile).
+// Files that bind tensors, dtypes or devices include torch/csrc/utils/pybind.h, so that these cross
+// as torch.Tensor, torch.dtype and torch.device; the others leave it out and compile faster.
 #include <pybind11/pybind11.h>
 
 namespace gpucore::python {
