@@ -1,4 +1,4 @@
-#include "gpucore/file_batches.h"
+#include "gpucore/data/file_batches.h"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/tensor.h>
@@ -7,8 +7,8 @@
 
 #include <algorithm>
 
+#include "gpucore/data/readers.h"
 #include "gpucore/errors.h"
-#include "gpucore/readers.h"
 
 namespace gpucore {
 

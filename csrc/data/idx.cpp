@@ -5,8 +5,8 @@
 #include <array>
 #include <cstring>
 
+#include "gpucore/data/readers.h"
 #include "gpucore/errors.h"
-#include "gpucore/readers.h"
 
 namespace gpucore {
 

@@ -20,8 +20,8 @@
 #include <iterator>
 #include <thread>
 
+#include "gpucore/data/readers.h"
 #include "gpucore/errors.h"
-#include "gpucore/readers.h"
 
 namespace gpucore {
 

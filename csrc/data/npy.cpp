@@ -8,8 +8,8 @@
 #include <cctype>
 #include <iterator>
 
+#include "gpucore/data/readers.h"
 #include "gpucore/errors.h"
-#include "gpucore/readers.h"
 
 namespace gpucore {
 

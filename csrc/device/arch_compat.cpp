@@ -1,4 +1,4 @@
-#include "gpucore/arch_compat.h"
+#include "gpucore/device/arch_compat.h"
 
 #include <algorithm>
 #include <cctype>

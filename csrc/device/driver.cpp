@@ -1,6 +1,6 @@
 #include <dlfcn.h>
 
-#include "gpucore/probe.h"
+#include "gpucore/device/probe.h"
 
 namespace gpucore {
 

@@ -1,4 +1,4 @@
-#include "gpucore/precision.h"
+#include "gpucore/device/precision.h"
 
 #include <ATen/Context.h>
 

@@ -1,4 +1,4 @@
-#include "gpucore/probe.h"
+#include "gpucore/device/probe.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Tensor.h>

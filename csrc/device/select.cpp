@@ -1,4 +1,4 @@
-#include "gpucore/device_select.h"
+#include "gpucore/device/device_select.h"
 
 #include <algorithm>
 #include <cctype>

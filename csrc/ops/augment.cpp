@@ -1,8 +1,7 @@
-// Schema of the augment op, its checks, and the C++ entry point through the dispatcher.
+// The augment op's checks and its C++ entry point through the dispatcher (its schema is in library.cpp).
 #include "ops/augment.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <torch/library.h>
 
 namespace gpucore::ops {
 
@@ -44,11 +43,6 @@ at::Tensor augment(const at::Tensor& images, const at::Tensor& offsets, const at
                              .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t,
                                                at::ArrayRef<double>, at::ArrayRef<double>, at::ScalarType)>();
   return op.call(images, offsets, flips, padding, mean, std, dtype);
-}
-
-TORCH_LIBRARY_FRAGMENT(gpucore, m) {
-  m.def("augment(Tensor images, Tensor offsets, Tensor flips, int padding, float[] mean, float[] std, "
-        "ScalarType dtype) -> Tensor");
 }
 
 }  // namespace gpucore::ops

@@ -1,7 +1,7 @@
-// Schemas of the CAM ops and the checks shared by their CPU and CUDA kernels.
+// The checks shared by the CPU and CUDA kernels of the CAM ops (their schemas are in library.cpp).
 #include "ops/cam.h"
 
-#include <torch/library.h>
+#include <c10/util/Exception.h>
 
 #include "gpucore/choices.h"
 #include "gpucore/errors.h"
@@ -51,13 +51,6 @@ void check_overlay_inputs(const at::Tensor& images, const at::Tensor& cams, doub
               "cam_overlay: cams ", cams.sizes(), " must be N x H x W of the images ", images.sizes());
   TORCH_CHECK(images.device() == cams.device(), "cam_overlay: images on ", images.device(), ", cams on ", cams.device());
   TORCH_CHECK(alpha >= 0.0 && alpha <= 1.0, "cam_overlay: alpha must be in [0, 1], got ", alpha);
-}
-
-TORCH_LIBRARY(gpucore, m) {
-  m.def("cam_weights(Tensor activations, Tensor gradients, str method) -> Tensor");
-  m.def("cam_weighted_sum(Tensor activations, Tensor weights) -> Tensor");
-  m.def("cam_normalize(Tensor cams, int[] size) -> Tensor");
-  m.def("cam_overlay(Tensor images, Tensor cams, float alpha) -> Tensor");
 }
 
 }  // namespace gpucore::ops

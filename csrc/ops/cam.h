@@ -23,9 +23,6 @@ namespace gpucore::ops {
 enum class CamMethod { kGradCam, kGradCamPlusPlus, kXGradCam };
 CamMethod parse_cam_method(const std::string& method);
 
-// Kernels compute in float32 on contiguous memory, whatever the caller passed.
-inline at::Tensor float_contiguous(const at::Tensor& t) { return t.to(at::kFloat).contiguous(); }
-
 void check_weights_inputs(const at::Tensor& activations, const at::Tensor& gradients);
 void check_weighted_sum_inputs(const at::Tensor& activations, const at::Tensor& weights);
 void check_normalize_inputs(const at::Tensor& cams, at::IntArrayRef size);

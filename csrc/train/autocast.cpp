@@ -1,4 +1,4 @@
-#include "gpucore/autocast.h"
+#include "gpucore/train/autocast.h"
 
 namespace gpucore {
 

@@ -1,4 +1,4 @@
-#include "gpucore/batches.h"
+#include "gpucore/train/batches.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/arange.h>
@@ -33,6 +33,10 @@ EpochBatches::EpochBatches(int64_t samples, const at::Tensor& targets, int64_t b
                       std::to_string(samples) + " inputs and targets of shape " + c10::str(targets.sizes()));
   }
   if (batch_size < 1) throw ConfigError("batch_size must be >= 1, got " + std::to_string(batch_size));
+  if (augment_.dtype != at::kFloat && augment_.dtype != at::kHalf && augment_.dtype != at::kBFloat16) {
+    throw ConfigError("batch dtype must be float32, float16 or bfloat16, got '" +
+                      std::string(c10::getDtypeNames(augment_.dtype).first) + "'");
+  }
   if (drop_last && samples < batch_size) {
     throw ConfigError(what + ": " + std::to_string(samples) + " samples make no full batch of " +
                       std::to_string(batch_size) + " with drop_last; lower batch_size or set drop_last false");

@@ -1,4 +1,4 @@
-#include "gpucore/engine.h"
+#include "gpucore/train/engine.h"
 
 #include <ATen/TensorOperators.h>
 #include <ATen/core/grad_mode.h>
@@ -13,8 +13,8 @@
 #include <chrono>
 #include <map>
 
-#include "gpucore/autocast.h"
 #include "gpucore/errors.h"
+#include "gpucore/train/autocast.h"
 
 namespace gpucore {
 
@@ -26,13 +26,29 @@ std::vector<at::Tensor> flatten(const std::vector<ParamGroup>& groups) {
   return params;
 }
 
+void check_accumulate_grad_batches(int64_t accumulate_grad_batches) {
+  if (accumulate_grad_batches < 1) {
+    throw ConfigError("accumulate_grad_batches must be >= 1, got " + std::to_string(accumulate_grad_batches));
+  }
+}
+
 void check_config(const EngineConfig& c) {
-  if (c.accumulate < 1) throw ConfigError("accumulate_grad_batches must be >= 1, got " + std::to_string(c.accumulate));
+  if (c.autocast_dtype && *c.autocast_dtype != at::kBFloat16 && *c.autocast_dtype != at::kHalf) {
+    throw ConfigError("autocast_dtype must be bfloat16, float16 or None, got '" +
+                      std::string(c10::getDtypeNames(*c.autocast_dtype).first) + "'");
+  }
+  if (c.param_dtype != at::kFloat && c.param_dtype != at::kDouble) {
+    throw ConfigError("param_dtype must be float32 or float64, got '" +
+                      std::string(c10::getDtypeNames(c.param_dtype).first) + "'");
+  }
+  check_accumulate_grad_batches(c.accumulate_grad_batches);
   if (c.clip_grad_norm < 0) throw ConfigError("clip_grad_norm must be >= 0, got " + std::to_string(c.clip_grad_norm));
   if (c.clip_grad_value < 0) throw ConfigError("clip_grad_value must be >= 0, got " + std::to_string(c.clip_grad_value));
-  if (c.log_every < 1) throw ConfigError("log_every_n_steps must be >= 1, got " + std::to_string(c.log_every));
-  if (c.max_consecutive_nonfinite < 1) {
-    throw ConfigError("max_nonfinite_steps must be >= 1, got " + std::to_string(c.max_consecutive_nonfinite));
+  if (c.log_every_n_steps < 1) {
+    throw ConfigError("log_every_n_steps must be >= 1, got " + std::to_string(c.log_every_n_steps));
+  }
+  if (c.max_nonfinite_steps < 1) {
+    throw ConfigError("max_nonfinite_steps must be >= 1, got " + std::to_string(c.max_nonfinite_steps));
   }
   validate(c.schedule);
 }
@@ -91,7 +107,7 @@ EpochStats Engine::train_epoch(BatchSource& batches, const ForwardFn& forward, c
   MetricTracker tracker(config_.loss, config_.top_k, device_);
   EpochStats stats;
   const int64_t total = batches.remaining();
-  const int64_t k = config_.accumulate;
+  const int64_t k = config_.accumulate_grad_batches;
   windows_in_epoch_ = 0;
   at::Tensor inputs, targets;
   for (int64_t index = 0; index < total && batches.next(inputs, targets); ++index) {
@@ -111,7 +127,7 @@ EpochStats Engine::train_epoch(BatchSource& batches, const ForwardFn& forward, c
       optimizer_step();
       ++stats.optimizer_steps;
       ++windows_in_epoch_;
-      if (on_log && stats.optimizer_steps % config_.log_every == 0) on_log(read_metrics(tracker));
+      if (on_log && stats.optimizer_steps % config_.log_every_n_steps == 0) on_log(read_metrics(tracker));
     }
   }
   stats.metrics = read_metrics(tracker);
@@ -177,19 +193,19 @@ std::map<std::string, double> Engine::read_metrics(const MetricTracker& tracker)
   metrics["lr"] = values[0];
   metrics["loss_scale"] = scaler_.enabled() ? values[1] : 1.0;
   metrics["skipped_steps"] = values[3];
-  if (values[2] >= static_cast<float>(config_.max_consecutive_nonfinite)) {
+  if (values[2] >= static_cast<float>(config_.max_nonfinite_steps)) {
     throw TrainingError("training stopped: the last " + std::to_string(static_cast<int64_t>(values[2])) +
                         " optimizer steps had non-finite gradients (inf/NaN) and were skipped (max_nonfinite_steps " +
-                        std::to_string(config_.max_consecutive_nonfinite) +
+                        std::to_string(config_.max_nonfinite_steps) +
                         "). The weights are those of the last good step. Lower lr, set clip_grad_norm, check the "
                         "data for NaN, or use precision bf16-mixed or 32.");
   }
   return metrics;
 }
 
-void Engine::set_accumulate(int64_t accumulate) {
-  if (accumulate < 1) throw ConfigError("accumulate_grad_batches must be >= 1, got " + std::to_string(accumulate));
-  config_.accumulate = accumulate;
+void Engine::set_accumulate_grad_batches(int64_t accumulate_grad_batches) {
+  check_accumulate_grad_batches(accumulate_grad_batches);
+  config_.accumulate_grad_batches = accumulate_grad_batches;
 }
 
 int64_t Engine::steps_taken() const { return static_cast<int64_t>(step_.item<float>()); }

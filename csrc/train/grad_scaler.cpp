@@ -1,4 +1,4 @@
-#include "gpucore/grad_scaler.h"
+#include "gpucore/train/grad_scaler.h"
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/_amp_foreach_non_finite_check_and_unscale.h>

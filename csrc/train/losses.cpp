@@ -1,4 +1,4 @@
-#include "gpucore/losses.h"
+#include "gpucore/train/losses.h"
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/arange.h>
@@ -24,10 +24,8 @@ const Choices<LossKind> kLosses = {{"cross_entropy", LossKind::kCrossEntropy},
                                    {"dice_bce", LossKind::kDiceBCE},
                                    {"ctc", LossKind::kCTC}};
 
-std::string name_of(LossKind kind) { return choice_name(kind, kLosses); }
-
 [[noreturn]] void shape_error(LossKind kind, const std::string& expected, const at::Tensor& output, const at::Tensor& target) {
-  throw ConfigError("loss " + name_of(kind) + " expects " + expected + "; the model's output has shape " +
+  throw ConfigError("loss " + to_string(kind) + " expects " + expected + "; the model's output has shape " +
                     c10::str(output.sizes()) + " and the target has shape " + c10::str(target.sizes()) + " (" +
                     std::string(c10::toString(target.scalar_type())) + ")");
 }
@@ -35,6 +33,7 @@ std::string name_of(LossKind kind) { return choice_name(kind, kLosses); }
 }  // namespace
 
 LossKind parse_loss(const std::string& name) { return parse_choice("loss", name, kLosses, ", or pass a loss callable"); }
+std::string to_string(LossKind kind) { return choice_name(kind, kLosses); }
 
 at::Tensor prepare_target(const LossConfig& config, const at::Tensor& output, const at::Tensor& target) {
   switch (config.kind) {

@@ -1,4 +1,4 @@
-#include "gpucore/metrics.h"
+#include "gpucore/train/metrics.h"
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/argmax.h>
@@ -17,12 +17,6 @@ enum Slot { kLossSum, kCount, kCorrect, kCorrectTopK, kAccTotal, kCharCorrect, k
 
 MetricTracker::MetricTracker(LossConfig loss, int64_t top_k, const at::Device& device) : loss_(loss), top_k_(top_k) {
   sums_ = at::zeros({kSlots}, at::TensorOptions().dtype(at::kDouble).device(device));
-}
-
-void MetricTracker::reset() {
-  sums_.zero_();
-  samples_host_ = 0;
-  top_k_computed_ = false;
 }
 
 void MetricTracker::update(const at::Tensor& output, const at::Tensor& target, const at::Tensor& loss) {

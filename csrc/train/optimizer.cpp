@@ -1,4 +1,4 @@
-#include "gpucore/optimizer.h"
+#include "gpucore/train/optimizer.h"
 
 #include <ATen/ops/_foreach_add.h>
 #include <ATen/ops/_fused_adam.h>
@@ -15,10 +15,15 @@
 
 namespace gpucore {
 
-OptimizerKind parse_optimizer(const std::string& name) {
-  return parse_choice<OptimizerKind>("optimizer", name,
-                      {{"sgd", OptimizerKind::kSGD}, {"adam", OptimizerKind::kAdam}, {"adamw", OptimizerKind::kAdamW}});
-}
+namespace {
+
+const Choices<OptimizerKind> kOptimizers = {
+    {"sgd", OptimizerKind::kSGD}, {"adam", OptimizerKind::kAdam}, {"adamw", OptimizerKind::kAdamW}};
+
+}  // namespace
+
+OptimizerKind parse_optimizer(const std::string& name) { return parse_choice("optimizer", name, kOptimizers); }
+std::string to_string(OptimizerKind kind) { return choice_name(kind, kOptimizers); }
 
 FusedOptimizer::FusedOptimizer(std::vector<ParamGroup> groups, OptimizerConfig config)
     : groups_(std::move(groups)), config_(config) {

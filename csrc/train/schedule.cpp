@@ -1,4 +1,4 @@
-#include "gpucore/schedule.h"
+#include "gpucore/train/schedule.h"
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/cos.h>
@@ -15,12 +15,16 @@
 
 namespace gpucore {
 
-ScheduleKind parse_schedule(const std::string& name) {
-  return parse_choice<ScheduleKind>("schedule", name,
-                      {{"constant", ScheduleKind::kConstant}, {"step", ScheduleKind::kStep},
-                       {"multistep", ScheduleKind::kMultiStep}, {"cosine", ScheduleKind::kCosine},
-                       {"onecycle", ScheduleKind::kOneCycle}});
-}
+namespace {
+
+const Choices<ScheduleKind> kSchedules = {{"constant", ScheduleKind::kConstant}, {"step", ScheduleKind::kStep},
+                                          {"multistep", ScheduleKind::kMultiStep}, {"cosine", ScheduleKind::kCosine},
+                                          {"onecycle", ScheduleKind::kOneCycle}};
+
+}  // namespace
+
+ScheduleKind parse_schedule(const std::string& name) { return parse_choice("schedule", name, kSchedules); }
+std::string to_string(ScheduleKind kind) { return choice_name(kind, kSchedules); }
 
 void validate(const ScheduleConfig& c) {
   auto fail = [](const std::string& message) { throw ConfigError(message); };

@@ -72,7 +72,7 @@ def batch_source(data, cache: str, *, batch_size: int, shuffle: bool, drop_last:
     """
     transform = _C.AugmentConfig()  # for images; other inputs get none
     transform.enabled, transform.crop_padding, transform.hflip = True, crop_padding, hflip
-    transform.dtype, transform.channels_last = str(dtype).replace("torch.", ""), channels_last
+    transform.dtype, transform.channels_last = dtype, channels_last
     if normalization is not None:
         transform.mean, transform.std = normalization
     if isinstance(data, ImageFiles) and cache == "none":
@@ -82,14 +82,14 @@ def batch_source(data, cache: str, *, batch_size: int, shuffle: bool, drop_last:
         config.threads, config.prefetch, config.skip_errors = data.threads, prefetch, data.skip_errors
         segmentation = data.mask_paths is not None  # the masks are read with their images, batch by batch
         return _C.FileBatches(data.paths, None if segmentation else data.targets, batch_size, shuffle, drop_last,
-                              seed, str(device), transform, config, data.mask_paths or [])
+                              seed, device, transform, config, data.mask_paths or [])
     inputs, targets = (data.inputs, data.targets) if isinstance(data, ImageFiles) else data
     inputs = as_images(inputs)
     if inputs.dim() != 4:
         if crop_padding > 0 or hflip:
             raise ConfigError(f"crop_padding and hflip need N x C x H x W images, got inputs {tuple(inputs.shape)}")
         transform, inputs = _C.AugmentConfig(), prepare_inputs(inputs, normalization)
-    return _C.TensorBatches(inputs, targets, batch_size, shuffle, drop_last, seed, str(device), transform,
+    return _C.TensorBatches(inputs, targets, batch_size, shuffle, drop_last, seed, device, transform,
                             resident=cache == "device")
 
 

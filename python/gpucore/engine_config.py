@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import torch
 from torch import nn
 
 from . import _C
@@ -33,15 +34,15 @@ def loss_config(config) -> "_C.LossConfig":
 
 def engine_config(config, device: str, policy, steps_per_epoch: int) -> _C.EngineConfig:
     engine = _C.EngineConfig()
-    engine.device = device
-    engine.autocast_dtype = str(policy.autocast_dtype).replace("torch.", "") if policy.autocast_dtype else ""
-    engine.param_dtype = str(policy.param_dtype).replace("torch.", "")
-    engine.accumulate = config.accumulate_grad_batches
+    engine.device = torch.device(device)
+    engine.autocast_dtype = policy.autocast_dtype
+    engine.param_dtype = policy.param_dtype
+    engine.accumulate_grad_batches = config.accumulate_grad_batches
     engine.clip_grad_norm = config.clip_grad_norm
     engine.clip_grad_value = config.clip_grad_value
     engine.channels_last = config.channels_last
-    engine.log_every = config.log_every_n_steps
-    engine.max_consecutive_nonfinite = config.max_nonfinite_steps
+    engine.log_every_n_steps = config.log_every_n_steps
+    engine.max_nonfinite_steps = config.max_nonfinite_steps
     engine.top_k = config.top_k
     engine.loss = loss_config(config)
     optimizer = _C.OptimizerConfig()

@@ -73,7 +73,7 @@ class EpochData:
             self._generator.manual_seed(self.seed * 1000003 + epoch)
         if self._sampler is not None:
             self._sampler.set_epoch(epoch)
-        return _C.PythonBatches(_Skipped(self._loader, skip), self.device)
+        return _C.PythonBatches(_Skipped(self._loader, skip), torch.device(self.device))
 
 
 def normalization_of(data, config, device: str):

@@ -125,7 +125,7 @@ class FitLoop:
         config.batch_size //= 2
         config.accumulate_grad_batches *= 2
         self.skip *= 2  # the same samples, counted in the smaller batches
-        run.engine.set_accumulate(config.accumulate_grad_batches)
+        run.engine.set_accumulate_grad_batches(config.accumulate_grad_batches)
         run.train_set = make_train_set(run.train_data, config, str(run.device), run.normalization, run.world)
         self.oom_reductions.append({"epoch": self.epoch + 1, "batch_size": config.batch_size,
                                     "accumulate_grad_batches": config.accumulate_grad_batches})

@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "gpucore/arch_compat.h"
+#include "gpucore/device/arch_compat.h"
 #include "gpucore/errors.h"
 
 namespace gpucore {

@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
+#include "gpucore/device/precision.h"
 #include "gpucore/errors.h"
-#include "gpucore/precision.h"
 
 namespace gpucore {
 namespace {

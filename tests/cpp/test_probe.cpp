@@ -3,7 +3,7 @@
 
 #include <ATen/Context.h>
 
-#include "gpucore/probe.h"
+#include "gpucore/device/probe.h"
 
 namespace gpucore {
 namespace {

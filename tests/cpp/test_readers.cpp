@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "gpucore/data/readers.h"
 #include "gpucore/errors.h"
-#include "gpucore/readers.h"
 
 namespace gpucore {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <map>
 
-#include "gpucore/device_select.h"
+#include "gpucore/device/device_select.h"
 #include "gpucore/errors.h"
 
 namespace gpucore {

@@ -3,12 +3,12 @@
 
 #include <ATen/ATen.h>
 
-#include "gpucore/batches.h"
-#include "gpucore/engine.h"
 #include "gpucore/errors.h"
-#include "gpucore/grad_scaler.h"
-#include "gpucore/optimizer.h"
-#include "gpucore/schedule.h"
+#include "gpucore/train/batches.h"
+#include "gpucore/train/engine.h"
+#include "gpucore/train/grad_scaler.h"
+#include "gpucore/train/optimizer.h"
+#include "gpucore/train/schedule.h"
 
 namespace gpucore {
 namespace {
@@ -144,7 +144,7 @@ TEST(Engine, AccumulationEqualsOneBigBatchWithoutPython) {
   auto run = [&](int64_t batch, int64_t accumulate) {
     at::Tensor w = w0.clone().requires_grad_(true);
     EngineConfig config;
-    config.accumulate = accumulate;
+    config.accumulate_grad_batches = accumulate;
     config.optimizer.kind = OptimizerKind::kSGD;
     config.optimizer.momentum = 0.0;
     config.schedule.base_lr = 0.5;

@@ -259,7 +259,7 @@ def test_augmentation_depends_on_sample_and_epoch_not_batch_size():
     def epoch(batch_size, epoch_index):
         config = _C.AugmentConfig()
         config.enabled, config.crop_padding, config.hflip = True, 2, True
-        batches = _C.TensorBatches(x, y, batch_size, True, False, 3, "cpu", config)
+        batches = _C.TensorBatches(x, y, batch_size, True, False, 3, torch.device("cpu"), config)
         batches.start_epoch(epoch_index)
         served = {}
         while (batch := batches.next()) is not None:

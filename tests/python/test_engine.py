@@ -63,11 +63,11 @@ def test_schedule_validation(values, message):
 
 def engine(params, *, lr=1.0, scaler=False, clip=0.0, kind="sgd", accumulate=1, loss="cross_entropy", heads=0):
     config = _C.EngineConfig()
-    config.device = "cpu"
-    config.accumulate = accumulate
+    config.device = torch.device("cpu")
+    config.accumulate_grad_batches = accumulate
     config.clip_grad_norm = clip
-    config.log_every = 1
-    config.max_consecutive_nonfinite = 100
+    config.log_every_n_steps = 1
+    config.max_nonfinite_steps = 100
     loss_config = _C.LossConfig()
     loss_config.kind = loss
     loss_config.heads = heads
@@ -85,7 +85,7 @@ def engine(params, *, lr=1.0, scaler=False, clip=0.0, kind="sgd", accumulate=1, 
 
 
 def batches(x, y, batch_size):
-    return _C.TensorBatches(x, y, batch_size, False, False, 0, "cpu")
+    return _C.TensorBatches(x, y, batch_size, False, False, 0, torch.device("cpu"))
 
 
 def test_scaler_skips_inf_steps_halves_the_scale_and_holds_the_schedule():
@@ -230,7 +230,7 @@ def test_tensor_batches_order_depends_only_on_seed_and_epoch():
     y = torch.arange(100)
 
     def epoch_order(seed, epoch):
-        source = _C.TensorBatches(x, y, 10, True, False, seed, "cpu")
+        source = _C.TensorBatches(x, y, 10, True, False, seed, torch.device("cpu"))
         source.start_epoch(epoch)
         out = []
         while (batch := source.next()) is not None:
@@ -242,7 +242,7 @@ def test_tensor_batches_order_depends_only_on_seed_and_epoch():
     assert torch.equal(first, epoch_order(5, 0))
     assert not torch.equal(first, epoch_order(5, 1))
     assert not torch.equal(first, epoch_order(6, 0))
-    skipped = _C.TensorBatches(x, y, 10, True, False, 5, "cpu")
+    skipped = _C.TensorBatches(x, y, 10, True, False, 5, torch.device("cpu"))
     skipped.start_epoch(0, 3)
     assert skipped.remaining() == 7
     assert torch.equal(skipped.next()[1], first[30:40])
@@ -250,6 +250,29 @@ def test_tensor_batches_order_depends_only_on_seed_and_epoch():
 
 def test_tensor_batches_errors():
     with pytest.raises(_C.ConfigError, match=r"same number of samples, got 10 inputs and targets of shape \[9\]"):
-        _C.TensorBatches(torch.zeros(10, 2), torch.zeros(9), 4, True, False, 0, "cpu")
+        _C.TensorBatches(torch.zeros(10, 2), torch.zeros(9), 4, True, False, 0, torch.device("cpu"))
     with pytest.raises(_C.ConfigError, match="batch_size"):
-        _C.TensorBatches(torch.zeros(10, 2), torch.zeros(10), 0, True, False, 0, "cpu")
+        _C.TensorBatches(torch.zeros(10, 2), torch.zeros(10), 0, True, False, 0, torch.device("cpu"))
+
+
+def test_config_kinds_read_back():
+    for config, kind in ((_C.LossConfig(), "dice_bce"), (_C.OptimizerConfig(), "adamw"),
+                         (_C.ScheduleConfig(), "onecycle")):
+        config.kind = kind
+        assert config.kind == kind
+
+
+def test_engine_config_takes_torch_dtypes_and_devices():
+    config = _C.EngineConfig()
+    assert (config.device, config.autocast_dtype, config.param_dtype) == (torch.device("cpu"), None, torch.float32)
+    config.autocast_dtype, config.param_dtype = torch.bfloat16, torch.float64
+    assert (config.autocast_dtype, config.param_dtype) == (torch.bfloat16, torch.float64)
+    with pytest.raises(TypeError):
+        config.param_dtype = "float64"
+    params = [nn.Parameter(torch.zeros(2))]
+    config.param_dtype = torch.int32
+    with pytest.raises(_C.ConfigError, match="param_dtype must be float32 or float64, got 'int32'"):
+        _C.Engine([(params, 0.0)], config)
+    config.param_dtype, config.autocast_dtype = torch.float32, torch.float32
+    with pytest.raises(_C.ConfigError, match="autocast_dtype must be bfloat16, float16 or None, got 'float32'"):
+        _C.Engine([(params, 0.0)], config)

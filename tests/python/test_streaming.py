@@ -183,7 +183,7 @@ def test_segmentation_masks_follow_the_crop_and_flip():
     images = (masks * 100).to(torch.uint8)[:, None].expand(12, 3, 9, 11).contiguous()
     config = _C.AugmentConfig()
     config.enabled, config.crop_padding, config.hflip = True, 3, True
-    source = _C.TensorBatches(images, masks, 4, True, False, 7, "cpu", config)
+    source = _C.TensorBatches(images, masks, 4, True, False, 7, torch.device("cpu"), config)
     moved = 0
     while (batch := source.next()) is not None:
         x, y = batch

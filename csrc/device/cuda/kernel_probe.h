@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "gpucore/device_select.h"
+#include "gpucore/device/device_select.h"
 
 namespace gpucore::cuda {
 

@@ -1,6 +1,6 @@
 #pragma once
-// Error types of the core. The Python bindings map them to gpucore.ConfigError (a ValueError)
-// and gpucore.DeviceUnavailableError (a RuntimeError).
+// Error types of the core. The Python bindings map them to gpucore.ConfigError (a ValueError),
+// gpucore.DeviceUnavailableError and gpucore.TrainingError (RuntimeErrors).
 #include <stdexcept>
 #include <string>
 
@@ -22,6 +22,12 @@ class MissingReaderError : public ConfigError {
 
 // A device the user demanded exists in the request but cannot be used; the message says why.
 class DeviceUnavailableError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Training cannot go on (too many non-finite steps in a row); the message says why and what to change.
+class TrainingError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };

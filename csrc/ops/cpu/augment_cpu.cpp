@@ -5,7 +5,7 @@
 #include <torch/library.h>
 
 #include "ops/augment.h"
-#include "ops/cam.h"
+#include "ops/float_contiguous.h"
 
 namespace gpucore::ops {
 namespace {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ops/cam.h"
+#include "ops/float_contiguous.h"
 #include "ops/jet_colormap.h"
 
 namespace gpucore::ops {

@@ -6,7 +6,7 @@
 #include <torch/library.h>
 
 #include "ops/augment.h"
-#include "ops/cam.h"
+#include "ops/float_contiguous.h"
 #include "ops/cuda/augment_kernels.h"
 
 namespace gpucore::ops {

@@ -8,6 +8,7 @@
 #include <torch/library.h>
 
 #include "ops/cam.h"
+#include "ops/float_contiguous.h"
 #include "ops/cuda/cam_kernels.h"
 
 namespace gpucore::ops {

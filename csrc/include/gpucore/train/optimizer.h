@@ -12,6 +12,7 @@ namespace gpucore {
 
 enum class OptimizerKind { kSGD, kAdam, kAdamW };
 OptimizerKind parse_optimizer(const std::string& name);  // "sgd", "adam", "adamw"
+std::string to_string(OptimizerKind kind);
 
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::kAdamW;

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "gpucore/arch_compat.h"
-#include "gpucore/precision.h"
+#include "gpucore/device/arch_compat.h"
+#include "gpucore/device/precision.h"
 
 namespace gpucore {
 

@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "gpucore/device_select.h"
+#include "gpucore/device/device_select.h"
 
 namespace gpucore {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "gpucore/losses.h"
+#include "gpucore/train/losses.h"
 
 namespace gpucore {
 
@@ -19,7 +19,6 @@ class MetricTracker {
   // top_k: extra top-k accuracy for classification (0 = off).
   MetricTracker(LossConfig loss, int64_t top_k, const at::Device& device);
 
-  void reset();
   // output: model output (detached); target: as given by the data; loss: the batch's mean loss.
   void update(const at::Tensor& output, const at::Tensor& target, const at::Tensor& loss);
   // Host read: "loss" always; "accuracy" and "top{k}_accuracy" (cross_entropy); "char_accuracy" and

@@ -11,6 +11,7 @@ namespace gpucore {
 
 enum class ScheduleKind { kConstant, kStep, kMultiStep, kCosine, kOneCycle };
 ScheduleKind parse_schedule(const std::string& name);  // constant, step, multistep, cosine, onecycle
+std::string to_string(ScheduleKind kind);
 
 struct ScheduleConfig {
   ScheduleKind kind = ScheduleKind::kConstant;

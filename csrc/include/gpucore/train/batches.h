@@ -3,7 +3,7 @@
 // (seed, epoch) alone, so batches never depend on the device, the thread count or the source:
 //  - TensorBatches serves in-memory tensors (kept on the training device when they fit): each step is
 //    a slice of the epoch's permutation, a gather and the fused transform, with no host work.
-//  - FileBatches (file_batches.h) decodes image files on reader threads while training runs.
+//  - FileBatches (data/file_batches.h) decodes image files on reader threads while training runs.
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -43,7 +43,6 @@ class EpochBatches : public BatchSource {
   int64_t remaining() const override;
   int64_t total_batches() const;                   // in a whole epoch
   int64_t position() const { return position_; }  // batches served in this epoch, skipped ones included
-  int64_t size() const { return samples_; }
 
  protected:
   // `samples` inputs whose targets (moved to `device`) are `targets`, or undefined when the source

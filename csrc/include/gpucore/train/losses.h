@@ -9,10 +9,12 @@ namespace gpucore {
 
 enum class LossKind { kCrossEntropy, kMultiLabelSoftMargin, kBCEWithLogits, kDiceBCE, kCTC };
 LossKind parse_loss(const std::string& name);  // cross_entropy, multilabel_soft_margin, bce_with_logits, dice_bce, ctc
+std::string to_string(LossKind kind);
 
-// CTC (sequence models such as seed 001's TFNet): output (N, T, classes) logits, batch first; targets
-// (N, S) class indices padded with -1 after each sequence; class 0 is the blank. Impossible alignments
-// (a target longer than T allows) count as zero loss rather than stopping the run.
+// CTC (sequence models, e.g. a CNN + GRU that reads a line of characters): output (N, T, classes)
+// logits, batch first; targets (N, S) class indices padded with -1 after each sequence; class 0 is
+// the blank. Impossible alignments (a target longer than T allows) count as zero loss rather than
+// stopping the run.
 
 struct LossConfig {
   LossKind kind = LossKind::kCrossEntropy;

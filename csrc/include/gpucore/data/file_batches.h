@@ -24,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include "gpucore/batches.h"
+#include "gpucore/train/batches.h"
 
 namespace gpucore {
 

@@ -1,8 +1,9 @@
 #pragma once
-// The training step (DESIGN §3): forward under autocast, loss / window length, scaled backward;
-// after the last micro-batch of a window: non-finite check and unscale, clipping, fused optimizer
-// step that skips itself on non-finite gradients, scale update, schedule advanced only by taken
-// steps. Loss and metrics accumulate on the device; the host reads them at log intervals.
+// The training step, kept on the device so that the host waits for it only at log intervals:
+// forward under autocast, loss / window length, scaled backward; after the last micro-batch of a
+// window: non-finite check and unscale, clipping, fused optimizer step that skips itself on
+// non-finite gradients, scale update, schedule advanced only by taken steps. Loss and metrics
+// accumulate on the device; the host reads them at log intervals.
 #include <ATen/core/Tensor.h>
 
 #include <functional>
@@ -12,32 +13,25 @@
 #include <utility>
 #include <vector>
 
-#include "gpucore/batches.h"
-#include "gpucore/grad_scaler.h"
-#include "gpucore/losses.h"
-#include "gpucore/metrics.h"
-#include "gpucore/optimizer.h"
-#include "gpucore/schedule.h"
+#include "gpucore/train/batches.h"
+#include "gpucore/train/grad_scaler.h"
+#include "gpucore/train/losses.h"
+#include "gpucore/train/metrics.h"
+#include "gpucore/train/optimizer.h"
+#include "gpucore/train/schedule.h"
 
 namespace gpucore {
 
-// Raised when training cannot go on (too many non-finite steps in a row); the message says why
-// and what to change. Maps to gpucore.TrainingError.
-class TrainingError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
 struct EngineConfig {
-  std::string device = "cpu";
-  std::optional<at::ScalarType> autocast_dtype;  // nullopt: no autocast
-  at::ScalarType param_dtype = at::kFloat;       // inputs are cast to it when floating point
-  int64_t accumulate = 1;                        // micro-batches per optimizer step
+  at::Device device = at::kCPU;
+  std::optional<at::ScalarType> autocast_dtype;  // bfloat16 or float16; nullopt: no autocast
+  at::ScalarType param_dtype = at::kFloat;       // float32 or float64; floating-point inputs are cast to it
+  int64_t accumulate_grad_batches = 1;           // micro-batches per optimizer step
   double clip_grad_norm = 0.0;                   // 0: off
   double clip_grad_value = 0.0;                  // 0: off
   bool channels_last = false;
-  int64_t log_every = 50;                        // optimizer steps between host reads
-  int64_t max_consecutive_nonfinite = 20;
+  int64_t log_every_n_steps = 50;                // optimizer steps between host reads
+  int64_t max_nonfinite_steps = 20;              // skipped steps in a row before a TrainingError
   int64_t top_k = 5;
   LossConfig loss;
   OptimizerConfig optimizer;
@@ -75,7 +69,7 @@ class Engine {
   // where a resumed run picks the data up again.
   int64_t windows_in_epoch() const { return windows_in_epoch_; }
   // Micro-batches per step from now on (on_oom: reduce_batch doubles it as the batch halves).
-  void set_accumulate(int64_t accumulate);
+  void set_accumulate_grad_batches(int64_t accumulate_grad_batches);
   double current_lr() const;           // host read
   double loss_scale() const;           // host read
 

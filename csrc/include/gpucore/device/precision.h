@@ -2,7 +2,7 @@
 // Precision policy: which autocast dtype, loss scaling, TF32 and cuDNN settings a device gets.
 #include <string>
 
-#include "gpucore/arch_compat.h"
+#include "gpucore/device/arch_compat.h"
 
 namespace gpucore {
 

@@ -1,0 +1,48 @@
+// The data readers: IDX, .npy/.npz and images (PNG, JPEG), each releasing the GIL while it reads.
+#include <torch/csrc/utils/pybind.h>
+#include <pybind11/stl.h>
+
+#include "gpucore/data/readers.h"
+#include "python/module.h"
+
+namespace py = pybind11;
+
+namespace gpucore::python {
+
+void def_readers(py::module_& m) {
+  m.def("read_idx", &read_idx, py::arg("path"), py::call_guard<py::gil_scoped_release>());
+  m.def("read_npy", &read_npy, py::arg("path"), py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "read_npz",
+      [](const std::string& path) {
+        std::vector<std::pair<std::string, at::Tensor>> arrays;
+        {
+          py::gil_scoped_release release;
+          arrays = read_npz(path);
+        }
+        py::dict named;
+        for (const auto& [name, array] : arrays) named[py::str(name)] = array;
+        return named;
+      },
+      py::arg("path"));
+  m.def("decode_image", &decode_image, py::arg("path"), py::arg("channels"), py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "decode_images",
+      [](const std::vector<std::string>& paths, int64_t channels, int64_t threads, bool skip_errors, int64_t height,
+         int64_t width, bool nearest) {
+        DecodedImages decoded;
+        {
+          py::gil_scoped_release release;
+          decoded = decode_images(paths, channels, threads, skip_errors, height, width, nearest);
+        }
+        return py::make_tuple(decoded.images, decoded.kept, decoded.skipped);
+      },
+      py::arg("paths"), py::arg("channels"), py::arg("threads"), py::arg("skip_errors"), py::arg("height") = 0,
+      py::arg("width") = 0, py::arg("nearest") = false);
+  m.def("mask_classes", &mask_classes, py::arg("masks"));
+  m.def("missing_reader_message", &missing_reader_message, py::arg("format"));
+  m.def("set_max_image_pixels", &set_max_image_pixels, py::arg("pixels"));
+  m.def("max_image_pixels", &max_image_pixels);
+}
+
+}  // namespace gpucore::python

@@ -1,0 +1,188 @@
+// The training engine and the configs it takes: loss, optimizer, schedule, loss scaling.
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/utils/pybind.h>
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
+
+#include "gpucore/errors.h"
+#include "gpucore/train/engine.h"
+#include "gpucore/train/losses.h"
+#include "gpucore/train/metrics.h"
+#include "gpucore/train/optimizer.h"
+#include "gpucore/train/schedule.h"
+#include "python/module.h"
+
+namespace py = pybind11;
+
+namespace gpucore::python {
+
+namespace {
+
+at::Tensor as_tensor(const py::object& value, const char* what) {
+  if (!THPVariable_Check(value.ptr())) {
+    throw ConfigError(std::string(what) + " must return a torch.Tensor, got " +
+                      py::str(py::type::of(value).attr("__name__")).cast<std::string>());
+  }
+  return value.cast<at::Tensor>();
+}
+
+// Calls a Python nn.Module (or any callable) with the GIL held for the call only. For a
+// DistributedDataParallel model, require_backward_grad_sync is what its no_sync() context toggles.
+ForwardFn python_forward(const py::object& model) {
+  const bool data_parallel = py::hasattr(model, "require_backward_grad_sync");
+  return [model, data_parallel](const at::Tensor& inputs, bool sync_gradients) {
+    py::gil_scoped_acquire gil;
+    if (data_parallel) model.attr("require_backward_grad_sync") = sync_gradients;
+    return as_tensor(model(inputs), "the model");
+  };
+}
+
+LossFn python_loss(const py::object& loss) {
+  if (loss.is_none()) return {};
+  return [loss](const at::Tensor& output, const at::Tensor& target) {
+    py::gil_scoped_acquire gil;
+    return as_tensor(loss(output, target), "the loss callable");
+  };
+}
+
+LogFn python_log(const py::object& on_log) {
+  if (on_log.is_none()) return {};
+  return [on_log](const std::map<std::string, double>& metrics) {
+    py::gil_scoped_acquire gil;
+    on_log(metrics);
+  };
+}
+
+py::dict stats_dict(const EpochStats& stats) {
+  py::dict out;
+  out["metrics"] = stats.metrics;
+  out["optimizer_steps"] = stats.optimizer_steps;
+  out["samples"] = stats.samples;
+  out["seconds"] = stats.seconds;
+  return out;
+}
+
+// The `kind` of a config, read and written by its name.
+template <typename Config, typename Kind>
+void def_kind(py::class_<Config>& config, Kind Config::*kind, Kind (*parse)(const std::string&)) {
+  config.def_property(
+      "kind", [kind](const Config& c) { return to_string(c.*kind); },
+      [kind, parse](Config& c, const std::string& name) { c.*kind = parse(name); });
+}
+
+}  // namespace
+
+void def_train(py::module_& m) {
+  py::class_<LossConfig> loss(m, "LossConfig");
+  loss.def(py::init<>())
+      .def_readwrite("label_smoothing", &LossConfig::label_smoothing)
+      .def_readwrite("heads", &LossConfig::heads);
+  def_kind(loss, &LossConfig::kind, &parse_loss);
+  m.def("reported_metrics", &reported_metrics, py::arg("loss"), py::arg("top_k"));
+
+  py::class_<OptimizerConfig> optimizer(m, "OptimizerConfig");
+  optimizer.def(py::init<>())
+      .def_readwrite("momentum", &OptimizerConfig::momentum)
+      .def_readwrite("nesterov", &OptimizerConfig::nesterov)
+      .def_readwrite("beta1", &OptimizerConfig::beta1)
+      .def_readwrite("beta2", &OptimizerConfig::beta2)
+      .def_readwrite("eps", &OptimizerConfig::eps);
+  def_kind(optimizer, &OptimizerConfig::kind, &parse_optimizer);
+
+  py::class_<ScheduleConfig> schedule(m, "ScheduleConfig");
+  schedule.def(py::init<>())
+      .def_readwrite("base_lr", &ScheduleConfig::base_lr)
+      .def_readwrite("warmup_steps", &ScheduleConfig::warmup_steps)
+      .def_readwrite("total_steps", &ScheduleConfig::total_steps)
+      .def_readwrite("step_size", &ScheduleConfig::step_size)
+      .def_readwrite("gamma", &ScheduleConfig::gamma)
+      .def_readwrite("milestones", &ScheduleConfig::milestones)
+      .def_readwrite("min_lr", &ScheduleConfig::min_lr)
+      .def_readwrite("pct_start", &ScheduleConfig::pct_start)
+      .def_readwrite("div_factor", &ScheduleConfig::div_factor)
+      .def_readwrite("final_div_factor", &ScheduleConfig::final_div_factor);
+  def_kind(schedule, &ScheduleConfig::kind, &parse_schedule);
+  m.def("learning_rate", [](const ScheduleConfig& c, const at::Tensor& step) {
+    validate(c);
+    return learning_rate(c, step);
+  });
+
+  py::class_<GradScalerConfig>(m, "GradScalerConfig")
+      .def(py::init<>())
+      .def_readwrite("enabled", &GradScalerConfig::enabled)
+      .def_readwrite("init_scale", &GradScalerConfig::init_scale)
+      .def_readwrite("growth_factor", &GradScalerConfig::growth_factor)
+      .def_readwrite("backoff_factor", &GradScalerConfig::backoff_factor)
+      .def_readwrite("growth_interval", &GradScalerConfig::growth_interval);
+
+  // device: a torch.device; autocast_dtype: torch.bfloat16, torch.float16 or None; param_dtype:
+  // torch.float32 or torch.float64 (checked when the Engine is built).
+  py::class_<EngineConfig>(m, "EngineConfig")
+      .def(py::init<>())
+      .def_readwrite("device", &EngineConfig::device)
+      .def_readwrite("autocast_dtype", &EngineConfig::autocast_dtype)
+      .def_readwrite("param_dtype", &EngineConfig::param_dtype)
+      .def_readwrite("accumulate_grad_batches", &EngineConfig::accumulate_grad_batches)
+      .def_readwrite("clip_grad_norm", &EngineConfig::clip_grad_norm)
+      .def_readwrite("clip_grad_value", &EngineConfig::clip_grad_value)
+      .def_readwrite("channels_last", &EngineConfig::channels_last)
+      .def_readwrite("log_every_n_steps", &EngineConfig::log_every_n_steps)
+      .def_readwrite("max_nonfinite_steps", &EngineConfig::max_nonfinite_steps)
+      .def_readwrite("top_k", &EngineConfig::top_k)
+      .def_readwrite("loss", &EngineConfig::loss)
+      .def_readwrite("optimizer", &EngineConfig::optimizer)
+      .def_readwrite("schedule", &EngineConfig::schedule)
+      .def_readwrite("scaler", &EngineConfig::scaler);
+
+  py::class_<Engine>(m, "Engine")
+      .def(py::init([](const std::vector<std::pair<std::vector<at::Tensor>, double>>& groups, const EngineConfig& config) {
+             std::vector<ParamGroup> param_groups;
+             for (const auto& [params, weight_decay] : groups) param_groups.push_back({params, weight_decay});
+             return std::make_unique<Engine>(std::move(param_groups), config);
+           }),
+           py::arg("param_groups"), py::arg("config"))
+      .def(
+          "train_epoch",
+          [](Engine& self, BatchSource& batches, const py::object& model, const py::object& loss, const py::object& on_log) {
+            const ForwardFn forward = python_forward(model);
+            const LossFn loss_fn = python_loss(loss);
+            const LogFn log_fn = python_log(on_log);
+            EpochStats stats;
+            {
+              py::gil_scoped_release release;
+              stats = self.train_epoch(batches, forward, loss_fn, log_fn);
+            }
+            return stats_dict(stats);
+          },
+          py::arg("batches"), py::arg("model"), py::arg("loss") = py::none(), py::arg("on_log") = py::none())
+      .def(
+          "evaluate",
+          [](Engine& self, BatchSource& batches, const py::object& model, const py::object& loss) {
+            const ForwardFn forward = python_forward(model);
+            const LossFn loss_fn = python_loss(loss);
+            EpochStats stats;
+            {
+              py::gil_scoped_release release;
+              stats = self.evaluate(batches, forward, loss_fn);
+            }
+            return stats_dict(stats);
+          },
+          py::arg("batches"), py::arg("model"), py::arg("loss") = py::none())
+      .def("steps_taken", &Engine::steps_taken)
+      .def("steps_skipped", &Engine::steps_skipped)
+      .def("host_syncs", &Engine::host_syncs)
+      .def("windows_in_epoch", &Engine::windows_in_epoch)
+      .def("set_accumulate_grad_batches", &Engine::set_accumulate_grad_batches, py::arg("accumulate_grad_batches"))
+      .def("current_lr", &Engine::current_lr)
+      .def("loss_scale", &Engine::loss_scale)
+      .def("state", [](const Engine& self) {
+        py::dict out;
+        for (const auto& [name, tensor] : self.state()) out[py::str(name)] = tensor.detach().clone();
+        return out;
+      })
+      .def("load_state", [](Engine& self, const std::map<std::string, at::Tensor>& state) {
+        self.load_state(std::vector<std::pair<std::string, at::Tensor>>(state.begin(), state.end()));
+      });
+}
+
+}  // namespace gpucore::python
