@@ -55,6 +55,14 @@ PrecisionPolicy resolve_precision(Precision requested, const DeviceCaps& caps, T
     } else if (caps.kind == DeviceKind::kMPS) {
       precision = Precision::kFP16Mixed;
       policy.reason = "auto: MPS runs float16 autocast, with loss scaling";
+    } else if (caps.kind == DeviceKind::kCPU && !caps.cpu_bf16_isa.empty()) {
+      precision = Precision::kBF16Mixed;
+      policy.reason = "auto: the CPU does bf16 arithmetic natively (" + caps.cpu_bf16_isa +
+                      "), so bf16-mixed: oneDNN runs convolutions and matmuls in bf16, the weights stay float32";
+    } else if (caps.kind == DeviceKind::kCPU) {
+      precision = Precision::kFP32;
+      policy.reason = "auto: the CPU has no native bf16 arithmetic (neither AVX512-BF16 nor AMX), and emulated bf16 "
+                      "is slower than float32, so 32";
     } else {
       precision = Precision::kFP32;
       policy.reason = "auto: " + describe(caps) + " has no fast reduced-precision arithmetic, so 32";

@@ -235,6 +235,7 @@ DeviceCaps device_caps(const SystemFacts& facts, const std::string& device) {
     case DeviceKind::kCPU:
       caps.name = "CPU";
       caps.bf16_supported = true;  // CPU autocast runs bf16 (emulated where the ISA lacks it)
+      caps.cpu_bf16_isa = facts.cpu_bf16_isa;
       break;
     case DeviceKind::kMPS:
       caps.name = "Apple Metal (MPS)";

@@ -59,6 +59,7 @@ void def_device(py::module_& m) {
       .def_readwrite("mps_built", &SystemFacts::mps_built)
       .def_readwrite("mps_available", &SystemFacts::mps_available)
       .def_readwrite("mps_bf16", &SystemFacts::mps_bf16)
+      .def_readwrite("cpu_bf16_isa", &SystemFacts::cpu_bf16_isa)
       .def_readwrite("cpu_threads", &SystemFacts::cpu_threads);
 
   py::class_<ProbeResult>(m, "ProbeResult")

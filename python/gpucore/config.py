@@ -107,7 +107,7 @@ KEYS = [
     Key("precision", str, "auto", "auto, bf16-mixed, 16-mixed, 32 or 64", choices=["auto", "bf16-mixed", "16-mixed", "32", "64"]),
     Key("tf32", str, "auto", "TF32 matmul/cuDNN on Ampere and newer", choices=["auto", "true", "false"]),
     Key("cudnn_benchmark", str, "auto", "cuDNN autotuning on CUDA", choices=["auto", "true", "false"]),
-    Key("channels_last", bool, False, "channels-last memory format for the model and 4-D inputs"),
+    Key("channels_last", str, "auto", "channels-last memory format for the model and 4-D inputs; auto: on for conv nets on the CPU, where oneDNN's convolutions run faster in it", choices=["auto", "true", "false"]),
     Key("compile", bool, False, "torch.compile the model first"),
     Key("cuda_graphs", bool, False, "capture the whole step in a CUDA graph (not implemented yet)"),
     Key("deterministic", bool, False, "deterministic algorithms only (torch.use_deterministic_algorithms)"),

@@ -87,6 +87,17 @@ def torch_arch_list() -> list:
     return flags.split() if flags else torch.cuda.get_arch_list()
 
 
+def cpu_bf16_isa() -> str:
+    """The instructions this CPU does bf16 arithmetic with natively, as torch's oneDNN finds them: "AMX"
+    (Sapphire Rapids and newer Xeons), "AVX512-BF16" (Cooper Lake, AMD Zen 4 and newer); "" when bf16 would
+    be emulated, slower than float32."""
+    if getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)():
+        return "AMX"
+    if getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)():
+        return "AVX512-BF16"
+    return ""
+
+
 def system_facts(*, free_memory: bool = False) -> _C.SystemFacts:
     """What torch and the driver say about this machine. `free_memory` creates a CUDA context per GPU."""
     facts = _C.SystemFacts()
@@ -94,6 +105,7 @@ def system_facts(*, free_memory: bool = False) -> _C.SystemFacts:
     facts.torch_cuda_version = torch.version.cuda or ""
     facts.cuda_driver_version = _C.cuda_driver_version()
     facts.cpu_threads = torch.get_num_threads()
+    facts.cpu_bf16_isa = cpu_bf16_isa()
     if torch.version.cuda:
         facts.torch_arch_list = torch_arch_list()
         count = torch.cuda.device_count()
@@ -171,7 +183,8 @@ def resolve_precision(
     """The precision policy for `device` (default: what select_device("auto") picks).
 
     precision: auto | bf16-mixed | 16-mixed | 32 | 64. auto is bf16-mixed on CUDA compute
-    capability >= 8.0, 16-mixed (with loss scaling) on 7.x and MPS, 32 elsewhere.
+    capability >= 8.0 and on CPUs with native bf16 (AVX512-BF16, AMX), 16-mixed (with loss scaling) on
+    7.x and MPS, 32 elsewhere.
     tf32 / cudnn_benchmark: auto | true | false; both on by default where the GPU has them.
     """
     target = select_device("auto").device if device is None else torch.device(_device_string(device, "device"))
@@ -217,7 +230,7 @@ def device_facts() -> dict:
             for d in facts.cuda_devices
         ],
         "mps": {"built": facts.mps_built, "available": facts.mps_available, "bf16": facts.mps_bf16},
-        "cpu": {"threads": facts.cpu_threads, "logical_cores": os.cpu_count()},
+        "cpu": {"threads": facts.cpu_threads, "logical_cores": os.cpu_count(), "bf16": facts.cpu_bf16_isa or None},
     }
 
 

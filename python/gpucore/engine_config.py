@@ -32,7 +32,7 @@ def loss_config(config) -> "_C.LossConfig":
     return loss
 
 
-def engine_config(config, device: str, policy, steps_per_epoch: int) -> _C.EngineConfig:
+def engine_config(config, device: str, policy, steps_per_epoch: int, channels_last: bool) -> _C.EngineConfig:
     engine = _C.EngineConfig()
     engine.device = torch.device(device)
     engine.autocast_dtype = policy.autocast_dtype
@@ -40,7 +40,7 @@ def engine_config(config, device: str, policy, steps_per_epoch: int) -> _C.Engin
     engine.accumulate_grad_batches = config.accumulate_grad_batches
     engine.clip_grad_norm = config.clip_grad_norm
     engine.clip_grad_value = config.clip_grad_value
-    engine.channels_last = config.channels_last
+    engine.channels_last = channels_last
     engine.log_every_n_steps = config.log_every_n_steps
     engine.max_nonfinite_steps = config.max_nonfinite_steps
     engine.top_k = config.top_k

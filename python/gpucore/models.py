@@ -10,7 +10,7 @@ from .errors import ConfigError
 
 
 class FashionMnistCNN(nn.Module):
-    """Seed 003's Fashion-MNIST network: two conv blocks and a classifier, for 1x28x28 inputs."""
+    """The Fashion-MNIST network of the usual mnist-gpu.py script: two conv blocks and a classifier, 1x28x28 in."""
 
     def __init__(self, num_classes: int = 10, in_channels: int = 1, dropout: float = 0.25):
         super().__init__()
@@ -27,7 +27,7 @@ class FashionMnistCNN(nn.Module):
 
 
 class CaptchaCNN(nn.Module):
-    """Seed 002's captcha recogniser: a conv stack and one classifier head per character.
+    """The captcha recogniser of captcha-trainer scripts: a conv stack and one classifier head per character.
 
     Returns logits of shape (N, heads * classes), the layout MultiLabelSoftMarginLoss expects.
     """

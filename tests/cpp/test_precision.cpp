@@ -16,9 +16,10 @@ DeviceCaps cuda_caps(int major, int minor, const std::string& name = "GPU") {
   return caps;
 }
 
-DeviceCaps cpu_caps() {
+DeviceCaps cpu_caps(const std::string& bf16_isa = "") {
   DeviceCaps caps;
   caps.bf16_supported = true;
+  caps.cpu_bf16_isa = bf16_isa;
   return caps;
 }
 
@@ -69,6 +70,18 @@ TEST(Precision, AutoOnOlderGpusAndCpuIs32) {
   EXPECT_EQ(cpu.precision, Precision::kFP32);
   EXPECT_FALSE(cpu.tf32);
   EXPECT_FALSE(cpu.cudnn_benchmark);
+  EXPECT_NE(cpu.reason.find("no native bf16"), std::string::npos) << cpu.reason;
+}
+
+TEST(Precision, AutoOnCpusWithNativeBf16IsBf16Mixed) {
+  for (const std::string isa : {"AVX512-BF16", "AMX"}) {
+    const PrecisionPolicy cpu = resolve_precision(Precision::kAuto, cpu_caps(isa));
+    EXPECT_EQ(cpu.precision, Precision::kBF16Mixed);
+    EXPECT_EQ(cpu.autocast_dtype, "bfloat16");
+    EXPECT_EQ(cpu.param_dtype, "float32");
+    EXPECT_FALSE(cpu.loss_scaling);
+    EXPECT_NE(cpu.reason.find(isa), std::string::npos) << cpu.reason;
+  }
 }
 
 TEST(Precision, AutoOnMpsIsFp16) {

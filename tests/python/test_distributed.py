@@ -41,7 +41,7 @@ WORKER = textwrap.dedent("""
     config = dict(model="ddp_models:mlp", epochs=2, batch_size=int(sys.argv[2]), optimizer="sgd", momentum=0.9,
                   lr=0.05, schedule="constant", shuffle=False, normalize=False, progress=False, run_dir=sys.argv[1],
                   name="ddp", weight_decay=0.0, accumulate_grad_batches=int(sys.argv[3]), val_fraction=0.0,
-                  device=sys.argv[4])
+                  device=sys.argv[4], precision="32")
     generator = torch.Generator().manual_seed(1)
     x, y = torch.randn(256, 1, 8, 8, generator=generator), torch.randint(0, 10, (256,), generator=generator)
     result = gpucore.train(config, train_data=(x, y))

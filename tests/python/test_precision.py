@@ -6,12 +6,23 @@ import gpucore
 from conftest import make_facts, make_gpu, requires_cuda
 
 
-def test_auto_on_cpu_is_fp32():
+@pytest.mark.parametrize("isa", ["", "AVX512-BF16", "AMX"])
+def test_auto_on_cpu_is_bf16_mixed_only_with_native_bf16(fake_machine, isa):
+    facts = make_facts(gpus=(), arch_list=())
+    facts.cpu_bf16_isa = isa
+    fake_machine.install(facts)
     policy = gpucore.resolve_precision("auto", "cpu")
-    assert policy.precision == "32"
-    assert policy.autocast_dtype is None
+    assert policy.precision == ("bf16-mixed" if isa else "32")
+    assert policy.autocast_dtype == (torch.bfloat16 if isa else None)
     assert policy.param_dtype == torch.float32
     assert not policy.tf32 and not policy.cudnn_benchmark and not policy.loss_scaling
+    assert (isa in policy.reason) if isa else ("no native bf16" in policy.reason)
+
+
+def test_this_cpus_bf16_is_what_torch_finds():
+    expected = ("AMX" if torch.cpu._is_amx_tile_supported() else
+                "AVX512-BF16" if torch.cpu._is_avx512_bf16_supported() else None)
+    assert gpucore.device_facts()["cpu"]["bf16"] == expected
 
 
 def test_bf16_on_cpu_and_its_dict():

@@ -24,7 +24,7 @@ def tensors(n=128, seed=1):
 
 def plain(tmp_path, **overrides):
     base = dict(run_dir=str(tmp_path), progress=False, shuffle=False, normalize=False, schedule="constant",
-                seed=0, epochs=1, device="cpu")
+                seed=0, epochs=1, device="cpu", precision="32")  # float32: compared with float32 torch loops
     base.update(overrides)
     return base
 
@@ -39,7 +39,8 @@ def test_default_config_learns_the_built_in_data(tmp_path):
     if torch.cuda.is_available():  # the default config picks the GPU and its fastest safe precision
         assert result.device == "cuda:0" and result.precision in ("bf16-mixed", "16-mixed")
     else:
-        assert result.device == "cpu" and result.precision == "32"
+        native_bf16 = gpucore.device_facts()["cpu"]["bf16"]  # auto trains in bf16 on CPUs that have it
+        assert result.device == "cpu" and result.precision == ("bf16-mixed" if native_bf16 else "32")
     assert result.samples_per_second > 0
     assert result.host_syncs <= 2 * (len(result.history) * (4000 * 0.9 // 64 // 50 + 3))
 
@@ -256,6 +257,22 @@ def test_channels_last_and_deterministic_run(tmp_path):
     torch.use_deterministic_algorithms(False)
 
 
+def test_channels_last_auto_is_on_for_conv_nets_on_the_cpu_only(tmp_path):
+    from gpucore.run_setup import resolve_channels_last
+
+    from gpucore.models import FashionMnistCNN
+
+    cnn, mlp = FashionMnistCNN(), nn.Sequential(nn.Flatten(), nn.Linear(4, 2))
+    cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
+    assert resolve_channels_last("auto", cpu, cnn) and not resolve_channels_last("auto", cpu, mlp)
+    assert not resolve_channels_last("auto", cuda, cnn)
+    assert resolve_channels_last("true", cpu, mlp) and not resolve_channels_last("false", cpu, cnn)
+    result = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=1, device="cpu"))
+    stats = json.load(open(result.stats_path))
+    assert stats["channels_last"] is True and stats["config"]["channels_last"] == "auto"
+    assert result.model.features[0].weight.is_contiguous(memory_format=torch.channels_last)
+
+
 def test_bf16_mixed_on_cpu_trains(tmp_path):
     result = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=1, precision="bf16-mixed"))
     assert result.precision == "bf16-mixed"
@@ -349,3 +366,14 @@ def test_ctrl_c_during_a_checkpoint_write_waits_for_the_write_then_interrupts(tm
         saved = torch.load(os.path.join(result.checkpoint_dir, name), weights_only=True)
         assert saved["epoch"] == 1
     assert [f for f in os.listdir(result.checkpoint_dir) if ".tmp-" in f] == []
+
+
+def test_compile_on_the_cpu_trains_like_eager(tmp_path):
+    # torch.compile (inductor, with the machine's C++ compiler) under the C++ engine: the same losses as eager
+    # (no dropout: compiled code draws its random numbers differently).
+    config = dict(SMALL, run_dir=str(tmp_path), epochs=2, device="cpu", precision="32", model_kwargs={"dropout": 0.0})
+    eager = gpucore.train(dict(config, name="eager"))
+    compiled = gpucore.train(dict(config, name="compiled", compile=True))
+    for ours, theirs in zip(compiled.history, eager.history):
+        assert ours["train_loss"] == pytest.approx(theirs["train_loss"], rel=1e-3)  # fused kernels round differently
+        assert ours["val_loss"] == pytest.approx(theirs["val_loss"], rel=1e-3)

@@ -33,6 +33,7 @@ struct SystemFacts {
   bool mps_available = false;
   bool mps_bf16 = false;
   int cpu_threads = 1;
+  std::string cpu_bf16_isa;  // what does bf16 arithmetic natively ("AMX", "AVX512-BF16"); empty: emulated
 };
 
 struct ProbeResult {

@@ -27,7 +27,8 @@ struct DeviceCaps {
   DeviceKind kind = DeviceKind::kCPU;
   std::string name;             // "NVIDIA A100-SXM4-80GB", for messages
   ComputeCapability cc;         // CUDA only
-  bool bf16_supported = false;  // bf16 arithmetic in hardware (CUDA: CC >= 8.0)
+  bool bf16_supported = false;  // bf16 autocast runs (CUDA: CC >= 8.0; the CPU always, emulated if need be)
+  std::string cpu_bf16_isa;     // CPU: the instructions that do bf16 natively, empty when emulated
 };
 
 struct PrecisionPolicy {
@@ -40,8 +41,8 @@ struct PrecisionPolicy {
   std::string reason;                      // why, in one sentence
 };
 
-// Defaults: precision auto -> bf16-mixed on CUDA CC >= 8.0, 16-mixed on CUDA 7.x and on MPS,
-// 32 on older GPUs and on the CPU. tf32 and cudnn_benchmark (CUDA-only knobs, off elsewhere):
+// Defaults: precision auto -> bf16-mixed on CUDA CC >= 8.0 and on CPUs with native bf16 arithmetic
+// (AVX512-BF16, AMX), 16-mixed on CUDA 7.x and on MPS, 32 on older GPUs and other CPUs. tf32 and cudnn_benchmark (CUDA-only knobs, off elsewhere):
 // auto and true -> on where the GPU has it, false -> off. Throws ConfigError for a precision the
 // device cannot do (bf16 without hardware support, 16-mixed on the CPU, 64 on MPS) and for tf32
 // forced on a CUDA GPU older than 8.0.
