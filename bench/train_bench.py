@@ -123,11 +123,11 @@ def lightning_loop(x, y, device, policy, epochs, batch_size, lr):
     return timer.times
 
 
-def gpucore_train(x, y, device, epochs, batch_size, lr):
+def gpucore_train(x, y, device, epochs, batch_size, lr, compile=False):
     with tempfile.TemporaryDirectory() as run_dir:
         result = gpucore.train(
             dict(epochs=epochs, batch_size=batch_size, lr=lr, device=str(device), run_dir=run_dir, progress=False,
-                 schedule="constant", weight_decay=0.0, normalize=False, seed=0),
+                 schedule="constant", weight_decay=0.0, normalize=False, seed=0, compile=compile),
             train_data=(x, y),
         )
     return [row["epoch_time_s"] for row in result.history]
@@ -141,6 +141,7 @@ def main(argv=None):
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds; the median is reported")
+    parser.add_argument("--compile", action="store_true", help="also gpucore.train with compile: true")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
 
@@ -161,20 +162,26 @@ def main(argv=None):
         float32 = gpucore.resolve_precision("32", device)
         loops["float32 loop"] = lambda: hand_optimised(x, labels, device, float32, args.epochs, args.batch_size,
                                                        args.lr)
+    if args.compile:
+        loops["gpucore.train, compile"] = lambda: gpucore_train(x, labels, device, args.epochs, args.batch_size,
+                                                                 args.lr, compile=True)
     samples = args.train_size * max(args.epochs - 1, 1)
     rates = {name: [] for name in loops}
+    first_epoch = {name: [] for name in loops}  # the warm-up epoch: torch.compile's compile time shows here
     for _ in range(args.repeats):
         for name, loop in loops.items():
             times = loop()
             if times is not None:  # None: Lightning is not installed
                 rates[name].append(samples / (sum(times[1:]) if len(times) > 1 else times[0]))
+                first_epoch[name].append(times[0])
     rate = {name: sorted(values)[len(values) // 2] for name, values in rates.items() if values}
+    first_epoch_s = {name: sorted(values)[len(values) // 2] for name, values in first_epoch.items() if values}
     title = (f"device: {device_label(device)}, precision {policy.precision}, torch {torch.__version__}, "
              f"batch {args.batch_size}")
     return report(title, "samples/s", rate, "gpucore.train",
                   {"device": device_label(device), "precision": policy.precision, "batch_size": args.batch_size,
                    "train_size": args.train_size, "epochs_timed": max(args.epochs - 1, 1), "repeats": args.repeats,
-                   "every_round": rates}, args.json)
+                   "every_round": rates, "first_epoch_s": first_epoch_s}, args.json)
 
 
 if __name__ == "__main__":
