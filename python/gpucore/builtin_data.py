@@ -12,6 +12,7 @@ import torch
 
 from . import _C, data
 from .errors import ConfigError
+from .values import is_int
 
 
 
@@ -278,7 +279,7 @@ def load_data(name: str, kwargs: dict, val_fraction: float, seed: int):
     if name in BUILTIN:
         for size_key, least in (("train_size", 1), ("val_size", 0)):
             size = kwargs.get(size_key, least)
-            if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < least):
+            if size is not None and (not is_int(size) or size < least):
                 raise ConfigError(f"config key 'data_kwargs': {size_key} of data set '{name}' must be an integer "
                                   f">= {least}, got {size!r}")
         try:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from .errors import ConfigError
+from .values import is_int, is_number
 
 
 
@@ -31,10 +32,6 @@ class Key:
 
 
 _INT64_LIMIT = 2**63  # integer keys reach C++ as int64
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _positive(value):
@@ -81,14 +78,14 @@ KEYS = [
     Key("no_decay_norm_and_bias", bool, True, "no weight decay for biases and normalisation weights (parameters of one dimension)"),
     Key("momentum", float, 0.9, "SGD momentum", check=lambda v: 0 <= v < 1, valid="in [0, 1)"),
     Key("nesterov", bool, False, "SGD Nesterov momentum"),
-    Key("betas", list, [0.9, 0.999], "Adam(W) betas", check=lambda v: len(v) == 2 and all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in v), valid="two numbers in [0, 1)"),
+    Key("betas", list, [0.9, 0.999], "Adam(W) betas", check=lambda v: len(v) == 2 and all(is_number(b) and 0 <= b < 1 for b in v), valid="two numbers in [0, 1)"),
     Key("eps", float, 1e-8, "Adam(W) epsilon", check=_positive, valid="> 0"),
     # schedule
     Key("schedule", str, "cosine", "learning-rate schedule", choices=["constant", "step", "multistep", "cosine", "onecycle"]),
     Key("warmup_epochs", float, 0.0, "linear warm-up, in epochs (may be fractional)", check=_non_negative, valid=">= 0"),
     Key("step_size", int, 10, "step: epochs between decays", check=_positive, valid="> 0"),
     Key("gamma", float, 0.1, "step/multistep: decay factor", check=_positive, valid="> 0"),
-    Key("milestones", list, [], "multistep: epochs at which lr decays", check=lambda v: all(_is_int(m) and 0 < m < _INT64_LIMIT for m in v), valid="a list of positive integers"),
+    Key("milestones", list, [], "multistep: epochs at which lr decays", check=lambda v: all(is_int(m) and 0 < m < _INT64_LIMIT for m in v), valid="a list of positive integers"),
     Key("min_lr", float, 0.0, "cosine: final learning rate", check=_non_negative, valid=">= 0"),
     Key("pct_start", float, 0.3, "onecycle: share of the run spent rising", check=lambda v: 0 < v < 1, valid="in (0, 1)"),
     Key("div_factor", float, 25.0, "onecycle: initial lr = lr / div_factor", check=_positive, valid="> 0"),

@@ -15,6 +15,7 @@ import torch
 
 from . import _C, _build_info
 from .errors import ConfigError
+from .values import is_int
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
 # Image format by file extension (its reader is optional at build time).
@@ -33,7 +34,7 @@ def _require_readers(paths: Sequence[str], origin: str) -> None:
 def set_max_image_pixels(pixels: int) -> None:
     """The most pixels an image file may claim in its header (default 178,956,970, Pillow's error threshold;
     0: no limit). Checked before decoding allocates anything: a larger claim is that file's error."""
-    if isinstance(pixels, bool) or not isinstance(pixels, int):
+    if not is_int(pixels):
         raise ConfigError(f"max image pixels must be an integer >= 0 (0: no limit), got {pixels!r}")
     _C.set_max_image_pixels(pixels)
 
@@ -79,7 +80,7 @@ def _image_size(size) -> Tuple[int, int]:
     if size is None:
         return 0, 0
     pair = (size, size) if isinstance(size, int) else tuple(size)
-    if len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in pair):
+    if len(pair) != 2 or not all(is_int(v) and v > 0 for v in pair):
         raise ConfigError(f"image size must be a positive int or [height, width] of positive ints, got {size!r}")
     return pair
 
