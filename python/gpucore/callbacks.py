@@ -1,5 +1,5 @@
 """Policies applied after each epoch, as callbacks on the protocol users' callbacks use: optional
-`on_epoch_end(epoch, record)` and `on_step_end(step, metrics)` methods. The built-in ones carry state
+`on_epoch_end(epoch, record)` and `on_step_end(step, metrics)` methods. The built-in one carries state
 that a checkpoint saves (`state_dict` / `load_state_dict`), so a resumed run goes on where it stopped."""
 from __future__ import annotations
 
@@ -45,32 +45,6 @@ class Monitor:
         return value < best - self.min_delta if self.mode == "min" else value > best + self.min_delta
 
 
-class EarlyStopping:
-    """Stops the run after `patience` epochs without improvement of the monitored metric (0: never)."""
-
-    def __init__(self, monitor: Monitor, patience: int):
-        self.monitor, self.patience = monitor, patience
-        self.best: Optional[float] = None
-        self.stalled = 0
-
-    @property
-    def should_stop(self) -> bool:
-        return bool(self.patience) and self.stalled >= self.patience
-
-    def on_epoch_end(self, epoch: int, record: dict) -> None:
-        value = self.monitor.value(record)
-        if self.monitor.improved(value, self.best):
-            self.best, self.stalled = value, 0
-        else:
-            self.stalled += 1
-
-    def state_dict(self) -> dict:
-        return {"best": self.best, "stalled": self.stalled}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.best, self.stalled = state["best"], state["stalled"]
-
-
 class ModelCheckpoint:
     """After each epoch: checkpoints/last.pt; best.pt when the monitored metric improved; epoch_NNNN.pt
     every `save_every_n_epochs` epochs, keeping the newest `keep_last_k`. Tracks the best metric and epoch."""
@@ -81,6 +55,10 @@ class ModelCheckpoint:
         self.save_every_n_epochs, self.keep_last_k = save_every_n_epochs, keep_last_k
         self.best: Optional[float] = None
         self.best_epoch: Optional[int] = None
+
+    def epochs_without_improvement(self, epochs_trained: int) -> int:
+        """What config key patience counts: epochs since the best one (or since the start, if none was)."""
+        return epochs_trained - (self.best_epoch or 0)
 
     def on_epoch_end(self, epoch: int, record: dict) -> None:
         value = self.monitor.value(record)

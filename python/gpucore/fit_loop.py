@@ -9,7 +9,7 @@ from typing import Any, List, Optional, Sequence
 import torch
 
 from . import distributed
-from .callbacks import EarlyStopping, ModelCheckpoint, Monitor, call
+from .callbacks import ModelCheckpoint, Monitor, call
 from .checkpoint import load_checkpoint
 from .config import KEY_BY_NAME
 from .epoch_data import make_train_set
@@ -28,23 +28,20 @@ class FitLoop:
     def __init__(self, run: Run, callbacks: Sequence[Any] = ()):
         config = run.config
         self.run = run
-        monitor = Monitor(config.monitor, config.mode, config.min_delta)
-        self.early_stopping = EarlyStopping(monitor, config.patience)
-        self.checkpoints = ModelCheckpoint(monitor, run.run_dir, lambda epoch: self.payload(epoch, 0),
-                                           config.save_every_n_epochs, config.keep_last_k)
-        # Early stopping first: the checkpoints written after it hold its state for this epoch.
-        self.callbacks = [self.early_stopping, self.checkpoints, *callbacks]
+        self.checkpoints = ModelCheckpoint(Monitor(config.monitor, config.mode, config.min_delta), run.run_dir,
+                                           lambda epoch: self.payload(epoch, 0), config.save_every_n_epochs,
+                                           config.keep_last_k)
+        self.callbacks = [self.checkpoints, *callbacks]
         self.history: List[dict] = []
         self.epoch = self.start_epoch = 0
         self.skip = 0  # batches of the current epoch already trained (a resume mid-epoch)
-        self.status = "completed"
-        self.stopped = False
+        self.status = "completed"  # until early stopping or Ctrl-C ends the run
         self.oom_reductions: List[dict] = []  # each out-of-memory retry: epoch, new batch_size, accumulation
 
     # ---- the loop -----------------------------------------------------------------------------
     @property
     def done(self) -> bool:
-        return self.stopped or self.epoch >= self.run.config.epochs
+        return self.status != "completed" or self.epoch >= self.run.config.epochs
 
     def fit(self) -> str:
         """Trains to the end; returns the status: completed, early_stopped or interrupted."""
@@ -82,11 +79,12 @@ class FitLoop:
             progress.close()
             position = self.skip + run.engine.windows_in_epoch() * config.accumulate_grad_batches
             run.run_dir.save_interrupted(self.payload(self.epoch + 1, 0) if trained else self.payload(self.epoch, position))
-            self.status, self.stopped = "interrupted", True
+            self.status = "interrupted"
             return
         self.epoch += 1
-        if self.early_stopping.should_stop:
-            self.status, self.stopped = "early_stopped", True
+        patience = config.patience
+        if patience and self.checkpoints.epochs_without_improvement(self.epoch) >= patience:
+            self.status = "early_stopped"
 
     def _train_epoch(self, progress: EpochProgress) -> Optional[dict]:
         """The engine's statistics of one training epoch, or None when it ran out of memory and will be retried."""
@@ -176,7 +174,7 @@ class FitLoop:
         run = self.run
         return {"model": run.module.state_dict(), "engine": run.engine.state(), "rng": rng_state(), "epoch": epoch,
                 "position": position, "history": self.history, "best": self.checkpoints.state_dict(),
-                "early_stopping": self.early_stopping.state_dict(), "config": run.config.to_dict(),
+                "config": run.config.to_dict(),
                 "input_stats": ({"mean": run.normalization[0], "std": run.normalization[1]}
                                 if run.normalization else None)}
 
@@ -194,9 +192,6 @@ class FitLoop:
         self.skip = int(checkpoint["position"])
         self.history = list(checkpoint["history"])
         self.checkpoints.load_state_dict(checkpoint["best"])
-        # Checkpoints from before early stopping kept its state start it over from the best metric.
-        self.early_stopping.load_state_dict(checkpoint.get("early_stopping",
-                                                           {"best": checkpoint["best"]["metric"], "stalled": 0}))
         run.run_dir.write_history(self.history)  # rows written after this checkpoint (a kill) are dropped
 
     def skipped_files(self) -> List[str]:

@@ -2,7 +2,7 @@
 
 The parts, in the order a run uses them: config.py (keys and checks), run_setup.py (device, precision,
 model, data, engine, run directory), epoch_data.py (batches per epoch), fit_loop.py (the epochs),
-callbacks.py (early stopping, checkpoints), run_dir.py (the files). See docs/architecture.md."""
+callbacks.py (best model and checkpoints), run_dir.py (the files). See docs/architecture.md."""
 from __future__ import annotations
 
 import json

@@ -209,6 +209,16 @@ def test_early_stopping(tmp_path):
     assert result.best_epoch == 1
 
 
+def test_early_stopping_counts_on_across_a_resume(tmp_path):
+    # min_delta 1.0: only epoch 1 is a best. Two epochs, then a resume: patience 2 is used up after epoch 3.
+    config = dict(SMALL, run_dir=str(tmp_path), patience=2, min_delta=1.0)
+    first = gpucore.train(dict(config, epochs=2))
+    assert first.status == "completed"
+    resumed = gpucore.train(dict(config, epochs=6, resume="auto"))
+    assert resumed.status == "early_stopped"
+    assert [row["epoch"] for row in resumed.history] == [1, 2, 3] and resumed.best_epoch == 1
+
+
 def test_callbacks_and_monitor(tmp_path):
     seen = []
 
