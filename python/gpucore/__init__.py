@@ -44,6 +44,7 @@ from .doctor import doctor  # noqa: E402
 from .config import TrainConfig, load_config  # noqa: E402
 from .train import TrainResult, train  # noqa: E402
 from .cam import CAM, CamResult, gradcam  # noqa: E402
+from .inference import LoadedModel, load  # noqa: E402
 from .device_batches import DataLoader  # noqa: E402
 from . import data  # noqa: E402
 
@@ -57,6 +58,7 @@ __all__ = [
     "DeviceChoice",
     "DeviceFallbackWarning",
     "DeviceUnavailableError",
+    "LoadedModel",
     "PrecisionPolicy",
     "TrainConfig",
     "TrainResult",
@@ -66,6 +68,7 @@ __all__ = [
     "device_facts",
     "doctor",
     "gradcam",
+    "load",
     "load_config",
     "memory_stats",
     "resolve_precision",

@@ -197,6 +197,22 @@ def fashion_mnist(path: Optional[str] = None, train_size: Optional[int] = None, 
 
 BUILTIN = {"fashion_mnist": fashion_mnist, "synthetic_fashion": synthetic_fashion,
            "synthetic_sequences": synthetic_sequences, "synthetic_captcha": synthetic_captcha}
+# Class names of the built-in sets (captcha: the classes of each character head).
+CLASS_NAMES = {
+    "fashion_mnist": ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
+                      "Ankle boot"],
+    "synthetic_fashion": ["horizontal bars", "vertical bars", "disc", "ring", "square", "square outline", "plus", "X",
+                          "triangle", "ring with dot"],
+    "synthetic_captcha": list(CAPTCHA_ALPHABET),
+}
+
+
+def class_names(name: str, kwargs: dict) -> Optional[list]:
+    """The class names of built-in data set `name`, None for others (image folders carry their own)."""
+    if name == "fashion_mnist" and find_fashion_mnist(kwargs.get("path")) is None:
+        name = "synthetic_fashion"  # the stand-in fashion_mnist trains on when the files are nowhere
+    names = CLASS_NAMES.get(name)
+    return list(names) if names is not None else None
 
 
 def _find(folder: str, *names: str) -> Optional[str]:

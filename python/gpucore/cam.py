@@ -64,6 +64,42 @@ def _resolve_layer(model: nn.Module, layer: Union[str, nn.Module]) -> nn.Module:
                       + (" ..." if len(names) > 40 else ""))
 
 
+AUTO_LAYER = "auto"
+
+
+def find_target_layer(model: nn.Module, inputs: torch.Tensor) -> str:
+    """The layer `layer: auto` picks: the last module to finish in a forward pass of `inputs` whose output is a
+    spatial map (N x C x H x W, H x W > 1) and not the model's own output. That is the last conv block before
+    the pooling of a classifier (a ResNet's layer4, a ConvNeXt's last stage, the seeds' CNN's `features`)."""
+    finished: List[str] = []
+    outputs = {}
+
+    def hook_for(name):
+        def hook(module, args, output):
+            output = output[0] if isinstance(output, (tuple, list)) and output else output
+            if isinstance(output, torch.Tensor) and output.dim() == 4 and output.shape[-2] * output.shape[-1] > 1:
+                finished.append(name)
+                outputs[name] = output
+        return hook
+
+    handles = [module.register_forward_hook(hook_for(name)) for name, module in model.named_modules() if name]
+    was_training = model.training
+    try:
+        model.eval()
+        with torch.no_grad():
+            output = model(inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+        model.train(was_training)
+    output = output[0] if isinstance(output, (tuple, list)) else output
+    candidates = [name for name in finished if outputs[name] is not output]
+    if not candidates:
+        raise ConfigError("layer 'auto' found no layer with a spatial (N x C x H x W) output in the model's forward "
+                          "pass; name the target layer (vision transformers also need reshape_transform)")
+    return candidates[-1]
+
+
 @contextlib.contextmanager
 def _capture(model: nn.Module, layers: Sequence[nn.Module]):
     """Records each layer's output; hooks removed and the model's mode restored whatever happens."""
@@ -153,10 +189,14 @@ class CAM:
         self.model, self.method, self.reshape_transform = model, method, reshape_transform
         self.batch_size, self.scorecam_memory_bytes = batch_size, scorecam_memory_bytes
         self.layer_names = [layer if isinstance(layer, str) else type(layer).__name__ for layer in layers]
-        self.layers = [_resolve_layer(model, layer) for layer in layers]
+        # 'auto' needs a forward pass to see the layers' outputs: resolved on the first call
+        self.layers = None if layers == [AUTO_LAYER] else [_resolve_layer(model, layer) for layer in layers]
 
     def __call__(self, inputs: torch.Tensor, targets: Any = None) -> "CamResult":
         inputs = _check_inputs(inputs)
+        if self.layers is None:
+            self.layer_names = [find_target_layer(self.model, inputs[:1])]
+            self.layers = [_resolve_layer(self.model, self.layer_names[0])]
         size = self.batch_size or inputs.shape[0]
         chunks = []
         for start in range(0, inputs.shape[0], size):
@@ -264,7 +304,8 @@ METHODS = tuple(_METHODS)
 def gradcam(model: nn.Module, target_layer: Union[str, nn.Module, Sequence[Union[str, nn.Module]]],
             inputs: torch.Tensor, targets: Any = None, *, method: str = "gradcam", batch_size: Optional[int] = None,
             reshape_transform: Optional[Callable] = None) -> "CamResult":
-    """Class activation maps of `inputs` (N x C x H x W) for `targets` at `target_layer`.
+    """Class activation maps of `inputs` (N x C x H x W) for `targets` at `target_layer` (a module, a dotted
+    name, several of them, or 'auto': see find_target_layer).
 
     targets: None (each sample's top class), an int, one int per sample, or a callable on the model's
     output returning one score per sample (see segmentation_target, head_target). method: one of

@@ -104,7 +104,7 @@ def _gradcam(args: argparse.Namespace) -> int:
     result = CAM(model, args.layer, args.method, batch_size=args.batch_size)(x.to(device), args.target)
     result.save(args.out, images.to(device), names=[f"{name}_{args.method}" for name in names])
     torch.save(result.cams.cpu(), os.path.join(args.out, f"cams_{args.method}.pt"))
-    print(json.dumps({"images": len(names), "method": args.method, "layer": args.layer, "device": str(device),
+    print(json.dumps({"images": len(names), "method": args.method, "layer": result.layers[0], "device": str(device),
                       "out": os.path.abspath(args.out)}, indent=2))
     return 0
 
@@ -131,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     cam = commands.add_parser("gradcam", help="class activation maps of images for a trained checkpoint")
     cam.add_argument("--config", required=True, help="the training config (names the model)")
     cam.add_argument("--checkpoint", required=True, help="a gpucore checkpoint (best.pt, last.pt)")
-    cam.add_argument("--layer", required=True, help="target layer, a dotted name such as layer4 or features.7")
+    cam.add_argument("--layer", default="auto", help="target layer, a dotted name such as layer4 or features.7 "
+                     "(default auto: the last layer with a spatial output before the head)")
     cam.add_argument("--images", required=True, help="a folder of PNG/JPEG images or a .npy/.npz uint8 array")
     cam.add_argument("--size", type=int, nargs=2, metavar=("HEIGHT", "WIDTH"),
                      help="resize the images from a folder to this size (needed when their sizes differ)")

@@ -174,7 +174,7 @@ class FitLoop:
         run = self.run
         return {"model": run.module.state_dict(), "engine": run.engine.state(), "rng": rng_state(), "epoch": epoch,
                 "position": position, "history": self.history, "best": self.checkpoints.state_dict(),
-                "config": run.config.to_dict(),
+                "config": run.config.to_dict(), "classes": run.classes, "input_shape": run.input_shape,
                 "input_stats": ({"mean": run.normalization[0], "std": run.normalization[1]}
                                 if run.normalization else None)}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, List, Optional
 
 import torch
 from torch import nn
@@ -13,13 +13,14 @@ from torch import nn
 from . import _C, distributed
 from .data import LabeledData
 from .data import ImageFiles
-from .builtin_data import load_data
+from .builtin_data import class_names, load_data
 from .device import PrecisionPolicy, resolve_precision, select_device
 from .engine_config import check_metric_keys, engine_config, param_groups
 from .epoch_data import EpochData, make_train_set, make_val_set, normalization_of
 from .errors import ConfigError
 from .models import build_model
 from .rng import seed_everything
+from .tensor_inputs import as_images
 from .run_dir import RunDir
 
 
@@ -35,6 +36,8 @@ class Run:
     loss: Optional[Callable]
     train_data: Any  # kept to build the training set again (out-of-memory retry)
     normalization: Optional[tuple]
+    classes: Optional[List[str]]  # class names, when the data has them
+    input_shape: Optional[List[int]]  # one input as the model takes it (C, H, W for images; H, W 0 when they vary)
     train_set: EpochData
     val_set: Optional[EpochData]
     steps_per_epoch: int
@@ -47,7 +50,7 @@ class Run:
         """The facts of the run for training_stats.json."""
         return {"device": str(self.device), "device_reason": self.device_reason, "precision": self.policy.to_dict(),
                 "channels_last": self.channels_last, "torch": torch.__version__, "config": self.config.to_dict(),
-                "run_dir": self.run_dir.path}
+                "classes": self.classes, "run_dir": self.run_dir.path}
 
     def close(self) -> None:
         self.run_dir.close()
@@ -75,7 +78,9 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
         raise ConfigError(f"model must be a torch.nn.Module, got {type(module).__name__}")
     channels_last = resolve_channels_last(config.channels_last, choice.device, module)
     forward = _place_model(module, config, choice.device, policy, channels_last, world)
+    given = train_data
     train_data, val_data = _training_data(config, train_data, val_data)
+    classes = _classes(config, given, train_data)
     normalization = normalization_of(train_data, config, device)
     train_set = make_train_set(train_data, config, device, normalization, world)
     distributed.check_same(train_set.total_batches(), "the number of batches per epoch (data length)")
@@ -88,6 +93,7 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
     run_dir.create(config)
     return Run(config=config, world=world, device=choice.device, device_reason=choice.reason, policy=policy,
                module=module, forward=forward, loss=loss, train_data=train_data, normalization=normalization,
+               classes=classes, input_shape=_input_shape(train_data),
                train_set=train_set, val_set=val_set, steps_per_epoch=steps_per_epoch, channels_last=channels_last,
                engine=engine, run_dir=run_dir,
                created_group=created_group)
@@ -125,3 +131,19 @@ def _training_data(config, train_data, val_data):
         train_data = train_default
         val_data = val_default if val_data is None else val_data
     return train_data, val_data
+
+
+def _classes(config, given, train_data) -> Optional[List[str]]:
+    """Class names: those of the caller's gpucore data set, else of config key `data` (image folders, built-in sets)."""
+    data = given if given is not None else train_data
+    if isinstance(data, LabeledData):
+        return list(data.classes) if data.classes else None
+    return class_names(config.data, config.data_kwargs) if given is None else None
+
+
+def _input_shape(train_data) -> Optional[List[int]]:
+    if isinstance(train_data, ImageFiles):
+        return [train_data.channels, *train_data.size]
+    if isinstance(train_data, tuple) and isinstance(train_data[0], torch.Tensor):
+        return list(as_images(train_data[0]).shape[1:])
+    return None

@@ -7,6 +7,7 @@ from torch import nn
 
 import gpucore
 from gpucore import cam as gcam
+from gpucore.models import FashionMnistCNN
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -361,3 +362,21 @@ def test_cli_gradcam_on_a_trained_checkpoint(tmp_path):
     assert cli.main(from_folder + ["--size", "28", "28"]) == 0
     assert torch.load(tmp_path / "folder_cams" / "cams_gradcam.pt").shape == (2, 28, 28)
     assert cli.main(from_folder) == 2  # sizes differ and no --size
+
+
+def test_auto_layer_is_the_last_spatial_block_and_gives_its_cams():
+    model = make_model()
+    x = torch.randn(3, 3, 32, 28)
+    result = gpucore.gradcam(model, "auto", x)
+    assert result.layers == ["layer3"]  # layer3 is the last 4-D output; the mean and fc follow
+    torch.testing.assert_close(result.cams, reference(model, ["layer3"], x, "gradcam"), rtol=1e-4, atol=1e-4)
+    cnn = FashionMnistCNN()
+    assert gcam.find_target_layer(cnn, torch.randn(1, 1, 28, 28)) == "features"
+
+
+def test_auto_layer_skips_the_output_of_a_segmentation_model_and_says_when_there_is_none():
+    torch.manual_seed(0)
+    segmenter = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 2, 1))
+    assert gcam.find_target_layer(segmenter, torch.randn(1, 3, 8, 8)) == "1"
+    with pytest.raises(gpucore.ConfigError, match="layer 'auto' found no layer"):
+        gpucore.gradcam(nn.Sequential(nn.Flatten(), nn.Linear(12, 3)), "auto", torch.randn(2, 3, 2, 2))
