@@ -82,30 +82,24 @@ def _gradcam(args: argparse.Namespace) -> int:
     import os
 
     import torch
-    from torch import nn
 
     from .cam import CAM
-    from .checkpoint import load_checkpoint
-    from .config import load_config
-    from .tensor_inputs import model_inputs
-    from .device import select_device
-    from .models import build_model
+    from .errors import ConfigError
+    from .inference import load
 
-    config = load_config(args.config)
-    device = select_device(args.device).device
-    model = build_model(config.model, config.model_kwargs)
-    checkpoint = load_checkpoint(args.checkpoint)
-    model.load_state_dict(checkpoint["model"])
-    model.to(device)
-    first_conv = next((m for m in model.modules() if isinstance(m, nn.Conv2d)), None)
-    channels = first_conv.in_channels if first_conv is not None else 3
-    images, names = _read_images(args.images, channels, args.size)
-    x = model_inputs(images.permute(0, 3, 1, 2), checkpoint.get("input_stats"))
-    result = CAM(model, args.layer, args.method, batch_size=args.batch_size)(x.to(device), args.target)
-    result.save(args.out, images.to(device), names=[f"{name}_{args.method}" for name in names])
+    loaded = load(args.checkpoint, args.device)
+    shape = loaded.input_shape
+    if shape is None or len(shape) != 3:
+        raise ConfigError(f"checkpoint '{args.checkpoint}' is not of an image model (inputs {shape}); Grad-CAM needs "
+                          "images")
+    size = args.size or (shape[1:] if shape[1] else None)  # the size the model was trained at
+    images, names = _read_images(args.images, shape[0], size)
+    x = loaded.preprocess(images.permute(0, 3, 1, 2))
+    result = CAM(loaded.module, args.layer, args.method, batch_size=args.batch_size)(x, args.target)
+    result.save(args.out, images.to(loaded.device), names=[f"{name}_{args.method}" for name in names])
     torch.save(result.cams.cpu(), os.path.join(args.out, f"cams_{args.method}.pt"))
-    print(json.dumps({"images": len(names), "method": args.method, "layer": result.layers[0], "device": str(device),
-                      "out": os.path.abspath(args.out)}, indent=2))
+    print(json.dumps({"images": len(names), "method": args.method, "layer": result.layers[0],
+                      "device": str(loaded.device), "out": os.path.abspath(args.out)}, indent=2))
     return 0
 
 
@@ -129,13 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.set_defaults(run=_train)
 
     cam = commands.add_parser("gradcam", help="class activation maps of images for a trained checkpoint")
-    cam.add_argument("--config", required=True, help="the training config (names the model)")
     cam.add_argument("--checkpoint", required=True, help="a gpucore checkpoint (best.pt, last.pt)")
     cam.add_argument("--layer", default="auto", help="target layer, a dotted name such as layer4 or features.7 "
                      "(default auto: the last layer with a spatial output before the head)")
     cam.add_argument("--images", required=True, help="a folder of PNG/JPEG images or a .npy/.npz uint8 array")
     cam.add_argument("--size", type=int, nargs=2, metavar=("HEIGHT", "WIDTH"),
-                     help="resize the images from a folder to this size (needed when their sizes differ)")
+                     help="resize the images from a folder to this size (default: the size the model was trained at)")
     cam.add_argument("--out", required=True, help="folder for the overlays (PNG) and the maps (cams_METHOD.pt)")
     cam.add_argument("--method", default="gradcam", help=f"{', '.join(METHODS)} (default gradcam)")
     cam.add_argument("--target", type=int, help="class index (default: each image's predicted class)")
