@@ -278,23 +278,21 @@ def _mask_overlay(picture: np.ndarray, mask: torch.Tensor) -> np.ndarray:
 
 
 def train_batch_section(page: Page, train_set, normalization, classes, config) -> None:
-    """One augmented training batch as the model sees it, un-normalised."""
-    def draw(path):
-        inputs, targets = next(iter(train_set.batches(0)))
-        inputs, targets = inputs[:GRID], targets[:GRID].cpu()
-        if not _is_images(inputs):
-            raise ConfigError(f"the inputs are not images ({tuple(inputs.shape[1:])} per sample)")
-        if config.loss == "cross_entropy" and targets.dim() == 1:
-            names = _names(classes, int(max(targets.max().item() + 1, len(classes or []))))
-            titles = [names[int(t)] for t in targets]
-        elif targets.dim() == 2 and not targets.is_floating_point():
-            names = classes or [str(i) for i in range(int(targets.max()) + 1)]
-            titles = [_text(t, names) for t in targets]
-        else:
-            titles = [""] * len(inputs)
-        return plots.image_grid(display_images(inputs, normalization), titles, path)
-
-    page.figure("One training batch", "train_batch.png", draw,
+    """One augmented training batch as the model sees it, un-normalised (image inputs only)."""
+    batch = page.attempt("train_batch.png", lambda: next(iter(train_set.batches(0))))
+    if batch is None or not _is_images(batch[0]):
+        return
+    inputs, targets = batch[0][:GRID], batch[1][:GRID].cpu()
+    if config.loss == "cross_entropy" and targets.dim() == 1:
+        names = _names(classes, int(max(targets.max().item() + 1, len(classes or []))))
+        titles = [names[int(t)] for t in targets]
+    elif targets.dim() == 2 and not targets.is_floating_point():
+        names = classes or [str(i) for i in range(int(targets.max()) + 1)]
+        titles = [_text(t, names) for t in targets]
+    else:
+        titles = [""] * len(inputs)
+    page.figure("One training batch", "train_batch.png",
+                lambda path: plots.image_grid(display_images(inputs, normalization), titles, path),
                 "Augmented and un-normalised, as the model sees it in training (epoch 1), with its labels.")
 
 
