@@ -257,10 +257,8 @@ def _segmentation(page, result, normalization) -> None:
     inputs = result.inputs(shown)
     pictures = display_images(inputs, normalization)
     truth, guess = result.targets[shown].long(), result.predicted[shown].long()
-    if truth.dim() == 4:
-        truth = truth[:, 0]
-    union = ((truth > 0) | (guess > 0)).flatten(1).sum(1)
-    iou = torch.where(union > 0, ((truth > 0) & (guess > 0)).flatten(1).sum(1) / union.clamp_min(1), torch.ones(len(shown)))
+    truth = truth[:, 0] if truth.dim() == 4 else truth
+    iou = mask_iou(truth, guess)
     images, titles = [], []
     for k in range(len(shown)):
         base = pictures[k] if pictures[k].ndim == 3 else np.repeat(pictures[k][..., None], 3, -1)
@@ -268,6 +266,13 @@ def _segmentation(page, result, normalization) -> None:
         titles += [f"sample {shown[k]}", "true mask", f"predicted, IoU {float(iou[k]):.2f}"]
     page.figure("Validation masks", "val_predictions.png", lambda path: plots.image_grid(images, titles, path, columns=6),
                 "Each image, its true mask and the predicted one (red), with the image's foreground IoU.")
+
+
+def mask_iou(truth: torch.Tensor, guess: torch.Tensor) -> torch.Tensor:
+    """Per image (N x H x W class masks): intersection over union of the foreground (class > 0); 1 when both are empty."""
+    union = ((truth > 0) | (guess > 0)).flatten(1).sum(1)
+    overlap = ((truth > 0) & (guess > 0)).flatten(1).sum(1)
+    return torch.where(union > 0, overlap / union.clamp_min(1), torch.ones(truth.shape[0]))
 
 
 def _mask_overlay(picture: np.ndarray, mask: torch.Tensor) -> np.ndarray:

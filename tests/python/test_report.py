@@ -194,3 +194,22 @@ def test_report_false_writes_no_report(tmp_path):
                                                                                               "val_size": 16}))
     assert not os.path.exists(os.path.join(result.run_dir, "report.html"))
     assert "report" not in json.load(open(result.stats_path))
+
+
+def test_segmentation_report_shows_masks_with_their_iou(tmp_path):
+    truth = torch.zeros(2, 4, 4, dtype=torch.long)
+    truth[0, :2, :2] = 1  # 4 pixels
+    guess = torch.zeros(2, 4, 4, dtype=torch.long)
+    guess[0, :2, :3] = 1  # 6 pixels, 4 shared: IoU 4/6; image 1: both empty, IoU 1
+    assert report.mask_iou(truth, guess).tolist() == pytest.approx([4 / 6, 1.0])
+    generator = torch.Generator().manual_seed(0)
+    images = torch.rand(48, 1, 16, 16, generator=generator)
+    masks = (images[:, 0] > 0.5).long()
+    model = nn.Conv2d(1, 1, 3, padding=1)
+    result = gpucore.train(dict(run_dir=str(tmp_path), progress=False, epochs=1, batch_size=16, loss="dice_bce",
+                                lr=0.05), model=model, train_data=(images[:32], masks[:32]),
+                           val_data=(images[32:], masks[32:]))
+    page = open(os.path.join(result.run_dir, "report.html"), encoding="utf-8").read()
+    assert "Validation masks" in page and "Not drawn" not in page
+    _png(os.path.join(result.run_dir, "plots", "val_predictions.png"))
+    _png(os.path.join(result.run_dir, "plots", "train_batch.png"))
