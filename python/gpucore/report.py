@@ -365,7 +365,10 @@ def report_after_training(run) -> Optional[str]:
     except Exception as exc:  # noqa: BLE001 - the training itself succeeded
         warnings.warn(f"report: the run report was not written: {type(exc).__name__}: {exc}", RuntimeWarning,
                       stacklevel=2)
-        return None
+    except KeyboardInterrupt:  # the run's files are complete; the page can be drawn later
+        warnings.warn(f"report: interrupted; write it with  gpucore report {run.run_dir.path}", RuntimeWarning,
+                      stacklevel=2)
+    return None
 
 
 def _history(run_dir: str, stats: dict) -> List[dict]:
@@ -383,7 +386,8 @@ def _facts(stats: dict, checkpoint: str, epoch: int) -> List[tuple]:
     peaks = [r["gpu_memory_peak_bytes"] for r in history if r.get("gpu_memory_peak_bytes")]
     precision = stats.get("precision") or {}
     best = stats.get("best") or {}
-    return [
+    metric = best.get("metric")
+    facts = [
         ("status", stats.get("status")), ("error", stats.get("error")),
         ("device", stats.get("device")), ("why this device", stats.get("device_reason")),
         ("precision", precision.get("precision")), ("why this precision", precision.get("reason")),
@@ -391,10 +395,11 @@ def _facts(stats: dict, checkpoint: str, epoch: int) -> List[tuple]:
         ("optimizer steps", stats.get("steps")), ("skipped steps (inf/NaN gradients)", stats.get("skipped_steps")),
         ("host syncs", stats.get("host_syncs")), ("training samples/s", rate),
         ("peak GPU memory (MiB)", max(peaks) / 2**20 if peaks else None),
-        ("best", f"{best.get('monitor')} {best.get('metric')} at epoch {best.get('epoch')}"),
+        ("best", f"{best.get('monitor')} {metric:.4g} at epoch {best.get('epoch')}" if metric is not None else None),
         ("model shown", f"checkpoints/{checkpoint} (after epoch {epoch})"),
         ("skipped files", len(stats.get("skipped_files") or [])), ("torch", stats.get("torch")),
     ]
+    return [(name, value) for name, value in facts if value is not None]  # no error, no GPU: no row
 
 
 # ---- evaluate ------------------------------------------------------------------------------------
