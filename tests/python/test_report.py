@@ -85,9 +85,16 @@ def test_the_page_is_self_contained(run):
     sources = re.findall(r'<img[^>]*src="([^"]*)"', page)
     assert len(sources) == 7 and all(s.startswith("data:image/png;base64,") for s in sources)
     assert not re.search(r'(src|href)\s*=\s*["\']?\s*(https?:)?//', page)
-    for fact in ("why this device", "host syncs", "skipped steps", "training samples/s", "peak GPU memory",
+    for fact in ("why this device", "why this precision", "host syncs", "skipped steps", "training samples/s",
                  "checkpoints/best.pt", "crop_padding"):
         assert fact in page
+    assert "peak GPU memory" not in page and "<td>error</td>" not in page  # rows without a value are left out
+    epochs = [{"epoch_time_s": 1.0, "samples_per_s": 100.0, "gpu_memory_peak_bytes": 3 << 20},
+              {"epoch_time_s": 3.0, "samples_per_s": 200.0, "gpu_memory_peak_bytes": 5 << 20}]
+    facts = dict(report._facts({"epochs": epochs, "best": {"monitor": "val_accuracy", "metric": 0.91234, "epoch": 2}},
+                               "best.pt", 2))
+    assert facts["training samples/s"] == pytest.approx(175.0)  # weighted by epoch time
+    assert facts["peak GPU memory (MiB)"] == 5.0 and facts["best"] == "val_accuracy 0.9123 at epoch 2"
 
 
 def test_evaluate_on_the_runs_validation_data_gives_its_last_metrics(run, tmp_path):
