@@ -73,7 +73,7 @@ def confusion_matrix(matrix: np.ndarray, classes: Sequence[str], path: str, norm
     counts = np.asarray(matrix, dtype=np.float64)
     shown = counts / np.maximum(counts.sum(1, keepdims=True), 1) if normalized else counts
     size = len(classes)
-    side = max(5.0, 0.45 * size + 2.5)
+    side = max(4.0, 0.35 * size + 2.0)
     figure, axis = plt.subplots(figsize=(side + 1, side))
     image = axis.imshow(shown, cmap="Blues", vmin=0, vmax=1 if normalized else max(shown.max(), 1))
     figure.colorbar(image, ax=axis, fraction=0.046, pad=0.04)

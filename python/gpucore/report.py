@@ -127,7 +127,8 @@ class Page:
         return path
 
 
-_STYLE = ("body{font-family:sans-serif;margin:24px;max-width:1400px;color:#222}h1{font-size:22px}"
+_STYLE = ("body{font-family:sans-serif;margin:24px;color:#222}h1{font-size:22px}"
+          "section{display:inline-block;vertical-align:top;margin:0 32px 0 0;max-width:100%}"
           "h2{font-size:17px;margin-top:28px}table{border-collapse:collapse;font-size:13px}"
           "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}th{background:#f0f0f0}"
           "img{max-width:100%;border:1px solid #eee}")
