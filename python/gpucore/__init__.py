@@ -45,6 +45,7 @@ from .config import TrainConfig, load_config  # noqa: E402
 from .train import TrainResult, train  # noqa: E402
 from .cam import CAM, CamResult, gradcam  # noqa: E402
 from .inference import LoadedModel, load  # noqa: E402
+from .report import evaluate, write_report  # noqa: E402
 from .device_batches import DataLoader  # noqa: E402
 from . import data  # noqa: E402
 
@@ -69,6 +70,8 @@ __all__ = [
     "doctor",
     "gradcam",
     "load",
+    "evaluate",
+    "write_report",
     "load_config",
     "memory_stats",
     "resolve_precision",

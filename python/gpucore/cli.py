@@ -103,6 +103,21 @@ def _gradcam(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    from .report import write_report
+
+    print(write_report(args.run_dir, args.device))
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from .report import evaluate
+
+    summary = evaluate(args.checkpoint, args.data, args.split, args.device, args.out)
+    print(json.dumps({k: v for k, v in summary.items() if k != "per_class"}, indent=2))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .cam import METHODS
 
@@ -135,6 +150,21 @@ def build_parser() -> argparse.ArgumentParser:
     cam.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
     cam.add_argument("--batch-size", type=int, default=32, help="images per pass (default 32)")
     cam.set_defaults(run=_gradcam)
+
+    report = commands.add_parser("report", help="write report.html and plots/ for a run directory (also an interrupted run)")
+    report.add_argument("run_dir", help="the run's directory (holds training_stats.json and checkpoints/)")
+    report.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
+    report.set_defaults(run=_report)
+
+    evaluate = commands.add_parser("evaluate", help="metrics and the report's plots of a checkpoint on a data set")
+    evaluate.add_argument("checkpoint", help="a gpucore checkpoint (best.pt, last.pt)")
+    evaluate.add_argument("--data", help="a data set as config key data names it (default: the run's)")
+    evaluate.add_argument("--split", default="val", choices=["val", "test"],
+                          help="val (default): the run's validation data; test: the data's held-out test files")
+    evaluate.add_argument("--out", help="folder for evaluation.json, per_class.json, plots/ and report.html "
+                          "(default: RUN_DIR/evaluate-SPLIT)")
+    evaluate.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
+    evaluate.set_defaults(run=_evaluate)
     return parser
 
 
