@@ -129,7 +129,7 @@ def test_predict_decodes_captcha_text_and_writes_segmentation_masks(tmp_path):
         assert masks.rows[index]["foreground"] == pytest.approx(expected[index].float().mean().item())
 
 
-def test_onnx_export_agrees_with_pytorch(run, tmp_path):
+def test_onnx_export_agrees_with_pytorch(run, tmp_path, monkeypatch):
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnxscript")
     onnx = pytest.importorskip("onnx")
@@ -148,6 +148,11 @@ def test_onnx_export_agrees_with_pytorch(run, tmp_path):
     session = onnxruntime.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
     theirs = torch.from_numpy(session.run(None, {"inputs": x.numpy()})[0])
     torch.testing.assert_close(theirs, gpucore.load(checkpoint, "cpu")(x_val[:5]), rtol=0, atol=1e-4)
+    # a difference above the tolerance fails the export, naming it
+    exporter = sys.modules["gpucore.export"]
+    monkeypatch.setattr(exporter, "TOLERANCE", -1.0)
+    with pytest.raises(exporter.ExportError, match=r"differ from PyTorch's by up to .*tolerance -1"):
+        gpucore.export(checkpoint, "onnx", str(tmp_path / "again.onnx"))
 
 
 def test_safetensors_export_loads_into_a_fresh_model(run, tmp_path):
