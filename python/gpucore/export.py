@@ -64,17 +64,18 @@ def export(checkpoint: Union[str, os.PathLike, LoadedModel], format: str, out: O
     out = os.fspath(out) if out is not None else os.path.splitext(model.checkpoint)[0] + "." + format
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     info = preprocessing(model)
-    sidecar = os.path.splitext(out)[0] + ".json"
-    with open(sidecar, "w", encoding="utf-8") as handle:
-        json.dump(dict(info, weights=os.path.basename(out)), handle, indent=2)
-    result = {"format": format, "out": os.path.abspath(out), "preprocessing": os.path.abspath(sidecar)}
     if format == "safetensors":
         from safetensors.torch import save_file
 
         weights = {name: tensor.detach().contiguous().clone() for name, tensor in model.module.state_dict().items()}
         save_file(weights, out, metadata={"gpucore.preprocessing": json.dumps(info)})
-        return dict(result, tensors=len(weights))
-    return dict(result, **_onnx(model, out, info, opset, seed))
+        written = {"tensors": len(weights)}
+    else:
+        written = _onnx(model, out, info, opset, seed)
+    sidecar = os.path.splitext(out)[0] + ".json"  # written once the export passed its check
+    with open(sidecar, "w", encoding="utf-8") as handle:
+        json.dump(dict(info, weights=os.path.basename(out)), handle, indent=2)
+    return dict({"format": format, "out": os.path.abspath(out), "preprocessing": os.path.abspath(sidecar)}, **written)
 
 
 def _onnx(model: LoadedModel, out: str, info: dict, opset: int, seed: int) -> dict:

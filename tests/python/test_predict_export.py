@@ -153,6 +153,7 @@ def test_onnx_export_agrees_with_pytorch(run, tmp_path, monkeypatch):
     monkeypatch.setattr(exporter, "TOLERANCE", -1.0)
     with pytest.raises(exporter.ExportError, match=r"differ from PyTorch's by up to .*tolerance -1"):
         gpucore.export(checkpoint, "onnx", str(tmp_path / "again.onnx"))
+    assert not (tmp_path / "again.json").exists()  # no preprocessing file for an export that failed its check
 
 
 def test_safetensors_export_loads_into_a_fresh_model(run, tmp_path):
