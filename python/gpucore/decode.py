@@ -38,13 +38,12 @@ def predicted(outputs: torch.Tensor, loss: str, heads: int = 0) -> torch.Tensor:
 
 def ctc_greedy(best: torch.Tensor) -> torch.Tensor:
     """(N, T) best classes per step -> (N, T) decoded sequences, left-aligned and padded with -1."""
+    steps = best.shape[1]
     previous = torch.cat([torch.full_like(best[:, :1], -1), best[:, :-1]], 1)
     keep = (best != 0) & (best != previous)
-    decoded = torch.full_like(best, -1)
-    for row, (sequence, kept) in enumerate(zip(best, keep)):
-        values = sequence[kept]
-        decoded[row, :values.numel()] = values
-    return decoded
+    slot = torch.where(keep, keep.cumsum(1) - 1, steps)  # dropped steps all land in the extra last column
+    decoded = torch.full((best.shape[0], steps + 1), -1, dtype=best.dtype, device=best.device)
+    return decoded.scatter_(1, slot, best)[:, :steps]
 
 
 def as_text(sequences: torch.Tensor, alphabet: Sequence[str]) -> List[str]:

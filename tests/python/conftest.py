@@ -1,3 +1,5 @@
+import sys
+
 import pytest
 import torch
 
@@ -51,3 +53,11 @@ def fake_machine(monkeypatch):
 
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.fixture(autouse=True)
+def _run_report_only_where_tested(request, monkeypatch):
+    """Drawing a run's report takes seconds per run: only the report's own tests (test_report*.py) draw it,
+    the other tests' training runs skip it (config key report stays true for them)."""
+    if not request.module.__name__.startswith("test_report"):
+        monkeypatch.setattr(sys.modules["gpucore.train"], "report_after_training", lambda run: None)
