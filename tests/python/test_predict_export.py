@@ -45,6 +45,8 @@ def test_predict_on_the_validation_images_gives_the_runs_accuracy(run):
     from_array = gpucore.predict(checkpoint, folder / "val.npy", top_k=3, device="cpu")
     accuracy = (from_array.predicted == y_val).float().mean().item()
     assert accuracy == pytest.approx(val_accuracy, abs=1 / 200)  # what the engine reported (a near tie may flip)
+    evaluated = gpucore.evaluate(checkpoint, device="cpu", out=str(folder / "evaluate"))["metrics"]["accuracy"]
+    assert accuracy == pytest.approx(evaluated, abs=1 / 200)     # and what gpucore evaluate reports
     assert accuracy > 0.2  # well above chance (0.1): a model that learned something
     # top-k: the softmax of the loaded model's outputs, in order, with the class names
     probabilities = torch.softmax(gpucore.load(checkpoint, "cpu")(x_val), 1)
