@@ -62,6 +62,10 @@ fi
 # nbclient + ipykernel (the Grad-CAM notebook is executed in a real kernel), scikit-learn (the reference for
 # the report's per-class metrics).
 "$PY" -m pip install -q "pytest>=7" numpy opencv-python-headless pillow nbclient ipykernel scikit-learn
+# Export extras (gpucore export and its tests; none of them pulls torch): ONNX through onnxscript, checked with
+# onnxruntime, and safetensors. Optional: without them the export tests skip and say why.
+"$PY" -m pip install -q "onnx>=1.16" "onnxscript>=0.3" "onnxruntime>=1.18" "safetensors>=0.4" \
+  || echo "bootstrap: onnx/onnxscript/onnxruntime/safetensors could not be installed; the export tests will skip"
 
 # Exactly what a user types (build isolation on): the build finds the venv's torch by itself.
 # The persistent build dir keeps rebuilds incremental and holds the GoogleTest binary.

@@ -46,38 +46,6 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_images(path: str, channels: int, size=None):
-    """uint8 N x H x W x C images and their names: a .npy/.npz array (the first array of a .npz), or a
-    folder of PNG/JPEG files (resized to `size` when given), read by gpucore's native readers."""
-    import os
-
-    import torch
-
-    from . import _C, data
-    from .config import ConfigError
-
-    if os.path.isfile(path) and path.endswith((".npy", ".npz")):
-        images = _C.read_npy(path) if path.endswith(".npy") else next(iter(_C.read_npz(path).values()), None)
-        if images is None:
-            raise ConfigError(f"--images: '{path}' holds no arrays")
-        if images.dim() == 3:
-            images = images.unsqueeze(-1)
-        names = [f"image_{i:04d}" for i in range(images.shape[0])]
-    elif os.path.isdir(path):
-        files = sorted(f for f in os.listdir(path) if f.lower().endswith(data.IMAGE_EXTENSIONS))
-        if not files:
-            raise ConfigError(f"--images: folder '{path}' holds no .png, .jpg or .jpeg files")
-        images = data.read_files([os.path.join(path, f) for f in files], [0] * len(files), channels=channels,
-                            size=size).inputs.permute(0, 2, 3, 1)
-        names = [os.path.splitext(f)[0] for f in files]
-    else:
-        raise ConfigError(f"--images '{path}' is neither a folder of images nor a .npy/.npz file")
-    if images.dtype != torch.uint8 or images.dim() != 4 or images.shape[-1] != channels:
-        raise ConfigError(f"--images: expected uint8 images (N, H, W[, C]) with {channels} channel(s), got "
-                          f"{images.dtype} {tuple(images.shape)}")
-    return images, names
-
-
 def _gradcam(args: argparse.Namespace) -> int:
     import os
 
@@ -86,6 +54,7 @@ def _gradcam(args: argparse.Namespace) -> int:
     from .cam import CAM
     from .errors import ConfigError
     from .inference import load
+    from .input_files import read_input_images
 
     loaded = load(args.checkpoint, args.device)
     shape = loaded.input_shape
@@ -93,8 +62,13 @@ def _gradcam(args: argparse.Namespace) -> int:
         raise ConfigError(f"checkpoint '{args.checkpoint}' is not of an image model (inputs {shape}); Grad-CAM needs "
                           "images")
     size = args.size or (shape[1:] if shape[1] else None)  # the size the model was trained at
-    images, names = _read_images(args.images, shape[0], size)
-    x = loaded.preprocess(images.permute(0, 3, 1, 2))
+    read = read_input_images(args.images, shape[0], size, "--images")
+    images = read.images
+    if images.dtype != torch.uint8:
+        raise ConfigError(f"--images: expected uint8 images, got {images.dtype} {tuple(images.shape)}")
+    names = ([os.path.splitext(f)[0].replace(os.sep, "_") for f in read.files] if read.files is not None
+             else [f"image_{i:04d}" for i in range(images.shape[0])])
+    x = loaded.preprocess(images)
     result = CAM(loaded.module, args.layer, args.method, batch_size=args.batch_size)(x, args.target)
     result.save(args.out, images.to(loaded.device), names=[f"{name}_{args.method}" for name in names])
     torch.save(result.cams.cpu(), os.path.join(args.out, f"cams_{args.method}.pt"))
@@ -116,6 +90,18 @@ def _evaluate(args: argparse.Namespace) -> int:
     summary = evaluate(args.checkpoint, args.data, args.split, args.device, args.out)
     print(json.dumps({k: v for k, v in summary.items() if k != "per_class"}, indent=2))
     return 0
+
+
+def _predict(args: argparse.Namespace) -> int:
+    from .predict import run_command
+
+    return run_command(args)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from .export import run_command
+
+    return run_command(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -165,6 +151,25 @@ def build_parser() -> argparse.ArgumentParser:
                           "(default: RUN_DIR/evaluate-SPLIT)")
     evaluate.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
     evaluate.set_defaults(run=_evaluate)
+
+    predict = commands.add_parser("predict", help="predictions of a trained checkpoint on images, into a CSV")
+    predict.add_argument("checkpoint", help="a gpucore checkpoint (best.pt, last.pt)")
+    predict.add_argument("inputs", help="a folder of PNG/JPEG images (class subfolders allowed), an image, a .npy/.npz "
+                         "array or an IDX image file")
+    predict.add_argument("--out", default="predictions.csv", help="the CSV, one row per input (default predictions.csv)")
+    predict.add_argument("--top-k", type=int, default=5, help="classes per input for classification (default 5)")
+    predict.add_argument("--masks", help="segmentation: folder for the mask PNGs (default: OUT's name + _masks)")
+    predict.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
+    predict.add_argument("--batch-size", type=int, help="inputs per pass (default: the run's eval_batch_size)")
+    predict.set_defaults(run=_predict)
+
+    export = commands.add_parser("export", help="a trained checkpoint as ONNX (checked with onnxruntime) or "
+                                 "safetensors weights, with its preprocessing as JSON")
+    export.add_argument("checkpoint", help="a gpucore checkpoint (best.pt, last.pt)")
+    export.add_argument("--format", required=True, choices=["onnx", "safetensors"], help="onnx or safetensors")
+    export.add_argument("--out", help="the file to write (default: the checkpoint's name with .onnx/.safetensors)")
+    export.add_argument("--opset", type=int, default=18, help="ONNX opset (default 18)")
+    export.set_defaults(run=_export)
     return parser
 
 
