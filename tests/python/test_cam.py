@@ -348,7 +348,7 @@ def test_cli_gradcam_on_a_trained_checkpoint(tmp_path):
 
     config = tmp_path / "fm.yaml"
     config.write_text(f"epochs: 1\nrun_dir: {tmp_path / 'runs'}\nprogress: false\n"
-                      "data_kwargs: {train_size: 512, val_size: 64}\n")
+                      "data: synthetic_fashion\ndata_kwargs: {train_size: 512, val_size: 64}\n")
     trained = gpucore.train(str(config))
     (images, labels), _ = synthetic_fashion(train_size=4, val_size=1, seed=5)
     np.save(tmp_path / "images.npy", images[:, 0].numpy())
