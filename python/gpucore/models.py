@@ -65,6 +65,8 @@ _INSTALL = {
     "huggingface_hub": "huggingface_hub (pip install huggingface_hub)",
     "safetensors": "safetensors (pip install safetensors)",
 }
+_LISTED_BY = {"torchvision": "torchvision.models.list_models()", "timm": "timm.list_models()"}
+
 
 def build_model(name: str, kwargs: dict) -> nn.Module:
     """A built-in model by name, a torchvision or timm model (`torchvision:NAME`, `timm:NAME`, randomly
@@ -112,6 +114,7 @@ def import_library(module: str, needed_by: str):
         raise ConfigError(f"{needed_by} needs {_INSTALL[module.split('.')[0]]}; importing it failed: "
                           f"{type(exc).__name__}: {exc}") from exc
 
+
 def _library_model(library: str, name: str, kwargs: dict) -> nn.Module:
     """A randomly initialised torchvision or timm model with num_classes outputs (the library builds and
     initialises the head) and in_channels inputs."""
@@ -140,7 +143,7 @@ def _library_model(library: str, name: str, kwargs: dict) -> nn.Module:
         close = difflib.get_close_matches(name, names, n=5, cutoff=0.6)
         hint = f" Close names: {', '.join(close)}." if close else ""
         raise ConfigError(f"config key 'model': {library} has no model '{name}'.{hint} {library} lists "
-                          f"{len(names)} models ({'timm.list_models()' if library == 'timm' else 'torchvision.models.list_models()'})")
+                          f"{len(names)} models ({_LISTED_BY[library]})")
     model = _call_factory(full_name, factory, kwargs)
     if library == "torchvision" and in_channels is not None:
         _set_input_channels(model, in_channels, full_name)

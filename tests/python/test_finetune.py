@@ -119,7 +119,7 @@ class Net(nn.Module):
         return self.fc(self.features(x))
 
 
-def test_backbone_split_of_the_built_in_cnn_and_a_custom_net():
+def test_backbone_split_of_the_built_in_cnn_and_a_custom_net(tmp_path):
     cnn = FashionMnistCNN()
     split = backbone_split(cnn, "freeze")
     assert split.head == "classifier.4"
@@ -128,7 +128,7 @@ def test_backbone_split_of_the_built_in_cnn_and_a_custom_net():
     assert len(split.backbone_params) + len(split.head_params) == len(list(cnn.parameters()))
     assert [name for name, _ in backbone_split(Net(), "freeze").blocks] == ["features.0", "features.2"]
     with pytest.raises(gpucore.ConfigError, match="config key 'lr_backbone' needs the model's classifier head"):
-        gpucore.train(dict(SMALL, run_dir="unused", lr_backbone=0.5),
+        gpucore.train(dict(SMALL, run_dir=str(tmp_path), lr_backbone=0.5),
                       model=nn.Sequential(nn.Flatten(), nn.Linear(784, 10)))
 
 
