@@ -1,8 +1,12 @@
-"""Grad-CAM throughput, side by side in one run: CAMs plus overlays per second for a ResNet-50-size
-model (random weights, batch 64, 224 px by default) with gpucore, a plain PyTorch reference on the same
-device, and pytorch-grad-cam (GradCAM + show_cam_on_image) when it is installed.
+"""Grad-CAM throughput, side by side in one run, on torchvision's ResNet-50 (random weights; the same layout
+built here when torchvision is not installed), target layer4, each image's top class.
+
+Default: CAMs plus overlays per second (batch 64, 224 px) with gpucore, a plain PyTorch reference on the
+same device, and pytorch-grad-cam (GradCAM + show_cam_on_image) when it is installed. --methods: maps
+per second of each method named (or all), gpucore against pytorch-grad-cam's class for it.
 
     python bench/cam_bench.py [--device auto] [--batch 64] [--size 224] [--repeats 3] [--json out.json]
+    python bench/cam_bench.py --methods all|gradcam,eigencam,... [--batch 16] [--size 224]
 
 Not a test: run it on purpose and quote the numbers with the device.
 """
@@ -17,7 +21,7 @@ from torch import nn
 import gpucore
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import device_label, report, sync  # noqa: E402
+from common import device_label, import_torchvision, report, result_json, sync  # noqa: E402
 
 
 class Bottleneck(nn.Module):
@@ -36,7 +40,8 @@ class Bottleneck(nn.Module):
 
 
 class ResNet50(nn.Module):
-    """torchvision's resnet50 layout (3-4-6-3 bottlenecks), 25.6 M parameters, random weights."""
+    """torchvision's resnet50 layout (3-4-6-3 bottlenecks), 25.6 M parameters, random weights: the model
+    where torchvision is not installed."""
 
     def __init__(self, classes=1000):
         super().__init__()
@@ -55,6 +60,19 @@ class ResNet50(nn.Module):
     def forward(self, x):
         x = self.layer4(self.layer3(self.layer2(self.layer1(self.stem(x)))))
         return self.fc(x.mean((2, 3)))
+
+
+def resnet50():
+    """torchvision's ResNet-50 (random weights) and its name, or the same layout built here."""
+    try:
+        return import_torchvision().models.resnet50(), "torchvision ResNet-50"
+    except ImportError:
+        return ResNet50(), "ResNet-50 layout"
+
+
+# pytorch-grad-cam's class for each gpucore method
+PEER_CLASSES = {"gradcam": "GradCAM", "gradcam++": "GradCAMPlusPlus", "xgradcam": "XGradCAM", "hirescam": "HiResCAM",
+                "layercam": "LayerCAM", "eigencam": "EigenCAM", "eigengradcam": "EigenGradCAM", "scorecam": "ScoreCAM"}
 
 
 def plain_reference(model, x, images, jet):
@@ -77,19 +95,74 @@ def plain_reference(model, x, images, jet):
     return (255 * (blend / blend.amax((1, 2, 3), keepdim=True))).to(torch.uint8)
 
 
+def timed(runners, repeats, device):
+    """Median seconds of each runner over interleaved rounds (a shared, noisy machine hits all of them alike)."""
+    for run in runners.values():
+        run()  # warm-up
+    seconds = {name: [] for name in runners}
+    for _ in range(repeats):
+        for name, run in runners.items():
+            sync(device)
+            start = time.perf_counter()
+            run()
+            sync(device)
+            seconds[name].append(time.perf_counter() - start)
+    return {name: sorted(times)[len(times) // 2] for name, times in seconds.items()}
+
+
+def method_runners(model, x, methods):
+    """gpucore and pytorch-grad-cam, maps only, for each method (pytorch-grad-cam must be installed)."""
+    import_torchvision()  # pytorch-grad-cam imports it
+    import pytorch_grad_cam
+
+    def peer(method):
+        def run():
+            with getattr(pytorch_grad_cam, PEER_CLASSES[method])(model=model, target_layers=[model.layer4]) as cam:
+                return cam(input_tensor=x, targets=None)
+        return run
+
+    runners = {}
+    for method in methods:
+        runners[f"gpucore {method}"] = lambda method=method: gpucore.gradcam(model, "layer4", x, method=method).cams
+        runners[f"pytorch-grad-cam {method}"] = peer(method)
+    return runners
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--methods", help="maps per second of these methods (comma-separated, or all) against "
+                        "pytorch-grad-cam, instead of Grad-CAM with overlays")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
 
     device = gpucore.select_device(args.device).device
     torch.manual_seed(0)
-    model = ResNet50().to(device).eval()
+    model, model_name = resnet50()
+    model = model.to(device).eval()
     x = torch.randn(args.batch, 3, args.size, args.size, device=device)
+    facts = {"device": device_label(device), "batch": args.batch, "size": args.size, "model": model_name}
+    title = f"device: {device_label(device)}, torch {torch.__version__}, batch {args.batch}, {args.size} px, {model_name} layer4"
+
+    if args.methods:
+        methods = list(PEER_CLASSES) if args.methods == "all" else args.methods.split(",")
+        unknown = [method for method in methods if method not in PEER_CLASSES]
+        if unknown:
+            parser.error(f"unknown method {unknown[0]}; choose from {', '.join(PEER_CLASSES)}")
+        seconds = timed(method_runners(model, x, methods), args.repeats, device)
+        rate = {name: args.batch / value for name, value in seconds.items()}
+        print(title)
+        print(f"{'method':<14}{'gpucore maps/s':>16}{'pytorch-grad-cam':>18}   gpucore's speed-up")
+        ratio = {}
+        for method in methods:
+            ours, theirs = rate[f"gpucore {method}"], rate[f"pytorch-grad-cam {method}"]
+            ratio[method] = ours / theirs
+            print(f"{method:<14}{ours:>16.2f}{theirs:>18.2f}{ratio[method]:>12.2f}x")
+        return result_json(dict(facts, methods=methods, per_second=rate, speedup=ratio), args.json)
+
     images = torch.randint(0, 256, (args.batch, args.size, args.size, 3), dtype=torch.uint8, device=device)
     ramp = torch.arange(256.0, device=device).div(255).reshape(1, 1, 256) + 1e-6
     jet = gpucore.CamResult(ramp, "gradcam", []).heatmaps()[0, 0]
@@ -99,6 +172,7 @@ def main(argv=None):
         "plain PyTorch": lambda: plain_reference(model, x, images, jet),
     }
     try:
+        import_torchvision()  # pytorch-grad-cam imports it
         from pytorch_grad_cam import GradCAM
         from pytorch_grad_cam.utils.image import show_cam_on_image
 
@@ -113,22 +187,8 @@ def main(argv=None):
     except ImportError:
         pass
 
-    # Interleaved rounds, median per implementation: a shared, noisy machine hits all of them alike.
-    for run in runners.values():
-        run()  # warm-up
-    seconds = {name: [] for name in runners}
-    for _ in range(args.repeats):
-        for name, run in runners.items():
-            sync(device)
-            start = time.perf_counter()
-            run()
-            sync(device)
-            seconds[name].append(time.perf_counter() - start)
-    rate = {name: args.batch / sorted(times)[len(times) // 2] for name, times in seconds.items()}
-    title = (f"device: {device_label(device)}, torch {torch.__version__}, batch {args.batch}, {args.size} px, "
-             "ResNet-50 layer4")
-    return report(title, "CAMs+overlays/s", rate, "gpucore",
-                  {"device": device_label(device), "batch": args.batch, "size": args.size}, args.json)
+    rate = {name: args.batch / value for name, value in timed(runners, args.repeats, device).items()}
+    return report(title, "CAMs+overlays/s", rate, "gpucore", facts, args.json)
 
 
 if __name__ == "__main__":

@@ -22,10 +22,37 @@ def report(title: str, unit: str, rates: dict, reference: str, facts: dict, json
     print(f"{'implementation':<{width}}{unit:>17}   ratio of '{reference}' to this")
     for name, value in rates.items():
         print(f"{name:<{width}}{value:>17.1f}{rates[reference] / value:>12.2f}x")
-    result = dict(facts, date=datetime.date.today().isoformat(), torch=torch.__version__,
-                  python=platform.python_version(), per_second=rates,
-                  ratio={name: rates[reference] / value for name, value in rates.items()})
+    return result_json(dict(facts, per_second=rates,
+                            ratio={name: rates[reference] / value for name, value in rates.items()}), json_path)
+
+
+def result_json(result: dict, json_path=None) -> dict:
+    """`result` with the date and versions, written to `json_path` when given."""
+    result = dict(result, date=datetime.date.today().isoformat(), torch=torch.__version__,
+                  python=platform.python_version())
     if json_path:
         with open(json_path, "w") as handle:
             json.dump(result, handle, indent=2)
     return result
+
+
+def import_torchvision():
+    """torchvision, also where its compiled ops cannot load (its PyPI wheel is built for a CUDA torch; on a
+    CPU-only torch its _C library fails to load). Its models are plain Python, but importing it registers
+    fake kernels for torchvision::nms and qnms, which only that library defines: define the two schemas
+    first. Raises ImportError when torchvision is not installed."""
+    import importlib
+    import sys
+
+    try:
+        return importlib.import_module("torchvision")
+    except RuntimeError as exc:
+        if "torchvision::nms does not exist" not in str(exc):
+            raise
+    for name in [name for name in sys.modules if name == "torchvision" or name.startswith("torchvision.")]:
+        del sys.modules[name]
+    library = torch.library.Library("torchvision", "FRAGMENT")
+    for op in ("nms", "qnms"):
+        library.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    import_torchvision.library = library  # a Library object unregisters its ops when collected
+    return importlib.import_module("torchvision")

@@ -43,6 +43,14 @@ if [ ! -d /usr/share/datasets/fashion-mnist ] && command -v apt-get >/dev/null; 
     || echo "bootstrap: dataset-fashion-mnist could not be installed; data: fashion_mnist will say where to put the files"
 fi
 
+# Debian's chromium, for the test that opens report.html in a real (headless) browser; optional: without it
+# that test is skipped.
+if ! command -v chromium >/dev/null && command -v apt-get >/dev/null; then
+  install_chromium() { DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1; }
+  install_chromium || { $SUDO apt-get update -qq >/dev/null 2>&1 && install_chromium; } \
+    || echo "bootstrap: chromium could not be installed; the report's browser test will be skipped"
+fi
+
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 PY="$VENV/bin/python"
 if ! "$PY" -c "import torch" 2>/dev/null; then
@@ -51,17 +59,22 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
   "$PY" -m pip install -q $TORCH_SPEC
 fi
 # Test-only extras: OpenCV (its JET table is the reference for overlays), Pillow (decodes our PNGs),
-# nbclient + ipykernel (the Grad-CAM notebook is executed in a real kernel).
-"$PY" -m pip install -q "pytest>=7" numpy opencv-python-headless pillow nbclient ipykernel
+# nbclient + ipykernel (the Grad-CAM notebook is executed in a real kernel), scikit-learn (the reference for
+# the report's per-class metrics).
+"$PY" -m pip install -q "pytest>=7" numpy opencv-python-headless pillow nbclient ipykernel scikit-learn
+# Export extras (gpucore export and its tests; none of them pulls torch): ONNX through onnxscript, checked with
+# onnxruntime, and safetensors. Optional: without them the export tests skip and say why.
+"$PY" -m pip install -q "onnx>=1.16" "onnxscript>=0.3" "onnxruntime>=1.18" "safetensors>=0.4" \
+  || echo "bootstrap: onnx/onnxscript/onnxruntime/safetensors could not be installed; the export tests will skip"
 # The fine-tuning tests' torchvision and timm models: the torchvision release made for torch 2.13 and timm without
-# their dependencies (pip would otherwise replace the venv's torch), then timm's light ones, with torch pinned.
+# their dependencies (pip would otherwise replace the venv's torch), then timm's light ones with torch pinned.
 # Optional: without them those tests skip.
 if "$PY" -c 'import torch, sys; sys.exit(not torch.__version__.startswith("2.13."))'; then
   "$PY" -m pip install -q --no-deps torchvision==0.28.0 timm \
     || echo "bootstrap: torchvision/timm could not be installed; the fine-tuning tests that need them will skip"
 fi
 "$PY" -m pip install -q -c <(echo "torch==$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])')") \
-  huggingface_hub safetensors || echo "bootstrap: huggingface_hub/safetensors could not be installed"
+  huggingface_hub || echo "bootstrap: huggingface_hub could not be installed; the timm tests will skip"
 
 # Exactly what a user types (build isolation on): the build finds the venv's torch by itself.
 # The persistent build dir keeps rebuilds incremental and holds the GoogleTest binary.

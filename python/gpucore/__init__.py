@@ -45,6 +45,9 @@ from .config import TrainConfig, load_config  # noqa: E402
 from .train import TrainResult, train  # noqa: E402
 from .cam import CAM, CamResult, gradcam  # noqa: E402
 from .inference import LoadedModel, load  # noqa: E402
+from .report import evaluate, write_report  # noqa: E402
+from .predict import Predictions, predict  # noqa: E402
+from .export import export  # noqa: E402
 from .device_batches import DataLoader  # noqa: E402
 from . import data  # noqa: E402
 
@@ -60,6 +63,7 @@ __all__ = [
     "DeviceUnavailableError",
     "LoadedModel",
     "PrecisionPolicy",
+    "Predictions",
     "TrainConfig",
     "TrainResult",
     "TrainingError",
@@ -67,10 +71,14 @@ __all__ = [
     "data",
     "device_facts",
     "doctor",
+    "export",
     "gradcam",
     "load",
+    "evaluate",
+    "write_report",
     "load_config",
     "memory_stats",
+    "predict",
     "resolve_precision",
     "select_device",
     "train",

@@ -267,16 +267,16 @@ def _required(folder: str, *names: str) -> str:
     return path
 
 
-# Array names of a training split and its validation split, in the order they are looked for.
-_SPLIT_NAMES = (("x_train", "y_train", "x_val", "y_val"), ("x_train", "y_train", "x_test", "y_test"), ("x", "y", None, None))
+# Array names of a training split and of its validation split (the first one present), in the order they are looked for.
+_SPLIT_NAMES = (("x_train", "y_train", (("x_val", "y_val"), ("x_test", "y_test"))), ("x", "y", ()))
 
 
 def _pick_splits(arrays: dict, load: Callable):
     """(train, val) from the first of _SPLIT_NAMES that `arrays` holds (val may be None), else None;
     load(x, y) turns two of its entries into an (inputs, targets) pair."""
-    for x, y, val_x, val_y in _SPLIT_NAMES:
+    for x, y, held_out in _SPLIT_NAMES:
         if x in arrays and y in arrays:
-            val = load(arrays[val_x], arrays[val_y]) if val_x in arrays and val_y in arrays else None
+            val = next((load(arrays[vx], arrays[vy]) for vx, vy in held_out if vx in arrays and vy in arrays), None)
             return load(arrays[x], arrays[y]), val
     return None
 

@@ -159,15 +159,22 @@ def _scores(output: torch.Tensor, targets: Any) -> torch.Tensor:
 def _projection(matrix: torch.Tensor) -> torch.Tensor:
     """First principal component of each N x C x H x W activation map, as N x H x W.
 
-    The eigenvector's sign is fixed so that the projection's value of largest magnitude is positive
-    (an SVD alone leaves it to chance).
+    The map is the centred HW x C matrix x projected on its top right singular vector v: x v = s u, the top
+    left singular vector scaled by its singular value. Both come from the eigendecomposition of the smaller
+    Gram matrix: x x^T (HW x HW; eigenvalue s^2, eigenvector u) when HW <= C, as for a ResNet's last block
+    (49 x 49 instead of 2048 x 2048), else x^T x (C x C; eigenvector v).
+    The sign is fixed so that the projection's value of largest magnitude is positive (an SVD alone leaves
+    it to chance).
     """
     n, c, h, w = matrix.shape
     x = matrix.float().reshape(n, c, h * w).transpose(1, 2)  # N x HW x C
     x = x - x.mean(dim=1, keepdim=True)
-    _, vectors = torch.linalg.eigh(x.transpose(1, 2) @ x)    # ascending eigenvalues
-    projection = x @ vectors[..., -1:]                        # N x HW x 1
-    projection = projection.reshape(n, h * w)
+    if h * w <= c:
+        values, vectors = torch.linalg.eigh(x @ x.transpose(1, 2))  # ascending eigenvalues
+        projection = vectors[..., -1] * values[..., -1:].clamp_min(0).sqrt()
+    else:
+        _, vectors = torch.linalg.eigh(x.transpose(1, 2) @ x)
+        projection = (x @ vectors[..., -1:]).squeeze(-1)
     peak = projection.gather(1, projection.abs().argmax(1, keepdim=True))
     projection = projection * torch.where(peak < 0, -1.0, 1.0)
     return torch.relu(projection).reshape(n, h, w)

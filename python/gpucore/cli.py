@@ -46,67 +46,62 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_images(path: str, channels: int, size=None):
-    """uint8 N x H x W x C images and their names: a .npy/.npz array (the first array of a .npz), or a
-    folder of PNG/JPEG files (resized to `size` when given), read by gpucore's native readers."""
-    import os
-
-    import torch
-
-    from . import _C, data
-    from .config import ConfigError
-
-    if os.path.isfile(path) and path.endswith((".npy", ".npz")):
-        images = _C.read_npy(path) if path.endswith(".npy") else next(iter(_C.read_npz(path).values()), None)
-        if images is None:
-            raise ConfigError(f"--images: '{path}' holds no arrays")
-        if images.dim() == 3:
-            images = images.unsqueeze(-1)
-        names = [f"image_{i:04d}" for i in range(images.shape[0])]
-    elif os.path.isdir(path):
-        files = sorted(f for f in os.listdir(path) if f.lower().endswith(data.IMAGE_EXTENSIONS))
-        if not files:
-            raise ConfigError(f"--images: folder '{path}' holds no .png, .jpg or .jpeg files")
-        images = data.read_files([os.path.join(path, f) for f in files], [0] * len(files), channels=channels,
-                            size=size).inputs.permute(0, 2, 3, 1)
-        names = [os.path.splitext(f)[0] for f in files]
-    else:
-        raise ConfigError(f"--images '{path}' is neither a folder of images nor a .npy/.npz file")
-    if images.dtype != torch.uint8 or images.dim() != 4 or images.shape[-1] != channels:
-        raise ConfigError(f"--images: expected uint8 images (N, H, W[, C]) with {channels} channel(s), got "
-                          f"{images.dtype} {tuple(images.shape)}")
-    return images, names
-
-
 def _gradcam(args: argparse.Namespace) -> int:
     import os
 
     import torch
-    from torch import nn
 
     from .cam import CAM
-    from .checkpoint import load_checkpoint
-    from .config import load_config
-    from .tensor_inputs import model_inputs
-    from .device import select_device
-    from .models import build_model
+    from .errors import ConfigError
+    from .inference import load
+    from .input_files import read_input_images
 
-    config = load_config(args.config)
-    device = select_device(args.device).device
-    model = build_model(config.model, config.model_kwargs)
-    checkpoint = load_checkpoint(args.checkpoint)
-    model.load_state_dict(checkpoint["model"])
-    model.to(device)
-    first_conv = next((m for m in model.modules() if isinstance(m, nn.Conv2d)), None)
-    channels = first_conv.in_channels if first_conv is not None else 3
-    images, names = _read_images(args.images, channels, args.size)
-    x = model_inputs(images.permute(0, 3, 1, 2), checkpoint.get("input_stats"))
-    result = CAM(model, args.layer, args.method, batch_size=args.batch_size)(x.to(device), args.target)
-    result.save(args.out, images.to(device), names=[f"{name}_{args.method}" for name in names])
+    loaded = load(args.checkpoint, args.device)
+    shape = loaded.input_shape
+    if shape is None or len(shape) != 3:
+        raise ConfigError(f"checkpoint '{args.checkpoint}' is not of an image model (inputs {shape}); Grad-CAM needs "
+                          "images")
+    size = args.size or (shape[1:] if shape[1] else None)  # the size the model was trained at
+    read = read_input_images(args.images, shape[0], size, "--images")
+    images = read.images
+    if images.dtype != torch.uint8:
+        raise ConfigError(f"--images: expected uint8 images, got {images.dtype} {tuple(images.shape)}")
+    names = ([os.path.splitext(f)[0].replace(os.sep, "_") for f in read.files] if read.files is not None
+             else [f"image_{i:04d}" for i in range(images.shape[0])])
+    x = loaded.preprocess(images)
+    result = CAM(loaded.module, args.layer, args.method, batch_size=args.batch_size)(x, args.target)
+    result.save(args.out, images.to(loaded.device), names=[f"{name}_{args.method}" for name in names])
     torch.save(result.cams.cpu(), os.path.join(args.out, f"cams_{args.method}.pt"))
-    print(json.dumps({"images": len(names), "method": args.method, "layer": result.layers[0], "device": str(device),
-                      "out": os.path.abspath(args.out)}, indent=2))
+    print(json.dumps({"images": len(names), "method": args.method, "layer": result.layers[0],
+                      "device": str(loaded.device), "out": os.path.abspath(args.out)}, indent=2))
     return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from .report import write_report
+
+    print(write_report(args.run_dir, args.device))
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from .report import evaluate
+
+    summary = evaluate(args.checkpoint, args.data, args.split, args.device, args.out)
+    print(json.dumps({k: v for k, v in summary.items() if k != "per_class"}, indent=2))
+    return 0
+
+
+def _predict(args: argparse.Namespace) -> int:
+    from .predict import run_command
+
+    return run_command(args)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from .export import run_command
+
+    return run_command(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -129,19 +124,52 @@ def build_parser() -> argparse.ArgumentParser:
     train.set_defaults(run=_train)
 
     cam = commands.add_parser("gradcam", help="class activation maps of images for a trained checkpoint")
-    cam.add_argument("--config", required=True, help="the training config (names the model)")
     cam.add_argument("--checkpoint", required=True, help="a gpucore checkpoint (best.pt, last.pt)")
     cam.add_argument("--layer", default="auto", help="target layer, a dotted name such as layer4 or features.7 "
                      "(default auto: the last layer with a spatial output before the head)")
     cam.add_argument("--images", required=True, help="a folder of PNG/JPEG images or a .npy/.npz uint8 array")
     cam.add_argument("--size", type=int, nargs=2, metavar=("HEIGHT", "WIDTH"),
-                     help="resize the images from a folder to this size (needed when their sizes differ)")
+                     help="resize the images from a folder to this size (default: the size the model was trained at)")
     cam.add_argument("--out", required=True, help="folder for the overlays (PNG) and the maps (cams_METHOD.pt)")
     cam.add_argument("--method", default="gradcam", help=f"{', '.join(METHODS)} (default gradcam)")
     cam.add_argument("--target", type=int, help="class index (default: each image's predicted class)")
     cam.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
     cam.add_argument("--batch-size", type=int, default=32, help="images per pass (default 32)")
     cam.set_defaults(run=_gradcam)
+
+    report = commands.add_parser("report", help="write report.html and plots/ for a run directory (also an interrupted run)")
+    report.add_argument("run_dir", help="the run's directory (holds training_stats.json and checkpoints/)")
+    report.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
+    report.set_defaults(run=_report)
+
+    evaluate = commands.add_parser("evaluate", help="metrics and the report's plots of a checkpoint on a data set")
+    evaluate.add_argument("checkpoint", help="a gpucore checkpoint (best.pt, last.pt)")
+    evaluate.add_argument("--data", help="a data set as config key data names it (default: the run's)")
+    evaluate.add_argument("--split", default="val", choices=["val", "test"],
+                          help="val (default): the run's validation data; test: the data's held-out test files")
+    evaluate.add_argument("--out", help="folder for evaluation.json, per_class.json, plots/ and report.html "
+                          "(default: RUN_DIR/evaluate-SPLIT)")
+    evaluate.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
+    evaluate.set_defaults(run=_evaluate)
+
+    predict = commands.add_parser("predict", help="predictions of a trained checkpoint on images, into a CSV")
+    predict.add_argument("checkpoint", help="a gpucore checkpoint (best.pt, last.pt)")
+    predict.add_argument("inputs", help="a folder of PNG/JPEG images (class subfolders allowed), an image, a .npy/.npz "
+                         "array or an IDX image file")
+    predict.add_argument("--out", default="predictions.csv", help="the CSV, one row per input (default predictions.csv)")
+    predict.add_argument("--top-k", type=int, default=5, help="classes per input for classification (default 5)")
+    predict.add_argument("--masks", help="segmentation: folder for the mask PNGs (default: OUT's name + _masks)")
+    predict.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
+    predict.add_argument("--batch-size", type=int, help="inputs per pass (default: the run's eval_batch_size)")
+    predict.set_defaults(run=_predict)
+
+    export = commands.add_parser("export", help="a trained checkpoint as ONNX (checked with onnxruntime) or "
+                                 "safetensors weights, with its preprocessing as JSON")
+    export.add_argument("checkpoint", help="a gpucore checkpoint (best.pt, last.pt)")
+    export.add_argument("--format", required=True, choices=["onnx", "safetensors"], help="onnx or safetensors")
+    export.add_argument("--out", help="the file to write (default: the checkpoint's name with .onnx/.safetensors)")
+    export.add_argument("--opset", type=int, default=18, help="ONNX opset (default 18)")
+    export.set_defaults(run=_export)
     return parser
 
 

@@ -58,6 +58,11 @@ class EpochData:
                 f"{type(data).__name__}"
             )
 
+    @property
+    def data(self):
+        """The data set served: (inputs, targets) tensors, gpucore image files, a torch Dataset or DataLoader."""
+        return self._data
+
     def skipped_files(self) -> List[str]:
         """Image files left out so far, "path: why": at decode, or while streaming."""
         return skipped_files(self._data, self._tensors)
@@ -74,6 +79,16 @@ class EpochData:
         if self._sampler is not None:
             self._sampler.set_epoch(epoch)
         return _C.PythonBatches(_Skipped(self._loader, skip), torch.device(self.device))
+
+    def batches(self, epoch: int = 0):
+        """Epoch `epoch`'s batches in Python, (inputs, targets) pairs as the engine gets them (gpucore's sources:
+        augmented, standardised, on the device; a torch loader's: as it yields them)."""
+        source = self.epoch(epoch)
+        if self._tensors is None:
+            yield from self._loader
+            return
+        while (batch := source.next()) is not None:
+            yield batch
 
 
 def normalization_of(data, config, device: str):

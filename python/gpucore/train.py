@@ -19,6 +19,7 @@ from .config import load_config
 from .errors import ConfigError
 from .fit_loop import FitLoop
 from .models import build_model
+from .report import report_after_training
 from .run_setup import build_run
 
 
@@ -71,6 +72,8 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
         if run.run_dir.resume_from is not None:
             loop.resume(run.run_dir.resume_from)
         status = loop.fit()
+        if config.report and world.is_main:
+            report_after_training(run)
     finally:
         run.close()
 

@@ -1,4 +1,5 @@
-import sys
+import pathlib
+import runpy
 
 import pytest
 import torch
@@ -6,28 +7,15 @@ import torch
 from gpucore import _C, device as gdevice
 
 
-def _import_torchvision_without_its_compiled_ops():
-    """torchvision's compiled ops (nms, roi_align, ...) may not load next to this torch (a CPU-only torch 2.13 and
-    torchvision 0.28, whose library needs CUDA's); its models work without them, but `import torchvision` then
-    fails registering fake kernels for torchvision::nms and ::qnms, which only the compiled library defines. Here
-    the two schemas are defined, so that the import goes through and the tests can use torchvision's (and timm's)
-    models. torchvision missing, or importing as it should: nothing is done."""
-    try:
-        import torchvision  # noqa: F401
-    except ImportError:
-        return
-    except RuntimeError as exc:
-        if "torchvision::nms" not in str(exc):
-            raise
-        _import_torchvision_without_its_compiled_ops.library = library = torch.library.Library("torchvision", "FRAGMENT")
-        library.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-        library.define("qnms(Tensor qdets, Tensor scores, float iou_threshold) -> Tensor")
-        for name in [name for name in sys.modules if name == "torchvision" or name.startswith("torchvision.")]:
-            del sys.modules[name]
-        import torchvision  # noqa: F401,F811
-
-
-_import_torchvision_without_its_compiled_ops()
+# torchvision (and timm, which imports it) for the tests that use their models, also where torchvision's compiled
+# ops cannot load next to this torch (a CPU-only torch 2.13): bench/common.py's import_torchvision defines the two
+# op schemas its import needs. Kept referenced here: its torch.library.Library must live as long as the tests.
+IMPORT_TORCHVISION = runpy.run_path(str(pathlib.Path(__file__).resolve().parents[2] / "bench" / "common.py"))[
+    "import_torchvision"]
+try:
+    IMPORT_TORCHVISION()
+except ImportError:
+    pass  # not installed: the tests that need it skip
 
 
 def make_gpu(index, name, major, minor, total_gib=40):
@@ -77,3 +65,11 @@ def fake_machine(monkeypatch):
 
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.fixture(autouse=True)
+def _run_report_only_where_tested(request, monkeypatch):
+    """Drawing a run's report takes seconds per run: only the report's own tests (test_report*.py) draw it,
+    the other tests' training runs skip it (config key report stays true for them)."""
+    if not request.module.__name__.startswith("test_report"):
+        monkeypatch.setattr(sys.modules["gpucore.train"], "report_after_training", lambda run: None)

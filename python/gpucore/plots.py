@@ -1,0 +1,146 @@
+"""The report's figures, drawn with matplotlib (Agg: no display needed), each written as one PNG file.
+
+Images come as uint8 or [0, 1] float arrays, H x W (grey) or H x W x 3 (RGB)."""
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+MISTAKE, RIGHT = "#d62728", "#2ca02c"  # title colours of wrong and right predictions
+
+# Keys of metrics.jsonl rows that are no per-epoch metric to plot against its train/val twin.
+_NOT_METRICS = ("epoch", "lr", "loss_scale", "skipped_steps", "epoch_time_s", "samples_per_s", "gpu_memory_peak_bytes",
+                "gpu_memory_allocated_bytes")
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(figure, path: str) -> str:
+    figure.savefig(path, dpi=100, bbox_inches="tight", facecolor="white")
+    _pyplot().close(figure)
+    return path
+
+
+def curves(history: Sequence[dict], path: str) -> str:
+    """Loss and every metric per epoch (train and validation in one panel each), and the learning rate."""
+    plt = _pyplot()
+    from matplotlib.ticker import MaxNLocator
+
+    names: List[str] = []
+    for row in history:
+        for key in row:
+            base = key.split("_", 1)[1] if key.startswith(("train_", "val_")) else None
+            if base and key not in _NOT_METRICS and base not in names:
+                names.append(base)
+    names.sort(key=lambda name: (name != "loss", name))
+    panels = names + ["lr"]
+    columns = min(3, len(panels))
+    rows = math.ceil(len(panels) / columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(4.5 * columns, 3.2 * rows), squeeze=False)
+    epochs = [row["epoch"] for row in history]
+    for axis, name in zip(axes.flat, panels):
+        series = {"lr": ["lr"]}.get(name, [f"train_{name}", f"val_{name}"])
+        for key in series:
+            values = [row.get(key) for row in history]
+            if any(v is not None for v in values):
+                axis.plot(epochs, [np.nan if v is None else v for v in values], marker="o", markersize=3,
+                          label=key.split("_", 1)[0] if key != "lr" else "lr")
+        axis.set_title(name if name != "lr" else "learning rate (end of epoch)")
+        axis.set_xlabel("epoch")
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axis.grid(alpha=0.3)
+        if name != "lr":
+            axis.legend()
+    for axis in list(axes.flat)[len(panels):]:
+        axis.axis("off")
+    figure.tight_layout()
+    return _save(figure, path)
+
+
+def confusion_matrix(matrix: np.ndarray, classes: Sequence[str], path: str, normalized: bool = False,
+                     title: str = "") -> str:
+    """matrix[true, predicted] counts; normalized: each true class's row divided by its support."""
+    plt = _pyplot()
+    counts = np.asarray(matrix, dtype=np.float64)
+    shown = counts / np.maximum(counts.sum(1, keepdims=True), 1) if normalized else counts
+    size = len(classes)
+    side = max(4.0, 0.35 * size + 2.0)
+    figure, axis = plt.subplots(figsize=(side + 1, side))
+    image = axis.imshow(shown, cmap="Blues", vmin=0, vmax=1 if normalized else max(shown.max(), 1))
+    figure.colorbar(image, ax=axis, fraction=0.046, pad=0.04)
+    axis.set_xticks(range(size))
+    axis.set_yticks(range(size))
+    axis.set_xticklabels(classes, rotation=90 if size > 12 or max(map(len, classes), default=0) > 3 else 0)
+    axis.set_yticklabels(classes)
+    axis.set_xlabel("predicted")
+    axis.set_ylabel("true")
+    axis.set_title(title or ("confusion matrix, normalised by true class" if normalized else "confusion matrix"))
+    if size <= 30:
+        threshold = shown.max() / 2 if shown.size else 0
+        for t in range(size):
+            for p in range(size):
+                if counts[t, p]:
+                    axis.text(p, t, f"{shown[t, p]:.2f}" if normalized else f"{int(counts[t, p])}", ha="center",
+                              va="center", fontsize=7 if size > 12 else 9,
+                              color="white" if shown[t, p] > threshold else "black")
+    figure.tight_layout()
+    return _save(figure, path)
+
+
+def image_grid(images: Sequence[np.ndarray], titles: Sequence[str], path: str, columns: int = 8,
+               colours: Optional[Sequence[str]] = None, title: str = "") -> str:
+    """Images in rows of `columns`, each with its title (coloured: mistakes red). The cells are placed by hand
+    (no tight layout): a grid of many axes draws in a fraction of the time."""
+    plt = _pyplot()
+    count = max(len(images), 1)
+    columns = min(columns, count)
+    rows = math.ceil(count / columns)
+    height, width = images[0].shape[:2] if len(images) else (1, 1)
+    cell = 1.8 if width <= 2 * height else 3.2  # inches per image, wide images (captchas) get more
+    lines = max((t.count("\n") + 1 for t in titles), default=1)
+    label = 0.16 * lines + 0.08  # inches of title above each image
+    top = 0.45 if title else 0.05
+    cell_height = cell * height / width
+    figure = plt.figure(figsize=(cell * columns, (cell_height + label) * rows + top))
+    total_width, total_height = figure.get_size_inches()
+    for index, picture in enumerate(images):
+        row, column = divmod(index, columns)
+        bottom = total_height - top - (row + 1) * (cell_height + label)
+        axis = figure.add_axes((column * cell / total_width + 0.01 / columns, bottom / total_height,
+                                cell / total_width * 0.96, cell_height / total_height))
+        axis.axis("off")
+        axis.imshow(picture, cmap="gray" if picture.ndim == 2 else None, vmin=0,
+                    vmax=255 if picture.dtype == np.uint8 else 1, interpolation="nearest", aspect="auto")
+        figure.text((column + 0.5) * cell / total_width, (bottom + cell_height + 0.04) / total_height, titles[index],
+                    ha="center", va="bottom", fontsize=7.5, color=colours[index] if colours else "black")
+    if title:
+        figure.suptitle(title, y=1 - 0.1 / total_height, va="top")
+    figure.savefig(path, dpi=100, facecolor="white")
+    plt.close(figure)
+    return path
+
+
+def per_class_bars(rows: Sequence[Dict], path: str) -> str:
+    """Precision, recall and F1 per class, side by side."""
+    plt = _pyplot()
+    names = [row["class"] for row in rows]
+    figure, axis = plt.subplots(figsize=(max(6.0, 0.6 * len(names) + 2), 3.5))
+    positions = np.arange(len(names))
+    for offset, key in zip((-0.27, 0, 0.27), ("precision", "recall", "f1")):
+        axis.bar(positions + offset, [row[key] for row in rows], width=0.27, label=key)
+    axis.set_xticks(positions)
+    axis.set_xticklabels(names, rotation=45 if len(names) > 8 else 0, ha="right" if len(names) > 8 else "center")
+    axis.set_ylim(0, 1.05)
+    axis.legend(loc="lower right")
+    axis.grid(axis="y", alpha=0.3)
+    figure.tight_layout()
+    return _save(figure, path)

@@ -1,0 +1,173 @@
+"""Predictions of a trained checkpoint on new inputs: `gpucore.predict(checkpoint, inputs)` and `gpucore predict`.
+
+The inputs are read at the checkpoint's input shape (channels; image files resized to its height and width
+like the training reader did) and standardised with its run's statistics (gpucore.load). One row per input:
+classification: the top-k classes with softmax probabilities; multi-head (captcha) and CTC: the decoded
+text; multi-label: the labels whose logit is positive, with sigmoid probabilities; segmentation: a mask PNG
+per image (grey: 255 where a one-channel model predicts the foreground, else the class id).
+"""
+from __future__ import annotations
+
+import csv
+import os
+from typing import List, Optional, Union
+
+import torch
+
+from .decode import as_text, predicted
+from .errors import ConfigError
+from .inference import LoadedModel, load
+from .input_files import read_input_images
+from .png import encode_png
+
+
+class Predictions:
+    """What `predict` returns: `names` (image file paths relative to the input folder, or indices),
+    `outputs` (raw model outputs), `predicted` (decode.predicted: classes, per-head classes, CTC sequences,
+    label sets or masks), `rows` (one dict per input: the CSV's columns), `labels` (true classes from class
+    subfolders named like the checkpoint's classes, else None) and `mask_files` (segmentation)."""
+
+    def __init__(self, names: List[str], outputs: torch.Tensor, predicted_: torch.Tensor, rows: List[dict],
+                 labels: Optional[torch.Tensor], mask_files: Optional[List[str]]):
+        self.names, self.outputs, self.predicted, self.rows = names, outputs, predicted_, rows
+        self.labels, self.mask_files = labels, mask_files
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __repr__(self) -> str:
+        accuracy = self.accuracy()
+        return f"Predictions({len(self)} inputs" + (f", accuracy {accuracy:.4f}" if accuracy is not None else "") + ")"
+
+    def accuracy(self) -> Optional[float]:
+        """Share of inputs whose predicted class is their folder's class (None without labels)."""
+        if self.labels is None:
+            return None
+        return (self.predicted.cpu() == self.labels).float().mean().item()
+
+    def write_csv(self, path: Union[str, os.PathLike]) -> str:
+        path = os.fspath(path)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(self.rows[0]))
+            writer.writeheader()
+            writer.writerows(self.rows)
+        return path
+
+
+def predict(checkpoint: Union[str, os.PathLike, LoadedModel], inputs, *, top_k: int = 5, masks: Optional[str] = None,
+            device: str = "auto", batch_size: Optional[int] = None) -> Predictions:
+    """Predictions of `checkpoint` (a gpucore checkpoint path or a gpucore.load result) on `inputs`: a path
+    (a folder of PNG/JPEG images, class subfolders allowed; one image; a .npy/.npz array; an IDX image file)
+    or a tensor of raw inputs (uint8 images as training read them). `top_k` classes per input for
+    classification; segmentation masks are written as PNGs to folder `masks` when given."""
+    model = checkpoint if isinstance(checkpoint, LoadedModel) else load(checkpoint, device)
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
+        raise ConfigError(f"top_k must be an integer >= 1, got {top_k!r}")
+    raw, names, folders = _read(model, inputs)
+    outputs = model(raw, batch_size).cpu()
+    config = model.config
+    segmentation = outputs.dim() == 4 and config.loss in ("dice_bce", "bce_with_logits")
+    decoded = predicted(outputs, "dice_bce" if segmentation else config.loss, config.heads)
+    labels = _folder_labels(folders, model.classes)
+    rows = [{"input": name} for name in names]
+    if labels is not None:
+        for row, label in zip(rows, labels.tolist()):
+            row["label"] = model.classes[label]
+    mask_files = None
+    if config.loss == "cross_entropy":
+        _classification(rows, outputs, model.classes, top_k)
+    elif config.loss == "ctc" or (config.loss == "multilabel_soft_margin" and config.heads > 0):
+        for row, text in zip(rows, _texts(decoded, model.classes)):
+            row["text"] = text
+    elif segmentation:
+        mask_files = _write_masks(decoded, outputs.shape[1], names, masks, rows)
+    else:  # bce_with_logits, multilabel_soft_margin without heads: a set of labels per input
+        _multilabel(rows, outputs, model.classes)
+    return Predictions(names, outputs, decoded, rows, labels, mask_files)
+
+
+def _read(model: LoadedModel, inputs):
+    """(raw inputs, names, class subfolders or None)."""
+    if isinstance(inputs, torch.Tensor):
+        return inputs, [str(i) for i in range(inputs.shape[0])], None
+    if not isinstance(inputs, (str, os.PathLike)):
+        raise ConfigError(f"inputs must be a path or a tensor, got {type(inputs).__name__}")
+    if not model.is_image_model:
+        raise ConfigError(f"the model of '{model.checkpoint}' takes inputs of shape {model.input_shape or 'unknown'}, "
+                          "not images: pass them as a tensor")
+    channels, height, width = model.input_shape
+    read = read_input_images(inputs, channels, (height, width) if height else None)
+    names = read.files if read.files is not None else [str(i) for i in range(read.images.shape[0])]
+    return read.images, names, read.folders
+
+
+def _folder_labels(folders: Optional[List[str]], classes: Optional[List[str]]) -> Optional[torch.Tensor]:
+    """Each file's class when every file sits in a subfolder named like one of the checkpoint's classes."""
+    if not folders or not classes or not all(folder in classes for folder in folders):
+        return None
+    return torch.tensor([classes.index(folder) for folder in folders])
+
+
+def _classification(rows: List[dict], outputs: torch.Tensor, classes: Optional[List[str]], top_k: int) -> None:
+    probabilities, indices = torch.softmax(outputs, 1).topk(min(top_k, outputs.shape[1]), dim=1)
+    for row, p, index in zip(rows, probabilities.tolist(), indices.tolist()):
+        for rank, (value, i) in enumerate(zip(p, index), start=1):
+            row[f"class_{rank}"] = classes[i] if classes else str(i)
+            row[f"index_{rank}"] = i
+            row[f"probability_{rank}"] = round(value, 6)
+
+
+def _texts(sequences: torch.Tensor, classes: Optional[List[str]]) -> List[str]:
+    """Decoded class sequences as text over the checkpoint's class names, or as space-separated indices."""
+    if classes:
+        return as_text(sequences, classes)
+    return [" ".join(str(i) for i in row if i >= 0) for row in sequences.tolist()]
+
+
+def _multilabel(rows: List[dict], outputs: torch.Tensor, classes: Optional[List[str]]) -> None:
+    names = classes if classes and len(classes) == outputs.shape[1] else [str(i) for i in range(outputs.shape[1])]
+    probabilities = torch.sigmoid(outputs)
+    for row, p in zip(rows, probabilities.tolist()):
+        row["labels"] = ";".join(name for name, value in zip(names, p) if value > 0.5)
+        for name, value in zip(names, p):
+            row[f"probability_{name}"] = round(value, 6)
+
+
+def _write_masks(masks: torch.Tensor, channels: int, names: List[str], folder: Optional[str],
+                 rows: List[dict]) -> Optional[List[str]]:
+    """One grey PNG per mask in `folder` (255 for a one-channel model's foreground, else the class id);
+    the rows get the file and the foreground share."""
+    grey = (masks * 255 if channels == 1 else masks).to(torch.uint8).cpu()
+    files = None
+    if folder is not None:
+        os.makedirs(folder, exist_ok=True)
+        files = []
+        for name, mask in zip(names, grey):
+            path = os.path.join(folder, os.path.splitext(name)[0].replace(os.sep, "_") + ".png")
+            with open(path, "wb") as handle:
+                handle.write(encode_png(mask))
+            files.append(path)
+    for index, row in enumerate(rows):
+        if files is not None:
+            row["mask"] = files[index]
+        row["foreground"] = round((masks[index] != 0).float().mean().item(), 6)
+    return files
+
+
+def run_command(args) -> int:
+    """`gpucore predict CHECKPOINT INPUTS`: the CSV (and mask PNGs), and a JSON summary on stdout."""
+    import json
+
+    out = os.path.abspath(args.out)
+    masks = args.masks or os.path.splitext(out)[0] + "_masks"
+    result = predict(args.checkpoint, args.inputs, top_k=args.top_k, masks=masks, device=args.device,
+                     batch_size=args.batch_size)
+    result.write_csv(out)
+    summary = {"inputs": len(result), "out": out}
+    if result.mask_files is not None:
+        summary["masks"] = masks
+    if result.labels is not None:
+        summary["accuracy"] = result.accuracy()
+    print(json.dumps(summary, indent=2))
+    return 0

@@ -1,0 +1,174 @@
+"""gpucore.predict / gpucore predict and gpucore.export / gpucore export, on a run trained here."""
+import csv
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import gpucore
+from gpucore.builtin_data import CAPTCHA_ALPHABET, CLASS_NAMES, synthetic_captcha, synthetic_fashion
+from gpucore.config import load_config
+from gpucore.decode import as_text
+from gpucore.inference import LoadedModel
+from gpucore.models import build_model
+from gpucore.png import encode_png
+
+KWARGS = {"train_size": 512, "val_size": 200, "seed": 5}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A small run on the synthetic Fashion set (float32, so validation and load() compute alike)."""
+    folder = tmp_path_factory.mktemp("predict")
+    result = gpucore.train(run_dir=str(folder), epochs=2, lr=3e-3, progress=False, device="cpu", precision="32",
+                           data="synthetic_fashion", data_kwargs=KWARGS)
+    _, (x_val, y_val) = synthetic_fashion(**KWARGS)
+    return folder, f"{result.checkpoint_dir}/last.pt", result.history[-1]["val_accuracy"], x_val, y_val
+
+
+def _gpucore(*args):
+    return subprocess.run([sys.executable, "-m", "gpucore", *args], capture_output=True, text=True, timeout=600)
+
+
+def test_predict_on_the_validation_images_gives_the_runs_accuracy(run):
+    folder, checkpoint, val_accuracy, x_val, y_val = run
+    np.save(folder / "val.npy", x_val[:, 0].numpy())          # N x H x W uint8, as an array
+    classes = CLASS_NAMES["synthetic_fashion"]
+    for index, (image, label) in enumerate(zip(x_val, y_val.tolist())):  # and as PNG files in class subfolders
+        (folder / "val" / classes[label]).mkdir(parents=True, exist_ok=True)
+        (folder / "val" / classes[label] / f"{index:04d}.png").write_bytes(encode_png(image[0]))
+
+    from_array = gpucore.predict(checkpoint, folder / "val.npy", top_k=3, device="cpu")
+    accuracy = (from_array.predicted == y_val).float().mean().item()
+    assert accuracy == pytest.approx(val_accuracy, abs=1 / 200)  # what the engine reported (a near tie may flip)
+    assert accuracy > 0.2  # well above chance (0.1): a model that learned something
+    # top-k: the softmax of the loaded model's outputs, in order, with the class names
+    probabilities = torch.softmax(gpucore.load(checkpoint, "cpu")(x_val), 1)
+    top = probabilities.topk(3, 1)
+    row = from_array.rows[7]
+    assert row["input"] == "7" and [row[f"index_{k}"] for k in (1, 2, 3)] == top.indices[7].tolist()
+    assert [row[f"class_{k}"] for k in (1, 2, 3)] == [classes[i] for i in top.indices[7].tolist()]
+    assert [row[f"probability_{k}"] for k in (1, 2, 3)] == pytest.approx(top.values[7].tolist(), abs=1e-6)
+
+    # The PNG folder through the command line: same images, same predictions; labels from the subfolders.
+    out = folder / "predictions.csv"
+    result = _gpucore("predict", checkpoint, str(folder / "val"), "--out", str(out), "--top-k", "3", "--device", "cpu")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["inputs"] == 200 and summary["accuracy"] == pytest.approx(accuracy)
+    with open(out, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    index = {int(r["input"].split("/")[1][:4]): r for r in rows}
+    assert sorted(index) == list(range(200))
+    assert [int(index[i]["index_1"]) for i in range(200)] == from_array.predicted.tolist()
+    assert all(index[i]["label"] == classes[y_val[i]] for i in range(200))
+    assert list(rows[0])[:5] == ["input", "label", "class_1", "index_1", "probability_1"]
+
+
+def test_predict_reads_idx_and_resizes_image_files_to_the_models_size(run, tmp_path):
+    _, checkpoint, _, x_val, _ = run
+    loaded = gpucore.load(checkpoint, "cpu")
+    header = np.array([0, 0, 8, 3], np.uint8).tobytes() + np.array([20, 28, 28], ">i4").tobytes()
+    (tmp_path / "t10k-images-idx3-ubyte").write_bytes(header + x_val[:20, 0].numpy().tobytes())
+    from_idx = gpucore.predict(loaded, tmp_path / "t10k-images-idx3-ubyte")
+    assert torch.equal(from_idx.outputs, loaded(x_val[:20]))
+    # a 56 x 56 file is read at the checkpoint's 28 x 28, as the training reader resizes
+    big = torch.nn.functional.interpolate(x_val[:1].float(), size=(56, 56), mode="nearest").to(torch.uint8)
+    (tmp_path / "big.png").write_bytes(encode_png(big[0, 0]))
+    resized = gpucore.data.read_files([str(tmp_path / "big.png")], [0], channels=1, size=(28, 28)).inputs
+    assert torch.equal(gpucore.predict(loaded, tmp_path / "big.png").outputs, loaded(resized))
+
+
+def test_predict_errors_name_the_bad_input(run, tmp_path):
+    _, checkpoint, _, x_val, _ = run
+    loaded = gpucore.load(checkpoint, "cpu")
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(gpucore.ConfigError, match=r"notes.txt': unknown format; expected a folder"):
+        gpucore.predict(loaded, tmp_path / "notes.txt")
+    np.save(tmp_path / "rgb.npy", np.zeros((2, 3, 28, 28), np.uint8))
+    with pytest.raises(gpucore.ConfigError, match=r"rgb.npy' holds an array of shape \(2, 3, 28, 28\); expected images "
+                                                  r"of 1 channel\(s\) and 28 x 28"):
+        gpucore.predict(loaded, tmp_path / "rgb.npy")
+    with pytest.raises(gpucore.ConfigError, match="does not exist"):
+        gpucore.predict(loaded, tmp_path / "missing")
+    (tmp_path / "pictures").mkdir()
+    (tmp_path / "pictures" / "a.png").write_bytes(encode_png(x_val[0, 0]))
+    (tmp_path / "pictures" / "broken.png").write_bytes(encode_png(x_val[1, 0])[:60])
+    result = _gpucore("predict", checkpoint, str(tmp_path / "pictures"), "--out", str(tmp_path / "p.csv"))
+    assert result.returncode == 2 and "broken.png" in result.stderr
+
+
+def test_predict_decodes_captcha_text_and_writes_segmentation_masks(tmp_path):
+    kwargs = {"train_size": 128, "val_size": 16, "seed": 2}
+    result = gpucore.train({"model": "captcha_cnn", "loss": "multilabel_soft_margin"}, run_dir=str(tmp_path), epochs=1,
+                           progress=False, device="cpu", data="synthetic_captcha", data_kwargs=kwargs, heads=4,
+                           batch_size=32, top_k=0)
+    _, (x_val, _) = synthetic_captcha(**kwargs)
+    captcha = gpucore.predict(f"{result.checkpoint_dir}/last.pt", x_val, device="cpu")
+    per_head = captcha.outputs.reshape(16, 4, -1).argmax(-1)
+    assert [row["text"] for row in captcha.rows] == as_text(per_head, CAPTCHA_ALPHABET)
+
+    # segmentation: a one-channel model whose logit is the centred pixel value
+    model = nn.Conv2d(1, 1, 1)
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+        model.bias.fill_(0.0)
+    config = load_config({"loss": "dice_bce"})
+    loaded = LoadedModel(model.eval(), config, ["background", "ink"], {"mean": [0.5], "std": [1.0]}, [1, 8, 8],
+                         torch.device("cpu"), "seg.pt")
+    images = torch.randint(0, 256, (3, 8, 8), dtype=torch.uint8)
+    masks = gpucore.predict(loaded, images, masks=str(tmp_path / "masks"))
+    expected = (images.float() / 255 - 0.5 > 0)
+    for index, path in enumerate(masks.mask_files):
+        written = gpucore._C.decode_image(path, 1)[..., 0]
+        assert torch.equal(written, expected[index].to(torch.uint8) * 255)
+        assert masks.rows[index]["foreground"] == pytest.approx(expected[index].float().mean().item())
+
+
+def test_onnx_export_agrees_with_pytorch(run, tmp_path):
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    onnx = pytest.importorskip("onnx")
+    _, checkpoint, _, x_val, _ = run
+    result = _gpucore("export", checkpoint, "--format", "onnx", "--out", str(tmp_path / "model.onnx"))
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert 0 <= summary["max_abs_diff"] <= 1e-4 and summary["checked_inputs"] == [3, 1, 28, 28]
+    # the file on its own: preprocessing from its metadata, then onnxruntime on real images of any batch size
+    import onnxruntime
+
+    proto = onnx.load(str(tmp_path / "model.onnx"))
+    info = json.loads({p.key: p.value for p in proto.metadata_props}["gpucore.preprocessing"])
+    assert info == {k: v for k, v in json.loads((tmp_path / "model.json").read_text()).items() if k != "weights"}
+    x = (x_val[:5].float() / 255 - info["mean"][0]) / info["std"][0]
+    session = onnxruntime.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
+    theirs = torch.from_numpy(session.run(None, {"inputs": x.numpy()})[0])
+    torch.testing.assert_close(theirs, gpucore.load(checkpoint, "cpu")(x_val[:5]), rtol=0, atol=1e-4)
+
+
+def test_safetensors_export_loads_into_a_fresh_model(run, tmp_path):
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+    _, checkpoint, _, x_val, _ = run
+    written = gpucore.export(checkpoint, "safetensors", str(tmp_path / "weights.safetensors"))
+    info = json.loads((tmp_path / "weights.json").read_text())
+    assert written["preprocessing"] == str(tmp_path / "weights.json") and info["weights"] == "weights.safetensors"
+    assert info["input_shape"] == [1, 28, 28] and info["classes"] == CLASS_NAMES["synthetic_fashion"]
+    fresh = build_model(info["model"], info["model_kwargs"])
+    fresh.load_state_dict(safetensors_torch.load_file(str(tmp_path / "weights.safetensors")))
+    x = (x_val[:8].float() / 255 - info["mean"][0]) / info["std"][0]
+    with torch.no_grad():
+        torch.testing.assert_close(fresh.eval()(x), gpucore.load(checkpoint, "cpu")(x_val[:8]), rtol=1e-5, atol=1e-5)
+
+
+def test_export_errors_are_clear(run, monkeypatch):
+    _, checkpoint, _, _, _ = run
+    with pytest.raises(gpucore.ConfigError, match="export format 'tflite' is not one of onnx, safetensors"):
+        gpucore.export(checkpoint, "tflite")
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if it were not installed
+    with pytest.raises(gpucore.ConfigError, match=r"onnx export needs .*onnxruntime, not installed.*pip "
+                                                  r"install onnx onnxscript onnxruntime"):
+        gpucore.export(checkpoint, "onnx")

@@ -1,0 +1,222 @@
+"""The run report (plots/, per_class.json, report.html), gpucore report and gpucore evaluate: checked on their
+contents (a confusion matrix counted by hand, scikit-learn's per-class metrics, decoded PNG pixels, the page's
+images), not on the files' existence."""
+import json
+import os
+import re
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import gpucore
+from gpucore import cli, plots, report
+from gpucore.builtin_data import CLASS_NAMES, synthetic_fashion
+
+Image = pytest.importorskip("PIL.Image")
+
+DATA = {"train_size": 512, "val_size": 200}
+RUN = dict(data="synthetic_fashion", data_kwargs=DATA, epochs=2, batch_size=64, progress=False, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return gpucore.train(dict(RUN, run_dir=str(tmp_path_factory.mktemp("report")), crop_padding=2, hflip=True))
+
+
+def _png(path):
+    image = np.asarray(Image.open(path).convert("RGB"))
+    assert image.shape[0] > 100 and image.shape[1] > 100, path
+    assert image.std() > 10, f"{path} is blank"  # more than a white page
+    return image
+
+
+def test_the_run_writes_its_report_with_a_hand_counted_confusion_matrix(run):
+    stats = json.load(open(run.stats_path))
+    assert stats["report"] == os.path.join(run.run_dir, "report.html")
+    loaded = gpucore.load(os.path.join(run.checkpoint_dir, "best.pt"), device="cpu")
+    _, (x_val, y_val) = synthetic_fashion(**DATA)
+    guesses = loaded(x_val).argmax(1)
+    by_hand = np.zeros((10, 10), dtype=np.int64)
+    for true, guess in zip(y_val.tolist(), guesses.tolist()):
+        by_hand[true, guess] += 1
+    assert report.confusion(y_val, guesses, 10).numpy().tolist() == by_hand.tolist()
+    rows = json.load(open(os.path.join(run.run_dir, "per_class.json")))
+    assert [r["class"] for r in rows] == CLASS_NAMES["synthetic_fashion"]
+    assert [r["support"] for r in rows] == by_hand.sum(1).tolist()
+    recall = [by_hand[i, i] / by_hand[i].sum() if by_hand[i].sum() else 0 for i in range(10)]
+    assert [r["recall"] for r in rows] == pytest.approx(recall)
+    for name in ("curves", "confusion_matrix", "confusion_matrix_normalized", "per_class", "val_predictions",
+                 "top_losses", "train_batch"):
+        _png(os.path.join(run.run_dir, "plots", f"{name}.png"))
+
+
+def test_per_class_metrics_equal_scikit_learns():
+    metrics = pytest.importorskip("sklearn.metrics")
+    generator = torch.Generator().manual_seed(0)
+    truth = torch.randint(0, 6, (500,), generator=generator)
+    guess = torch.where(torch.rand(500, generator=generator) < 0.6, truth, torch.randint(0, 6, (500,), generator=generator))
+    guess[guess == 5] = 4  # class 5 never predicted: precision 0 by zero_division=0
+    rows = report.per_class(report.confusion(truth, guess, 6), [str(i) for i in range(6)])
+    precision, recall, f1, support = metrics.precision_recall_fscore_support(truth, guess, labels=list(range(6)),
+                                                                             zero_division=0)
+    assert [r["precision"] for r in rows] == pytest.approx(precision.tolist())
+    assert [r["recall"] for r in rows] == pytest.approx(recall.tolist())
+    assert [r["f1"] for r in rows] == pytest.approx(f1.tolist())
+    assert [r["support"] for r in rows] == support.tolist()
+    assert metrics.confusion_matrix(truth, guess, labels=list(range(6))).tolist() == \
+        report.confusion(truth, guess, 6).tolist()
+
+
+def test_the_training_batch_is_shown_un_normalised(run):
+    """The grid shows the images as stored (uint8 / 255), not the standardised values: its pixels span black
+    to white where standardised values, clipped to [0, 1], would lose the background."""
+    stats = gpucore.load(os.path.join(run.checkpoint_dir, "last.pt"), "cpu").input_stats
+    images = torch.tensor([[[[0.0, 1.0], [0.5, 0.25]]]])
+    standardised = (images - stats["mean"][0]) / stats["std"][0]
+    shown = report.display_images(standardised, (stats["mean"], stats["std"]))
+    assert shown[0] == pytest.approx(images[0, 0].numpy(), abs=1e-6)
+
+
+def test_the_page_is_self_contained(run):
+    page = open(os.path.join(run.run_dir, "report.html"), encoding="utf-8").read()
+    sources = re.findall(r'<img[^>]*src="([^"]*)"', page)
+    assert len(sources) == 7 and all(s.startswith("data:image/png;base64,") for s in sources)
+    assert not re.search(r'(src|href)\s*=\s*["\']?\s*(https?:)?//', page)
+    for fact in ("why this device", "why this precision", "host syncs", "skipped steps", "training samples/s",
+                 "checkpoints/best.pt", "crop_padding"):
+        assert fact in page
+    assert "peak GPU memory" not in page and "<td>error</td>" not in page  # rows without a value are left out
+    epochs = [{"epoch_time_s": 1.0, "samples_per_s": 100.0, "gpu_memory_peak_bytes": 3 << 20},
+              {"epoch_time_s": 3.0, "samples_per_s": 200.0, "gpu_memory_peak_bytes": 5 << 20}]
+    facts = dict(report._facts({"epochs": epochs, "best": {"monitor": "val_accuracy", "metric": 0.91234, "epoch": 2}},
+                               "best.pt", 2))
+    assert facts["training samples/s"] == pytest.approx(175.0)  # weighted by epoch time
+    assert facts["peak GPU memory (MiB)"] == 5.0 and facts["best"] == "val_accuracy 0.9123 at epoch 2"
+
+
+def test_evaluate_on_the_runs_validation_data_gives_its_last_metrics(run, tmp_path):
+    summary = gpucore.evaluate(os.path.join(run.checkpoint_dir, "last.pt"), device="cpu", out=str(tmp_path / "val"))
+    last = run.history[-1]
+    assert summary["samples"] == DATA["val_size"]
+    assert summary["metrics"]["accuracy"] == pytest.approx(last["val_accuracy"], abs=1e-9)
+    assert summary["metrics"]["loss"] == pytest.approx(last["val_loss"], rel=1e-6)
+    written = json.load(open(tmp_path / "val" / "evaluation.json"))
+    assert written["metrics"] == pytest.approx(summary["metrics"])
+    assert sum(r["support"] for r in written["per_class"]) == DATA["val_size"]
+    _png(tmp_path / "val" / "plots" / "confusion_matrix.png")
+
+
+def test_evaluate_other_data_and_splits(run, tmp_path):
+    (x, y), (xv, yv) = synthetic_fashion(train_size=100, val_size=40, seed=7)
+    np.savez(tmp_path / "only_train.npz", x_train=x.numpy(), y_train=y.numpy())
+    np.savez(tmp_path / "with_test.npz", x_train=x.numpy(), y_train=y.numpy(), x_test=xv.numpy(), y_test=yv.numpy())
+    checkpoint = os.path.join(run.checkpoint_dir, "best.pt")
+    test = gpucore.evaluate(checkpoint, data=str(tmp_path / "with_test.npz"), split="test", device="cpu",
+                            out=str(tmp_path / "test"))
+    loaded = gpucore.load(checkpoint, "cpu")
+    assert test["samples"] == 40
+    assert test["metrics"]["accuracy"] == pytest.approx((loaded(xv).argmax(1) == yv).float().mean().item())
+    val = gpucore.evaluate(checkpoint, data=str(tmp_path / "only_train.npz"), device="cpu", out=str(tmp_path / "v"))
+    assert val["samples"] == 10  # the run's val_fraction (0.1) of the 100 training samples
+    with pytest.raises(gpucore.ConfigError, match="no held-out test split"):
+        gpucore.evaluate(checkpoint, data=str(tmp_path / "only_train.npz"), split="test", device="cpu")
+    with pytest.raises(gpucore.ConfigError, match="split 'train' is not one of val, test"):
+        gpucore.evaluate(checkpoint, split="train")
+    with pytest.raises(gpucore.ConfigError, match="does not exist"):
+        gpucore.evaluate(str(tmp_path / "missing.pt"))
+
+
+def test_gpucore_report_redraws_an_interrupted_run(run, tmp_path, capsys):
+    copy = tmp_path / "interrupted"
+    shutil.copytree(run.run_dir, copy)
+    for name in ("report.html", "per_class.json"):
+        os.remove(copy / name)
+    shutil.rmtree(copy / "plots")
+    os.rename(copy / "checkpoints" / "last.pt", copy / "checkpoints" / "interrupted.pt")
+    os.remove(copy / "checkpoints" / "best.pt")
+    assert cli.main(["report", str(copy), "--device", "cpu"]) == 0
+    assert capsys.readouterr().out.strip() == str(copy / "report.html")
+    page = open(copy / "report.html", encoding="utf-8").read()
+    assert "checkpoints/interrupted.pt (after epoch 2)" in page
+    assert json.load(open(copy / "training_stats.json"))["report"] == str(copy / "report.html")
+    _png(copy / "plots" / "top_losses.png")
+
+
+def test_report_errors_name_the_bad_thing(tmp_path, capsys):
+    assert cli.main(["report", str(tmp_path / "nowhere")]) == 2
+    assert "has no training_stats.json" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "training_stats.json").write_text("{}")
+    with pytest.raises(gpucore.ConfigError, match="has no checkpoint"):
+        gpucore.write_report(str(tmp_path / "empty"))
+
+
+def test_a_failing_figure_is_a_warning_and_the_rest_is_written(run, tmp_path, monkeypatch):
+    copy = tmp_path / "run"
+    shutil.copytree(run.run_dir, copy)
+
+    def broken(*args, **kwargs):
+        raise ValueError("no ink")
+
+    monkeypatch.setattr(plots, "curves", broken)
+    with pytest.warns(RuntimeWarning, match="curves.png: ValueError: no ink"):
+        path = gpucore.write_report(str(copy), device="cpu")
+    page = open(path, encoding="utf-8").read()
+    assert "Not drawn" in page and "no ink" in page and "confusion_matrix.png" in page
+
+
+def test_captcha_report_shows_strings_and_per_character_confusion(tmp_path):
+    kwargs = {"train_size": 128, "val_size": 24, "seed": 2}
+    result = gpucore.train({"model": "captcha_cnn", "loss": "multilabel_soft_margin"}, run_dir=str(tmp_path),
+                           epochs=1, progress=False, device="cpu", data="synthetic_captcha", data_kwargs=kwargs,
+                           heads=4, batch_size=32, top_k=0)
+    rows = json.load(open(os.path.join(result.run_dir, "per_class.json")))
+    assert len(rows) == 36 and sum(r["support"] for r in rows) == 24 * 4
+    page = open(os.path.join(result.run_dir, "report.html"), encoding="utf-8").read()
+    _, (_, y_val) = gpucore.builtin_data.synthetic_captcha(**kwargs)
+    first = "".join(CLASS_NAMES["synthetic_captcha"][i] for i in y_val[0].tolist())
+    assert f"<td>0</td><td>{first}</td>" in page
+    for name in ("val_predictions", "train_batch", "confusion_matrix"):
+        _png(os.path.join(result.run_dir, "plots", f"{name}.png"))
+
+
+def test_ctc_report_of_a_users_model_and_tensors(tmp_path):
+    (x, y), (xv, yv) = gpucore.builtin_data.synthetic_sequences(train_size=128, val_size=16, steps=16, classes=5,
+                                                             max_length=4, noise=0.1)
+    model = nn.Sequential(nn.Linear(5, 32), nn.ReLU(), nn.Linear(32, 5))
+    result = gpucore.train(dict(run_dir=str(tmp_path), progress=False, epochs=1, batch_size=32, loss="ctc",
+                                normalize=False), model=model, train_data=(x, y), val_data=(xv, yv))
+    page = open(os.path.join(result.run_dir, "report.html"), encoding="utf-8").read()
+    truth = "".join(str(i) for i in yv[0].tolist() if i >= 0)
+    assert f"<td>0</td><td>{truth}</td>" in page
+    assert "Confusion matrix per character (sequences of the right length)" in page
+    assert "train_batch.png" not in page  # not images: no training batch to show
+
+
+def test_report_false_writes_no_report(tmp_path):
+    result = gpucore.train(dict(RUN, run_dir=str(tmp_path), epochs=1, report=False, data_kwargs={"train_size": 64,
+                                                                                              "val_size": 16}))
+    assert not os.path.exists(os.path.join(result.run_dir, "report.html"))
+    assert "report" not in json.load(open(result.stats_path))
+
+
+def test_segmentation_report_shows_masks_with_their_iou(tmp_path):
+    truth = torch.zeros(2, 4, 4, dtype=torch.long)
+    truth[0, :2, :2] = 1  # 4 pixels
+    guess = torch.zeros(2, 4, 4, dtype=torch.long)
+    guess[0, :2, :3] = 1  # 6 pixels, 4 shared: IoU 4/6; image 1: both empty, IoU 1
+    assert report.mask_iou(truth, guess).tolist() == pytest.approx([4 / 6, 1.0])
+    generator = torch.Generator().manual_seed(0)
+    images = torch.rand(48, 1, 16, 16, generator=generator)
+    masks = (images[:, 0] > 0.5).long()
+    model = nn.Conv2d(1, 1, 3, padding=1)
+    result = gpucore.train(dict(run_dir=str(tmp_path), progress=False, epochs=1, batch_size=16, loss="dice_bce",
+                                lr=0.05), model=model, train_data=(images[:32], masks[:32]),
+                           val_data=(images[32:], masks[32:]))
+    page = open(os.path.join(result.run_dir, "report.html"), encoding="utf-8").read()
+    assert "Validation masks" in page and "Not drawn" not in page
+    _png(os.path.join(result.run_dir, "plots", "val_predictions.png"))
+    _png(os.path.join(result.run_dir, "plots", "train_batch.png"))
