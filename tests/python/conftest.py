@@ -1,5 +1,6 @@
 import pathlib
 import runpy
+import sys
 
 import pytest
 import torch
