@@ -66,6 +66,15 @@ fi
 # onnxruntime, and safetensors. Optional: without them the export tests skip and say why.
 "$PY" -m pip install -q "onnx>=1.16" "onnxscript>=0.3" "onnxruntime>=1.18" "safetensors>=0.4" \
   || echo "bootstrap: onnx/onnxscript/onnxruntime/safetensors could not be installed; the export tests will skip"
+# The fine-tuning tests' torchvision and timm models: the torchvision release made for torch 2.13 and timm without
+# their dependencies (pip would otherwise replace the venv's torch), then timm's light ones with torch pinned.
+# Optional: without them those tests skip.
+if "$PY" -c 'import torch, sys; sys.exit(not torch.__version__.startswith("2.13."))'; then
+  "$PY" -m pip install -q --no-deps torchvision==0.28.0 timm \
+    || echo "bootstrap: torchvision/timm could not be installed; the fine-tuning tests that need them will skip"
+fi
+"$PY" -m pip install -q -c <(echo "torch==$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])')") \
+  huggingface_hub || echo "bootstrap: huggingface_hub could not be installed; the timm tests will skip"
 
 # Exactly what a user types (build isolation on): the build finds the venv's torch by itself.
 # The persistent build dir keeps rebuilds incremental and holds the GoogleTest binary.

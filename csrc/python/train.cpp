@@ -134,13 +134,21 @@ void def_train(py::module_& m) {
       .def_readwrite("schedule", &EngineConfig::schedule)
       .def_readwrite("scaler", &EngineConfig::scaler);
 
-  py::class_<Engine>(m, "Engine")
-      .def(py::init([](const std::vector<std::pair<std::vector<at::Tensor>, double>>& groups, const EngineConfig& config) {
-             std::vector<ParamGroup> param_groups;
-             for (const auto& [params, weight_decay] : groups) param_groups.push_back({params, weight_decay});
-             return std::make_unique<Engine>(std::move(param_groups), config);
+  py::class_<ParamGroup>(m, "ParamGroup")
+      .def(py::init([](std::vector<at::Tensor> params, double weight_decay, double lr_scale) {
+             return ParamGroup{std::move(params), weight_decay, lr_scale};
            }),
-           py::arg("param_groups"), py::arg("config"))
+           py::arg("params"), py::arg("weight_decay") = 0.0, py::arg("lr_scale") = 1.0)
+      .def_readonly("params", &ParamGroup::params)
+      .def_readonly("weight_decay", &ParamGroup::weight_decay)
+      .def_readonly("lr_scale", &ParamGroup::lr_scale)
+      .def("__repr__", [](const ParamGroup& self) {
+        return "ParamGroup(" + std::to_string(self.params.size()) + " params, weight_decay=" +
+               c10::str(self.weight_decay) + ", lr_scale=" + c10::str(self.lr_scale) + ")";
+      });
+
+  py::class_<Engine>(m, "Engine")
+      .def(py::init<std::vector<ParamGroup>, EngineConfig>(), py::arg("param_groups"), py::arg("config"))
       .def(
           "train_epoch",
           [](Engine& self, BatchSource& batches, const py::object& model, const py::object& loss, const py::object& on_log) {

@@ -1,6 +1,7 @@
 #include "gpucore/train/optimizer.h"
 
 #include <ATen/ops/_foreach_add.h>
+#include <ATen/ops/mul.h>
 #include <ATen/ops/_fused_adam.h>
 #include <ATen/ops/_fused_adamw.h>
 #include <ATen/ops/_fused_sgd.h>
@@ -8,6 +9,7 @@
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/zeros_like.h>
 
+#include <cmath>
 #include <map>
 
 #include "gpucore/choices.h"
@@ -30,6 +32,11 @@ FusedOptimizer::FusedOptimizer(std::vector<ParamGroup> groups, OptimizerConfig c
   const bool adam = config_.kind != OptimizerKind::kSGD;
   std::optional<at::Device> device;
   for (size_t g = 0; g < groups_.size(); ++g) {
+    const double lr_scale = groups_[g].lr_scale;
+    if (!(lr_scale > 0.0) || !std::isfinite(lr_scale)) {
+      throw ConfigError("optimizer: parameter group " + std::to_string(g) + " has lr_scale " + c10::str(lr_scale) +
+                        "; it must be a finite number > 0");
+    }
     std::vector<ParamState> states;
     for (const auto& param : groups_[g].params) {
       if (!param.is_floating_point()) {
@@ -75,6 +82,7 @@ void FusedOptimizer::step(const at::Tensor& lr, const at::Tensor& found_inf) {
     }
     if (params.empty()) continue;
     const double weight_decay = groups_[g].weight_decay;
+    const at::Tensor group_lr = groups_[g].lr_scale == 1.0 ? lr : at::mul(lr, groups_[g].lr_scale);
     switch (config_.kind) {
       case OptimizerKind::kAdamW:
       case OptimizerKind::kAdam: {
@@ -83,14 +91,14 @@ void FusedOptimizer::step(const at::Tensor& lr, const at::Tensor& found_inf) {
                                    at::TensorList, const at::Tensor&, double, double, double, double, bool, bool,
                                    const std::optional<at::Tensor>&, const std::optional<at::Tensor>&);
         const FusedAdam fused = config_.kind == OptimizerKind::kAdamW ? FusedAdam(&at::_fused_adamw_) : FusedAdam(&at::_fused_adam_);
-        fused(params, grads, exp_avgs, exp_avg_sqs, {}, steps, lr, config_.beta1, config_.beta2, weight_decay,
+        fused(params, grads, exp_avgs, exp_avg_sqs, {}, steps, group_lr, config_.beta1, config_.beta2, weight_decay,
               config_.eps, /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, found_inf);
         break;
       }
       case OptimizerKind::kSGD:
         // Buffers start at zero, so with no dampening the first step gives buffer = grad, exactly
         // what is_first_step would do, and a skipped first step needs no special case.
-        at::_fused_sgd_(params, grads, buffers, weight_decay, config_.momentum, lr, /*dampening=*/0.0,
+        at::_fused_sgd_(params, grads, buffers, weight_decay, config_.momentum, group_lr, /*dampening=*/0.0,
                         config_.nesterov, /*maximize=*/false, /*is_first_step=*/false, std::nullopt, found_inf);
         break;
     }

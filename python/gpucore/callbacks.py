@@ -1,11 +1,16 @@
-"""Policies applied after each epoch, as callbacks on the protocol users' callbacks use: optional
-`on_epoch_end(epoch, record)` and `on_step_end(step, metrics)` methods. The built-in one carries state
-that a checkpoint saves (`state_dict` / `load_state_dict`), so a resumed run goes on where it stopped."""
+"""Policies applied around each epoch, as callbacks on the protocol users' callbacks use: optional
+`on_epoch_start(epoch)` (after the model is put in training mode), `on_epoch_end(epoch, record)` and
+`on_step_end(step, metrics)` methods; epochs count from 1. ModelCheckpoint carries state that a checkpoint
+saves (`state_dict` / `load_state_dict`), so a resumed run goes on where it stopped; FreezeBackbone's state
+follows from the epoch, which the checkpoint restores."""
 from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
 
+from torch import nn
+
 from .errors import ConfigError
+from .models import backbone_split, is_under
 from .run_dir import RunDir
 
 
@@ -82,3 +87,26 @@ class ModelCheckpoint:
         self.best, self.best_epoch = state["metric"], state["epoch"]
         if state["monitor"] is not None:
             self.monitor.name = state["monitor"]
+
+
+class FreezeBackbone:
+    """Config keys freeze: backbone and freeze_epochs. Epochs 1 to freeze_epochs train the classifier head alone:
+    the backbone's parameters are set requires_grad=False (they get no gradients, so the fused step, clipping and
+    the loss scaler pass them by and their optimizer state stays as it was) and its BatchNorm layers are put in eval
+    mode (running statistics unchanged). From the next epoch on, every layer trains. Frozen or not follows from
+    the epoch alone, so a resumed run freezes exactly as the uninterrupted one did."""
+
+    def __init__(self, model: nn.Module, freeze_epochs: int):
+        split = backbone_split(model, "freeze")
+        self.params = split.backbone_params
+        self.norms = [module for name, module in model.named_modules()
+                      if isinstance(module, nn.modules.batchnorm._BatchNorm) and not is_under(name, split.head)]
+        self.freeze_epochs = freeze_epochs
+
+    def on_epoch_start(self, epoch: int) -> None:
+        frozen = epoch <= self.freeze_epochs
+        for param in self.params:
+            param.requires_grad_(not frozen)
+        if frozen:
+            for norm in self.norms:
+                norm.eval()

@@ -48,8 +48,15 @@ def _fraction(value):
 
 KEYS = [
     # model and data
-    Key("model", str, "fashion_mnist_cnn", "built-in model (fashion_mnist_cnn, captcha_cnn) or 'package.module:factory'"),
-    Key("model_kwargs", dict, {}, "keyword arguments for the model factory"),
+    Key("model", str, "fashion_mnist_cnn", "built-in model (fashion_mnist_cnn, captcha_cnn), a model of torchvision or timm by name ('torchvision:resnet18', 'timm:convnext_tiny'), or 'package.module:factory'"),
+    Key("model_kwargs", dict, {}, "keyword arguments for the model factory; torchvision and timm models take num_classes (a new classifier head) and in_channels (a new first conv; pretrained RGB weights summed for 1 channel, as timm does)"),
+    # fine-tuning
+    Key("pretrained", str, None, "weights to start from: a file (.pth, .pt, .bin: a torchvision or timm state dict, or a gpucore checkpoint; .safetensors), read with weights_only; or true: a torchvision:/timm: model's own weights from that library's local cache (nothing is downloaded). What did not load is reported; the replaced head is expected", optional=True),
+    Key("pretrained_strict", bool, True, "any other key of the pretrained weights that is missing, unexpected or of another shape is an error (false: report it and load the rest)"),
+    Key("freeze", str, "none", "backbone: train only the classifier head for freeze_epochs, its BatchNorm statistics frozen too, then all layers", choices=["none", "backbone"]),
+    Key("freeze_epochs", int, 1, "freeze: backbone: epochs with the backbone frozen", check=_positive, valid="> 0"),
+    Key("lr_backbone", float, 1.0, "the backbone's learning rate as a multiple of lr (the head trains at lr)", check=_positive, valid="> 0"),
+    Key("lr_layer_decay", float, 1.0, "layer-wise decay: the backbone's block k places before the head trains at lr x lr_backbone x lr_layer_decay^(k-1); blocks are the model's top-level modules with nn.Sequential/nn.ModuleList opened (1.0: off)", check=lambda v: 0 < v <= 1, valid="in (0, 1]"),
     Key("data", str, "fashion_mnist", "built-in data set (fashion_mnist: the real one, from data_kwargs path, $GPUCORE_FASHION_MNIST, /usr/share/datasets/fashion-mnist or ~/.cache/gpucore/fashion-mnist, test set as validation; synthetic_fashion, synthetic_sequences, synthetic_captcha) or a path: a .npz; a folder of IDX files (train-/t10k-images-idx3-ubyte[.gz] and labels); a folder of x_train.npy/y_train.npy[/x_val.npy/y_val.npy]; an image folder (class subfolders, optionally under train/ and val/)"),
     Key("data_kwargs", dict, {}, "keyword arguments for the built-in data set (train_size, val_size; fashion_mnist also path; the synthetic ones seed; synthetic_sequences also steps, classes, max_length, noise) or the image-folder reader (channels: 1 or 3; size: [height, width] to resize to; threads; on_error: raise or skip)"),
     Key("cache", str, "auto", "where the data set lives while training: device (uint8 on the training device, no host work per step), host (host memory, batches copied over pinned memory), none (image folders only: decoded batch by batch on reader threads while training runs), auto (device if it takes at most a quarter of the free device memory, else host, else none)", choices=["auto", "device", "host", "none"]),
@@ -145,6 +152,8 @@ ALIASES = {
     "accumulate": "accumulate_grad_batches", "amp": "precision", "mixed_precision": "precision",
     "test_batch_size": "eval_batch_size", "max_grad_norm": "clip_grad_norm", "gradient_clip_val": "clip_grad_norm",
     "output_dir": "run_dir", "save_dir": "run_dir", "num_classes": "model_kwargs", "warmup_steps": "warmup_epochs",
+    "in_chans": "model_kwargs", "in_channels": "model_kwargs", "layer_decay": "lr_layer_decay",
+    "pretrained_weights": "pretrained", "weights": "pretrained", "freeze_backbone": "freeze",
 }
 
 

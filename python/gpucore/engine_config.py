@@ -9,14 +9,36 @@ from torch import nn
 
 from . import _C
 from .errors import ConfigError
+from .models import backbone_split
 
 
 def param_groups(model: nn.Module, config) -> list:
-    decay, no_decay = [], []
-    for param in model.parameters():
-        if param.requires_grad:
+    """The fused optimizer's groups: each learning-rate level (lr_levels) split into parameters with weight decay
+    and those without (biases and norm weights, with no_decay_norm_and_bias)."""
+    groups = []
+    for params, lr_scale in lr_levels(model, config):
+        decay, no_decay = [], []
+        for param in params:
             (no_decay if config.no_decay_norm_and_bias and param.ndim <= 1 else decay).append(param)
-    return [(params, wd) for params, wd in ((decay, config.weight_decay), (no_decay, 0.0)) if params]
+        groups += [_C.ParamGroup(group, weight_decay, lr_scale)
+                   for group, weight_decay in ((decay, config.weight_decay), (no_decay, 0.0)) if group]
+    return groups
+
+
+def lr_levels(model: nn.Module, config) -> list:
+    """(parameters, lr multiplier) from the input to the head; requires_grad=False parameters are left out.
+    One level at lr unless config keys lr_backbone or lr_layer_decay slow the backbone down: then the head
+    trains at lr and the backbone's block k places before the head at lr x lr_backbone x lr_layer_decay^(k-1)."""
+    if config.lr_backbone == 1.0 and config.lr_layer_decay == 1.0:
+        return [([param for param in model.parameters() if param.requires_grad], 1.0)]
+    split = backbone_split(model, "lr_backbone" if config.lr_layer_decay == 1.0 else "lr_layer_decay")
+    if config.lr_layer_decay == 1.0:
+        levels = [(split.backbone_params, config.lr_backbone)]
+    else:
+        depth = len(split.blocks)
+        levels = [(params, config.lr_backbone * config.lr_layer_decay ** (depth - 1 - index))
+                  for index, (_, params) in enumerate(split.blocks)]
+    return levels + [(split.head_params, 1.0)]
 
 
 def scaled_lr(config) -> float:

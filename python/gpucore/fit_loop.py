@@ -9,7 +9,7 @@ from typing import Any, List, Optional, Sequence
 import torch
 
 from . import distributed
-from .callbacks import ModelCheckpoint, Monitor, call
+from .callbacks import FreezeBackbone, ModelCheckpoint, Monitor, call
 from .checkpoint import load_checkpoint
 from .config import KEY_BY_NAME
 from .epoch_data import make_train_set
@@ -31,7 +31,8 @@ class FitLoop:
         self.checkpoints = ModelCheckpoint(Monitor(config.monitor, config.mode, config.min_delta), run.run_dir,
                                            lambda epoch: self.payload(epoch, 0), config.save_every_n_epochs,
                                            config.keep_last_k)
-        self.callbacks = [self.checkpoints, *callbacks]
+        policies = [FreezeBackbone(run.module, config.freeze_epochs)] if config.freeze == "backbone" else []
+        self.callbacks = [self.checkpoints, *policies, *callbacks]
         self.history: List[dict] = []
         self.epoch = self.start_epoch = 0
         self.skip = 0  # batches of the current epoch already trained (a resume mid-epoch)
@@ -64,6 +65,7 @@ class FitLoop:
                                  self.epoch + 1, config.epochs, config.log_every_n_steps)
         try:
             run.module.train()
+            call(self.callbacks, "on_epoch_start", self.epoch + 1)  # after train(): a frozen backbone's norms stay in eval
             if run.device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(run.device)
             stats = self._train_epoch(progress)

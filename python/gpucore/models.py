@@ -1,12 +1,19 @@
-"""Built-in models (the seeds' small CNNs) and `package.module:factory` loading."""
+"""Models by name: the built-ins (the seeds' small CNNs), torchvision's and timm's (`torchvision:resnet18`,
+`timm:convnext_tiny`) and `package.module:factory`; and what fine-tuning needs to know of a model: its
+classifier head, its first convolution and the blocks of its backbone."""
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Tuple
 
+import torch
 from torch import nn
 
 from .errors import ConfigError
+from .values import is_int
 
 
 class FashionMnistCNN(nn.Module):
@@ -50,9 +57,23 @@ class CaptchaCNN(nn.Module):
 
 BUILTIN = {"fashion_mnist_cnn": FashionMnistCNN, "captcha_cnn": CaptchaCNN}
 
+# Model names of the libraries users already have: `torchvision:resnet18`, `timm:convnext_tiny`.
+LIBRARIES = ("torchvision", "timm")
+_INSTALL = {
+    "torchvision": "torchvision (pip install torchvision: the release made for your torch)",
+    "timm": "timm (pip install timm; it needs torchvision too)",
+    "huggingface_hub": "huggingface_hub (pip install huggingface_hub)",
+    "safetensors": "safetensors (pip install safetensors)",
+}
+_LISTED_BY = {"torchvision": "torchvision.models.list_models()", "timm": "timm.list_models()"}
+
 
 def build_model(name: str, kwargs: dict) -> nn.Module:
-    """A built-in model by name, or `package.module:factory` called with `kwargs`."""
+    """A built-in model by name, a torchvision or timm model (`torchvision:NAME`, `timm:NAME`, randomly
+    initialised: config key `pretrained` loads weights), or `package.module:factory` called with `kwargs`."""
+    library, _, library_name = name.partition(":")
+    if library in LIBRARIES:
+        return _library_model(library, library_name, kwargs)
     if ":" in name:
         module_name, _, attribute = name.partition(":")
         try:
@@ -68,9 +89,13 @@ def build_model(name: str, kwargs: dict) -> nn.Module:
         close = difflib.get_close_matches(name, BUILTIN, n=1)
         hint = f" Did you mean '{close[0]}'?" if close else ""
         raise ConfigError(
-            f"config key 'model': '{name}' is not a built-in model ({', '.join(BUILTIN)}) nor of the form "
-            f"'package.module:factory'.{hint}"
+            f"config key 'model': '{name}' is not a built-in model ({', '.join(BUILTIN)}), a library model "
+            f"('torchvision:NAME', 'timm:NAME') nor of the form 'package.module:factory'.{hint}"
         )
+    return _call_factory(name, factory, kwargs)
+
+
+def _call_factory(name: str, factory: Callable, kwargs: dict) -> nn.Module:
     try:
         model = factory(**kwargs)
     except TypeError as exc:
@@ -78,3 +103,168 @@ def build_model(name: str, kwargs: dict) -> nn.Module:
     if not isinstance(model, nn.Module):
         raise ConfigError(f"config key 'model': '{name}' returned {type(model).__name__}, not a torch.nn.Module")
     return model
+
+
+def import_library(module: str, needed_by: str):
+    """An optional package (torchvision, timm, huggingface_hub, safetensors.torch), or a ConfigError saying that
+    `needed_by` needs it and how to install it."""
+    try:
+        return importlib.import_module(module)
+    except Exception as exc:  # ImportError, or a torchvision whose compiled ops do not fit this torch
+        raise ConfigError(f"{needed_by} needs {_INSTALL[module.split('.')[0]]}; importing it failed: "
+                          f"{type(exc).__name__}: {exc}") from exc
+
+
+def _library_model(library: str, name: str, kwargs: dict) -> nn.Module:
+    """A randomly initialised torchvision or timm model with num_classes outputs (the library builds and
+    initialises the head) and in_channels inputs."""
+    full_name = f"{library}:{name}"
+    for argument in ("pretrained", "weights", "pretrained_cfg_overlay"):
+        if argument in kwargs:
+            raise ConfigError(f"config key 'model_kwargs': '{argument}' is not passed to {full_name}, since the "
+                              "library would download weights; set config key 'pretrained' (a weights file, or true "
+                              "for the library's own weights from its local cache)")
+    kwargs = dict(kwargs)
+    in_channels = kwargs.pop("in_channels", None)
+    if in_channels is not None and (not is_int(in_channels) or in_channels < 1):
+        raise ConfigError(f"config key 'model_kwargs': in_channels of {full_name} must be a positive integer, got "
+                          f"{in_channels!r}")
+    module = import_library(library, f"config key 'model': '{full_name}'")
+    if library == "timm":
+        names, known = module.list_models(), module.is_model(name)
+        factory = functools.partial(module.create_model, name, pretrained=False)
+        if in_channels is not None:
+            kwargs["in_chans"] = in_channels
+    else:
+        names = module.models.list_models()
+        known = name in names
+        factory = functools.partial(module.models.get_model, name)
+    if not known:
+        close = difflib.get_close_matches(name, names, n=5, cutoff=0.6)
+        hint = f" Close names: {', '.join(close)}." if close else ""
+        raise ConfigError(f"config key 'model': {library} has no model '{name}'.{hint} {library} lists "
+                          f"{len(names)} models ({_LISTED_BY[library]})")
+    model = _call_factory(full_name, factory, kwargs)
+    if library == "torchvision" and in_channels is not None:
+        _set_input_channels(model, in_channels, full_name)
+    return model
+
+
+def input_conv(model: nn.Module) -> Optional[str]:
+    """The name of the model's first convolution (the one that sees the image), or None."""
+    return next((name for name, module in model.named_modules() if isinstance(module, nn.Conv2d)), None)
+
+
+def _set_input_channels(model: nn.Module, in_channels: int, full_name: str) -> None:
+    """Replaces the first convolution by one taking in_channels (PyTorch's default initialisation; pretrained
+    RGB weights are adapted to it when loaded)."""
+    name = input_conv(model)
+    if name is None:
+        raise ConfigError(f"config key 'model_kwargs': {full_name} has no convolution whose input channels "
+                          "in_channels could set")
+    conv = model.get_submodule(name)
+    if conv.in_channels == in_channels:
+        return
+    if conv.groups != 1:
+        raise ConfigError(f"config key 'model_kwargs': the first convolution of {full_name} ('{name}') is grouped; "
+                          "in_channels cannot be changed")
+    replacement = nn.Conv2d(in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
+                            conv.dilation, bias=conv.bias is not None, padding_mode=conv.padding_mode)
+    parent, _, attribute = name.rpartition(".")
+    setattr(model.get_submodule(parent), attribute, replacement)
+
+
+def adapt_input_conv(weight: torch.Tensor, in_channels: int) -> torch.Tensor:
+    """RGB weights of a first convolution (out, 3, kh, kw) for `in_channels` inputs, as timm adapts them: summed
+    over the colours for 1 channel (a grey image gives what the RGB model gives for it in three equal channels),
+    else repeated over the channels and scaled by 3 / in_channels."""
+    if in_channels == 1:
+        return weight.float().sum(dim=1, keepdim=True).to(weight.dtype)
+    repeats = -(-in_channels // 3)
+    return (weight.float().repeat(1, repeats, 1, 1)[:, :in_channels] * (3 / in_channels)).to(weight.dtype)
+
+
+# ---- the classifier head and the backbone ---------------------------------------------------------------
+
+HEAD_ATTRIBUTES = ("fc", "classifier", "head", "heads")
+
+
+def classifier_head(model: nn.Module) -> Optional[str]:
+    """The name of the model's classifier head, the layer num_classes replaces: timm's get_classifier(), else the
+    last module with weights of the model's attribute fc, classifier, head or heads (a ResNet's fc, the last
+    Linear of a ConvNeXt's, EfficientNet's or MobileNet's classifier, a ViT's heads.head, the built-ins' last Linear)."""
+    names = {module: name for name, module in model.named_modules()}
+    get_classifier = getattr(model, "get_classifier", None)
+    if callable(get_classifier):
+        head = get_classifier()
+        if isinstance(head, nn.Module) and names.get(head) and any(True for _ in head.parameters()):
+            return names[head]
+    for attribute in HEAD_ATTRIBUTES:
+        module = getattr(model, attribute, None)
+        if isinstance(module, nn.Module):
+            with_weights = [name for name, sub in module.named_modules(prefix=attribute)
+                            if any(True for _ in sub.parameters(recurse=False))]
+            if with_weights:
+                return with_weights[-1]
+    return None
+
+
+def is_under(name: str, module_name: str) -> bool:
+    """Whether parameter or module `name` belongs to module `module_name`."""
+    return name == module_name or name.startswith(module_name + ".")
+
+
+@dataclass
+class BackboneSplit:
+    """A model cut into its classifier head and the backbone before it, as fine-tuning treats them."""
+
+    head: str  # the head module's name
+    head_params: List[nn.Parameter]
+    blocks: List[Tuple[str, List[nn.Parameter]]]  # the backbone's blocks, input first (see backbone_split)
+
+    @property
+    def backbone_params(self) -> List[nn.Parameter]:
+        return [param for _, params in self.blocks for param in params]
+
+
+_CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
+
+
+def backbone_split(model: nn.Module, needed_for: str) -> BackboneSplit:
+    """The head and the backbone's blocks: the model's top-level modules with nn.Sequential, nn.ModuleList and
+    nn.ModuleDict containers opened, recursively (a ResNet's conv1, bn1, layer1.0, ... layer4.1; a ConvNeXt's
+    stages), less the head; the model's own parameters (a ViT's class token) go with the first block. Parameters
+    with requires_grad=False are left out. needed_for: the config key that asks, for the error message."""
+    head = classifier_head(model)
+    if head is None:
+        raise ConfigError(f"config key '{needed_for}' needs the model's classifier head, and {type(model).__name__} "
+                          f"has none that gpucore finds: timm's get_classifier(), or a layer with weights in an "
+                          f"attribute {', '.join(HEAD_ATTRIBUTES)}. Give the model such an attribute")
+    seen = set()
+
+    def trainable(named) -> List[nn.Parameter]:
+        params = []
+        for name, param in named:
+            if param.requires_grad and id(param) not in seen and not is_under(name, head):
+                seen.add(id(param))
+                params.append(param)
+        return params
+
+    def opened(prefix: str, module: nn.Module):
+        for name, child in module.named_children():
+            name = f"{prefix}.{name}" if prefix else name
+            if isinstance(child, _CONTAINERS):
+                yield from opened(name, child)
+            else:
+                yield name, child
+
+    own = trainable(model.named_parameters(recurse=False))
+    blocks = [(name, trainable(module.named_parameters(prefix=name))) for name, module in opened("", model)]
+    blocks = [(name, params) for name, params in blocks if params]
+    if own and blocks:
+        blocks[0] = (blocks[0][0], own + blocks[0][1])
+    elif own:
+        blocks = [("", own)]
+    head_params = [param for name, param in model.named_parameters()
+                   if param.requires_grad and is_under(name, head) and id(param) not in seen]
+    return BackboneSplit(head, head_params, blocks)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional
 
@@ -19,6 +20,7 @@ from .engine_config import check_metric_keys, engine_config, param_groups
 from .epoch_data import EpochData, make_train_set, make_val_set, normalization_of
 from .errors import ConfigError
 from .models import build_model
+from .pretrained import NO_WEIGHTS, LoadReport, load_pretrained, resolve_weights_path
 from .rng import seed_everything
 from .tensor_inputs import as_images
 from .run_dir import RunDir
@@ -38,6 +40,7 @@ class Run:
     normalization: Optional[tuple]
     classes: Optional[List[str]]  # class names, when the data has them
     input_shape: Optional[List[int]]  # one input as the model takes it (C, H, W for images; H, W 0 when they vary)
+    pretrained: Optional[LoadReport]  # what config key pretrained loaded
     train_set: EpochData
     val_set: Optional[EpochData]
     steps_per_epoch: int
@@ -50,7 +53,8 @@ class Run:
         """The facts of the run for training_stats.json."""
         return {"device": str(self.device), "device_reason": self.device_reason, "precision": self.policy.to_dict(),
                 "channels_last": self.channels_last, "torch": torch.__version__, "config": self.config.to_dict(),
-                "classes": self.classes, "run_dir": self.run_dir.path}
+                "classes": self.classes, "run_dir": self.run_dir.path,
+                "pretrained": self.pretrained.to_dict() if self.pretrained else None}
 
     def close(self) -> None:
         self.run_dir.close()
@@ -76,6 +80,7 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
     module = model if model is not None else build_model(config.model, config.model_kwargs)
     if not isinstance(module, nn.Module):
         raise ConfigError(f"model must be a torch.nn.Module, got {type(module).__name__}")
+    pretrained = _load_pretrained(module, config, world)
     channels_last = resolve_channels_last(config.channels_last, choice.device, module)
     forward = _place_model(module, config, choice.device, policy, channels_last, world)
     given = train_data
@@ -93,10 +98,23 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
     run_dir.create(config)
     return Run(config=config, world=world, device=choice.device, device_reason=choice.reason, policy=policy,
                module=module, forward=forward, loss=loss, train_data=train_data, normalization=normalization,
-               classes=classes, input_shape=_input_shape(train_data),
+               classes=classes, input_shape=_input_shape(train_data), pretrained=pretrained,
                train_set=train_set, val_set=val_set, steps_per_epoch=steps_per_epoch, channels_last=channels_last,
                engine=engine, run_dir=run_dir,
                created_group=created_group)
+
+
+def _load_pretrained(module: nn.Module, config, world: distributed.World) -> Optional[LoadReport]:
+    """Config key pretrained: the weights loaded into the model, reported (printed when progress is on)."""
+    if config.pretrained in (None, NO_WEIGHTS):
+        return None
+    path = resolve_weights_path(config.pretrained, config.model, module)
+    report = load_pretrained(module, path, config.pretrained_strict)
+    if report.problems:
+        warnings.warn(report.summary(), RuntimeWarning, stacklevel=3)
+    elif config.progress and world.is_main:
+        print(report.summary())
+    return report
 
 
 def resolve_channels_last(setting: str, device: torch.device, module: nn.Module) -> bool:
@@ -116,8 +134,10 @@ def _place_model(module: nn.Module, config, device: torch.device, policy: Precis
         module.to(memory_format=torch.channels_last)
     forward = module
     if world.launched:
+        # A frozen backbone has no gradients to reduce: DDP must not wait for them.
         forward = torch.nn.parallel.DistributedDataParallel(
-            module, device_ids=[device.index] if device.type == "cuda" else None)
+            module, device_ids=[device.index] if device.type == "cuda" else None,
+            find_unused_parameters=config.freeze != "none")
     return torch.compile(forward) if config.compile else forward
 
 

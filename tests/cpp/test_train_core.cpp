@@ -107,6 +107,41 @@ TEST(FusedOptimizer, SkipsTheStepWhenFoundInfIsSet) {
   }
 }
 
+TEST(FusedOptimizer, EachGroupStepsWithTheLrTimesItsScale) {
+  // Two groups with the same parameter and gradient; the second's rate is a quarter of the first's.
+  // SGD without momentum or decay: param - lr * scale * grad, exactly (the numbers are powers of two).
+  OptimizerConfig sgd;
+  sgd.kind = OptimizerKind::kSGD;
+  sgd.momentum = 0.0;
+  at::Tensor head = at::ones({4}).requires_grad_(true), backbone = at::ones({4}).requires_grad_(true);
+  head.mutable_grad() = at::full({4}, 0.5);
+  backbone.mutable_grad() = at::full({4}, 0.5);
+  FusedOptimizer optimizer({{{head}, 0.0, 1.0}, {{backbone}, 0.0, 0.25}}, sgd);
+  optimizer.step(at::scalar_tensor(0.5, at::kFloat), at::zeros({}, at::kFloat));
+  EXPECT_TRUE(at::equal(head, at::full({4}, 1.0 - 0.5 * 0.5)));
+  EXPECT_TRUE(at::equal(backbone, at::full({4}, 1.0 - 0.5 * 0.25 * 0.5)));
+
+  // AdamW, first step: m_hat = g, v_hat = g^2, so p <- p * (1 - lr s wd) - lr s g / (|g| + eps).
+  OptimizerConfig adamw;
+  at::Tensor a = at::full({3}, 2.0).requires_grad_(true), b = at::full({3}, 2.0).requires_grad_(true);
+  a.mutable_grad() = at::tensor({0.5f, -1.0f, 2.0f});
+  b.mutable_grad() = a.grad().clone();
+  FusedOptimizer adam({{{a}, 0.1, 1.0}, {{b}, 0.1, 0.1}}, adamw);
+  adam.step(at::scalar_tensor(0.01, at::kFloat), at::zeros({}, at::kFloat));
+  for (const auto& [param, scale] : {std::pair{a, 1.0}, std::pair{b, 0.1}}) {
+    const double lr = 0.01 * scale;
+    const at::Tensor g = at::tensor({0.5, -1.0, 2.0}, at::kDouble);
+    const at::Tensor expected = 2.0 * (1 - lr * 0.1) - lr * g / (g.abs() + 1e-8);
+    EXPECT_LE((param.to(at::kDouble) - expected).abs().max().item<double>(), 1e-6) << "lr_scale " << scale;
+  }
+}
+
+TEST(FusedOptimizer, LrScaleMustBePositive) {
+  at::Tensor param = at::ones({2}).requires_grad_(true);
+  EXPECT_THROW(FusedOptimizer({{{param}, 0.0, 0.0}}, OptimizerConfig{}), ConfigError);
+  EXPECT_THROW(FusedOptimizer({{{param}, 0.0, std::nan("")}}, OptimizerConfig{}), ConfigError);
+}
+
 TEST(FusedOptimizer, StateRoundTripAndMismatchErrors) {
   at::Tensor param = at::ones({2, 2}).requires_grad_(true);
   FusedOptimizer optimizer({{{param}, 0.0}}, OptimizerConfig{});

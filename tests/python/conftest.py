@@ -1,9 +1,22 @@
+import pathlib
+import runpy
 import sys
 
 import pytest
 import torch
 
 from gpucore import _C, device as gdevice
+
+
+# torchvision (and timm, which imports it) for the tests that use their models, also where torchvision's compiled
+# ops cannot load next to this torch (a CPU-only torch 2.13): bench/common.py's import_torchvision defines the two
+# op schemas its import needs. Kept referenced here: its torch.library.Library must live as long as the tests.
+IMPORT_TORCHVISION = runpy.run_path(str(pathlib.Path(__file__).resolve().parents[2] / "bench" / "common.py"))[
+    "import_torchvision"]
+try:
+    IMPORT_TORCHVISION()
+except ImportError:
+    pass  # not installed: the tests that need it skip
 
 
 def make_gpu(index, name, major, minor, total_gib=40):

@@ -34,14 +34,25 @@ MODELS = textwrap.dedent("""
 
     def picky():
         return Picky()
+
+    class Headed(nn.Module):  # a backbone and a classifier head, for fine-tuning
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.features = nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.Tanh())
+            self.fc = nn.Linear(32, 10)
+
+        def forward(self, x):
+            return self.fc(self.features(x))
 """)
 
 WORKER = textwrap.dedent("""
-    import os, sys, torch, gpucore
+    import json, os, sys, torch, gpucore
     config = dict(model="ddp_models:mlp", epochs=2, batch_size=int(sys.argv[2]), optimizer="sgd", momentum=0.9,
                   lr=0.05, schedule="constant", shuffle=False, normalize=False, progress=False, run_dir=sys.argv[1],
                   name="ddp", weight_decay=0.0, accumulate_grad_batches=int(sys.argv[3]), val_fraction=0.0,
                   device=sys.argv[4], precision="32")
+    config.update(json.loads(sys.argv[5]))
     generator = torch.Generator().manual_seed(1)
     x, y = torch.randn(256, 1, 8, 8, generator=generator), torch.randint(0, 10, (256,), generator=generator)
     result = gpucore.train(config, train_data=(x, y))
@@ -64,10 +75,10 @@ def environment(workdir, rank, world, port, launched=None):
     return env
 
 
-def run_workers(workdir, out, world, batch, accumulate, launched=None, device="cpu"):
+def run_workers(workdir, out, world, batch, accumulate, launched=None, device="cpu", keys=None):
     port = distributed._free_port()
     processes = [subprocess.Popen([sys.executable, str(workdir / "worker.py"), str(out), str(batch), str(accumulate),
-                                   device],
+                                   device, json.dumps(keys or {})],
                                   env=environment(workdir, rank, world, port, launched), stderr=subprocess.PIPE,
                                   text=True)
                  for rank in range(world)]
@@ -87,6 +98,19 @@ def test_two_ranks_agree_and_equal_one_process_with_the_same_global_batch(workdi
     assert (workdir / "two" / "ddp" / "checkpoints" / "last.pt").exists()
     stats = json.load(open(workdir / "two" / "ddp" / "training_stats.json"))
     assert stats["status"] == "completed" and len(stats["epochs"]) == 2
+
+
+def test_two_ranks_fine_tune_a_frozen_backbone_like_one_process(workdir):
+    # The backbone gets no gradients in epoch 1: DDP must not wait for them; from epoch 2 it trains at half the rate.
+    keys = {"model": "ddp_models:Headed", "freeze": "backbone", "freeze_epochs": 1, "lr_backbone": 0.5}
+    two = run_workers(workdir, workdir / "two", 2, batch=16, accumulate=2, keys=keys)
+    (one,) = run_workers(workdir, workdir / "one", 1, batch=32, accumulate=2, keys=keys)
+    for name in one:
+        assert torch.equal(two[0][name], two[1][name]), name
+        torch.testing.assert_close(two[0][name], one[name], rtol=1e-5, atol=1e-6)
+    torch.manual_seed(0)
+    initial = torch.nn.Linear(64, 32)
+    assert not torch.equal(one["features.1.weight"], initial.weight)  # trained in epoch 2
 
 
 def test_devices_2_starts_the_processes_itself(workdir, monkeypatch):

@@ -81,7 +81,7 @@ def engine(params, *, lr=1.0, scaler=False, clip=0.0, kind="sgd", accumulate=1, 
     scaler_config.enabled = scaler
     scaler_config.growth_interval = 2
     config.scaler = scaler_config
-    return _C.Engine([(params, 0.0)], config)
+    return _C.Engine([_C.ParamGroup(params)], config)
 
 
 def batches(x, y, batch_size):
@@ -272,7 +272,7 @@ def test_engine_config_takes_torch_dtypes_and_devices():
     params = [nn.Parameter(torch.zeros(2))]
     config.param_dtype = torch.int32
     with pytest.raises(_C.ConfigError, match="param_dtype must be float32 or float64, got 'int32'"):
-        _C.Engine([(params, 0.0)], config)
+        _C.Engine([_C.ParamGroup(params)], config)
     config.param_dtype, config.autocast_dtype = torch.float32, torch.float32
     with pytest.raises(_C.ConfigError, match="autocast_dtype must be bfloat16, float16 or None, got 'float32'"):
-        _C.Engine([(params, 0.0)], config)
+        _C.Engine([_C.ParamGroup(params)], config)

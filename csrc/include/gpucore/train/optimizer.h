@@ -26,13 +26,17 @@ struct OptimizerConfig {
 struct ParamGroup {
   std::vector<at::Tensor> params;
   double weight_decay = 0.0;
+  // The group's learning rate is the step's lr times this (> 0): a fine-tuned backbone trains slower
+  // than its new head. Applied on the device, so a step still never synchronises with the host.
+  double lr_scale = 1.0;
 };
 
 class FusedOptimizer {
  public:
   FusedOptimizer(std::vector<ParamGroup> groups, OptimizerConfig config);
 
-  // Updates every parameter that has a gradient. lr: 0-dim float32 on the parameters' device;
+  // Updates every parameter that has a gradient (a frozen one, requires_grad=False, has none and keeps
+  // its value and state). lr: 0-dim float32 on the parameters' device, scaled by each group's lr_scale;
   // found_inf: 0-dim float32, 1 to skip the step (state untouched).
   void step(const at::Tensor& lr, const at::Tensor& found_inf);
 
