@@ -3,14 +3,15 @@ gpucore.train with its default config, by a plain PyTorch loop and by PyTorch Li
 weights, seed, data, normalisation, epochs, batch size, optimizer (AdamW, gpucore's defaults: lr 1e-3, weight decay
 0.01 except on biases and norm weights, cosine schedule per step) and precision.
 
-    python bench/fashion_mnist_compare.py [--epochs 10] [--batch-size 64] [--precision auto|32] [--json out.json]
+    python bench/fashion_mnist_compare.py [--epochs 10] [--batch-size 64] [--precision auto|32] [--only NAME]
+                                          [--json out.json]
 
 --precision auto (the default) is what gpucore's default config picks on the device; where that is bf16-mixed with
 channels-last (a bf16 CPU), the PyTorch loop and Lightning get the same bf16 autocast and channels-last layout.
 --precision 32 runs all three in float32. All three are evaluated by the same function on the 10,000 test images.
 Reports test accuracy, training samples/s (the training epochs' time, no evaluation in it) with ratios to the first
-trainer, and the process's CPU seconds for each (set-up and evaluation included). --only runs some of them, e.g. one
-per process on a shared machine.
+trainer, and the process's CPU seconds for each training call (its set-up included; loading the data and the test
+pass not). --only runs some of them, e.g. one per process on a shared machine.
 """
 import argparse
 import copy
@@ -181,16 +182,16 @@ def main(argv=None):
     for name in args.only or TRAINERS:
         cpu = time.process_time()
         trained = TRAINERS[name](s)
-        cpu_seconds[name] = time.process_time() - cpu
         if trained is None:
             print(f"{name}: not installed, left out")
             continue
+        cpu_seconds[name] = time.process_time() - cpu
         model, times = trained
         accuracy[name] = s.test_accuracy(model)
         rates[name] = len(s.labels) * len(times) / sum(times)
         seconds[name] = sum(times)
         print(f"{name}: test accuracy {accuracy[name]:.4f}, {rates[name]:.0f} samples/s, {sum(times):.1f} s training, "
-              f"{cpu_seconds[name]:.0f} CPU s in all", flush=True)
+              f"{cpu_seconds[name]:.0f} CPU s for the training call", flush=True)
     data = find_fashion_mnist() or "the synthetic stand-in (Fashion-MNIST's files were not found)"
     title = (f"device: {device_label(device)}, precision {policy.precision}"
              f"{' + channels-last' if channels_last else ''}, torch {torch.__version__}, {args.epochs} epochs, batch "
