@@ -3,12 +3,15 @@ gpucore.train with its default config, by a plain PyTorch loop and by PyTorch Li
 weights, seed, data, normalisation, epochs, batch size, optimizer (AdamW, gpucore's defaults: lr 1e-3, weight decay
 0.01 except on biases and norm weights, cosine schedule per step) and precision.
 
-    python bench/fashion_mnist_compare.py [--epochs 10] [--batch-size 64] [--precision auto|32] [--json out.json]
+    python bench/fashion_mnist_compare.py [--epochs 10] [--batch-size 64] [--precision auto|32] [--only NAME]
+                                          [--json out.json]
 
 --precision auto (the default) is what gpucore's default config picks on the device; where that is bf16-mixed with
 channels-last (a bf16 CPU), the PyTorch loop and Lightning get the same bf16 autocast and channels-last layout.
 --precision 32 runs all three in float32. All three are evaluated by the same function on the 10,000 test images.
-Reports test accuracy and training samples/s (the training epochs' time, no evaluation in it) with ratios to gpucore.
+Reports test accuracy, training samples/s (the training epochs' time, no evaluation in it) with ratios to the first
+trainer, and the process's CPU seconds for each training call (its set-up included; loading the data and the test
+pass not). --only runs some of them, e.g. one per process on a shared machine.
 """
 import argparse
 import copy
@@ -154,6 +157,9 @@ def train_lightning(s: Setting):
     return module.net.to(s.device), timer.times
 
 
+TRAINERS = {"gpucore.train": train_gpucore, "PyTorch loop": train_plain, "PyTorch Lightning": train_lightning}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto")
@@ -163,6 +169,7 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=load_config(None).seed)
     parser.add_argument("--train-size", type=int, help="the first N training images (default: all 60,000)")
     parser.add_argument("--test-size", type=int, help="the first N test images (default: all 10,000)")
+    parser.add_argument("--only", action="append", choices=list(TRAINERS), help="train only these (repeatable)")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
 
@@ -171,29 +178,30 @@ def main(argv=None):
     policy.apply()
     channels_last = resolve_channels_last(load_config(None).channels_last, device, FashionMnistCNN())
     s = Setting(args, device, policy, channels_last)
-    accuracy, rates, seconds = {}, {}, {}
-    for name, trainer in (("gpucore.train", train_gpucore), ("PyTorch loop", train_plain),
-                          ("PyTorch Lightning", train_lightning)):
-        trained = trainer(s)
+    accuracy, rates, seconds, cpu_seconds = {}, {}, {}, {}
+    for name in args.only or TRAINERS:
+        cpu = time.process_time()
+        trained = TRAINERS[name](s)
         if trained is None:
             print(f"{name}: not installed, left out")
             continue
+        cpu_seconds[name] = time.process_time() - cpu
         model, times = trained
         accuracy[name] = s.test_accuracy(model)
         rates[name] = len(s.labels) * len(times) / sum(times)
         seconds[name] = sum(times)
-        print(f"{name}: test accuracy {accuracy[name]:.4f}, {rates[name]:.0f} samples/s, {sum(times):.1f} s training",
-              flush=True)
+        print(f"{name}: test accuracy {accuracy[name]:.4f}, {rates[name]:.0f} samples/s, {sum(times):.1f} s training, "
+              f"{cpu_seconds[name]:.0f} CPU s for the training call", flush=True)
     data = find_fashion_mnist() or "the synthetic stand-in (Fashion-MNIST's files were not found)"
     title = (f"device: {device_label(device)}, precision {policy.precision}"
              f"{' + channels-last' if channels_last else ''}, torch {torch.__version__}, {args.epochs} epochs, batch "
              f"{args.batch_size}, {len(s.labels)} training and {len(s.test_labels)} test images from {data}\n"
              + "  ".join(f"{name} {value:.4f}" for name, value in accuracy.items()) + "  (test accuracy)")
-    return report(title, "samples/s", rates, "gpucore.train",
+    return report(title, "samples/s", rates, next(iter(rates)),
                   {"device": device_label(device), "precision": policy.precision, "channels_last": channels_last,
                    "epochs": args.epochs, "batch_size": args.batch_size, "seed": args.seed, "data": data,
                    "train_size": len(s.labels), "test_size": len(s.test_labels), "test_accuracy": accuracy,
-                   "training_seconds": seconds}, args.json)
+                   "training_seconds": seconds, "cpu_seconds": cpu_seconds}, args.json)
 
 
 if __name__ == "__main__":
