@@ -1,11 +1,14 @@
 """Seed 003's mnist-gpu.py on gpucore: the same flags, CUDA > MPS > CPU chosen (and explained) by gpucore,
 the training loop, AMP/TF32, checkpoints and logs in gpucore's C++ core.
 
-    python examples/fashion_mnist/mnist_gpu.py --dataset data/FashionMNIST/raw --epochs 10 --save-model
+    python examples/fashion_mnist/mnist_gpu.py --epochs 10 --save-model        # Fashion-MNIST where gpucore finds it
+    python examples/fashion_mnist/mnist_gpu.py --dataset data/FashionMNIST/raw --epochs 10
     python examples/fashion_mnist/mnist_gpu.py --synthetic --epochs 3          # no download, generated data
 
 --dataset is a folder with the four Fashion-MNIST IDX files (train-images-idx3-ubyte[.gz],
-train-labels-idx1-ubyte[.gz], t10k-images-idx3-ubyte[.gz], t10k-labels-idx1-ubyte[.gz]).
+train-labels-idx1-ubyte[.gz], t10k-images-idx3-ubyte[.gz], t10k-labels-idx1-ubyte[.gz]); without it gpucore's
+`data: fashion_mnist` looks in $GPUCORE_FASHION_MNIST, /usr/share/datasets/fashion-mnist (Debian's
+dataset-fashion-mnist) and ~/.cache/gpucore/fashion-mnist. The test set is the validation split.
 """
 import argparse
 import os
@@ -31,7 +34,7 @@ def parse_args(argv=None):
     parser.add_argument("--no-mps", action="store_true", help="never use Apple's MPS")
     parser.add_argument("--save-model", action="store_true", help="also save the best weights as a plain state_dict")
     parser.add_argument("--save-model-dir", default="./models")
-    parser.add_argument("--dataset", default="./data/FashionMNIST/raw", help="folder of the Fashion-MNIST IDX files")
+    parser.add_argument("--dataset", help="folder of the Fashion-MNIST IDX files (default: where gpucore finds them)")
     parser.add_argument("--dir", default="./runs", help="where gpucore writes the run (checkpoints, logs)")
     parser.add_argument("--log-interval", type=int, default=50, help="optimizer steps between progress updates")
     parser.add_argument("--synthetic", action="store_true", help="train on gpucore's generated Fashion-MNIST-shaped data")
@@ -42,6 +45,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.synthetic:
         data = "synthetic_fashion"
+    elif args.dataset is None:
+        data = "fashion_mnist"
     else:
         present = [name for name in IDX_FILES
                    if any(os.path.isfile(os.path.join(args.dataset, name + ext)) for ext in ("", ".gz"))]

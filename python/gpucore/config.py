@@ -57,7 +57,7 @@ KEYS = [
     Key("freeze_epochs", int, 1, "freeze: backbone: epochs with the backbone frozen", check=_positive, valid="> 0"),
     Key("lr_backbone", float, 1.0, "the backbone's learning rate as a multiple of lr (the head trains at lr)", check=_positive, valid="> 0"),
     Key("lr_layer_decay", float, 1.0, "layer-wise decay: the backbone's block k places before the head trains at lr x lr_backbone x lr_layer_decay^(k-1); blocks are the model's top-level modules with nn.Sequential/nn.ModuleList opened (1.0: off)", check=lambda v: 0 < v <= 1, valid="in (0, 1]"),
-    Key("data", str, "synthetic_fashion", "built-in data set (fashion_mnist: the real one, from data_kwargs path, $GPUCORE_FASHION_MNIST, /usr/share/datasets/fashion-mnist or ~/.cache/gpucore/fashion-mnist, test set as validation; synthetic_fashion, synthetic_sequences, synthetic_captcha) or a path: a .npz; a folder of IDX files (train-/t10k-images-idx3-ubyte[.gz] and labels); a folder of x_train.npy/y_train.npy[/x_val.npy/y_val.npy]; an image folder (class subfolders, optionally under train/ and val/)"),
+    Key("data", str, "fashion_mnist", "built-in data set (fashion_mnist: the real one, from data_kwargs path, $GPUCORE_FASHION_MNIST, /usr/share/datasets/fashion-mnist or ~/.cache/gpucore/fashion-mnist, test set as validation; synthetic_fashion, synthetic_sequences, synthetic_captcha) or a path: a .npz; a folder of IDX files (train-/t10k-images-idx3-ubyte[.gz] and labels); a folder of x_train.npy/y_train.npy[/x_val.npy/y_val.npy]; an image folder (class subfolders, optionally under train/ and val/)"),
     Key("data_kwargs", dict, {}, "keyword arguments for the built-in data set (train_size, val_size; fashion_mnist also path; the synthetic ones seed; synthetic_sequences also steps, classes, max_length, noise) or the image-folder reader (channels: 1 or 3; size: [height, width] to resize to; threads; on_error: raise or skip)"),
     Key("cache", str, "auto", "where the data set lives while training: device (uint8 on the training device, no host work per step), host (host memory, batches copied over pinned memory), none (image folders only: decoded batch by batch on reader threads while training runs), auto (device if it takes at most a quarter of the free device memory, else host, else none)", choices=["auto", "device", "host", "none"]),
     Key("prefetch", int, 4, "cache none: batches decoded ahead of training", check=_positive, valid="> 0"),
@@ -66,7 +66,7 @@ KEYS = [
     Key("crop_padding", int, 0, "images: random crop of the image padded by this many pixels, each epoch (training only; 0: off)", check=_non_negative, valid=">= 0"),
     Key("hflip", bool, False, "images: random horizontal flip, each epoch (training only)"),
     # the loop
-    Key("epochs", int, 5, "training epochs", check=_positive, valid="> 0"),
+    Key("epochs", int, 10, "training epochs", check=_positive, valid="> 0"),
     Key("batch_size", int, 64, "micro-batch size", check=_positive, valid="> 0"),
     Key("eval_batch_size", int, 256, "batch size for validation", check=_positive, valid="> 0"),
     Key("accumulate_grad_batches", int, 1, "micro-batches per optimizer step (effective batch = batch_size x this)", check=_positive, valid="> 0"),

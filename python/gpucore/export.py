@@ -25,8 +25,9 @@ TOLERANCE = 1e-4
 PIP = {"onnx": "pip install onnx onnxscript onnxruntime", "safetensors": "pip install safetensors"}
 
 
-class ExportMismatchError(RuntimeError):
-    """The exported ONNX model's outputs differ from PyTorch's by more than the tolerance."""
+class ExportError(RuntimeError):
+    """torch.onnx could not export the model, or the exported model's outputs differ from PyTorch's by more
+    than the tolerance."""
 
 
 def preprocessing(model: LoadedModel) -> dict:
@@ -47,30 +48,34 @@ def export(checkpoint: Union[str, os.PathLike, LoadedModel], format: str, out: O
     """Writes `checkpoint` (a path or a gpucore.load result) as `format` ("onnx" or "safetensors") to `out`
     (default: the checkpoint's path with the format's extension) plus its preprocessing as JSON beside it.
     Returns what was written; for ONNX also `max_abs_diff`, the largest difference between onnxruntime's
-    and PyTorch's outputs on fresh random inputs (ExportMismatchError when above 1e-4)."""
+    and PyTorch's outputs on fresh random inputs (ExportError when above 1e-4 or when torch.onnx fails)."""
     if format not in FORMATS:
         raise ConfigError(f"export format '{format}' is not one of {', '.join(FORMATS)}")
     _require(format)
     model = checkpoint if isinstance(checkpoint, LoadedModel) else load(checkpoint, "cpu")
     if model.device.type != "cpu":
         model = load(model.checkpoint, "cpu")
-    if not model.input_shape or 0 in model.input_shape:
-        raise ConfigError(f"the checkpoint '{model.checkpoint}' does not record one input shape "
-                          f"({model.input_shape}); export needs one (train on images of one size)")
+    if not model.input_shape:
+        raise ConfigError(f"checkpoint '{model.checkpoint}' does not record the shape of its inputs (a run on a "
+                          "torch Dataset, or a checkpoint from before gpucore recorded it); export needs it")
+    if 0 in model.input_shape:
+        raise ConfigError(f"the run of '{model.checkpoint}' read images of varying sizes (input shape "
+                          f"{model.input_shape}); export needs one size: train with data_kwargs size: [H, W]")
     out = os.fspath(out) if out is not None else os.path.splitext(model.checkpoint)[0] + "." + format
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     info = preprocessing(model)
-    sidecar = os.path.splitext(out)[0] + ".json"
-    with open(sidecar, "w", encoding="utf-8") as handle:
-        json.dump(dict(info, weights=os.path.basename(out)), handle, indent=2)
-    result = {"format": format, "out": os.path.abspath(out), "preprocessing": os.path.abspath(sidecar)}
     if format == "safetensors":
         from safetensors.torch import save_file
 
         weights = {name: tensor.detach().contiguous().clone() for name, tensor in model.module.state_dict().items()}
         save_file(weights, out, metadata={"gpucore.preprocessing": json.dumps(info)})
-        return dict(result, tensors=len(weights))
-    return dict(result, **_onnx(model, out, info, opset, seed))
+        written = {"tensors": len(weights)}
+    else:
+        written = _onnx(model, out, info, opset, seed)
+    sidecar = os.path.splitext(out)[0] + ".json"  # written once the export passed its check
+    with open(sidecar, "w", encoding="utf-8") as handle:
+        json.dump(dict(info, weights=os.path.basename(out)), handle, indent=2)
+    return dict({"format": format, "out": os.path.abspath(out), "preprocessing": os.path.abspath(sidecar)}, **written)
 
 
 def _onnx(model: LoadedModel, out: str, info: dict, opset: int, seed: int) -> dict:
@@ -79,9 +84,13 @@ def _onnx(model: LoadedModel, out: str, info: dict, opset: int, seed: int) -> di
 
     generator = torch.Generator().manual_seed(seed)
     example = torch.randn(2, *model.input_shape, generator=generator)
-    program = torch.onnx.export(model.module, (example,), dynamo=True, verbose=False, opset_version=opset,
-                                input_names=["inputs"], output_names=["outputs"],
-                                dynamic_shapes=({0: torch.export.Dim("batch")},))
+    try:
+        program = torch.onnx.export(model.module, (example,), dynamo=True, verbose=False, opset_version=opset,
+                                    input_names=["inputs"], output_names=["outputs"],
+                                    dynamic_shapes=({0: torch.export.Dim("batch")},))
+    except Exception as exc:  # torch.export and the ONNX translation raise many kinds
+        raise ExportError(f"torch.onnx could not export model '{model.config.model}' of '{model.checkpoint}': "
+                          f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
     program.save(out)
     proto = onnx.load(out)
     entry = proto.metadata_props.add()
@@ -95,10 +104,10 @@ def _onnx(model: LoadedModel, out: str, info: dict, opset: int, seed: int) -> di
         ours = model.module(fresh)
     ours = ours[0] if isinstance(ours, (tuple, list)) else ours
     if theirs.shape != ours.shape:
-        raise ExportMismatchError(f"the ONNX model's outputs are {tuple(theirs.shape)}, PyTorch's {tuple(ours.shape)}")
+        raise ExportError(f"the ONNX model's outputs are {tuple(theirs.shape)}, PyTorch's {tuple(ours.shape)}")
     difference = (theirs - ours.float()).abs().max().item()
     if not difference <= TOLERANCE:
-        raise ExportMismatchError(f"the ONNX model's outputs differ from PyTorch's by up to {difference:.3g} on fresh "
+        raise ExportError(f"the ONNX model's outputs differ from PyTorch's by up to {difference:.3g} on fresh "
                                   f"inputs (tolerance {TOLERANCE:g}); '{out}' is not to be trusted")
     return {"opset": opset, "max_abs_diff": difference, "checked_inputs": list(fresh.shape)}
 
@@ -122,8 +131,8 @@ def run_command(args) -> int:
 
     try:
         result = export(args.checkpoint, args.format, args.out, opset=args.opset)
-    except ExportMismatchError as exc:
-        print(f"gpucore: export failed its check: {exc}", file=sys.stderr)
+    except ExportError as exc:
+        print(f"gpucore: export failed: {exc}", file=sys.stderr)
         return 1
     print(json.dumps(result, indent=2))
     return 0

@@ -19,13 +19,15 @@ from .errors import ConfigError
 from .inference import LoadedModel, load
 from .input_files import read_input_images
 from .png import encode_png
+from .values import is_int
 
 
 class Predictions:
     """What `predict` returns: `names` (image file paths relative to the input folder, or indices),
     `outputs` (raw model outputs), `predicted` (decode.predicted: classes, per-head classes, CTC sequences,
-    label sets or masks), `rows` (one dict per input: the CSV's columns), `labels` (true classes from class
-    subfolders named like the checkpoint's classes, else None) and `mask_files` (segmentation)."""
+    label sets or masks), `rows` (one dict per input: the CSV's columns), `labels` (classification: true
+    classes from class subfolders named like the checkpoint's classes, else None) and `mask_files`
+    (segmentation)."""
 
     def __init__(self, names: List[str], outputs: torch.Tensor, predicted_: torch.Tensor, rows: List[dict],
                  labels: Optional[torch.Tensor], mask_files: Optional[List[str]]):
@@ -62,14 +64,14 @@ def predict(checkpoint: Union[str, os.PathLike, LoadedModel], inputs, *, top_k: 
     or a tensor of raw inputs (uint8 images as training read them). `top_k` classes per input for
     classification; segmentation masks are written as PNGs to folder `masks` when given."""
     model = checkpoint if isinstance(checkpoint, LoadedModel) else load(checkpoint, device)
-    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
+    if not is_int(top_k) or top_k < 1:
         raise ConfigError(f"top_k must be an integer >= 1, got {top_k!r}")
     raw, names, folders = _read(model, inputs)
     outputs = model(raw, batch_size).cpu()
     config = model.config
     segmentation = outputs.dim() == 4 and config.loss in ("dice_bce", "bce_with_logits")
     decoded = predicted(outputs, "dice_bce" if segmentation else config.loss, config.heads)
-    labels = _folder_labels(folders, model.classes)
+    labels = _folder_labels(folders, model.classes) if config.loss == "cross_entropy" else None
     rows = [{"input": name} for name in names]
     if labels is not None:
         for row, label in zip(rows, labels.tolist()):
@@ -103,10 +105,14 @@ def _read(model: LoadedModel, inputs):
 
 
 def _folder_labels(folders: Optional[List[str]], classes: Optional[List[str]]) -> Optional[torch.Tensor]:
-    """Each file's class when every file sits in a subfolder named like one of the checkpoint's classes."""
-    if not folders or not classes or not all(folder in classes for folder in folders):
+    """Each file's class when every file sits in a subfolder named like one of the checkpoint's classes
+    (a '/' in a class name, as in Fashion-MNIST's T-shirt/top, is '_' in the folder's name)."""
+    if not folders or not classes:
         return None
-    return torch.tensor([classes.index(folder) for folder in folders])
+    index = {name.replace("/", "_"): i for i, name in enumerate(classes)}
+    if not all(folder in index for folder in folders):
+        return None
+    return torch.tensor([index[folder] for folder in folders])
 
 
 def _classification(rows: List[dict], outputs: torch.Tensor, classes: Optional[List[str]], top_k: int) -> None:

@@ -4,7 +4,7 @@ and by `gpucore report RUN_DIR` for any run, an interrupted one too; `gpucore ev
 the same for any data set.
 
 The model shown is the run's best checkpoint (best.pt, else last.pt, else interrupted.pt), evaluated on the
-run's validation data by predictions.predict, the engine's own evaluation. Drawing never fails a run: a
+run's validation data by evaluation.evaluation_pass, the engine's own evaluation. Drawing never fails a run: a
 figure that cannot be drawn is a warning and a note on the page, and the rest is still written.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ from .decode import as_text
 from .device import select_device
 from .errors import ConfigError
 from .inference import load
-from .predictions import Predictions, data_sets, predict
+from .evaluation import Predictions, data_sets, evaluation_pass
 
 CHECKPOINT_ORDER = ("best.pt", "last.pt", "interrupted.pt")
 GRID = 32  # validation images and training images shown
@@ -345,7 +345,7 @@ def write_report(run_dir: str, device: str = "auto", module: Optional[nn.Module]
         page.figure("Loss, metrics and learning rate per epoch", "curves.png", lambda path: plots.curves(history, path))
     rows = None
     if val_set is not None:
-        result = page.attempt("the validation pass", lambda: predict(module, config, val_set, target))
+        result = page.attempt("the validation pass", lambda: evaluation_pass(module, config, val_set, target))
         if result is not None:
             rows = prediction_sections(page, result, classes, normalization, module, config, target)
     train_batch_section(page, train_set, normalization, classes, config)
@@ -429,7 +429,7 @@ def evaluate(checkpoint: str, data: Optional[str] = None, split: str = "val", de
     stats = model.input_stats
     normalization = (stats["mean"], stats["std"]) if stats else None
     _, val_set = data_sets(config, None, held_out, normalization, model.device)
-    result = predict(model.module, config, val_set, model.device)
+    result = evaluation_pass(model.module, config, val_set, model.device)
     if out is None:
         parent = os.path.dirname(os.path.abspath(checkpoint))
         root = os.path.dirname(parent) if os.path.basename(parent) == "checkpoints" else parent

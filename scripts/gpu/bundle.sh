@@ -7,6 +7,8 @@
 #   prefix/   Debian's libpng, libjpeg-turbo, zlib and GoogleTest (headers, libraries, CMake files),
 #             unpacked, not installed: the build is pointed at it (CMAKE_PREFIX_PATH) and the built
 #             module finds these libraries through its rpath
+#   fashion-mnist/  the four Fashion-MNIST IDX files (30 MB; the default config's data), when this
+#             machine has them (Debian's dataset-fashion-mnist); verify.sh points gpucore at them
 #
 #   scripts/gpu/bundle.sh [DIR]
 #   GPUCORE_BUNDLE_PYTHON  the wheels' Python version (default 3.12, the GPU image's)
@@ -72,6 +74,14 @@ rm -rf "$DIR/prefix/usr/share/doc" "$DIR/prefix/usr/share/man" "$DIR/debs"
 for lib in libpng16.so libjpeg.so libz.so libgtest.a; do
   [ -e "$LIB/$lib" ] || { echo "bundle: $lib missing from $LIB" >&2; exit 1; }
 done
+
+# ---- the default config's data ------------------------------------------------------------------
+FASHION_MNIST=${GPUCORE_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
+if [ -f "$FASHION_MNIST/train-images-idx3-ubyte.gz" ]; then
+  mkdir -p "$DIR/fashion-mnist" && cp "$FASHION_MNIST"/*-ubyte.gz "$DIR/fashion-mnist/"
+else
+  echo "bundle: no Fashion-MNIST in $FASHION_MNIST: the GPU machine will train on the synthetic stand-in" >&2
+fi
 
 du -sh "$DIR" "$DIR/wheels" "$DIR/prefix"
 echo "bundle: $(ls "$DIR/wheels" | wc -l) wheels for CPython $PYVER, Debian libraries in $DIR/prefix"

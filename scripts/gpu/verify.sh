@@ -87,6 +87,11 @@ if [ ${#missing_py[@]} -gt 0 ]; then
       "$dist" >>"$OUT/setup.log" 2>&1 || echo "verify: could not install $dist (see setup.log)"
   done
 fi
+# The default config's data, the real Fashion-MNIST: the machine's own, else the bundle's copy, else
+# gpucore trains on the synthetic stand-in and says so.
+if [ -z "${GPUCORE_FASHION_MNIST:-}" ] && [ ! -d /usr/share/datasets/fashion-mnist ] && [ -d "$BUNDLE/fashion-mnist" ]; then
+  export GPUCORE_FASHION_MNIST=$BUNDLE/fashion-mnist
+fi
 
 # ---- 3. build ---------------------------------------------------------------------------------------
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}

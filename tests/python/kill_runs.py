@@ -23,7 +23,7 @@ import time
 EPOCHS = 3
 CONFIG = {"epochs": EPOCHS, "device": "cpu", "progress": False, "resume": "auto", "name": "killed",
           "save_every_n_epochs": 1, "keep_last_k": 2, "batch_size": 64,
-          "data_kwargs": {"train_size": 1536, "val_size": 256, "seed": 5}}
+          "data": "synthetic_fashion", "data_kwargs": {"train_size": 1536, "val_size": 256, "seed": 5}}
 
 
 def _run(run_dir: str, kill_after: float | None) -> int:

@@ -131,6 +131,16 @@ def test_methods_match_the_reference(method):
     torch.testing.assert_close(ours, expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("method", ["eigencam", "eigengradcam"])
+def test_eigen_methods_match_the_svd_when_the_map_has_fewer_pixels_than_channels(method):
+    """layer3's map of a 16 x 16 input is 4 x 4 with 24 channels: the component comes from the 16 x 16 Gram
+    matrix (a ResNet-50's layer4: 49 pixels, 2048 channels), not the 24 x 24 one the test above uses."""
+    model = make_model(2)
+    x = torch.randn(4, 3, 16, 16)
+    ours = gpucore.gradcam(model, "layer3", x, method=method).cams
+    torch.testing.assert_close(ours, reference(model, ["layer3"], x, method), rtol=1e-4, atol=1e-4)
+
+
 def test_several_layers_explicit_targets_and_chunks():
     model = make_model(1)
     x = torch.randn(6, 3, 24, 24)
@@ -338,7 +348,7 @@ def test_cli_gradcam_on_a_trained_checkpoint(tmp_path):
 
     config = tmp_path / "fm.yaml"
     config.write_text(f"epochs: 1\nrun_dir: {tmp_path / 'runs'}\nprogress: false\n"
-                      "data_kwargs: {train_size: 512, val_size: 64}\n")
+                      "data: synthetic_fashion\ndata_kwargs: {train_size: 512, val_size: 64}\n")
     trained = gpucore.train(str(config))
     (images, labels), _ = synthetic_fashion(train_size=4, val_size=1, seed=5)
     np.save(tmp_path / "images.npy", images[:, 0].numpy())

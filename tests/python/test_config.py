@@ -92,7 +92,7 @@ def test_config_files_not_utf8_and_json_duplicates(tmp_path):
 
 
 def test_training_input_errors(tmp_path):
-    run = {"run_dir": str(tmp_path), "progress": False, "epochs": 1}
+    run = {"run_dir": str(tmp_path), "progress": False, "epochs": 1, "data": "synthetic_fashion"}
     with pytest.raises(gpucore.ConfigError, match=r"'fashion_mnist' is not a built-in model.*Did you mean 'fashion_mnist_cnn'"):
         gpucore.train(dict(run, model="fashion_mnist"))
     with pytest.raises(gpucore.ConfigError, match="cannot import module 'no_such_pkg.models'"):
@@ -160,7 +160,7 @@ def test_cli_train_and_resume(tmp_path):
     config = tmp_path / "tiny.yaml"
     config.write_text(
         f"epochs: 2\nrun_dir: {tmp_path / 'runs'}\nprogress: false\n"
-        "data_kwargs: {train_size: 512, val_size: 128}\n"
+        "data: synthetic_fashion\ndata_kwargs: {train_size: 512, val_size: 128}\n"
     )
     result = run_cli("train", str(config), "--set", "epochs=1")
     assert result.returncode == 0, result.stderr

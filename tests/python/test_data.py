@@ -279,8 +279,8 @@ def test_training_with_crop_and_flip_resumes_exactly(tmp_path):
             if epoch == 1:
                 raise KeyboardInterrupt
 
-    config = dict(data_kwargs={"train_size": 512, "val_size": 128}, epochs=2, crop_padding=2, hflip=True,
-                  progress=False, batch_size=64)
+    config = dict(data="synthetic_fashion", data_kwargs={"train_size": 512, "val_size": 128}, epochs=2,
+                  crop_padding=2, hflip=True, progress=False, batch_size=64)
     straight = gpucore.train(dict(config, run_dir=str(tmp_path / "a")))
     gpucore.train(dict(config, run_dir=str(tmp_path / "b")), callbacks=[Stop()])
     resumed = gpucore.train(dict(config, run_dir=str(tmp_path / "b"), resume="auto"))

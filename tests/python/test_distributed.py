@@ -116,7 +116,8 @@ def test_two_ranks_fine_tune_a_frozen_backbone_like_one_process(workdir):
 def test_devices_2_starts_the_processes_itself(workdir, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", f"{workdir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     result = gpucore.train(dict(devices=2, device="cpu", epochs=1, progress=False, run_dir=str(workdir / "runs"),
-                                data_kwargs={"train_size": 2048, "val_size": 256}, batch_size=32))
+                                data="synthetic_fashion", data_kwargs={"train_size": 2048, "val_size": 256},
+                                batch_size=32))
     assert result.status == "completed" and result.best_metric > 0.5  # chance is 0.1
     assert result.steps == 32  # 2048 samples over 2 ranks in batches of 32
 
@@ -125,7 +126,8 @@ def test_out_of_memory_retry_keeps_sharding_the_data_over_the_ranks(workdir, mon
     monkeypatch.setenv("PYTHONPATH", f"{workdir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     monkeypatch.syspath_prepend(str(workdir))  # the result's model is built here too
     result = gpucore.train(dict(devices=2, device="cpu", epochs=2, progress=False, run_dir=str(workdir / "runs"),
-                                model="ddp_models:picky", batch_size=32, on_oom="reduce_batch",
+                                data="synthetic_fashion", model="ddp_models:picky", batch_size=32,
+                                on_oom="reduce_batch",
                                 data_kwargs={"train_size": 256, "val_size": 32, "size": 8}))
     # 128 samples per rank in micro-batches of 16, two per step: 4 steps per epoch (8 if each rank
     # trained on all 256 samples, as the retry once did).
@@ -139,7 +141,7 @@ def test_a_failing_rank_stops_the_job_with_its_error(workdir, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", f"{workdir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     with pytest.raises(gpucore.TrainingError, match=r"rank 1 of 2 failed[\s\S]*rank 1 was told to fail"):
         gpucore.train(dict(devices=2, device="cpu", epochs=1, progress=False, run_dir=str(workdir / "runs"),
-                           dist_timeout=60,
+                           data="synthetic_fashion", dist_timeout=60,
                            model="ddp_models:mlp", model_kwargs={"fail_rank": 1},
                            data_kwargs={"train_size": 64, "val_size": 16}))
 

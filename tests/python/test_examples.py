@@ -1,5 +1,6 @@
 import pathlib
 import runpy
+import sys
 
 import pytest
 import torch
@@ -82,7 +83,9 @@ def test_bench_runner_quick_runs_every_benchmark(tmp_path):
                             cwd=str(EXAMPLES.parent), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
-    assert set(report["results"]) == {"train", "cam", "data"} and report["quick"] is True
+    assert set(report["results"]) == {"train", "cam", "data", "fashion_mnist"} and report["quick"] is True
+    accuracy = report["results"]["fashion_mnist"]["test_accuracy"]
+    assert {"gpucore.train", "PyTorch loop"} <= set(accuracy) and all(0.1 < value <= 1 for value in accuracy.values())
 
 
 def test_sequence_ctc_example_learns(tmp_path):
@@ -91,12 +94,23 @@ def test_sequence_ctc_example_learns(tmp_path):
     assert best >= 0.85
 
 
-def test_captcha_example_runs_with_the_built_in_generator(tmp_path, capsys):
+def test_captcha_example_on_the_captcha_package_and_without_it(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("captcha")
     example = runpy.run_path(str(EXAMPLES / "captcha" / "captcha_train.py"))
-    accuracy = example["main"](["--epochs", "1", "--train-size", "256", "--val-size", "64", "--batch-size", "64",
-                                "--grad-accum", "2", "--dir", str(tmp_path)])
+    tiny = ["--epochs", "1", "--train-size", "96", "--val-size", "32", "--batch-size", "32", "--grad-accum", "2",
+            "--width", "4", "--dir", str(tmp_path / "runs")]
+    accuracy = example["main"](tiny + ["--cache-dir", str(tmp_path / "cache")])
     assert 0.0 <= accuracy <= 1.0
     assert "whole-captcha accuracy" in capsys.readouterr().out
+    (x, y), (xv, yv) = example["captcha_package_data"](96, 32, 4, 0, str(tmp_path / "cache"))  # from the cache
+    assert x.shape == (96, 1, 60, 160) and x.dtype == torch.uint8 and y.shape == (96, 4) and xv.shape[0] == 32
+    (x2, y2), (xv2, _) = example["captcha_package_data"](96, 32, 4, 0, str(tmp_path / "again"))  # generated again
+    assert torch.equal(x, x2) and torch.equal(y, y2) and torch.equal(xv, xv2)  # the package's draws are seeded
+    assert not torch.equal(x[:32], xv)  # held-out images are drawn apart from the training images
+    monkeypatch.setitem(sys.modules, "captcha", None)  # not installed: the built-in generator, with a warning
+    with pytest.warns(RuntimeWarning, match="captcha package is not installed"):
+        example["main"](tiny + ["--cache-dir", str(tmp_path / "unused")])
+    assert not (tmp_path / "unused").exists()
     (images, labels), _ = gpucore.builtin_data.synthetic_captcha(train_size=4, val_size=1, seed=3)
     again, _ = gpucore.builtin_data.synthetic_captcha(train_size=4, val_size=1, seed=3)
     assert images.shape == (4, 3, 60, 160) and labels.shape == (4, 4)

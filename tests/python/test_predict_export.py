@@ -45,6 +45,8 @@ def test_predict_on_the_validation_images_gives_the_runs_accuracy(run):
     from_array = gpucore.predict(checkpoint, folder / "val.npy", top_k=3, device="cpu")
     accuracy = (from_array.predicted == y_val).float().mean().item()
     assert accuracy == pytest.approx(val_accuracy, abs=1 / 200)  # what the engine reported (a near tie may flip)
+    evaluated = gpucore.evaluate(checkpoint, device="cpu", out=str(folder / "evaluate"))["metrics"]["accuracy"]
+    assert accuracy == pytest.approx(evaluated, abs=1 / 200)     # and what gpucore evaluate reports
     assert accuracy > 0.2  # well above chance (0.1): a model that learned something
     # top-k: the softmax of the loaded model's outputs, in order, with the class names
     probabilities = torch.softmax(gpucore.load(checkpoint, "cpu")(x_val), 1)
@@ -129,7 +131,7 @@ def test_predict_decodes_captcha_text_and_writes_segmentation_masks(tmp_path):
         assert masks.rows[index]["foreground"] == pytest.approx(expected[index].float().mean().item())
 
 
-def test_onnx_export_agrees_with_pytorch(run, tmp_path):
+def test_onnx_export_agrees_with_pytorch(run, tmp_path, monkeypatch):
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnxscript")
     onnx = pytest.importorskip("onnx")
@@ -148,6 +150,12 @@ def test_onnx_export_agrees_with_pytorch(run, tmp_path):
     session = onnxruntime.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
     theirs = torch.from_numpy(session.run(None, {"inputs": x.numpy()})[0])
     torch.testing.assert_close(theirs, gpucore.load(checkpoint, "cpu")(x_val[:5]), rtol=0, atol=1e-4)
+    # a difference above the tolerance fails the export, naming it
+    exporter = sys.modules["gpucore.export"]
+    monkeypatch.setattr(exporter, "TOLERANCE", -1.0)
+    with pytest.raises(exporter.ExportError, match=r"differ from PyTorch's by up to .*tolerance -1"):
+        gpucore.export(checkpoint, "onnx", str(tmp_path / "again.onnx"))
+    assert not (tmp_path / "again.json").exists()  # no preprocessing file for an export that failed its check
 
 
 def test_safetensors_export_loads_into_a_fresh_model(run, tmp_path):

@@ -48,7 +48,7 @@ def test_the_screenshot_has_the_size_asked_for_and_shows_the_report(page):
     image = np.asarray(Image.open(shot).convert("RGB"))
     assert image.shape == (2000, 1280, 3)
     assert image.std() > 20  # text, tables and plots, not a blank page
-    assert (image.reshape(-1, 3).std(1) > 30).mean() > 0.01  # coloured pixels: the plots drew
+    assert (image.reshape(-1, 3).std(1) > 30).mean() > 0.002  # coloured pixels (lines, matrices): the plots drew
 
 
 def test_every_image_loads_and_nothing_points_off_the_machine(page):

@@ -1,6 +1,7 @@
 """gpucore.train end to end on the CPU, against plain PyTorch references."""
 import json
 import os
+import warnings
 
 import pytest
 import torch
@@ -8,8 +9,10 @@ from torch import nn
 
 import gpucore
 from gpucore import checkpoint as gcheckpoint
+from gpucore.config import load_config
 
-SMALL = {"data_kwargs": {"train_size": 1024, "val_size": 256, "seed": 3}, "progress": False, "batch_size": 64}
+SMALL = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 1024, "val_size": 256, "seed": 3}, "progress": False,
+         "batch_size": 64}
 
 
 def mlp(seed=0):
@@ -29,12 +32,19 @@ def plain(tmp_path, **overrides):
     return base
 
 
-def test_default_config_learns_the_built_in_data(tmp_path):
-    result = gpucore.train(run_dir=str(tmp_path), epochs=2, progress=False,
-                           data_kwargs={"train_size": 4000, "val_size": 1000})
+def test_default_config_learns_the_real_fashion_mnist(tmp_path):
+    """The default data is the real Fashion-MNIST (here its first 4,000 training and 1,000 test images); where its
+    files are nowhere, the synthetic set stands in with a warning."""
+    assert load_config(None).data == "fashion_mnist" and load_config(None).epochs == 10
+    real = gpucore.builtin_data.find_fashion_mnist() is not None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = gpucore.train(run_dir=str(tmp_path), epochs=2, progress=False,
+                               data_kwargs={"train_size": 4000, "val_size": 1000})
+    assert real != any("SYNTHETIC" in str(warning.message) for warning in caught)
     assert result.status == "completed"
     assert result.monitor == "val_accuracy"
-    assert result.best_metric >= 0.9, result.history
+    assert result.best_metric >= (0.78 if real else 0.9), result.history  # real: 0.83 measured
     assert result.history[-1]["train_loss"] < result.history[0]["train_loss"]
     if torch.cuda.is_available():  # the default config picks the GPU and its fastest safe precision
         assert result.device == "cuda:0" and result.precision in ("bf16-mixed", "16-mixed")
@@ -307,7 +317,6 @@ requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs 
 @requires_cuda
 @pytest.mark.parametrize("precision", ["auto", "16-mixed", "32"])
 def test_cuda_training_learns(tmp_path, precision):
-    # The same data and epochs reach 0.9 on the CPU (test_default_config_learns_the_built_in_data).
     result = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=2, device="cuda", precision=precision,
                                 data_kwargs={"train_size": 4000, "val_size": 1000}))
     assert result.device.startswith("cuda")

@@ -102,7 +102,7 @@ class _Recording:
             yield inputs, targets
 
 
-def predict(module: nn.Module, config, data: EpochData, device: torch.device) -> Predictions:
+def evaluation_pass(module: nn.Module, config, data: EpochData, device: torch.device) -> Predictions:
     """One evaluation pass of `module` (in eval mode) over `data` by an engine built from `config` (precision,
     loss, top_k and channels-last as the run had them); the module itself is left as it was."""
     policy = resolve_precision(config.precision, device, tf32=config.tf32, cudnn_benchmark=config.cudnn_benchmark)
