@@ -65,7 +65,7 @@ class FitLoop:
                                  self.epoch + 1, config.epochs, config.log_every_n_steps)
         try:
             run.module.train()
-            call(self.callbacks, "on_epoch_start", self.epoch + 1)  # after train(): a frozen backbone's norms stay in eval
+            call(self.callbacks, "on_epoch_start", self.epoch + 1)  # after train(): frozen norms go back to eval
             if run.device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(run.device)
             stats = self._train_epoch(progress)
