@@ -56,3 +56,17 @@ def import_torchvision():
         library.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
     import_torchvision.library = library  # a Library object unregisters its ops when collected
     return importlib.import_module("torchvision")
+
+
+def import_lightning():
+    """lightning, or None when it is not installed. It imports torchvision (through torchmetrics) when that is
+    installed, so torchvision goes through import_torchvision first."""
+    try:
+        import_torchvision()
+    except ImportError:
+        pass
+    try:
+        import lightning
+    except ImportError:
+        return None
+    return lightning

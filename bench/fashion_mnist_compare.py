@@ -32,7 +32,7 @@ from gpucore.run_setup import resolve_channels_last
 from gpucore.tensor_inputs import input_stats
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import device_label, report, sync  # noqa: E402
+from common import device_label, import_lightning, report, sync  # noqa: E402
 
 
 class Setting:
@@ -118,9 +118,8 @@ def train_plain(s: Setting):
 
 def train_lightning(s: Setting):
     """None when lightning is not installed."""
-    try:
-        import lightning as L
-    except ImportError:
+    L = import_lightning()
+    if L is None:
         return None
 
     class Module(L.LightningModule):

@@ -23,7 +23,7 @@ from gpucore.tensor_inputs import input_stats
 from gpucore.models import FashionMnistCNN
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import device_label, report, sync  # noqa: E402
+from common import device_label, import_lightning, report, sync  # noqa: E402
 
 
 def seed_style(x, y, device, policy, epochs, batch_size, lr):
@@ -83,9 +83,8 @@ def hand_optimised(x, y, device, policy, epochs, batch_size, lr):
 
 def lightning_loop(x, y, device, policy, epochs, batch_size, lr):
     """PyTorch Lightning as its users write it: a LightningModule, a DataLoader, Trainer.fit. None if not installed."""
-    try:
-        import lightning as L
-    except ImportError:
+    L = import_lightning()
+    if L is None:
         return None
 
     class Module(L.LightningModule):
