@@ -15,8 +15,7 @@ from gpucore.models import FashionMnistCNN, backbone_split, build_model, classif
 from gpucore.pretrained import load_pretrained, read_state_dict, resolve_weights_path
 
 SMALL = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 512, "val_size": 128, "seed": 3}, "progress": False,
-         "batch_size": 64,
-         "device": "cpu", "precision": "32"}
+         "batch_size": 64, "device": "cpu", "precision": "32"}
 
 
 def _installed(name):
