@@ -14,8 +14,8 @@ from gpucore import engine_config
 from gpucore.models import FashionMnistCNN, backbone_split, build_model, classifier_head
 from gpucore.pretrained import load_pretrained, read_state_dict, resolve_weights_path
 
-SMALL = {"data_kwargs": {"train_size": 512, "val_size": 128, "seed": 3}, "progress": False, "batch_size": 64,
-         "device": "cpu", "precision": "32"}
+SMALL = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 512, "val_size": 128, "seed": 3}, "progress": False,
+         "batch_size": 64, "device": "cpu", "precision": "32"}
 
 
 def _installed(name):
