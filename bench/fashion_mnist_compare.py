@@ -64,7 +64,8 @@ class Setting:
 
     def optimizer(self, model):
         c = self.config
-        groups = [{"params": params, "weight_decay": decay} for params, decay in param_groups(model, c)]
+        groups = [{"params": g.params, "weight_decay": g.weight_decay, "lr": c.lr * g.lr_scale}
+                  for g in param_groups(model, c)]
         optimizer = torch.optim.AdamW(groups, lr=c.lr, betas=tuple(c.betas), eps=c.eps)
         return optimizer, torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=self.steps, eta_min=c.min_lr)
 
