@@ -61,7 +61,8 @@ class Setting:
 
     def optimizer(self, model):
         c = self.config
-        groups = [{"params": params, "weight_decay": decay} for params, decay in param_groups(model, c)]
+        groups = [{"params": group.params, "weight_decay": group.weight_decay, "lr": c.lr * group.lr_scale}
+                  for group in param_groups(model, c)]
         optimizer = torch.optim.AdamW(groups, lr=c.lr, betas=tuple(c.betas), eps=c.eps)
         return optimizer, torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=self.steps, eta_min=c.min_lr)
 
