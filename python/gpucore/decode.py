@@ -7,7 +7,7 @@ a pixel's class (one output channel: logit > 0).
 """
 from __future__ import annotations
 
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import torch
 
@@ -46,9 +46,13 @@ def ctc_greedy(best: torch.Tensor) -> torch.Tensor:
     return decoded.scatter_(1, slot, best)[:, :steps]
 
 
-def as_text(sequences: torch.Tensor, alphabet: Sequence[str]) -> List[str]:
-    """(N, L) class indices (-1: padding) -> strings over `alphabet`."""
-    return ["".join(alphabet[i] for i in row if 0 <= i < len(alphabet)) for row in sequences.tolist()]
+def as_text(sequences: torch.Tensor, alphabet: Optional[Sequence[str]] = None) -> List[str]:
+    """(N, L) class indices (-1: padding) -> strings: the names in `alphabet` run together when each is one character
+    (captcha), else separated by spaces; the indices themselves without an alphabet."""
+    names = list(alphabet) if alphabet else None
+    joiner = "" if names and all(len(name) == 1 for name in names) else " "
+    return [joiner.join(names[i] if names else str(i) for i in row if 0 <= i and (names is None or i < len(names)))
+            for row in sequences.tolist()]
 
 
 def _expect(outputs: torch.Tensor, dims: int, loss: str, layout: str) -> None:

@@ -5,8 +5,9 @@ standardised with, the shape of one input and the class names; nothing else is n
 """
 from __future__ import annotations
 
+import copy
 import os
-from typing import List, Optional, Union
+from typing import List, Optional, Tuple, Union
 
 import torch
 from torch import nn
@@ -34,6 +35,11 @@ class LoadedModel:
     def __repr__(self) -> str:
         return (f"LoadedModel({self.config.model} from '{self.checkpoint}' on {self.device}, inputs "
                 f"{self.input_shape or 'of any shape'}, {len(self.classes) if self.classes else 'no'} class names)")
+
+    @property
+    def normalization(self) -> Optional[Tuple[list, list]]:
+        """(mean, std) the run standardised its inputs with, or None."""
+        return (self.input_stats["mean"], self.input_stats["std"]) if self.input_stats else None
 
     @property
     def is_image_model(self) -> bool:
@@ -73,15 +79,21 @@ def load(checkpoint: Union[str, os.PathLike], device: str = "auto") -> LoadedMod
     """The model of gpucore checkpoint `checkpoint` (best.pt, last.pt, ...) in eval mode on `device` (auto, cpu,
     cuda, cuda:N, mps), with the preprocessing of its run."""
     path = os.fspath(checkpoint)
-    payload = load_checkpoint(path)
+    return from_payload(load_checkpoint(path), path, select_device(device).device)
+
+
+def from_payload(payload: dict, path: str, device: torch.device, module: Optional[nn.Module] = None) -> LoadedModel:
+    """A checkpoint's contents, already read from `path`, as a LoadedModel on `device`. The model is built from the
+    checkpoint's config, or is a copy of `module` (a model the config cannot name, e.g. the one a training process
+    was given) that takes the checkpoint's weights."""
     config = load_config(payload["config"])
-    model = build_model(config.model, config.model_kwargs)
+    model = build_model(config.model, config.model_kwargs) if module is None else copy.deepcopy(module)
+    model.float()
     try:
         model.load_state_dict(payload["model"])
     except RuntimeError as exc:
         raise ConfigError(f"checkpoint '{path}' does not fit model '{config.model}' built from its config: "
                           f"{str(exc).splitlines()[0]}") from exc
-    target = select_device(device).device
-    model.to(device=target, dtype=torch.float32).eval()
+    model.to(device=device, dtype=torch.float32).eval()
     return LoadedModel(model, config, payload.get("classes"), payload.get("input_stats"), payload.get("input_shape"),
-                       target, path)
+                       device, path)

@@ -80,7 +80,7 @@ def predict(checkpoint: Union[str, os.PathLike, LoadedModel], inputs, *, top_k: 
     if config.loss == "cross_entropy":
         _classification(rows, outputs, model.classes, top_k)
     elif config.loss == "ctc" or (config.loss == "multilabel_soft_margin" and config.heads > 0):
-        for row, text in zip(rows, _texts(decoded, model.classes)):
+        for row, text in zip(rows, as_text(decoded, model.classes)):
             row["text"] = text
     elif segmentation:
         mask_files = _write_masks(decoded, outputs.shape[1], names, masks, rows)
@@ -122,13 +122,6 @@ def _classification(rows: List[dict], outputs: torch.Tensor, classes: Optional[L
             row[f"class_{rank}"] = classes[i] if classes else str(i)
             row[f"index_{rank}"] = i
             row[f"probability_{rank}"] = round(value, 6)
-
-
-def _texts(sequences: torch.Tensor, classes: Optional[List[str]]) -> List[str]:
-    """Decoded class sequences as text over the checkpoint's class names, or as space-separated indices."""
-    if classes:
-        return as_text(sequences, classes)
-    return [" ".join(str(i) for i in row if i >= 0) for row in sequences.tolist()]
 
 
 def _multilabel(rows: List[dict], outputs: torch.Tensor, classes: Optional[List[str]]) -> None:

@@ -25,11 +25,10 @@ from . import plots
 from .builtin_data import load_data
 from .cam import CAM
 from .checkpoint import atomic_write, load_checkpoint, write_json
-from .config import load_config
 from .decode import as_text
 from .device import select_device
 from .errors import ConfigError
-from .inference import load
+from .inference import from_payload, load
 from .evaluation import Predictions, data_sets, evaluation_pass
 
 CHECKPOINT_ORDER = ("best.pt", "last.pt", "interrupted.pt")
@@ -73,12 +72,6 @@ def display_images(inputs: torch.Tensor, normalization) -> List[np.ndarray]:
 
 def _is_images(inputs: torch.Tensor) -> bool:
     return inputs.dim() == 4
-
-
-def _text(sequence: torch.Tensor, alphabet: Sequence[str]) -> str:
-    if all(len(a) == 1 for a in alphabet):
-        return as_text(sequence.reshape(1, -1), alphabet)[0]
-    return " ".join(alphabet[i] for i in sequence.tolist() if 0 <= i < len(alphabet))
 
 
 # ---- the page ------------------------------------------------------------------------------------
@@ -240,8 +233,8 @@ def _sequences(page, result, classes, normalization) -> Optional[List[dict]]:
                                " per character" + (" (sequences of the right length)" if ctc else ""))
     right = result.correct()
     shown = list(range(min(GRID, len(result))))
-    truth = [_text(result.targets[i], alphabet) for i in shown]
-    guess = [_text(result.predicted[i], alphabet) for i in shown]
+    truth = as_text(result.targets[shown].long(), alphabet)
+    guess = as_text(result.predicted[shown].long(), alphabet)
     page.table("Decoded predictions", [(i, truth[k], guess[k], "yes" if right[i] else "NO") for k, i in enumerate(shown)],
                ("sample", "true", "predicted", "right"))
     inputs = result.inputs(shown)
@@ -294,7 +287,7 @@ def train_batch_section(page: Page, train_set, normalization, classes, config) -
         titles = [names[int(t)] for t in targets]
     elif targets.dim() == 2 and not targets.is_floating_point():
         names = classes or [str(i) for i in range(int(targets.max()) + 1)]
-        titles = [_text(t, names) for t in targets]
+        titles = as_text(targets.reshape(len(targets), -1), names)
     else:
         titles = [""] * len(inputs)
     page.figure("One training batch", "train_batch.png",
@@ -324,16 +317,9 @@ def write_report(run_dir: str, device: str = "auto", module: Optional[nn.Module]
         stats = json.load(handle)
     checkpoint = best_checkpoint(run_dir)
     payload = load_checkpoint(checkpoint)
-    config = load_config(payload["config"])
-    target = select_device(device).device
-    if module is None:
-        module = load(checkpoint, str(target)).module
-    else:
-        module = copy.deepcopy(module).float()
-        module.load_state_dict(payload["model"])
-    module.to(target).eval()
-    classes = payload.get("classes")
-    normalization = (payload["input_stats"]["mean"], payload["input_stats"]["std"]) if payload.get("input_stats") else None
+    model = from_payload(payload, checkpoint, select_device(device).device, module)
+    config, target, module = model.config, model.device, model.module
+    classes, normalization = model.classes, model.normalization
     train_data, val_data = data if data is not None else load_data(config.data, config.data_kwargs, config.val_fraction,
                                                                      config.seed)
     train_set, val_set = data_sets(config, train_data, val_data, normalization, target)
@@ -426,8 +412,7 @@ def evaluate(checkpoint: str, data: Optional[str] = None, split: str = "val", de
     if held_out is None:
         raise ConfigError(f"data '{name}' has no held-out test split (t10k-* IDX files, x_test/x_val arrays, a test/ "
                           "or val/ folder); use split val for the run's validation share of its training data")
-    stats = model.input_stats
-    normalization = (stats["mean"], stats["std"]) if stats else None
+    normalization = model.normalization
     _, val_set = data_sets(config, None, held_out, normalization, model.device)
     result = evaluation_pass(model.module, config, val_set, model.device)
     if out is None:

@@ -57,3 +57,10 @@ def test_ctc_greedy_collapses_repeats_and_drops_blanks():
     assert ctc_greedy(best).tolist() == [[3, 3, 1, 2, -1, -1, -1, -1], [2, -1, -1, -1, -1, -1, -1, -1]]
     with pytest.raises(gpucore.ConfigError, match="N x steps x classes"):
         predicted(torch.zeros(2, 5), "ctc")
+
+
+def test_as_text_runs_characters_together_and_separates_names_and_indices():
+    sequences = torch.tensor([[1, 0, 2, -1], [2, -1, -1, -1]])
+    assert as_text(sequences, ["a", "b", "c"]) == ["bac", "c"]
+    assert as_text(sequences, ["cat", "dog", "owl"]) == ["dog cat owl", "owl"]
+    assert as_text(sequences) == ["1 0 2", "2"]
