@@ -195,8 +195,62 @@ def fashion_mnist(path: Optional[str] = None, train_size: Optional[int] = None, 
                  for (x, y), size in ((train, train_size), (test, val_size)))
 
 
+def fashion_mnist_foreground(path: Optional[str] = None, train_size: int = 6000, val_size: int = 1000, size: int = 64,
+                             seed: int = 0):
+    """Foreground segmentation made from the real Fashion-MNIST: each garment, enlarged 1.5 to 2.25 times, pasted
+    at a random place onto a size x size RGB background textured with stripes, checks or blotches in random
+    colours, and drawn in a random colour shaded by its own intensity. The mask (the target, (N, size, size)
+    floats) is the garment's pixels: intensity above 10% after the enlargement. Training images come from
+    Fashion-MNIST's training files, validation images from its test files, so the held-out garments are unseen."""
+    folder = find_fashion_mnist(path)
+    if folder is None:
+        places = ", ".join([f"${FASHION_MNIST_ENV}"] + FASHION_MNIST_PLACES)
+        raise ConfigError(f"data set 'fashion_mnist_foreground' needs the real Fashion-MNIST's files ("
+                          f"{_FASHION_MNIST_FILES}) in one of {places}, or data_kwargs path; Debian/Ubuntu's "
+                          "dataset-fashion-mnist installs them")
+    if not is_int(size) or size < 42:
+        raise ConfigError(f"config key 'data_kwargs': size of data set 'fashion_mnist_foreground' must be an integer "
+                          f">= 42 (a 28-pixel garment enlarged 1.5 times must fit), got {size!r}")
+    train, test = _load_folder(folder, {})
+    return (_pasted_garments(train[0][:train_size], size, seed), _pasted_garments(test[0][:val_size], size, seed + 1))
+
+
+def _pasted_garments(garments: torch.Tensor, size: int, seed: int):
+    """(images (N, 3, size, size) uint8, masks (N, size, size) float) for fashion_mnist_foreground."""
+    generator = torch.Generator().manual_seed(seed)
+    count = garments.shape[0]
+    rand = lambda *shape: torch.rand(*shape, generator=generator)  # noqa: E731
+    y, x = torch.meshgrid(torch.arange(size, dtype=torch.float32), torch.arange(size, dtype=torch.float32), indexing="ij")
+    angle, period = rand(count, 1, 1) * math.pi, 3 + rand(count, 1, 1) * 9
+    stripes = torch.sin(2 * math.pi * (x * angle.cos() + y * angle.sin()) / period) > 0
+    checks = ((x / period).floor() + (y / period).floor()) % 2 == 1
+    blotches = torch.nn.functional.interpolate(rand(count, 1, size // 8, size // 8), size=(size, size),
+                                               mode="bilinear", align_corners=False)[:, 0] > 0.5
+    kind = torch.randint(0, 3, (count, 1, 1), generator=generator)
+    pattern = torch.where(kind == 0, stripes, torch.where(kind == 1, checks, blotches)).float()[:, None]
+    first, second = rand(count, 3, 1, 1) * 255, rand(count, 3, 1, 1) * 255
+    images = first + (second - first) * pattern
+    images += (rand(count, 3, size, size) - 0.5) * 30  # grain
+    masks = torch.zeros(count, size, size)
+    colours = rand(count, 3, 1, 1) * 255
+    sides = (28 * (1.5 + 0.75 * rand(count))).long().clamp(max=size)
+    corners = (rand(count, 2) * (size - sides + 1)[:, None]).long()
+    for side in sides.unique().tolist():  # one resize per garment size
+        chosen = (sides == side).nonzero()[:, 0]
+        alphas = torch.nn.functional.interpolate(garments[chosen].float().reshape(-1, 1, 28, 28) / 255,
+                                                 size=(side, side), mode="bilinear", align_corners=False).clamp(0, 1)
+        for i, alpha in zip(chosen.tolist(), alphas):
+            top, left = corners[i].tolist()
+            region = images[i, :, top:top + side, left:left + side]
+            shaded = colours[i] * (0.35 + 0.65 * alpha)
+            images[i, :, top:top + side, left:left + side] = region * (1 - alpha.sqrt()) + shaded * alpha.sqrt()
+            masks[i, top:top + side, left:left + side] = (alpha[0] > 0.1).float()
+    return images.clamp(0, 255).round().to(torch.uint8), masks
+
+
 BUILTIN = {"fashion_mnist": fashion_mnist, "synthetic_fashion": synthetic_fashion,
-           "synthetic_sequences": synthetic_sequences, "synthetic_captcha": synthetic_captcha}
+           "synthetic_sequences": synthetic_sequences, "synthetic_captcha": synthetic_captcha,
+           "fashion_mnist_foreground": fashion_mnist_foreground}
 # Class names of the built-in sets (captcha: the classes of each character head).
 CLASS_NAMES = {
     "fashion_mnist": ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",

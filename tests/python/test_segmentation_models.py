@@ -151,3 +151,23 @@ def test_segmentation_models_train_through_gpucore_with_a_frozen_encoder(tmp_pat
     encoder_names = {key for key, value in after.items() if any(value is p for p in encoder.values())}
     assert encoder_names and encoder_names <= set(frozen)  # the encoder did not move in the frozen epoch
     assert set(after) - encoder_names - set(frozen)  # the decoder and head did
+
+
+def test_fashion_mnist_foreground_masks_are_the_pasted_garments():
+    from gpucore import builtin_data
+
+    folder = builtin_data.find_fashion_mnist()
+    if folder is None:
+        pytest.skip("needs the real Fashion-MNIST files (Debian's dataset-fashion-mnist)")
+    (x, y), (xv, yv) = builtin_data.fashion_mnist_foreground(train_size=40, val_size=20, seed=5)
+    again = builtin_data.fashion_mnist_foreground(train_size=40, val_size=20, seed=5)
+    assert torch.equal(x, again[0][0]) and torch.equal(yv, again[1][1])
+    assert x.shape == (40, 3, 64, 64) and x.dtype == torch.uint8 and set(y.unique().tolist()) == {0.0, 1.0}
+    (train, _), (test, _) = builtin_data._load_folder(folder, {})
+    # Each mask is its garment enlarged 1.5 to 2.25 times: its area over the garment's lies between those squares
+    # (a mask of another garment, a trouser's for a bag's, falls outside).
+    for masks, garments in ((y, train[:40]), (yv, test[:20])):
+        ratio = masks.flatten(1).sum(1) / (garments.float() / 255 > 0.1).flatten(1).sum(1)
+        assert bool(((ratio > 1.5 ** 2 * 0.85) & (ratio < 2.25 ** 2 * 1.15)).all()), ratio
+    with pytest.raises(gpucore.ConfigError, match="size of data set 'fashion_mnist_foreground' must be an integer >= 42"):
+        builtin_data.fashion_mnist_foreground(train_size=2, val_size=1, size=32)
