@@ -171,3 +171,30 @@ def test_fashion_mnist_foreground_masks_are_the_pasted_garments():
         assert bool(((ratio > 1.5 ** 2 * 0.85) & (ratio < 2.25 ** 2 * 1.15)).all()), ratio
     with pytest.raises(gpucore.ConfigError, match="size of data set 'fashion_mnist_foreground' must be an integer >= 42"):
         builtin_data.fashion_mnist_foreground(train_size=2, val_size=1, size=32)
+
+
+@needs_transformers
+@needs_smp
+@pytest.mark.parametrize("name, kwargs", [
+    ("transformers:SegformerForSemanticSegmentation", {"num_labels": 1, **SEGFORMER}),
+    ("smp:Unet", {"encoder_name": "resnet18", "encoder_depth": 3, "decoder_channels": [32, 16, 8], "classes": 1}),
+])
+def test_segmentation_models_by_name_load_predict_masks_and_export_to_onnx(tmp_path, name, kwargs):
+    pytest.importorskip("onnxruntime")
+    generator = torch.Generator().manual_seed(2)
+    images = torch.randint(0, 256, (12, 3, 32, 32), dtype=torch.uint8, generator=generator)
+    masks = (images.float().mean(1) > 127).float()
+    result = gpucore.train({"model": name, "model_kwargs": kwargs, "loss": "dice_bce", "epochs": 1, "batch_size": 4,
+                            "device": "cpu", "precision": "32", "run_dir": str(tmp_path), "progress": False,
+                            "report": False}, train_data=(images[:8], masks[:8]), val_data=(images[8:], masks[8:]))
+    checkpoint = f"{result.checkpoint_dir}/last.pt"
+    loaded = gpucore.load(checkpoint, "cpu")  # rebuilt by name from the checkpoint's config
+    with torch.no_grad():
+        logits = loaded.module(loaded.preprocess(images[8:]))
+    assert logits.shape == (4, 1, 32, 32)  # upsampled to the masks' size
+    # The run's validation IoU (the engine's, after the one epoch last.pt holds) by hand from the loaded model.
+    intersection = ((logits[:, 0] > 0) & masks[8:].bool()).sum().item()
+    union = ((logits[:, 0] > 0) | masks[8:].bool()).sum().item()
+    assert result.history[-1]["val_iou"] == pytest.approx(intersection / union, abs=1e-6)
+    written = gpucore.export(checkpoint, "onnx", str(tmp_path / "model.onnx"))
+    assert written["max_abs_diff"] <= 1e-4
