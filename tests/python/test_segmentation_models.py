@@ -198,3 +198,30 @@ def test_segmentation_models_by_name_load_predict_masks_and_export_to_onnx(tmp_p
     assert result.history[-1]["val_iou"] == pytest.approx(intersection / union, abs=1e-6)
     written = gpucore.export(checkpoint, "onnx", str(tmp_path / "model.onnx"))
     assert written["max_abs_diff"] <= 1e-4
+
+
+@needs_transformers
+def test_gradcam_of_a_segformer_mask_target_equals_the_plain_torch_computation():
+    from gpucore.cam import segmentation_target
+
+    torch.manual_seed(3)
+    model = build_model("transformers:SegformerForSemanticSegmentation", {"num_labels": 2, **SEGFORMER}).eval()
+    x = torch.randn(2, 3, 64, 64)
+    mask = (torch.rand(2, 64, 64) > 0.5).float()
+    got = gpucore.gradcam(model, "decode_head.linear_fuse", x, targets=segmentation_target(1, mask)).cams
+    # Grad-CAM by hand: the layer's activations and the gradient of the class-1 logits summed over the mask.
+    store = {}
+    handle = model.decode_head.linear_fuse.register_forward_hook(lambda m, i, o: store.__setitem__("a", o))
+    try:
+        logits = model(x)
+    finally:
+        handle.remove()
+    gradient, = torch.autograd.grad((logits[:, 1] * mask).flatten(1).sum(1).sum(), store["a"])
+    cam = torch.relu((gradient.mean((2, 3))[:, :, None, None] * store["a"]).sum(1)).detach()
+
+    def min_max(maps):  # pytorch-grad-cam's scale_cam_image
+        maps = maps - maps.amin((1, 2), keepdim=True)
+        return maps / (1e-7 + maps.amax((1, 2), keepdim=True))
+
+    cam = min_max(F.interpolate(min_max(cam)[:, None], size=(64, 64), mode="bilinear", align_corners=False)[:, 0])
+    assert torch.allclose(got, cam, atol=1e-4), (got - cam).abs().max()
