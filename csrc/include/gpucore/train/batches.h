@@ -7,6 +7,8 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace gpucore {
@@ -43,6 +45,9 @@ class EpochBatches : public BatchSource {
   int64_t remaining() const override;
   int64_t total_batches() const;                   // in a whole epoch
   int64_t position() const { return position_; }  // batches served in this epoch, skipped ones included
+  // The device tensors a step reads (the epoch's order, crop offsets, flips): refilled in place by
+  // start_epoch, so their addresses never change (what a CUDA graph needs).
+  std::vector<std::pair<std::string, at::Tensor>> step_buffers() const;
 
  protected:
   // `samples` inputs whose targets (moved to `device`) are `targets`, or undefined when the source
