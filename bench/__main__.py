@@ -14,7 +14,8 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCHES = {
-    "train": ("train_bench.py", [], ["--epochs", "2", "--train-size", "256", "--repeats", "1"]),
+    "train": ("train_bench.py", [], ["--batch-sizes", "64", "--train-size", "256", "--rounds", "2",
+                                     "--count-steps", "2"]),
     "ops": ("ops_bench.py", [], ["--steps", "4"]),
     "cam": ("cam_bench.py", [], ["--batch", "2", "--size", "32", "--repeats", "1"]),
     "data": ("data_bench.py", [], ["--images", "64", "--size", "8", "--epochs", "2"]),
