@@ -273,15 +273,15 @@ def rows(precision):
         "seeds' script as written": (seeds_script, "32"),
         "seed-style loop": (seed_style, precision),
         "hand-optimised eager loop": (hand_optimised, precision),
-        "hand-optimised, CUDA graph (ceiling)": (lambda *a: hand_optimised(*a, mode="graph"), precision),
-        "hand-optimised, torch.compile reduce-overhead": (lambda *a: hand_optimised(*a, mode="compile"), precision),
+        "hand-optimised loop in a CUDA graph (ceiling)": (lambda *a: hand_optimised(*a, mode="graph"), precision),
+        "hand-optimised loop under torch.compile reduce-overhead": (lambda *a: hand_optimised(*a, mode="compile"), precision),
         "PyTorch Lightning": (lightning_loop, precision),
         "gpucore.train": (gpucore_train, precision),
-        "gpucore.train, cuda_graphs": (lambda *a: gpucore_train(*a, cuda_graphs=True), precision),
+        "gpucore.train with cuda_graphs": (lambda *a: gpucore_train(*a, cuda_graphs=True), precision),
     }
     if precision != "32":  # what reduced precision gains: the same rows in float32
-        table["hand-optimised eager loop, float32"] = (hand_optimised, "32")
-        table["gpucore.train, float32"] = (gpucore_train, "32")
+        table["hand-optimised eager loop in float32"] = (hand_optimised, "32")
+        table["gpucore.train in float32"] = (gpucore_train, "32")
     return table
 
 
