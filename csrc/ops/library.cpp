@@ -15,4 +15,5 @@ TORCH_LIBRARY(gpucore, m) {
   m.def("learning_rate(Tensor step, Tensor(a!) lr, str schedule, float base_lr, int warmup_steps, int total_steps, "
         "int step_size, float gamma, int[] milestones, float min_lr, float pct_start, float div_factor, "
         "float final_div_factor) -> ()");
+  m.def("next_indices(Tensor order, Tensor(a!) cursor, Tensor(b!) index) -> ()");
 }

@@ -40,6 +40,19 @@ void check_count_step_inputs(const at::Tensor& counters, const at::Tensor& found
               ", found_inf on ", found_inf.device());
 }
 
+void check_next_indices_inputs(const at::Tensor& order, const at::Tensor& cursor, const at::Tensor& index) {
+  TORCH_CHECK(order.scalar_type() == at::kLong && order.dim() == 1 && order.is_contiguous(),
+              "next_indices: order must be a contiguous int64 vector, got ", order.scalar_type(), " ", order.sizes());
+  TORCH_CHECK(cursor.scalar_type() == at::kLong && cursor.numel() == 1,
+              "next_indices: cursor must be one int64 value, got ", cursor.scalar_type(), " ", cursor.sizes());
+  TORCH_CHECK(index.scalar_type() == at::kLong && index.dim() == 1 && index.is_contiguous(),
+              "next_indices: index must be a contiguous int64 vector, got ", index.scalar_type(), " ", index.sizes());
+  TORCH_CHECK(index.numel() <= order.numel(), "next_indices: a batch of ", index.numel(), " from an order of ",
+              order.numel());
+  TORCH_CHECK(cursor.device() == order.device() && index.device() == order.device(),
+              "next_indices: order, cursor and index must be on one device");
+}
+
 ScheduleParams schedule_params(const at::Tensor& step, const at::Tensor& lr, c10::string_view schedule, double base_lr,
                                int64_t warmup_steps, int64_t total_steps, int64_t step_size, double gamma,
                                at::IntArrayRef milestones, double min_lr, double pct_start, double div_factor,
@@ -94,6 +107,13 @@ void learning_rate(const ScheduleConfig& c, const at::Tensor& step, const at::Te
                       double, at::IntArrayRef, double, double, double, double)>();
   op.call(step, lr, to_string(c.kind), c.base_lr, c.warmup_steps, c.total_steps, c.step_size, c.gamma, c.milestones,
           c.min_lr, c.pct_start, c.div_factor, c.final_div_factor);
+}
+
+void next_indices(const at::Tensor& order, const at::Tensor& cursor, const at::Tensor& index) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("gpucore::next_indices", "")
+                             .typed<void(const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
+  op.call(order, cursor, index);
 }
 
 }  // namespace gpucore::ops

@@ -17,6 +17,9 @@
 //                 int step_size, float gamma, int[] milestones, float min_lr, float pct_start,
 //                 float div_factor, float final_div_factor) -> ()
 //       lr (float32 0-dim) = the schedule's rate at `step` (a 0-dim count), see step_math.h.
+//   next_indices(Tensor order, Tensor(a!) cursor, Tensor(b!) index) -> ()
+//       The epoch's next batch of sample indices from a device-side cursor: index[i] = order[cursor + i]
+//       for i < index.numel(), then cursor += index.numel(). order, index: int64 vectors; cursor: one int64.
 #include <ATen/core/Tensor.h>
 
 #include "gpucore/train/schedule.h"
@@ -27,6 +30,7 @@ namespace gpucore::ops {
 void check_metrics_inputs(const at::Tensor& sums, const at::Tensor& output, const std::optional<at::Tensor>& target,
                           const at::Tensor& loss, int64_t top_k);
 void check_count_step_inputs(const at::Tensor& counters, const at::Tensor& found_inf);
+void check_next_indices_inputs(const at::Tensor& order, const at::Tensor& cursor, const at::Tensor& index);
 // The kernels' parameters from the op's arguments (milestones beyond kMaxMilestones: an error).
 ScheduleParams schedule_params(const at::Tensor& step, const at::Tensor& lr, c10::string_view schedule, double base_lr,
                                int64_t warmup_steps, int64_t total_steps, int64_t step_size, double gamma,
@@ -38,5 +42,6 @@ void accumulate_metrics(const at::Tensor& sums, const at::Tensor& output, const 
                         const at::Tensor& loss, int64_t top_k);
 void count_step(const at::Tensor& counters, const at::Tensor& found_inf);
 void learning_rate(const ScheduleConfig& config, const at::Tensor& step, const at::Tensor& lr);
+void next_indices(const at::Tensor& order, const at::Tensor& cursor, const at::Tensor& index);
 
 }  // namespace gpucore::ops

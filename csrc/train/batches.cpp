@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/randperm.h>
@@ -10,6 +11,7 @@
 
 #include "gpucore/errors.h"
 #include "ops/augment.h"
+#include "ops/train_step.h"
 
 namespace gpucore {
 
@@ -52,6 +54,9 @@ EpochBatches::EpochBatches(int64_t samples, const at::Tensor& targets, int64_t b
                       std::to_string(batch_size) + " with drop_last; lower batch_size or set drop_last false");
   }
   if (targets.defined()) targets_ = targets.to(device_);
+  const auto index_options = at::TensorOptions().dtype(at::kLong).device(device_);
+  cursor_ = at::zeros({}, index_options);
+  index_ = at::empty({batch_size}, index_options);
 }
 
 void EpochBatches::start_epoch(int64_t epoch, int64_t skip_batches) {
@@ -89,6 +94,7 @@ void EpochBatches::start_epoch(int64_t epoch, int64_t skip_batches) {
                       " batches): a checkpoint or DataLoader state of another data set, batch size or world size?");
   }
   position_ = skip_batches;
+  cursor_.fill_(batch_begin(skip_batches));
 }
 
 void EpochBatches::set_shard(int64_t rank, int64_t world_size) {
@@ -105,8 +111,15 @@ int64_t EpochBatches::total_batches() const {
   return drop_last_ ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
 }
 
+at::Tensor EpochBatches::next_index(int64_t batch) const {
+  const int64_t length = batch_end(batch) - batch_begin(batch);
+  const at::Tensor index = length == batch_size_ ? index_ : index_.narrow(0, 0, length);
+  ops::next_indices(order_, cursor_, index);
+  return index;
+}
+
 std::vector<std::pair<std::string, at::Tensor>> EpochBatches::step_buffers() const {
-  std::vector<std::pair<std::string, at::Tensor>> buffers{{"order", order_}};
+  std::vector<std::pair<std::string, at::Tensor>> buffers{{"order", order_}, {"cursor", cursor_}, {"index", index_}};
   if (offsets_.defined()) buffers.insert(buffers.end(), {{"offsets", offsets_}, {"flips", flips_}});
   return buffers;
 }
@@ -159,7 +172,7 @@ TensorBatches::TensorBatches(at::Tensor inputs, at::Tensor targets, int64_t batc
 bool TensorBatches::next(at::Tensor& inputs, at::Tensor& targets) {
   if (position_ >= total_batches()) return false;
   const int64_t begin = batch_begin(position_), end = batch_end(position_);
-  const at::Tensor index = order_.slice(0, begin, end);
+  const at::Tensor index = next_index(position_);
   const at::Tensor batch = resident_ ? inputs_.index_select(0, index)
                                      : to_device(inputs_.index_select(0, order_host_.slice(0, begin, end)), device_);
   finish_batch(batch, index, inputs, targets);

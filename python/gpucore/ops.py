@@ -42,3 +42,8 @@ def _count_step(counters, found_inf):
 def _learning_rate(step, lr, schedule, base_lr, warmup_steps, total_steps, step_size, gamma, milestones, min_lr,
                    pct_start, div_factor, final_div_factor):
     return None  # writes lr in place
+
+
+@torch.library.register_fake("gpucore::next_indices")
+def _next_indices(order, cursor, index):
+    return None  # fills index, advances cursor, in place

@@ -91,6 +91,15 @@ def test_train_step_ops_pass_opcheck():
                            1e4))
 
 
+def test_next_indices_reads_the_order_from_the_cursor_and_advances_it():
+    order, cursor, index = torch.randperm(10), torch.tensor(3), torch.empty(4, dtype=torch.long)
+    torch.ops.gpucore.next_indices(order, cursor, index)
+    assert torch.equal(index, order[3:7]) and cursor.item() == 7
+    with pytest.raises(RuntimeError, match="runs past"):
+        torch.ops.gpucore.next_indices(order, cursor, index)
+    torch.library.opcheck(torch.ops.gpucore.next_indices, (order, torch.tensor(2), index))
+
+
 def addresses(buffers):
     return {name: tensor.data_ptr() for name, tensor in buffers.items()}
 
@@ -104,7 +113,7 @@ def test_step_buffers_keep_their_addresses_across_epochs():
     source = _C.TensorBatches(x, y, 8, True, False, 3, torch.device("cpu"), transform)
     eng = engine(list(model.parameters()), kind="adamw", lr=0.01)
     first_data, first_engine = addresses(source.step_buffers()), addresses(eng.step_buffers())
-    assert set(first_data) == {"order", "offsets", "flips"}
+    assert set(first_data) == {"order", "cursor", "index", "offsets", "flips"}
     assert set(first_engine) == {"metric_sums", "counters", "found_inf", "lr"}
     eng.train_epoch(source, model, None, None)
     source.start_epoch(1)
@@ -114,8 +123,11 @@ def test_step_buffers_keep_their_addresses_across_epochs():
     # refilled, not stale: epoch 1's draws are those of a fresh source started at epoch 1
     fresh = _C.TensorBatches(x, y, 8, True, False, 3, torch.device("cpu"), transform)
     fresh.start_epoch(1)
-    for name, tensor in fresh.step_buffers().items():
-        assert torch.equal(source.step_buffers()[name], tensor), name
+    for name in ("order", "offsets", "flips"):
+        assert torch.equal(source.step_buffers()[name], fresh.step_buffers()[name]), name
+    # the cursor is the epoch's position on the device; index holds the last batch served
+    assert source.step_buffers()["cursor"].item() == 40
+    assert torch.equal(source.step_buffers()["index"], fresh.step_buffers()["order"][32:40])
     assert eng.step_buffers()["counters"].tolist() == [10.0, 0.0, 0.0]  # 2 epochs of 5 steps, none skipped
 
 
