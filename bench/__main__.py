@@ -1,7 +1,7 @@
 """Runs the benchmarks side by side in one run and writes one JSON with the device, versions and date.
 
     python -m bench all [--device auto] [--json out.json] [--quick]
-    python -m bench train|cam|data|fashion_mnist [...]
+    python -m bench train|ops|cam|data|fashion_mnist [...]
 
 --quick uses tiny sizes: a smoke test of the runner (CI runs it), not a measurement.
 """
@@ -14,7 +14,9 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCHES = {
-    "train": ("train_bench.py", [], ["--epochs", "2", "--train-size", "256", "--repeats", "1"]),
+    "train": ("train_bench.py", [], ["--batch-sizes", "64", "--train-size", "256", "--rounds", "2",
+                                     "--count-steps", "2"]),
+    "ops": ("ops_bench.py", [], ["--steps", "4"]),
     "cam": ("cam_bench.py", [], ["--batch", "2", "--size", "32", "--repeats", "1"]),
     "data": ("data_bench.py", [], ["--images", "64", "--size", "8", "--epochs", "2"]),
     "fashion_mnist": ("fashion_mnist_compare.py", [], ["--epochs", "1", "--train-size", "256", "--test-size", "256"]),

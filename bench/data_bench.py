@@ -1,7 +1,8 @@
 """Data loading throughput, side by side in one run: images per second from files to ready batches on
 the device, gpucore (native readers + DataLoader) against torch's DataLoader (PIL decode, the same
 transforms: random crop with padding 4, horizontal flip, normalisation; num_workers = the same core
-count, pin_memory on CUDA), on a PNG image folder and on IDX data.
+count, pin_memory on CUDA), on a PNG image folder and on data in memory, where the fair baseline is plain
+PyTorch on a device-resident tensor (x_dev[idx] and the same transforms as batched tensor ops).
 
     python bench/data_bench.py [--device auto] [--images 4000] [--size 32] [--epochs 3] [--json out.json]
 
@@ -70,6 +71,33 @@ class TensorImages(TorchDataset):
         return transform(self.images[index], self.generator), self.labels[index]
 
 
+class DeviceTensorBatches:
+    """The fair device baseline in plain PyTorch: the data set resident on the device, each batch a gather
+    x_dev[idx] of a per-epoch permutation, then the same transforms batched on the device (random crop of the
+    zero-padded images, flip, normalisation)."""
+
+    def __init__(self, images, labels, batch_size, device):
+        self.images, self.labels = images.to(device), labels.to(device)
+        self.batch_size, self.device = batch_size, device
+        self.mean = torch.tensor(MEAN, device=device)[:, None, None]
+        self.std = torch.tensor(STD, device=device)[:, None, None]
+
+    def __iter__(self):
+        n, channels, height, width = self.images.shape
+        order = torch.randperm(n, device=self.device)
+        for begin in range(0, n, self.batch_size):
+            index = order[begin:begin + self.batch_size]
+            x = torch.nn.functional.pad(self.images[index].float().div_(255), (4, 4, 4, 4))
+            b = x.shape[0]
+            rows = torch.randint(0, 9, (b, 1), device=self.device) + torch.arange(height, device=self.device)
+            cols = torch.randint(0, 9, (b, 1), device=self.device) + torch.arange(width, device=self.device)
+            cols = torch.where(torch.rand(b, 1, device=self.device) < 0.5, cols.flip(1), cols)
+            x = x[torch.arange(b, device=self.device)[:, None, None, None],
+                  torch.arange(channels, device=self.device)[None, :, None, None], rows[:, None, :, None],
+                  cols[:, None, None, :]]
+            yield (x - self.mean) / self.std, self.labels[index]
+
+
 def timed_epochs(make_iterable, epochs, device):
     times = []
     start = time.perf_counter()
@@ -136,7 +164,12 @@ def main(argv=None):
         return TorchDataLoader(TensorImages(images, labels), batch_size=args.batch_size, shuffle=True,
                                num_workers=cores, pin_memory=device.type == "cuda", persistent_workers=True)
 
-    for name, make in (("gpucore in-memory (device-resident)", ours_idx), ("torch DataLoader in-memory", theirs_idx)):
+    def plain_device():
+        return DeviceTensorBatches(images, labels, args.batch_size, device)
+
+    for name, make in (("gpucore in-memory (device-resident)", ours_idx),
+                       ("plain PyTorch x_dev[idx] (device-resident)", plain_device),
+                       ("torch DataLoader in-memory", theirs_idx)):
         times = timed_epochs(make, args.epochs, device)
         rates[name] = args.images * (len(times) - 1) / sum(times[1:])
     title = f"device: {device_label(device)}, {cores} cores, {args.images} images of {args.size}x{args.size}"

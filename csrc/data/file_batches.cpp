@@ -187,7 +187,7 @@ bool FileBatches::next(at::Tensor& inputs, at::Tensor& targets) {
   // The readers are done with this slot until it is released.
   at::Tensor images = slot.host.slice(0, 0, rows);
   at::Tensor masks = mask_paths_.empty() ? at::Tensor() : slot.host_masks.slice(0, 0, rows);
-  at::Tensor index = order_.slice(0, batch_begin(batch), batch_end(batch));
+  at::Tensor index = next_index(batch);
   if (!slot.failed.empty()) {
     std::sort(slot.failed.begin(), slot.failed.end());
     if (!config_.skip_errors) {

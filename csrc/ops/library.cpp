@@ -1,6 +1,6 @@
 // The gpucore op library: every schema, in the one TORCH_LIBRARY block the dispatcher allows per
-// namespace. What each op computes is documented in cam.h and augment.h; the CPU and CUDA kernels
-// register themselves with TORCH_LIBRARY_IMPL in cpu/ and cuda/.
+// namespace. What each op computes is documented in cam.h, augment.h and train_step.h; the CPU and CUDA
+// kernels register themselves with TORCH_LIBRARY_IMPL in cpu/ and cuda/.
 #include <torch/library.h>
 
 TORCH_LIBRARY(gpucore, m) {
@@ -10,4 +10,10 @@ TORCH_LIBRARY(gpucore, m) {
   m.def("cam_weighted_sum(Tensor activations, Tensor weights) -> Tensor");
   m.def("cam_normalize(Tensor cams, int[] size) -> Tensor");
   m.def("cam_overlay(Tensor images, Tensor cams, float alpha) -> Tensor");
+  m.def("accumulate_metrics(Tensor(a!) sums, Tensor output, Tensor? target, Tensor loss, int top_k) -> ()");
+  m.def("count_step(Tensor(a!) counters, Tensor(b!) found_inf) -> ()");
+  m.def("learning_rate(Tensor step, Tensor(a!) lr, str schedule, float base_lr, int warmup_steps, int total_steps, "
+        "int step_size, float gamma, int[] milestones, float min_lr, float pct_start, float div_factor, "
+        "float final_div_factor) -> ()");
+  m.def("next_indices(Tensor order, Tensor(a!) cursor, Tensor(b!) index) -> ()");
 }

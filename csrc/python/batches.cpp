@@ -32,6 +32,11 @@ void def_batches(py::module_& m) {
       .def("remaining", &EpochBatches::remaining)
       .def("total_batches", &EpochBatches::total_batches)
       .def("position", &EpochBatches::position)
+      .def("step_buffers", [](const EpochBatches& self) {  // the live tensors, for address checks
+        py::dict out;
+        for (const auto& [name, tensor] : self.step_buffers()) out[py::str(name)] = tensor;
+        return out;
+      })
       .def("__len__", &EpochBatches::total_batches)
       .def("next", [](EpochBatches& self) -> py::object {
         at::Tensor inputs, targets;

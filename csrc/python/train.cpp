@@ -183,6 +183,11 @@ void def_train(py::module_& m) {
       .def("set_accumulate_grad_batches", &Engine::set_accumulate_grad_batches, py::arg("accumulate_grad_batches"))
       .def("current_lr", &Engine::current_lr)
       .def("loss_scale", &Engine::loss_scale)
+      .def("step_buffers", [](const Engine& self) {  // the live tensors, for address checks
+        py::dict out;
+        for (const auto& [name, tensor] : self.step_buffers()) out[py::str(name)] = tensor;
+        return out;
+      })
       .def("state", [](const Engine& self) {
         py::dict out;
         for (const auto& [name, tensor] : self.state()) out[py::str(name)] = tensor.detach().clone();

@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/randperm.h>
@@ -10,6 +11,7 @@
 
 #include "gpucore/errors.h"
 #include "ops/augment.h"
+#include "ops/train_step.h"
 
 namespace gpucore {
 
@@ -19,6 +21,16 @@ namespace {
 at::Tensor to_device(at::Tensor host, const at::Device& device) {
   if (device.is_cuda()) host = host.pin_memory();
   return host.to(device, /*non_blocking=*/device.is_cuda());
+}
+
+// `host` into `buffer` on the device: in place when the buffer has its shape (every epoch after the
+// first), so the buffers a step reads keep their address.
+void refill(at::Tensor& buffer, const at::Tensor& host, const at::Device& device) {
+  if (buffer.defined() && buffer.sizes() == host.sizes() && buffer.scalar_type() == host.scalar_type()) {
+    buffer.copy_(device.is_cuda() ? host.pin_memory() : host, /*non_blocking=*/device.is_cuda());
+  } else {
+    buffer = to_device(host, device);
+  }
 }
 
 }  // namespace
@@ -42,6 +54,9 @@ EpochBatches::EpochBatches(int64_t samples, const at::Tensor& targets, int64_t b
                       std::to_string(batch_size) + " with drop_last; lower batch_size or set drop_last false");
   }
   if (targets.defined()) targets_ = targets.to(device_);
+  const auto index_options = at::TensorOptions().dtype(at::kLong).device(device_);
+  cursor_ = at::zeros({}, index_options);
+  index_ = at::empty({batch_size}, index_options);
 }
 
 void EpochBatches::start_epoch(int64_t epoch, int64_t skip_batches) {
@@ -62,16 +77,15 @@ void EpochBatches::start_epoch(int64_t epoch, int64_t skip_batches) {
     order = at::cat({order, order.slice(0, 0, per_rank * world_size_ - n)}).slice(0, rank_, c10::nullopt, world_size_);
   }
   order_host_ = order.contiguous();
-  order_ = to_device(order_host_, device_);
+  refill(order_, order_host_, device_);
   if (augment_.enabled) {
     const at::Generator draws = at::detail::createCPUGenerator(epoch_seed ^ 0x9E3779B97F4A7C15ULL);
     const int64_t span = 2 * augment_.crop_padding + 1;
-    offsets_ = to_device(augment_.crop_padding > 0 ? at::randint(span, {n, 2}, draws, on_host)
-                                                   : at::full({n, 2}, 0, on_host),
-                         device_);
-    flips_ = to_device(augment_.hflip ? at::randint(2, {n}, draws, on_host).to(at::kBool)
-                                      : at::zeros({n}, on_host.dtype(at::kBool)),
-                       device_);
+    refill(offsets_, augment_.crop_padding > 0 ? at::randint(span, {n, 2}, draws, on_host) : at::full({n, 2}, 0, on_host),
+           device_);
+    refill(flips_, augment_.hflip ? at::randint(2, {n}, draws, on_host).to(at::kBool)
+                                  : at::zeros({n}, on_host.dtype(at::kBool)),
+           device_);
   }
   if (skip_batches > total_batches()) {
     position_ = total_batches();  // nothing is served until a valid start
@@ -80,6 +94,7 @@ void EpochBatches::start_epoch(int64_t epoch, int64_t skip_batches) {
                       " batches): a checkpoint or DataLoader state of another data set, batch size or world size?");
   }
   position_ = skip_batches;
+  cursor_.fill_(batch_begin(skip_batches));
 }
 
 void EpochBatches::set_shard(int64_t rank, int64_t world_size) {
@@ -96,6 +111,19 @@ int64_t EpochBatches::total_batches() const {
   return drop_last_ ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
 }
 
+at::Tensor EpochBatches::next_index(int64_t batch) const {
+  const int64_t length = batch_end(batch) - batch_begin(batch);
+  const at::Tensor index = length == batch_size_ ? index_ : index_.narrow(0, 0, length);
+  ops::next_indices(order_, cursor_, index);
+  return index;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> EpochBatches::step_buffers() const {
+  std::vector<std::pair<std::string, at::Tensor>> buffers{{"order", order_}, {"cursor", cursor_}, {"index", index_}};
+  if (offsets_.defined()) buffers.insert(buffers.end(), {{"offsets", offsets_}, {"flips", flips_}});
+  return buffers;
+}
+
 int64_t EpochBatches::remaining() const { return total_batches() - position_; }
 
 int64_t EpochBatches::batch_end(int64_t batch) const {
@@ -105,15 +133,19 @@ int64_t EpochBatches::batch_end(int64_t batch) const {
 void EpochBatches::finish_batch(const at::Tensor& batch_inputs, const at::Tensor& index, at::Tensor& inputs,
                                 at::Tensor& targets, const at::Tensor& batch_targets) const {
   targets = batch_targets.defined() ? batch_targets : targets_.index_select(0, index);
-  if (!augment_.enabled) {
-    inputs = batch_inputs;
+  // No op for a transform that would change nothing: inputs already in the batch dtype, no crop, flip
+  // or normalisation.
+  const bool moves_pixels = augment_.crop_padding > 0 || augment_.hflip;
+  if (!augment_.enabled ||
+      (!moves_pixels && augment_.mean.empty() && batch_inputs.scalar_type() == augment_.dtype)) {
+    inputs = augment_.channels_last && batch_inputs.dim() == 4
+                 ? batch_inputs.contiguous(at::MemoryFormat::ChannelsLast) : batch_inputs;
     return;
   }
   const at::Tensor offsets = offsets_.index_select(0, index), flips = flips_.index_select(0, index);
   inputs = ops::augment(batch_inputs, offsets, flips, augment_.crop_padding, augment_.mean, augment_.std,
                         augment_.dtype);
   if (augment_.channels_last) inputs = inputs.contiguous(at::MemoryFormat::ChannelsLast);
-  const bool moves_pixels = augment_.crop_padding > 0 || augment_.hflip;
   if (moves_pixels && targets.dim() == 3 && targets.size(1) == inputs.size(2) && targets.size(2) == inputs.size(3)) {
     // A segmentation mask: the same crop and flip through the same kernel, class ids exact in float,
     // the padding as class 0.
@@ -140,7 +172,7 @@ TensorBatches::TensorBatches(at::Tensor inputs, at::Tensor targets, int64_t batc
 bool TensorBatches::next(at::Tensor& inputs, at::Tensor& targets) {
   if (position_ >= total_batches()) return false;
   const int64_t begin = batch_begin(position_), end = batch_end(position_);
-  const at::Tensor index = order_.slice(0, begin, end);
+  const at::Tensor index = next_index(position_);
   const at::Tensor batch = resident_ ? inputs_.index_select(0, index)
                                      : to_device(inputs_.index_select(0, order_host_.slice(0, begin, end)), device_);
   finish_batch(batch, index, inputs, targets);

@@ -15,6 +15,7 @@
 
 #include "gpucore/errors.h"
 #include "gpucore/train/autocast.h"
+#include "ops/train_step.h"
 
 namespace gpucore {
 
@@ -64,13 +65,17 @@ Engine::Engine(std::vector<ParamGroup> groups, EngineConfig config)
       device_(config_.device),
       optimizer_(groups, config_.optimizer),
       scaler_(config_.scaler, device_),
-      params_(flatten(groups)) {
+      params_(flatten(groups)),
+      train_metrics_(config_.loss, config_.top_k, device_) {
   if (params_.empty()) throw ConfigError("the model has no trainable parameters (all requires_grad=False?)");
   const auto counter = at::TensorOptions().dtype(at::kFloat).device(device_);
-  step_ = at::zeros({}, counter);
-  skipped_ = at::zeros({}, counter);
-  consecutive_ = at::zeros({}, counter);
+  counters_ = at::zeros({3}, counter);
+  step_ = counters_.select(0, 0);
+  skipped_ = counters_.select(0, 1);
+  consecutive_ = counters_.select(0, 2);
   found_inf_ = at::zeros({}, counter);
+  lr_ = at::empty({}, counter);
+  ops::learning_rate(config_.schedule, step_, lr_);
 }
 
 at::Tensor Engine::loss_of(const at::Tensor& output, const at::Tensor& target, const LossFn& loss) const {
@@ -104,7 +109,8 @@ at::Tensor checked_output(const at::Tensor& output) {
 
 EpochStats Engine::train_epoch(BatchSource& batches, const ForwardFn& forward, const LossFn& loss, const LogFn& on_log) {
   const auto start = std::chrono::steady_clock::now();
-  MetricTracker tracker(config_.loss, config_.top_k, device_);
+  MetricTracker& tracker = train_metrics_;
+  tracker.reset();
   EpochStats stats;
   const int64_t total = batches.remaining();
   const int64_t k = config_.accumulate_grad_batches;
@@ -121,8 +127,8 @@ EpochStats Engine::train_epoch(BatchSource& batches, const ForwardFn& forward, c
       output = checked_output(forward(prepare_inputs(inputs, config_), last_in_window));
     }
     const at::Tensor value = loss_of(output, targets, loss);
-    tracker.update(output.detach(), targets, value.detach());
-    torch::autograd::backward({scaler_.scale(value / static_cast<double>(window_len))});
+    tracker.update(output, targets, value);
+    torch::autograd::backward({scaler_.scale(window_len == 1 ? value : value / static_cast<double>(window_len))});
     if (last_in_window) {
       optimizer_step();
       ++stats.optimizer_steps;
@@ -165,8 +171,7 @@ void Engine::optimizer_step() {
   if (grads.empty()) {
     throw ConfigError("no parameter received a gradient: does the loss depend on the model's output?");
   }
-  found_inf_.zero_();
-  scaler_.unscale_and_check(grads, found_inf_);  // clipping must see unscaled gradients
+  scaler_.unscale_and_check(grads, found_inf_);  // found_inf_ is zero here; clipping must see unscaled gradients
   if (config_.clip_grad_norm > 0) {
     const at::Tensor total_norm = at::stack(at::_foreach_norm(grads, 2)).norm();
     // Non-finite norms are already in found_inf, which skips the step.
@@ -176,11 +181,10 @@ void Engine::optimizer_step() {
     at::_foreach_clamp_min_(grads, -config_.clip_grad_value);
     at::_foreach_clamp_max_(grads, config_.clip_grad_value);
   }
-  optimizer_.step(learning_rate(config_.schedule, step_), found_inf_);
-  step_.add_(1).sub_(found_inf_);
-  skipped_.add_(found_inf_);
-  consecutive_.add_(1).mul_(found_inf_);
+  optimizer_.step(lr_, found_inf_);
   scaler_.update(found_inf_);
+  ops::count_step(counters_, found_inf_);  // also zeroes found_inf_ for the next step
+  ops::learning_rate(config_.schedule, step_, lr_);
   for (auto& param : params_) param.mutable_grad().reset();
 }
 
@@ -188,7 +192,7 @@ std::map<std::string, double> Engine::read_metrics(const MetricTracker& tracker)
   ++host_syncs_;
   std::map<std::string, double> metrics = tracker.read();
   const at::Tensor counters =
-      at::stack({learning_rate(config_.schedule, step_), scaler_.scale_tensor(), consecutive_, skipped_}).cpu();
+      at::stack({lr_, scaler_.scale_tensor(), consecutive_, skipped_}).cpu();
   const float* values = counters.data_ptr<float>();
   metrics["lr"] = values[0];
   metrics["loss_scale"] = scaler_.enabled() ? values[1] : 1.0;
@@ -210,8 +214,12 @@ void Engine::set_accumulate_grad_batches(int64_t accumulate_grad_batches) {
 
 int64_t Engine::steps_taken() const { return static_cast<int64_t>(step_.item<float>()); }
 int64_t Engine::steps_skipped() const { return static_cast<int64_t>(skipped_.item<float>()); }
-double Engine::current_lr() const { return learning_rate(config_.schedule, step_).item<double>(); }
+double Engine::current_lr() const { return lr_.item<double>(); }
 double Engine::loss_scale() const { return scaler_.enabled() ? scaler_.scale_tensor().item<double>() : 1.0; }
+
+std::vector<std::pair<std::string, at::Tensor>> Engine::step_buffers() const {
+  return {{"metric_sums", train_metrics_.sums()}, {"counters", counters_}, {"found_inf", found_inf_}, {"lr", lr_}};
+}
 
 std::vector<std::pair<std::string, at::Tensor>> Engine::state() const {
   std::vector<std::pair<std::string, at::Tensor>> entries;
@@ -243,6 +251,8 @@ void Engine::load_state(const std::vector<std::pair<std::string, at::Tensor>>& s
     at::Tensor target = live;
     target.copy_(it->second);
   }
+  found_inf_.zero_();  // a step that failed part-way may have left it set
+  ops::learning_rate(config_.schedule, step_, lr_);
 }
 
 }  // namespace gpucore

@@ -66,7 +66,7 @@ at::Tensor prepare_target(const LossConfig& config, const at::Tensor& output, co
 }
 
 at::Tensor compute_loss(const LossConfig& config, const at::Tensor& output, const at::Tensor& target) {
-  const at::Tensor out = output.to(at::kFloat);
+  const at::Tensor out = output.scalar_type() == at::kFloat ? output : output.to(at::kFloat);
   if (out.dim() == 0 || out.size(0) != target.size(0) || target.dim() == 0) {
     shape_error(config.kind, "output and target with the same batch size", output, target);
   }

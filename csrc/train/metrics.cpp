@@ -1,6 +1,7 @@
 #include "gpucore/train/metrics.h"
 
 #include <ATen/TensorOperators.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/ops/argmax.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/full.h>
@@ -9,9 +10,12 @@
 #include <ATen/ops/stack.h>
 #include <ATen/ops/zeros.h>
 
+#include "ops/train_step.h"
+
 namespace gpucore {
 
 namespace {
+// The first five slots are gpucore::accumulate_metrics' (ops/train_step.h).
 enum Slot { kLossSum, kCount, kCorrect, kCorrectTopK, kAccTotal, kCharCorrect, kCharTotal, kSeqCorrect, kInter, kUnion, kDiceNum, kDiceDen, kSlots };
 }
 
@@ -19,26 +23,32 @@ MetricTracker::MetricTracker(LossConfig loss, int64_t top_k, const at::Device& d
   sums_ = at::zeros({kSlots}, at::TensorOptions().dtype(at::kDouble).device(device));
 }
 
+void MetricTracker::reset() {
+  sums_.zero_();
+  samples_host_ = 0;
+  top_k_computed_ = false;
+}
+
 void MetricTracker::update(const at::Tensor& output, const at::Tensor& target, const at::Tensor& loss) {
+  // Plain reads of the step's tensors: no autograd, no detach op.
+  const at::NoGradGuard no_grad;
   const int64_t n = output.size(0);
   samples_host_ += n;
+  if (loss_.kind == LossKind::kCrossEntropy) {
+    // Loss, count, accuracy and top-k in one op; soft labels (float targets) have no accuracy.
+    const bool labels = !target.is_floating_point();
+    const bool top_k = labels && top_k_ > 0 && output.dim() == 2 && output.size(1) > top_k_;
+    top_k_computed_ = top_k_computed_ || top_k;
+    ops::accumulate_metrics(sums_, output, labels ? std::optional<at::Tensor>(target) : std::nullopt, loss,
+                            top_k ? top_k_ : 0);
+    return;
+  }
+  ops::accumulate_metrics(sums_, output, std::nullopt, loss, 0);
   const auto zero = at::zeros({}, sums_.options());
   std::vector<at::Tensor> add(kSlots, zero);
-  add[kLossSum] = loss.to(at::kDouble) * static_cast<double>(n);
-  add[kCount] = at::full_like(zero, static_cast<double>(n));
   switch (loss_.kind) {
-    case LossKind::kCrossEntropy: {
-      if (target.is_floating_point()) break;  // soft labels: no accuracy
-      const at::Tensor predicted = output.argmax(1);
-      add[kCorrect] = (predicted == target).sum().to(at::kDouble);
-      add[kAccTotal] = at::full_like(zero, static_cast<double>(target.numel()));
-      if (top_k_ > 0 && output.dim() == 2 && output.size(1) > top_k_) {
-        const at::Tensor top = std::get<1>(output.topk(top_k_, 1));
-        add[kCorrectTopK] = (top == target.unsqueeze(1)).any(1).sum().to(at::kDouble);
-        top_k_computed_ = true;
-      }
+    case LossKind::kCrossEntropy:  // above
       break;
-    }
     case LossKind::kMultiLabelSoftMargin: {
       if (loss_.heads <= 0) break;
       const at::Tensor logits = output.reshape({n, loss_.heads, -1});

@@ -9,6 +9,7 @@
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/zeros_like.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -64,42 +65,60 @@ FusedOptimizer::FusedOptimizer(std::vector<ParamGroup> groups, OptimizerConfig c
 }
 
 void FusedOptimizer::step(const at::Tensor& lr, const at::Tensor& found_inf) {
-  const at::Tensor taken = at::rsub(found_inf, 1);  // 1 when the step happens, 0 when skipped
-  for (size_t g = 0; g < groups_.size(); ++g) {
+  // Groups with the same weight decay and lr scale go through one fused call: fewer ops per step.
+  struct Batch {
+    double weight_decay, lr_scale;
     std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps, buffers;
+  };
+  std::vector<Batch> batches;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const double weight_decay = groups_[g].weight_decay, lr_scale = groups_[g].lr_scale;
+    auto batch = std::find_if(batches.begin(), batches.end(), [&](const Batch& b) {
+      return b.weight_decay == weight_decay && b.lr_scale == lr_scale;
+    });
+    if (batch == batches.end()) {
+      batch = batches.insert(batches.end(), Batch());
+      batch->weight_decay = weight_decay;
+      batch->lr_scale = lr_scale;
+    }
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
       const at::Tensor& param = groups_[g].params[i];
       if (!param.grad().defined()) continue;
       const ParamState& state = state_[g][i];
-      params.push_back(param);
-      grads.push_back(param.grad());
+      batch->params.push_back(param);
+      batch->grads.push_back(param.grad());
       if (state.exp_avg.defined()) {
-        exp_avgs.push_back(state.exp_avg);
-        exp_avg_sqs.push_back(state.exp_avg_sq);
-        steps.push_back(state.step);
+        batch->exp_avgs.push_back(state.exp_avg);
+        batch->exp_avg_sqs.push_back(state.exp_avg_sq);
+        batch->steps.push_back(state.step);
       }
-      if (state.momentum_buffer.defined()) buffers.push_back(state.momentum_buffer);
+      if (state.momentum_buffer.defined()) batch->buffers.push_back(state.momentum_buffer);
     }
-    if (params.empty()) continue;
-    const double weight_decay = groups_[g].weight_decay;
-    const at::Tensor group_lr = groups_[g].lr_scale == 1.0 ? lr : at::mul(lr, groups_[g].lr_scale);
+  }
+  at::Tensor taken;  // 1 when the step happens, 0 when skipped (Adam's step counts)
+  for (Batch& batch : batches) {
+    if (batch.params.empty()) continue;
+    const at::Tensor group_lr = batch.lr_scale == 1.0 ? lr : at::mul(lr, batch.lr_scale);
     switch (config_.kind) {
       case OptimizerKind::kAdamW:
       case OptimizerKind::kAdam: {
-        at::_foreach_add_(steps, taken);  // a skipped step leaves the bias correction as it was
+        if (!taken.defined()) taken = at::rsub(found_inf, 1);
+        at::_foreach_add_(batch.steps, taken);  // a skipped step leaves the bias correction as it was
         using FusedAdam = void (*)(at::TensorList, at::TensorList, at::TensorList, at::TensorList, at::TensorList,
                                    at::TensorList, const at::Tensor&, double, double, double, double, bool, bool,
                                    const std::optional<at::Tensor>&, const std::optional<at::Tensor>&);
         const FusedAdam fused = config_.kind == OptimizerKind::kAdamW ? FusedAdam(&at::_fused_adamw_) : FusedAdam(&at::_fused_adam_);
-        fused(params, grads, exp_avgs, exp_avg_sqs, {}, steps, group_lr, config_.beta1, config_.beta2, weight_decay,
-              config_.eps, /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, found_inf);
+        fused(batch.params, batch.grads, batch.exp_avgs, batch.exp_avg_sqs, {}, batch.steps, group_lr, config_.beta1,
+              config_.beta2, batch.weight_decay, config_.eps, /*amsgrad=*/false, /*maximize=*/false,
+              /*grad_scale=*/std::nullopt, found_inf);
         break;
       }
       case OptimizerKind::kSGD:
         // Buffers start at zero, so with no dampening the first step gives buffer = grad, exactly
         // what is_first_step would do, and a skipped first step needs no special case.
-        at::_fused_sgd_(params, grads, buffers, weight_decay, config_.momentum, group_lr, /*dampening=*/0.0,
-                        config_.nesterov, /*maximize=*/false, /*is_first_step=*/false, std::nullopt, found_inf);
+        at::_fused_sgd_(batch.params, batch.grads, batch.buffers, batch.weight_decay, config_.momentum, group_lr,
+                        /*dampening=*/0.0, config_.nesterov, /*maximize=*/false, /*is_first_step=*/false, std::nullopt,
+                        found_inf);
         break;
     }
   }

@@ -1,17 +1,10 @@
 #include "gpucore/train/schedule.h"
 
-#include <ATen/TensorOperators.h>
-#include <ATen/ops/cos.h>
-#include <ATen/ops/floor.h>
-#include <ATen/ops/full_like.h>
-#include <ATen/ops/pow.h>
-#include <ATen/ops/where.h>
-#include <ATen/ops/zeros_like.h>
-
-#include <cmath>
+#include <ATen/ops/empty.h>
 
 #include "gpucore/choices.h"
 #include "gpucore/errors.h"
+#include "ops/train_step.h"
 
 namespace gpucore {
 
@@ -37,6 +30,9 @@ void validate(const ScheduleConfig& c) {
   }
   if (c.kind == ScheduleKind::kStep && c.step_size < 1) fail("step_size must be >= 1");
   if ((c.kind == ScheduleKind::kStep || c.kind == ScheduleKind::kMultiStep) && !(c.gamma > 0)) fail("gamma must be > 0");
+  if (c.milestones.size() > static_cast<size_t>(ops::kMaxMilestones)) {
+    fail("at most " + std::to_string(ops::kMaxMilestones) + " milestones, got " + std::to_string(c.milestones.size()));
+  }
   for (size_t i = 1; i < c.milestones.size(); ++i) {
     if (c.milestones[i] <= c.milestones[i - 1]) fail("milestones must be strictly increasing");
   }
@@ -48,52 +44,9 @@ void validate(const ScheduleConfig& c) {
   if (c.min_lr < 0 || c.min_lr > c.base_lr) fail("min_lr must be in [0, lr], got " + std::to_string(c.min_lr));
 }
 
-namespace {
-
-// Cosine interpolation from `start` (fraction 0) to `end` (fraction 1), as torch's OneCycleLR.
-at::Tensor cosine_anneal(double start, double end, const at::Tensor& fraction) {
-  return (at::cos(fraction * M_PI) + 1.0) * ((start - end) / 2.0) + end;
-}
-
-}  // namespace
-
 at::Tensor learning_rate(const ScheduleConfig& c, const at::Tensor& step) {
-  const at::Tensor s = step.to(at::kFloat);
-  // Decay schedules count from the end of the warm-up.
-  const at::Tensor after_warmup = (s - static_cast<double>(c.warmup_steps)).clamp_min(0.0);
-  at::Tensor lr;
-  switch (c.kind) {
-    case ScheduleKind::kConstant:
-      lr = at::full_like(s, c.base_lr);
-      break;
-    case ScheduleKind::kStep:
-      lr = at::pow(c.gamma, at::floor(after_warmup / static_cast<double>(c.step_size))) * c.base_lr;
-      break;
-    case ScheduleKind::kMultiStep: {
-      at::Tensor passed = at::zeros_like(s);
-      for (const int64_t milestone : c.milestones) passed = passed + (after_warmup >= static_cast<double>(milestone)).to(at::kFloat);
-      lr = at::pow(c.gamma, passed) * c.base_lr;
-      break;
-    }
-    case ScheduleKind::kCosine: {
-      const double span = static_cast<double>(std::max<int64_t>(c.total_steps - c.warmup_steps, 1));
-      lr = cosine_anneal(c.base_lr, c.min_lr, (after_warmup / span).clamp(0.0, 1.0));
-      break;
-    }
-    case ScheduleKind::kOneCycle: {
-      const double initial = c.base_lr / c.div_factor;
-      const double final_lr = initial / c.final_div_factor;
-      const double peak = std::max(c.pct_start * static_cast<double>(c.total_steps) - 1.0, 1.0);
-      const double end = std::max(static_cast<double>(c.total_steps) - 1.0, peak + 1.0);
-      const at::Tensor rising = cosine_anneal(initial, c.base_lr, (s / peak).clamp(0.0, 1.0));
-      const at::Tensor falling = cosine_anneal(c.base_lr, final_lr, ((s - peak) / (end - peak)).clamp(0.0, 1.0));
-      lr = at::where(s <= peak, rising, falling);
-      break;
-    }
-  }
-  if (c.warmup_steps > 0 && c.kind != ScheduleKind::kOneCycle) {
-    lr = lr * ((s + 1.0) / static_cast<double>(c.warmup_steps)).clamp_max(1.0);
-  }
+  at::Tensor lr = at::empty({}, step.options().dtype(at::kFloat));
+  ops::learning_rate(c, step, lr);
   return lr;
 }
 

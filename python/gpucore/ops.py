@@ -26,3 +26,24 @@ def _cam_overlay(images, cams, alpha):
 @torch.library.register_fake("gpucore::augment")
 def _augment(images, offsets, flips, padding, mean, std, dtype):
     return images.new_empty(images.shape, dtype=dtype)
+
+
+@torch.library.register_fake("gpucore::accumulate_metrics")
+def _accumulate_metrics(sums, output, target, loss, top_k):
+    return None  # adds into sums in place
+
+
+@torch.library.register_fake("gpucore::count_step")
+def _count_step(counters, found_inf):
+    return None  # advances counters, clears found_inf, in place
+
+
+@torch.library.register_fake("gpucore::learning_rate")
+def _learning_rate(step, lr, schedule, base_lr, warmup_steps, total_steps, step_size, gamma, milestones, min_lr,
+                   pct_start, div_factor, final_div_factor):
+    return None  # writes lr in place
+
+
+@torch.library.register_fake("gpucore::next_indices")
+def _next_indices(order, cursor, index):
+    return None  # fills index, advances cursor, in place

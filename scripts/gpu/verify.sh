@@ -4,7 +4,8 @@
 #   2. installs only what is missing, from the bundle of scripts/gpu/bundle.sh (no network)
 #   3. builds gpucore with its CUDA kernels for this GPU's architecture, and the GoogleTest binary
 #   4. ctest, the whole pytest suite (CUDA tests included), `gpucore doctor --json`, one torchrun process
-#      (NCCL), the host syncs of training steps, `python -m bench all --device cuda`
+#      (NCCL), the host syncs of training steps, `python -m bench all --device cuda` (the training sweep with
+#      its CUDA-graph and torch.compile rows, ops per step, Grad-CAM, data loading, Fashion-MNIST)
 # Under $OUT (default build/gpu-verify), 8 files: setup.log, build/ctest/pytest/doctor logs (the doctor's
 # holds its JSON), checks.log (torchrun, syncs, benchmarks), bench.json and results.md; the table is printed last.
 #

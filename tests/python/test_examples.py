@@ -21,10 +21,24 @@ def test_device_setup_example_learns_on_the_chosen_device(capsys):
 
 def test_train_bench_runs_and_reports_every_loop(tmp_path):
     bench = runpy.run_path(str(EXAMPLES.parent / "bench" / "train_bench.py"))
-    report = bench["main"](["--epochs", "2", "--train-size", "256", "--json", str(tmp_path / "bench.json")])
-    assert {"gpucore.train", "seed-style loop", "hand-optimised loop"} <= set(report["per_second"])
-    assert all(value > 0 for value in report["per_second"].values())
-    assert (tmp_path / "bench.json").exists()
+    rows = ["hand-optimised eager loop", "gpucore.train", "hand-optimised loop in a CUDA graph (ceiling)"]
+    report = bench["main"](["--batch-sizes", "32,64", "--train-size", "64", "--rounds", "2", "--count-steps", "2",
+                            "--only", ",".join(rows), "--json", str(tmp_path / "bench.json")])
+    assert set(report["rows"]) == set(rows[:2]) and (tmp_path / "bench.json").exists()
+    for name in rows[:2]:
+        for batch_size, row in report["rows"][name].items():
+            assert len(row["rounds"]) == 2 and row["p10"] <= row["ms_per_step"] <= row["p90"]
+            assert row["samples_per_s"] == pytest.approx(batch_size * 1000 / row["ms_per_step"])
+            assert row["ops_per_step"] > 20 and row["host_syncs_per_step"] is None  # no CUDA here
+    assert report["skipped"] == {"hand-optimised loop in a CUDA graph (ceiling)": "CUDA only"}
+
+
+def test_ops_bench_counts_gpucore_within_8_ops_of_the_plain_loop():
+    bench = runpy.run_path(str(EXAMPLES.parent / "bench" / "ops_bench.py"))
+    report = bench["main"](["--steps", "3"])
+    ops = report["ops_per_step"]
+    assert ops["plain loop"] > 30 and ops["plain loop"] <= ops["gpucore.train"] <= ops["plain loop"] + 8
+    assert report["difference_by_op"]["gpucore::accumulate_metrics"] == 1
 
 
 def test_cam_bench_runs_and_reports(tmp_path):
@@ -38,7 +52,7 @@ def test_data_bench_runs_and_reports(tmp_path):
     pytest.importorskip("PIL")
     bench = runpy.run_path(str(EXAMPLES.parent / "bench" / "data_bench.py"))
     report = bench["main"](["--images", "64", "--size", "8", "--epochs", "2", "--json", str(tmp_path / "data.json")])
-    assert len(report["per_second"]) == 8 and all(value > 0 for value in report["per_second"].values())
+    assert len(report["per_second"]) == 9 and all(value > 0 for value in report["per_second"].values())
 
 
 def test_fashion_mnist_example_synthetic_idx_and_missing_data(tmp_path, capsys):
@@ -83,7 +97,7 @@ def test_bench_runner_quick_runs_every_benchmark(tmp_path):
                             cwd=str(EXAMPLES.parent), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
-    assert set(report["results"]) == {"train", "cam", "data", "fashion_mnist"} and report["quick"] is True
+    assert set(report["results"]) == {"train", "ops", "cam", "data", "fashion_mnist"} and report["quick"] is True
     accuracy = report["results"]["fashion_mnist"]["test_accuracy"]
     assert {"gpucore.train", "PyTorch loop"} <= set(accuracy) and all(0.1 < value <= 1 for value in accuracy.values())
 

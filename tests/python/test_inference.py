@@ -15,8 +15,10 @@ def test_loaded_model_reproduces_the_runs_validation_accuracy(tmp_path):
     assert loaded.classes == CLASS_NAMES["synthetic_fashion"] and loaded.input_shape == [1, 28, 28]
     _, (x_val, y_val) = synthetic_fashion(train_size=512, val_size=300, seed=5)
     logits = loaded(x_val, batch_size=64)  # raw uint8 images: load() applies the run's standardisation
-    accuracy = (logits.argmax(1) == y_val).float().mean().item()
-    assert accuracy == pytest.approx(result.history[-1]["val_accuracy"], abs=1 / 300)
+    # At most one of the 300 samples apart (the run evaluated in its precision, this in float32), counted
+    # in samples: a mean of one sample's difference can land a rounding error past abs=1/300.
+    hits = int((logits.argmax(1) == y_val).sum())
+    assert abs(hits - round(result.history[-1]["val_accuracy"] * 300)) <= 1
     # the same as the trained model in memory on hand-standardised inputs
     stats = torch.load(f"{result.checkpoint_dir}/last.pt", weights_only=True)["input_stats"]
     by_hand = (x_val.float() / 255 - stats["mean"][0]) / stats["std"][0]

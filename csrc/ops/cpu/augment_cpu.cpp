@@ -1,5 +1,6 @@
-// CPU kernel of the augment op: one pass per output plane, crop + flip + scale/shift, written as float,
-// then cast once to the requested dtype.
+// CPU kernel of the augment op: one pass per output plane, crop + flip + scale/shift computed in float and
+// written in the requested dtype.
+#include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
@@ -10,9 +11,9 @@
 namespace gpucore::ops {
 namespace {
 
-template <typename In>
+template <typename In, typename Out>
 void augment_planes(const at::Tensor& images, const int64_t* offsets, const bool* flips, int64_t padding,
-                    const std::vector<float>& scale, const std::vector<float>& shift, float* out) {
+                    const std::vector<float>& scale, const std::vector<float>& shift, Out* out) {
   const int64_t n = images.size(0), channels = images.size(1), h = images.size(2), w = images.size(3);
   const In* in = images.data_ptr<In>();
   at::parallel_for(0, n * channels, 1, [&](int64_t begin, int64_t end) {
@@ -21,13 +22,13 @@ void augment_planes(const at::Tensor& images, const int64_t* offsets, const bool
       const int64_t dy = offsets[image * 2] - padding, dx = offsets[image * 2 + 1] - padding;
       const bool flip = flips[image];
       const In* src = in + plane * h * w;
-      float* dst = out + plane * h * w;
+      Out* dst = out + plane * h * w;
       for (int64_t y = 0; y < h; ++y) {
         const int64_t sy = y + dy;
         for (int64_t x = 0; x < w; ++x) {
           const int64_t sx = (flip ? w - 1 - x : x) + dx;
           const float value = (sy >= 0 && sy < h && sx >= 0 && sx < w) ? static_cast<float>(src[sy * w + sx]) : 0.0f;
-          dst[y * w + x] = value * scale[c] + shift[c];
+          dst[y * w + x] = static_cast<Out>(value * scale[c] + shift[c]);
         }
       }
     }
@@ -42,15 +43,17 @@ at::Tensor augment_cpu(const at::Tensor& images, const at::Tensor& offsets, cons
   augment_affine(images, mean_values, std_values, scale, shift);
   const at::Tensor in = images.scalar_type() == at::kByte ? images.contiguous() : float_contiguous(images);
   const at::Tensor off = offsets.contiguous(), flip = flips.contiguous();
-  at::Tensor out = at::empty(images.sizes(), images.options().dtype(at::kFloat));
-  if (in.scalar_type() == at::kByte) {
-    augment_planes<uint8_t>(in, off.data_ptr<int64_t>(), flip.data_ptr<bool>(), padding, scale, shift,
-                            out.data_ptr<float>());
-  } else {
-    augment_planes<float>(in, off.data_ptr<int64_t>(), flip.data_ptr<bool>(), padding, scale, shift,
-                          out.data_ptr<float>());
-  }
-  return dtype == at::kFloat ? out : out.to(dtype);
+  at::Tensor out = at::empty(images.sizes(), images.options().dtype(dtype));
+  const int64_t* off_data = off.data_ptr<int64_t>();
+  const bool* flip_data = flip.data_ptr<bool>();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "augment_cpu", [&] {
+    if (in.scalar_type() == at::kByte) {
+      augment_planes<uint8_t>(in, off_data, flip_data, padding, scale, shift, out.data_ptr<scalar_t>());
+    } else {
+      augment_planes<float>(in, off_data, flip_data, padding, scale, shift, out.data_ptr<scalar_t>());
+    }
+  });
+  return out;
 }
 
 }  // namespace

@@ -13,8 +13,12 @@ struct ChannelAffine {
   float shift[kAugmentMaxChannels];
 };
 
-// images: uint8 (is_uint8) or float32 N x C x H x W contiguous; out: float32, same shape.
-void launch_augment(const void* images, bool is_uint8, const int64_t* offsets, const bool* flips, float* out, int64_t n,
+enum class AugmentOut { kFloat32, kFloat16, kBFloat16 };
+
+// images: uint8 (is_uint8) or float32 N x C x H x W contiguous; out: `out_type`, same shape (computed in
+// float32, rounded to nearest even once).
+void launch_augment(const void* images, bool is_uint8, const int64_t* offsets, const bool* flips, void* out,
+                    AugmentOut out_type, int64_t n,
                     int64_t channels, int64_t h, int64_t w, int64_t padding, ChannelAffine affine, cudaStream_t stream);
 
 }  // namespace gpucore::ops::cuda

@@ -7,6 +7,8 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace gpucore {
@@ -43,6 +45,9 @@ class EpochBatches : public BatchSource {
   int64_t remaining() const override;
   int64_t total_batches() const;                   // in a whole epoch
   int64_t position() const { return position_; }  // batches served in this epoch, skipped ones included
+  // The device tensors a step reads or writes (the epoch's order, the cursor in it, the batch's indices,
+  // crop offsets, flips): refilled in place, so their addresses never change (what a CUDA graph needs).
+  std::vector<std::pair<std::string, at::Tensor>> step_buffers() const;
 
  protected:
   // `samples` inputs whose targets (moved to `device`) are `targets`, or undefined when the source
@@ -57,11 +62,17 @@ class EpochBatches : public BatchSource {
   void finish_batch(const at::Tensor& batch_inputs, const at::Tensor& index, at::Tensor& inputs, at::Tensor& targets,
                     const at::Tensor& batch_targets = {}) const;
 
+  // The next batch's sample indices (a view of index_, the batch's length), from the device-side cursor,
+  // which it advances: a step reads the epoch's position on the device, not from the host.
+  at::Tensor next_index(int64_t batch) const;
+
   AugmentConfig augment_;
   at::Tensor order_host_, order_;  // this epoch's samples (this rank's share), on the host and on the device
   int64_t batch_size_;
   at::Device device_;
-  int64_t position_ = 0;
+  int64_t position_ = 0;  // the host's count of batches served, for remaining() and resuming
+  at::Tensor cursor_;     // int64 0-dim on the device: the position in order_ of the next batch
+  at::Tensor index_;      // int64 (batch_size) on the device: the batch's sample indices
 
  private:
   at::Tensor targets_;          // on the device

@@ -73,6 +73,10 @@ class Engine {
   double current_lr() const;           // host read
   double loss_scale() const;           // host read
 
+  // The tensors every training step reads or writes besides the model's and the optimizer's (metric sums,
+  // counters, found_inf, lr): allocated once, so their addresses never change (what a CUDA graph needs).
+  std::vector<std::pair<std::string, at::Tensor>> step_buffers() const;
+
   // Everything a resumed run needs: optimizer state, scaler, step counters.
   std::vector<std::pair<std::string, at::Tensor>> state() const;
   void load_state(const std::vector<std::pair<std::string, at::Tensor>>& state);
@@ -87,10 +91,13 @@ class Engine {
   FusedOptimizer optimizer_;
   GradScaler scaler_;
   std::vector<at::Tensor> params_;
-  at::Tensor step_;          // optimizer steps taken, float32 0-dim
-  at::Tensor skipped_;       // steps skipped, float32 0-dim
-  at::Tensor consecutive_;   // skipped in a row, float32 0-dim
-  at::Tensor found_inf_;     // float32 0-dim
+  MetricTracker train_metrics_;  // the running metrics of the epoch, reset in place
+  at::Tensor counters_;      // float32 [steps taken, skipped, skipped in a row] (gpucore::count_step)
+  at::Tensor step_;          // optimizer steps taken: counters_[0]
+  at::Tensor skipped_;       // steps skipped: counters_[1]
+  at::Tensor consecutive_;   // skipped in a row: counters_[2]
+  at::Tensor found_inf_;     // float32 0-dim, zero between steps
+  at::Tensor lr_;            // float32 0-dim: the schedule's rate for the next step
   int64_t host_syncs_ = 0;
   int64_t windows_in_epoch_ = 0;
 };

@@ -19,12 +19,16 @@ class MetricTracker {
   // top_k: extra top-k accuracy for classification (0 = off).
   MetricTracker(LossConfig loss, int64_t top_k, const at::Device& device);
 
-  // output: model output (detached); target: as given by the data; loss: the batch's mean loss.
+  // Starts over (an epoch), in place: the sums keep their address.
+  void reset();
+  // output: model output; target: as given by the data; loss: the batch's mean loss (float32). Reads
+  // them without autograd.
   void update(const at::Tensor& output, const at::Tensor& target, const at::Tensor& loss);
   // Host read: "loss" always; "accuracy" and "top{k}_accuracy" (cross_entropy); "char_accuracy" and
   // "seq_accuracy" (multi-head); "iou" and "dice" (bce_with_logits, dice_bce).
   std::map<std::string, double> read() const;
   int64_t samples_seen_on_host() const { return samples_host_; }
+  const at::Tensor& sums() const { return sums_; }
 
  private:
   LossConfig loss_;

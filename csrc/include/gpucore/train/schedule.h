@@ -30,7 +30,8 @@ struct ScheduleConfig {
 // Throws ConfigError for inconsistent settings (warm-up longer than the run, onecycle with warm-up, ...).
 void validate(const ScheduleConfig& config);
 
-// The rate at step `step` (0-dim float32, any device), as a 0-dim float32 tensor on that device.
+// The rate at step `step` (0-dim float32, any device), as a 0-dim float32 tensor on that device, by the
+// op gpucore::learning_rate (ops/train_step.h), which the engine also runs into its own lr tensor.
 at::Tensor learning_rate(const ScheduleConfig& config, const at::Tensor& step);
 
 }  // namespace gpucore

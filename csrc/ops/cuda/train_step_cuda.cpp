@@ -1,0 +1,82 @@
+// CUDA side of the train-step ops: checks, contiguous inputs, device guard and stream, then the kernels.
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include "ops/cuda/train_step_kernels.h"
+#include "ops/train_step.h"
+
+namespace gpucore::ops {
+namespace {
+
+cuda::OutputType output_type(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat:
+      return cuda::OutputType::kFloat32;
+    case at::kDouble:
+      return cuda::OutputType::kFloat64;
+    case at::kHalf:
+      return cuda::OutputType::kFloat16;
+    case at::kBFloat16:
+      return cuda::OutputType::kBFloat16;
+    default:
+      TORCH_CHECK(false, "accumulate_metrics on CUDA: output must be float32, float64, float16 or bfloat16, got ",
+                  dtype);
+  }
+}
+
+void accumulate_metrics_cuda(const at::Tensor& sums, const at::Tensor& output, const std::optional<at::Tensor>& target,
+                             const at::Tensor& loss, int64_t top_k) {
+  check_metrics_inputs(sums, output, target, loss, top_k);
+  const c10::cuda::CUDAGuard guard(sums.device());
+  const at::Tensor out = output.contiguous(), loss_value = loss.contiguous();
+  const at::Tensor labels = target ? target->to(at::kLong).contiguous() : at::Tensor();
+  const int64_t n = out.size(0);
+  const int64_t classes = target ? out.size(1) : 0;
+  const int64_t spatial = target && n > 0 ? labels.numel() / n : 0;
+  cuda::launch_accumulate_metrics(sums.data_ptr<double>(), loss_value.data_ptr<float>(), out.data_ptr(),
+                                  output_type(out.scalar_type()), target ? labels.data_ptr<int64_t>() : nullptr, n,
+                                  classes, spatial, top_k, c10::cuda::getCurrentCUDAStream().stream());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+void count_step_cuda(const at::Tensor& counters, const at::Tensor& found_inf) {
+  check_count_step_inputs(counters, found_inf);
+  const c10::cuda::CUDAGuard guard(counters.device());
+  cuda::launch_count_step(counters.data_ptr<float>(), found_inf.data_ptr<float>(),
+                          c10::cuda::getCurrentCUDAStream().stream());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+void learning_rate_cuda(const at::Tensor& step, const at::Tensor& lr, c10::string_view schedule, double base_lr,
+                        int64_t warmup_steps, int64_t total_steps, int64_t step_size, double gamma,
+                        at::IntArrayRef milestones, double min_lr, double pct_start, double div_factor,
+                        double final_div_factor) {
+  const ScheduleParams params = schedule_params(step, lr, schedule, base_lr, warmup_steps, total_steps, step_size,
+                                                gamma, milestones, min_lr, pct_start, div_factor, final_div_factor);
+  const c10::cuda::CUDAGuard guard(lr.device());
+  const at::Tensor count = step.to(at::kFloat).contiguous();
+  cuda::launch_learning_rate(count.data_ptr<float>(), lr.data_ptr<float>(), params,
+                             c10::cuda::getCurrentCUDAStream().stream());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+void next_indices_cuda(const at::Tensor& order, const at::Tensor& cursor, const at::Tensor& index) {
+  check_next_indices_inputs(order, cursor, index);
+  const c10::cuda::CUDAGuard guard(order.device());
+  cuda::launch_next_indices(order.data_ptr<int64_t>(), cursor.data_ptr<int64_t>(), index.data_ptr<int64_t>(),
+                            index.numel(), c10::cuda::getCurrentCUDAStream().stream());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(gpucore, CUDA, m) {
+  m.impl("accumulate_metrics", &accumulate_metrics_cuda);
+  m.impl("count_step", &count_step_cuda);
+  m.impl("learning_rate", &learning_rate_cuda);
+  m.impl("next_indices", &next_indices_cuda);
+}
+
+}  // namespace gpucore::ops

@@ -1,0 +1,115 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "ops/cuda/train_step_kernels.h"
+
+namespace gpucore::ops::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ inline double as_double(float v) { return v; }
+__device__ inline double as_double(double v) { return v; }
+__device__ inline double as_double(__half v) { return __half2float(v); }
+__device__ inline double as_double(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// Class j's output of one (sample, position) row.
+template <typename T>
+struct RowValues {
+  const T* values;
+  int64_t stride;
+  __device__ double operator()(int64_t j) const { return as_double(values[j * stride]); }
+};
+
+// One thread per (sample, position); a block sums its hits and adds them to sums with one atomic each
+// (whole numbers: exact in any order). Thread 0 of block 0 adds the loss and the counts.
+template <typename T>
+__global__ void accumulate_metrics_kernel(double* sums, const float* loss, const T* output, const int64_t* targets,
+                                          int64_t n, int64_t classes, int64_t spatial, int64_t top_k) {
+  __shared__ unsigned long long block_hits[2];
+  if (threadIdx.x < 2) block_hits[threadIdx.x] = 0;
+  __syncthreads();
+  const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (targets != nullptr && row < n * spatial) {
+    const int64_t label = targets[row];
+    if (label >= 0 && label < classes) {
+      const RowValues<T> value{output + (row / spatial) * classes * spatial + row % spatial, spatial};
+      const int64_t beaten = classes_beating(value, classes, label, top_k > 1 ? top_k : 1);
+      if (beaten == 0) atomicAdd(&block_hits[0], 1ULL);
+      if (beaten < top_k) atomicAdd(&block_hits[1], 1ULL);
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0 && targets != nullptr) {
+    atomicAdd(&sums[2], static_cast<double>(block_hits[0]));
+    if (top_k > 0) atomicAdd(&sums[3], static_cast<double>(block_hits[1]));
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    atomicAdd(&sums[0], static_cast<double>(*loss) * static_cast<double>(n));
+    atomicAdd(&sums[1], static_cast<double>(n));
+    if (targets != nullptr) atomicAdd(&sums[4], static_cast<double>(n * spatial));
+  }
+}
+
+__global__ void count_step_kernel(float* counters, float* found_inf) {
+  const float f = *found_inf;
+  counters[0] = counters[0] + 1.0f - f;
+  counters[1] = counters[1] + f;
+  counters[2] = (counters[2] + 1.0f) * f;
+  *found_inf = 0.0f;
+}
+
+__global__ void learning_rate_kernel(const float* step, float* lr, ScheduleParams params) {
+  *lr = static_cast<float>(scheduled_lr(params, static_cast<double>(*step)));
+}
+
+__global__ void gather_indices_kernel(const int64_t* order, const int64_t* cursor, int64_t* index, int64_t count) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < count) index[i] = order[*cursor + i];
+}
+
+__global__ void advance_cursor_kernel(int64_t* cursor, int64_t count) { *cursor += count; }
+
+template <typename T>
+void launch_metrics(double* sums, const float* loss, const void* output, const int64_t* targets, int64_t n,
+                    int64_t classes, int64_t spatial, int64_t top_k, cudaStream_t stream) {
+  const int64_t rows = targets != nullptr ? n * spatial : 1;
+  const unsigned blocks = static_cast<unsigned>((rows + kThreads - 1) / kThreads);
+  accumulate_metrics_kernel<<<blocks > 0 ? blocks : 1, kThreads, 0, stream>>>(
+      sums, loss, static_cast<const T*>(output), targets, n, classes, spatial, top_k);
+}
+
+}  // namespace
+
+void launch_accumulate_metrics(double* sums, const float* loss, const void* output, OutputType type,
+                               const int64_t* targets, int64_t n, int64_t classes, int64_t spatial, int64_t top_k,
+                               cudaStream_t stream) {
+  switch (type) {
+    case OutputType::kFloat32:
+      return launch_metrics<float>(sums, loss, output, targets, n, classes, spatial, top_k, stream);
+    case OutputType::kFloat64:
+      return launch_metrics<double>(sums, loss, output, targets, n, classes, spatial, top_k, stream);
+    case OutputType::kFloat16:
+      return launch_metrics<__half>(sums, loss, output, targets, n, classes, spatial, top_k, stream);
+    case OutputType::kBFloat16:
+      return launch_metrics<__nv_bfloat16>(sums, loss, output, targets, n, classes, spatial, top_k, stream);
+  }
+}
+
+void launch_count_step(float* counters, float* found_inf, cudaStream_t stream) {
+  count_step_kernel<<<1, 1, 0, stream>>>(counters, found_inf);
+}
+
+void launch_next_indices(const int64_t* order, int64_t* cursor, int64_t* index, int64_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  const unsigned blocks = static_cast<unsigned>((count + kThreads - 1) / kThreads);
+  gather_indices_kernel<<<blocks, kThreads, 0, stream>>>(order, cursor, index, count);
+  advance_cursor_kernel<<<1, 1, 0, stream>>>(cursor, count);
+}
+
+void launch_learning_rate(const float* step, float* lr, const ScheduleParams& params, cudaStream_t stream) {
+  learning_rate_kernel<<<1, 1, 0, stream>>>(step, lr, params);
+}
+
+}  // namespace gpucore::ops::cuda

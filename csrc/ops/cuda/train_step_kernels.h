@@ -1,0 +1,23 @@
+#pragma once
+// Launchers of the train-step CUDA kernels (raw buffers on the current device), kept free of torch headers.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "ops/step_math.h"
+
+namespace gpucore::ops::cuda {
+
+enum class OutputType { kFloat32, kFloat64, kFloat16, kBFloat16 };
+
+// sums: float64 (slots as accumulate_metrics); loss: one float32; output: contiguous N x C x spatial of
+// `type`; targets: int64 N x spatial, or null for loss and count only.
+void launch_accumulate_metrics(double* sums, const float* loss, const void* output, OutputType type,
+                               const int64_t* targets, int64_t n, int64_t classes, int64_t spatial, int64_t top_k,
+                               cudaStream_t stream);
+void launch_count_step(float* counters, float* found_inf, cudaStream_t stream);
+// index[i] = order[*cursor + i] for i < count, then *cursor += count (two launches: every read before the move).
+void launch_next_indices(const int64_t* order, int64_t* cursor, int64_t* index, int64_t count, cudaStream_t stream);
+void launch_learning_rate(const float* step, float* lr, const ScheduleParams& params, cudaStream_t stream);
+
+}  // namespace gpucore::ops::cuda
