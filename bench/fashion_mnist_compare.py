@@ -24,12 +24,12 @@ import torch
 from torch import nn
 
 import gpucore
-from gpucore.builtin_data import fashion_mnist, find_fashion_mnist
+from gpucore.data.builtin import fashion_mnist, find_fashion_mnist
 from gpucore.config import load_config
-from gpucore.engine_config import param_groups
+from gpucore.training.engine_config import param_groups
 from gpucore.models import FashionMnistCNN
-from gpucore.run_setup import resolve_channels_last
-from gpucore.tensor_inputs import input_stats
+from gpucore.training.run_setup import resolve_channels_last
+from gpucore.data.tensor_inputs import input_stats
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import device_label, import_lightning, report, sync  # noqa: E402

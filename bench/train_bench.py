@@ -18,8 +18,8 @@ import torch
 from torch import nn
 
 import gpucore
-from gpucore.builtin_data import synthetic_fashion
-from gpucore.tensor_inputs import input_stats
+from gpucore.data.builtin import synthetic_fashion
+from gpucore.data.tensor_inputs import input_stats
 from gpucore.models import FashionMnistCNN
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

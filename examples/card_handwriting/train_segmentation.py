@@ -13,7 +13,7 @@ from torch import nn
 
 import gpucore
 from gpucore.cam import segmentation_target
-from gpucore.tensor_inputs import model_inputs
+from gpucore.data.tensor_inputs import model_inputs
 
 
 def handwriting_cards(count: int, size: int = 64, seed: int = 0):

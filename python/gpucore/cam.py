@@ -19,7 +19,7 @@ from torch import nn
 
 from . import _C
 from .errors import ConfigError
-from .png import encode_png, grid
+from .data.png import encode_png, grid
 
 
 _ops = torch.ops.gpucore

@@ -13,14 +13,14 @@ from typing import Any, Callable, List, Optional, Sequence
 import torch
 from torch import nn
 
-from . import distributed
+from .training import distributed
 from .checkpoint import load_checkpoint
 from .config import load_config
 from .errors import ConfigError
-from .fit_loop import FitLoop
-from .models import build_model
-from .report import report_after_training
-from .run_setup import build_run
+from .training.fit_loop import FitLoop
+from .models.registry import build_model
+from .evaluation.run_report import report_after_training
+from .training.run_setup import build_run
 
 
 @dataclass

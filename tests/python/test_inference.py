@@ -3,8 +3,8 @@ import pytest
 import torch
 
 import gpucore
-from gpucore.builtin_data import CAPTCHA_ALPHABET, CLASS_NAMES, synthetic_captcha, synthetic_fashion
-from gpucore.decode import as_text, ctc_greedy, predicted
+from gpucore.data.builtin import CAPTCHA_ALPHABET, CLASS_NAMES, synthetic_captcha, synthetic_fashion
+from gpucore.tasks.decode import as_text, ctc_greedy, predicted
 
 DATA = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 512, "val_size": 300, "seed": 5}}
 

@@ -36,7 +36,7 @@ def test_default_config_learns_the_real_fashion_mnist(tmp_path):
     """The default data is the real Fashion-MNIST (here its first 4,000 training and 1,000 test images); where its
     files are nowhere, the synthetic set stands in with a warning."""
     assert load_config(None).data == "fashion_mnist" and load_config(None).epochs == 10
-    real = gpucore.builtin_data.find_fashion_mnist() is not None
+    real = gpucore.data.builtin.find_fashion_mnist() is not None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = gpucore.train(run_dir=str(tmp_path), epochs=2, progress=False,
@@ -278,7 +278,7 @@ def test_channels_last_and_deterministic_run(tmp_path):
 
 
 def test_channels_last_auto_is_on_for_conv_nets_on_the_cpu_only(tmp_path):
-    from gpucore.run_setup import resolve_channels_last
+    from gpucore.training.run_setup import resolve_channels_last
 
     from gpucore.models import FashionMnistCNN
 
@@ -300,7 +300,7 @@ def test_bf16_mixed_on_cpu_trains(tmp_path):
 
 
 def test_ctc_sequence_model_learns(tmp_path):
-    (x, y), (xv, yv) = gpucore.builtin_data.synthetic_sequences(train_size=448, val_size=64, steps=16, classes=5,
+    (x, y), (xv, yv) = gpucore.data.builtin.synthetic_sequences(train_size=448, val_size=64, steps=16, classes=5,
                                                              max_length=4, noise=0.1)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(5, 32), nn.ReLU(), nn.Linear(32, 5))

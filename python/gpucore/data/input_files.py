@@ -8,8 +8,10 @@ from typing import List, NamedTuple, Optional, Tuple
 
 import torch
 
-from . import _C, data
-from .errors import ConfigError
+from .. import _C
+
+from . import readers
+from ..errors import ConfigError
 
 ARRAY_EXTENSIONS = (".npy", ".npz")
 IDX_SUFFIXES = ("-ubyte", ".idx", "-ubyte.gz", ".idx.gz")
@@ -35,7 +37,7 @@ def read_input_images(path: str, channels: int, size: Optional[Tuple[int, int]] 
     if not os.path.exists(path):
         raise ConfigError(f"{origin} '{path}' does not exist")
     name = os.path.basename(path).lower()
-    if name.endswith(data.IMAGE_EXTENSIONS):
+    if name.endswith(readers.IMAGE_EXTENSIONS):
         images = _decode([path], channels, size)
         return InputImages(images, [os.path.basename(path)], [""])
     if name.endswith(ARRAY_EXTENSIONS):
@@ -52,8 +54,8 @@ def _image_files(folder: str, channels: int, size, origin: str) -> InputImages:
     for entry in sorted(os.listdir(folder)):
         full = os.path.join(folder, entry)
         if os.path.isdir(full):
-            files += [os.path.join(entry, f) for f in sorted(os.listdir(full)) if f.lower().endswith(data.IMAGE_EXTENSIONS)]
-        elif entry.lower().endswith(data.IMAGE_EXTENSIONS):
+            files += [os.path.join(entry, f) for f in sorted(os.listdir(full)) if f.lower().endswith(readers.IMAGE_EXTENSIONS)]
+        elif entry.lower().endswith(readers.IMAGE_EXTENSIONS):
             files.append(entry)
     if not files:
         raise ConfigError(f"{origin}: folder '{folder}' holds no .png, .jpg or .jpeg files (nor do its subfolders)")
@@ -62,7 +64,7 @@ def _image_files(folder: str, channels: int, size, origin: str) -> InputImages:
 
 
 def _decode(paths: List[str], channels: int, size) -> torch.Tensor:
-    return data.read_files(paths, [0] * len(paths), channels=channels, size=size).inputs
+    return readers.read_files(paths, [0] * len(paths), channels=channels, size=size).inputs
 
 
 def _npz_images(path: str, origin: str) -> torch.Tensor:

@@ -21,7 +21,7 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
-from .errors import ConfigError, TrainingError
+from ..errors import ConfigError, TrainingError
 
 
 @dataclass(frozen=True)

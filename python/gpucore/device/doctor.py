@@ -10,9 +10,9 @@ from typing import Optional
 
 import torch
 
-from . import _C, _build_info
-from .errors import ConfigError, DeviceUnavailableError
-from .device import DeviceLike, _device_string, assess_devices, device_facts, resolve_precision, select_device
+from .. import _C, _build_info
+from ..errors import ConfigError, DeviceUnavailableError
+from .select import DeviceLike, _device_string, assess_devices, device_facts, resolve_precision, select_device
 
 REPORT_VERSION = 1
 

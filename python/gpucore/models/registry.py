@@ -12,8 +12,8 @@ from typing import Callable, List, Optional, Tuple
 import torch
 from torch import nn
 
-from .errors import ConfigError
-from .values import is_int
+from ..errors import ConfigError
+from ..values import is_int
 
 
 class FashionMnistCNN(nn.Module):

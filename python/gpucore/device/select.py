@@ -8,8 +8,8 @@ from typing import Optional, Union
 
 import torch
 
-from . import _C
-from .errors import ConfigError, DeviceFallbackWarning
+from .. import _C
+from ..errors import ConfigError, DeviceFallbackWarning
 
 DeviceLike = Union[str, torch.device]
 

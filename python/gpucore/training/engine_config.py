@@ -7,9 +7,9 @@ import math
 import torch
 from torch import nn
 
-from . import _C
-from .errors import ConfigError
-from .models import backbone_split
+from .. import _C
+from ..errors import ConfigError
+from ..models.registry import backbone_split
 
 
 def param_groups(model: nn.Module, config) -> list:

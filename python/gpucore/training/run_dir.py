@@ -7,9 +7,9 @@ import itertools
 import os
 from typing import List, Optional
 
-from . import distributed
-from .checkpoint import remove_stale_temporaries, save_checkpoint, write_json, write_jsonl
-from .errors import ConfigError
+from ..training import distributed
+from ..checkpoint import remove_stale_temporaries, save_checkpoint, write_json, write_jsonl
+from ..errors import ConfigError
 
 
 class RunDir:

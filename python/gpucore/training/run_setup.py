@@ -11,18 +11,20 @@ from typing import Any, Callable, List, Optional
 import torch
 from torch import nn
 
-from . import _C, distributed
-from .data import LabeledData
-from .data import ImageFiles
-from .builtin_data import class_names, load_data
-from .device import PrecisionPolicy, resolve_precision, select_device
+from .. import _C
+
+from ..training import distributed
+from ..data.readers import LabeledData
+from ..data.readers import ImageFiles
+from ..data.builtin import class_names, load_data
+from ..device.select import PrecisionPolicy, resolve_precision, select_device
 from .engine_config import check_metric_keys, engine_config, param_groups
 from .epoch_data import EpochData, make_train_set, make_val_set, normalization_of
-from .errors import ConfigError
-from .models import build_model
-from .pretrained import NO_WEIGHTS, LoadReport, load_pretrained, resolve_weights_path
+from ..errors import ConfigError
+from ..models.registry import build_model
+from ..models.pretrained import NO_WEIGHTS, LoadReport, load_pretrained, resolve_weights_path
 from .rng import seed_everything
-from .tensor_inputs import as_images
+from ..data.tensor_inputs import as_images
 from .run_dir import RunDir
 
 

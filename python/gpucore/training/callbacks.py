@@ -9,8 +9,8 @@ from typing import Any, Callable, Optional, Sequence
 
 from torch import nn
 
-from .errors import ConfigError
-from .models import backbone_split, is_under
+from ..errors import ConfigError
+from ..models.registry import backbone_split, is_under
 from .run_dir import RunDir
 
 

@@ -13,9 +13,9 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 
-from . import _C, _build_info
-from .errors import ConfigError
-from .values import is_int
+from .. import _C, _build_info
+from ..errors import ConfigError
+from ..values import is_int
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
 # Image format by file extension (its reader is optional at build time).

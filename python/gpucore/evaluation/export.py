@@ -17,17 +17,12 @@ from typing import Optional, Union
 
 import torch
 
-from .errors import ConfigError
-from .inference import LoadedModel, load
+from ..errors import ConfigError, ExportError
+from .load import LoadedModel, load
 
 FORMATS = ("onnx", "safetensors")
 TOLERANCE = 1e-4
 PIP = {"onnx": "pip install onnx onnxscript onnxruntime", "safetensors": "pip install safetensors"}
-
-
-class ExportError(RuntimeError):
-    """torch.onnx could not export the model, or the exported model's outputs differ from PyTorch's by more
-    than the tolerance."""
 
 
 def preprocessing(model: LoadedModel) -> dict:
@@ -124,15 +119,3 @@ def _require(format: str) -> None:
         raise ConfigError(f"{format} export needs {', '.join(missing)}, not installed in this environment: "
                           f"{PIP[format]}  (or pip install 'gpucore[export]')")
 
-
-def run_command(args) -> int:
-    """`gpucore export CHECKPOINT --format onnx|safetensors`: the files, and a JSON summary on stdout."""
-    import sys
-
-    try:
-        result = export(args.checkpoint, args.format, args.out, opset=args.opset)
-    except ExportError as exc:
-        print(f"gpucore: export failed: {exc}", file=sys.stderr)
-        return 1
-    print(json.dumps(result, indent=2))
-    return 0

@@ -7,10 +7,12 @@ from typing import List, Optional
 
 import torch
 
-from . import _C, distributed
-from .data import ImageFiles
-from .device_batches import batch_source, choose_cache, data_stats, is_native, skipped_files
-from .errors import ConfigError
+from .. import _C
+
+from ..training import distributed
+from ..data.readers import ImageFiles
+from ..data.loader import batch_source, choose_cache, data_stats, is_native, skipped_files
+from ..errors import ConfigError
 
 
 class EpochData:

@@ -14,12 +14,12 @@ from typing import List, Optional, Union
 
 import torch
 
-from .decode import as_text, predicted
-from .errors import ConfigError
-from .inference import LoadedModel, load
-from .input_files import read_input_images
-from .png import encode_png
-from .values import is_int
+from ..tasks.decode import as_text, predicted
+from ..errors import ConfigError
+from .load import LoadedModel, load
+from ..data.input_files import read_input_images
+from ..data.png import encode_png
+from ..values import is_int
 
 
 class Predictions:
@@ -153,20 +153,3 @@ def _write_masks(masks: torch.Tensor, channels: int, names: List[str], folder: O
         row["foreground"] = round((masks[index] != 0).float().mean().item(), 6)
     return files
 
-
-def run_command(args) -> int:
-    """`gpucore predict CHECKPOINT INPUTS`: the CSV (and mask PNGs), and a JSON summary on stdout."""
-    import json
-
-    out = os.path.abspath(args.out)
-    masks = args.masks or os.path.splitext(out)[0] + "_masks"
-    result = predict(args.checkpoint, args.inputs, top_k=args.top_k, masks=masks, device=args.device,
-                     batch_size=args.batch_size)
-    result.write_csv(out)
-    summary = {"inputs": len(result), "out": out}
-    if result.mask_files is not None:
-        summary["masks"] = masks
-    if result.labels is not None:
-        summary["accuracy"] = result.accuracy()
-    print(json.dumps(summary, indent=2))
-    return 0

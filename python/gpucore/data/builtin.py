@@ -10,9 +10,11 @@ from typing import Callable, Optional, Tuple
 
 import torch
 
-from . import _C, data
-from .errors import ConfigError
-from .values import is_int
+from .. import _C
+
+from . import readers
+from ..errors import ConfigError
+from ..values import is_int
 
 
 
@@ -231,13 +233,13 @@ def _load_folder(path: str, kwargs: dict):
 
     train_images = _find(path, "train-images-idx3-ubyte", "train-images.idx3-ubyte")
     if train_images:
-        train = pair(data.read_idx(train_images, _required(path, "train-labels-idx1-ubyte", "train-labels.idx1-ubyte")))
+        train = pair(readers.read_idx(train_images, _required(path, "train-labels-idx1-ubyte", "train-labels.idx1-ubyte")))
         test_images = _find(path, "t10k-images-idx3-ubyte", "t10k-images.idx3-ubyte")
-        val = (pair(data.read_idx(test_images, _required(path, "t10k-labels-idx1-ubyte", "t10k-labels.idx1-ubyte")))
+        val = (pair(readers.read_idx(test_images, _required(path, "t10k-labels-idx1-ubyte", "t10k-labels.idx1-ubyte")))
                if test_images else None)
         return train, val
     arrays = {name[:-4]: os.path.join(path, name) for name in os.listdir(path) if name.endswith(".npy")}
-    splits = _pick_splits(arrays, lambda x, y: pair(data.read_npy(x, y)))
+    splits = _pick_splits(arrays, lambda x, y: pair(readers.read_npy(x, y)))
     if splits is not None:
         return splits
     if os.path.isdir(os.path.join(path, "train")):
@@ -252,9 +254,9 @@ def _load_folder(path: str, kwargs: dict):
                       "y_train.npy or x.npy/y.npy, and no class subfolders of images")
 
 
-def _image_folder(root: str, kwargs: dict) -> data.ImageFiles:
+def _image_folder(root: str, kwargs: dict) -> readers.ImageFiles:
     try:
-        return data.read_image_folder(root, **kwargs)
+        return readers.read_image_folder(root, **kwargs)
     except TypeError as exc:
         raise ConfigError(f"config key 'data_kwargs' does not fit the image-folder reader (channels, size, threads, "
                           f"on_error): {exc}") from exc
@@ -322,11 +324,11 @@ def load_data(name: str, kwargs: dict, val_fraction: float, seed: int):
 
 def split(dataset, fraction: float, seed: int):
     """(train, val) parts of (inputs, targets) tensors or ImageFiles, a seeded `fraction` held out."""
-    count = len(dataset) if isinstance(dataset, data.ImageFiles) else dataset[0].shape[0]
+    count = len(dataset) if isinstance(dataset, readers.ImageFiles) else dataset[0].shape[0]
     order = torch.randperm(count, generator=torch.Generator().manual_seed(seed))
     held_out = max(1, int(round(count * fraction)))
     val_index, train_index = order[:held_out], order[held_out:]
-    if isinstance(dataset, data.ImageFiles):
+    if isinstance(dataset, readers.ImageFiles):
         return dataset.subset(train_index.tolist()), dataset.subset(val_index.tolist())
     inputs, targets = dataset
     return (inputs[train_index], targets[train_index]), (inputs[val_index], targets[val_index])

@@ -12,12 +12,12 @@ from typing import List, Optional, Tuple, Union
 import torch
 from torch import nn
 
-from .checkpoint import load_checkpoint
-from .config import load_config
-from .device import select_device
-from .errors import ConfigError
-from .models import build_model
-from .tensor_inputs import as_images, model_inputs, prepare_inputs
+from ..checkpoint import load_checkpoint
+from ..config import load_config
+from ..device.select import select_device
+from ..errors import ConfigError
+from ..models.registry import build_model
+from ..data.tensor_inputs import as_images, model_inputs, prepare_inputs
 
 
 class LoadedModel:

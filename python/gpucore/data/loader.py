@@ -6,12 +6,12 @@ from typing import List, Optional, Tuple, Union
 
 import torch
 
-from . import _C
-from .config import KEY_BY_NAME
-from .errors import ConfigError
-from .data import LabeledData, ImageFiles
+from .. import _C
+from ..config import KEY_BY_NAME
+from ..errors import ConfigError
+from .readers import LabeledData, ImageFiles
 from .tensor_inputs import as_images, input_stats, prepare_inputs
-from .device import memory_stats, select_device
+from ..device.select import memory_stats, select_device
 
 
 

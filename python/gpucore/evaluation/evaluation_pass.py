@@ -16,13 +16,15 @@ from typing import List, Optional, Sequence
 import torch
 from torch import nn
 
-from . import _C, distributed
-from .decode import predicted
-from .device import resolve_precision
-from .engine_config import engine_config, param_groups
-from .epoch_data import EpochData, make_train_set, make_val_set
-from .errors import ConfigError
-from .run_setup import resolve_channels_last
+from .. import _C
+
+from ..training import distributed
+from ..tasks.decode import predicted
+from ..device.select import resolve_precision
+from ..training.engine_config import engine_config, param_groups
+from ..training.epoch_data import EpochData, make_train_set, make_val_set
+from ..errors import ConfigError
+from ..training.run_setup import resolve_channels_last
 
 
 @dataclass

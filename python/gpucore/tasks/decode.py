@@ -11,7 +11,7 @@ from typing import List, Optional, Sequence
 
 import torch
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 
 def predicted(outputs: torch.Tensor, loss: str, heads: int = 0) -> torch.Tensor:

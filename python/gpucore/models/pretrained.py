@@ -10,9 +10,9 @@ from typing import Dict, List, Optional
 import torch
 from torch import nn
 
-from .checkpoint import FORMAT
-from .errors import ConfigError
-from .models import LIBRARIES, adapt_input_conv, classifier_head, import_library, input_conv, is_under
+from ..checkpoint import FORMAT
+from ..errors import ConfigError
+from .registry import LIBRARIES, adapt_input_conv, classifier_head, import_library, input_conv, is_under
 
 LIBRARY_WEIGHTS = "true"  # pretrained: true, the library's own weights from its local cache
 NO_WEIGHTS = "false"  # pretrained: false, as no key
