@@ -14,7 +14,7 @@ from torch import nn
 import gpucore
 from gpucore import cli
 from gpucore.evaluation import run_report
-from gpucore.report import page, plots
+from gpucore.report import page as report_page, plots
 from gpucore.data.builtin import CLASS_NAMES, synthetic_fashion
 
 Image = pytest.importorskip("PIL.Image")
@@ -44,7 +44,7 @@ def test_the_run_writes_its_report_with_a_hand_counted_confusion_matrix(run):
     by_hand = np.zeros((10, 10), dtype=np.int64)
     for true, guess in zip(y_val.tolist(), guesses.tolist()):
         by_hand[true, guess] += 1
-    assert page.confusion(y_val, guesses, 10).numpy().tolist() == by_hand.tolist()
+    assert report_page.confusion(y_val, guesses, 10).numpy().tolist() == by_hand.tolist()
     rows = json.load(open(os.path.join(run.run_dir, "per_class.json")))
     assert [r["class"] for r in rows] == CLASS_NAMES["synthetic_fashion"]
     assert [r["support"] for r in rows] == by_hand.sum(1).tolist()
@@ -61,7 +61,7 @@ def test_per_class_metrics_equal_scikit_learns():
     truth = torch.randint(0, 6, (500,), generator=generator)
     guess = torch.where(torch.rand(500, generator=generator) < 0.6, truth, torch.randint(0, 6, (500,), generator=generator))
     guess[guess == 5] = 4  # class 5 never predicted: precision 0 by zero_division=0
-    rows = page.per_class(page.confusion(truth, guess, 6), [str(i) for i in range(6)])
+    rows = report_page.per_class(report_page.confusion(truth, guess, 6), [str(i) for i in range(6)])
     precision, recall, f1, support = metrics.precision_recall_fscore_support(truth, guess, labels=list(range(6)),
                                                                              zero_division=0)
     assert [r["precision"] for r in rows] == pytest.approx(precision.tolist())
@@ -69,7 +69,7 @@ def test_per_class_metrics_equal_scikit_learns():
     assert [r["f1"] for r in rows] == pytest.approx(f1.tolist())
     assert [r["support"] for r in rows] == support.tolist()
     assert metrics.confusion_matrix(truth, guess, labels=list(range(6))).tolist() == \
-        page.confusion(truth, guess, 6).tolist()
+        report_page.confusion(truth, guess, 6).tolist()
 
 
 def test_the_training_batch_is_shown_un_normalised(run):
@@ -78,7 +78,7 @@ def test_the_training_batch_is_shown_un_normalised(run):
     stats = gpucore.load(os.path.join(run.checkpoint_dir, "last.pt"), "cpu").input_stats
     images = torch.tensor([[[[0.0, 1.0], [0.5, 0.25]]]])
     standardised = (images - stats["mean"][0]) / stats["std"][0]
-    shown = page.display_images(standardised, (stats["mean"], stats["std"]))
+    shown = report_page.display_images(standardised, (stats["mean"], stats["std"]))
     assert shown[0] == pytest.approx(images[0, 0].numpy(), abs=1e-6)
 
 
@@ -210,7 +210,7 @@ def test_segmentation_report_shows_masks_with_their_iou(tmp_path):
     truth[0, :2, :2] = 1  # 4 pixels
     guess = torch.zeros(2, 4, 4, dtype=torch.long)
     guess[0, :2, :3] = 1  # 6 pixels, 4 shared: IoU 4/6; image 1: both empty, IoU 1
-    assert page.mask_iou(truth, guess).tolist() == pytest.approx([4 / 6, 1.0])
+    assert report_page.mask_iou(truth, guess).tolist() == pytest.approx([4 / 6, 1.0])
     generator = torch.Generator().manual_seed(0)
     images = torch.rand(48, 1, 16, 16, generator=generator)
     masks = (images[:, 0] > 0.5).long()

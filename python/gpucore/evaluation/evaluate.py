@@ -40,7 +40,7 @@ def evaluate(checkpoint: str, data: Optional[str] = None, split: str = "val", de
                           "or val/ folder); use split val for the run's validation share of its training data")
     normalization = model.normalization
     _, val_set = data_sets(config, None, held_out, normalization, model.device)
-    result = evaluation_pass(model.module, config, val_set, model.device)
+    result = evaluation_pass(model.module, config, model.task, val_set, model.device)
     if out is None:
         parent = os.path.dirname(os.path.abspath(checkpoint))
         root = os.path.dirname(parent) if os.path.basename(parent) == "checkpoints" else parent

@@ -17,9 +17,9 @@ import torch
 from torch import nn
 
 from .. import _C
-
+from ..tasks import Task
+from ..tasks.sequences import pad_sequences
 from ..training import distributed
-from ..tasks.decode import predicted
 from ..device.select import resolve_precision
 from ..training.engine_config import engine_config, param_groups
 from ..training.epoch_data import EpochData, make_train_set, make_val_set
@@ -28,47 +28,29 @@ from ..training.run_setup import resolve_channels_last
 
 
 @dataclass
-class Predictions:
+class EvaluationResult:
+    """One evaluation pass's metrics and, per sample, what the task needs to show them (the report, gpucore
+    evaluate). Not to be confused with gpucore.Predictions, what `gpucore.predict` returns for new inputs."""
+
     metrics: dict  # the engine's metrics of the pass: loss, accuracy, ... (no split prefix)
     targets: torch.Tensor  # CPU, as the data holds them
-    predicted: torch.Tensor  # CPU, decode.predicted: classes, per-head classes, CTC sequences or masks
-    outputs: Optional[torch.Tensor]  # CPU float32 raw outputs; None for segmentation (masks are kept instead)
-    loss: str
-    heads: int
-    label_smoothing: float
+    predicted: torch.Tensor  # CPU, the task's decoding: classes, per-head classes, CTC sequences or masks
+    outputs: Optional[torch.Tensor]  # CPU float32 raw outputs; None where the task keeps only the decoded ones
+    task: Task
     data: EpochData  # the data set, to fetch the inputs of chosen samples
 
     def __len__(self) -> int:
         return self.targets.shape[0]
 
-    @property
-    def is_classification(self) -> bool:
-        return self.loss == "cross_entropy" and self.targets.dim() == 1
-
     def confidence(self) -> Optional[torch.Tensor]:
-        """Softmax probability of the predicted class (classification), per head (multi-head), else None."""
-        if self.outputs is None:
-            return None
-        if self.is_classification:
-            return self.outputs.softmax(1).amax(1)
-        if self.loss == "multilabel_soft_margin" and self.heads > 0:
-            return self.outputs.reshape(len(self), self.heads, -1).softmax(-1).amax(-1)
-        return None
+        return None if self.outputs is None else self.task.confidence(self.outputs)
 
     def sample_losses(self) -> Optional[torch.Tensor]:
-        """Each sample's cross-entropy (classification; their mean is the metrics' loss), else None."""
-        if not self.is_classification:
-            return None
-        return nn.functional.cross_entropy(self.outputs, self.targets.long(), reduction="none",
-                                           label_smoothing=self.label_smoothing)
+        return None if self.outputs is None else self.task.sample_losses(self.outputs, self.targets)
 
     def correct(self) -> torch.Tensor:
         """Per sample: the prediction is right (all heads, the whole sequence, every pixel)."""
-        if self.loss == "ctc":
-            width = max(self.predicted.shape[1], self.targets.shape[1])
-            return (_pad(self.predicted, width) == _pad(self.targets, width)).all(1)
-        right = self.predicted == self.targets.reshape(self.predicted.shape).to(self.predicted.dtype)
-        return right.reshape(len(self), -1).all(1)
+        return self.task.correct(self.predicted, self.targets)
 
     def inputs(self, indices: Sequence[int]) -> torch.Tensor:
         """The model inputs (as the engine got them: standardised, on the device) of samples `indices`, in that order."""
@@ -83,10 +65,6 @@ class Predictions:
             if all(f is not None for f in found):
                 break
         return torch.stack([f for f in found if f is not None]) if found else torch.empty(0)
-
-
-def _pad(sequences: torch.Tensor, width: int) -> torch.Tensor:
-    return nn.functional.pad(sequences.long(), (0, width - sequences.shape[1]), value=-1)
 
 
 class _Recording:
@@ -104,22 +82,26 @@ class _Recording:
             yield inputs, targets
 
 
-def evaluation_pass(module: nn.Module, config, data: EpochData, device: torch.device) -> Predictions:
+def evaluation_pass(module: nn.Module, config, task: Task, data: EpochData, device: torch.device) -> EvaluationResult:
     """One evaluation pass of `module` (in eval mode) over `data` by an engine built from `config` (precision,
-    loss, top_k and channels-last as the run had them); the module itself is left as it was."""
+    top_k and channels-last as the run had them) and `task` (its loss and decoding); the module itself is left as
+    it was."""
     policy = resolve_precision(config.precision, device, tf32=config.tf32, cudnn_benchmark=config.cudnn_benchmark)
     channels_last = resolve_channels_last(config.channels_last, device, module)
     module = copy.deepcopy(module).to(device=device, dtype=policy.param_dtype).eval()
     if channels_last:
         module.to(memory_format=torch.channels_last)
-    engine = _C.Engine(param_groups(module, config), engine_config(config, str(device), policy, 1, channels_last))
+    engine = _C.Engine(param_groups(module, config), engine_config(config, task, str(device), policy, 1, channels_last))
     outputs, decoded = [], []
+    rules = [task]  # the task's rules for outputs of the shape the model gives, settled by the first batch
 
     def forward(inputs: torch.Tensor) -> torch.Tensor:
         output = module(inputs)
         scores = output.detach().float()
-        decoded.append(predicted(scores, config.loss, config.heads).to("cpu"))
-        if config.loss != "dice_bce":
+        if not decoded:
+            rules[0] = task.for_outputs(scores)
+        decoded.append(rules[0].decode(scores).to("cpu"))
+        if rules[0].keeps_outputs:
             outputs.append(scores.to("cpu"))
         return output
 
@@ -127,16 +109,16 @@ def evaluation_pass(module: nn.Module, config, data: EpochData, device: torch.de
     stats = engine.evaluate(_C.PythonBatches(recording, device), forward)
     if not recording.targets:
         raise ConfigError(f"no samples to evaluate in {data.description}")
-    return Predictions(metrics=dict(stats["metrics"]), targets=torch.cat(recording.targets),
-                       predicted=_cat_padded(decoded), outputs=_cat_padded(outputs) if outputs else None,
-                       loss=config.loss, heads=config.heads, label_smoothing=config.label_smoothing, data=data)
+    return EvaluationResult(metrics=dict(stats["metrics"]), targets=torch.cat(recording.targets),
+                            predicted=_cat_padded(decoded), outputs=_cat_padded(outputs) if outputs else None,
+                            task=rules[0], data=data)
 
 
 def _cat_padded(parts: List[torch.Tensor]) -> torch.Tensor:
     """Batches concatenated; CTC sequences of different lengths are padded with -1 first."""
     if parts[0].dim() >= 2 and len({p.shape[1:] for p in parts}) > 1:
         width = max(p.shape[1] for p in parts)
-        parts = [_pad(p, width) for p in parts]
+        parts = [pad_sequences(p, width) for p in parts]
     return torch.cat(parts)
 
 

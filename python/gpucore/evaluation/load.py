@@ -17,6 +17,7 @@ from ..config import load_config
 from ..device.select import select_device
 from ..errors import ConfigError
 from ..models.registry import build_model
+from ..tasks import task_of
 from ..data.tensor_inputs import as_images, model_inputs, prepare_inputs
 
 
@@ -30,6 +31,7 @@ class LoadedModel:
     def __init__(self, model: nn.Module, config, classes: Optional[List[str]], input_stats: Optional[dict],
                  input_shape: Optional[List[int]], device: torch.device, checkpoint: str):
         self.module, self.config, self.classes = model, config, classes
+        self.task = task_of(config)  # what kind of model it is (its run's loss and heads): how its outputs decode
         self.input_stats, self.input_shape, self.device, self.checkpoint = input_stats, input_shape, device, checkpoint
 
     def __repr__(self) -> str:

@@ -14,7 +14,6 @@ from typing import List, Optional, Union
 
 import torch
 
-from ..tasks.decode import as_text, predicted
 from ..errors import ConfigError
 from .load import LoadedModel, load
 from ..data.input_files import read_input_images
@@ -24,7 +23,7 @@ from ..values import is_int
 
 class Predictions:
     """What `predict` returns: `names` (image file paths relative to the input folder, or indices),
-    `outputs` (raw model outputs), `predicted` (decode.predicted: classes, per-head classes, CTC sequences,
+    `outputs` (raw model outputs), `predicted` (the task's decoding: classes, per-head classes, CTC sequences,
     label sets or masks), `rows` (one dict per input: the CSV's columns), `labels` (classification: true
     classes from class subfolders named like the checkpoint's classes, else None) and `mask_files`
     (segmentation)."""
@@ -68,24 +67,15 @@ def predict(checkpoint: Union[str, os.PathLike, LoadedModel], inputs, *, top_k: 
         raise ConfigError(f"top_k must be an integer >= 1, got {top_k!r}")
     raw, names, folders = _read(model, inputs)
     outputs = model(raw, batch_size).cpu()
-    config = model.config
-    segmentation = outputs.dim() == 4 and config.loss in ("dice_bce", "bce_with_logits")
-    decoded = predicted(outputs, "dice_bce" if segmentation else config.loss, config.heads)
-    labels = _folder_labels(folders, model.classes) if config.loss == "cross_entropy" else None
+    task = model.task.for_outputs(outputs)
+    decoded = task.decode(outputs)
+    labels = _folder_labels(folders, model.classes) if task.labels_from_folders else None
     rows = [{"input": name} for name in names]
     if labels is not None:
         for row, label in zip(rows, labels.tolist()):
             row["label"] = model.classes[label]
-    mask_files = None
-    if config.loss == "cross_entropy":
-        _classification(rows, outputs, model.classes, top_k)
-    elif config.loss == "ctc" or (config.loss == "multilabel_soft_margin" and config.heads > 0):
-        for row, text in zip(rows, as_text(decoded, model.classes)):
-            row["text"] = text
-    elif segmentation:
-        mask_files = _write_masks(decoded, outputs.shape[1], names, masks, rows)
-    else:  # bce_with_logits, multilabel_soft_margin without heads: a set of labels per input
-        _multilabel(rows, outputs, model.classes)
+    mask_files = _write_masks(decoded, outputs.shape[1], names, masks, rows) if task.predicts_masks else None
+    task.add_prediction_columns(rows, outputs, decoded, model.classes, top_k)
     return Predictions(names, outputs, decoded, rows, labels, mask_files)
 
 
@@ -115,28 +105,10 @@ def _folder_labels(folders: Optional[List[str]], classes: Optional[List[str]]) -
     return torch.tensor([index[folder] for folder in folders])
 
 
-def _classification(rows: List[dict], outputs: torch.Tensor, classes: Optional[List[str]], top_k: int) -> None:
-    probabilities, indices = torch.softmax(outputs, 1).topk(min(top_k, outputs.shape[1]), dim=1)
-    for row, p, index in zip(rows, probabilities.tolist(), indices.tolist()):
-        for rank, (value, i) in enumerate(zip(p, index), start=1):
-            row[f"class_{rank}"] = classes[i] if classes else str(i)
-            row[f"index_{rank}"] = i
-            row[f"probability_{rank}"] = round(value, 6)
-
-
-def _multilabel(rows: List[dict], outputs: torch.Tensor, classes: Optional[List[str]]) -> None:
-    names = classes if classes and len(classes) == outputs.shape[1] else [str(i) for i in range(outputs.shape[1])]
-    probabilities = torch.sigmoid(outputs)
-    for row, p in zip(rows, probabilities.tolist()):
-        row["labels"] = ";".join(name for name, value in zip(names, p) if value > 0.5)
-        for name, value in zip(names, p):
-            row[f"probability_{name}"] = round(value, 6)
-
-
 def _write_masks(masks: torch.Tensor, channels: int, names: List[str], folder: Optional[str],
                  rows: List[dict]) -> Optional[List[str]]:
-    """One grey PNG per mask in `folder` (255 for a one-channel model's foreground, else the class id);
-    the rows get the file and the foreground share."""
+    """One grey PNG per mask in `folder` (255 for a one-channel model's foreground, else the class id); the rows get
+    the file."""
     grey = (masks * 255 if channels == 1 else masks).to(torch.uint8).cpu()
     files = None
     if folder is not None:
@@ -147,9 +119,7 @@ def _write_masks(masks: torch.Tensor, channels: int, names: List[str], folder: O
             with open(path, "wb") as handle:
                 handle.write(encode_png(mask))
             files.append(path)
-    for index, row in enumerate(rows):
-        if files is not None:
-            row["mask"] = files[index]
-        row["foreground"] = round((masks[index] != 0).float().mean().item(), 6)
+        for row, path in zip(rows, files):
+            row["mask"] = path
     return files
 

@@ -60,10 +60,10 @@ def write_report(run_dir: str, device: str = "auto", module: Optional[nn.Module]
         page.figure("Loss, metrics and learning rate per epoch", "curves.png", lambda path: plots.curves(history, path))
     rows = None
     if val_set is not None:
-        result = page.attempt("the validation pass", lambda: evaluation_pass(module, config, val_set, target))
+        result = page.attempt("the validation pass", lambda: evaluation_pass(module, config, model.task, val_set, target))
         if result is not None:
             rows = prediction_sections(page, result, classes, normalization, module, config, target)
-    train_batch_section(page, train_set, normalization, classes, config)
+    train_batch_section(page, train_set, normalization, classes, model.task)
     page.table("Config", sorted(config.to_dict().items()), ("key", "value"))
     if rows is not None:
         write_json(os.path.join(run_dir, "per_class.json"), rows)

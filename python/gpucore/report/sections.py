@@ -12,6 +12,7 @@ from torch import nn
 
 from . import plots
 from ..cam import CAM
+from ..tasks.base import names_for
 from ..tasks.decode import as_text
 from .page import GRID, Page, confusion, display_images, is_images, mask_iou, per_class
 
@@ -21,22 +22,19 @@ TOP_LOSSES = 8
 # ---- what the predictions show -------------------------------------------------------------------
 def prediction_sections(page: Page, result, classes: Optional[List[str]], normalization,
                         module: nn.Module, config, device: torch.device) -> Optional[List[dict]]:
-    """The evaluation's metrics, then per loss: confusion matrices and per-class metrics, the validation grid,
-    the worst mistakes with Grad-CAM, masks with IoU, decoded strings. Returns the per-class rows (or None)."""
+    """The evaluation's metrics, then the sections the task draws (Task.report_sections): confusion matrices and
+    per-class metrics, the validation grid, the worst mistakes with Grad-CAM, masks with IoU, decoded strings.
+    Returns the per-class rows (or None)."""
     page.table("Metrics (" + result.data.description + f", {len(result)} samples)",
                [(k, v) for k, v in result.metrics.items()], ("metric", "value"))
-    rows = None
-    if result.is_classification:
-        rows = _classification(page, result, classes, normalization, module, config, device)
-    elif result.loss == "multilabel_soft_margin" and result.heads > 0 or result.loss == "ctc":
-        rows = _sequences(page, result, classes, normalization)
-    elif result.loss == "dice_bce":
+    section = result.task.report_sections
+    if section == "classification":
+        return _classification(page, result, classes, normalization, module, config, device)
+    if section == "sequences":
+        return _sequences(page, result, classes, normalization)
+    if section == "segmentation":
         _segmentation(page, result, normalization)
-    return rows
-
-
-def _names(classes: Optional[List[str]], count: int) -> List[str]:
-    return list(classes) if classes and len(classes) == count else [str(i) for i in range(count)]
+    return None
 
 
 def _confusion_sections(page: Page, matrix: torch.Tensor, names: List[str], what: str) -> List[dict]:
@@ -52,9 +50,11 @@ def _confusion_sections(page: Page, matrix: torch.Tensor, names: List[str], what
     return rows
 
 
-def _classification(page, result, classes, normalization, module, config, device) -> List[dict]:
+def _classification(page, result, classes, normalization, module, config, device) -> Optional[List[dict]]:
+    if result.targets.dim() != 1:
+        return None  # soft labels: nothing to count right or wrong
     count = result.outputs.shape[1]
-    names = _names(classes, count)
+    names = names_for(classes, count)
     rows = _confusion_sections(page, confusion(result.targets, result.predicted, count), names, "")
     confidence, right = result.confidence(), result.correct()
     shown = list(range(min(GRID, len(result))))
@@ -102,18 +102,11 @@ def _top_losses(path, result, order, names, normalization, module, config, devic
 
 def _sequences(page, result, classes, normalization) -> Optional[List[dict]]:
     """Multi-head (captcha) and CTC: decoded strings beside the truth; per-character confusion."""
-    ctc = result.loss == "ctc"
-    count = result.outputs.shape[-1] // (1 if ctc else result.heads)
-    alphabet = _names(classes, count)
-    if ctc and not classes:
-        alphabet = ["-"] + [str(i) for i in range(1, count)]  # 0 is CTC's blank
-    targets, predicted = result.targets.long(), result.predicted.long()
-    if ctc:  # characters are compared position by position where the lengths agree
-        same = (targets >= 0).sum(1) == (predicted >= 0).sum(1)
-        width = min(targets.shape[1], predicted.shape[1])
-        targets, predicted = targets[same][:, :width], predicted[same][:, :width]
-    rows = _confusion_sections(page, confusion(targets, predicted, count), alphabet,
-                               " per character" + (" (sequences of the right length)" if ctc else ""))
+    task = result.task
+    count = task.class_count(result.outputs)
+    alphabet = task.alphabet(classes, count)
+    targets, predicted, left_out = task.aligned(result.targets.long(), result.predicted.long())
+    rows = _confusion_sections(page, confusion(targets, predicted, count), alphabet, " per character" + left_out)
     right = result.correct()
     shown = list(range(min(GRID, len(result))))
     truth = as_text(result.targets[shown].long(), alphabet)
@@ -152,20 +145,13 @@ def _mask_overlay(picture: np.ndarray, mask: torch.Tensor) -> np.ndarray:
     return out
 
 
-def train_batch_section(page: Page, train_set, normalization, classes, config) -> None:
+def train_batch_section(page: Page, train_set, normalization, classes, task) -> None:
     """One augmented training batch as the model sees it, un-normalised (image inputs only)."""
     batch = page.attempt("train_batch.png", lambda: next(iter(train_set.batches(0))))
     if batch is None or not is_images(batch[0]):
         return
     inputs, targets = batch[0][:GRID], batch[1][:GRID].cpu()
-    if config.loss == "cross_entropy" and targets.dim() == 1:
-        names = _names(classes, int(max(targets.max().item() + 1, len(classes or []))))
-        titles = [names[int(t)] for t in targets]
-    elif targets.dim() == 2 and not targets.is_floating_point():
-        names = classes or [str(i) for i in range(int(targets.max()) + 1)]
-        titles = as_text(targets.reshape(len(targets), -1), names)
-    else:
-        titles = [""] * len(inputs)
+    titles = task.target_text(targets, classes)
     page.figure("One training batch", "train_batch.png",
                 lambda path: plots.image_grid(display_images(inputs, normalization), titles, path),
                 "Augmented and un-normalised, as the model sees it in training (epoch 1), with its labels.")

@@ -10,6 +10,7 @@ from torch import nn
 from .. import _C
 from ..errors import ConfigError
 from ..models.registry import backbone_split
+from ..tasks import Task
 
 
 def param_groups(model: nn.Module, config) -> list:
@@ -46,15 +47,7 @@ def scaled_lr(config) -> float:
     return {"none": config.lr, "linear": config.lr * ratio, "sqrt": config.lr * math.sqrt(ratio)}[config.lr_scaling]
 
 
-def loss_config(config) -> "_C.LossConfig":
-    loss = _C.LossConfig()
-    loss.kind = config.loss
-    loss.label_smoothing = config.label_smoothing
-    loss.heads = config.heads
-    return loss
-
-
-def engine_config(config, device: str, policy, steps_per_epoch: int, channels_last: bool) -> _C.EngineConfig:
+def engine_config(config, task: Task, device: str, policy, steps_per_epoch: int, channels_last: bool) -> _C.EngineConfig:
     engine = _C.EngineConfig()
     engine.device = torch.device(device)
     engine.autocast_dtype = policy.autocast_dtype
@@ -66,7 +59,7 @@ def engine_config(config, device: str, policy, steps_per_epoch: int, channels_la
     engine.log_every_n_steps = config.log_every_n_steps
     engine.max_nonfinite_steps = config.max_nonfinite_steps
     engine.top_k = config.top_k
-    engine.loss = loss_config(config)
+    engine.loss = task.loss_config()
     optimizer = _C.OptimizerConfig()
     optimizer.kind = config.optimizer
     optimizer.momentum, optimizer.nesterov = config.momentum, config.nesterov
@@ -93,15 +86,12 @@ def engine_config(config, device: str, policy, steps_per_epoch: int, channels_la
     return engine
 
 
-def check_metric_keys(config, has_val: bool) -> None:
-    """What can be known before the first epoch trains: a monitor no epoch can report, heads the loss ignores."""
-    if config.heads > 0 and config.loss != "multilabel_soft_margin":
-        raise ConfigError(f"config key 'heads' ({config.heads}) is used by loss multilabel_soft_margin only; loss "
-                          f"'{config.loss}' would ignore it: set heads: 0, or loss: multilabel_soft_margin")
+def check_monitor(config, task: Task, has_val: bool) -> None:
+    """Config key monitor names a metric some epoch will report; known before the first epoch trains."""
     if config.monitor == "auto":
         return
     splits = ("train", "val") if has_val else ("train",)
-    names = [f"{split}_{name}" for split in splits for name in _C.reported_metrics(loss_config(config), config.top_k)]
+    names = [f"{split}_{name}" for split in splits for name in task.metric_names(config.top_k)]
     if config.monitor not in names:
         raise ConfigError(f"config key 'monitor': '{config.monitor}' is never reported with loss '{config.loss}'"
                           f"{'' if has_val else ' and no validation data'}; reported: {', '.join(names)}")

@@ -9,7 +9,7 @@ import torch
 
 from .. import _C
 
-from ..training import distributed
+from . import distributed
 from ..data.readers import ImageFiles
 from ..data.loader import batch_source, choose_cache, data_stats, is_native, skipped_files
 from ..errors import ConfigError

@@ -8,13 +8,13 @@ from typing import Any, List, Optional, Sequence
 
 import torch
 
-from ..training import distributed
+from . import distributed
 from .callbacks import FreezeBackbone, ModelCheckpoint, Monitor, call
 from ..checkpoint import load_checkpoint
 from ..config import KEY_BY_NAME
 from .epoch_data import make_train_set
 from ..errors import ConfigError, OutOfMemoryError, TrainingError
-from ..training import oom
+from . import oom
 from .progress import EpochProgress, print_epoch
 from .rng import rng_state, set_rng_state
 from .run_setup import Run
@@ -141,7 +141,7 @@ class FitLoop:
         train_metrics = distributed.average_metrics(train_metrics, stats["samples"], run.device)
         record.update({f"train_{k}": v for k, v in train_metrics.items()})
         # Only when top_k was changed: the default (5) quietly stays off for models of few classes.
-        if (self.epoch == self.start_epoch and config.loss == "cross_entropy"
+        if (self.epoch == self.start_epoch and run.task.reports_top_k
                 and config.top_k not in (0, _DEFAULT_TOP_K) and f"train_top{config.top_k}_accuracy" not in record):
             warnings.warn(f"config key 'top_k' is {config.top_k}, but the model has at most that many classes, so "
                           f"top-{config.top_k} accuracy is always 1 and is not reported; set top_k below the "

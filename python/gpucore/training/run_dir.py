@@ -7,7 +7,7 @@ import itertools
 import os
 from typing import List, Optional
 
-from ..training import distributed
+from . import distributed
 from ..checkpoint import remove_stale_temporaries, save_checkpoint, write_json, write_jsonl
 from ..errors import ConfigError
 

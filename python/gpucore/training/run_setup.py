@@ -13,14 +13,14 @@ from torch import nn
 
 from .. import _C
 
-from ..training import distributed
-from ..data.readers import LabeledData
-from ..data.readers import ImageFiles
+from . import distributed
+from ..data.readers import ImageFiles, LabeledData
 from ..data.builtin import class_names, load_data
 from ..device.select import PrecisionPolicy, resolve_precision, select_device
-from .engine_config import check_metric_keys, engine_config, param_groups
+from .engine_config import check_monitor, engine_config, param_groups
 from .epoch_data import EpochData, make_train_set, make_val_set, normalization_of
 from ..errors import ConfigError
+from ..tasks import Task, task_of
 from ..models.registry import build_model
 from ..models.pretrained import NO_WEIGHTS, LoadReport, load_pretrained, resolve_weights_path
 from .rng import seed_everything
@@ -31,6 +31,7 @@ from .run_dir import RunDir
 @dataclass
 class Run:
     config: Any
+    task: Task  # what kind of model it trains (config keys loss and heads), decided once here
     world: distributed.World
     device: torch.device
     device_reason: str
@@ -65,6 +66,7 @@ class Run:
 
 
 def build_run(config, world: distributed.World, model=None, train_data=None, val_data=None, loss=None) -> Run:
+    task = task_of(config)
     seed_everything(config.seed)
     if config.deterministic:
         torch.use_deterministic_algorithms(True)
@@ -92,13 +94,13 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
     train_set = make_train_set(train_data, config, device, normalization, world)
     distributed.check_same(train_set.total_batches(), "the number of batches per epoch (data length)")
     val_set = make_val_set(val_data, config, device, normalization)
-    check_metric_keys(config, val_set is not None)
+    check_monitor(config, task, val_set is not None)
     steps_per_epoch = math.ceil(train_set.total_batches() / config.accumulate_grad_batches)
     engine = _C.Engine(param_groups(module, config),
-                       engine_config(config, device, policy, steps_per_epoch, channels_last))
+                       engine_config(config, task, device, policy, steps_per_epoch, channels_last))
     run_dir = RunDir(config, world)
     run_dir.create(config)
-    return Run(config=config, world=world, device=choice.device, device_reason=choice.reason, policy=policy,
+    return Run(config=config, task=task, world=world, device=choice.device, device_reason=choice.reason, policy=policy,
                module=module, forward=forward, loss=loss, train_data=train_data, normalization=normalization,
                classes=classes, input_shape=_input_shape(train_data), pretrained=pretrained,
                train_set=train_set, val_set=val_set, steps_per_epoch=steps_per_epoch, channels_last=channels_last,
