@@ -43,6 +43,7 @@ from .device.select import (  # noqa: E402
 from .device.doctor import doctor  # noqa: E402
 from .config import TrainConfig, load_config  # noqa: E402
 from .train import TrainResult, train  # noqa: E402
+from .training.callbacks import Callback  # noqa: E402
 from .cam import CAM, CamResult, gradcam  # noqa: E402
 from .evaluation.load import LoadedModel, load  # noqa: E402
 from .evaluation.evaluate import evaluate  # noqa: E402
@@ -56,6 +57,7 @@ __version__ = _build_info.GPUCORE_VERSION
 
 __all__ = [
     "CAM",
+    "Callback",
     "CamResult",
     "ConfigError",
     "DataLoader",

@@ -19,6 +19,7 @@ from .config import load_config
 from .errors import ConfigError
 from .training.fit_loop import FitLoop
 from .models.registry import build_model
+from .run_files import CHECKPOINTS, LAST, METRICS, STATS
 from .evaluation.run_report import report_after_training
 from .training.run_setup import build_run
 
@@ -31,7 +32,7 @@ class TrainResult:
     best_metric: Optional[float]
     best_epoch: Optional[int]
     monitor: str
-    status: str  # completed, early_stopped or interrupted
+    status: str  # completed, early_stopped, stopped (a callback set trainer.should_stop) or interrupted
     run_dir: str
     checkpoint_dir: str
     stats_path: str
@@ -52,8 +53,8 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
 
     model: an nn.Module (default: built from config key `model`); train_data/val_data: (inputs, targets)
     tensors, a torch Dataset or DataLoader (default: config key `data`); loss: a callable
-    (output, target) -> scalar tensor (default: config key `loss`); callbacks: objects with optional
-    on_epoch_end(epoch, record) and on_step_end(step, metrics) methods.
+    (output, target) -> scalar tensor (default: config key `loss`); callbacks: gpucore.Callback objects (or any
+    objects with some of its hook methods), called after the built-in ones and before ModelCheckpoint.
     """
     config = load_config(cfg, overrides)
     world = distributed.environment()
@@ -103,16 +104,16 @@ def _train_in_processes(config) -> TrainResult:
                           f"device(s); set devices to at most {gpus}, or device: cpu for {config.devices} CPU "
                           "processes")
     summary = distributed.launch(config, config.devices, config.dist_timeout)
-    stats_path = os.path.join(summary["run_dir"], "training_stats.json")
+    stats_path = os.path.join(summary["run_dir"], STATS)
     with open(stats_path, encoding="utf-8") as handle:
         stats = json.load(handle)
-    checkpoint_dir = os.path.join(summary["run_dir"], "checkpoints")
+    checkpoint_dir = os.path.join(summary["run_dir"], CHECKPOINTS)
     module = build_model(config.model, config.model_kwargs)
-    module.load_state_dict(load_checkpoint(os.path.join(checkpoint_dir, "last.pt"))["model"])
+    module.load_state_dict(load_checkpoint(os.path.join(checkpoint_dir, LAST))["model"])
     history = stats["epochs"]
     return TrainResult(
         history=history, best_metric=stats["best"]["metric"], best_epoch=stats["best"]["epoch"],
         monitor=stats["best"]["monitor"] or "", status=stats["status"], run_dir=summary["run_dir"],
-        checkpoint_dir=checkpoint_dir, stats_path=stats_path, metrics_path=os.path.join(summary["run_dir"], "metrics.jsonl"),
+        checkpoint_dir=checkpoint_dir, stats_path=stats_path, metrics_path=os.path.join(summary["run_dir"], METRICS),
         device=stats["device"], precision=stats["precision"]["precision"], samples_per_second=_samples_per_second(history),
         steps=stats["steps"], skipped_steps=stats["skipped_steps"], host_syncs=stats["host_syncs"], model=module)

@@ -8,6 +8,7 @@ from typing import Optional
 from ..checkpoint import write_json
 from ..data.builtin import load_data
 from ..errors import ConfigError
+from ..run_files import CHECKPOINTS, EVALUATION, PER_CLASS
 from ..report.page import Page
 from ..report.sections import prediction_sections
 from .evaluation_pass import data_sets, evaluation_pass
@@ -43,7 +44,7 @@ def evaluate(checkpoint: str, data: Optional[str] = None, split: str = "val", de
     result = evaluation_pass(model.module, config, model.task, val_set, model.device)
     if out is None:
         parent = os.path.dirname(os.path.abspath(checkpoint))
-        root = os.path.dirname(parent) if os.path.basename(parent) == "checkpoints" else parent
+        root = os.path.dirname(parent) if os.path.basename(parent) == CHECKPOINTS else parent
         out = os.path.join(root, f"evaluate-{split}")
     page = Page(out)
     summary = {"checkpoint": os.path.abspath(checkpoint), "data": name, "split": split, "samples": len(result),
@@ -51,9 +52,9 @@ def evaluate(checkpoint: str, data: Optional[str] = None, split: str = "val", de
     page.table("Evaluation", [(k, v) for k, v in summary.items() if k != "metrics"])
     rows = prediction_sections(page, result, model.classes, normalization, model.module, config, model.device)
     if rows is not None:
-        write_json(os.path.join(out, "per_class.json"), rows)
+        write_json(os.path.join(out, PER_CLASS), rows)
         summary["per_class"] = rows
     summary["report"] = page.write(f"gpucore evaluate: {os.path.basename(checkpoint)} on {name} ({split})")
-    write_json(os.path.join(out, "evaluation.json"), summary)
+    write_json(os.path.join(out, EVALUATION), summary)
     return summary
 

@@ -16,21 +16,19 @@ from ..checkpoint import load_checkpoint, write_json
 from ..data.builtin import load_data
 from ..device.select import select_device
 from ..errors import ConfigError
+from ..run_files import CHECKPOINTS, METRICS, PER_CLASS, REPORT_CHECKPOINTS, STATS
 from ..report import plots
 from ..report.page import Page
 from ..report.sections import prediction_sections, train_batch_section
 from .evaluation_pass import data_sets, evaluation_pass
 from .load import from_payload
 
-CHECKPOINT_ORDER = ("best.pt", "last.pt", "interrupted.pt")
-
-
 def best_checkpoint(run_dir: str) -> str:
-    folder = os.path.join(run_dir, "checkpoints")
-    for name in CHECKPOINT_ORDER:
+    folder = os.path.join(run_dir, CHECKPOINTS)
+    for name in REPORT_CHECKPOINTS:
         if os.path.isfile(os.path.join(folder, name)):
             return os.path.join(folder, name)
-    raise ConfigError(f"run directory '{run_dir}' has no checkpoint ({', '.join(CHECKPOINT_ORDER)} in {folder}): the "
+    raise ConfigError(f"run directory '{run_dir}' has no checkpoint ({', '.join(REPORT_CHECKPOINTS)} in {folder}): the "
                       "run ended before its first epoch did")
 
 
@@ -39,9 +37,9 @@ def write_report(run_dir: str, device: str = "auto", module: Optional[nn.Module]
     the best checkpoint, the config's data); returns the page's path. In a training process, `module` (the run's
     model, to take the checkpoint's weights) and `data` ((train, val) as the run read them) save rebuilding them."""
     run_dir = os.path.abspath(run_dir)
-    stats_path = os.path.join(run_dir, "training_stats.json")
+    stats_path = os.path.join(run_dir, STATS)
     if not os.path.isfile(stats_path):
-        raise ConfigError(f"'{run_dir}' is not a gpucore run directory: it has no training_stats.json")
+        raise ConfigError(f"'{run_dir}' is not a gpucore run directory: it has no {STATS}")
     with open(stats_path, encoding="utf-8") as handle:
         stats = json.load(handle)
     checkpoint = best_checkpoint(run_dir)
@@ -66,7 +64,7 @@ def write_report(run_dir: str, device: str = "auto", module: Optional[nn.Module]
     train_batch_section(page, train_set, normalization, classes, model.task)
     page.table("Config", sorted(config.to_dict().items()), ("key", "value"))
     if rows is not None:
-        write_json(os.path.join(run_dir, "per_class.json"), rows)
+        write_json(os.path.join(run_dir, PER_CLASS), rows)
     path = page.write(f"gpucore run {os.path.basename(run_dir)}")
     stats["report"] = path
     write_json(stats_path, stats)
@@ -88,7 +86,7 @@ def report_after_training(run) -> Optional[str]:
 
 
 def _history(run_dir: str, stats: dict) -> List[dict]:
-    path = os.path.join(run_dir, "metrics.jsonl")
+    path = os.path.join(run_dir, METRICS)
     if os.path.isfile(path):
         with open(path, encoding="utf-8") as handle:
             return [json.loads(line) for line in handle if line.strip()]

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from ..checkpoint import atomic_write
+from ..run_files import PLOTS, REPORT
 
 GRID = 32  # validation images and training images shown
 
@@ -69,7 +70,7 @@ class Page:
     """Sections of report.html, each drawn into plots/ and embedded; a figure that fails is a warning."""
 
     def __init__(self, folder: str):
-        self.folder, self.plots = folder, os.path.join(folder, "plots")
+        self.folder, self.plots = folder, os.path.join(folder, PLOTS)
         os.makedirs(self.plots, exist_ok=True)
         self.sections: List[str] = []
         self.failures: List[str] = []
@@ -105,7 +106,7 @@ class Page:
                 + "".join(f"<section>{s}</section>" for s in self.sections)
                 + (f"<section><h2>Not drawn</h2><ul>{failures}</ul></section>" if failures else "")
                 + "</body></html>")
-        path = os.path.join(self.folder, "report.html")
+        path = os.path.join(self.folder, REPORT)
         atomic_write(path, lambda handle: handle.write(page), binary=False)
         return path
 

@@ -1,6 +1,6 @@
-"""The epoch loop of a training run: `run()` trains epoch after epoch (`advance()`) until the last epoch,
-early stopping or Ctrl-C; the out-of-memory retry, the first-batch diagnosis, each epoch's record, the
-resume from a checkpoint and what a checkpoint holds live here too."""
+"""The epoch loop of a training run: `fit()` trains epoch after epoch (`advance()`) until the last epoch,
+a callback's stop (early stopping among them) or Ctrl-C; the out-of-memory retry, the first-batch diagnosis,
+each epoch's record, the resume from a checkpoint and what a checkpoint holds live here too."""
 from __future__ import annotations
 
 import warnings
@@ -9,7 +9,7 @@ from typing import Any, List, Optional, Sequence
 import torch
 
 from . import distributed
-from .callbacks import FreezeBackbone, ModelCheckpoint, Monitor, call
+from .callbacks import BestEpoch, Callback, EarlyStopping, FreezeBackbone, ModelCheckpoint, Monitor, call
 from ..checkpoint import load_checkpoint
 from ..config import KEY_BY_NAME
 from .epoch_data import make_train_set
@@ -28,15 +28,24 @@ class FitLoop:
     def __init__(self, run: Run, callbacks: Sequence[Any] = ()):
         config = run.config
         self.run = run
-        self.checkpoints = ModelCheckpoint(Monitor(config.monitor, config.mode, config.min_delta), run.run_dir,
-                                           lambda epoch: self.payload(epoch, 0), config.save_every_n_epochs,
-                                           config.keep_last_k)
-        policies = [FreezeBackbone(run.module, config.freeze_epochs)] if config.freeze == "backbone" else []
-        self.callbacks = [self.checkpoints, *policies, *callbacks]
+        monitor = Monitor(config.monitor, config.mode, config.min_delta)
+        self.checkpoints = ModelCheckpoint(monitor, run.run_dir, lambda epoch: self.payload(epoch, 0),
+                                           config.save_every_n_epochs, config.keep_last_k)
+        built_in = [EarlyStopping(monitor, config.patience)] if config.patience else []
+        if config.freeze == "backbone":
+            built_in.append(FreezeBackbone(run.module, config.freeze_epochs))
+        # ModelCheckpoint last, as in Lightning: a checkpoint holds every other callback's state after the epoch.
+        self.callbacks = [*built_in, *callbacks, self.checkpoints]
+        self.stateful = _stateful(self.callbacks)
+        for callback in self.callbacks:
+            if isinstance(callback, Callback):
+                callback.trainer = self
         self.history: List[dict] = []
         self.epoch = self.start_epoch = 0
         self.skip = 0  # batches of the current epoch already trained (a resume mid-epoch)
-        self.status = "completed"  # until early stopping or Ctrl-C ends the run
+        self.status = "completed"  # until a stop or Ctrl-C ends the run
+        self.should_stop = False  # set by a callback: the run ends after this epoch, with status stop_status
+        self.stop_status = "stopped"
         self.oom_reductions: List[dict] = []  # each out-of-memory retry: epoch, new batch_size, accumulation
 
     # ---- the loop -----------------------------------------------------------------------------
@@ -45,11 +54,13 @@ class FitLoop:
         return self.status != "completed" or self.epoch >= self.run.config.epochs
 
     def fit(self) -> str:
-        """Trains to the end; returns the status: completed, early_stopped or interrupted."""
+        """Trains to the end; returns the status: completed, early_stopped, stopped or interrupted."""
         self.write_stats("running")
         try:
+            call(self.callbacks, "on_fit_start", self)
             while not self.done:
                 self.advance()
+            call(self.callbacks, "on_fit_end", self)
         except BaseException as exc:
             self.write_stats("failed", f"{type(exc).__name__}: {exc}")
             raise
@@ -84,9 +95,8 @@ class FitLoop:
             self.status = "interrupted"
             return
         self.epoch += 1
-        patience = config.patience
-        if patience and self.checkpoints.epochs_without_improvement(self.epoch) >= patience:
-            self.status = "early_stopped"
+        if self.should_stop:
+            self.status = self.stop_status
 
     def _train_epoch(self, progress: EpochProgress) -> Optional[dict]:
         """The engine's statistics of one training epoch, or None when it ran out of memory and will be retried."""
@@ -165,7 +175,7 @@ class FitLoop:
         self.history.append(record)
         run.run_dir.write_history(self.history)
         run.run_dir.log_scalars(record)
-        call(self.callbacks, "on_epoch_end", record["epoch"], record)  # early stopping, checkpoints, the user's
+        call(self.callbacks, "on_epoch_end", record["epoch"], record)  # early stopping, the user's, checkpoints
         self.write_stats("running")
         if run.config.progress and run.world.is_main:
             print_epoch(record, run.config.epochs)
@@ -174,11 +184,14 @@ class FitLoop:
     def payload(self, epoch: int, position: int) -> dict:
         """What a checkpoint holds: enough to resume exactly at (epoch, position)."""
         run = self.run
-        return {"model": run.module.state_dict(), "engine": run.engine.state(), "rng": rng_state(), "epoch": epoch,
-                "position": position, "history": self.history, "best": self.checkpoints.state_dict(),
-                "config": run.config.to_dict(), "classes": run.classes, "input_shape": run.input_shape,
-                "input_stats": ({"mean": run.normalization[0], "std": run.normalization[1]}
-                                if run.normalization else None)}
+        payload = {"model": run.module.state_dict(), "engine": run.engine.state(), "rng": rng_state(), "epoch": epoch,
+                   "position": position, "history": self.history, "best": self.checkpoints.state_dict(),
+                   "callbacks": {key: callback.state_dict() for key, callback in self.stateful.items()},
+                   "config": run.config.to_dict(), "classes": run.classes, "input_shape": run.input_shape,
+                   "input_stats": ({"mean": run.normalization[0], "std": run.normalization[1]}
+                                   if run.normalization else None)}
+        call(self.callbacks, "on_save_checkpoint", payload)
+        return payload
 
     def resume(self, path: str) -> None:
         """Restores the model, engine, RNGs, position, history and callbacks from checkpoint `path`."""
@@ -193,7 +206,13 @@ class FitLoop:
         self.epoch = self.start_epoch = int(checkpoint["epoch"])
         self.skip = int(checkpoint["position"])
         self.history = list(checkpoint["history"])
-        self.checkpoints.load_state_dict(checkpoint["best"])
+        # Checkpoints from before callback states kept only ModelCheckpoint's, which early stopping followed too.
+        states = checkpoint.get("callbacks") or {key: checkpoint["best"] for key, callback in self.stateful.items()
+                                                 if isinstance(callback, BestEpoch)}
+        for key, callback in self.stateful.items():
+            if key in states:
+                callback.load_state_dict(states[key])
+        call(self.callbacks, "on_load_checkpoint", checkpoint)
         run.run_dir.write_history(self.history)  # rows written after this checkpoint (a kill) are dropped
 
     def skipped_files(self) -> List[str]:
@@ -214,3 +233,17 @@ def _memory(device: torch.device) -> dict:
         return {"gpu_memory_peak_bytes": None, "gpu_memory_allocated_bytes": None}
     return {"gpu_memory_peak_bytes": torch.cuda.max_memory_allocated(device),
             "gpu_memory_allocated_bytes": torch.cuda.memory_allocated(device)}
+
+
+def _stateful(callbacks: Sequence[Any]) -> dict:
+    """The callbacks whose state checkpoints keep, by state key (a Callback's, else its class name)."""
+    stateful = {}
+    for callback in callbacks:
+        if not hasattr(callback, "state_dict"):
+            continue
+        key = getattr(callback, "state_key", type(callback).__qualname__)
+        if key in stateful:
+            raise ConfigError(f"two callbacks keep their state under '{key}' in checkpoints; give one of them "
+                              "another state_key (a property of gpucore.Callback)")
+        stateful[key] = callback
+    return stateful

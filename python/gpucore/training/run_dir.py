@@ -10,6 +10,7 @@ from typing import List, Optional
 from . import distributed
 from ..checkpoint import remove_stale_temporaries, save_checkpoint, write_json, write_jsonl
 from ..errors import ConfigError
+from ..run_files import CHECKPOINTS, CONFIG, INTERRUPTED, METRICS, RESUME_CANDIDATES, STATS, TENSORBOARD
 
 
 class RunDir:
@@ -21,9 +22,9 @@ class RunDir:
         if self.resume_from is None:  # a new run: a directory no earlier run's checkpoints are in
             path = distributed.broadcast(free_run_dir(parent, config.name) if world.is_main else None)
         self.path = path
-        self.checkpoint_dir = os.path.join(path, "checkpoints")
-        self.stats_path = os.path.join(path, "training_stats.json")
-        self.metrics_path = os.path.join(path, "metrics.jsonl")
+        self.checkpoint_dir = os.path.join(path, CHECKPOINTS)
+        self.stats_path = os.path.join(path, STATS)
+        self.metrics_path = os.path.join(path, METRICS)
         self._tensorboard = None
 
     def create(self, config) -> None:
@@ -37,11 +38,11 @@ class RunDir:
                               "folder you can write to") from exc
         for folder in (self.path, self.checkpoint_dir):
             remove_stale_temporaries(folder)
-        write_json(os.path.join(self.path, "config.json"), config.to_dict())
+        write_json(os.path.join(self.path, CONFIG), config.to_dict())
         try:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tensorboard = SummaryWriter(os.path.join(self.path, "tensorboard"))
+            self._tensorboard = SummaryWriter(os.path.join(self.path, TENSORBOARD))
         except ImportError:
             pass
 
@@ -54,7 +55,7 @@ class RunDir:
     def save_interrupted(self, payload: dict) -> None:
         """checkpoints/interrupted.pt after Ctrl-C (no waiting: the other ranks are interrupted too)."""
         if self.world.is_main:
-            save_checkpoint(os.path.join(self.checkpoint_dir, "interrupted.pt"), payload)
+            save_checkpoint(os.path.join(self.checkpoint_dir, INTERRUPTED), payload)
 
     def remove(self, name: str) -> None:
         path = os.path.join(self.checkpoint_dir, name)
@@ -88,7 +89,7 @@ class RunDir:
 
 
 def has_checkpoints(run_dir: str) -> bool:
-    folder = os.path.join(run_dir, "checkpoints")
+    folder = os.path.join(run_dir, CHECKPOINTS)
     return os.path.isdir(folder) and any(name.endswith(".pt") for name in os.listdir(folder))
 
 
@@ -108,6 +109,6 @@ def resume_path(config, run_dir: str) -> Optional[str]:
         return None
     if config.resume != "auto":
         return config.resume
-    candidates = [os.path.join(run_dir, "checkpoints", name) for name in ("interrupted.pt", "last.pt")]
+    candidates = [os.path.join(run_dir, CHECKPOINTS, name) for name in RESUME_CANDIDATES]
     existing = [path for path in candidates if os.path.isfile(path)]
     return max(existing, key=os.path.getmtime) if existing else None
