@@ -125,5 +125,6 @@ def _cat_padded(parts: List[torch.Tensor]) -> torch.Tensor:
 def data_sets(config, train_data, val_data, normalization, device: torch.device):
     """The run's training set (as training served it: augmented, standardised) and its validation set."""
     world = distributed.World()
-    train_set = make_train_set(train_data, config, str(device), normalization, world) if train_data is not None else None
+    train_set = (make_train_set(train_data, config, str(device), normalization, world, config.batch_size)
+                 if train_data is not None else None)
     return train_set, make_val_set(val_data, config, str(device), normalization)

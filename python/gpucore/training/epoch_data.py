@@ -18,8 +18,9 @@ from ..errors import ConfigError
 class EpochData:
     """One data set, served epoch by epoch as a C++ BatchSource."""
 
-    def __init__(self, data, config, device: str, training: bool, normalization, world: distributed.World):
-        self.batch_size = config.batch_size if training else config.eval_batch_size
+    def __init__(self, data, config, device: str, batch_size: int, training: bool, normalization,
+                 world: distributed.World):
+        self.batch_size = batch_size
         self.seed, self.device = config.seed, device
         self.fixed_batch_size = isinstance(data, torch.utils.data.DataLoader)  # the user's loader batches itself
         self._tensors = self._loader = self._generator = self._sampler = None
@@ -100,16 +101,18 @@ def normalization_of(data, config, device: str):
     return None
 
 
-def make_train_set(data, config, device: str, normalization, world: distributed.World) -> EpochData:
-    """The training set, sharded over the ranks: at the start and again after an out-of-memory retry."""
-    return EpochData(data, config, device, training=True, normalization=normalization, world=world)
+def make_train_set(data, config, device: str, normalization, world: distributed.World, batch_size: int) -> EpochData:
+    """The training set in batches of `batch_size` (config key batch_size, or half of it after an out-of-memory
+    retry), sharded over the ranks."""
+    return EpochData(data, config, device, batch_size, training=True, normalization=normalization, world=world)
 
 
 def make_val_set(data, config, device: str, normalization) -> Optional[EpochData]:
     """The validation set (every rank evaluates all of it), or None."""
     if data is None:
         return None
-    return EpochData(data, config, device, training=False, normalization=normalization, world=distributed.World())
+    return EpochData(data, config, device, config.eval_batch_size, training=False, normalization=normalization,
+                     world=distributed.World())
 
 
 def describe(data) -> str:

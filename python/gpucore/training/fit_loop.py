@@ -43,6 +43,7 @@ class FitLoop:
         self.history: List[dict] = []
         self.epoch = self.start_epoch = 0
         self.skip = 0  # batches of the current epoch already trained (a resume mid-epoch)
+        self.batching = oom.Batching(config.batch_size, config.accumulate_grad_batches)  # halved on out of memory
         self.status = "completed"  # until a stop or Ctrl-C ends the run
         self.should_stop = False  # set by a callback: the run ends after this epoch, with status stop_status
         self.stop_status = "stopped"
@@ -72,7 +73,7 @@ class FitLoop:
         run, config = self.run, self.run.config
         trained = False  # whether this epoch's optimizer steps are all done
         progress = EpochProgress(config.progress and run.world.is_main,
-                                 run.steps_per_epoch - self.skip // config.accumulate_grad_batches,
+                                 run.steps_per_epoch - self.skip // self.batching.accumulate_grad_batches,
                                  self.epoch + 1, config.epochs, config.log_every_n_steps)
         try:
             run.module.train()
@@ -90,7 +91,7 @@ class FitLoop:
             # Mid-epoch, the data position is the end of the last full optimizer step; after the epoch's
             # steps, the epoch counts as trained (its log row may be missing).
             progress.close()
-            position = self.skip + run.engine.windows_in_epoch() * config.accumulate_grad_batches
+            position = self.skip + run.engine.windows_in_epoch() * self.batching.accumulate_grad_batches
             run.run_dir.save_interrupted(self.payload(self.epoch + 1, 0) if trained else self.payload(self.epoch, position))
             self.status = "interrupted"
             return
@@ -102,7 +103,7 @@ class FitLoop:
         """The engine's statistics of one training epoch, or None when it ran out of memory and will be retried."""
         run, config = self.run, self.run.config
         engine, epoch = run.engine, self.epoch
-        samples_per_step = config.batch_size * config.accumulate_grad_batches
+        samples_per_step = self.batching.batch_size * self.batching.accumulate_grad_batches
 
         def on_log(metrics):
             progress.update(metrics, samples_per_step)
@@ -114,7 +115,7 @@ class FitLoop:
         except OutOfMemoryError as exc:
             progress.close()
             if snapshot is None or run.train_set.batch_size < 2 or run.train_set.fixed_batch_size:
-                raise TrainingError(oom.message(config, run.device, exc)) from exc
+                raise TrainingError(oom.message(config, self.batching, run.device, exc)) from exc
             oom.restore(run.module, engine, snapshot)
             self._halve_batch()
             return None
@@ -129,19 +130,21 @@ class FitLoop:
 
     def _halve_batch(self) -> None:
         """Same samples per optimizer step, half of them per micro-batch; the epoch starts over."""
-        run, config = self.run, self.run.config
-        if run.device.type == "cuda":
+        if self.run.device.type == "cuda":
             torch.cuda.empty_cache()
-        config.batch_size //= 2
-        config.accumulate_grad_batches *= 2
         self.skip *= 2  # the same samples, counted in the smaller batches
-        run.engine.set_accumulate_grad_batches(config.accumulate_grad_batches)
-        run.train_set = make_train_set(run.train_data, config, str(run.device), run.normalization, run.world)
-        self.oom_reductions.append({"epoch": self.epoch + 1, "batch_size": config.batch_size,
-                                    "accumulate_grad_batches": config.accumulate_grad_batches})
+        self._set_batching(self.batching.halved())
+        self.oom_reductions.append(dict(self.batching.to_dict(), epoch=self.epoch + 1))
         warnings.warn(f"CUDA ran out of memory in epoch {self.epoch + 1}; retrying it with batch_size "
-                      f"{config.batch_size} and accumulate_grad_batches {config.accumulate_grad_batches} "
+                      f"{self.batching.batch_size} and accumulate_grad_batches {self.batching.accumulate_grad_batches} "
                       "(same effective batch)", RuntimeWarning, stacklevel=2)
+
+    def _set_batching(self, batching: "oom.Batching") -> None:
+        run = self.run
+        self.batching = batching
+        run.engine.set_accumulate_grad_batches(batching.accumulate_grad_batches)
+        run.train_set = make_train_set(run.train_data, run.config, str(run.device), run.normalization, run.world,
+                                       batching.batch_size)
 
     def _record(self, stats: dict) -> dict:
         """The epoch's row of metrics.jsonl: training metrics averaged over the ranks, validation, counters."""
@@ -185,7 +188,8 @@ class FitLoop:
         """What a checkpoint holds: enough to resume exactly at (epoch, position)."""
         run = self.run
         payload = {"model": run.module.state_dict(), "engine": run.engine.state(), "rng": rng_state(), "epoch": epoch,
-                   "position": position, "history": self.history, "best": self.checkpoints.state_dict(),
+                   "position": position, "batching": self.batching.to_dict(), "history": self.history,
+                   "best": self.checkpoints.state_dict(),
                    "callbacks": {key: callback.state_dict() for key, callback in self.stateful.items()},
                    "config": run.config.to_dict(), "classes": run.classes, "input_shape": run.input_shape,
                    "input_stats": ({"mean": run.normalization[0], "std": run.normalization[1]}
@@ -204,7 +208,10 @@ class FitLoop:
         run.engine.load_state(checkpoint["engine"])
         set_rng_state(checkpoint["rng"])
         self.epoch = self.start_epoch = int(checkpoint["epoch"])
-        self.skip = int(checkpoint["position"])
+        self.skip = int(checkpoint["position"])  # counted in the checkpoint's batches
+        batching = oom.Batching(**checkpoint["batching"]) if "batching" in checkpoint else self.batching
+        if batching != self.batching:
+            self._set_batching(batching)
         self.history = list(checkpoint["history"])
         # Checkpoints from before callback states kept only ModelCheckpoint's, which early stopping followed too.
         states = checkpoint.get("callbacks") or {key: checkpoint["best"] for key, callback in self.stateful.items()

@@ -91,7 +91,7 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
     train_data, val_data = _training_data(config, train_data, val_data)
     classes = _classes(config, given, train_data)
     normalization = normalization_of(train_data, config, device)
-    train_set = make_train_set(train_data, config, device, normalization, world)
+    train_set = make_train_set(train_data, config, device, normalization, world, config.batch_size)
     distributed.check_same(train_set.total_batches(), "the number of batches per epoch (data length)")
     val_set = make_val_set(val_data, config, device, normalization)
     check_monitor(config, task, val_set is not None)
