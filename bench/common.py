@@ -2,6 +2,7 @@
 import datetime
 import json
 import platform
+import time
 
 import torch
 
@@ -70,3 +71,21 @@ def import_lightning():
     except ImportError:
         return None
     return lightning
+
+
+def lightning_epoch_timer(L, device):
+    """A Lightning callback that times each training epoch, start to end with the device synchronised, into its
+    `times`: how both Lightning comparisons measure an epoch."""
+
+    class EpochTimer(L.Callback):
+        def __init__(self):
+            self.times = []
+
+        def on_train_epoch_start(self, trainer, module):
+            self.start = time.perf_counter()
+
+        def on_train_epoch_end(self, trainer, module):
+            sync(device)
+            self.times.append(time.perf_counter() - self.start)
+
+    return EpochTimer()

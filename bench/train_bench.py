@@ -23,7 +23,7 @@ from gpucore.data.tensor_inputs import input_stats
 from gpucore.models import FashionMnistCNN
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import device_label, import_lightning, report, sync  # noqa: E402
+from common import device_label, import_lightning, lightning_epoch_timer, report, sync  # noqa: E402
 
 
 def seed_style(x, y, device, policy, epochs, batch_size, lr):
@@ -100,18 +100,7 @@ def lightning_loop(x, y, device, policy, epochs, batch_size, lr):
         def configure_optimizers(self):
             return torch.optim.AdamW(self.parameters(), lr=lr, weight_decay=0.0)
 
-    class EpochTimer(L.Callback):
-        def __init__(self):
-            self.times = []
-
-        def on_train_epoch_start(self, trainer, module):
-            self.start = time.perf_counter()
-
-        def on_train_epoch_end(self, trainer, module):
-            sync(device)
-            self.times.append(time.perf_counter() - self.start)
-
-    timer = EpochTimer()
+    timer = lightning_epoch_timer(L, device)
     precision = {"bf16-mixed": "bf16-mixed", "16-mixed": "16-mixed"}.get(policy.precision, "32-true")
     trainer = L.Trainer(max_epochs=epochs, accelerator="gpu" if device.type == "cuda" else device.type, devices=1,
                         precision=precision, logger=False, enable_checkpointing=False, enable_progress_bar=False,
