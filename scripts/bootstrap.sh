@@ -85,6 +85,13 @@ if [ "$TESTS" = 1 ]; then
   fi
   "$PY" -m pip install -q -c <(echo "torch==$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])')") \
     huggingface_hub || echo "bootstrap: huggingface_hub could not be installed; the timm tests will skip"
+  # The segmentation models' libraries (model: transformers:..., smp:...): transformers with torch pinned (it needs
+  # none), segmentation-models-pytorch without its dependencies (it names torch; the rest are installed above).
+  # Optional: without them those tests skip.
+  "$PY" -m pip install -q -c <(echo "torch==$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])')") \
+    transformers || echo "bootstrap: transformers could not be installed; the SegFormer tests will skip"
+  "$PY" -m pip install -q --no-deps segmentation-models-pytorch \
+    || echo "bootstrap: segmentation-models-pytorch could not be installed; the smp tests will skip"
 fi
 
 # Exactly what a user types (build isolation on): the build finds the venv's torch by itself.

@@ -1,9 +1,12 @@
 #include <ATen/ops/empty.h>
+#include <c10/util/ArrayRef.h>
+#include <c10/util/StringUtil.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <filesystem>
 
 #include "gpucore/data/readers.h"
 #include "gpucore/errors.h"
@@ -67,8 +70,30 @@ at::Tensor read_idx(const std::string& path) {
     if (read_some(file, size.data(), 4, path) != 4) throw ConfigError("IDX file '" + path + "' is truncated in its header");
     shape[d] = (int64_t{size[0]} << 24) | (int64_t{size[1]} << 16) | (int64_t{size[2]} << 8) | size[3];
   }
+  // The claimed size is checked against the file before allocating, so a corrupt header cannot make gpucore
+  // allocate what the file does not hold: a plain file must hold the data itself, a gzip file at most the
+  // ~1032:1 that deflate can shrink data by.
+  int64_t expected = width;
+  for (int64_t dim : shape) {
+    if (dim > 0 && expected > (int64_t{1} << 50) / dim) {
+      throw ConfigError("IDX file '" + path + "' claims an impossible shape " + c10::str(c10::IntArrayRef(shape)));
+    }
+    expected *= dim;
+  }
+  std::error_code error;
+  const auto file_size = static_cast<int64_t>(std::filesystem::file_size(path, error));
+  if (!error) {
+    const int64_t header_size = 4 + 4 * int64_t{dims};
+    const bool compressed = gzdirect(file.handle) == 0;
+    const int64_t can_hold = compressed ? file_size * 1032 : file_size - header_size;
+    if (expected > can_hold) {
+      throw ConfigError("IDX file '" + path + "' is truncated: its header claims shape " +
+                        c10::str(c10::IntArrayRef(shape)) + ", " + std::to_string(expected) + " bytes of data, and " +
+                        (compressed ? "a gzip file of " + std::to_string(file_size) + " bytes cannot inflate to that"
+                                    : "the file holds " + std::to_string(can_hold)));
+    }
+  }
   at::Tensor out = at::empty(shape, at::TensorOptions().dtype(type));
-  const int64_t expected = out.numel() * width;
   const int64_t got = read_some(file, out.data_ptr(), expected, path);
   if (got != expected) {
     throw ConfigError("IDX file '" + path + "' is truncated: its header promises " + std::to_string(expected) +

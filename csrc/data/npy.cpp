@@ -60,65 +60,143 @@ bool all_digits(const std::string& text) {
   return true;
 }
 
-// The text of one value in the header's dict literal ("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 5), }"),
-// from after "'key':" up to the next top-level comma or brace. Hand-parsed: std::regex would be simpler, but
-// its template code is also instantiated inside libtorch, and a torch built by another compiler resolves our
-// copies to its own and crashes (seen with torch 2.11 built by GCC 13.3).
-std::string header_value(const std::string& header, const std::string& key, const std::string& name) {
-  const std::string quoted = "'" + key + "':";
-  const size_t at = header.find(quoted);
-  if (at == std::string::npos) throw ConfigError(".npy file '" + name + "' has no '" + key + "' in its header: " +
-                                                   printable(header));
-  size_t begin = at + quoted.size();
-  while (begin < header.size() && std::isspace(static_cast<unsigned char>(header[begin]))) ++begin;
-  size_t end = begin;
-  int depth = 0;
-  while (end < header.size() && (depth > 0 || (header[end] != ',' && header[end] != '}'))) {
-    if (header[end] == '(') ++depth;
-    if (header[end] == ')') --depth;
-    ++end;
-  }
-  return header.substr(begin, end - begin);
-}
-
-// "(3, 5)", "(7,)" or "()": each dimension checked, so a corrupt header cannot ask for an impossible size.
-std::vector<int64_t> parse_shape(const std::string& text, const std::string& name) {
-  if (text.size() < 2 || text.front() != '(' || text.back() != ')') {
-    throw ConfigError(".npy file '" + name + "' has no readable shape in its header: " + printable(text));
-  }
+// What the header's dict literal says, e.g. "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 5), }".
+struct NpyHeader {
+  std::string descr;
+  bool fortran_order = false;
   std::vector<int64_t> shape;
-  int64_t elements = 1;
-  std::string item;
-  const std::string inner = text.substr(1, text.size() - 2) + ",";
-  for (char c : inner) {
-    if (c != ',') {
-      if (!std::isspace(static_cast<unsigned char>(c))) item += c;
-      continue;
+};
+
+// Reads the header by NumPy's rules (np.load evaluates it as a Python literal, then checks it): a dict with exactly
+// the keys 'descr' (a string), 'fortran_order' (True or False) and 'shape' (a tuple of non-negative integers), and
+// nothing but whitespace after it. Written as a small tokenizer rather than a search for each key, so that a file
+// NumPy refuses (a flipped bit in a keyword, garbage after the dict, a missing brace) is refused here too.
+// Hand-parsed: std::regex would be shorter, but its template code is also instantiated inside libtorch, and a
+// torch built by another compiler resolves our copies to its own and crashes (seen with torch 2.11 built by GCC 13.3).
+class NpyHeaderParser {
+ public:
+  NpyHeaderParser(const std::string& text, const std::string& name) : text_(text), name_(name) {}
+
+  NpyHeader parse() {
+    while (at_ < text_.size() && (text_[at_] == ' ' || text_[at_] == '\t')) ++at_;  // ast.literal_eval's lstrip
+    expect('{', "a dict literal starting with '{'");
+    NpyHeader header;
+    bool seen_descr = false, seen_order = false, seen_shape = false;
+    while (true) {
+      skip_space();
+      if (peek() == '}') break;
+      const std::string key = string_literal("a quoted key");
+      skip_space();
+      expect(':', "':' after the key '" + key + "'");
+      skip_space();
+      if (key == "descr") {
+        header.descr = string_literal("the dtype string of 'descr'");
+        seen_descr = true;
+      } else if (key == "fortran_order") {
+        const std::string word = identifier();
+        if (word != "True" && word != "False") fail("'fortran_order' must be True or False, not '" + word + "'");
+        header.fortran_order = word == "True";
+        seen_order = true;
+      } else if (key == "shape") {
+        header.shape = shape_tuple();
+        seen_shape = true;
+      } else {
+        fail("the key '" + key + "' is not one of 'descr', 'fortran_order', 'shape'");
+      }
+      skip_space();
+      if (peek() == ',') {
+        ++at_;
+        continue;
+      }
+      if (peek() != '}') fail("',' or '}' after the value of '" + key + "'");
     }
-    if (item.empty()) continue;
-    if (!all_digits(item) || item.size() > 15) {
-      throw ConfigError(".npy file '" + name + "' has an unreadable dimension '" + printable(item) + "' in its shape " +
-                        printable(text));
-    }
-    const int64_t dim = std::stoll(item);
-    if (dim > 0 && elements > (int64_t{1} << 50) / dim) {
-      throw ConfigError(".npy file '" + name + "' claims an impossible shape " + printable(text));
-    }
-    elements *= dim;
-    shape.push_back(dim);
-    item.clear();
+    ++at_;
+    while (at_ < text_.size() && std::string(" \t\n\r\f").find(text_[at_]) != std::string::npos) ++at_;
+    if (at_ != text_.size()) fail("nothing but whitespace after the dict's closing '}'");
+    if (!seen_descr || !seen_order || !seen_shape) fail("all three keys 'descr', 'fortran_order' and 'shape'");
+    return header;
   }
-  return shape;
-}
+
+ private:
+  [[noreturn]] void fail(const std::string& wanted) const {
+    throw ConfigError(".npy file '" + name_ + "' has a corrupt header (NumPy would refuse it too): expected " + wanted +
+                      " at character " + std::to_string(at_) + " of " + printable(text_));
+  }
+  char peek() const { return at_ < text_.size() ? text_[at_] : '\0'; }
+  void expect(char c, const std::string& wanted) {
+    if (peek() != c) fail(wanted);
+    ++at_;
+  }
+  // Whitespace a Python tokenizer skips inside brackets.
+  void skip_space() {
+    while (at_ < text_.size() && std::string(" \t\n\r\f").find(text_[at_]) != std::string::npos) ++at_;
+  }
+  // 'text' or "text", printable ASCII without escapes (all np.save writes).
+  std::string string_literal(const std::string& wanted) {
+    const char quote = peek();
+    if (quote != '\'' && quote != '"') fail(wanted);
+    const size_t begin = ++at_;
+    while (at_ < text_.size() && text_[at_] != quote) {
+      const auto c = static_cast<unsigned char>(text_[at_]);
+      if (c < 0x20 || c >= 0x7f || c == '\\') fail(wanted + " (plain printable characters, closed by " + quote + ")");
+      ++at_;
+    }
+    if (at_ == text_.size()) fail(wanted + " closed by " + quote);
+    return text_.substr(begin, at_++ - begin);
+  }
+  std::string identifier() {
+    const size_t begin = at_;
+    while (at_ < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[at_])) || text_[at_] == '_')) ++at_;
+    return text_.substr(begin, at_ - begin);
+  }
+  // "()", "(7,)", "(3, 5)" or "(3, 5,)"; a single dimension needs its comma ("(7)" is an int in Python, not a tuple).
+  std::vector<int64_t> shape_tuple() {
+    expect('(', "a tuple for 'shape'");
+    std::vector<int64_t> shape;
+    int64_t elements = 1;
+    bool comma_after_last = false;
+    while (true) {
+      skip_space();
+      if (peek() == ')') break;
+      const size_t begin = at_;
+      while (at_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[at_]))) ++at_;
+      const std::string digits = text_.substr(begin, at_ - begin);
+      // Python refuses leading zeros ("07"), except in zero itself ("00").
+      const bool python_int = all_digits(digits) && (digits[0] != '0' || digits.find_first_not_of('0') == std::string::npos);
+      if (!python_int || std::isalpha(static_cast<unsigned char>(peek())) || peek() == '_') {
+        fail("a non-negative integer dimension in 'shape'");
+      }
+      if (digits.size() > 15) fail("a dimension below 10^15 in 'shape'");
+      const int64_t dim = std::stoll(digits);
+      if (dim > 0 && elements > (int64_t{1} << 50) / dim) fail("a shape whose size can exist");
+      elements *= dim;
+      shape.push_back(dim);
+      skip_space();
+      comma_after_last = peek() == ',';
+      if (comma_after_last) {
+        ++at_;
+      } else if (peek() != ')') {
+        fail("',' or ')' in 'shape'");
+      }
+    }
+    if (shape.size() == 1 && !comma_after_last) fail("a tuple for 'shape': one dimension is written (n,)");
+    ++at_;
+    return shape;
+  }
+
+  const std::string& text_;
+  const std::string& name_;
+  size_t at_ = 0;
+};
 
 // One .npy image in memory; `name` says where it came from in errors.
 at::Tensor parse_npy(const unsigned char* data, size_t size, const std::string& name) {
   if (size < 10 || std::memcmp(data, "\x93NUMPY", 6) != 0) {
     throw ConfigError("'" + name + "' is not a .npy file (no \\x93NUMPY magic)");
   }
-  if (data[6] < 1 || data[6] > 3) {
-    throw ConfigError(".npy file '" + name + "' has format version " + std::to_string(data[6]) +
-                      "; gpucore reads versions 1 to 3");
+  if (data[6] < 1 || data[6] > 3 || data[7] != 0) {
+    throw ConfigError(".npy file '" + name + "' has format version " + std::to_string(data[6]) + "." +
+                      std::to_string(data[7]) + "; gpucore reads versions 1.0, 2.0 and 3.0, as NumPy does");
   }
   const size_t size_width = data[6] == 1 ? 2 : 4;  // versions 2 and 3: a 4-byte header length
   if (size < 8 + size_width) throw ConfigError(".npy file '" + name + "' is truncated in its header");
@@ -128,15 +206,20 @@ at::Tensor parse_npy(const unsigned char* data, size_t size, const std::string& 
   if (header_begin + header_size > size) throw ConfigError(".npy file '" + name + "' is truncated in its header");
   const std::string header(reinterpret_cast<const char*>(data) + header_begin, header_size);
 
-  const std::string descr = header_value(header, "descr", name);
-  if (descr.size() < 5 || descr.size() > 6 || descr.front() != '\'' || descr.back() != '\'' ||
-      std::string("<>|=").find(descr[1]) == std::string::npos || !std::islower(static_cast<unsigned char>(descr[2])) ||
-      !all_digits(descr.substr(3, descr.size() - 4))) {
-    throw ConfigError(".npy file '" + name + "' has no readable dtype in its header: " + printable(header));
+  if (header.size() > 10000) {
+    throw ConfigError(".npy file '" + name + "' has a header of " + std::to_string(header.size()) +
+                      " bytes; NumPy refuses headers over 10000 bytes as unsafe, and so does gpucore");
   }
-  const char order = descr[1];
-  const std::string kind(1, descr[2]);
-  const int width = std::stoi(descr.substr(3, descr.size() - 4));
+  const NpyHeader fields = NpyHeaderParser(header, name).parse();
+  const std::string& descr = fields.descr;
+  if (descr.size() < 3 || descr.size() > 4 || std::string("<>|=").find(descr[0]) == std::string::npos ||
+      !std::islower(static_cast<unsigned char>(descr[1])) || !all_digits(descr.substr(2))) {
+    throw ConfigError(".npy file '" + name + "' holds dtype '" + printable(descr) +
+                      "', which gpucore does not read (it reads b1, u1, i1, i2, i4, i8, f2, f4, f8)");
+  }
+  const char order = descr[0];
+  const std::string kind(1, descr[1]);
+  const int width = std::stoi(descr.substr(2));
   if (order == '>' && width > 1) throw ConfigError(".npy file '" + name + "' is big-endian; save it little-endian");
   at::ScalarType type;
   const std::string code = kind + std::to_string(width);
@@ -150,12 +233,12 @@ at::Tensor parse_npy(const unsigned char* data, size_t size, const std::string& 
   else if (code == "f4") type = at::kFloat;
   else if (code == "f8") type = at::kDouble;
   else throw ConfigError(".npy file '" + name + "' holds dtype " + code + ", which gpucore does not read");
-  if (header_value(header, "fortran_order", name).rfind("True", 0) == 0) {
+  if (fields.fortran_order) {
     throw ConfigError(".npy file '" + name + "' is in Fortran order; save it with np.ascontiguousarray");
   }
-  const std::vector<int64_t> shape = parse_shape(header_value(header, "shape", name), name);
+  const std::vector<int64_t>& shape = fields.shape;
   // Checked before allocating: a corrupt header cannot make gpucore allocate what the file does not hold
-  // (parse_shape bounds the element count).
+  // (the parser bounds the element count).
   const size_t expected = static_cast<size_t>(c10::multiply_integers(shape)) * width;
   const size_t held = size - header_begin - header_size;
   if (held < expected) {

@@ -1,8 +1,10 @@
-"""Seed 000's task on gpucore: find the handwriting on cards (binary segmentation with a small U-Net,
-Dice + BCE loss, IoU), on generated cards: printed-looking text blocks (background) and pen strokes
-(foreground). Then Grad-CAM for the segmentation target shows what the network looked at.
+"""Seed 000's task on gpucore: find the handwriting on cards (binary segmentation, Dice + BCE loss, IoU), on
+generated cards: printed-looking text blocks (background) and pen strokes (foreground). Then Grad-CAM for the
+segmentation target shows what the network looked at. The model: a small built-in U-Net, the seed's own
+SegFormer (`--model transformers:SegformerForSemanticSegmentation`, mit-b0's layout at a quarter of its widths so
+it trains on a CPU) or segmentation_models_pytorch's U-Net (`--model smp:Unet`, a ResNet-18 encoder).
 
-    python examples/card_handwriting/train_segmentation.py [--epochs 10] [--images 2000] [--out cards_out]
+    python examples/card_handwriting/train_segmentation.py [--model unet] [--epochs 10] [--images 2000] [--out cards_out]
 """
 import argparse
 import os
@@ -68,8 +70,21 @@ class UNet(nn.Module):
         return self.head(u1)
 
 
+# Each model by name with its config, and the layer Grad-CAM explains (the decoder's last spatial features).
+MODELS = {
+    "unet": (None, {}, "bottleneck"),
+    "transformers:SegformerForSemanticSegmentation": (
+        "transformers:SegformerForSemanticSegmentation",
+        {"num_labels": 1, "depths": [2, 2, 2, 2], "hidden_sizes": [16, 32, 80, 128], "decoder_hidden_size": 64},
+        "decode_head.linear_fuse"),
+    "smp:Unet": ("smp:Unet", {"encoder_name": "resnet18", "encoder_depth": 4, "decoder_channels": [128, 64, 32, 16],
+                              "classes": 1}, "decoder"),
+}
+
+
 def main(argv=None) -> float:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=list(MODELS), default="unet")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--images", type=int, default=2000)
     parser.add_argument("--batch-size", type=int, default=32)
@@ -81,7 +96,8 @@ def main(argv=None) -> float:
     torch.manual_seed(args.seed)  # the model's initial weights
     images, masks = handwriting_cards(args.images)
     held_out = max(1, args.images // 10)
-    model = UNet()
+    name, kwargs, cam_layer = MODELS[args.model]
+    model = UNet() if name is None else gpucore.models.build_model(name, kwargs)
     result = gpucore.train(
         {"loss": "dice_bce", "epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr,
          "schedule": "cosine", "monitor": "val_iou", "run_dir": args.dir, "name": "card_handwriting", "seed": args.seed},
@@ -93,7 +109,7 @@ def main(argv=None) -> float:
     checkpoint = torch.load(os.path.join(result.checkpoint_dir, "best.pt"), map_location=device, weights_only=True)
     model.load_state_dict(checkpoint["model"])
     x = model_inputs(images[:8].to(device), checkpoint["input_stats"])
-    cams = gpucore.gradcam(model, "bottleneck", x, targets=segmentation_target(0, masks[:8].to(device)))
+    cams = gpucore.gradcam(model, cam_layer, x, targets=segmentation_target(0, masks[:8].to(device)))
     paths = cams.save(args.out, images=images[:8].to(device))
     print(f"{len(paths)} Grad-CAM overlays in {args.out}")
     return result.best_metric

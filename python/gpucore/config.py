@@ -50,10 +50,10 @@ def _fraction(value):
 
 KEYS = [
     # model and data
-    Key("model", str, "fashion_mnist_cnn", "built-in model (fashion_mnist_cnn, captcha_cnn), a model of torchvision or timm by name ('torchvision:resnet18', 'timm:convnext_tiny'), or 'package.module:factory'"),
+    Key("model", str, "fashion_mnist_cnn", "built-in model (fashion_mnist_cnn, captcha_cnn), a model of torchvision or timm by name ('torchvision:resnet18', 'timm:convnext_tiny'), a segmentation model ('transformers:SegformerForSemanticSegmentation', 'smp:Unet'), or 'package.module:factory'"),
     Key("model_kwargs", dict, {}, "keyword arguments for the model factory; torchvision and timm models take num_classes (a new classifier head) and in_channels (a new first conv; pretrained RGB weights summed for 1 channel, as timm does)"),
     # fine-tuning
-    Key("pretrained", str, None, "weights to start from: a file (.pth, .pt, .bin: a torchvision or timm state dict, or a gpucore checkpoint; .safetensors), read with weights_only; or true: a torchvision:/timm: model's own weights from that library's local cache (nothing is downloaded). What did not load is reported; the replaced head is expected", optional=True),
+    Key("pretrained", str, None, "weights to start from: a file (.pth, .pt, .bin: a torchvision or timm state dict, or a gpucore checkpoint; .safetensors) or a Hugging Face model folder, read with weights_only; or true: a torchvision:/timm: model's own weights from that library's local cache (nothing is downloaded). What did not load is reported; the replaced head is expected", optional=True),
     Key("pretrained_strict", bool, True, "any other key of the pretrained weights that is missing, unexpected or of another shape is an error (false: report it and load the rest)"),
     Key("freeze", str, "none", "backbone: train only the classifier head for freeze_epochs, its BatchNorm statistics frozen too, then all layers", choices=["none", "backbone"]),
     Key("freeze_epochs", int, 1, "freeze: backbone: epochs with the backbone frozen", check=_positive, valid="> 0"),

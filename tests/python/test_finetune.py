@@ -122,7 +122,7 @@ class Net(nn.Module):
 def test_backbone_split_of_the_built_in_cnn_and_a_custom_net(tmp_path):
     cnn = FashionMnistCNN()
     split = backbone_split(cnn, "freeze")
-    assert split.head == "classifier.4"
+    assert split.head == ["classifier.4"]
     assert [name for name, _ in split.blocks] == ["features.0", "features.1", "features.4", "features.5",
                                                   "classifier.2"]
     assert len(split.backbone_params) + len(split.head_params) == len(list(cnn.parameters()))

@@ -106,10 +106,36 @@ def _timm_weights(name: str, model: nn.Module) -> str:
     raise ConfigError(f"config key 'pretrained': timm has no weights for '{name}'; give a weights file's path")
 
 
+def _model_folder_files(folder: str) -> List[str]:
+    """The weights files of a Hugging Face model folder (save_pretrained's layout): model.safetensors or
+    pytorch_model.bin, or the shards their index.json lists."""
+    import json
+
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        if os.path.isfile(os.path.join(folder, name)):
+            return [os.path.join(folder, name)]
+        index = os.path.join(folder, name + ".index.json")
+        if os.path.isfile(index):
+            try:
+                with open(index, encoding="utf-8") as handle:
+                    shards = sorted(set(json.load(handle)["weight_map"].values()))
+            except (OSError, ValueError, KeyError, AttributeError) as exc:
+                raise ConfigError(f"config key 'pretrained': the shard index '{index}' cannot be read ({exc})") from exc
+            return [os.path.join(folder, shard) for shard in shards]
+    raise ConfigError(f"config key 'pretrained': folder '{folder}' holds no model.safetensors, pytorch_model.bin or "
+                      "a sharded index of them (the layout save_pretrained writes)")
+
+
 def read_state_dict(path: str) -> Dict[str, torch.Tensor]:
     """The tensors of a weights file: a state dict saved with torch.save (bare, or under 'state_dict' or 'model'
-    as timm's and other training scripts save it), a gpucore checkpoint, or a .safetensors file. Prefixes that
-    DistributedDataParallel ('module.') and torch.compile ('_orig_mod.') add are removed."""
+    as timm's and other training scripts save it), a gpucore checkpoint, or a .safetensors file; or of a Hugging
+    Face model folder (save_pretrained). Prefixes that DistributedDataParallel ('module.') and torch.compile
+    ('_orig_mod.') add are removed."""
+    if os.path.isdir(path):
+        merged: Dict[str, torch.Tensor] = {}
+        for file in _model_folder_files(path):
+            merged.update(read_state_dict(file))
+        return merged
     if not os.path.isfile(path):
         raise ConfigError(f"config key 'pretrained': weights file '{path}' does not exist")
     try:
@@ -141,15 +167,42 @@ def _is_state_dict(value) -> bool:
             and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in value.items()))
 
 
+def _transformers_folder_state(model: nn.Module, folder: str):
+    """A transformers model's weights from a model folder, read by transformers itself (from_pretrained, local files
+    only), which renames the keys of older checkpoints (the hub's SegFormer files) to the model's current names:
+    the tensors that loaded, the file's keys the model lacks, and 'name: file shape -> model shape' for those of
+    another shape."""
+    library_class = next(cls for cls in type(model).__mro__ if cls.__module__.startswith("transformers."))
+    try:
+        loaded, info = library_class.from_pretrained(folder, config=model.config, local_files_only=True,
+                                                     ignore_mismatched_sizes=True, output_loading_info=True)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"config key 'pretrained': transformers cannot read the model folder '{folder}' for "
+                          f"{library_class.__name__}: {exc}") from exc
+    mismatched = {name: (tuple(file_shape), tuple(model_shape)) for name, file_shape, model_shape in
+                  info["mismatched_keys"]}
+    state = {name: tensor for name, tensor in loaded.state_dict().items()
+             if name not in info["missing_keys"] and name not in mismatched}
+    return state, sorted(info["unexpected_keys"]), mismatched
+
+
 def load_pretrained(model: nn.Module, path: str, strict: bool) -> LoadReport:
     """Copies the file's tensors into `model` where they fit. The classifier head's tensors that do not fit
     (num_classes replaced it) keep their new initialisation, and an RGB first convolution is adapted to the
     model's input channels (adapt_input_conv). Anything else missing, unexpected or of another shape is a
     ConfigError listing all of it when `strict`, else only reported."""
-    state = read_state_dict(path)
     own = model.state_dict()
     head, first_conv = classifier_head(model), input_conv(model)
     report, fitted = LoadReport(path), {}
+    if os.path.isdir(path) and any(cls.__module__.startswith("transformers.") for cls in type(model).__mro__):
+        state, report.unexpected, mismatched = _transformers_folder_state(model, path)
+        for name, (file_shape, model_shape) in mismatched.items():
+            if head is not None and is_under(name, head):
+                report.head.append(name)
+            else:
+                report.mismatched.append(f"{name}: {file_shape} in the file, {model_shape} in the model")
+    else:
+        state = read_state_dict(path)
     for name, tensor in state.items():
         target = own.get(name)
         if target is None:
@@ -165,7 +218,7 @@ def load_pretrained(model: nn.Module, path: str, strict: bool) -> LoadReport:
         else:
             report.mismatched.append(f"{name}: {tuple(tensor.shape)} in the file, {tuple(target.shape)} in the model")
     for name in own:
-        if name in state:
+        if name in state or name in report.head or any(entry.startswith(name + ":") for entry in report.mismatched):
             continue
         if head is not None and is_under(name, head):
             report.head.append(name)

@@ -1,5 +1,6 @@
 """Models by name: the built-ins (the seeds' small CNNs), torchvision's and timm's (`torchvision:resnet18`,
-`timm:convnext_tiny`) and `package.module:factory`; and what fine-tuning needs to know of a model: its
+`timm:convnext_tiny`), the segmentation libraries' (`transformers:...`, `smp:...`, segmentation_models.py) and
+`package.module:factory`; and what fine-tuning needs to know of a model: its
 classifier head, its first convolution and the blocks of its backbone."""
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Callable, List, Optional, Tuple
 import torch
 from torch import nn
 
+from . import segmentation_models
 from ..errors import ConfigError
 from ..values import is_int
 
@@ -64,6 +66,8 @@ _INSTALL = {
     "timm": "timm (pip install timm; it needs torchvision too)",
     "huggingface_hub": "huggingface_hub (pip install huggingface_hub)",
     "safetensors": "safetensors (pip install safetensors)",
+    "transformers": "transformers (pip install transformers)",
+    "segmentation_models_pytorch": "segmentation_models_pytorch (pip install segmentation-models-pytorch)",
 }
 _LISTED_BY = {"torchvision": "torchvision.models.list_models()", "timm": "timm.list_models()"}
 
@@ -74,6 +78,8 @@ def build_model(name: str, kwargs: dict) -> nn.Module:
     library, _, library_name = name.partition(":")
     if library in LIBRARIES:
         return _library_model(library, library_name, kwargs)
+    if library in segmentation_models.LIBRARIES:
+        return segmentation_models.build_library_model(library, library_name, kwargs, import_library)
     if ":" in name:
         module_name, _, attribute = name.partition(":")
         try:
@@ -90,7 +96,7 @@ def build_model(name: str, kwargs: dict) -> nn.Module:
         hint = f" Did you mean '{close[0]}'?" if close else ""
         raise ConfigError(
             f"config key 'model': '{name}' is not a built-in model ({', '.join(BUILTIN)}), a library model "
-            f"('torchvision:NAME', 'timm:NAME') nor of the form 'package.module:factory'.{hint}"
+            f"('torchvision:NAME', 'timm:NAME', 'transformers:CLASS', 'smp:ARCH') nor of the form 'package.module:factory'.{hint}"
         )
     return _call_factory(name, factory, kwargs)
 
@@ -119,7 +125,7 @@ def _library_model(library: str, name: str, kwargs: dict) -> nn.Module:
     """A randomly initialised torchvision or timm model with num_classes outputs (the library builds and
     initialises the head) and in_channels inputs."""
     full_name = f"{library}:{name}"
-    for argument in ("pretrained", "weights", "pretrained_cfg_overlay"):
+    for argument in ("pretrained", "weights", "weights_backbone", "pretrained_cfg_overlay"):
         if argument in kwargs:
             raise ConfigError(f"config key 'model_kwargs': '{argument}' is not passed to {full_name}, since the "
                               "library would download weights; set config key 'pretrained' (a weights file, or true "
@@ -133,12 +139,16 @@ def _library_model(library: str, name: str, kwargs: dict) -> nn.Module:
     if library == "timm":
         names, known = module.list_models(), module.is_model(name)
         factory = functools.partial(module.create_model, name, pretrained=False)
+        segmentation = False
         if in_channels is not None:
             kwargs["in_chans"] = in_channels
     else:
         names = module.models.list_models()
         known = name in names
         factory = functools.partial(module.models.get_model, name)
+        segmentation = name in module.models.list_models(module=module.models.segmentation)
+        if segmentation:
+            kwargs["weights_backbone"] = None  # else torchvision downloads the backbone's ImageNet weights
     if not known:
         close = difflib.get_close_matches(name, names, n=5, cutoff=0.6)
         hint = f" Close names: {', '.join(close)}." if close else ""
@@ -147,6 +157,8 @@ def _library_model(library: str, name: str, kwargs: dict) -> nn.Module:
     model = _call_factory(full_name, factory, kwargs)
     if library == "torchvision" and in_channels is not None:
         _set_input_channels(model, in_channels, full_name)
+    if library == "torchvision" and segmentation:
+        model = segmentation_models.with_tensor_output(model)  # {"out": ..., "aux": ...} -> the "out" logits
     return model
 
 
@@ -186,13 +198,15 @@ def adapt_input_conv(weight: torch.Tensor, in_channels: int) -> torch.Tensor:
 
 # ---- the classifier head and the backbone ---------------------------------------------------------------
 
-HEAD_ATTRIBUTES = ("fc", "classifier", "head", "heads")
+HEAD_ATTRIBUTES = ("fc", "classifier", "head", "heads", "segmentation_head", "decode_head.classifier")
 
 
 def classifier_head(model: nn.Module) -> Optional[str]:
     """The name of the model's classifier head, the layer num_classes replaces: timm's get_classifier(), else the
-    last module with weights of the model's attribute fc, classifier, head or heads (a ResNet's fc, the last
-    Linear of a ConvNeXt's, EfficientNet's or MobileNet's classifier, a ViT's heads.head, the built-ins' last Linear)."""
+    last module with weights of the model's attribute fc, classifier, head, heads, segmentation_head or
+    decode_head.classifier (a ResNet's fc, the last Linear of a ConvNeXt's, EfficientNet's or MobileNet's classifier,
+    a ViT's heads.head, the built-ins' last Linear, smp's segmentation head, SegFormer's last 1x1 convolution,
+    torchvision's segmentation classifier's last convolution)."""
     names = {module: name for name, module in model.named_modules()}
     get_classifier = getattr(model, "get_classifier", None)
     if callable(get_classifier):
@@ -200,7 +214,10 @@ def classifier_head(model: nn.Module) -> Optional[str]:
         if isinstance(head, nn.Module) and names.get(head) and any(True for _ in head.parameters()):
             return names[head]
     for attribute in HEAD_ATTRIBUTES:
-        module = getattr(model, attribute, None)
+        try:
+            module = model.get_submodule(attribute)
+        except AttributeError:
+            continue
         if isinstance(module, nn.Module):
             with_weights = [name for name, sub in module.named_modules(prefix=attribute)
                             if any(True for _ in sub.parameters(recurse=False))]
@@ -216,9 +233,10 @@ def is_under(name: str, module_name: str) -> bool:
 
 @dataclass
 class BackboneSplit:
-    """A model cut into its classifier head and the backbone before it, as fine-tuning treats them."""
+    """A model cut into the part that trains at the full rate (a classifier's head; a segmentation model's decoder
+    and head) and the backbone before it, as fine-tuning treats them."""
 
-    head: str  # the head module's name
+    head: List[str]  # the names of the modules outside the backbone
     head_params: List[nn.Parameter]
     blocks: List[Tuple[str, List[nn.Parameter]]]  # the backbone's blocks, input first (see backbone_split)
 
@@ -226,26 +244,40 @@ class BackboneSplit:
     def backbone_params(self) -> List[nn.Parameter]:
         return [param for _, params in self.blocks for param in params]
 
+    def in_head(self, name: str) -> bool:
+        """Whether parameter or module `name` is outside the backbone."""
+        return any(is_under(name, head) for head in self.head)
+
 
 _CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
 
 
 def backbone_split(model: nn.Module, needed_for: str) -> BackboneSplit:
-    """The head and the backbone's blocks: the model's top-level modules with nn.Sequential, nn.ModuleList and
+    """The head and the backbone's blocks. A segmentation model's backbone is its encoder
+    (segmentation_models.segmentation_encoder) and everything else (decoder, head) its head. Otherwise the head is
+    classifier_head's, and the blocks are the model's top-level modules with nn.Sequential, nn.ModuleList and
     nn.ModuleDict containers opened, recursively (a ResNet's conv1, bn1, layer1.0, ... layer4.1; a ConvNeXt's
     stages), less the head; the model's own parameters (a ViT's class token) go with the first block. Parameters
     with requires_grad=False are left out. needed_for: the config key that asks, for the error message."""
-    head = classifier_head(model)
-    if head is None:
-        raise ConfigError(f"config key '{needed_for}' needs the model's classifier head, and {type(model).__name__} "
-                          f"has none that gpucore finds: timm's get_classifier(), or a layer with weights in an "
-                          f"attribute {', '.join(HEAD_ATTRIBUTES)}. Give the model such an attribute")
+    encoder = segmentation_models.segmentation_encoder(model)
+    if encoder is not None:
+        head = [name for name, _ in model.named_children() if name != encoder]
+        root, prefix = model.get_submodule(encoder), encoder
+    else:
+        classifier = classifier_head(model)
+        if classifier is None:
+            raise ConfigError(f"config key '{needed_for}' needs the model's classifier head, and "
+                              f"{type(model).__name__} has none that gpucore finds: timm's get_classifier(), or a "
+                              f"layer with weights in an attribute {', '.join(HEAD_ATTRIBUTES)}. Give the model such "
+                              "an attribute")
+        head, root, prefix = [classifier], model, ""
+    split = BackboneSplit(head, [], [])
     seen = set()
 
     def trainable(named) -> List[nn.Parameter]:
         params = []
         for name, param in named:
-            if param.requires_grad and id(param) not in seen and not is_under(name, head):
+            if param.requires_grad and id(param) not in seen and not split.in_head(name):
                 seen.add(id(param))
                 params.append(param)
         return params
@@ -258,13 +290,14 @@ def backbone_split(model: nn.Module, needed_for: str) -> BackboneSplit:
             else:
                 yield name, child
 
-    own = trainable(model.named_parameters(recurse=False))
-    blocks = [(name, trainable(module.named_parameters(prefix=name))) for name, module in opened("", model)]
+    own = trainable(root.named_parameters(prefix=prefix, recurse=False))
+    blocks = [(name, trainable(module.named_parameters(prefix=name))) for name, module in opened(prefix, root)]
     blocks = [(name, params) for name, params in blocks if params]
     if own and blocks:
         blocks[0] = (blocks[0][0], own + blocks[0][1])
     elif own:
-        blocks = [("", own)]
-    head_params = [param for name, param in model.named_parameters()
-                   if param.requires_grad and is_under(name, head) and id(param) not in seen]
-    return BackboneSplit(head, head_params, blocks)
+        blocks = [(prefix, own)]
+    split.blocks = blocks
+    split.head_params = [param for name, param in model.named_parameters()
+                         if param.requires_grad and split.in_head(name) and id(param) not in seen]
+    return split

@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional, Sequence
 from torch import nn
 
 from ..errors import ConfigError
-from ..models.registry import backbone_split, is_under
+from ..models.registry import backbone_split
 from ..run_files import BEST, EVERY_N_PREFIX, INTERRUPTED, LAST, every_n_name
 from .run_dir import RunDir
 
@@ -170,7 +170,7 @@ class FreezeBackbone(Callback):
         split = backbone_split(model, "freeze")
         self.params = split.backbone_params
         self.norms = [module for name, module in model.named_modules()
-                      if isinstance(module, nn.modules.batchnorm._BatchNorm) and not is_under(name, split.head)]
+                      if isinstance(module, nn.modules.batchnorm._BatchNorm) and not split.in_head(name)]
         self.freeze_epochs = freeze_epochs
 
     def on_epoch_start(self, epoch: int) -> None:
