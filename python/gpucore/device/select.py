@@ -38,7 +38,8 @@ class DeviceChoice:
 
 @dataclass(frozen=True)
 class PrecisionPolicy:
-    """Resolved precision settings for one device. `apply()` sets torch's TF32/cuDNN flags."""
+    """Resolved precision settings for one device, as Python uses them (the C++ core resolves them as
+    _C.ResolvedPrecision, with dtype names). `apply()` sets torch's TF32/cuDNN flags."""
 
     device: str
     precision: str  # "bf16-mixed", "16-mixed", "32" or "64"
