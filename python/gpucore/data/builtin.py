@@ -1,6 +1,6 @@
 """Training data for gpucore.train (config key `data`): the built-in synthetic sets, IDX/.npy/.npz
 files (read into memory as (inputs, targets) tensors) and image folders (gpucore.data.ImageFiles,
-decoded into memory or streamed, as config key `cache` says; see device_batches.py).
+decoded into memory or streamed, as config key `cache` says; see loader.py).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A model's predictions on a data set, from one pass through the engine's own `evaluate`: the metrics
 exactly as a run reports them, and per sample the targets, the outputs, the decoded predictions
-(decode.py), the confidence and the loss. The run report (end of training, `gpucore report`) and
+(by the run's task), the confidence and the loss. The run report (end of training, `gpucore report`) and
 `gpucore evaluate` both use this one pass.
 
 The engine pulls the batches through a recording iterator (targets) and calls a recording forward
