@@ -88,3 +88,21 @@ def test_hooks_are_called_in_order_and_early_stopping_keeps_its_state(tmp_path):
 
     with pytest.raises(gpucore.ConfigError, match=r"two callbacks keep their state under '\S*Twin'"):
         gpucore.train(dict(config, run_dir=str(tmp_path / "twins")), callbacks=[Twin(), Twin()])
+
+
+def test_a_checkpoint_from_before_callback_states_resumes_with_its_best_epoch(tmp_path):
+    from gpucore.checkpoint import save_checkpoint
+
+    config = dict(SMALL, run_dir=str(tmp_path), epochs=2, patience=3)
+    first = gpucore.train(config)
+    path = os.path.join(first.checkpoint_dir, "last.pt")
+    old = torch.load(path, weights_only=True)
+    for newer in ("callbacks", "batching"):  # what checkpoints held before this layout
+        del old[newer]
+    save_checkpoint(path, old)
+    resumed = gpucore.train(dict(config, epochs=3, resume="auto"))
+    assert [row["epoch"] for row in resumed.history] == [1, 2, 3] and resumed.status == "completed"
+    last = torch.load(path, weights_only=True)
+    better = resumed.history[2]["val_accuracy"] > max(row["val_accuracy"] for row in first.history)
+    assert last["callbacks"]["EarlyStopping"]["epoch"] == (3 if better else first.best_epoch)
+    assert gpucore.load(path, "cpu").task.name == "classification"
