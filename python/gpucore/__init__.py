@@ -40,18 +40,18 @@ from .device.select import (  # noqa: E402
     resolve_precision,
     select_device,
 )
-from .device.doctor import doctor  # noqa: E402
+from . import data  # noqa: E402
+from .cam import CAM, CamResult, gradcam  # noqa: E402
 from .config import TrainConfig, load_config  # noqa: E402
+from .data.loader import DataLoader  # noqa: E402
+from .device.doctor import doctor  # noqa: E402
+from .evaluation.evaluate import evaluate  # noqa: E402
+from .evaluation.export import export  # noqa: E402
+from .evaluation.load import LoadedModel, load  # noqa: E402
+from .evaluation.predict import Predictions, predict  # noqa: E402
+from .evaluation.run_report import write_report  # noqa: E402
 from .train import TrainResult, train  # noqa: E402
 from .training.callbacks import Callback  # noqa: E402
-from .cam import CAM, CamResult, gradcam  # noqa: E402
-from .evaluation.load import LoadedModel, load  # noqa: E402
-from .evaluation.evaluate import evaluate  # noqa: E402
-from .evaluation.run_report import write_report  # noqa: E402
-from .evaluation.predict import Predictions, predict  # noqa: E402
-from .evaluation.export import export  # noqa: E402
-from .data.loader import DataLoader  # noqa: E402
-from . import data  # noqa: E402
 
 __version__ = _build_info.GPUCORE_VERSION
 

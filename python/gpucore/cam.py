@@ -18,8 +18,8 @@ import torch
 from torch import nn
 
 from . import _C
-from .errors import ConfigError
 from .data.png import encode_png, grid
+from .errors import ConfigError
 
 
 _ops = torch.ops.gpucore

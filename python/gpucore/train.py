@@ -14,14 +14,14 @@ from typing import Any, Callable, List, Optional, Sequence
 import torch
 from torch import nn
 
-from .training import distributed
 from .checkpoint import load_checkpoint
 from .config import load_config
 from .errors import ConfigError
-from .training.fit_loop import FitLoop
+from .evaluation.run_report import report_after_training
 from .models.registry import build_model
 from .run_files import CHECKPOINTS, LAST, METRICS, STATS
-from .evaluation.run_report import report_after_training
+from .training import distributed
+from .training.fit_loop import FitLoop
 from .training.run_setup import build_run
 
 

@@ -12,9 +12,9 @@ import torch
 
 from .. import _C
 
-from . import readers
 from ..errors import ConfigError
 from ..values import is_int
+from . import readers
 
 
 

@@ -10,8 +10,8 @@ import torch
 
 from .. import _C
 
-from . import readers
 from ..errors import ConfigError
+from . import readers
 
 ARRAY_EXTENSIONS = (".npy", ".npz")
 IDX_SUFFIXES = ("-ubyte", ".idx", "-ubyte.gz", ".idx.gz")

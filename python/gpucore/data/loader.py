@@ -8,10 +8,10 @@ import torch
 
 from .. import _C
 from ..config import KEY_BY_NAME
+from ..device.select import memory_stats, select_device
 from ..errors import ConfigError
 from .readers import LabeledData, ImageFiles
 from .tensor_inputs import as_images, input_stats, prepare_inputs
-from ..device.select import memory_stats, select_device
 
 
 

@@ -8,9 +8,9 @@ from typing import Optional
 from ..checkpoint import write_json
 from ..data.builtin import load_data
 from ..errors import ConfigError
-from ..run_files import CHECKPOINTS, EVALUATION, PER_CLASS
 from ..report.page import Page
 from ..report.sections import prediction_sections
+from ..run_files import CHECKPOINTS, EVALUATION, PER_CLASS
 from .evaluation_pass import data_sets, evaluation_pass
 from .load import load
 

@@ -17,13 +17,13 @@ import torch
 from torch import nn
 
 from .. import _C
+from ..device.select import resolve_precision
+from ..errors import ConfigError
 from ..tasks import Task
 from ..tasks.sequences import pad_sequences
 from ..training import distributed
-from ..device.select import resolve_precision
 from ..training.engine_config import engine_config, param_groups
 from ..training.epoch_data import EpochData, make_train_set, make_val_set
-from ..errors import ConfigError
 from ..training.run_setup import resolve_channels_last
 
 

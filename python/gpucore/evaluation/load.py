@@ -14,11 +14,11 @@ from torch import nn
 
 from ..checkpoint import load_checkpoint
 from ..config import load_config
+from ..data.tensor_inputs import as_images, model_inputs, prepare_inputs
 from ..device.select import select_device
 from ..errors import ConfigError
 from ..models.registry import build_model
 from ..tasks import task_of
-from ..data.tensor_inputs import as_images, model_inputs, prepare_inputs
 
 
 class LoadedModel:

@@ -14,11 +14,11 @@ from typing import List, Optional, Union
 
 import torch
 
-from ..errors import ConfigError
-from .load import LoadedModel, load
 from ..data.input_files import read_input_images
 from ..data.png import encode_png
+from ..errors import ConfigError
 from ..values import is_int
+from .load import LoadedModel, load
 
 
 class Predictions:

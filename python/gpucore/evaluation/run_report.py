@@ -16,10 +16,10 @@ from ..checkpoint import load_checkpoint, write_json
 from ..data.builtin import load_data
 from ..device.select import select_device
 from ..errors import ConfigError
-from ..run_files import CHECKPOINTS, METRICS, PER_CLASS, REPORT_CHECKPOINTS, STATS
 from ..report import plots
 from ..report.page import Page
 from ..report.sections import prediction_sections, train_batch_section
+from ..run_files import CHECKPOINTS, METRICS, PER_CLASS, REPORT_CHECKPOINTS, STATS
 from .evaluation_pass import data_sets, evaluation_pass
 from .load import from_payload
 

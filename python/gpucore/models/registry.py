@@ -13,9 +13,9 @@ from typing import Callable, List, Optional, Tuple
 import torch
 from torch import nn
 
-from . import segmentation_models
 from ..errors import ConfigError
 from ..values import is_int
+from . import segmentation_models
 
 
 class FashionMnistCNN(nn.Module):

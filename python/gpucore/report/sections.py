@@ -10,10 +10,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import plots
 from ..cam import CAM
 from ..tasks.base import names_for
 from ..tasks.decode import as_text
+from . import plots
 from .page import GRID, Page, confusion, display_images, is_images, mask_iou, per_class
 
 TOP_LOSSES = 8

@@ -4,12 +4,12 @@ decoding, correctness, confidence, per-sample losses, prediction rows, report se
 A new loss or kind of model is one class here, listed in TASKS."""
 from __future__ import annotations
 
+from ..errors import ConfigError
 from .base import Task
 from .classification import Classification
 from .multi_label import MultiLabel
 from .segmentation import Segmentation
 from .sequences import CTCSequence, MultiHead, SequenceTask
-from ..errors import ConfigError
 
 TASKS = (Classification, MultiHead, CTCSequence, MultiLabel, Segmentation)  # asked in this order
 

@@ -9,10 +9,10 @@ import torch
 
 from .. import _C
 
-from . import distributed
-from ..data.readers import ImageFiles
 from ..data.loader import batch_source, choose_cache, data_stats, is_native, skipped_files
+from ..data.readers import ImageFiles
 from ..errors import ConfigError
+from . import distributed
 
 
 class EpochData:

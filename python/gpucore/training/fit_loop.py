@@ -8,13 +8,13 @@ from typing import Any, List, Optional, Sequence
 
 import torch
 
-from . import distributed
-from .callbacks import BestEpoch, Callback, EarlyStopping, FreezeBackbone, ModelCheckpoint, Monitor, call
 from ..checkpoint import load_checkpoint
 from ..config import KEY_BY_NAME
-from .epoch_data import make_train_set
 from ..errors import ConfigError, OutOfMemoryError, TrainingError
+from . import distributed
 from . import oom
+from .callbacks import BestEpoch, Callback, EarlyStopping, FreezeBackbone, ModelCheckpoint, Monitor, call
+from .epoch_data import make_train_set
 from .progress import EpochProgress, print_epoch
 from .rng import rng_state, set_rng_state
 from .run_setup import Run

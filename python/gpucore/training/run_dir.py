@@ -7,10 +7,10 @@ import itertools
 import os
 from typing import List, Optional
 
-from . import distributed
 from ..checkpoint import remove_stale_temporaries, save_checkpoint, write_json, write_jsonl
 from ..errors import ConfigError
 from ..run_files import CHECKPOINTS, CONFIG, INTERRUPTED, METRICS, RESUME_CANDIDATES, STATS, TENSORBOARD
+from . import distributed
 
 
 class RunDir:

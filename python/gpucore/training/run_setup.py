@@ -13,18 +13,18 @@ from torch import nn
 
 from .. import _C
 
-from . import distributed
-from ..data.readers import ImageFiles, LabeledData
 from ..data.builtin import class_names, load_data
+from ..data.readers import ImageFiles, LabeledData
+from ..data.tensor_inputs import as_images
 from ..device.select import PrecisionPolicy, resolve_precision, select_device
+from ..errors import ConfigError
+from ..models.pretrained import NO_WEIGHTS, LoadReport, load_pretrained, resolve_weights_path
+from ..models.registry import build_model
+from ..tasks import Task, task_of
+from . import distributed
 from .engine_config import check_monitor, engine_config, param_groups
 from .epoch_data import EpochData, make_train_set, make_val_set, normalization_of
-from ..errors import ConfigError
-from ..tasks import Task, task_of
-from ..models.registry import build_model
-from ..models.pretrained import NO_WEIGHTS, LoadReport, load_pretrained, resolve_weights_path
 from .rng import seed_everything
-from ..data.tensor_inputs import as_images
 from .run_dir import RunDir
 
 
