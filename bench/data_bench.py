@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader as TorchDataLoader
 from torch.utils.data import Dataset as TorchDataset
 
 import gpucore
-from gpucore.png import encode_png
+from gpucore.data.png import encode_png
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import device_label, report, sync  # noqa: E402

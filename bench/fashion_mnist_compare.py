@@ -24,15 +24,15 @@ import torch
 from torch import nn
 
 import gpucore
-from gpucore.builtin_data import fashion_mnist, find_fashion_mnist
+from gpucore.data.builtin import fashion_mnist, find_fashion_mnist
 from gpucore.config import load_config
-from gpucore.engine_config import param_groups
+from gpucore.training.engine_config import param_groups
 from gpucore.models import FashionMnistCNN
-from gpucore.run_setup import resolve_channels_last
-from gpucore.tensor_inputs import input_stats
+from gpucore.training.run_setup import resolve_channels_last
+from gpucore.data.tensor_inputs import input_stats
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import device_label, import_lightning, report, sync  # noqa: E402
+from common import device_label, import_lightning, lightning_epoch_timer, report, sync  # noqa: E402
 
 
 class Setting:
@@ -136,19 +136,8 @@ def train_lightning(s: Setting):
             optimizer, schedule = s.optimizer(self.net)
             return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
-    class EpochTimer(L.Callback):
-        def __init__(self):
-            self.times = []
-
-        def on_train_epoch_start(self, trainer, module):
-            self.start = time.perf_counter()
-
-        def on_train_epoch_end(self, trainer, module):
-            sync(s.device)
-            self.times.append(time.perf_counter() - self.start)
-
     torch.manual_seed(s.config.seed)
-    timer, module = EpochTimer(), Module()
+    timer, module = lightning_epoch_timer(L, s.device), Module()
     precision = {"bf16-mixed": "bf16-mixed", "16-mixed": "16-mixed"}.get(s.policy.precision, "32-true")
     trainer = L.Trainer(max_epochs=s.config.epochs, accelerator="gpu" if s.device.type == "cuda" else s.device.type,
                         devices=1, precision=precision, logger=False, enable_checkpointing=False,

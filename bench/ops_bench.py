@@ -20,9 +20,9 @@ import torch
 from torch import nn
 
 import gpucore
-from gpucore.builtin_data import synthetic_fashion
+from gpucore.data.builtin import synthetic_fashion
+from gpucore.data.tensor_inputs import input_stats
 from gpucore.models import FashionMnistCNN
-from gpucore.tensor_inputs import input_stats
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import device_label, result_json, sync  # noqa: E402

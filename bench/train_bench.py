@@ -27,41 +27,17 @@ import torch
 from torch import nn
 
 import gpucore
-from gpucore.builtin_data import synthetic_fashion
+from gpucore.data.builtin import synthetic_fashion
+from gpucore.data.tensor_inputs import input_stats
 from gpucore.models import FashionMnistCNN
-from gpucore.tensor_inputs import input_stats
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import device_label, import_lightning, result_json  # noqa: E402
+from common import EpochClock, device_label, import_lightning, lightning_epoch_timer, result_json  # noqa: E402
 from ops_bench import per_step  # noqa: E402
 
 
 class Skip(Exception):
     """A row that cannot run on this machine; the message says why."""
-
-
-class EpochClock:
-    """Times epochs: CUDA events on a GPU (the GPU's time, ended by one sync), the host clock on a CPU."""
-
-    def __init__(self, device):
-        self.device = device
-        self.times = []
-
-    def start(self):
-        if self.device.type == "cuda":
-            self._start = torch.cuda.Event(enable_timing=True)
-            self._start.record()
-        else:
-            self._start = time.perf_counter()
-
-    def stop(self):
-        if self.device.type == "cuda":
-            end = torch.cuda.Event(enable_timing=True)
-            end.record()
-            end.synchronize()
-            self.times.append(self._start.elapsed_time(end) / 1000)
-        else:
-            self.times.append(time.perf_counter() - self._start)
 
 
 class Data:
@@ -233,17 +209,7 @@ def lightning_loop(data, device, precision, epochs, batch_size):
         def configure_optimizers(self):
             return torch.optim.AdamW(self.parameters(), lr=1e-3, weight_decay=0.0)
 
-    class Timer(L.Callback):
-        def __init__(self):
-            self.clock = EpochClock(device)
-
-        def on_train_epoch_start(self, trainer, module):
-            self.clock.start()
-
-        def on_train_epoch_end(self, trainer, module):
-            self.clock.stop()
-
-    timer = Timer()
+    timer = lightning_epoch_timer(L, device)
     trainer = L.Trainer(max_epochs=epochs, accelerator="gpu" if device.type == "cuda" else device.type, devices=1,
                         precision={"bf16-mixed": "bf16-mixed", "16-mixed": "16-mixed"}.get(precision, "32-true"),
                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
@@ -251,7 +217,7 @@ def lightning_loop(data, device, precision, epochs, batch_size):
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(data.x, data.labels), batch_size=batch_size,
                                          shuffle=True, pin_memory=device.type == "cuda")
     trainer.fit(Module(), loader)
-    return timer.clock.times
+    return timer.times
 
 
 def gpucore_train(data, device, precision, epochs, batch_size, cuda_graphs=False):

@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
 # Installs what gpucore needs on a fresh Debian/Ubuntu machine, reusing whatever is already there:
-# build tools, GoogleTest and the image libraries (apt), a virtualenv (.venv), torch, then gpucore itself with a plain
-# `pip install .` into that environment (plus its C++ test binary, in build/).
+# build tools and the image libraries (apt), a virtualenv (.venv), torch, then gpucore itself with a plain
+# `pip install .` into that environment. With --tests (scripts/run_tests.sh) also what only the tests need:
+# GoogleTest and the C++ test binary (in build/), chromium, and the test and export Python packages.
+#
+#   bootstrap.sh [--tests]
 #
 #   GPUCORE_VENV   the virtualenv to use or create (default: .venv in the checkout)
 #   GPUCORE_TORCH  the torch to install when the venv has none (default: torch==2.13.0, a CPU build;
 #                  on a GPU server e.g. "torch --index-url https://download.pytorch.org/whl/cu126")
 set -euo pipefail
+TESTS=0
+case "${1:-}" in
+  --tests) TESTS=1 ;;
+  "") ;;
+  *) echo "bootstrap: unknown argument '$1' (valid: --tests)" >&2; exit 2 ;;
+esac
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${GPUCORE_VENV:-$ROOT/.venv}
@@ -20,7 +29,7 @@ command -v cmake >/dev/null || missing+=(cmake)
 command -v ninja >/dev/null || missing+=(ninja-build)
 command -v g++ >/dev/null || missing+=(g++)
 command -v ccache >/dev/null || missing+=(ccache)
-[ -f /usr/include/gtest/gtest.h ] || missing+=(libgtest-dev)
+[ "$TESTS" = 0 ] || [ -f /usr/include/gtest/gtest.h ] || missing+=(libgtest-dev)
 [ -f /usr/include/png.h ] || missing+=(libpng-dev)
 [ -f /usr/include/jpeglib.h ] || missing+=(libjpeg-dev)
 [ -f /usr/include/zlib.h ] || missing+=(zlib1g-dev)
@@ -45,7 +54,7 @@ fi
 
 # Debian's chromium, for the test that opens report.html in a real (headless) browser; optional: without it
 # that test is skipped.
-if ! command -v chromium >/dev/null && command -v apt-get >/dev/null; then
+if [ "$TESTS" = 1 ] && ! command -v chromium >/dev/null && command -v apt-get >/dev/null; then
   install_chromium() { DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1; }
   install_chromium || { $SUDO apt-get update -qq >/dev/null 2>&1 && install_chromium; } \
     || echo "bootstrap: chromium could not be installed; the report's browser test will be skipped"
@@ -58,34 +67,36 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
   # shellcheck disable=SC2086  # GPUCORE_TORCH may carry pip options such as --index-url
   "$PY" -m pip install -q $TORCH_SPEC
 fi
-# Test-only extras: OpenCV (its JET table is the reference for overlays), Pillow (decodes our PNGs),
-# nbclient + ipykernel (the Grad-CAM notebook is executed in a real kernel), scikit-learn (the reference for
-# the report's per-class metrics).
-"$PY" -m pip install -q "pytest>=7" numpy opencv-python-headless pillow nbclient ipykernel scikit-learn
-# Export extras (gpucore export and its tests; none of them pulls torch): ONNX through onnxscript, checked with
-# onnxruntime, and safetensors. Optional: without them the export tests skip and say why.
-"$PY" -m pip install -q "onnx>=1.16" "onnxscript>=0.3" "onnxruntime>=1.18" "safetensors>=0.4" \
-  || echo "bootstrap: onnx/onnxscript/onnxruntime/safetensors could not be installed; the export tests will skip"
-# The fine-tuning tests' torchvision and timm models: the torchvision release made for torch 2.13 and timm without
-# their dependencies (pip would otherwise replace the venv's torch), then timm's light ones with torch pinned.
-# Optional: without them those tests skip.
-if "$PY" -c 'import torch, sys; sys.exit(not torch.__version__.startswith("2.13."))'; then
-  "$PY" -m pip install -q --no-deps torchvision==0.28.0 timm \
-    || echo "bootstrap: torchvision/timm could not be installed; the fine-tuning tests that need them will skip"
+if [ "$TESTS" = 1 ]; then
+  # Test-only extras: OpenCV (its JET table is the reference for overlays), Pillow (decodes our PNGs),
+  # nbclient + ipykernel (the Grad-CAM notebook is executed in a real kernel), scikit-learn (the reference for
+  # the report's per-class metrics).
+  "$PY" -m pip install -q "pytest>=7" numpy opencv-python-headless pillow nbclient ipykernel scikit-learn
+  # Export extras (gpucore export and its tests; none of them pulls torch): ONNX through onnxscript, checked with
+  # onnxruntime, and safetensors. Optional: without them the export tests skip and say why.
+  "$PY" -m pip install -q "onnx>=1.16" "onnxscript>=0.3" "onnxruntime>=1.18" "safetensors>=0.4" \
+    || echo "bootstrap: onnx/onnxscript/onnxruntime/safetensors could not be installed; the export tests will skip"
+  # The fine-tuning tests' torchvision and timm models: the torchvision release made for torch 2.13 and timm without
+  # their dependencies (pip would otherwise replace the venv's torch), then timm's light ones with torch pinned.
+  # Optional: without them those tests skip.
+  if "$PY" -c 'import torch, sys; sys.exit(not torch.__version__.startswith("2.13."))'; then
+    "$PY" -m pip install -q --no-deps torchvision==0.28.0 timm \
+      || echo "bootstrap: torchvision/timm could not be installed; the fine-tuning tests that need them will skip"
+  fi
+  "$PY" -m pip install -q -c <(echo "torch==$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])')") \
+    huggingface_hub || echo "bootstrap: huggingface_hub could not be installed; the timm tests will skip"
+  # The segmentation models' libraries (model: transformers:..., smp:...): transformers with torch pinned (it needs
+  # none), segmentation-models-pytorch without its dependencies (it names torch; the rest are installed above).
+  # Optional: without them those tests skip.
+  "$PY" -m pip install -q -c <(echo "torch==$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])')") \
+    transformers || echo "bootstrap: transformers could not be installed; the SegFormer tests will skip"
+  "$PY" -m pip install -q --no-deps segmentation-models-pytorch \
+    || echo "bootstrap: segmentation-models-pytorch could not be installed; the smp tests will skip"
 fi
-"$PY" -m pip install -q -c <(echo "torch==$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])')") \
-  huggingface_hub || echo "bootstrap: huggingface_hub could not be installed; the timm tests will skip"
-# The segmentation models' libraries (model: transformers:..., smp:...): transformers with torch pinned (it needs
-# none), segmentation-models-pytorch without its dependencies (it names torch; the rest are installed above).
-# Optional: without them those tests skip.
-"$PY" -m pip install -q -c <(echo "torch==$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])')") \
-  transformers || echo "bootstrap: transformers could not be installed; the SegFormer tests will skip"
-"$PY" -m pip install -q --no-deps segmentation-models-pytorch \
-  || echo "bootstrap: segmentation-models-pytorch could not be installed; the smp tests will skip"
 
 # Exactly what a user types (build isolation on): the build finds the venv's torch by itself.
-# The persistent build dir keeps rebuilds incremental and holds the GoogleTest binary.
+# The persistent build dir keeps rebuilds incremental and, with --tests, holds the GoogleTest binary.
 echo "bootstrap: building gpucore against $("$PY" -c 'import torch; print("torch", torch.__version__)')"
 "$PY" -m pip install -q . \
   --config-settings=build-dir="$BUILD_DIR" \
-  --config-settings=cmake.define.GPUCORE_BUILD_TESTS=ON
+  --config-settings=cmake.define.GPUCORE_BUILD_TESTS=$([ "$TESTS" = 1 ] && echo ON || echo OFF)

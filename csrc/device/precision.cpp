@@ -41,8 +41,8 @@ bool has_tf32(const DeviceCaps& caps) { return caps.kind == DeviceKind::kCUDA &&
 
 }  // namespace
 
-PrecisionPolicy resolve_precision(Precision requested, const DeviceCaps& caps, Toggle tf32, Toggle cudnn_benchmark) {
-  PrecisionPolicy policy;
+ResolvedPrecision resolve_precision(Precision requested, const DeviceCaps& caps, Toggle tf32, Toggle cudnn_benchmark) {
+  ResolvedPrecision policy;
   const bool cuda = caps.kind == DeviceKind::kCUDA;
   Precision precision = requested;
   if (precision == Precision::kAuto) {
@@ -110,7 +110,7 @@ PrecisionPolicy resolve_precision(Precision requested, const DeviceCaps& caps, T
   return policy;
 }
 
-void apply_precision_policy(const PrecisionPolicy& policy) {
+void apply_precision_policy(const ResolvedPrecision& policy) {
   auto& context = at::globalContext();
   context.setAllowTF32CuBLAS(policy.tf32);
   context.setAllowTF32CuDNN(policy.tf32);

@@ -98,14 +98,14 @@ void def_device(py::module_& m) {
       },
       py::arg("facts"), py::arg("probe") = py::none());
 
-  py::class_<PrecisionPolicy>(m, "PrecisionPolicy")
-      .def_property_readonly("precision", [](const PrecisionPolicy& p) { return to_string(p.precision); })
-      .def_readonly("autocast_dtype", &PrecisionPolicy::autocast_dtype)
-      .def_readonly("param_dtype", &PrecisionPolicy::param_dtype)
-      .def_readonly("loss_scaling", &PrecisionPolicy::loss_scaling)
-      .def_readonly("tf32", &PrecisionPolicy::tf32)
-      .def_readonly("cudnn_benchmark", &PrecisionPolicy::cudnn_benchmark)
-      .def_readonly("reason", &PrecisionPolicy::reason);
+  py::class_<ResolvedPrecision>(m, "ResolvedPrecision")
+      .def_property_readonly("precision", [](const ResolvedPrecision& p) { return to_string(p.precision); })
+      .def_readonly("autocast_dtype", &ResolvedPrecision::autocast_dtype)
+      .def_readonly("param_dtype", &ResolvedPrecision::param_dtype)
+      .def_readonly("loss_scaling", &ResolvedPrecision::loss_scaling)
+      .def_readonly("tf32", &ResolvedPrecision::tf32)
+      .def_readonly("cudnn_benchmark", &ResolvedPrecision::cudnn_benchmark)
+      .def_readonly("reason", &ResolvedPrecision::reason);
   m.def(
       "resolve_precision",
       [](const SystemFacts& facts, const std::string& device, const std::string& precision, const std::string& tf32,
@@ -117,7 +117,7 @@ void def_device(py::module_& m) {
   m.def(
       "apply_precision_policy",
       [](bool tf32, bool cudnn_benchmark) {
-        PrecisionPolicy policy;
+        ResolvedPrecision policy;
         policy.tf32 = tf32;
         policy.cudnn_benchmark = cudnn_benchmark;
         apply_precision_policy(policy);

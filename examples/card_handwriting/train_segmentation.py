@@ -17,7 +17,7 @@ from torch import nn
 
 import gpucore
 from gpucore.cam import segmentation_target
-from gpucore.tensor_inputs import model_inputs
+from gpucore.data.tensor_inputs import model_inputs
 
 
 def handwriting_cards(count: int, size: int = 64, seed: int = 0):
@@ -102,7 +102,7 @@ def main(argv=None) -> float:
         images, masks = handwriting_cards(args.images + held_out)
         (train_x, train_y), (images, masks) = (images[held_out:], masks[held_out:]), (images[:held_out], masks[:held_out])
     else:
-        (train_x, train_y), (images, masks) = gpucore.builtin_data.fashion_mnist_foreground(
+        (train_x, train_y), (images, masks) = gpucore.data.builtin.fashion_mnist_foreground(
             train_size=args.images, val_size=held_out, seed=args.seed)
     name, kwargs, cam_layer = MODELS[args.model]
     model = UNet() if name is None else gpucore.models.build_model(name, kwargs)

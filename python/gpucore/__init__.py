@@ -31,8 +31,8 @@ except ImportError as exc:
     ) from exc
 
 from . import ops  # noqa: E402,F401  (fake kernels of the torch ops)
-from .errors import ConfigError, DeviceFallbackWarning, DeviceUnavailableError, TrainingError  # noqa: E402
-from .device import (  # noqa: E402
+from .errors import ConfigError, DeviceFallbackWarning, DeviceUnavailableError, ExportError, TrainingError  # noqa: E402
+from .device.select import (  # noqa: E402
     DeviceChoice,
     PrecisionPolicy,
     device_facts,
@@ -40,27 +40,31 @@ from .device import (  # noqa: E402
     resolve_precision,
     select_device,
 )
-from .doctor import doctor  # noqa: E402
-from .config import TrainConfig, load_config  # noqa: E402
-from .train import TrainResult, train  # noqa: E402
-from .cam import CAM, CamResult, gradcam  # noqa: E402
-from .inference import LoadedModel, load  # noqa: E402
-from .report import evaluate, write_report  # noqa: E402
-from .predict import Predictions, predict  # noqa: E402
-from .export import export  # noqa: E402
-from .device_batches import DataLoader  # noqa: E402
 from . import data  # noqa: E402
+from .cam import CAM, CamResult, gradcam  # noqa: E402
+from .config import TrainConfig, load_config  # noqa: E402
+from .data.loader import DataLoader  # noqa: E402
+from .device.doctor import doctor  # noqa: E402
+from .evaluation.evaluate import evaluate  # noqa: E402
+from .evaluation.export import export  # noqa: E402
+from .evaluation.load import LoadedModel, load  # noqa: E402
+from .evaluation.predict import Predictions, predict  # noqa: E402
+from .evaluation.run_report import write_report  # noqa: E402
+from .train import TrainResult, train  # noqa: E402
+from .training.callbacks import Callback  # noqa: E402
 
 __version__ = _build_info.GPUCORE_VERSION
 
 __all__ = [
     "CAM",
+    "Callback",
     "CamResult",
     "ConfigError",
     "DataLoader",
     "DeviceChoice",
     "DeviceFallbackWarning",
     "DeviceUnavailableError",
+    "ExportError",
     "LoadedModel",
     "PrecisionPolicy",
     "Predictions",

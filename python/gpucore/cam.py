@@ -18,8 +18,8 @@ import torch
 from torch import nn
 
 from . import _C
+from .data.png import encode_png, grid
 from .errors import ConfigError
-from .png import encode_png, grid
 
 
 _ops = torch.ops.gpucore

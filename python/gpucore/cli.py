@@ -8,7 +8,7 @@ from typing import Optional, Sequence
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from .doctor import doctor, format_report
+    from .device.doctor import doctor, format_report
 
     report = doctor(args.device, smoke_test=not args.no_smoke_test)
     if args.json:
@@ -20,7 +20,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from . import distributed
+    from .training import distributed
     from .config import load_config, parse_overrides
     from .train import train
 
@@ -53,8 +53,8 @@ def _gradcam(args: argparse.Namespace) -> int:
 
     from .cam import CAM
     from .errors import ConfigError
-    from .inference import load
-    from .input_files import read_input_images
+    from .evaluation.load import load
+    from .data.input_files import read_input_images
 
     loaded = load(args.checkpoint, args.device)
     shape = loaded.input_shape
@@ -78,14 +78,14 @@ def _gradcam(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .report import write_report
+    from .evaluation.run_report import write_report
 
     print(write_report(args.run_dir, args.device))
     return 0
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from .report import evaluate
+    from .evaluation.evaluate import evaluate
 
     summary = evaluate(args.checkpoint, args.data, args.split, args.device, args.out)
     print(json.dumps({k: v for k, v in summary.items() if k != "per_class"}, indent=2))
@@ -93,15 +93,37 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _predict(args: argparse.Namespace) -> int:
-    from .predict import run_command
+    """`gpucore predict CHECKPOINT INPUTS`: the CSV (and mask PNGs), and a JSON summary on stdout."""
+    import os
 
-    return run_command(args)
+    from .evaluation.predict import predict
+
+    out = os.path.abspath(args.out)
+    masks = args.masks or os.path.splitext(out)[0] + "_masks"
+    result = predict(args.checkpoint, args.inputs, top_k=args.top_k, masks=masks, device=args.device,
+                     batch_size=args.batch_size)
+    result.write_csv(out)
+    summary = {"inputs": len(result), "out": out}
+    if result.mask_files is not None:
+        summary["masks"] = masks
+    if result.labels is not None:
+        summary["accuracy"] = result.accuracy()
+    print(json.dumps(summary, indent=2))
+    return 0
 
 
 def _export(args: argparse.Namespace) -> int:
-    from .export import run_command
+    """`gpucore export CHECKPOINT --format onnx|safetensors`: the files, and a JSON summary on stdout."""
+    from .errors import ExportError
+    from .evaluation.export import export
 
-    return run_command(args)
+    try:
+        result = export(args.checkpoint, args.format, args.out, opset=args.opset)
+    except ExportError as exc:
+        print(f"gpucore: export failed: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(result, indent=2))
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,8 +1,10 @@
-"""Training configuration: every key, its type, default and valid values, in one table.
+"""Training configuration: every key, its type, default and valid values, in one table (KEYS).
 
 `load_config` accepts a path (.yaml, .yml, .json), a dict, or a TrainConfig, applies overrides
-(`--set key=value` on the shell, keyword arguments in Python), and checks everything: an unknown
-key names the closest valid one, a wrong type or range names the key and what is valid.
+(`--set key=value` on the shell, `--set data_kwargs.train_size=12000` into a mapping key, keyword arguments
+in Python), and checks everything once: an unknown key names the closest valid one, a wrong type or range
+names the key and what is valid. The result is a frozen TrainConfig whose fields have the keys' types; what
+changes while a run trains (a batch halved on out-of-memory) lives in the fit loop and its checkpoints.
 """
 from __future__ import annotations
 
@@ -136,11 +138,19 @@ KEYS = [
 ]
 KEY_BY_NAME = {key.name: key for key in KEYS}
 
+def _annotation(key: Key):
+    return Optional[key.type] if key.optional else key.type
+
+
 TrainConfig = dataclasses.make_dataclass(
     "TrainConfig",
-    [(key.name, Any, dataclasses.field(default_factory=(lambda d=key.default: json.loads(json.dumps(d)))))
+    [(key.name, _annotation(key), dataclasses.field(default_factory=(lambda d=key.default: json.loads(json.dumps(d)))))
      for key in KEYS],
-    namespace={"__doc__": "A gpucore training configuration; every field is a key of KEYS.",
+    frozen=True,
+    namespace={"__doc__": "A checked gpucore training configuration (load_config makes one); every field is a key of "
+                          "KEYS, of that key's type. Frozen: dataclasses.replace(config, key=value) gives a changed "
+                          "copy, unchecked; load_config(config, {key: value}) a checked one.",
+               "__module__": __name__,
                "to_dict": lambda self: dataclasses.asdict(self)},
 )
 
@@ -338,14 +348,36 @@ def _read_file(path: str) -> dict:
 
 
 def parse_overrides(pairs: Sequence[str]) -> dict:
-    """['lr=0.01', 'epochs=3'] -> {'lr': '0.01', 'epochs': '3'}; values are typed by load_config."""
+    """['lr=0.01', 'data_kwargs.train_size=12000'] -> {'lr': '0.01', 'data_kwargs.train_size': '12000'}; values are
+    typed by load_config, dotted keys set one entry of a mapping key."""
     overrides = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not name.strip():
-            raise ConfigError(f"--set expects key=value, got '{pair}'")
+            raise ConfigError(f"--set expects key=value or key.entry=value, got '{pair}'")
         overrides[name.strip()] = value
     return overrides
+
+
+def _set_entry(values: dict, dotted: str, value: Any, where: str) -> None:
+    """--set data_kwargs.train_size=12000: one entry (nested: a.b.c) of mapping key `data_kwargs`, the rest of
+    the mapping kept as the file or the defaults had it; a string value is read as YAML (12000 is a number)."""
+    name, *path = dotted.split(".")
+    key = KEY_BY_NAME.get(name)
+    if key is None:
+        raise unknown_key_error(name)
+    if key.type is not dict or not all(path):
+        raise ConfigError(f"{where}: '{dotted}' sets an entry of a mapping; config key '{name}' is "
+                          f"{_type_name(key.type)}" if all(path) else f"{where}: '{dotted}' has an empty entry name")
+    mapping = json.loads(json.dumps(values.get(name, key.default)))
+    target = mapping
+    for entry in path[:-1]:
+        if not isinstance(target.setdefault(entry, {}), dict):
+            raise ConfigError(f"{where}: '{dotted}': entry '{entry}' of config key '{name}' is "
+                              f"{target[entry]!r}, not a mapping")
+        target = target[entry]
+    target[path[-1]] = _parse_flow(value) if isinstance(value, str) else value
+    values[name] = mapping
 
 
 def load_config(source: Any = None, overrides: Optional[Mapping[str, Any]] = None):
@@ -371,14 +403,18 @@ def load_config(source: Any = None, overrides: Optional[Mapping[str, Any]] = Non
                 raise ConfigError(f"{where}: config keys are names, got {type(name).__name__} {name!r} as a key "
                                   "(YAML reads `null:`, `1:` and `true:` as such; valid keys: "
                                   f"{', '.join(sorted(KEY_BY_NAME))})")
+            if origin == "override" and "." in name:
+                _set_entry(values, name, value, origin)
+                origins[name.split(".")[0]] = origin
+                continue
             key = KEY_BY_NAME.get(name)
             if key is None:
                 raise unknown_key_error(name)
             values[name], origins[name] = _coerce(key, value, origin), origin
+    if values.get("use_cuda") is False:
+        values["no_cuda"] = True
+    if not values.get("name"):
+        values["name"] = name_hint or values.get("model", KEY_BY_NAME["model"].default).replace(":", "_").replace(".", "_")
     config = TrainConfig(**values)
-    if not config.use_cuda:
-        config.no_cuda = True
-    if not config.name:
-        config.name = name_hint or config.model.replace(":", "_").replace(".", "_")
     _validate(config, origins)
     return config

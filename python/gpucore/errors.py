@@ -11,3 +11,8 @@ OutOfMemoryError = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryErro
 
 class DeviceFallbackWarning(UserWarning):
     """`device: auto` passed over a device that exists but cannot be used."""
+
+
+class ExportError(RuntimeError):
+    """torch.onnx could not export the model, or the exported model's outputs differ from PyTorch's by more
+    than the tolerance."""

@@ -1,8 +1,9 @@
 """gpucore.train: build a run, resume it if asked, fit it. Every training step runs in the C++ engine.
 
-The parts, in the order a run uses them: config.py (keys and checks), run_setup.py (device, precision,
-model, data, engine, run directory), epoch_data.py (batches per epoch), fit_loop.py (the epochs),
-callbacks.py (best model and checkpoints), run_dir.py (the files). See docs/architecture.md."""
+The parts, in the order a run uses them: config.py (keys and checks), tasks/ (the kind of model),
+training/run_setup.py (device, precision, model, data, engine, run directory), training/epoch_data.py (batches
+per epoch), training/fit_loop.py (the epochs), training/callbacks.py (checkpoints, early stopping, the user's),
+training/run_dir.py (the files), evaluation/run_report.py (the report). See docs/architecture.md."""
 from __future__ import annotations
 
 import json
@@ -13,14 +14,15 @@ from typing import Any, Callable, List, Optional, Sequence
 import torch
 from torch import nn
 
-from . import distributed
 from .checkpoint import load_checkpoint
 from .config import load_config
 from .errors import ConfigError
-from .fit_loop import FitLoop
-from .models import build_model
-from .report import report_after_training
-from .run_setup import build_run
+from .evaluation.run_report import report_after_training
+from .models.registry import build_model
+from .run_files import CHECKPOINTS, LAST, METRICS, STATS
+from .training import distributed
+from .training.fit_loop import FitLoop
+from .training.run_setup import build_run
 
 
 @dataclass
@@ -31,7 +33,7 @@ class TrainResult:
     best_metric: Optional[float]
     best_epoch: Optional[int]
     monitor: str
-    status: str  # completed, early_stopped or interrupted
+    status: str  # completed, early_stopped, stopped (a callback set trainer.should_stop) or interrupted
     run_dir: str
     checkpoint_dir: str
     stats_path: str
@@ -52,8 +54,8 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
 
     model: an nn.Module (default: built from config key `model`); train_data/val_data: (inputs, targets)
     tensors, a torch Dataset or DataLoader (default: config key `data`); loss: a callable
-    (output, target) -> scalar tensor (default: config key `loss`); callbacks: objects with optional
-    on_epoch_end(epoch, record) and on_step_end(step, metrics) methods.
+    (output, target) -> scalar tensor (default: config key `loss`); callbacks: gpucore.Callback objects (or any
+    objects with some of its hook methods), called after the built-in ones and before ModelCheckpoint.
     """
     config = load_config(cfg, overrides)
     world = distributed.environment()
@@ -103,16 +105,16 @@ def _train_in_processes(config) -> TrainResult:
                           f"device(s); set devices to at most {gpus}, or device: cpu for {config.devices} CPU "
                           "processes")
     summary = distributed.launch(config, config.devices, config.dist_timeout)
-    stats_path = os.path.join(summary["run_dir"], "training_stats.json")
+    stats_path = os.path.join(summary["run_dir"], STATS)
     with open(stats_path, encoding="utf-8") as handle:
         stats = json.load(handle)
-    checkpoint_dir = os.path.join(summary["run_dir"], "checkpoints")
+    checkpoint_dir = os.path.join(summary["run_dir"], CHECKPOINTS)
     module = build_model(config.model, config.model_kwargs)
-    module.load_state_dict(load_checkpoint(os.path.join(checkpoint_dir, "last.pt"))["model"])
+    module.load_state_dict(load_checkpoint(os.path.join(checkpoint_dir, LAST))["model"])
     history = stats["epochs"]
     return TrainResult(
         history=history, best_metric=stats["best"]["metric"], best_epoch=stats["best"]["epoch"],
         monitor=stats["best"]["monitor"] or "", status=stats["status"], run_dir=summary["run_dir"],
-        checkpoint_dir=checkpoint_dir, stats_path=stats_path, metrics_path=os.path.join(summary["run_dir"], "metrics.jsonl"),
+        checkpoint_dir=checkpoint_dir, stats_path=stats_path, metrics_path=os.path.join(summary["run_dir"], METRICS),
         device=stats["device"], precision=stats["precision"]["precision"], samples_per_second=_samples_per_second(history),
         steps=stats["steps"], skipped_steps=stats["skipped_steps"], host_syncs=stats["host_syncs"], model=module)

@@ -43,7 +43,7 @@ std::string config_error_of(Fn&& fn) {
 }
 
 TEST(Precision, AutoOnAmpereIsBf16WithTf32AndBenchmark) {
-  const PrecisionPolicy p = resolve_precision(Precision::kAuto, cuda_caps(8, 0));
+  const ResolvedPrecision p = resolve_precision(Precision::kAuto, cuda_caps(8, 0));
   EXPECT_EQ(p.precision, Precision::kBF16Mixed);
   EXPECT_EQ(p.autocast_dtype, "bfloat16");
   EXPECT_FALSE(p.loss_scaling);
@@ -53,7 +53,7 @@ TEST(Precision, AutoOnAmpereIsBf16WithTf32AndBenchmark) {
 
 TEST(Precision, AutoOnTuringAndVoltaIsFp16WithLossScaling) {
   for (const auto& cc : {ComputeCapability{7, 5}, ComputeCapability{7, 0}}) {
-    const PrecisionPolicy p = resolve_precision(Precision::kAuto, cuda_caps(cc.major, cc.minor));
+    const ResolvedPrecision p = resolve_precision(Precision::kAuto, cuda_caps(cc.major, cc.minor));
     EXPECT_EQ(p.precision, Precision::kFP16Mixed);
     EXPECT_EQ(p.autocast_dtype, "float16");
     EXPECT_TRUE(p.loss_scaling);
@@ -62,11 +62,11 @@ TEST(Precision, AutoOnTuringAndVoltaIsFp16WithLossScaling) {
 }
 
 TEST(Precision, AutoOnOlderGpusAndCpuIs32) {
-  const PrecisionPolicy m40 = resolve_precision(Precision::kAuto, cuda_caps(5, 2, "Tesla M40"));
+  const ResolvedPrecision m40 = resolve_precision(Precision::kAuto, cuda_caps(5, 2, "Tesla M40"));
   EXPECT_EQ(m40.precision, Precision::kFP32);
   EXPECT_EQ(m40.autocast_dtype, "");
   EXPECT_NE(m40.reason.find("Tesla M40"), std::string::npos) << m40.reason;
-  const PrecisionPolicy cpu = resolve_precision(Precision::kAuto, cpu_caps());
+  const ResolvedPrecision cpu = resolve_precision(Precision::kAuto, cpu_caps());
   EXPECT_EQ(cpu.precision, Precision::kFP32);
   EXPECT_FALSE(cpu.tf32);
   EXPECT_FALSE(cpu.cudnn_benchmark);
@@ -75,7 +75,7 @@ TEST(Precision, AutoOnOlderGpusAndCpuIs32) {
 
 TEST(Precision, AutoOnCpusWithNativeBf16IsBf16Mixed) {
   for (const std::string isa : {"AVX512-BF16", "AMX"}) {
-    const PrecisionPolicy cpu = resolve_precision(Precision::kAuto, cpu_caps(isa));
+    const ResolvedPrecision cpu = resolve_precision(Precision::kAuto, cpu_caps(isa));
     EXPECT_EQ(cpu.precision, Precision::kBF16Mixed);
     EXPECT_EQ(cpu.autocast_dtype, "bfloat16");
     EXPECT_EQ(cpu.param_dtype, "float32");
@@ -85,7 +85,7 @@ TEST(Precision, AutoOnCpusWithNativeBf16IsBf16Mixed) {
 }
 
 TEST(Precision, AutoOnMpsIsFp16) {
-  const PrecisionPolicy p = resolve_precision(Precision::kAuto, mps_caps(false));
+  const ResolvedPrecision p = resolve_precision(Precision::kAuto, mps_caps(false));
   EXPECT_EQ(p.precision, Precision::kFP16Mixed);
   EXPECT_TRUE(p.loss_scaling);
 }
@@ -109,7 +109,7 @@ TEST(Precision, UnsupportedCombinationsAreErrors) {
 }
 
 TEST(Precision, Fp64KeepsParametersInDouble) {
-  const PrecisionPolicy p = resolve_precision(Precision::kFP64, cuda_caps(9, 0));
+  const ResolvedPrecision p = resolve_precision(Precision::kFP64, cuda_caps(9, 0));
   EXPECT_EQ(p.param_dtype, "float64");
   EXPECT_EQ(p.autocast_dtype, "");
 }
@@ -119,7 +119,7 @@ TEST(Precision, Tf32AndBenchmarkToggles) {
   EXPECT_TRUE(resolve_precision(Precision::kFP32, cuda_caps(9, 0), Toggle::kOn).tf32);
   EXPECT_FALSE(resolve_precision(Precision::kFP32, cuda_caps(8, 0), Toggle::kAuto, Toggle::kOff).cudnn_benchmark);
   // CUDA knobs in a shared config do not stop a CPU run.
-  const PrecisionPolicy cpu = resolve_precision(Precision::kFP32, cpu_caps(), Toggle::kOn, Toggle::kOn);
+  const ResolvedPrecision cpu = resolve_precision(Precision::kFP32, cpu_caps(), Toggle::kOn, Toggle::kOn);
   EXPECT_FALSE(cpu.tf32);
   EXPECT_FALSE(cpu.cudnn_benchmark);
   const std::string message = config_error_of([] { resolve_precision(Precision::kFP32, cuda_caps(7, 5), Toggle::kOn); });

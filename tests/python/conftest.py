@@ -5,7 +5,8 @@ import sys
 import pytest
 import torch
 
-from gpucore import _C, device as gdevice
+from gpucore import _C
+from gpucore.device import select as gdevice
 
 
 # torchvision (and timm, which imports it) for the tests that use their models, also where torchvision's compiled

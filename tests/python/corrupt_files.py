@@ -25,7 +25,7 @@ import numpy as np
 def _png(pixels: np.ndarray) -> bytes:
     import torch
 
-    from gpucore.png import encode_png
+    from gpucore.data.png import encode_png
 
     return encode_png(torch.from_numpy(pixels))
 

@@ -344,7 +344,7 @@ def test_cli_gradcam_on_a_trained_checkpoint(tmp_path):
 
     import numpy as np
 
-    from gpucore.builtin_data import synthetic_fashion
+    from gpucore.data.builtin import synthetic_fashion
 
     config = tmp_path / "fm.yaml"
     config.write_text(f"epochs: 1\nrun_dir: {tmp_path / 'runs'}\nprogress: false\n"
@@ -367,7 +367,7 @@ def test_cli_gradcam_on_a_trained_checkpoint(tmp_path):
     folder = tmp_path / "pictures"
     folder.mkdir()
     from gpucore import cli
-    from gpucore.png import encode_png
+    from gpucore.data.png import encode_png
 
     for name, picture in (("a", images[0, 0]), ("b", torch.randint(0, 256, (40, 36), dtype=torch.uint8))):
         (folder / f"{name}.png").write_bytes(encode_png(picture))

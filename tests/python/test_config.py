@@ -196,3 +196,54 @@ def test_set_accepts_json_and_yaml_flow_for_lists_and_mappings():
     assert load_config(None, parse_overrides(['model_kwargs={"width": 8}'])).model_kwargs == {"width": 8}
     with pytest.raises(gpucore.ConfigError, match=r"'data_kwargs' must be a mapping \(JSON or YAML flow"):
         load_config(None, parse_overrides(["data_kwargs=[1, 2"]))
+
+
+def _cpp_choices(set_invalid) -> list:
+    """The names the C++ core accepts, read from its error for a name it does not know."""
+    with pytest.raises(gpucore.ConfigError) as raised:
+        set_invalid()
+    listed = str(raised.value).split("use one of ", 1)[1].split(", or ", 1)[0]
+    return listed.split(", ")
+
+
+def test_the_choices_python_and_cpp_both_know_are_the_same():
+    import torch
+
+    from gpucore import _C
+    from gpucore.config import KEY_BY_NAME
+    from gpucore.tasks import TASKS
+
+    def kind(config_class):
+        return lambda: setattr(config_class(), "kind", "not-a-choice")
+
+    cpu = torch.device("cpu")
+    cpp = {"loss": kind(_C.LossConfig), "optimizer": kind(_C.OptimizerConfig), "schedule": kind(_C.ScheduleConfig),
+           "precision": lambda: gpucore.resolve_precision("not-a-choice", cpu),
+           "tf32": lambda: gpucore.resolve_precision("auto", cpu, tf32="not-a-choice"),
+           "cudnn_benchmark": lambda: gpucore.resolve_precision("auto", cpu, cudnn_benchmark="not-a-choice")}
+    for name, set_invalid in cpp.items():
+        assert list(KEY_BY_NAME[name].choices) == _cpp_choices(set_invalid), name
+    assert sorted({loss for task in TASKS for loss in task.losses}) == sorted(KEY_BY_NAME["loss"].choices)
+
+
+def test_the_config_is_typed_and_frozen_and_set_takes_dotted_keys(tmp_path):
+    import dataclasses
+    import typing
+
+    from gpucore.config import KEYS
+
+    path = tmp_path / "run.yaml"
+    path.write_text("data: synthetic_fashion\ndata_kwargs: {train_size: 600, seed: 4}\nlr: 0.01\n")
+    config = load_config(str(path), parse_overrides(["data_kwargs.train_size=12000", "model_kwargs.a.b=[1, 2]"]))
+    assert config.data_kwargs == {"train_size": 12000, "seed": 4} and config.model_kwargs == {"a": {"b": [1, 2]}}
+    hints = typing.get_type_hints(type(config))
+    assert all(hints[key.name] == (typing.Optional[key.type] if key.optional else key.type) for key in KEYS)
+    assert hints["lr"] is float and hints["epochs"] is int and hints["resume"] == typing.Optional[str]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.batch_size = 8
+    with pytest.raises(gpucore.ConfigError, match="'lr.x' sets an entry of a mapping; config key 'lr' is a finite number"):
+        load_config(None, parse_overrides(["lr.x=1"]))
+    with pytest.raises(gpucore.ConfigError, match="entry 'train_size' of config key 'data_kwargs' is 600, not a mapping"):
+        load_config(str(path), parse_overrides(["data_kwargs.train_size.x=1"]))
+    with pytest.raises(gpucore.ConfigError, match="unknown config key 'data_kwarg'. Did you mean 'data_kwargs'"):
+        load_config(None, parse_overrides(["data_kwarg.train_size=1"]))

@@ -9,7 +9,7 @@ import torch
 
 import gpucore
 from gpucore import _C, data
-from gpucore.png import encode_png
+from gpucore.data.png import encode_png
 
 
 def write_idx(path, array, compress=False):
@@ -48,7 +48,7 @@ def test_idx_errors_name_the_file(tmp_path):
 
 
 def test_idx_data_set_and_training_on_an_idx_folder(tmp_path):
-    (images, labels), (val_images, val_labels) = gpucore.builtin_data.synthetic_fashion(train_size=600, val_size=100)
+    (images, labels), (val_images, val_labels) = gpucore.data.builtin.synthetic_fashion(train_size=600, val_size=100)
     write_idx(str(tmp_path / "train-images-idx3-ubyte.gz"), images[:, 0].numpy(), compress=True)
     write_idx(str(tmp_path / "train-labels-idx1-ubyte.gz"), labels.numpy().astype(np.uint8), compress=True)
     write_idx(str(tmp_path / "t10k-images-idx3-ubyte"), val_images[:, 0].numpy())
@@ -210,7 +210,7 @@ def test_files_captcha_names_csv_and_segmentation(tmp_path):
 
 
 def test_npy_folder_and_dataset_objects_in_train(tmp_path):
-    (images, labels), _ = gpucore.builtin_data.synthetic_fashion(train_size=256, val_size=1)
+    (images, labels), _ = gpucore.data.builtin.synthetic_fashion(train_size=256, val_size=1)
     np.save(tmp_path / "x.npy", images[:, 0].numpy())
     np.save(tmp_path / "y.npy", labels.numpy())
     loaded = data.read_npy(str(tmp_path / "x.npy"), str(tmp_path / "y.npy"))
@@ -302,7 +302,7 @@ def test_dataloader_yields_normalised_batches_on_the_device():
     assert len(loader) == 4
     batches = list(loader)
     x, y = batches[0]
-    mean, std = gpucore.tensor_inputs.input_stats(dataset.inputs)
+    mean, std = gpucore.data.tensor_inputs.input_stats(dataset.inputs)
     expected = (dataset.inputs[:16].float() / 255 - torch.tensor(mean)[:, None, None]) / torch.tensor(std)[:, None, None]
     torch.testing.assert_close(x, expected, rtol=1e-5, atol=1e-5)
     assert torch.equal(y, torch.arange(16))
@@ -403,7 +403,7 @@ def write_fashion_mnist(folder, train=40, test=12, seed=0):
 
 
 def test_fashion_mnist_is_found_by_path_environment_and_places(tmp_path, monkeypatch):
-    from gpucore import builtin_data
+    from gpucore.data import builtin as builtin_data
 
     arrays = write_fashion_mnist(tmp_path / "fm")
     monkeypatch.delenv(builtin_data.FASHION_MNIST_ENV, raising=False)
@@ -421,7 +421,7 @@ def test_fashion_mnist_is_found_by_path_environment_and_places(tmp_path, monkeyp
 
 
 def test_fashion_mnist_nowhere_warns_where_to_put_it_and_uses_the_synthetic_set(tmp_path, monkeypatch):
-    from gpucore import builtin_data
+    from gpucore.data import builtin as builtin_data
 
     monkeypatch.delenv(builtin_data.FASHION_MNIST_ENV, raising=False)
     monkeypatch.setattr(builtin_data, "FASHION_MNIST_PLACES", [str(tmp_path / "nowhere")])
@@ -433,7 +433,7 @@ def test_fashion_mnist_nowhere_warns_where_to_put_it_and_uses_the_synthetic_set(
 
 @pytest.mark.skipif(not os.path.isdir("/usr/share/datasets/fashion-mnist"), reason="dataset-fashion-mnist not installed")
 def test_the_real_fashion_mnist_from_debians_package():
-    from gpucore import builtin_data
+    from gpucore.data import builtin as builtin_data
 
     (x, y), (xv, yv) = builtin_data.load_data("fashion_mnist", {}, val_fraction=0.1, seed=0)
     assert x.shape == (60000, 1, 28, 28) and xv.shape == (10000, 1, 28, 28)

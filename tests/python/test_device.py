@@ -113,7 +113,7 @@ def test_arch_rule_is_exposed():
 
 
 def test_system_facts_match_torch():
-    facts = gpucore.device.system_facts()
+    facts = gpucore.device.select.system_facts()
     assert facts.torch_version == torch.__version__
     assert facts.torch_cuda_version == (torch.version.cuda or "")
     assert len(facts.cuda_devices) == (torch.cuda.device_count() if torch.version.cuda else 0)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import gpucore
-from gpucore import distributed
+from gpucore.training import distributed
 
 MODELS = textwrap.dedent("""
     import os

@@ -10,9 +10,9 @@ import torch
 from torch import nn
 
 import gpucore
-from gpucore import engine_config
+from gpucore.training import engine_config
 from gpucore.models import FashionMnistCNN, backbone_split, build_model, classifier_head
-from gpucore.pretrained import load_pretrained, read_state_dict, resolve_weights_path
+from gpucore.models.pretrained import load_pretrained, read_state_dict, resolve_weights_path
 
 SMALL = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 512, "val_size": 128, "seed": 3}, "progress": False,
          "batch_size": 64, "device": "cpu", "precision": "32"}
@@ -386,7 +386,7 @@ def test_gradcam_auto_layer_is_the_last_conv_block(name, last_block):
 def test_finetune_example_on_an_image_folder_from_a_weights_file_it_did_not_download(tmp_path):
     import runpy
 
-    from gpucore.png import encode_png
+    from gpucore.data.png import encode_png
 
     generator = torch.Generator().manual_seed(0)
     for split, count in (("train", 16), ("val", 6)):

@@ -3,8 +3,9 @@ import pytest
 import torch
 
 import gpucore
-from gpucore.builtin_data import CAPTCHA_ALPHABET, CLASS_NAMES, synthetic_captcha, synthetic_fashion
-from gpucore.decode import as_text, ctc_greedy, predicted
+from gpucore.data.builtin import CAPTCHA_ALPHABET, CLASS_NAMES, synthetic_captcha, synthetic_fashion
+from gpucore.tasks import task_for
+from gpucore.tasks.decode import as_text, ctc_greedy
 
 DATA = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 512, "val_size": 300, "seed": 5}}
 
@@ -40,14 +41,14 @@ def test_inputs_of_the_wrong_shape_and_bad_checkpoints_are_named(tmp_path):
 
 
 def test_decoded_predictions_score_what_the_engine_reported(tmp_path):
-    """decode.predicted follows the engine's metric rules: its whole-captcha accuracy equals val_seq_accuracy."""
+    """The task's decoding follows the engine's metric rules: its whole-captcha accuracy equals val_seq_accuracy."""
     kwargs = {"train_size": 256, "val_size": 64, "seed": 2}
     result = gpucore.train({"model": "captcha_cnn", "loss": "multilabel_soft_margin"}, run_dir=str(tmp_path), epochs=1, progress=False, device="cpu",
                            data="synthetic_captcha", data_kwargs=kwargs, heads=4,
                            batch_size=32, top_k=0)
     loaded = gpucore.load(f"{result.checkpoint_dir}/last.pt", device="cpu")
     _, (x_val, y_val) = synthetic_captcha(**kwargs)
-    characters = predicted(loaded(x_val), "multilabel_soft_margin", heads=4)
+    characters = loaded.task.decode(loaded(x_val))
     assert characters.shape == (64, 4)
     assert (characters == y_val).all(1).float().mean().item() == pytest.approx(result.history[-1]["val_seq_accuracy"])
     assert (characters == y_val).float().mean().item() == pytest.approx(result.history[-1]["val_char_accuracy"])
@@ -58,7 +59,7 @@ def test_ctc_greedy_collapses_repeats_and_drops_blanks():
     best = torch.tensor([[0, 3, 3, 0, 3, 1, 1, 2], [2, 2, 2, 0, 0, 0, 0, 0]])
     assert ctc_greedy(best).tolist() == [[3, 3, 1, 2, -1, -1, -1, -1], [2, -1, -1, -1, -1, -1, -1, -1]]
     with pytest.raises(gpucore.ConfigError, match="N x steps x classes"):
-        predicted(torch.zeros(2, 5), "ctc")
+        task_for("ctc").decode(torch.zeros(2, 5))
 
 
 def test_as_text_runs_characters_together_and_separates_names_and_indices():

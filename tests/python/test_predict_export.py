@@ -10,12 +10,12 @@ import torch
 from torch import nn
 
 import gpucore
-from gpucore.builtin_data import CAPTCHA_ALPHABET, CLASS_NAMES, synthetic_captcha, synthetic_fashion
+from gpucore.data.builtin import CAPTCHA_ALPHABET, CLASS_NAMES, synthetic_captcha, synthetic_fashion
 from gpucore.config import load_config
-from gpucore.decode import as_text
-from gpucore.inference import LoadedModel
+from gpucore.tasks.decode import as_text
+from gpucore.evaluation.load import LoadedModel
 from gpucore.models import build_model
-from gpucore.png import encode_png
+from gpucore.data.png import encode_png
 
 KWARGS = {"train_size": 512, "val_size": 200, "seed": 5}
 
@@ -151,7 +151,7 @@ def test_onnx_export_agrees_with_pytorch(run, tmp_path, monkeypatch):
     theirs = torch.from_numpy(session.run(None, {"inputs": x.numpy()})[0])
     torch.testing.assert_close(theirs, gpucore.load(checkpoint, "cpu")(x_val[:5]), rtol=0, atol=1e-4)
     # a difference above the tolerance fails the export, naming it
-    exporter = sys.modules["gpucore.export"]
+    exporter = sys.modules["gpucore.evaluation.export"]
     monkeypatch.setattr(exporter, "TOLERANCE", -1.0)
     with pytest.raises(exporter.ExportError, match=r"differ from PyTorch's by up to .*tolerance -1"):
         gpucore.export(checkpoint, "onnx", str(tmp_path / "again.onnx"))

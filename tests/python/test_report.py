@@ -12,8 +12,10 @@ import torch
 from torch import nn
 
 import gpucore
-from gpucore import cli, plots, report
-from gpucore.builtin_data import CLASS_NAMES, synthetic_fashion
+from gpucore import cli
+from gpucore.evaluation import run_report
+from gpucore.report import page as report_page, plots
+from gpucore.data.builtin import CLASS_NAMES, synthetic_fashion
 
 Image = pytest.importorskip("PIL.Image")
 
@@ -42,7 +44,7 @@ def test_the_run_writes_its_report_with_a_hand_counted_confusion_matrix(run):
     by_hand = np.zeros((10, 10), dtype=np.int64)
     for true, guess in zip(y_val.tolist(), guesses.tolist()):
         by_hand[true, guess] += 1
-    assert report.confusion(y_val, guesses, 10).numpy().tolist() == by_hand.tolist()
+    assert report_page.confusion(y_val, guesses, 10).numpy().tolist() == by_hand.tolist()
     rows = json.load(open(os.path.join(run.run_dir, "per_class.json")))
     assert [r["class"] for r in rows] == CLASS_NAMES["synthetic_fashion"]
     assert [r["support"] for r in rows] == by_hand.sum(1).tolist()
@@ -59,7 +61,7 @@ def test_per_class_metrics_equal_scikit_learns():
     truth = torch.randint(0, 6, (500,), generator=generator)
     guess = torch.where(torch.rand(500, generator=generator) < 0.6, truth, torch.randint(0, 6, (500,), generator=generator))
     guess[guess == 5] = 4  # class 5 never predicted: precision 0 by zero_division=0
-    rows = report.per_class(report.confusion(truth, guess, 6), [str(i) for i in range(6)])
+    rows = report_page.per_class(report_page.confusion(truth, guess, 6), [str(i) for i in range(6)])
     precision, recall, f1, support = metrics.precision_recall_fscore_support(truth, guess, labels=list(range(6)),
                                                                              zero_division=0)
     assert [r["precision"] for r in rows] == pytest.approx(precision.tolist())
@@ -67,7 +69,7 @@ def test_per_class_metrics_equal_scikit_learns():
     assert [r["f1"] for r in rows] == pytest.approx(f1.tolist())
     assert [r["support"] for r in rows] == support.tolist()
     assert metrics.confusion_matrix(truth, guess, labels=list(range(6))).tolist() == \
-        report.confusion(truth, guess, 6).tolist()
+        report_page.confusion(truth, guess, 6).tolist()
 
 
 def test_the_training_batch_is_shown_un_normalised(run):
@@ -76,7 +78,7 @@ def test_the_training_batch_is_shown_un_normalised(run):
     stats = gpucore.load(os.path.join(run.checkpoint_dir, "last.pt"), "cpu").input_stats
     images = torch.tensor([[[[0.0, 1.0], [0.5, 0.25]]]])
     standardised = (images - stats["mean"][0]) / stats["std"][0]
-    shown = report.display_images(standardised, (stats["mean"], stats["std"]))
+    shown = report_page.display_images(standardised, (stats["mean"], stats["std"]))
     assert shown[0] == pytest.approx(images[0, 0].numpy(), abs=1e-6)
 
 
@@ -91,7 +93,7 @@ def test_the_page_is_self_contained(run):
     assert "peak GPU memory" not in page and "<td>error</td>" not in page  # rows without a value are left out
     epochs = [{"epoch_time_s": 1.0, "samples_per_s": 100.0, "gpu_memory_peak_bytes": 3 << 20},
               {"epoch_time_s": 3.0, "samples_per_s": 200.0, "gpu_memory_peak_bytes": 5 << 20}]
-    facts = dict(report._facts({"epochs": epochs, "best": {"monitor": "val_accuracy", "metric": 0.91234, "epoch": 2}},
+    facts = dict(run_report._facts({"epochs": epochs, "best": {"monitor": "val_accuracy", "metric": 0.91234, "epoch": 2}},
                                "best.pt", 2))
     assert facts["training samples/s"] == pytest.approx(175.0)  # weighted by epoch time
     assert facts["peak GPU memory (MiB)"] == 5.0 and facts["best"] == "val_accuracy 0.9123 at epoch 2"
@@ -176,7 +178,7 @@ def test_captcha_report_shows_strings_and_per_character_confusion(tmp_path):
     rows = json.load(open(os.path.join(result.run_dir, "per_class.json")))
     assert len(rows) == 36 and sum(r["support"] for r in rows) == 24 * 4
     page = open(os.path.join(result.run_dir, "report.html"), encoding="utf-8").read()
-    _, (_, y_val) = gpucore.builtin_data.synthetic_captcha(**kwargs)
+    _, (_, y_val) = gpucore.data.builtin.synthetic_captcha(**kwargs)
     first = "".join(CLASS_NAMES["synthetic_captcha"][i] for i in y_val[0].tolist())
     assert f"<td>0</td><td>{first}</td>" in page
     for name in ("val_predictions", "train_batch", "confusion_matrix"):
@@ -184,7 +186,7 @@ def test_captcha_report_shows_strings_and_per_character_confusion(tmp_path):
 
 
 def test_ctc_report_of_a_users_model_and_tensors(tmp_path):
-    (x, y), (xv, yv) = gpucore.builtin_data.synthetic_sequences(train_size=128, val_size=16, steps=16, classes=5,
+    (x, y), (xv, yv) = gpucore.data.builtin.synthetic_sequences(train_size=128, val_size=16, steps=16, classes=5,
                                                              max_length=4, noise=0.1)
     model = nn.Sequential(nn.Linear(5, 32), nn.ReLU(), nn.Linear(32, 5))
     result = gpucore.train(dict(run_dir=str(tmp_path), progress=False, epochs=1, batch_size=32, loss="ctc",
@@ -208,7 +210,7 @@ def test_segmentation_report_shows_masks_with_their_iou(tmp_path):
     truth[0, :2, :2] = 1  # 4 pixels
     guess = torch.zeros(2, 4, 4, dtype=torch.long)
     guess[0, :2, :3] = 1  # 6 pixels, 4 shared: IoU 4/6; image 1: both empty, IoU 1
-    assert report.mask_iou(truth, guess).tolist() == pytest.approx([4 / 6, 1.0])
+    assert report_page.mask_iou(truth, guess).tolist() == pytest.approx([4 / 6, 1.0])
     generator = torch.Generator().manual_seed(0)
     images = torch.rand(48, 1, 16, 16, generator=generator)
     masks = (images[:, 0] > 0.5).long()

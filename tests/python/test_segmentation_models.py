@@ -9,8 +9,8 @@ from torch.nn import functional as F
 
 import gpucore
 from gpucore.models import backbone_split, build_model, classifier_head
-from gpucore.pretrained import load_pretrained
-from gpucore.segmentation_models import logits_of
+from gpucore.models.pretrained import load_pretrained
+from gpucore.models.segmentation_models import logits_of
 
 # Skipped where the library is not installed at all; a broken install fails loudly instead of skipping.
 needs_transformers = pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs transformers")
@@ -154,7 +154,7 @@ def test_segmentation_models_train_through_gpucore_with_a_frozen_encoder(tmp_pat
 
 
 def test_fashion_mnist_foreground_masks_are_the_pasted_garments():
-    from gpucore import builtin_data
+    from gpucore.data import builtin as builtin_data
 
     folder = builtin_data.find_fashion_mnist()
     if folder is None:

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 import gpucore
 from gpucore import _C, data
-from gpucore.png import encode_png
+from gpucore.data.png import encode_png
 
 
 def write_png(path, image):

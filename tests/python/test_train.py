@@ -36,7 +36,7 @@ def test_default_config_learns_the_real_fashion_mnist(tmp_path):
     """The default data is the real Fashion-MNIST (here its first 4,000 training and 1,000 test images); where its
     files are nowhere, the synthetic set stands in with a warning."""
     assert load_config(None).data == "fashion_mnist" and load_config(None).epochs == 10
-    real = gpucore.builtin_data.find_fashion_mnist() is not None
+    real = gpucore.data.builtin.find_fashion_mnist() is not None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = gpucore.train(run_dir=str(tmp_path), epochs=2, progress=False,
@@ -271,6 +271,40 @@ def test_reduce_batch_on_out_of_memory(tmp_path):
         gpucore.train(plain(tmp_path, batch_size=64, name="raise"), model=Picky(), train_data=(x, y))
 
 
+def test_out_of_memory_halving_then_a_mid_epoch_resume_serves_every_sample_once(tmp_path):
+    """Halved twice (64 -> 16, accumulation 4), stopped after the first of two optimizer steps, resumed: the resumed
+    run goes on in the checkpoint's batches, so each of the epoch's 128 samples is trained on exactly once."""
+    trained = []  # the ids of the samples each successful training forward saw
+
+    class Picky(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = mlp()
+
+        def forward(self, x):
+            if x.shape[0] > 16:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            if self.training:
+                trained.extend(x[:, 0].round().long().tolist())
+            return self.net(x)
+
+    class StopAfterFirstStep:
+        def on_step_end(self, step, metrics):
+            raise KeyboardInterrupt
+
+    x, y = tensors(128)
+    x[:, 0] = torch.arange(128, dtype=torch.float32)  # each sample's id
+    config = plain(tmp_path, batch_size=64, on_oom="reduce_batch", shuffle=True, log_every_n_steps=1)
+    with pytest.warns(RuntimeWarning, match="batch_size 16 and accumulate_grad_batches 4"):
+        stopped = gpucore.train(config, model=Picky(), train_data=(x, y), callbacks=[StopAfterFirstStep()])
+    assert stopped.status == "interrupted" and sorted(trained) != list(range(128)) and len(trained) == 64
+    saved = torch.load(os.path.join(stopped.checkpoint_dir, "interrupted.pt"), weights_only=True)
+    assert saved["position"] == 4 and saved["batching"] == {"batch_size": 16, "accumulate_grad_batches": 4}
+    resumed = gpucore.train(dict(config, resume="auto"), model=Picky(), train_data=(x, y))
+    assert resumed.status == "completed" and resumed.steps == 2
+    assert sorted(trained) == list(range(128))
+
+
 def test_channels_last_and_deterministic_run(tmp_path):
     result = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=1, channels_last=True, deterministic=True))
     assert result.status == "completed"
@@ -278,7 +312,7 @@ def test_channels_last_and_deterministic_run(tmp_path):
 
 
 def test_channels_last_auto_is_on_for_conv_nets_on_the_cpu_only(tmp_path):
-    from gpucore.run_setup import resolve_channels_last
+    from gpucore.training.run_setup import resolve_channels_last
 
     from gpucore.models import FashionMnistCNN
 
@@ -300,7 +334,7 @@ def test_bf16_mixed_on_cpu_trains(tmp_path):
 
 
 def test_ctc_sequence_model_learns(tmp_path):
-    (x, y), (xv, yv) = gpucore.builtin_data.synthetic_sequences(train_size=448, val_size=64, steps=16, classes=5,
+    (x, y), (xv, yv) = gpucore.data.builtin.synthetic_sequences(train_size=448, val_size=64, steps=16, classes=5,
                                                              max_length=4, noise=0.1)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(5, 32), nn.ReLU(), nn.Linear(32, 5))

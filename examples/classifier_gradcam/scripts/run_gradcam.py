@@ -10,8 +10,8 @@ import os
 import torch
 
 import gpucore
-from gpucore.builtin_data import load_data
-from gpucore.tensor_inputs import model_inputs
+from gpucore.data.builtin import load_data
+from gpucore.data.tensor_inputs import model_inputs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIG = os.path.join(HERE, "..", "configs", "config.yaml")

@@ -8,7 +8,7 @@ import os
 import torch
 
 from gpucore.cam import CamResult
-from gpucore.png import encode_png, grid
+from gpucore.data.png import encode_png, grid
 
 
 def main(argv=None) -> str:

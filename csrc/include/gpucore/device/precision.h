@@ -31,7 +31,7 @@ struct DeviceCaps {
   std::string cpu_bf16_isa;     // CPU: the instructions that do bf16 natively, empty when emulated
 };
 
-struct PrecisionPolicy {
+struct ResolvedPrecision {
   Precision precision = Precision::kFP32;  // never kAuto once resolved
   std::string autocast_dtype;              // "bfloat16", "float16", or "" for no autocast
   std::string param_dtype = "float32";     // "float64" for precision 64
@@ -46,10 +46,10 @@ struct PrecisionPolicy {
 // auto and true -> on where the GPU has it, false -> off. Throws ConfigError for a precision the
 // device cannot do (bf16 without hardware support, 16-mixed on the CPU, 64 on MPS) and for tf32
 // forced on a CUDA GPU older than 8.0.
-PrecisionPolicy resolve_precision(Precision requested, const DeviceCaps& caps,
+ResolvedPrecision resolve_precision(Precision requested, const DeviceCaps& caps,
                                   Toggle tf32 = Toggle::kAuto, Toggle cudnn_benchmark = Toggle::kAuto);
 
 // Sets the process-wide ATen flags (TF32 for cuBLAS and cuDNN, cuDNN benchmark) the policy asks for.
-void apply_precision_policy(const PrecisionPolicy& policy);
+void apply_precision_policy(const ResolvedPrecision& policy);
 
 }  // namespace gpucore

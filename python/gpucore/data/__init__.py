@@ -1,0 +1,24 @@
+"""Data: the native readers (readers.py), the built-in data sets (builtin.py), gpucore.DataLoader and the
+C++ batch sources (loader.py), tensors as model inputs (tensor_inputs.py), files to predict on
+(input_files.py) and the PNG writer (png.py). `gpucore.data.read_npz(...)` and the other readers are
+re-exported here, where users have always found them."""
+from .readers import (
+    IMAGE_EXTENSIONS,
+    ImageFiles,
+    LabeledData,
+    captcha_labels,
+    from_tensors,
+    max_image_pixels,
+    read_csv,
+    read_files,
+    read_idx,
+    read_image_folder,
+    read_npy,
+    read_npz,
+    read_segmentation,
+    set_max_image_pixels,
+)
+
+__all__ = ["IMAGE_EXTENSIONS", "ImageFiles", "LabeledData", "captcha_labels", "from_tensors", "max_image_pixels",
+           "read_csv", "read_files", "read_idx", "read_image_folder", "read_npy", "read_npz", "read_segmentation",
+           "set_max_image_pixels"]

@@ -1,0 +1,388 @@
+"""Training data for gpucore.train (config key `data`): the built-in synthetic sets, IDX/.npy/.npz
+files (read into memory as (inputs, targets) tensors) and image folders (gpucore.data.ImageFiles,
+decoded into memory or streamed, as config key `cache` says; see loader.py).
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Callable, Optional, Tuple
+
+import torch
+
+from .. import _C
+
+from ..errors import ConfigError
+from ..values import is_int
+from . import readers
+
+
+
+def synthetic_fashion(train_size: int = 12000, val_size: int = 2000, seed: int = 0, size: int = 28):
+    """Ten classes of 28x28 grey-scale shapes (bars, rings, boxes, crosses, ...) at random positions,
+    scales, thicknesses and contrasts, with noise: Fashion-MNIST-shaped and learnable, made offline.
+
+    Returns ((x_train, y_train), (x_val, y_val)) with x uint8 (N, 1, 28, 28) and y int64.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    total = train_size + val_size
+    labels = torch.randint(0, 10, (total,), generator=generator)
+
+    def uniform(low, high):
+        return low + (high - low) * torch.rand(total, 1, 1, generator=generator)
+
+    coords = torch.arange(size, dtype=torch.float32)
+    yy, xx = torch.meshgrid(coords, coords, indexing="ij")
+    cy, cx = uniform(9, 19), uniform(9, 19)
+    radius, width = uniform(5, 9), uniform(1.2, 2.5)
+    dy, dx = yy - cy, xx - cx
+    dist = torch.sqrt(dy**2 + dx**2)
+    box = torch.maximum(dy.abs(), dx.abs())
+    period = uniform(4, 7)
+    shapes = torch.stack([
+        (torch.cos(2 * math.pi * yy / period) > 0.3) & (box < radius + 2),             # 0 horizontal bars
+        (torch.cos(2 * math.pi * xx / period) > 0.3) & (box < radius + 2),             # 1 vertical bars
+        dist < radius,                                                                # 2 disc
+        (dist - radius).abs() < width,                                                # 3 ring
+        box < radius,                                                                 # 4 filled square
+        (box - radius).abs() < width,                                                 # 5 square outline
+        ((dy.abs() < width) | (dx.abs() < width)) & (box < radius + 1),               # 6 plus
+        (((dy - dx).abs() < width * 1.4) | ((dy + dx).abs() < width * 1.4)) & (box < radius),  # 7 X
+        (dy > -radius) & (dy.abs() + 0 < radius) & (dx.abs() < (dy + radius) * 0.6),   # 8 triangle
+        ((dist - radius).abs() < width) | (dist < width * 1.2),                        # 9 ring with a dot
+    ], dim=1).float()
+    images = shapes[torch.arange(total), labels]
+    contrast = uniform(0.55, 1.0)
+    images = images * contrast + 0.18 * torch.randn(total, size, size, generator=generator)
+    images = (images.clamp(0, 1) * 255).round().to(torch.uint8).unsqueeze(1)
+    return (images[:train_size], labels[:train_size]), (images[train_size:], labels[train_size:])
+
+
+def synthetic_sequences(train_size: int = 4096, val_size: int = 512, seed: int = 0, steps: int = 24, classes: int = 10,
+                        max_length: int = 6, noise: float = 0.3):
+    """Sequences for CTC models (the kind of a TFNet-style text-line recogniser): each token k (1..classes-1) shows as 2-3
+    noisy frames of a feature pattern, separated by blank frames; targets are (N, max_length) class indices
+    padded with -1. Returns ((x_train, y_train), (x_val, y_val)) with x float (N, steps, classes)."""
+    generator = torch.Generator().manual_seed(seed)
+    total = train_size + val_size
+    if 3 * max_length + 1 > steps:
+        raise ConfigError(f"synthetic_sequences: {max_length} tokens need at least {3 * max_length + 1} steps, got {steps}")
+    x = torch.zeros(total, steps, classes)
+    y = torch.full((total, max_length), -1, dtype=torch.long)
+    lengths = torch.randint(1, max_length + 1, (total,), generator=generator)
+    tokens = torch.randint(1, classes, (total, max_length), generator=generator)
+    widths = torch.randint(2, 4, (total, max_length), generator=generator)
+    for i in range(total):
+        t = 0
+        for j in range(int(lengths[i])):
+            x[i, t, 0] = 1.0  # a blank frame before every token
+            t += 1
+            width = int(widths[i, j])
+            x[i, t:t + width, int(tokens[i, j])] = 1.0
+            t += width
+        x[i, t:, 0] = 1.0
+        y[i, :int(lengths[i])] = tokens[i, :int(lengths[i])]
+    x += noise * torch.randn(x.shape, generator=generator)
+    return (x[:train_size], y[:train_size]), (x[train_size:], y[train_size:])
+
+_GLYPHS = {  # a 5 x 7 bitmap font for the built-in captcha generator
+    "0": (".###.", "#...#", "#..##", "#.#.#", "##..#", "#...#", ".###."),
+    "1": ("..#..", ".##..", "..#..", "..#..", "..#..", "..#..", ".###."),
+    "2": (".###.", "#...#", "....#", "...#.", "..#..", ".#...", "#####"),
+    "3": ("#####", "...#.", "..#..", "...#.", "....#", "#...#", ".###."),
+    "4": ("...#.", "..##.", ".#.#.", "#..#.", "#####", "...#.", "...#."),
+    "5": ("#####", "#....", "####.", "....#", "....#", "#...#", ".###."),
+    "6": ("..##.", ".#...", "#....", "####.", "#...#", "#...#", ".###."),
+    "7": ("#####", "....#", "...#.", "..#..", ".#...", ".#...", ".#..."),
+    "8": (".###.", "#...#", "#...#", ".###.", "#...#", "#...#", ".###."),
+    "9": (".###.", "#...#", "#...#", ".####", "....#", "...#.", ".##.."),
+    "a": (".###.", "#...#", "#...#", "#####", "#...#", "#...#", "#...#"),
+    "b": ("####.", "#...#", "#...#", "####.", "#...#", "#...#", "####."),
+    "c": (".###.", "#...#", "#....", "#....", "#....", "#...#", ".###."),
+    "d": ("###..", "#..#.", "#...#", "#...#", "#...#", "#..#.", "###.."),
+    "e": ("#####", "#....", "#....", "####.", "#....", "#....", "#####"),
+    "f": ("#####", "#....", "#....", "####.", "#....", "#....", "#...."),
+    "g": (".###.", "#...#", "#....", "#.###", "#...#", "#...#", ".####"),
+    "h": ("#...#", "#...#", "#...#", "#####", "#...#", "#...#", "#...#"),
+    "i": (".###.", "..#..", "..#..", "..#..", "..#..", "..#..", ".###."),
+    "j": ("..###", "...#.", "...#.", "...#.", "...#.", "#..#.", ".##.."),
+    "k": ("#...#", "#..#.", "#.#..", "##...", "#.#..", "#..#.", "#...#"),
+    "l": ("#....", "#....", "#....", "#....", "#....", "#....", "#####"),
+    "m": ("#...#", "##.##", "#.#.#", "#.#.#", "#...#", "#...#", "#...#"),
+    "n": ("#...#", "#...#", "##..#", "#.#.#", "#..##", "#...#", "#...#"),
+    "o": (".###.", "#...#", "#...#", "#...#", "#...#", "#...#", ".###."),
+    "p": ("####.", "#...#", "#...#", "####.", "#....", "#....", "#...."),
+    "q": (".###.", "#...#", "#...#", "#...#", "#.#.#", "#..#.", ".##.#"),
+    "r": ("####.", "#...#", "#...#", "####.", "#.#..", "#..#.", "#...#"),
+    "s": (".####", "#....", "#....", ".###.", "....#", "....#", "####."),
+    "t": ("#####", "..#..", "..#..", "..#..", "..#..", "..#..", "..#.."),
+    "u": ("#...#", "#...#", "#...#", "#...#", "#...#", "#...#", ".###."),
+    "v": ("#...#", "#...#", "#...#", "#...#", "#...#", ".#.#.", "..#.."),
+    "w": ("#...#", "#...#", "#...#", "#.#.#", "#.#.#", "#.#.#", ".#.#."),
+    "x": ("#...#", "#...#", ".#.#.", "..#..", ".#.#.", "#...#", "#...#"),
+    "y": ("#...#", "#...#", ".#.#.", "..#..", "..#..", "..#..", "..#.."),
+    "z": ("#####", "....#", "...#.", "..#..", ".#...", "#....", "#####"),
+}
+CAPTCHA_ALPHABET = "".join(_GLYPHS)
+
+
+def synthetic_captcha(train_size: int = 10000, val_size: int = 1000, seed: int = 0, length: int = 4,
+                      height: int = 60, width: int = 160):
+    """Captcha images like those of captcha-trainer scripts (160 x 60 RGB, 4 characters of 0-9a-z) drawn from a built-in bitmap
+    font: scaled glyphs at jittered positions in random colours over a noisy background with stray lines.
+    Targets are (N, length) indices into CAPTCHA_ALPHABET. Returns ((x_train, y_train), (x_val, y_val))."""
+    generator = torch.Generator().manual_seed(seed)
+    total = train_size + val_size
+    font = torch.tensor([[[c == "#" for c in row] for row in _GLYPHS[ch]] for ch in CAPTCHA_ALPHABET])  # 36 x 7 x 5
+    labels = torch.randint(0, len(CAPTCHA_ALPHABET), (total, length), generator=generator)
+    images = (torch.rand(total, 3, height, width, generator=generator) * 60 + 170).to(torch.uint8)
+    slot = width // length
+    for i in range(total):
+        for j in range(length):
+            scale = int(torch.randint(4, 7, (1,), generator=generator))
+            glyph = font[labels[i, j]].repeat_interleave(scale, 0).repeat_interleave(scale, 1)
+            gh, gw = glyph.shape
+            top = int(torch.randint(0, max(height - gh, 1), (1,), generator=generator))
+            left = j * slot + int(torch.randint(0, max(slot - gw, 1), (1,), generator=generator))
+            colour = torch.randint(0, 120, (3, 1, 1), generator=generator).to(torch.uint8)
+            region = images[i, :, top:top + gh, left:left + gw]
+            images[i, :, top:top + gh, left:left + gw] = torch.where(glyph[:gh, :region.shape[2]], colour, region)
+        for _ in range(2):  # stray lines across the text
+            row = int(torch.randint(0, height, (1,), generator=generator))
+            images[i, :, row, :] = torch.randint(0, 120, (3, 1), generator=generator).to(torch.uint8)
+    return (images[:train_size], labels[:train_size]), (images[train_size:], labels[train_size:])
+
+
+FASHION_MNIST_ENV = "GPUCORE_FASHION_MNIST"
+# Where the original IDX files are looked for after data_kwargs `path` and $GPUCORE_FASHION_MNIST:
+# Debian/Ubuntu's dataset-fashion-mnist package, then a user cache folder.
+FASHION_MNIST_PLACES = ["/usr/share/datasets/fashion-mnist", "~/.cache/gpucore/fashion-mnist"]
+_FASHION_MNIST_FILES = "train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz, " \
+                       "t10k-labels-idx1-ubyte.gz"
+
+
+def find_fashion_mnist(path: Optional[str] = None) -> Optional[str]:
+    """The folder holding Fashion-MNIST's four IDX files, or None. An explicit `path` must hold them."""
+    if path is not None:
+        folder = os.path.expanduser(path)
+        if _find(folder, "train-images-idx3-ubyte") is None:
+            raise ConfigError(f"config key 'data_kwargs': path '{path}' holds no Fashion-MNIST IDX files "
+                              f"({_FASHION_MNIST_FILES})")
+        return folder
+    candidates = [os.environ[FASHION_MNIST_ENV]] if os.environ.get(FASHION_MNIST_ENV) else []
+    for folder in candidates + [os.path.expanduser(place) for place in FASHION_MNIST_PLACES]:
+        if _find(folder, "train-images-idx3-ubyte") is not None:
+            return folder
+    return None
+
+
+def fashion_mnist(path: Optional[str] = None, train_size: Optional[int] = None, val_size: Optional[int] = None):
+    """The real Fashion-MNIST from its original IDX files: 60,000 training images, and the 10,000 test
+    images as the validation split (the first train_size / val_size of each when given). Where the files
+    are nowhere, a warning says where to put them and the synthetic set stands in."""
+    folder = find_fashion_mnist(path)
+    if folder is None:
+        import warnings
+
+        places = ", ".join([f"${FASHION_MNIST_ENV}"] + FASHION_MNIST_PLACES)
+        warnings.warn(f"Fashion-MNIST's files were not found ({places}; or data_kwargs path). Install Debian/"
+                      f"Ubuntu's dataset-fashion-mnist, or put {_FASHION_MNIST_FILES} in one of those folders. "
+                      "Training on the SYNTHETIC Fashion-MNIST-shaped set instead: its accuracy means nothing for "
+                      "the real data.", RuntimeWarning, stacklevel=3)
+        return synthetic_fashion(**{k: v for k, v in (("train_size", train_size), ("val_size", val_size)) if v})
+    train, test = _load_folder(folder, {})
+    if test is None:
+        raise ConfigError(f"Fashion-MNIST folder '{folder}' has no test files (t10k-images-idx3-ubyte[.gz])")
+    return tuple((x[:size], y[:size]) if size is not None else (x, y)
+                 for (x, y), size in ((train, train_size), (test, val_size)))
+
+
+def fashion_mnist_foreground(path: Optional[str] = None, train_size: int = 6000, val_size: int = 1000, size: int = 64,
+                             seed: int = 0):
+    """Foreground segmentation made from the real Fashion-MNIST: each garment, enlarged 1.5 to 2.25 times, pasted
+    at a random place onto a size x size RGB background textured with stripes, checks or blotches in random
+    colours, and drawn in a random colour shaded by its own intensity. The mask (the target, (N, size, size)
+    floats) is the garment's pixels: intensity above 10% after the enlargement. Training images come from
+    Fashion-MNIST's training files, validation images from its test files, so the held-out garments are unseen."""
+    folder = find_fashion_mnist(path)
+    if folder is None:
+        places = ", ".join([f"${FASHION_MNIST_ENV}"] + FASHION_MNIST_PLACES)
+        raise ConfigError(f"data set 'fashion_mnist_foreground' needs the real Fashion-MNIST's files ("
+                          f"{_FASHION_MNIST_FILES}) in one of {places}, or data_kwargs path; Debian/Ubuntu's "
+                          "dataset-fashion-mnist installs them")
+    if not is_int(size) or size < 42:
+        raise ConfigError(f"config key 'data_kwargs': size of data set 'fashion_mnist_foreground' must be an integer "
+                          f">= 42 (a 28-pixel garment enlarged 1.5 times must fit), got {size!r}")
+    train, test = _load_folder(folder, {})
+    return (_pasted_garments(train[0][:train_size], size, seed), _pasted_garments(test[0][:val_size], size, seed + 1))
+
+
+def _pasted_garments(garments: torch.Tensor, size: int, seed: int):
+    """(images (N, 3, size, size) uint8, masks (N, size, size) float) for fashion_mnist_foreground."""
+    generator = torch.Generator().manual_seed(seed)
+    count = garments.shape[0]
+    rand = lambda *shape: torch.rand(*shape, generator=generator)  # noqa: E731
+    y, x = torch.meshgrid(torch.arange(size, dtype=torch.float32), torch.arange(size, dtype=torch.float32), indexing="ij")
+    angle, period = rand(count, 1, 1) * math.pi, 3 + rand(count, 1, 1) * 9
+    stripes = torch.sin(2 * math.pi * (x * angle.cos() + y * angle.sin()) / period) > 0
+    checks = ((x / period).floor() + (y / period).floor()) % 2 == 1
+    blotches = torch.nn.functional.interpolate(rand(count, 1, size // 8, size // 8), size=(size, size),
+                                               mode="bilinear", align_corners=False)[:, 0] > 0.5
+    kind = torch.randint(0, 3, (count, 1, 1), generator=generator)
+    pattern = torch.where(kind == 0, stripes, torch.where(kind == 1, checks, blotches)).float()[:, None]
+    first, second = rand(count, 3, 1, 1) * 255, rand(count, 3, 1, 1) * 255
+    images = first + (second - first) * pattern
+    images += (rand(count, 3, size, size) - 0.5) * 30  # grain
+    masks = torch.zeros(count, size, size)
+    colours = rand(count, 3, 1, 1) * 255
+    sides = (28 * (1.5 + 0.75 * rand(count))).long().clamp(max=size)
+    corners = (rand(count, 2) * (size - sides + 1)[:, None]).long()
+    for side in sides.unique().tolist():  # one resize per garment size
+        chosen = (sides == side).nonzero()[:, 0]
+        alphas = torch.nn.functional.interpolate(garments[chosen].float().reshape(-1, 1, 28, 28) / 255,
+                                                 size=(side, side), mode="bilinear", align_corners=False).clamp(0, 1)
+        for i, alpha in zip(chosen.tolist(), alphas):
+            top, left = corners[i].tolist()
+            region = images[i, :, top:top + side, left:left + side]
+            shaded = colours[i] * (0.35 + 0.65 * alpha)
+            images[i, :, top:top + side, left:left + side] = region * (1 - alpha.sqrt()) + shaded * alpha.sqrt()
+            masks[i, top:top + side, left:left + side] = (alpha[0] > 0.1).float()
+    return images.clamp(0, 255).round().to(torch.uint8), masks
+
+
+BUILTIN = {"fashion_mnist": fashion_mnist, "synthetic_fashion": synthetic_fashion,
+           "synthetic_sequences": synthetic_sequences, "synthetic_captcha": synthetic_captcha,
+           "fashion_mnist_foreground": fashion_mnist_foreground}
+# Class names of the built-in sets (captcha: the classes of each character head).
+CLASS_NAMES = {
+    "fashion_mnist": ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
+                      "Ankle boot"],
+    "synthetic_fashion": ["horizontal bars", "vertical bars", "disc", "ring", "square", "square outline", "plus", "X",
+                          "triangle", "ring with dot"],
+    "synthetic_captcha": list(CAPTCHA_ALPHABET),
+}
+
+
+def class_names(name: str, kwargs: dict) -> Optional[list]:
+    """The class names of built-in data set `name`, None for others (image folders carry their own)."""
+    if name == "fashion_mnist" and find_fashion_mnist(kwargs.get("path")) is None:
+        name = "synthetic_fashion"  # the stand-in fashion_mnist trains on when the files are nowhere
+    names = CLASS_NAMES.get(name)
+    return list(names) if names is not None else None
+
+
+def _find(folder: str, *names: str) -> Optional[str]:
+    for name in names:
+        for candidate in (name, name + ".gz"):
+            path = os.path.join(folder, candidate)
+            if os.path.isfile(path):
+                return path
+    return None
+
+
+def _load_folder(path: str, kwargs: dict):
+    """IDX files, .npy files, or image folders (class subfolders, optionally under train/ and val/ or test/)."""
+    def pair(dataset):
+        return dataset.inputs, dataset.targets
+
+    train_images = _find(path, "train-images-idx3-ubyte", "train-images.idx3-ubyte")
+    if train_images:
+        train = pair(readers.read_idx(train_images, _required(path, "train-labels-idx1-ubyte", "train-labels.idx1-ubyte")))
+        test_images = _find(path, "t10k-images-idx3-ubyte", "t10k-images.idx3-ubyte")
+        val = (pair(readers.read_idx(test_images, _required(path, "t10k-labels-idx1-ubyte", "t10k-labels.idx1-ubyte")))
+               if test_images else None)
+        return train, val
+    arrays = {name[:-4]: os.path.join(path, name) for name in os.listdir(path) if name.endswith(".npy")}
+    splits = _pick_splits(arrays, lambda x, y: pair(readers.read_npy(x, y)))
+    if splits is not None:
+        return splits
+    if os.path.isdir(os.path.join(path, "train")):
+        train = _image_folder(os.path.join(path, "train"), kwargs)
+        for name in ("val", "test"):
+            if os.path.isdir(os.path.join(path, name)):
+                return train, _image_folder(os.path.join(path, name), kwargs)
+        return train, None
+    if any(os.path.isdir(os.path.join(path, entry)) for entry in os.listdir(path)):
+        return _image_folder(path, kwargs), None
+    raise ConfigError(f"data folder '{path}' holds no IDX files (train-images-idx3-ubyte[.gz]), no x_train.npy/"
+                      "y_train.npy or x.npy/y.npy, and no class subfolders of images")
+
+
+def _image_folder(root: str, kwargs: dict) -> readers.ImageFiles:
+    try:
+        return readers.read_image_folder(root, **kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"config key 'data_kwargs' does not fit the image-folder reader (channels, size, threads, "
+                          f"on_error): {exc}") from exc
+
+
+def _required(folder: str, *names: str) -> str:
+    path = _find(folder, *names)
+    if path is None:
+        raise ConfigError(f"data folder '{folder}' has IDX images but no {names[0]}[.gz] beside them")
+    return path
+
+
+# Array names of a training split and of its validation split (the first one present), in the order they are looked for.
+_SPLIT_NAMES = (("x_train", "y_train", (("x_val", "y_val"), ("x_test", "y_test"))), ("x", "y", ()))
+
+
+def _pick_splits(arrays: dict, load: Callable):
+    """(train, val) from the first of _SPLIT_NAMES that `arrays` holds (val may be None), else None;
+    load(x, y) turns two of its entries into an (inputs, targets) pair."""
+    for x, y, held_out in _SPLIT_NAMES:
+        if x in arrays and y in arrays:
+            val = next((load(arrays[vx], arrays[vy]) for vx, vy in held_out if vx in arrays and vy in arrays), None)
+            return load(arrays[x], arrays[y]), val
+    return None
+
+
+def _load_npz(path: str):
+    arrays = _C.read_npz(path)
+    splits = _pick_splits(arrays, lambda x, y: (x, y))
+    if splits is not None:
+        return splits
+    raise ConfigError(f"data: '{path}' has arrays {sorted(arrays)}; expected x_train and y_train (optionally x_val/y_val "
+                      "or x_test/y_test), or x and y")
+
+
+def load_data(name: str, kwargs: dict, val_fraction: float, seed: int):
+    """(train, val) for config key `data`, each (inputs, targets) tensors or ImageFiles; val may be None."""
+    if name in BUILTIN:
+        for size_key, least in (("train_size", 1), ("val_size", 0)):
+            size = kwargs.get(size_key, least)
+            if size is not None and (not is_int(size) or size < least):
+                raise ConfigError(f"config key 'data_kwargs': {size_key} of data set '{name}' must be an integer "
+                                  f">= {least}, got {size!r}")
+        try:
+            train, val = BUILTIN[name](**kwargs)
+        except TypeError as exc:
+            raise ConfigError(f"config key 'data_kwargs' does not fit data set '{name}': {exc}") from exc
+    else:
+        path = os.path.expanduser(name)
+        if os.path.isdir(path):
+            train, val = _load_folder(path, kwargs)
+        elif path.endswith(".npz") and os.path.isfile(path):
+            train, val = _load_npz(path)
+        else:
+            raise ConfigError(
+                f"config key 'data': '{name}' is neither a built-in data set ({', '.join(BUILTIN)}), a .npz file, "
+                "nor a folder (IDX files, .npy files, or class subfolders of images)"
+            )
+    if isinstance(val, tuple) and len(val[0]) == 0:  # val_size: 0 means no validation data
+        val = None
+    if val is None and val_fraction > 0:
+        train, val = split(train, val_fraction, seed)
+    return train, val
+
+
+def split(dataset, fraction: float, seed: int):
+    """(train, val) parts of (inputs, targets) tensors or ImageFiles, a seeded `fraction` held out."""
+    count = len(dataset) if isinstance(dataset, readers.ImageFiles) else dataset[0].shape[0]
+    order = torch.randperm(count, generator=torch.Generator().manual_seed(seed))
+    held_out = max(1, int(round(count * fraction)))
+    val_index, train_index = order[:held_out], order[held_out:]
+    if isinstance(dataset, readers.ImageFiles):
+        return dataset.subset(train_index.tolist()), dataset.subset(val_index.tolist())
+    inputs, targets = dataset
+    return (inputs[train_index], targets[train_index]), (inputs[val_index], targets[val_index])

@@ -1,0 +1,92 @@
+"""Images to run a trained model on, from what a user points at: a folder of PNG/JPEG files (class subfolders
+allowed), one image file, a .npy/.npz array or an IDX image file. Read by gpucore's native readers; used by
+`gpucore predict` and `gpucore gradcam`."""
+from __future__ import annotations
+
+import os
+from typing import List, NamedTuple, Optional, Tuple
+
+import torch
+
+from .. import _C
+
+from ..errors import ConfigError
+from . import readers
+
+ARRAY_EXTENSIONS = (".npy", ".npz")
+IDX_SUFFIXES = ("-ubyte", ".idx", "-ubyte.gz", ".idx.gz")
+FORMATS = ("a folder of .png/.jpg/.jpeg images (class subfolders allowed), one such image, a .npy or .npz array, "
+           "or an IDX image file (...-idx3-ubyte[.gz])")
+
+
+class InputImages(NamedTuple):
+    images: torch.Tensor             # N x C x H x W as read (uint8 from image and IDX files; arrays keep their dtype)
+    files: Optional[List[str]]       # image files: paths relative to the folder (the file's name for one file)
+    folders: Optional[List[str]]     # image files: each file's subfolder ("" at the top), e.g. its class
+
+
+def read_input_images(path: str, channels: int, size: Optional[Tuple[int, int]] = None,
+                      origin: str = "inputs") -> InputImages:
+    """The images at `path` with `channels` (1 or 3) channels. Image files are decoded to that many channels
+    and resized to `size` (height, width) when given (None: they must share one size); arrays must already
+    have the channels and, when given, the size: (N, H, W) for grey, (N, C, H, W) or (N, H, W, C). A .npz
+    gives its array 'x' or, without one, its only array. `origin` names the argument in errors."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        return _image_files(path, channels, size, origin)
+    if not os.path.exists(path):
+        raise ConfigError(f"{origin} '{path}' does not exist")
+    name = os.path.basename(path).lower()
+    if name.endswith(readers.IMAGE_EXTENSIONS):
+        images = _decode([path], channels, size)
+        return InputImages(images, [os.path.basename(path)], [""])
+    if name.endswith(ARRAY_EXTENSIONS):
+        array = _C.read_npy(path) if name.endswith(".npy") else _npz_images(path, origin)
+    elif name.endswith(IDX_SUFFIXES):
+        array = _C.read_idx(path)
+    else:
+        raise ConfigError(f"{origin} '{path}': unknown format; expected {FORMATS}")
+    return InputImages(_channels_first(array, channels, size, f"{origin} '{path}'"), None, None)
+
+
+def _image_files(folder: str, channels: int, size, origin: str) -> InputImages:
+    files = []
+    for entry in sorted(os.listdir(folder)):
+        full = os.path.join(folder, entry)
+        if os.path.isdir(full):
+            files += [os.path.join(entry, f) for f in sorted(os.listdir(full)) if f.lower().endswith(readers.IMAGE_EXTENSIONS)]
+        elif entry.lower().endswith(readers.IMAGE_EXTENSIONS):
+            files.append(entry)
+    if not files:
+        raise ConfigError(f"{origin}: folder '{folder}' holds no .png, .jpg or .jpeg files (nor do its subfolders)")
+    images = _decode([os.path.join(folder, f) for f in files], channels, size)
+    return InputImages(images, files, [os.path.dirname(f) for f in files])
+
+
+def _decode(paths: List[str], channels: int, size) -> torch.Tensor:
+    return readers.read_files(paths, [0] * len(paths), channels=channels, size=size).inputs
+
+
+def _npz_images(path: str, origin: str) -> torch.Tensor:
+    arrays = _C.read_npz(path)
+    if "x" in arrays:
+        return arrays["x"]
+    if len(arrays) != 1:
+        raise ConfigError(f"{origin} '{path}' holds arrays {sorted(arrays)}: name the images 'x' or keep one array")
+    return next(iter(arrays.values()))
+
+
+def _channels_first(array: torch.Tensor, channels: int, size, origin: str) -> torch.Tensor:
+    """(N, H, W) grey, (N, C, H, W) or (N, H, W, C) -> (N, C, H, W), told apart by `channels` and `size`."""
+    if array.dim() == 3 and channels == 1:
+        array = array.unsqueeze(1)
+    if array.dim() == 4:
+        first = array.shape[1] == channels and (not size or tuple(array.shape[2:]) == tuple(size))
+        last = array.shape[3] == channels and (not size or tuple(array.shape[1:3]) == tuple(size))
+        if first:
+            return array
+        if last:
+            return array.permute(0, 3, 1, 2).contiguous()
+    wanted = f"{size[0]} x {size[1]}" if size else "H x W"
+    raise ConfigError(f"{origin} holds an array of shape {tuple(array.shape)}; expected images of {channels} "
+                      f"channel(s) and {wanted} pixels: N x H x W (grey), N x C x H x W or N x H x W x C")

@@ -1,0 +1,331 @@
+"""Data sets read by gpucore's native readers (IDX, .npy, PNG/JPEG) into memory.
+
+Each data set holds `inputs` (uint8 N x C x H x W for images) and `targets`, and can be passed to
+gpucore.train as train_data/val_data or to gpucore.DataLoader. Errors name the file. Image files
+(ImageFolder, Files, CSV) are decoded only when asked: all at once into memory (cache device/host), or
+batch by batch on reader threads while training runs (cache none), for data sets larger than memory.
+"""
+from __future__ import annotations
+
+import csv
+import os
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import torch
+
+from .. import _C, _build_info
+from ..errors import ConfigError
+from ..values import is_int
+
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
+# Image format by file extension (its reader is optional at build time).
+_FORMATS = {".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg"}
+
+
+def _require_readers(paths: Sequence[str], origin: str) -> None:
+    """Fails before any decoding when a file's format has no reader in this build (its library was
+    missing when gpucore was built), instead of failing, or being skipped, file by file."""
+    for path in paths:
+        format_name = _FORMATS.get(os.path.splitext(path)[1].lower())
+        if format_name is not None and format_name not in _build_info.IMAGE_FORMATS:
+            raise ConfigError(f"{origin}: '{path}' {_C.missing_reader_message(format_name)}")
+
+
+def set_max_image_pixels(pixels: int) -> None:
+    """The most pixels an image file may claim in its header (default 178,956,970, Pillow's error threshold;
+    0: no limit). Checked before decoding allocates anything: a larger claim is that file's error."""
+    if not is_int(pixels):
+        raise ConfigError(f"max image pixels must be an integer >= 0 (0: no limit), got {pixels!r}")
+    _C.set_max_image_pixels(pixels)
+
+
+def max_image_pixels() -> int:
+    return _C.max_image_pixels()
+
+
+def _threads(threads: Optional[int]) -> int:
+    return threads if threads is not None else max(1, min(8, os.cpu_count() or 1))
+
+
+def _on_error(on_error: str) -> bool:
+    if on_error not in ("raise", "skip"):
+        raise ConfigError(f"on_error must be 'raise' or 'skip', got '{on_error}'")
+    return on_error == "skip"
+
+
+class LabeledData(torch.utils.data.Dataset):
+    """In-memory samples: inputs[i], targets[i]. `skipped` lists the files left out (on_error: skip)."""
+
+    def __init__(self, inputs: torch.Tensor, targets: torch.Tensor, classes: Optional[List[str]] = None,
+                 skipped: Sequence[str] = (), origin: str = "tensors"):
+        if inputs.shape[0] != targets.shape[0]:
+            raise ConfigError(f"{origin}: {inputs.shape[0]} inputs but {targets.shape[0]} targets")
+        self.inputs, self.targets, self.classes = inputs, targets, classes
+        self.skipped, self.origin = list(skipped), origin
+
+    def __len__(self) -> int:
+        return self.inputs.shape[0]
+
+    def __getitem__(self, index):
+        return self.inputs[index], self.targets[index]
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self.origin}: {len(self)} samples of {tuple(self.inputs.shape[1:])}"
+                + (f", {len(self.classes)} classes" if self.classes else "")
+                + (f", {len(self.skipped)} skipped" if self.skipped else "") + ")")
+
+
+def _image_size(size) -> Tuple[int, int]:
+    """(height, width) from None (keep; (0, 0)), an int (square) or a pair."""
+    if size is None:
+        return 0, 0
+    pair = (size, size) if isinstance(size, int) else tuple(size)
+    if len(pair) != 2 or not all(is_int(v) and v > 0 for v in pair):
+        raise ConfigError(f"image size must be a positive int or [height, width] of positive ints, got {size!r}")
+    return pair
+
+
+class ImageFiles(LabeledData):
+    """Image files and their targets, decoded on demand.
+
+    `inputs` decodes every file once (on `threads` threads, resized to `size` when given) and keeps the
+    result; gpucore.DataLoader(cache="none") and config `cache: none` decode batch by batch instead.
+    size: None (all images must share one size), an int or (height, width): resized like torchvision's
+    Resize (bilinear, antialiased). on_error "skip" leaves unreadable files out and lists them in `skipped`.
+    Segmentation pairs: `mask_paths` (one grey mask per image, resized with nearest) instead of
+    `targets`; the decoded masks are the targets, as class ids (white, 255, is class 1).
+    """
+
+    def __init__(self, paths: Sequence[str], targets: Optional[torch.Tensor], classes: Optional[List[str]] = None, *,
+                 channels: int = 3, size=None, threads: Optional[int] = None, on_error: str = "raise",
+                 origin: str = "image files", mask_paths: Optional[Sequence[str]] = None):
+        count = len(mask_paths) if mask_paths is not None else (targets.shape[0] if targets is not None else None)
+        if count != len(paths) or (mask_paths is None) == (targets is None):
+            raise ConfigError(f"{origin}: {len(paths)} image files need as many targets or mask files (one of the "
+                              f"two), got {count}")
+        if not paths:
+            raise ConfigError(f"{origin}: no image files")
+        if channels not in (1, 3):
+            raise ConfigError(f"channels must be 1 (grey) or 3 (RGB), got {channels!r}")
+        _require_readers(list(paths) + list(mask_paths or []), origin)
+        self.paths, self.classes = list(paths), classes
+        self.mask_paths = list(mask_paths) if mask_paths is not None else None
+        self._targets = targets
+        self.channels, self.size, self.threads = channels, _image_size(size), _threads(threads)
+        self.skip_errors, self.origin = _on_error(on_error), origin
+        self.skipped: List[str] = []
+        self._inputs: Optional[torch.Tensor] = None
+
+    @property
+    def inputs(self) -> torch.Tensor:
+        if self._inputs is None:
+            images, kept, self.skipped = _C.decode_images(self.paths, self.channels, self.threads, self.skip_errors,
+                                                          *self.size)
+            if self.mask_paths is not None:
+                masks, mask_kept, mask_skipped = _C.decode_images(self.mask_paths, 1, self.threads, self.skip_errors,
+                                                                  *self.size, nearest=True)
+                image_row = {path_index: row for row, path_index in enumerate(kept)}
+                mask_row = {path_index: row for row, path_index in enumerate(mask_kept)}
+                both = sorted(image_row.keys() & mask_row.keys())  # a pair is kept when image and mask both read
+                images = images[[image_row[i] for i in both]]
+                masks = masks[[mask_row[i] for i in both]]
+                if images.shape[1:3] != masks.shape[1:3]:
+                    raise ConfigError(f"segmentation '{self.origin}': masks are {tuple(masks.shape[1:3])}, images "
+                                      f"{tuple(images.shape[1:3])} (give a size to resize both)")
+                self.skipped += mask_skipped
+                self.mask_paths = [self.mask_paths[i] for i in both]
+                self._targets, kept = _C.mask_classes(masks[..., 0]), both
+            else:
+                self._targets = self._targets[kept]
+            self.paths = [self.paths[i] for i in kept]
+            self._inputs = _images_nchw(images)
+        return self._inputs
+
+    @property
+    def targets(self) -> torch.Tensor:
+        """Class labels as given, or the decoded masks' class ids for segmentation pairs."""
+        if self.mask_paths is not None:
+            self.inputs  # noqa: B018  (decodes the masks with the images)
+        return self._targets
+
+    @property
+    def decoded(self) -> bool:
+        return self._inputs is not None
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def image_shape(self) -> Tuple[int, int, int]:
+        """(channels, height, width) of the decoded images, from `size` or the first file."""
+        if self._inputs is not None:
+            return tuple(self._inputs.shape[1:])
+        if self.size != (0, 0):
+            return (self.channels, *self.size)
+        for path in self.paths:  # the first readable one, when unreadable files are skipped
+            try:
+                first = _C.decode_image(path, self.channels)
+                return self.channels, first.shape[0], first.shape[1]
+            except ConfigError:
+                if not self.skip_errors:
+                    raise
+        raise ConfigError(f"{self.origin}: none of the {len(self)} image files could be read")
+
+    def nbytes(self) -> int:
+        """Memory the decoded uint8 images (and int64 mask class ids) take."""
+        channels, height, width = self.image_shape()
+        return len(self) * height * width * (channels + (8 if self.mask_paths is not None else 0))
+
+    def subset(self, index: Sequence[int]) -> "ImageFiles":
+        index = [int(i) for i in index]
+        masks = [self.mask_paths[i] for i in index] if self.mask_paths is not None else None
+        part = ImageFiles([self.paths[i] for i in index], None if masks is not None else self._targets[index],
+                          self.classes, channels=self.channels, size=self.size if self.size != (0, 0) else None,
+                          threads=self.threads, on_error="skip" if self.skip_errors else "raise", origin=self.origin,
+                          mask_paths=masks)
+        if self._inputs is not None:
+            part._inputs, part._targets = self._inputs[index], self._targets[index]
+        return part
+
+    def sample_stats(self, limit: int = 1024) -> Tuple[list, list]:
+        """Per-channel (mean, std) of the images scaled to [0, 1]: exact when decoded, else from up to
+        `limit` files spread evenly over the set (streaming never decodes the whole set for it)."""
+        from .tensor_inputs import input_stats
+
+        if self._inputs is not None:
+            return input_stats(self._inputs)
+        step = max(1, len(self) // limit)
+        images, _, _ = _C.decode_images(self.paths[::step][:limit], self.channels, self.threads, True,
+                                        *self.image_shape()[1:])
+        if images.shape[0] == 0:
+            raise ConfigError(f"{self.origin}: none of the sampled image files could be read")
+        return input_stats(_images_nchw(images))
+
+    def __getitem__(self, index):
+        return self.inputs[index], self.targets[index]
+
+    def __repr__(self) -> str:
+        return (f"ImageFiles({self.origin}: {len(self)} files" + (f", {len(self.classes)} classes" if self.classes else "")
+                + (f", resized to {self.size[0]}x{self.size[1]}" if self.size != (0, 0) else "")
+                + (f", {len(self.skipped)} skipped" if self.skipped else "") + ")")
+
+
+def _images_nchw(images: torch.Tensor) -> torch.Tensor:
+    return images.permute(0, 3, 1, 2).contiguous()
+
+
+def read_idx(images: str, labels: str) -> LabeledData:
+    """MNIST-style IDX image and label files, plain or .gz."""
+    x, y = _C.read_idx(images), _C.read_idx(labels)
+    if x.dim() != 3:
+        raise ConfigError(f"IDX images '{images}' have {x.dim()} dimensions; expected N x H x W")
+    if y.dim() != 1 or y.shape[0] != x.shape[0]:
+        raise ConfigError(f"IDX labels '{labels}' hold {tuple(y.shape)} for {x.shape[0]} images in '{images}'")
+    return LabeledData(x.unsqueeze(1), y.long(), origin=images)
+
+
+def read_npy(inputs: str, targets: str) -> LabeledData:
+    """Arrays saved with numpy.save: images uint8 (N, H, W) or (N, C, H, W), or any float features."""
+    return _arrays(_C.read_npy(inputs), _C.read_npy(targets), inputs)
+
+
+def _arrays(x: torch.Tensor, y: torch.Tensor, origin: str) -> LabeledData:
+    """Arrays as a data set: uint8 (N, H, W) images get their channel, integer targets become int64."""
+    if x.dtype == torch.uint8 and x.dim() == 3:
+        x = x.unsqueeze(1)
+    return LabeledData(x, y if y.is_floating_point() else y.long(), origin=origin)
+
+
+def read_npz(path: str, inputs: str = "x", targets: str = "y") -> LabeledData:
+    """Two arrays of an archive saved with numpy.savez or savez_compressed, by name; images as in Npy."""
+    arrays = _C.read_npz(path)
+    missing = [name for name in (inputs, targets) if name not in arrays]
+    if missing:
+        raise ConfigError(f".npz file '{path}' has no array '{missing[0]}'; it holds {sorted(arrays)}")
+    return _arrays(arrays[inputs], arrays[targets], path)
+
+
+def from_tensors(inputs: torch.Tensor, targets: torch.Tensor) -> LabeledData:
+    return LabeledData(inputs, targets)
+
+
+def read_image_folder(root: str, channels: int = 3, size=None, threads: Optional[int] = None,
+                on_error: str = "raise") -> ImageFiles:
+    """One subfolder per class (sorted names are the classes) of PNG/JPEG images, decoded on demand."""
+    if not os.path.isdir(root):
+        raise ConfigError(f"image folder '{root}' does not exist")
+    classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+    if not classes:
+        raise ConfigError(f"image folder '{root}' has no class subfolders")
+    paths, labels = [], []
+    for label, name in enumerate(classes):
+        folder = os.path.join(root, name)
+        for file in sorted(os.listdir(folder)):
+            if file.lower().endswith(IMAGE_EXTENSIONS):
+                paths.append(os.path.join(folder, file))
+                labels.append(label)
+    if not paths:
+        raise ConfigError(f"image folder '{root}' holds no .png/.jpg/.jpeg files in its class subfolders")
+    return ImageFiles(paths, torch.tensor(labels), classes, channels=channels, size=size, threads=threads,
+                      on_error=on_error, origin=root)
+
+
+def read_files(paths: Sequence[str], labels: Optional[Sequence] = None, *, label_from_name: Optional[Callable] = None,
+          channels: int = 3, size=None, threads: Optional[int] = None, on_error: str = "raise") -> ImageFiles:
+    """Images from a list of files with `labels`, or labels computed from each file's name; decoded on demand."""
+    paths = list(paths)
+    if (labels is None) == (label_from_name is None):
+        raise ConfigError("Files needs either labels or label_from_name")
+    if labels is None:
+        labels = [label_from_name(os.path.splitext(os.path.basename(p))[0]) for p in paths]
+    if len(labels) != len(paths):
+        raise ConfigError(f"Files: {len(paths)} files but {len(labels)} labels")
+    return ImageFiles(paths, torch.as_tensor(labels), channels=channels, size=size, threads=threads,
+                      on_error=on_error, origin=f"{len(paths)} files")
+
+
+def captcha_labels(alphabet: str, length: int) -> Callable[[str], List[int]]:
+    """label_from_name for captcha images named by their text ("a3x9.png"): one class index per character."""
+    index = {character: i for i, character in enumerate(alphabet)}
+
+    def label(name: str) -> List[int]:
+        text = name.split("_")[0]
+        if len(text) != length or any(c not in index for c in text):
+            raise ConfigError(f"captcha file name '{name}' is not {length} characters of '{alphabet}'")
+        return [index[c] for c in text]
+    return label
+
+
+def read_csv(path: str, image_column: str = "image", label_column: str = "label", root: Optional[str] = None,
+        channels: int = 3, size=None, threads: Optional[int] = None, on_error: str = "raise") -> ImageFiles:
+    """Images listed in a CSV file with an integer label per row; paths relative to `root` (default: the CSV's folder)."""
+    root = root if root is not None else os.path.dirname(os.path.abspath(path))
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    if rows and (image_column not in rows[0] or label_column not in rows[0]):
+        raise ConfigError(f"CSV '{path}' has columns {list(rows[0])}; expected '{image_column}' and '{label_column}'")
+    try:
+        labels = [int(row[label_column]) for row in rows]
+    except ValueError as exc:
+        raise ConfigError(f"CSV '{path}': column '{label_column}' must hold integers ({exc})") from exc
+    return read_files([os.path.join(root, row[image_column]) for row in rows], labels, channels=channels, size=size,
+                 threads=threads, on_error=on_error)
+
+
+def read_segmentation(images: str, masks: str, channels: int = 3, size=None, threads: Optional[int] = None,
+                 on_error: str = "raise") -> ImageFiles:
+    """Image folder + mask folder paired by file name (without extension); masks are grey class ids
+    (white, 255, is class 1). Decoded on demand, into memory or streamed like ImageFolder; the masks get
+    the images' crop and flip."""
+    def stems(folder):
+        if not os.path.isdir(folder):
+            raise ConfigError(f"segmentation folder '{folder}' does not exist")
+        return {os.path.splitext(f)[0]: os.path.join(folder, f) for f in sorted(os.listdir(folder))
+                if f.lower().endswith(IMAGE_EXTENSIONS)}
+    image_files, mask_files = stems(images), stems(masks)
+    missing = sorted(set(image_files) ^ set(mask_files))
+    if missing:
+        raise ConfigError(f"segmentation: '{missing[0]}' has an image or a mask but not both "
+                          f"({len(missing)} unpaired in '{images}' and '{masks}')")
+    names = sorted(image_files)
+    return ImageFiles([image_files[n] for n in names], None, channels=channels, size=size, threads=threads,
+                      on_error=on_error, origin=images, mask_paths=[mask_files[n] for n in names])

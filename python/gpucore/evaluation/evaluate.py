@@ -1,0 +1,60 @@
+"""gpucore.evaluate and `gpucore evaluate CHECKPOINT`: a checkpoint's metrics on a data set, with the
+report's figures."""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from ..checkpoint import write_json
+from ..data.builtin import load_data
+from ..errors import ConfigError
+from ..report.page import Page
+from ..report.sections import prediction_sections
+from ..run_files import CHECKPOINTS, EVALUATION, PER_CLASS
+from .evaluation_pass import data_sets, evaluation_pass
+from .load import load
+
+SPLITS = ("val", "test")
+
+
+def evaluate(checkpoint: str, data: Optional[str] = None, split: str = "val", device: str = "auto",
+             out: Optional[str] = None) -> dict:
+    """The metrics of checkpoint `checkpoint` on a data set, with the report's figures (report.html, plots/,
+    per_class.json, evaluation.json in `out`).
+
+    data: config key `data`'s form (a built-in set, a folder, a .npz); default: the run's. split: val, the run's
+    validation data (the data's held-out split, else the share val_fraction of its training data the run held out,
+    with the run's seed); test, the data's held-out split only (t10k files, x_test/x_val arrays, a val/ or test/
+    folder; Fashion-MNIST's 10,000 test images), an error when it has none."""
+    if split not in SPLITS:
+        raise ConfigError(f"split '{split}' is not one of {', '.join(SPLITS)}")
+    if not os.path.isfile(checkpoint):
+        raise ConfigError(f"checkpoint '{checkpoint}' does not exist")
+    model = load(checkpoint, device)
+    config = model.config
+    name = config.data if data is None else data
+    kwargs = config.data_kwargs if name == config.data else {
+        k: v for k, v in config.data_kwargs.items() if k in ("channels", "size", "threads", "on_error")}
+    _, held_out = load_data(name, kwargs, config.val_fraction if split == "val" else 0.0, config.seed)
+    if held_out is None:
+        raise ConfigError(f"data '{name}' has no held-out test split (t10k-* IDX files, x_test/x_val arrays, a test/ "
+                          "or val/ folder); use split val for the run's validation share of its training data")
+    normalization = model.normalization
+    _, val_set = data_sets(config, None, held_out, normalization, model.device)
+    result = evaluation_pass(model.module, config, model.task, val_set, model.device)
+    if out is None:
+        parent = os.path.dirname(os.path.abspath(checkpoint))
+        root = os.path.dirname(parent) if os.path.basename(parent) == CHECKPOINTS else parent
+        out = os.path.join(root, f"evaluate-{split}")
+    page = Page(out)
+    summary = {"checkpoint": os.path.abspath(checkpoint), "data": name, "split": split, "samples": len(result),
+               "device": str(model.device), "metrics": result.metrics}
+    page.table("Evaluation", [(k, v) for k, v in summary.items() if k != "metrics"])
+    rows = prediction_sections(page, result, model.classes, normalization, model.module, config, model.device)
+    if rows is not None:
+        write_json(os.path.join(out, PER_CLASS), rows)
+        summary["per_class"] = rows
+    summary["report"] = page.write(f"gpucore evaluate: {os.path.basename(checkpoint)} on {name} ({split})")
+    write_json(os.path.join(out, EVALUATION), summary)
+    return summary
+

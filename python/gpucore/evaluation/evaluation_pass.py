@@ -1,0 +1,130 @@
+"""A model's predictions on a data set, from one pass through the engine's own `evaluate`: the metrics
+exactly as a run reports them, and per sample the targets, the outputs, the decoded predictions
+(by the run's task), the confidence and the loss. The run report (end of training, `gpucore report`) and
+`gpucore evaluate` both use this one pass.
+
+The engine pulls the batches through a recording iterator (targets) and calls a recording forward
+(outputs); the inputs of chosen samples are fetched again by `inputs(indices)` (a second pass that runs
+no model), so a large data set never sits in host memory whole.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import List, Optional, Sequence
+
+import torch
+from torch import nn
+
+from .. import _C
+from ..device.select import resolve_precision
+from ..errors import ConfigError
+from ..tasks import Task
+from ..tasks.sequences import pad_sequences
+from ..training import distributed
+from ..training.engine_config import engine_config, param_groups
+from ..training.epoch_data import EpochData, make_train_set, make_val_set
+from ..training.run_setup import resolve_channels_last
+
+
+@dataclass
+class EvaluationResult:
+    """One evaluation pass's metrics and, per sample, what the task needs to show them (the report, gpucore
+    evaluate). Not to be confused with gpucore.Predictions, what `gpucore.predict` returns for new inputs."""
+
+    metrics: dict  # the engine's metrics of the pass: loss, accuracy, ... (no split prefix)
+    targets: torch.Tensor  # CPU, as the data holds them
+    predicted: torch.Tensor  # CPU, the task's decoding: classes, per-head classes, CTC sequences or masks
+    outputs: Optional[torch.Tensor]  # CPU float32 raw outputs; None where the task keeps only the decoded ones
+    task: Task
+    data: EpochData  # the data set, to fetch the inputs of chosen samples
+
+    def __len__(self) -> int:
+        return self.targets.shape[0]
+
+    def confidence(self) -> Optional[torch.Tensor]:
+        return None if self.outputs is None else self.task.confidence(self.outputs)
+
+    def sample_losses(self) -> Optional[torch.Tensor]:
+        return None if self.outputs is None else self.task.sample_losses(self.outputs, self.targets)
+
+    def correct(self) -> torch.Tensor:
+        """Per sample: the prediction is right (all heads, the whole sequence, every pixel)."""
+        return self.task.correct(self.predicted, self.targets)
+
+    def inputs(self, indices: Sequence[int]) -> torch.Tensor:
+        """The model inputs (as the engine got them: standardised, on the device) of samples `indices`, in that order."""
+        wanted = {int(i): position for position, i in enumerate(indices)}
+        found: List[Optional[torch.Tensor]] = [None] * len(wanted)
+        start = 0
+        for inputs, _ in self.data.batches():
+            for index in range(start, start + inputs.shape[0]):
+                if index in wanted:
+                    found[wanted[index]] = inputs[index - start]
+            start += inputs.shape[0]
+            if all(f is not None for f in found):
+                break
+        return torch.stack([f for f in found if f is not None]) if found else torch.empty(0)
+
+
+class _Recording:
+    """The data's batches for the engine (with a len()), keeping each batch's targets on the host."""
+
+    def __init__(self, data: EpochData):
+        self.data, self.targets = data, []
+
+    def __len__(self) -> int:
+        return self.data.total_batches()
+
+    def __iter__(self):
+        for inputs, targets in self.data.batches():
+            self.targets.append(targets.detach().to("cpu"))
+            yield inputs, targets
+
+
+def evaluation_pass(module: nn.Module, config, task: Task, data: EpochData, device: torch.device) -> EvaluationResult:
+    """One evaluation pass of `module` (in eval mode) over `data` by an engine built from `config` (precision,
+    top_k and channels-last as the run had them) and `task` (its loss and decoding); the module itself is left as
+    it was."""
+    policy = resolve_precision(config.precision, device, tf32=config.tf32, cudnn_benchmark=config.cudnn_benchmark)
+    channels_last = resolve_channels_last(config.channels_last, device, module)
+    module = copy.deepcopy(module).to(device=device, dtype=policy.param_dtype).eval()
+    if channels_last:
+        module.to(memory_format=torch.channels_last)
+    engine = _C.Engine(param_groups(module, config), engine_config(config, task, str(device), policy, 1, channels_last))
+    outputs, decoded = [], []
+    rules = [task]  # the task's rules for outputs of the shape the model gives, settled by the first batch
+
+    def forward(inputs: torch.Tensor) -> torch.Tensor:
+        output = module(inputs)
+        scores = output.detach().float()
+        if not decoded:
+            rules[0] = task.for_outputs(scores)
+        decoded.append(rules[0].decode(scores).to("cpu"))
+        if rules[0].keeps_outputs:
+            outputs.append(scores.to("cpu"))
+        return output
+
+    recording = _Recording(data)
+    stats = engine.evaluate(_C.PythonBatches(recording, device), forward)
+    if not recording.targets:
+        raise ConfigError(f"no samples to evaluate in {data.description}")
+    return EvaluationResult(metrics=dict(stats["metrics"]), targets=torch.cat(recording.targets),
+                            predicted=_cat_padded(decoded), outputs=_cat_padded(outputs) if outputs else None,
+                            task=rules[0], data=data)
+
+
+def _cat_padded(parts: List[torch.Tensor]) -> torch.Tensor:
+    """Batches concatenated; CTC sequences of different lengths are padded with -1 first."""
+    if parts[0].dim() >= 2 and len({p.shape[1:] for p in parts}) > 1:
+        width = max(p.shape[1] for p in parts)
+        parts = [pad_sequences(p, width) for p in parts]
+    return torch.cat(parts)
+
+
+def data_sets(config, train_data, val_data, normalization, device: torch.device):
+    """The run's training set (as training served it: augmented, standardised) and its validation set."""
+    world = distributed.World()
+    train_set = (make_train_set(train_data, config, str(device), normalization, world, config.batch_size)
+                 if train_data is not None else None)
+    return train_set, make_val_set(val_data, config, str(device), normalization)

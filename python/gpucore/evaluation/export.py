@@ -1,0 +1,121 @@
+"""A trained checkpoint for other runtimes: `gpucore.export(checkpoint, "onnx" | "safetensors")` and `gpucore export`.
+
+ONNX: the model as torch.onnx exports it (torch.export, opset 18, a dynamic batch dimension), taking inputs
+already preprocessed (float32, standardised); the preprocessing is not baked in: it is in the model's
+metadata (key `gpucore.preprocessing`) and in a JSON file beside it. The file is checked by running it
+with onnxruntime against PyTorch on fresh random inputs; the largest absolute difference is reported and
+must be at most 1e-4 (float32).
+
+safetensors: the weights only (the model's state_dict), the preprocessing and the model's name and
+arguments in a JSON file beside it (`NAME.json`), also stored as the file's metadata.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Optional, Union
+
+import torch
+
+from ..errors import ConfigError, ExportError
+from .load import LoadedModel, load
+
+FORMATS = ("onnx", "safetensors")
+TOLERANCE = 1e-4
+PIP = {"onnx": "pip install onnx onnxscript onnxruntime", "safetensors": "pip install safetensors"}
+
+
+def preprocessing(model: LoadedModel) -> dict:
+    """What a runtime needs besides the weights: the model, the input shape, the standardisation, the classes."""
+    stats = model.input_stats or {}
+    return {
+        "model": model.config.model, "model_kwargs": model.config.model_kwargs, "loss": model.config.loss,
+        "heads": model.config.heads, "input_shape": model.input_shape, "classes": model.classes,
+        "mean": stats.get("mean"), "std": stats.get("std"),
+        "scaling": ("uint8 images are divided by 255, then each channel c becomes (x - mean[c]) / std[c]; inputs are "
+                    "N x C x H x W float32" if model.is_image_model else
+                    "inputs become (x - mean[0]) / std[0], as float32"),
+    }
+
+
+def export(checkpoint: Union[str, os.PathLike, LoadedModel], format: str, out: Optional[str] = None, *,
+           opset: int = 18, seed: int = 0) -> dict:
+    """Writes `checkpoint` (a path or a gpucore.load result) as `format` ("onnx" or "safetensors") to `out`
+    (default: the checkpoint's path with the format's extension) plus its preprocessing as JSON beside it.
+    Returns what was written; for ONNX also `max_abs_diff`, the largest difference between onnxruntime's
+    and PyTorch's outputs on fresh random inputs (ExportError when above 1e-4 or when torch.onnx fails)."""
+    if format not in FORMATS:
+        raise ConfigError(f"export format '{format}' is not one of {', '.join(FORMATS)}")
+    _require(format)
+    model = checkpoint if isinstance(checkpoint, LoadedModel) else load(checkpoint, "cpu")
+    if model.device.type != "cpu":
+        model = load(model.checkpoint, "cpu")
+    if not model.input_shape:
+        raise ConfigError(f"checkpoint '{model.checkpoint}' does not record the shape of its inputs (a run on a "
+                          "torch Dataset, or a checkpoint from before gpucore recorded it); export needs it")
+    if 0 in model.input_shape:
+        raise ConfigError(f"the run of '{model.checkpoint}' read images of varying sizes (input shape "
+                          f"{model.input_shape}); export needs one size: train with data_kwargs size: [H, W]")
+    out = os.fspath(out) if out is not None else os.path.splitext(model.checkpoint)[0] + "." + format
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    info = preprocessing(model)
+    if format == "safetensors":
+        from safetensors.torch import save_file
+
+        weights = {name: tensor.detach().contiguous().clone() for name, tensor in model.module.state_dict().items()}
+        save_file(weights, out, metadata={"gpucore.preprocessing": json.dumps(info)})
+        written = {"tensors": len(weights)}
+    else:
+        written = _onnx(model, out, info, opset, seed)
+    sidecar = os.path.splitext(out)[0] + ".json"  # written once the export passed its check
+    with open(sidecar, "w", encoding="utf-8") as handle:
+        json.dump(dict(info, weights=os.path.basename(out)), handle, indent=2)
+    return dict({"format": format, "out": os.path.abspath(out), "preprocessing": os.path.abspath(sidecar)}, **written)
+
+
+def _onnx(model: LoadedModel, out: str, info: dict, opset: int, seed: int) -> dict:
+    import onnx
+    import onnxruntime
+
+    generator = torch.Generator().manual_seed(seed)
+    example = torch.randn(2, *model.input_shape, generator=generator)
+    try:
+        program = torch.onnx.export(model.module, (example,), dynamo=True, verbose=False, opset_version=opset,
+                                    input_names=["inputs"], output_names=["outputs"],
+                                    dynamic_shapes=({0: torch.export.Dim("batch")},))
+    except Exception as exc:  # torch.export and the ONNX translation raise many kinds
+        raise ExportError(f"torch.onnx could not export model '{model.config.model}' of '{model.checkpoint}': "
+                          f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
+    program.save(out)
+    proto = onnx.load(out)
+    entry = proto.metadata_props.add()
+    entry.key, entry.value = "gpucore.preprocessing", json.dumps(info)
+    onnx.save(proto, out)
+
+    fresh = torch.randn(3, *model.input_shape, generator=generator)  # another batch size: the batch is dynamic
+    session = onnxruntime.InferenceSession(out, providers=["CPUExecutionProvider"])
+    theirs = torch.from_numpy(session.run(None, {session.get_inputs()[0].name: fresh.numpy()})[0])
+    with torch.no_grad():
+        ours = model.module(fresh)
+    ours = ours[0] if isinstance(ours, (tuple, list)) else ours
+    if theirs.shape != ours.shape:
+        raise ExportError(f"the ONNX model's outputs are {tuple(theirs.shape)}, PyTorch's {tuple(ours.shape)}")
+    difference = (theirs - ours.float()).abs().max().item()
+    if not difference <= TOLERANCE:
+        raise ExportError(f"the ONNX model's outputs differ from PyTorch's by up to {difference:.3g} on fresh "
+                                  f"inputs (tolerance {TOLERANCE:g}); '{out}' is not to be trusted")
+    return {"opset": opset, "max_abs_diff": difference, "checked_inputs": list(fresh.shape)}
+
+
+def _require(format: str) -> None:
+    modules = ("onnx", "onnxscript", "onnxruntime") if format == "onnx" else ("safetensors",)
+    missing = []
+    for module in modules:
+        try:
+            __import__(module)
+        except ImportError:
+            missing.append(module)
+    if missing:
+        raise ConfigError(f"{format} export needs {', '.join(missing)}, not installed in this environment: "
+                          f"{PIP[format]}  (or pip install 'gpucore[export]')")
+

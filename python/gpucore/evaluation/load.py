@@ -1,0 +1,101 @@
+"""A trained model back from its checkpoint, with the preprocessing of its run: `gpucore.load(path)`.
+
+The checkpoint holds the config (model name and arguments), the weights, the input statistics the run
+standardised with, the shape of one input and the class names; nothing else is needed to use the model.
+"""
+from __future__ import annotations
+
+import copy
+import os
+from typing import List, Optional, Tuple, Union
+
+import torch
+from torch import nn
+
+from ..checkpoint import load_checkpoint
+from ..config import load_config
+from ..data.tensor_inputs import as_images, model_inputs, prepare_inputs
+from ..device.select import select_device
+from ..errors import ConfigError
+from ..models.registry import build_model
+from ..tasks import task_of
+
+
+class LoadedModel:
+    """A model in eval mode on its device, and what its run fed it.
+
+    `preprocess(inputs)` turns raw inputs (uint8 images N x C x H x W or N x H x W, as training read them) into
+    what the model takes; `model(inputs)` returns its outputs (raw logits) without gradients, batch by batch.
+    """
+
+    def __init__(self, model: nn.Module, config, classes: Optional[List[str]], input_stats: Optional[dict],
+                 input_shape: Optional[List[int]], device: torch.device, checkpoint: str):
+        self.module, self.config, self.classes = model, config, classes
+        self.task = task_of(config)  # what kind of model it is (its run's loss and heads): how its outputs decode
+        self.input_stats, self.input_shape, self.device, self.checkpoint = input_stats, input_shape, device, checkpoint
+
+    def __repr__(self) -> str:
+        return (f"LoadedModel({self.config.model} from '{self.checkpoint}' on {self.device}, inputs "
+                f"{self.input_shape or 'of any shape'}, {len(self.classes) if self.classes else 'no'} class names)")
+
+    @property
+    def normalization(self) -> Optional[Tuple[list, list]]:
+        """(mean, std) the run standardised its inputs with, or None."""
+        return (self.input_stats["mean"], self.input_stats["std"]) if self.input_stats else None
+
+    @property
+    def is_image_model(self) -> bool:
+        return self.input_shape is not None and len(self.input_shape) == 3
+
+    def preprocess(self, inputs: torch.Tensor) -> torch.Tensor:
+        """Inputs as the model saw them in training (standardised with the run's statistics), on the device."""
+        if not isinstance(inputs, torch.Tensor):
+            raise ConfigError(f"inputs must be a tensor, got {type(inputs).__name__}")
+        if not self.is_image_model:
+            stats = (self.input_stats["mean"], self.input_stats["std"]) if self.input_stats else None
+            return prepare_inputs(inputs, stats).to(self.device)
+        images = as_images(inputs)
+        channels, height, width = self.input_shape
+        wanted = f"{channels} x {height if height else 'H'} x {width if width else 'W'}"
+        if images.dim() != 4 or images.shape[1] != channels or (height and tuple(images.shape[2:]) != (height, width)):
+            raise ConfigError(f"the model of '{self.checkpoint}' was trained on images of {wanted} (channels x height x "
+                              f"width), got inputs of shape {tuple(inputs.shape)}; read them with the same channels "
+                              "and size")
+        return model_inputs(images.to(self.device), self.input_stats)
+
+    def __call__(self, inputs: torch.Tensor, batch_size: Optional[int] = None) -> torch.Tensor:
+        """The model's outputs for raw `inputs` (see preprocess), in batches of `batch_size` (default: the run's
+        eval_batch_size)."""
+        size = batch_size or self.config.eval_batch_size
+        outputs = []
+        with torch.no_grad():
+            for start in range(0, inputs.shape[0], size):
+                output = self.module(self.preprocess(inputs[start:start + size]))
+                outputs.append((output[0] if isinstance(output, (tuple, list)) else output).float())
+        if not outputs:
+            raise ConfigError("no inputs given")
+        return torch.cat(outputs)
+
+
+def load(checkpoint: Union[str, os.PathLike], device: str = "auto") -> LoadedModel:
+    """The model of gpucore checkpoint `checkpoint` (best.pt, last.pt, ...) in eval mode on `device` (auto, cpu,
+    cuda, cuda:N, mps), with the preprocessing of its run."""
+    path = os.fspath(checkpoint)
+    return from_payload(load_checkpoint(path), path, select_device(device).device)
+
+
+def from_payload(payload: dict, path: str, device: torch.device, module: Optional[nn.Module] = None) -> LoadedModel:
+    """A checkpoint's contents, already read from `path`, as a LoadedModel on `device`. The model is built from the
+    checkpoint's config, or is a copy of `module` (a model the config cannot name, e.g. the one a training process
+    was given) that takes the checkpoint's weights."""
+    config = load_config(payload["config"])
+    model = build_model(config.model, config.model_kwargs) if module is None else copy.deepcopy(module)
+    model.float()
+    try:
+        model.load_state_dict(payload["model"])
+    except RuntimeError as exc:
+        raise ConfigError(f"checkpoint '{path}' does not fit model '{config.model}' built from its config: "
+                          f"{str(exc).splitlines()[0]}") from exc
+    model.to(device=device, dtype=torch.float32).eval()
+    return LoadedModel(model, config, payload.get("classes"), payload.get("input_stats"), payload.get("input_shape"),
+                       device, path)

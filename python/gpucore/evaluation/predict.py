@@ -1,0 +1,125 @@
+"""Predictions of a trained checkpoint on new inputs: `gpucore.predict(checkpoint, inputs)` and `gpucore predict`.
+
+The inputs are read at the checkpoint's input shape (channels; image files resized to its height and width
+like the training reader did) and standardised with its run's statistics (gpucore.load). One row per input:
+classification: the top-k classes with softmax probabilities; multi-head (captcha) and CTC: the decoded
+text; multi-label: the labels whose logit is positive, with sigmoid probabilities; segmentation: a mask PNG
+per image (grey: 255 where a one-channel model predicts the foreground, else the class id).
+"""
+from __future__ import annotations
+
+import csv
+import os
+from typing import List, Optional, Union
+
+import torch
+
+from ..data.input_files import read_input_images
+from ..data.png import encode_png
+from ..errors import ConfigError
+from ..values import is_int
+from .load import LoadedModel, load
+
+
+class Predictions:
+    """What `predict` returns: `names` (image file paths relative to the input folder, or indices),
+    `outputs` (raw model outputs), `predicted` (the task's decoding: classes, per-head classes, CTC sequences,
+    label sets or masks), `rows` (one dict per input: the CSV's columns), `labels` (classification: true
+    classes from class subfolders named like the checkpoint's classes, else None) and `mask_files`
+    (segmentation)."""
+
+    def __init__(self, names: List[str], outputs: torch.Tensor, predicted_: torch.Tensor, rows: List[dict],
+                 labels: Optional[torch.Tensor], mask_files: Optional[List[str]]):
+        self.names, self.outputs, self.predicted, self.rows = names, outputs, predicted_, rows
+        self.labels, self.mask_files = labels, mask_files
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __repr__(self) -> str:
+        accuracy = self.accuracy()
+        return f"Predictions({len(self)} inputs" + (f", accuracy {accuracy:.4f}" if accuracy is not None else "") + ")"
+
+    def accuracy(self) -> Optional[float]:
+        """Share of inputs whose predicted class is their folder's class (None without labels)."""
+        if self.labels is None:
+            return None
+        return (self.predicted.cpu() == self.labels).float().mean().item()
+
+    def write_csv(self, path: Union[str, os.PathLike]) -> str:
+        path = os.fspath(path)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(self.rows[0]))
+            writer.writeheader()
+            writer.writerows(self.rows)
+        return path
+
+
+def predict(checkpoint: Union[str, os.PathLike, LoadedModel], inputs, *, top_k: int = 5, masks: Optional[str] = None,
+            device: str = "auto", batch_size: Optional[int] = None) -> Predictions:
+    """Predictions of `checkpoint` (a gpucore checkpoint path or a gpucore.load result) on `inputs`: a path
+    (a folder of PNG/JPEG images, class subfolders allowed; one image; a .npy/.npz array; an IDX image file)
+    or a tensor of raw inputs (uint8 images as training read them). `top_k` classes per input for
+    classification; segmentation masks are written as PNGs to folder `masks` when given."""
+    model = checkpoint if isinstance(checkpoint, LoadedModel) else load(checkpoint, device)
+    if not is_int(top_k) or top_k < 1:
+        raise ConfigError(f"top_k must be an integer >= 1, got {top_k!r}")
+    raw, names, folders = _read(model, inputs)
+    outputs = model(raw, batch_size).cpu()
+    task = model.task.for_outputs(outputs)
+    decoded = task.decode(outputs)
+    labels = _folder_labels(folders, model.classes) if task.labels_from_folders else None
+    rows = [{"input": name} for name in names]
+    if labels is not None:
+        for row, label in zip(rows, labels.tolist()):
+            row["label"] = model.classes[label]
+    mask_files = _write_masks(decoded, outputs.shape[1], names, masks, rows) if task.predicts_masks else None
+    task.add_prediction_columns(rows, outputs, decoded, model.classes, top_k)
+    return Predictions(names, outputs, decoded, rows, labels, mask_files)
+
+
+def _read(model: LoadedModel, inputs):
+    """(raw inputs, names, class subfolders or None)."""
+    if isinstance(inputs, torch.Tensor):
+        return inputs, [str(i) for i in range(inputs.shape[0])], None
+    if not isinstance(inputs, (str, os.PathLike)):
+        raise ConfigError(f"inputs must be a path or a tensor, got {type(inputs).__name__}")
+    if not model.is_image_model:
+        raise ConfigError(f"the model of '{model.checkpoint}' takes inputs of shape {model.input_shape or 'unknown'}, "
+                          "not images: pass them as a tensor")
+    channels, height, width = model.input_shape
+    read = read_input_images(inputs, channels, (height, width) if height else None)
+    names = read.files if read.files is not None else [str(i) for i in range(read.images.shape[0])]
+    return read.images, names, read.folders
+
+
+def _folder_labels(folders: Optional[List[str]], classes: Optional[List[str]]) -> Optional[torch.Tensor]:
+    """Each file's class when every file sits in a subfolder named like one of the checkpoint's classes
+    (a '/' in a class name, as in Fashion-MNIST's T-shirt/top, is '_' in the folder's name)."""
+    if not folders or not classes:
+        return None
+    index = {name.replace("/", "_"): i for i, name in enumerate(classes)}
+    if not all(folder in index for folder in folders):
+        return None
+    return torch.tensor([index[folder] for folder in folders])
+
+
+def _write_masks(masks: torch.Tensor, channels: int, names: List[str], folder: Optional[str],
+                 rows: List[dict]) -> Optional[List[str]]:
+    """One grey PNG per mask in `folder` (255 for a one-channel model's foreground, else the class id); the rows get
+    the file."""
+    grey = (masks * 255 if channels == 1 else masks).to(torch.uint8).cpu()
+    files = None
+    if folder is not None:
+        os.makedirs(folder, exist_ok=True)
+        files = []
+        for name, mask in zip(names, grey):
+            path = os.path.join(folder, os.path.splitext(name)[0].replace(os.sep, "_") + ".png")
+            with open(path, "wb") as handle:
+                handle.write(encode_png(mask))
+            files.append(path)
+        for row, path in zip(rows, files):
+            row["mask"] = path
+    return files
+

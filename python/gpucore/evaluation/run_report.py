@@ -1,0 +1,118 @@
+"""A run's report: report.html, plots/ and per_class.json in the run directory, written at the end of
+training (config key `report`) and by `gpucore report RUN_DIR` for any run, an interrupted one too.
+
+The model shown is the run's best checkpoint (best.pt, else last.pt, else interrupted.pt), evaluated on the
+run's validation data by evaluation_pass, the engine's own evaluation."""
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from typing import List, Optional
+
+from torch import nn
+
+from ..checkpoint import load_checkpoint, write_json
+from ..data.builtin import load_data
+from ..device.select import select_device
+from ..errors import ConfigError
+from ..report import plots
+from ..report.page import Page
+from ..report.sections import prediction_sections, train_batch_section
+from ..run_files import CHECKPOINTS, METRICS, PER_CLASS, REPORT_CHECKPOINTS, STATS
+from .evaluation_pass import data_sets, evaluation_pass
+from .load import from_payload
+
+def best_checkpoint(run_dir: str) -> str:
+    folder = os.path.join(run_dir, CHECKPOINTS)
+    for name in REPORT_CHECKPOINTS:
+        if os.path.isfile(os.path.join(folder, name)):
+            return os.path.join(folder, name)
+    raise ConfigError(f"run directory '{run_dir}' has no checkpoint ({', '.join(REPORT_CHECKPOINTS)} in {folder}): the "
+                      "run ended before its first epoch did")
+
+
+def write_report(run_dir: str, device: str = "auto", module: Optional[nn.Module] = None, data=None) -> str:
+    """report.html, plots/ and per_class.json in `run_dir`, from its files (training_stats.json, metrics.jsonl,
+    the best checkpoint, the config's data); returns the page's path. In a training process, `module` (the run's
+    model, to take the checkpoint's weights) and `data` ((train, val) as the run read them) save rebuilding them."""
+    run_dir = os.path.abspath(run_dir)
+    stats_path = os.path.join(run_dir, STATS)
+    if not os.path.isfile(stats_path):
+        raise ConfigError(f"'{run_dir}' is not a gpucore run directory: it has no {STATS}")
+    with open(stats_path, encoding="utf-8") as handle:
+        stats = json.load(handle)
+    checkpoint = best_checkpoint(run_dir)
+    payload = load_checkpoint(checkpoint)
+    model = from_payload(payload, checkpoint, select_device(device).device, module)
+    config, target, module = model.config, model.device, model.module
+    classes, normalization = model.classes, model.normalization
+    train_data, val_data = data if data is not None else load_data(config.data, config.data_kwargs, config.val_fraction,
+                                                                     config.seed)
+    train_set, val_set = data_sets(config, train_data, val_data, normalization, target)
+
+    page = Page(run_dir)
+    page.table("The run", _facts(stats, os.path.basename(checkpoint), payload["epoch"]))
+    history = _history(run_dir, stats)
+    if history:
+        page.figure("Loss, metrics and learning rate per epoch", "curves.png", lambda path: plots.curves(history, path))
+    rows = None
+    if val_set is not None:
+        result = page.attempt("the validation pass", lambda: evaluation_pass(module, config, model.task, val_set, target))
+        if result is not None:
+            rows = prediction_sections(page, result, classes, normalization, module, config, target)
+    train_batch_section(page, train_set, normalization, classes, model.task)
+    page.table("Config", sorted(config.to_dict().items()), ("key", "value"))
+    if rows is not None:
+        write_json(os.path.join(run_dir, PER_CLASS), rows)
+    path = page.write(f"gpucore run {os.path.basename(run_dir)}")
+    stats["report"] = path
+    write_json(stats_path, stats)
+    return path
+
+
+def report_after_training(run) -> Optional[str]:
+    """The end of `gpucore.train`: the report of the finished (or interrupted) run; errors become a warning."""
+    try:
+        val_data = run.val_set.data if run.val_set is not None else None
+        return write_report(run.run_dir.path, str(run.device), run.module, (run.train_data, val_data))
+    except Exception as exc:  # noqa: BLE001 - the training itself succeeded
+        warnings.warn(f"report: the run report was not written: {type(exc).__name__}: {exc}", RuntimeWarning,
+                      stacklevel=2)
+    except KeyboardInterrupt:  # the run's files are complete; the page can be drawn later
+        warnings.warn(f"report: interrupted; write it with  gpucore report {run.run_dir.path}", RuntimeWarning,
+                      stacklevel=2)
+    return None
+
+
+def _history(run_dir: str, stats: dict) -> List[dict]:
+    path = os.path.join(run_dir, METRICS)
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as handle:
+            return [json.loads(line) for line in handle if line.strip()]
+    return list(stats.get("epochs") or [])
+
+
+def _facts(stats: dict, checkpoint: str, epoch: int) -> List[tuple]:
+    history = stats.get("epochs") or []
+    seconds = sum(r.get("epoch_time_s", 0) for r in history)
+    rate = sum(r["samples_per_s"] * r["epoch_time_s"] for r in history) / seconds if seconds > 0 else None
+    peaks = [r["gpu_memory_peak_bytes"] for r in history if r.get("gpu_memory_peak_bytes")]
+    precision = stats.get("precision") or {}
+    best = stats.get("best") or {}
+    metric = best.get("metric")
+    facts = [
+        ("status", stats.get("status")), ("error", stats.get("error")),
+        ("device", stats.get("device")), ("why this device", stats.get("device_reason")),
+        ("precision", precision.get("precision")), ("why this precision", precision.get("reason")),
+        ("channels last", stats.get("channels_last")), ("epochs trained", len(history)),
+        ("optimizer steps", stats.get("steps")), ("skipped steps (inf/NaN gradients)", stats.get("skipped_steps")),
+        ("host syncs", stats.get("host_syncs")), ("training samples/s", rate),
+        ("peak GPU memory (MiB)", max(peaks) / 2**20 if peaks else None),
+        ("best", f"{best.get('monitor')} {metric:.4g} at epoch {best.get('epoch')}" if metric is not None else None),
+        ("model shown", f"checkpoints/{checkpoint} (after epoch {epoch})"),
+        ("skipped files", len(stats.get("skipped_files") or [])), ("torch", stats.get("torch")),
+    ]
+    return [(name, value) for name, value in facts if value is not None]  # no error, no GPU: no row
+
+

@@ -1,0 +1,303 @@
+"""Models by name: the built-ins (the seeds' small CNNs), torchvision's and timm's (`torchvision:resnet18`,
+`timm:convnext_tiny`), the segmentation libraries' (`transformers:...`, `smp:...`, segmentation_models.py) and
+`package.module:factory`; and what fine-tuning needs to know of a model: its
+classifier head, its first convolution and the blocks of its backbone."""
+from __future__ import annotations
+
+import difflib
+import functools
+import importlib
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Tuple
+
+import torch
+from torch import nn
+
+from ..errors import ConfigError
+from ..values import is_int
+from . import segmentation_models
+
+
+class FashionMnistCNN(nn.Module):
+    """The Fashion-MNIST network of the usual mnist-gpu.py script: two conv blocks and a classifier, 1x28x28 in."""
+
+    def __init__(self, num_classes: int = 10, in_channels: int = 1, dropout: float = 0.25):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(in_channels, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(inplace=True), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(inplace=True), nn.MaxPool2d(2),
+        )
+        self.classifier = nn.Sequential(
+            nn.Flatten(), nn.Dropout(dropout), nn.Linear(64 * 7 * 7, 128), nn.ReLU(inplace=True), nn.Linear(128, num_classes)
+        )
+
+    def forward(self, x):
+        return self.classifier(self.features(x))
+
+
+class CaptchaCNN(nn.Module):
+    """The captcha recogniser of captcha-trainer scripts: a conv stack and one classifier head per character.
+
+    Returns logits of shape (N, heads * classes), the layout MultiLabelSoftMarginLoss expects.
+    """
+
+    def __init__(self, heads: int = 4, classes: int = 36, in_channels: int = 3, height: int = 60, width: int = 160):
+        super().__init__()
+        layers, channels = [], in_channels
+        for out in (32, 64, 128):
+            layers += [nn.Conv2d(channels, out, 3, padding=1), nn.BatchNorm2d(out), nn.ReLU(inplace=True), nn.MaxPool2d(2)]
+            channels = out
+        self.features = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveAvgPool2d((max(height // 8, 1), max(width // 8, 1)))
+        flat = channels * max(height // 8, 1) * max(width // 8, 1)
+        self.classifier = nn.Sequential(nn.Flatten(), nn.Dropout(0.3), nn.Linear(flat, 512), nn.ReLU(inplace=True),
+                                        nn.Linear(512, heads * classes))
+
+    def forward(self, x):
+        return self.classifier(self.pool(self.features(x)))
+
+
+BUILTIN = {"fashion_mnist_cnn": FashionMnistCNN, "captcha_cnn": CaptchaCNN}
+
+# Model names of the libraries users already have: `torchvision:resnet18`, `timm:convnext_tiny`.
+LIBRARIES = ("torchvision", "timm")
+_INSTALL = {
+    "torchvision": "torchvision (pip install torchvision: the release made for your torch)",
+    "timm": "timm (pip install timm; it needs torchvision too)",
+    "huggingface_hub": "huggingface_hub (pip install huggingface_hub)",
+    "safetensors": "safetensors (pip install safetensors)",
+    "transformers": "transformers (pip install transformers)",
+    "segmentation_models_pytorch": "segmentation_models_pytorch (pip install segmentation-models-pytorch)",
+}
+_LISTED_BY = {"torchvision": "torchvision.models.list_models()", "timm": "timm.list_models()"}
+
+
+def build_model(name: str, kwargs: dict) -> nn.Module:
+    """A built-in model by name, a torchvision or timm model (`torchvision:NAME`, `timm:NAME`, randomly
+    initialised: config key `pretrained` loads weights), or `package.module:factory` called with `kwargs`."""
+    library, _, library_name = name.partition(":")
+    if library in LIBRARIES:
+        return _library_model(library, library_name, kwargs)
+    if library in segmentation_models.LIBRARIES:
+        return segmentation_models.build_library_model(library, library_name, kwargs, import_library)
+    if ":" in name:
+        module_name, _, attribute = name.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise ConfigError(f"config key 'model': cannot import module '{module_name}' ({exc})") from exc
+        factory = getattr(module, attribute, None)
+        if factory is None or not callable(factory):
+            raise ConfigError(f"config key 'model': module '{module_name}' has no callable '{attribute}'")
+    elif name in BUILTIN:
+        factory = BUILTIN[name]
+    else:
+        close = difflib.get_close_matches(name, BUILTIN, n=1)
+        hint = f" Did you mean '{close[0]}'?" if close else ""
+        raise ConfigError(
+            f"config key 'model': '{name}' is not a built-in model ({', '.join(BUILTIN)}), a library model "
+            f"('torchvision:NAME', 'timm:NAME', 'transformers:CLASS', 'smp:ARCH') nor of the form 'package.module:factory'.{hint}"
+        )
+    return _call_factory(name, factory, kwargs)
+
+
+def _call_factory(name: str, factory: Callable, kwargs: dict) -> nn.Module:
+    try:
+        model = factory(**kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"config key 'model_kwargs' does not fit model '{name}': {exc}") from exc
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"config key 'model': '{name}' returned {type(model).__name__}, not a torch.nn.Module")
+    return model
+
+
+def import_library(module: str, needed_by: str):
+    """An optional package (torchvision, timm, huggingface_hub, safetensors.torch), or a ConfigError saying that
+    `needed_by` needs it and how to install it."""
+    try:
+        return importlib.import_module(module)
+    except Exception as exc:  # ImportError, or a torchvision whose compiled ops do not fit this torch
+        raise ConfigError(f"{needed_by} needs {_INSTALL[module.split('.')[0]]}; importing it failed: "
+                          f"{type(exc).__name__}: {exc}") from exc
+
+
+def _library_model(library: str, name: str, kwargs: dict) -> nn.Module:
+    """A randomly initialised torchvision or timm model with num_classes outputs (the library builds and
+    initialises the head) and in_channels inputs."""
+    full_name = f"{library}:{name}"
+    for argument in ("pretrained", "weights", "weights_backbone", "pretrained_cfg_overlay"):
+        if argument in kwargs:
+            raise ConfigError(f"config key 'model_kwargs': '{argument}' is not passed to {full_name}, since the "
+                              "library would download weights; set config key 'pretrained' (a weights file, or true "
+                              "for the library's own weights from its local cache)")
+    kwargs = dict(kwargs)
+    in_channels = kwargs.pop("in_channels", None)
+    if in_channels is not None and (not is_int(in_channels) or in_channels < 1):
+        raise ConfigError(f"config key 'model_kwargs': in_channels of {full_name} must be a positive integer, got "
+                          f"{in_channels!r}")
+    module = import_library(library, f"config key 'model': '{full_name}'")
+    if library == "timm":
+        names, known = module.list_models(), module.is_model(name)
+        factory = functools.partial(module.create_model, name, pretrained=False)
+        segmentation = False
+        if in_channels is not None:
+            kwargs["in_chans"] = in_channels
+    else:
+        names = module.models.list_models()
+        known = name in names
+        factory = functools.partial(module.models.get_model, name)
+        segmentation = name in module.models.list_models(module=module.models.segmentation)
+        if segmentation:
+            kwargs["weights_backbone"] = None  # else torchvision downloads the backbone's ImageNet weights
+    if not known:
+        close = difflib.get_close_matches(name, names, n=5, cutoff=0.6)
+        hint = f" Close names: {', '.join(close)}." if close else ""
+        raise ConfigError(f"config key 'model': {library} has no model '{name}'.{hint} {library} lists "
+                          f"{len(names)} models ({_LISTED_BY[library]})")
+    model = _call_factory(full_name, factory, kwargs)
+    if library == "torchvision" and in_channels is not None:
+        _set_input_channels(model, in_channels, full_name)
+    if library == "torchvision" and segmentation:
+        model = segmentation_models.with_tensor_output(model)  # {"out": ..., "aux": ...} -> the "out" logits
+    return model
+
+
+def input_conv(model: nn.Module) -> Optional[str]:
+    """The name of the model's first convolution (the one that sees the image), or None."""
+    return next((name for name, module in model.named_modules() if isinstance(module, nn.Conv2d)), None)
+
+
+def _set_input_channels(model: nn.Module, in_channels: int, full_name: str) -> None:
+    """Replaces the first convolution by one taking in_channels (PyTorch's default initialisation; pretrained
+    RGB weights are adapted to it when loaded)."""
+    name = input_conv(model)
+    if name is None:
+        raise ConfigError(f"config key 'model_kwargs': {full_name} has no convolution whose input channels "
+                          "in_channels could set")
+    conv = model.get_submodule(name)
+    if conv.in_channels == in_channels:
+        return
+    if conv.groups != 1:
+        raise ConfigError(f"config key 'model_kwargs': the first convolution of {full_name} ('{name}') is grouped; "
+                          "in_channels cannot be changed")
+    replacement = nn.Conv2d(in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
+                            conv.dilation, bias=conv.bias is not None, padding_mode=conv.padding_mode)
+    parent, _, attribute = name.rpartition(".")
+    setattr(model.get_submodule(parent), attribute, replacement)
+
+
+def adapt_input_conv(weight: torch.Tensor, in_channels: int) -> torch.Tensor:
+    """RGB weights of a first convolution (out, 3, kh, kw) for `in_channels` inputs, as timm adapts them: summed
+    over the colours for 1 channel (a grey image gives what the RGB model gives for it in three equal channels),
+    else repeated over the channels and scaled by 3 / in_channels."""
+    if in_channels == 1:
+        return weight.float().sum(dim=1, keepdim=True).to(weight.dtype)
+    repeats = -(-in_channels // 3)
+    return (weight.float().repeat(1, repeats, 1, 1)[:, :in_channels] * (3 / in_channels)).to(weight.dtype)
+
+
+# ---- the classifier head and the backbone ---------------------------------------------------------------
+
+HEAD_ATTRIBUTES = ("fc", "classifier", "head", "heads", "segmentation_head", "decode_head.classifier")
+
+
+def classifier_head(model: nn.Module) -> Optional[str]:
+    """The name of the model's classifier head, the layer num_classes replaces: timm's get_classifier(), else the
+    last module with weights of the model's attribute fc, classifier, head, heads, segmentation_head or
+    decode_head.classifier (a ResNet's fc, the last Linear of a ConvNeXt's, EfficientNet's or MobileNet's classifier,
+    a ViT's heads.head, the built-ins' last Linear, smp's segmentation head, SegFormer's last 1x1 convolution,
+    torchvision's segmentation classifier's last convolution)."""
+    names = {module: name for name, module in model.named_modules()}
+    get_classifier = getattr(model, "get_classifier", None)
+    if callable(get_classifier):
+        head = get_classifier()
+        if isinstance(head, nn.Module) and names.get(head) and any(True for _ in head.parameters()):
+            return names[head]
+    for attribute in HEAD_ATTRIBUTES:
+        try:
+            module = model.get_submodule(attribute)
+        except AttributeError:
+            continue
+        if isinstance(module, nn.Module):
+            with_weights = [name for name, sub in module.named_modules(prefix=attribute)
+                            if any(True for _ in sub.parameters(recurse=False))]
+            if with_weights:
+                return with_weights[-1]
+    return None
+
+
+def is_under(name: str, module_name: str) -> bool:
+    """Whether parameter or module `name` belongs to module `module_name`."""
+    return name == module_name or name.startswith(module_name + ".")
+
+
+@dataclass
+class BackboneSplit:
+    """A model cut into the part that trains at the full rate (a classifier's head; a segmentation model's decoder
+    and head) and the backbone before it, as fine-tuning treats them."""
+
+    head: List[str]  # the names of the modules outside the backbone
+    head_params: List[nn.Parameter]
+    blocks: List[Tuple[str, List[nn.Parameter]]]  # the backbone's blocks, input first (see backbone_split)
+
+    @property
+    def backbone_params(self) -> List[nn.Parameter]:
+        return [param for _, params in self.blocks for param in params]
+
+    def in_head(self, name: str) -> bool:
+        """Whether parameter or module `name` is outside the backbone."""
+        return any(is_under(name, head) for head in self.head)
+
+
+_CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
+
+
+def backbone_split(model: nn.Module, needed_for: str) -> BackboneSplit:
+    """The head and the backbone's blocks. A segmentation model's backbone is its encoder
+    (segmentation_models.segmentation_encoder) and everything else (decoder, head) its head. Otherwise the head is
+    classifier_head's, and the blocks are the model's top-level modules with nn.Sequential, nn.ModuleList and
+    nn.ModuleDict containers opened, recursively (a ResNet's conv1, bn1, layer1.0, ... layer4.1; a ConvNeXt's
+    stages), less the head; the model's own parameters (a ViT's class token) go with the first block. Parameters
+    with requires_grad=False are left out. needed_for: the config key that asks, for the error message."""
+    encoder = segmentation_models.segmentation_encoder(model)
+    if encoder is not None:
+        head = [name for name, _ in model.named_children() if name != encoder]
+        root, prefix = model.get_submodule(encoder), encoder
+    else:
+        classifier = classifier_head(model)
+        if classifier is None:
+            raise ConfigError(f"config key '{needed_for}' needs the model's classifier head, and "
+                              f"{type(model).__name__} has none that gpucore finds: timm's get_classifier(), or a "
+                              f"layer with weights in an attribute {', '.join(HEAD_ATTRIBUTES)}. Give the model such "
+                              "an attribute")
+        head, root, prefix = [classifier], model, ""
+    split = BackboneSplit(head, [], [])
+    seen = set()
+
+    def trainable(named) -> List[nn.Parameter]:
+        params = []
+        for name, param in named:
+            if param.requires_grad and id(param) not in seen and not split.in_head(name):
+                seen.add(id(param))
+                params.append(param)
+        return params
+
+    def opened(prefix: str, module: nn.Module):
+        for name, child in module.named_children():
+            name = f"{prefix}.{name}" if prefix else name
+            if isinstance(child, _CONTAINERS):
+                yield from opened(name, child)
+            else:
+                yield name, child
+
+    own = trainable(root.named_parameters(prefix=prefix, recurse=False))
+    blocks = [(name, trainable(module.named_parameters(prefix=name))) for name, module in opened(prefix, root)]
+    blocks = [(name, params) for name, params in blocks if params]
+    if own and blocks:
+        blocks[0] = (blocks[0][0], own + blocks[0][1])
+    elif own:
+        blocks = [(prefix, own)]
+    split.blocks = blocks
+    split.head_params = [param for name, param in model.named_parameters()
+                         if param.requires_grad and split.in_head(name) and id(param) not in seen]
+    return split

@@ -1,0 +1,128 @@
+"""report.html: one self-contained page (images embedded, no network) of tables and figures drawn into
+plots/, and the numbers its sections show (confusion matrices, per-class metrics, mask IoU, inputs as
+pictures). Drawing never fails a run: a figure that cannot be drawn is a warning and a note on the page,
+and the rest is still written."""
+from __future__ import annotations
+
+import base64
+import html
+import json
+import os
+import warnings
+from typing import Any, Callable, List, Sequence
+
+import numpy as np
+import torch
+
+from ..checkpoint import atomic_write
+from ..run_files import PLOTS, REPORT
+
+GRID = 32  # validation images and training images shown
+
+
+# ---- numbers -------------------------------------------------------------------------------------
+def confusion(targets: torch.Tensor, predicted: torch.Tensor, classes: int) -> torch.Tensor:
+    """matrix[true, predicted]: how many samples of each true class got each prediction."""
+    targets, predicted = targets.reshape(-1).long(), predicted.reshape(-1).long()
+    keep = (targets >= 0) & (targets < classes) & (predicted >= 0) & (predicted < classes)
+    return torch.bincount(targets[keep] * classes + predicted[keep], minlength=classes * classes).reshape(classes, classes)
+
+
+def per_class(matrix: torch.Tensor, names: Sequence[str]) -> List[dict]:
+    """Precision, recall, F1 and support per class from a confusion matrix (0 where undefined, as scikit-learn's
+    zero_division=0)."""
+    m = matrix.double()
+    right, predicted, support = m.diagonal(), m.sum(0), m.sum(1)
+    precision = torch.where(predicted > 0, right / predicted.clamp_min(1), torch.zeros_like(right))
+    recall = torch.where(support > 0, right / support.clamp_min(1), torch.zeros_like(right))
+    f1 = torch.where(precision + recall > 0, 2 * precision * recall / (precision + recall).clamp_min(1e-300),
+                     torch.zeros_like(right))
+    return [{"class": str(name), "precision": float(p), "recall": float(r), "f1": float(f), "support": int(s)}
+            for name, p, r, f, s in zip(names, precision, recall, f1, support)]
+
+
+def display_images(inputs: torch.Tensor, normalization) -> List[np.ndarray]:
+    """Model inputs (N x C x H x W, standardised with `normalization`) back as [0, 1] pictures: H x W or H x W x 3."""
+    x = inputs.detach().float().cpu()
+    if normalization:
+        mean, std = (torch.tensor(v, dtype=torch.float32).reshape(1, -1, 1, 1) for v in normalization)
+        x = x * std + mean
+    elif x.amax() > 1.5:  # unstandardised uint8 scale
+        x = x / 255
+    x = x.clamp(0, 1)
+    return [picture[0].numpy() if picture.shape[0] != 3 else picture.permute(1, 2, 0).numpy() for picture in x]
+
+
+def is_images(inputs: torch.Tensor) -> bool:
+    return inputs.dim() == 4
+
+
+def mask_iou(truth: torch.Tensor, guess: torch.Tensor) -> torch.Tensor:
+    """Per image (N x H x W class masks): intersection over union of the foreground (class > 0); 1 when both are empty."""
+    union = ((truth > 0) | (guess > 0)).flatten(1).sum(1)
+    overlap = ((truth > 0) & (guess > 0)).flatten(1).sum(1)
+    return torch.where(union > 0, overlap / union.clamp_min(1), torch.ones(truth.shape[0]))
+
+
+
+# ---- the page ------------------------------------------------------------------------------------
+class Page:
+    """Sections of report.html, each drawn into plots/ and embedded; a figure that fails is a warning."""
+
+    def __init__(self, folder: str):
+        self.folder, self.plots = folder, os.path.join(folder, PLOTS)
+        os.makedirs(self.plots, exist_ok=True)
+        self.sections: List[str] = []
+        self.failures: List[str] = []
+
+    def attempt(self, what: str, work: Callable[[], Any]) -> Any:
+        try:
+            return work()
+        except Exception as exc:  # noqa: BLE001 - a figure never fails the run; the page says what is missing
+            message = f"{what}: {type(exc).__name__}: {exc}"
+            warnings.warn(f"report: could not draw {message}", RuntimeWarning, stacklevel=2)
+            self.failures.append(message)
+            return None
+
+    def figure(self, heading: str, name: str, draw: Callable[[str], Any], note: str = "") -> None:
+        path = os.path.join(self.plots, name)
+        if self.attempt(name, lambda: draw(path)) is None:
+            return
+        with open(path, "rb") as handle:
+            data = base64.b64encode(handle.read()).decode("ascii")
+        self.sections.append(f"<h2>{html.escape(heading)}</h2>" + (f"<p>{html.escape(note)}</p>" if note else "")
+                             + f'<img alt="{html.escape(name)}" src="data:image/png;base64,{data}">')
+
+    def table(self, heading: str, rows: Sequence[Sequence[Any]], header: Sequence[str] = ()) -> None:
+        head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(c))}</td>" for c in row) + "</tr>" for row in rows)
+        self.sections.append(f"<h2>{html.escape(heading)}</h2><table>{'<tr>' + head + '</tr>' if head else ''}"
+                             f"{body}</table>")
+
+    def write(self, title: str) -> str:
+        failures = "".join(f"<li>{html.escape(f)}</li>" for f in self.failures)
+        page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+                f"<style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
+                + "".join(f"<section>{s}</section>" for s in self.sections)
+                + (f"<section><h2>Not drawn</h2><ul>{failures}</ul></section>" if failures else "")
+                + "</body></html>")
+        path = os.path.join(self.folder, REPORT)
+        atomic_write(path, lambda handle: handle.write(page), binary=False)
+        return path
+
+
+_STYLE = ("body{font-family:sans-serif;margin:24px;color:#222}h1{font-size:22px}"
+          "section{display:inline-block;vertical-align:top;margin:0 32px 0 0;max-width:100%}"
+          "h2{font-size:17px;margin-top:28px}table{border-collapse:collapse;font-size:13px}"
+          "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}th{background:#f0f0f0}"
+          "img{max-width:100%;border:1px solid #eee}")
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    return "" if value is None else str(value)
+
+

@@ -1,0 +1,159 @@
+"""The sections of report.html that show what a model predicts: the evaluation's metrics, then as the task
+says (tasks/): confusion matrices and per-class metrics, the validation grid, the worst mistakes with
+Grad-CAM, decoded strings beside the truth, masks with IoU; and one training batch."""
+from __future__ import annotations
+
+import copy
+from typing import List, Optional
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..cam import CAM
+from ..tasks.base import names_for
+from ..tasks.decode import as_text
+from . import plots
+from .page import GRID, Page, confusion, display_images, is_images, mask_iou, per_class
+
+TOP_LOSSES = 8
+
+
+# ---- what the predictions show -------------------------------------------------------------------
+def prediction_sections(page: Page, result, classes: Optional[List[str]], normalization,
+                        module: nn.Module, config, device: torch.device) -> Optional[List[dict]]:
+    """The evaluation's metrics, then the sections the task draws (Task.report_sections): confusion matrices and
+    per-class metrics, the validation grid, the worst mistakes with Grad-CAM, masks with IoU, decoded strings.
+    Returns the per-class rows (or None)."""
+    page.table("Metrics (" + result.data.description + f", {len(result)} samples)",
+               [(k, v) for k, v in result.metrics.items()], ("metric", "value"))
+    section = result.task.report_sections
+    if section == "classification":
+        return _classification(page, result, classes, normalization, module, config, device)
+    if section == "sequences":
+        return _sequences(page, result, classes, normalization)
+    if section == "segmentation":
+        _segmentation(page, result, normalization)
+    return None
+
+
+def _confusion_sections(page: Page, matrix: torch.Tensor, names: List[str], what: str) -> List[dict]:
+    counts = matrix.numpy()
+    page.figure(f"Confusion matrix{what}", "confusion_matrix.png",
+                lambda path: plots.confusion_matrix(counts, names, path))
+    page.figure(f"Confusion matrix{what}, normalised by true class", "confusion_matrix_normalized.png",
+                lambda path: plots.confusion_matrix(counts, names, path, normalized=True))
+    rows = per_class(matrix, names)
+    page.table(f"Per class{what}", [(r["class"], r["precision"], r["recall"], r["f1"], r["support"]) for r in rows],
+               ("class", "precision", "recall", "F1", "support"))
+    page.figure(f"Precision, recall and F1 per class{what}", "per_class.png", lambda path: plots.per_class_bars(rows, path))
+    return rows
+
+
+def _classification(page, result, classes, normalization, module, config, device) -> Optional[List[dict]]:
+    if result.targets.dim() != 1:
+        return None  # soft labels: nothing to count right or wrong
+    count = result.outputs.shape[1]
+    names = names_for(classes, count)
+    rows = _confusion_sections(page, confusion(result.targets, result.predicted, count), names, "")
+    confidence, right = result.confidence(), result.correct()
+    shown = list(range(min(GRID, len(result))))
+    inputs = result.inputs(shown)
+    if not is_images(inputs):
+        return rows
+    pictures = display_images(inputs, normalization)
+
+    def title(i):
+        t, p = int(result.targets[i]), int(result.predicted[i])
+        return f"{names[t]}" if t == p else f"true {names[t]}\npred {names[p]}"
+
+    page.figure("Validation predictions", "val_predictions.png", lambda path: plots.image_grid(
+        pictures, [f"{title(i)} ({float(confidence[i]):.2f})" for i in shown], path,
+        colours=[plots.RIGHT if right[i] else plots.MISTAKE for i in shown]),
+        "The first validation images: true label (and prediction, in red, when wrong) with the confidence.")
+    losses = result.sample_losses()
+    order = [int(i) for i in losses.argsort(descending=True) if not right[i]][:TOP_LOSSES]
+    if order:
+        page.figure("Top losses, with Grad-CAM", "top_losses.png",
+                    lambda path: _top_losses(path, result, order, names, normalization, module, config, device),
+                    "The worst mistakes: the image, Grad-CAM for the predicted class, Grad-CAM for the true class.")
+    return rows
+
+
+def _top_losses(path, result, order, names, normalization, module, config, device) -> str:
+    model = copy.deepcopy(module).to(device=device, dtype=torch.float32, memory_format=torch.contiguous_format).eval()
+    inputs = result.inputs(order).to(device=device, dtype=torch.float32)
+    pictures = torch.from_numpy(np.stack(display_images(inputs, normalization)))
+    pictures = pictures if pictures.dim() == 4 else pictures.unsqueeze(-1)
+    cam = CAM(model, config.report_cam_layer, "gradcam")
+    on_predicted = cam(inputs, result.predicted[order].tolist()).overlay(pictures).cpu().numpy()
+    on_true = cam(inputs, result.targets[order].tolist()).overlay(pictures).cpu().numpy()
+    images, titles, colours = [], [], []
+    losses, confidence = result.sample_losses(), result.confidence()
+    for k, i in enumerate(order):
+        t, p = names[int(result.targets[i])], names[int(result.predicted[i])]
+        images += [pictures[k].squeeze(-1).numpy(), on_predicted[k], on_true[k]]
+        titles += [f"true {t}, pred {p}\nloss {float(losses[i]):.2f}, conf {float(confidence[i]):.2f}",
+                   f"Grad-CAM: {p}", f"Grad-CAM: {t}"]
+        colours += [plots.MISTAKE, "black", "black"]
+    return plots.image_grid(images, titles, path, columns=6, colours=colours,
+                            title=f"Grad-CAM at layer {cam.layer_names[0]}")
+
+
+def _sequences(page, result, classes, normalization) -> Optional[List[dict]]:
+    """Multi-head (captcha) and CTC: decoded strings beside the truth; per-character confusion."""
+    task = result.task
+    count = task.class_count(result.outputs)
+    alphabet = task.alphabet(classes, count)
+    targets, predicted, left_out = task.aligned(result.targets.long(), result.predicted.long())
+    rows = _confusion_sections(page, confusion(targets, predicted, count), alphabet, " per character" + left_out)
+    right = result.correct()
+    shown = list(range(min(GRID, len(result))))
+    truth = as_text(result.targets[shown].long(), alphabet)
+    guess = as_text(result.predicted[shown].long(), alphabet)
+    page.table("Decoded predictions", [(i, truth[k], guess[k], "yes" if right[i] else "NO") for k, i in enumerate(shown)],
+               ("sample", "true", "predicted", "right"))
+    inputs = result.inputs(shown)
+    if is_images(inputs):
+        pictures = display_images(inputs, normalization)
+        page.figure("Validation predictions", "val_predictions.png", lambda path: plots.image_grid(
+            pictures, [f"true {t}\npred {g}" for t, g in zip(truth, guess)], path, columns=4,
+            colours=[plots.RIGHT if right[i] else plots.MISTAKE for i in shown]))
+    return rows
+
+
+def _segmentation(page, result, normalization) -> None:
+    shown = list(range(min(12, len(result))))
+    inputs = result.inputs(shown)
+    pictures = display_images(inputs, normalization)
+    truth, guess = result.targets[shown].long(), result.predicted[shown].long()
+    truth = truth[:, 0] if truth.dim() == 4 else truth
+    iou = mask_iou(truth, guess)
+    images, titles = [], []
+    for k in range(len(shown)):
+        base = pictures[k] if pictures[k].ndim == 3 else np.repeat(pictures[k][..., None], 3, -1)
+        images += [base, _mask_overlay(base, truth[k]), _mask_overlay(base, guess[k])]
+        titles += [f"sample {shown[k]}", "true mask", f"predicted, IoU {float(iou[k]):.2f}"]
+    page.figure("Validation masks", "val_predictions.png", lambda path: plots.image_grid(images, titles, path, columns=6),
+                "Each image, its true mask and the predicted one (red), with the image's foreground IoU.")
+
+
+def _mask_overlay(picture: np.ndarray, mask: torch.Tensor) -> np.ndarray:
+    out = picture.copy()
+    on = mask.numpy() > 0
+    out[on] = 0.5 * out[on] + 0.5 * np.array([1.0, 0.0, 0.0])
+    return out
+
+
+def train_batch_section(page: Page, train_set, normalization, classes, task) -> None:
+    """One augmented training batch as the model sees it, un-normalised (image inputs only)."""
+    batch = page.attempt("train_batch.png", lambda: next(iter(train_set.batches(0))))
+    if batch is None or not is_images(batch[0]):
+        return
+    inputs, targets = batch[0][:GRID], batch[1][:GRID].cpu()
+    titles = task.target_text(targets, classes)
+    page.figure("One training batch", "train_batch.png",
+                lambda path: plots.image_grid(display_images(inputs, normalization), titles, path),
+                "Augmented and un-normalised, as the model sees it in training (epoch 1), with its labels.")
+
+

@@ -1,0 +1,23 @@
+"""The names of a run directory's files, in one place: what training writes there, what resumes, the report
+and gpucore evaluate read and write."""
+
+CHECKPOINTS = "checkpoints"  # the folder of the .pt files
+LAST, BEST, INTERRUPTED = "last.pt", "best.pt", "interrupted.pt"
+EVERY_N_PREFIX = "epoch_"  # every-N checkpoints: epoch_NNNN.pt
+RESUME_CANDIDATES = (INTERRUPTED, LAST)  # `resume: auto` takes the newer of these
+REPORT_CHECKPOINTS = (BEST, LAST, INTERRUPTED)  # the report shows the first of these that exists
+
+CONFIG = "config.json"
+STATS = "training_stats.json"
+METRICS = "metrics.jsonl"
+TENSORBOARD = "tensorboard"
+
+REPORT = "report.html"
+PLOTS = "plots"
+PER_CLASS = "per_class.json"
+EVALUATION = "evaluation.json"  # gpucore evaluate's summary
+
+
+def every_n_name(epoch: int) -> str:
+    """The every-N checkpoint of epoch `epoch`; the names sort by epoch."""
+    return f"{EVERY_N_PREFIX}{epoch:04d}.pt"

@@ -1,0 +1,85 @@
+"""What every kind of model a run can train answers: how its outputs decode into predictions (by the rules the
+engine's metrics score with), which predictions are right and how confident, per-sample losses, the columns of
+`gpucore predict`'s rows, which of the report's sections apply and which metrics the engine reports. One
+subclass per kind; tasks/__init__.py picks the one for a config."""
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+import torch
+
+from .. import _C
+from ..errors import ConfigError
+
+
+class Task:
+    name = ""  # what the task is called in messages and docs
+    losses: Sequence[str] = ()  # the built-in losses (config key loss) this task trains with
+    report_sections = ""  # which prediction sections report.html draws (report/sections.py); "" for none
+    keeps_outputs = True  # an evaluation keeps the raw outputs (not for masks: only the decoded ones are kept)
+    reports_top_k = False  # the engine also reports top-k accuracy (config key top_k)
+    labels_from_folders = False  # predict: the true class of inputs in class subfolders
+    predicts_masks = False  # predict: one mask PNG per input
+
+    def __init__(self, loss: str, heads: int = 0, label_smoothing: float = 0.0):
+        self.loss, self.heads, self.label_smoothing = loss, heads, label_smoothing
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(loss={self.loss!r}, heads={self.heads})"
+
+    @classmethod
+    def handles(cls, loss: str, heads: int) -> bool:
+        return loss in cls.losses and heads == 0
+
+    def for_outputs(self, outputs: torch.Tensor) -> "Task":
+        """The task whose rules fit outputs of this shape (a multi-label model with per-pixel outputs segments)."""
+        return self
+
+    # ---- the engine ------------------------------------------------------------------------------
+    def loss_config(self) -> "_C.LossConfig":
+        loss = _C.LossConfig()
+        loss.kind = self.loss
+        loss.label_smoothing = self.label_smoothing
+        loss.heads = self.heads
+        return loss
+
+    def metric_names(self, top_k: int) -> List[str]:
+        """What the engine may report for this task (loss, accuracy, ...), without the split prefix."""
+        return list(_C.reported_metrics(self.loss_config(), top_k))
+
+    # ---- predictions -----------------------------------------------------------------------------
+    def decode(self, outputs: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError(f"{type(self).__name__} must say how its outputs decode")
+
+    def correct(self, predicted: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Per sample: the prediction is right in full (every head, label or pixel)."""
+        right = predicted == targets.reshape(predicted.shape).to(predicted.dtype)
+        return right.reshape(predicted.shape[0], -1).all(1)
+
+    def confidence(self, outputs: torch.Tensor) -> Optional[torch.Tensor]:
+        """How sure the model is of each prediction (per sample, or per head), or None where it has no such number."""
+        return None
+
+    def sample_losses(self, outputs: torch.Tensor, targets: torch.Tensor) -> Optional[torch.Tensor]:
+        """Each sample's loss (their mean is the metrics' loss), or None where the loss does not split by sample."""
+        return None
+
+    def target_text(self, targets: torch.Tensor, classes: Optional[List[str]]) -> List[str]:
+        """A caption per target, for the report's training batch."""
+        return [""] * targets.shape[0]
+
+    def add_prediction_columns(self, rows: List[dict], outputs: torch.Tensor, predicted: torch.Tensor,
+                               classes: Optional[List[str]], top_k: int) -> None:
+        """Adds what `gpucore predict` writes for each input to `rows` (one dict per input)."""
+        raise NotImplementedError(f"{type(self).__name__} must say what a prediction row holds")
+
+    # ---- helpers ---------------------------------------------------------------------------------
+    def expect_dims(self, outputs: torch.Tensor, dims: int, layout: str) -> None:
+        if outputs.dim() != dims:
+            raise ConfigError(f"loss '{self.loss}' ({self.name}) needs model outputs of {layout}, got shape "
+                              f"{tuple(outputs.shape)}")
+
+
+def names_for(classes: Optional[List[str]], count: int) -> List[str]:
+    """The class names when there are `count` of them, else the indices as text."""
+    return list(classes) if classes and len(classes) == count else [str(i) for i in range(count)]

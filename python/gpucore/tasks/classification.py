@@ -1,0 +1,45 @@
+"""One class per input (loss cross_entropy): the class with the highest logit."""
+from __future__ import annotations
+
+from typing import List, Optional
+
+import torch
+from torch import nn
+
+from .base import Task, names_for
+
+
+class Classification(Task):
+    name = "classification"
+    losses = ("cross_entropy",)
+    report_sections = "classification"
+    reports_top_k = True
+    labels_from_folders = True
+
+    def decode(self, outputs: torch.Tensor) -> torch.Tensor:
+        self.expect_dims(outputs, 2, "N x classes")
+        return outputs.argmax(1)
+
+    def confidence(self, outputs: torch.Tensor) -> Optional[torch.Tensor]:
+        return outputs.softmax(1).amax(1)
+
+    def sample_losses(self, outputs: torch.Tensor, targets: torch.Tensor) -> Optional[torch.Tensor]:
+        if targets.dim() != 1:
+            return None  # soft labels
+        return nn.functional.cross_entropy(outputs, targets.long(), reduction="none",
+                                           label_smoothing=self.label_smoothing)
+
+    def target_text(self, targets: torch.Tensor, classes: Optional[List[str]]) -> List[str]:
+        if targets.dim() != 1:
+            return super().target_text(targets, classes)
+        names = names_for(classes, int(max(targets.max().item() + 1, len(classes or []))))
+        return [names[int(t)] for t in targets]
+
+    def add_prediction_columns(self, rows, outputs, predicted, classes, top_k) -> None:
+        """The top-k classes with their softmax probabilities."""
+        probabilities, indices = torch.softmax(outputs, 1).topk(min(top_k, outputs.shape[1]), dim=1)
+        for row, p, index in zip(rows, probabilities.tolist(), indices.tolist()):
+            for rank, (value, i) in enumerate(zip(p, index), start=1):
+                row[f"class_{rank}"] = classes[i] if classes else str(i)
+                row[f"index_{rank}"] = i
+                row[f"probability_{rank}"] = round(value, 6)

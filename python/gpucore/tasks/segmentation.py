@@ -1,0 +1,29 @@
+"""A mask per input (loss dice_bce; bce_with_logits with per-pixel outputs): N x H x W, each pixel's class: with
+one output channel the foreground where the logit is positive (the engine's iou and dice), else the channel
+with the highest logit."""
+from __future__ import annotations
+
+import torch
+
+from .base import Task
+
+
+class Segmentation(Task):
+    name = "segmentation"
+    losses = ("dice_bce",)
+    report_sections = "segmentation"
+    keeps_outputs = False
+    predicts_masks = True
+
+    def decode(self, outputs: torch.Tensor) -> torch.Tensor:
+        self.expect_dims(outputs, 4, "N x K x H x W")
+        return (outputs[:, 0] > 0).long() if outputs.shape[1] == 1 else outputs.argmax(1)
+
+    def correct(self, predicted: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        truth = targets[:, 0] if targets.dim() == 4 else targets
+        return super().correct(predicted, (truth > 0.5).long() if truth.is_floating_point() else truth)
+
+    def add_prediction_columns(self, rows, outputs, predicted, classes, top_k) -> None:
+        """The share of the image predicted as foreground (class > 0)."""
+        for index, row in enumerate(rows):
+            row["foreground"] = round((predicted[index] != 0).float().mean().item(), 6)

@@ -1,0 +1,97 @@
+"""The C++ engine's settings from a TrainConfig: optimizer, schedule, loss, loss scaling, parameter groups;
+and what the engine will report, checked against config key `monitor` before anything trains."""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .. import _C
+from ..errors import ConfigError
+from ..models.registry import backbone_split
+from ..tasks import Task
+
+
+def param_groups(model: nn.Module, config) -> list:
+    """The fused optimizer's groups: each learning-rate level (lr_levels) split into parameters with weight decay
+    and those without (biases and norm weights, with no_decay_norm_and_bias)."""
+    groups = []
+    for params, lr_scale in lr_levels(model, config):
+        decay, no_decay = [], []
+        for param in params:
+            (no_decay if config.no_decay_norm_and_bias and param.ndim <= 1 else decay).append(param)
+        groups += [_C.ParamGroup(group, weight_decay, lr_scale)
+                   for group, weight_decay in ((decay, config.weight_decay), (no_decay, 0.0)) if group]
+    return groups
+
+
+def lr_levels(model: nn.Module, config) -> list:
+    """(parameters, lr multiplier) from the input to the head; requires_grad=False parameters are left out.
+    One level at lr unless config keys lr_backbone or lr_layer_decay slow the backbone down: then the head
+    trains at lr and the backbone's block k places before the head at lr x lr_backbone x lr_layer_decay^(k-1)."""
+    if config.lr_backbone == 1.0 and config.lr_layer_decay == 1.0:
+        return [([param for param in model.parameters() if param.requires_grad], 1.0)]
+    split = backbone_split(model, "lr_backbone" if config.lr_layer_decay == 1.0 else "lr_layer_decay")
+    if config.lr_layer_decay == 1.0:
+        levels = [(split.backbone_params, config.lr_backbone)]
+    else:
+        depth = len(split.blocks)
+        levels = [(params, config.lr_backbone * config.lr_layer_decay ** (depth - 1 - index))
+                  for index, (_, params) in enumerate(split.blocks)]
+    return levels + [(split.head_params, 1.0)]
+
+
+def scaled_lr(config) -> float:
+    ratio = config.batch_size * config.accumulate_grad_batches / config.base_batch_size
+    return {"none": config.lr, "linear": config.lr * ratio, "sqrt": config.lr * math.sqrt(ratio)}[config.lr_scaling]
+
+
+def engine_config(config, task: Task, device: str, policy, steps_per_epoch: int, channels_last: bool) -> _C.EngineConfig:
+    engine = _C.EngineConfig()
+    engine.device = torch.device(device)
+    engine.autocast_dtype = policy.autocast_dtype
+    engine.param_dtype = policy.param_dtype
+    engine.accumulate_grad_batches = config.accumulate_grad_batches
+    engine.clip_grad_norm = config.clip_grad_norm
+    engine.clip_grad_value = config.clip_grad_value
+    engine.channels_last = channels_last
+    engine.log_every_n_steps = config.log_every_n_steps
+    engine.max_nonfinite_steps = config.max_nonfinite_steps
+    engine.top_k = config.top_k
+    engine.loss = task.loss_config()
+    optimizer = _C.OptimizerConfig()
+    optimizer.kind = config.optimizer
+    optimizer.momentum, optimizer.nesterov = config.momentum, config.nesterov
+    optimizer.beta1, optimizer.beta2 = (float(b) for b in config.betas)
+    optimizer.eps = config.eps
+    engine.optimizer = optimizer
+    schedule = _C.ScheduleConfig()
+    schedule.kind = config.schedule
+    schedule.base_lr = scaled_lr(config)
+    schedule.warmup_steps = int(round(config.warmup_epochs * steps_per_epoch))
+    schedule.total_steps = max(config.epochs * steps_per_epoch, 1)
+    schedule.step_size = config.step_size * steps_per_epoch
+    schedule.gamma = config.gamma
+    schedule.milestones = [m * steps_per_epoch for m in config.milestones]
+    schedule.min_lr = config.min_lr
+    schedule.pct_start, schedule.div_factor, schedule.final_div_factor = (
+        config.pct_start, config.div_factor, config.final_div_factor)
+    engine.schedule = schedule
+    scaler = _C.GradScalerConfig()
+    scaler.enabled = policy.loss_scaling
+    scaler.init_scale = config.init_scale
+    scaler.growth_interval = config.growth_interval
+    engine.scaler = scaler
+    return engine
+
+
+def check_monitor(config, task: Task, has_val: bool) -> None:
+    """Config key monitor names a metric some epoch will report; known before the first epoch trains."""
+    if config.monitor == "auto":
+        return
+    splits = ("train", "val") if has_val else ("train",)
+    names = [f"{split}_{name}" for split in splits for name in task.metric_names(config.top_k)]
+    if config.monitor not in names:
+        raise ConfigError(f"config key 'monitor': '{config.monitor}' is never reported with loss '{config.loss}'"
+                          f"{'' if has_val else ' and no validation data'}; reported: {', '.join(names)}")

@@ -1,0 +1,139 @@
+"""The training and validation data of a run, served epoch by epoch to the C++ engine as a BatchSource:
+gpucore's own batch sources for tensors and gpucore.data sets, torch's DataLoader for anything else."""
+from __future__ import annotations
+
+import itertools
+from typing import List, Optional
+
+import torch
+
+from .. import _C
+
+from ..data.loader import batch_source, choose_cache, data_stats, is_native, skipped_files
+from ..data.readers import ImageFiles
+from ..errors import ConfigError
+from . import distributed
+
+
+class EpochData:
+    """One data set, served epoch by epoch as a C++ BatchSource."""
+
+    def __init__(self, data, config, device: str, batch_size: int, training: bool, normalization,
+                 world: distributed.World):
+        self.batch_size = batch_size
+        self.seed, self.device = config.seed, device
+        self.fixed_batch_size = isinstance(data, torch.utils.data.DataLoader)  # the user's loader batches itself
+        self._tensors = self._loader = self._generator = self._sampler = None
+        self._data = data
+        self.description = describe(data)
+        shuffle = training and config.shuffle
+        drop_last = training and config.drop_last
+        wants_augment = training and (config.crop_padding > 0 or config.hflip)
+        if is_native(data):
+            self._tensors = batch_source(data, choose_cache(data, config.cache, torch.device(device)),
+                                         batch_size=self.batch_size, shuffle=shuffle, drop_last=drop_last,
+                                         seed=config.seed, device=torch.device(device),
+                                         crop_padding=config.crop_padding if training else 0,
+                                         hflip=config.hflip and training, normalization=normalization,
+                                         prefetch=config.prefetch)
+            if training:
+                self._tensors.set_shard(world.rank, world.size)
+        elif wants_augment:
+            raise ConfigError("crop_padding and hflip apply to image tensors and gpucore.data sets; transform a torch "
+                              "Dataset or DataLoader yourself")
+        elif isinstance(data, torch.utils.data.DataLoader):
+            self._loader = data
+        elif isinstance(data, torch.utils.data.Dataset):
+            self._generator = torch.Generator()
+            sampler = None
+            if training and world.size > 1:  # equal shards per rank, reshuffled per epoch by set_epoch
+                sampler = torch.utils.data.distributed.DistributedSampler(
+                    data, num_replicas=world.size, rank=world.rank, shuffle=shuffle, seed=config.seed,
+                    drop_last=drop_last)
+            self._sampler = sampler
+            self._loader = torch.utils.data.DataLoader(data, batch_size=self.batch_size,
+                                                       shuffle=shuffle and sampler is None, sampler=sampler,
+                                                       drop_last=drop_last, generator=self._generator,
+                                                       pin_memory=device.startswith("cuda"))
+        else:
+            raise ConfigError(
+                "training data must be (inputs, targets) tensors, a torch Dataset or a DataLoader, got "
+                f"{type(data).__name__}"
+            )
+
+    @property
+    def data(self):
+        """The data set served: (inputs, targets) tensors, gpucore image files, a torch Dataset or DataLoader."""
+        return self._data
+
+    def skipped_files(self) -> List[str]:
+        """Image files left out so far, "path: why": at decode, or while streaming."""
+        return skipped_files(self._data, self._tensors)
+
+    def total_batches(self) -> int:
+        return len(self._tensors) if self._tensors is not None else len(self._loader)
+
+    def epoch(self, epoch: int, skip: int = 0):
+        if self._tensors is not None:
+            self._tensors.start_epoch(epoch, skip)
+            return self._tensors
+        if self._generator is not None:  # the same order per (seed, epoch) as TensorBatches promises
+            self._generator.manual_seed(self.seed * 1000003 + epoch)
+        if self._sampler is not None:
+            self._sampler.set_epoch(epoch)
+        return _C.PythonBatches(_Skipped(self._loader, skip), torch.device(self.device))
+
+    def batches(self, epoch: int = 0):
+        """Epoch `epoch`'s batches in Python, (inputs, targets) pairs as the engine gets them (gpucore's sources:
+        augmented, standardised, on the device; a torch loader's: as it yields them)."""
+        source = self.epoch(epoch)
+        if self._tensors is None:
+            yield from self._loader
+            return
+        while (batch := source.next()) is not None:
+            yield batch
+
+
+def normalization_of(data, config, device: str):
+    """(mean, std) per channel of the training inputs when config key `normalize` asks for them, else None."""
+    if config.normalize and is_native(data):
+        return data_stats(data, choose_cache(data, config.cache, torch.device(device)))
+    return None
+
+
+def make_train_set(data, config, device: str, normalization, world: distributed.World, batch_size: int) -> EpochData:
+    """The training set in batches of `batch_size` (config key batch_size, or half of it after an out-of-memory
+    retry), sharded over the ranks."""
+    return EpochData(data, config, device, batch_size, training=True, normalization=normalization, world=world)
+
+
+def make_val_set(data, config, device: str, normalization) -> Optional[EpochData]:
+    """The validation set (every rank evaluates all of it), or None."""
+    if data is None:
+        return None
+    return EpochData(data, config, device, config.eval_batch_size, training=False, normalization=normalization,
+                     world=distributed.World())
+
+
+def describe(data) -> str:
+    """What one sample of `data` looks like, for errors."""
+    if isinstance(data, ImageFiles):
+        channels, height, width = data.image_shape()
+        return f"{channels} x {height} x {width} uint8 images from '{data.origin}'"
+    if is_native(data):
+        return f"inputs of shape {tuple(data[0].shape[1:])} ({data[0].dtype}) and targets of shape " \
+               f"{tuple(data[1].shape[1:])} per sample"
+    return f"batches from a {type(data).__name__}"
+
+
+class _Skipped:
+    """A loader's batches from `skip` on, with a len()."""
+
+    def __init__(self, loader, skip):
+        self.loader, self.skip = loader, skip
+
+    def __len__(self):
+        return max(len(self.loader) - self.skip, 0)
+
+    def __iter__(self):
+        return itertools.islice(iter(self.loader), self.skip, None)

@@ -1,0 +1,256 @@
+"""The epoch loop of a training run: `fit()` trains epoch after epoch (`advance()`) until the last epoch,
+a callback's stop (early stopping among them) or Ctrl-C; the out-of-memory retry, the first-batch diagnosis,
+each epoch's record, the resume from a checkpoint and what a checkpoint holds live here too."""
+from __future__ import annotations
+
+import warnings
+from typing import Any, List, Optional, Sequence
+
+import torch
+
+from ..checkpoint import load_checkpoint
+from ..config import KEY_BY_NAME
+from ..errors import ConfigError, OutOfMemoryError, TrainingError
+from . import distributed
+from . import oom
+from .callbacks import BestEpoch, Callback, EarlyStopping, FreezeBackbone, ModelCheckpoint, Monitor, call
+from .epoch_data import make_train_set
+from .progress import EpochProgress, print_epoch
+from .rng import rng_state, set_rng_state
+from .run_setup import Run
+
+# Counters the engine reports with the training metrics; they go into the record without a train_ prefix.
+_COUNTERS = ("lr", "loss_scale", "skipped_steps")
+_DEFAULT_TOP_K = KEY_BY_NAME["top_k"].default
+
+
+class FitLoop:
+    def __init__(self, run: Run, callbacks: Sequence[Any] = ()):
+        config = run.config
+        self.run = run
+        monitor = Monitor(config.monitor, config.mode, config.min_delta)
+        self.checkpoints = ModelCheckpoint(monitor, run.run_dir, lambda epoch: self.payload(epoch, 0),
+                                           config.save_every_n_epochs, config.keep_last_k)
+        built_in = [EarlyStopping(monitor, config.patience)] if config.patience else []
+        if config.freeze == "backbone":
+            built_in.append(FreezeBackbone(run.module, config.freeze_epochs))
+        # ModelCheckpoint last, as in Lightning: a checkpoint holds every other callback's state after the epoch.
+        self.callbacks = [*built_in, *callbacks, self.checkpoints]
+        self.stateful = _stateful(self.callbacks)
+        for callback in self.callbacks:
+            if isinstance(callback, Callback):
+                callback.trainer = self
+        self.history: List[dict] = []
+        self.epoch = self.start_epoch = 0
+        self.skip = 0  # batches of the current epoch already trained (a resume mid-epoch)
+        self.batching = oom.Batching(config.batch_size, config.accumulate_grad_batches)  # halved on out of memory
+        self.status = "completed"  # until a stop or Ctrl-C ends the run
+        self.should_stop = False  # set by a callback: the run ends after this epoch, with status stop_status
+        self.stop_status = "stopped"
+        self.oom_reductions: List[dict] = []  # each out-of-memory retry: epoch, new batch_size, accumulation
+
+    # ---- the loop -----------------------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        return self.status != "completed" or self.epoch >= self.run.config.epochs
+
+    def fit(self) -> str:
+        """Trains to the end; returns the status: completed, early_stopped, stopped or interrupted."""
+        self.write_stats("running")
+        try:
+            call(self.callbacks, "on_fit_start", self)
+            while not self.done:
+                self.advance()
+            call(self.callbacks, "on_fit_end", self)
+        except BaseException as exc:
+            self.write_stats("failed", f"{type(exc).__name__}: {exc}")
+            raise
+        self.write_stats(self.status)
+        return self.status
+
+    def advance(self) -> None:
+        """One epoch: train, validate, record, checkpoint. Ctrl-C keeps what is done in interrupted.pt."""
+        run, config = self.run, self.run.config
+        trained = False  # whether this epoch's optimizer steps are all done
+        progress = EpochProgress(config.progress and run.world.is_main,
+                                 run.steps_per_epoch - self.skip // self.batching.accumulate_grad_batches,
+                                 self.epoch + 1, config.epochs, config.log_every_n_steps)
+        try:
+            run.module.train()
+            call(self.callbacks, "on_epoch_start", self.epoch + 1)  # after train(): frozen norms go back to eval
+            if run.device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(run.device)
+            stats = self._train_epoch(progress)
+            progress.close()
+            if stats is None:
+                return  # out of memory: the epoch starts over with half the batch
+            trained = True
+            self.skip = 0
+            self._end_epoch(self._record(stats))
+        except KeyboardInterrupt:
+            # Mid-epoch, the data position is the end of the last full optimizer step; after the epoch's
+            # steps, the epoch counts as trained (its log row may be missing).
+            progress.close()
+            position = self.skip + run.engine.windows_in_epoch() * self.batching.accumulate_grad_batches
+            run.run_dir.save_interrupted(self.payload(self.epoch + 1, 0) if trained else self.payload(self.epoch, position))
+            self.status = "interrupted"
+            return
+        self.epoch += 1
+        if self.should_stop:
+            self.status = self.stop_status
+
+    def _train_epoch(self, progress: EpochProgress) -> Optional[dict]:
+        """The engine's statistics of one training epoch, or None when it ran out of memory and will be retried."""
+        run, config = self.run, self.run.config
+        engine, epoch = run.engine, self.epoch
+        samples_per_step = self.batching.batch_size * self.batching.accumulate_grad_batches
+
+        def on_log(metrics):
+            progress.update(metrics, samples_per_step)
+            call(self.callbacks, "on_step_end", engine.steps_taken(), dict(metrics, epoch=epoch + 1))
+
+        snapshot = oom.snapshot(run.module, engine) if config.on_oom == "reduce_batch" else None
+        try:
+            return engine.train_epoch(run.train_set.epoch(epoch, self.skip), run.forward, run.loss, on_log)
+        except OutOfMemoryError as exc:
+            progress.close()
+            if snapshot is None or run.train_set.batch_size < 2 or run.train_set.fixed_batch_size:
+                raise TrainingError(oom.message(config, self.batching, run.device, exc)) from exc
+            oom.restore(run.module, engine, snapshot)
+            self._halve_batch()
+            return None
+        except RuntimeError as exc:
+            if isinstance(exc, TrainingError) or engine.steps_taken() > 0 or epoch != self.start_epoch:
+                raise
+            # Nothing has trained yet: most likely the model does not fit the data.
+            raise TrainingError(
+                f"the model failed on the first training batch ({run.train_set.description}): {exc}\nCheck that "
+                "the model fits the data: input channels, image size, number of classes (config keys "
+                "model, model_kwargs, data, data_kwargs)") from exc
+
+    def _halve_batch(self) -> None:
+        """Same samples per optimizer step, half of them per micro-batch; the epoch starts over."""
+        if self.run.device.type == "cuda":
+            torch.cuda.empty_cache()
+        self.skip *= 2  # the same samples, counted in the smaller batches
+        self._set_batching(self.batching.halved())
+        self.oom_reductions.append(dict(self.batching.to_dict(), epoch=self.epoch + 1))
+        warnings.warn(f"CUDA ran out of memory in epoch {self.epoch + 1}; retrying it with batch_size "
+                      f"{self.batching.batch_size} and accumulate_grad_batches {self.batching.accumulate_grad_batches} "
+                      "(same effective batch)", RuntimeWarning, stacklevel=2)
+
+    def _set_batching(self, batching: "oom.Batching") -> None:
+        run = self.run
+        self.batching = batching
+        run.engine.set_accumulate_grad_batches(batching.accumulate_grad_batches)
+        run.train_set = make_train_set(run.train_data, run.config, str(run.device), run.normalization, run.world,
+                                       batching.batch_size)
+
+    def _record(self, stats: dict) -> dict:
+        """The epoch's row of metrics.jsonl: training metrics averaged over the ranks, validation, counters."""
+        run, config = self.run, self.run.config
+        record = {"epoch": self.epoch + 1}
+        train_metrics = {k: v for k, v in stats["metrics"].items() if k not in _COUNTERS}
+        train_metrics = distributed.average_metrics(train_metrics, stats["samples"], run.device)
+        record.update({f"train_{k}": v for k, v in train_metrics.items()})
+        # Only when top_k was changed: the default (5) quietly stays off for models of few classes.
+        if (self.epoch == self.start_epoch and run.task.reports_top_k
+                and config.top_k not in (0, _DEFAULT_TOP_K) and f"train_top{config.top_k}_accuracy" not in record):
+            warnings.warn(f"config key 'top_k' is {config.top_k}, but the model has at most that many classes, so "
+                          f"top-{config.top_k} accuracy is always 1 and is not reported; set top_k below the "
+                          "number of classes, or 0", RuntimeWarning, stacklevel=2)
+        if run.val_set is not None:
+            run.module.eval()
+            val_stats = run.engine.evaluate(run.val_set.epoch(self.epoch), run.forward, run.loss)
+            record.update({f"val_{k}": v for k, v in val_stats["metrics"].items()})
+        record.update({
+            "lr": stats["metrics"].get("lr"), "loss_scale": stats["metrics"].get("loss_scale"),
+            "skipped_steps": int(stats["metrics"].get("skipped_steps", 0)),
+            "epoch_time_s": stats["seconds"],
+            "samples_per_s": stats["samples"] * run.world.size / max(stats["seconds"], 1e-9),  # all ranks together
+        })
+        record.update(_memory(run.device))
+        self.checkpoints.monitor.value(record)  # a monitor the record lacks fails before anything is written
+        return record
+
+    def _end_epoch(self, record: dict) -> None:
+        run = self.run
+        self.history.append(record)
+        run.run_dir.write_history(self.history)
+        run.run_dir.log_scalars(record)
+        call(self.callbacks, "on_epoch_end", record["epoch"], record)  # early stopping, the user's, checkpoints
+        self.write_stats("running")
+        if run.config.progress and run.world.is_main:
+            print_epoch(record, run.config.epochs)
+
+    # ---- state --------------------------------------------------------------------------------
+    def payload(self, epoch: int, position: int) -> dict:
+        """What a checkpoint holds: enough to resume exactly at (epoch, position)."""
+        run = self.run
+        payload = {"model": run.module.state_dict(), "engine": run.engine.state(), "rng": rng_state(), "epoch": epoch,
+                   "position": position, "batching": self.batching.to_dict(), "history": self.history,
+                   "best": self.checkpoints.state_dict(),
+                   "callbacks": {key: callback.state_dict() for key, callback in self.stateful.items()},
+                   "config": run.config.to_dict(), "classes": run.classes, "input_shape": run.input_shape,
+                   "input_stats": ({"mean": run.normalization[0], "std": run.normalization[1]}
+                                   if run.normalization else None)}
+        call(self.callbacks, "on_save_checkpoint", payload)
+        return payload
+
+    def resume(self, path: str) -> None:
+        """Restores the model, engine, RNGs, position, history and callbacks from checkpoint `path`."""
+        run = self.run
+        checkpoint = load_checkpoint(path, map_location=run.device)
+        try:
+            run.module.load_state_dict(checkpoint["model"])
+        except RuntimeError as exc:
+            raise ConfigError(f"checkpoint '{path}' does not fit the model: {exc}") from exc
+        run.engine.load_state(checkpoint["engine"])
+        set_rng_state(checkpoint["rng"])
+        self.epoch = self.start_epoch = int(checkpoint["epoch"])
+        self.skip = int(checkpoint["position"])  # counted in the checkpoint's batches
+        batching = oom.Batching(**checkpoint["batching"]) if "batching" in checkpoint else self.batching
+        if batching != self.batching:
+            self._set_batching(batching)
+        self.history = list(checkpoint["history"])
+        # Checkpoints from before callback states kept only ModelCheckpoint's, which early stopping followed too.
+        states = checkpoint.get("callbacks") or {key: checkpoint["best"] for key, callback in self.stateful.items()
+                                                 if isinstance(callback, BestEpoch)}
+        for key, callback in self.stateful.items():
+            if key in states:
+                callback.load_state_dict(states[key])
+        call(self.callbacks, "on_load_checkpoint", checkpoint)
+        run.run_dir.write_history(self.history)  # rows written after this checkpoint (a kill) are dropped
+
+    def skipped_files(self) -> List[str]:
+        return sorted(set().union(*(s.skipped_files() for s in (self.run.train_set, self.run.val_set) if s is not None)))
+
+    def write_stats(self, status: str, error: Optional[str] = None) -> None:
+        run = self.run
+        run.run_dir.write_stats(dict(run.summary(), **({"oom_reductions": self.oom_reductions}
+                                                        if self.oom_reductions else {}),
+                                     status=status, error=error, epochs=self.history,
+                                     best=self.checkpoints.state_dict(), steps=run.engine.steps_taken(),
+                                     skipped_steps=run.engine.steps_skipped(), host_syncs=run.engine.host_syncs(),
+                                     skipped_files=self.skipped_files()))
+
+
+def _memory(device: torch.device) -> dict:
+    if device.type != "cuda":
+        return {"gpu_memory_peak_bytes": None, "gpu_memory_allocated_bytes": None}
+    return {"gpu_memory_peak_bytes": torch.cuda.max_memory_allocated(device),
+            "gpu_memory_allocated_bytes": torch.cuda.memory_allocated(device)}
+
+
+def _stateful(callbacks: Sequence[Any]) -> dict:
+    """The callbacks whose state checkpoints keep, by state key (a Callback's, else its class name)."""
+    stateful = {}
+    for callback in callbacks:
+        if not hasattr(callback, "state_dict"):
+            continue
+        key = getattr(callback, "state_key", type(callback).__qualname__)
+        if key in stateful:
+            raise ConfigError(f"two callbacks keep their state under '{key}' in checkpoints; give one of them "
+                              "another state_key (a property of gpucore.Callback)")
+        stateful[key] = callback
+    return stateful

@@ -1,0 +1,173 @@
+"""Everything a training run is built from, in order: seeding, device and precision, the process group,
+the model on its device, the data sets, the C++ engine and the run directory."""
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, List, Optional
+
+import torch
+from torch import nn
+
+from .. import _C
+
+from ..data.builtin import class_names, load_data
+from ..data.readers import ImageFiles, LabeledData
+from ..data.tensor_inputs import as_images
+from ..device.select import PrecisionPolicy, resolve_precision, select_device
+from ..errors import ConfigError
+from ..models.pretrained import NO_WEIGHTS, LoadReport, load_pretrained, resolve_weights_path
+from ..models.registry import build_model
+from ..tasks import Task, task_of
+from . import distributed
+from .engine_config import check_monitor, engine_config, param_groups
+from .epoch_data import EpochData, make_train_set, make_val_set, normalization_of
+from .rng import seed_everything
+from .run_dir import RunDir
+
+
+@dataclass
+class Run:
+    config: Any
+    task: Task  # what kind of model it trains (config keys loss and heads), decided once here
+    world: distributed.World
+    device: torch.device
+    device_reason: str
+    policy: PrecisionPolicy
+    module: nn.Module  # the model itself: its state is what checkpoints hold
+    forward: Callable  # what the engine calls: the module, wrapped for DDP and torch.compile as asked
+    loss: Optional[Callable]
+    train_data: Any  # kept to build the training set again (out-of-memory retry)
+    normalization: Optional[tuple]
+    classes: Optional[List[str]]  # class names, when the data has them
+    input_shape: Optional[List[int]]  # one input as the model takes it (C, H, W for images; H, W 0 when they vary)
+    pretrained: Optional[LoadReport]  # what config key pretrained loaded
+    train_set: EpochData
+    val_set: Optional[EpochData]
+    steps_per_epoch: int
+    channels_last: bool  # config key channels_last, resolved
+    engine: Any
+    run_dir: RunDir
+    created_group: bool
+
+    def summary(self) -> dict:
+        """The facts of the run for training_stats.json."""
+        return {"device": str(self.device), "device_reason": self.device_reason, "precision": self.policy.to_dict(),
+                "channels_last": self.channels_last, "torch": torch.__version__, "config": self.config.to_dict(),
+                "classes": self.classes, "run_dir": self.run_dir.path,
+                "pretrained": self.pretrained.to_dict() if self.pretrained else None}
+
+    def close(self) -> None:
+        self.run_dir.close()
+        if self.created_group:
+            torch.distributed.destroy_process_group()
+
+
+def build_run(config, world: distributed.World, model=None, train_data=None, val_data=None, loss=None) -> Run:
+    task = task_of(config)
+    seed_everything(config.seed)
+    if config.deterministic:
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.deterministic = True
+    preference = config.device
+    if world.launched and config.device in ("auto", "cuda") and not config.no_cuda and torch.cuda.is_available():
+        preference = f"cuda:{world.local_rank}"  # each process binds its local GPU
+    choice = select_device(preference, no_cuda=config.no_cuda, no_mps=config.no_mps or world.launched)
+    device = str(choice.device)
+    created_group = distributed.start(world, choice.device, config.dist_timeout)
+    distributed.check_same(json.dumps(config.to_dict(), sort_keys=True), "the configuration")
+    policy = resolve_precision(config.precision, choice.device, tf32=config.tf32, cudnn_benchmark=config.cudnn_benchmark)
+    policy.apply()
+
+    module = model if model is not None else build_model(config.model, config.model_kwargs)
+    if not isinstance(module, nn.Module):
+        raise ConfigError(f"model must be a torch.nn.Module, got {type(module).__name__}")
+    pretrained = _load_pretrained(module, config, world)
+    channels_last = resolve_channels_last(config.channels_last, choice.device, module)
+    forward = _place_model(module, config, choice.device, policy, channels_last, world)
+    given = train_data
+    train_data, val_data = _training_data(config, train_data, val_data)
+    classes = _classes(config, given, train_data)
+    normalization = normalization_of(train_data, config, device)
+    train_set = make_train_set(train_data, config, device, normalization, world, config.batch_size)
+    distributed.check_same(train_set.total_batches(), "the number of batches per epoch (data length)")
+    val_set = make_val_set(val_data, config, device, normalization)
+    check_monitor(config, task, val_set is not None)
+    steps_per_epoch = math.ceil(train_set.total_batches() / config.accumulate_grad_batches)
+    engine = _C.Engine(param_groups(module, config),
+                       engine_config(config, task, device, policy, steps_per_epoch, channels_last))
+    run_dir = RunDir(config, world)
+    run_dir.create(config)
+    return Run(config=config, task=task, world=world, device=choice.device, device_reason=choice.reason, policy=policy,
+               module=module, forward=forward, loss=loss, train_data=train_data, normalization=normalization,
+               classes=classes, input_shape=_input_shape(train_data), pretrained=pretrained,
+               train_set=train_set, val_set=val_set, steps_per_epoch=steps_per_epoch, channels_last=channels_last,
+               engine=engine, run_dir=run_dir,
+               created_group=created_group)
+
+
+def _load_pretrained(module: nn.Module, config, world: distributed.World) -> Optional[LoadReport]:
+    """Config key pretrained: the weights loaded into the model, reported (printed when progress is on)."""
+    if config.pretrained in (None, NO_WEIGHTS):
+        return None
+    path = resolve_weights_path(config.pretrained, config.model, module)
+    report = load_pretrained(module, path, config.pretrained_strict)
+    if report.problems:
+        warnings.warn(report.summary(), RuntimeWarning, stacklevel=3)
+    elif config.progress and world.is_main:
+        print(report.summary())
+    return report
+
+
+def resolve_channels_last(setting: str, device: torch.device, module: nn.Module) -> bool:
+    """Config key channels_last: true, false, or auto: on for conv nets on the CPU, where oneDNN's convolutions
+    run faster channels-last (the Fashion-MNIST CNN: about 1.4x, in float32 and in bf16, on 2 EPYC cores).
+    GPUs keep the default layout under auto until it is measured there."""
+    if setting != "auto":
+        return setting == "true"
+    return device.type == "cpu" and any(isinstance(m, nn.Conv2d) for m in module.modules())
+
+
+def _place_model(module: nn.Module, config, device: torch.device, policy: PrecisionPolicy, channels_last: bool,
+                 world: distributed.World):
+    """The model on its device in its dtype and memory format; returns what the engine calls."""
+    module.to(device=device, dtype=policy.param_dtype)
+    if channels_last:
+        module.to(memory_format=torch.channels_last)
+    forward = module
+    if world.launched:
+        # A frozen backbone has no gradients to reduce: DDP must not wait for them.
+        forward = torch.nn.parallel.DistributedDataParallel(
+            module, device_ids=[device.index] if device.type == "cuda" else None,
+            find_unused_parameters=config.freeze != "none")
+    return torch.compile(forward) if config.compile else forward
+
+
+def _training_data(config, train_data, val_data):
+    """The caller's data, else what config key `data` names. Data sets read by gpucore's readers are served
+    like tensors; image files may also be streamed."""
+    train_data, val_data = ((d.inputs, d.targets) if isinstance(d, LabeledData) and not isinstance(d, ImageFiles)
+                            else d for d in (train_data, val_data))
+    if train_data is None:
+        train_default, val_default = load_data(config.data, config.data_kwargs, config.val_fraction, config.seed)
+        train_data = train_default
+        val_data = val_default if val_data is None else val_data
+    return train_data, val_data
+
+
+def _classes(config, given, train_data) -> Optional[List[str]]:
+    """Class names: those of the caller's gpucore data set, else of config key `data` (image folders, built-in sets)."""
+    data = given if given is not None else train_data
+    if isinstance(data, LabeledData):
+        return list(data.classes) if data.classes else None
+    return class_names(config.data, config.data_kwargs) if given is None else None
+
+
+def _input_shape(train_data) -> Optional[List[int]]:
+    if isinstance(train_data, ImageFiles):
+        return [train_data.channels, *train_data.size]
+    if isinstance(train_data, tuple) and isinstance(train_data[0], torch.Tensor):
+        return list(as_images(train_data[0]).shape[1:])
+    return None

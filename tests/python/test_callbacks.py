@@ -1,0 +1,108 @@
+"""Callbacks as Lightning users know them: the hooks in order, a callback that stops the run at a metric threshold,
+its state saved in the checkpoint and given back on resume, and a resumed run equal to the uninterrupted one."""
+import os
+
+import pytest
+import torch
+
+import gpucore
+
+SMALL = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 512, "val_size": 128, "seed": 3},
+         "progress": False, "batch_size": 64, "epochs": 4, "seed": 5, "device": "cpu"}
+
+
+class StopAtAccuracy(gpucore.Callback):
+    """Ends the run once val_accuracy reaches `threshold`; remembers every epoch's value (its state)."""
+
+    def __init__(self, threshold):
+        self.threshold, self.seen = threshold, []
+
+    def on_epoch_end(self, epoch, record):
+        self.seen.append(record["val_accuracy"])
+        if record["val_accuracy"] >= self.threshold:
+            self.trainer.should_stop = True
+
+    def state_dict(self):
+        return {"seen": list(self.seen)}
+
+    def load_state_dict(self, state):
+        self.seen = list(state["seen"])
+
+
+def test_a_callback_stops_at_a_threshold_and_the_resumed_run_goes_on_with_its_state(tmp_path):
+    straight = gpucore.train(dict(SMALL, run_dir=str(tmp_path / "a")))
+    accuracies = [row["val_accuracy"] for row in straight.history]
+    threshold = accuracies[1]  # reached in epoch 2 at the latest
+    stop_epoch = next(i for i, value in enumerate(accuracies, start=1) if value >= threshold)
+
+    stopping = StopAtAccuracy(threshold)
+    stopped = gpucore.train(dict(SMALL, run_dir=str(tmp_path / "b")), callbacks=[stopping])
+    assert stopped.status == "stopped" and len(stopped.history) == stop_epoch
+    last = torch.load(os.path.join(stopped.checkpoint_dir, "last.pt"), weights_only=True)
+    assert last["epoch"] == stop_epoch and last["callbacks"]["StopAtAccuracy"] == {"seen": accuracies[:stop_epoch]}
+
+    going_on = StopAtAccuracy(threshold=2.0)  # never reached: the run goes to its last epoch
+    resumed = gpucore.train(dict(SMALL, run_dir=str(tmp_path / "b"), resume="auto"), callbacks=[going_on])
+    assert resumed.status == "completed" and [row["epoch"] for row in resumed.history] == [1, 2, 3, 4]
+    assert going_on.seen == accuracies  # the first epochs' values came back from the checkpoint
+    for name, tensor in straight.model.state_dict().items():
+        assert torch.equal(tensor, resumed.model.state_dict()[name]), name
+
+
+def test_hooks_are_called_in_order_and_early_stopping_keeps_its_state(tmp_path):
+    calls = []
+
+    class Hooks(gpucore.Callback):
+        def on_fit_start(self, trainer):
+            calls.append(("fit_start", trainer.epoch))
+
+        def on_epoch_start(self, epoch):
+            calls.append(("epoch_start", epoch))
+
+        def on_step_end(self, step, metrics):
+            calls.append(("step_end", metrics["epoch"]))
+
+        def on_epoch_end(self, epoch, record):
+            calls.append(("epoch_end", epoch))
+
+        def on_save_checkpoint(self, checkpoint):
+            checkpoint["hooks_saw"] = checkpoint["epoch"]
+            calls.append(("save", checkpoint["epoch"]))
+
+        def on_fit_end(self, trainer):
+            calls.append(("fit_end", trainer.status))
+
+    config = dict(SMALL, run_dir=str(tmp_path), epochs=2, log_every_n_steps=4, patience=5)
+    result = gpucore.train(config, callbacks=[Hooks()])
+    steps = [("step_end", 1), ("step_end", 1)]  # 8 steps an epoch, a read every 4
+    assert calls == [("fit_start", 0), ("epoch_start", 1), *steps, ("epoch_end", 1), ("save", 1), ("epoch_start", 2),
+                     ("step_end", 2), ("step_end", 2), ("epoch_end", 2), ("save", 2), ("fit_end", "completed")]
+    last = torch.load(os.path.join(result.checkpoint_dir, "last.pt"), weights_only=True)
+    assert last["hooks_saw"] == 2
+    assert last["callbacks"]["EarlyStopping"] == last["callbacks"]["ModelCheckpoint"] == last["best"]
+    assert last["best"]["epoch"] == result.best_epoch
+
+    class Twin(gpucore.Callback):
+        def state_dict(self):
+            return {}
+
+    with pytest.raises(gpucore.ConfigError, match=r"two callbacks keep their state under '\S*Twin'"):
+        gpucore.train(dict(config, run_dir=str(tmp_path / "twins")), callbacks=[Twin(), Twin()])
+
+
+def test_a_checkpoint_from_before_callback_states_resumes_with_its_best_epoch(tmp_path):
+    from gpucore.checkpoint import save_checkpoint
+
+    config = dict(SMALL, run_dir=str(tmp_path), epochs=2, patience=3)
+    first = gpucore.train(config)
+    path = os.path.join(first.checkpoint_dir, "last.pt")
+    old = torch.load(path, weights_only=True)
+    for newer in ("callbacks", "batching"):  # what checkpoints held before this layout
+        del old[newer]
+    save_checkpoint(path, old)
+    resumed = gpucore.train(dict(config, epochs=3, resume="auto"))
+    assert [row["epoch"] for row in resumed.history] == [1, 2, 3] and resumed.status == "completed"
+    last = torch.load(path, weights_only=True)
+    better = resumed.history[2]["val_accuracy"] > max(row["val_accuracy"] for row in first.history)
+    assert last["callbacks"]["EarlyStopping"]["epoch"] == (3 if better else first.best_epoch)
+    assert gpucore.load(path, "cpu").task.name == "classification"

@@ -1,0 +1,86 @@
+"""The package's layout: no import cycles between its folders (and top-level modules), command-line code only
+in cli.py, and every public name still where users find it."""
+import ast
+import os
+import re
+
+import gpucore
+
+PACKAGE = os.path.dirname(gpucore.__file__)
+
+
+def _unit(module: str) -> str:
+    """gpucore.training.fit_loop -> training; gpucore.config -> config: what a cycle is counted between."""
+    return module.split(".")[1] if module.count(".") >= 1 else module
+
+
+def _modules():
+    for folder, _, files in os.walk(PACKAGE):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                relative = os.path.relpath(path, os.path.dirname(PACKAGE))[:-3].replace(os.sep, ".")
+                yield relative[: -len(".__init__")] if relative.endswith(".__init__") else relative, path
+
+
+def _imports(module: str, path: str, is_package: bool):
+    """The gpucore modules `module` imports (relative imports resolved; `from . import x` counts x)."""
+    with open(path, encoding="utf-8") as handle:
+        tree = ast.parse(handle.read())
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            parent = base[: len(base) - node.level + 1]
+            target = ".".join(parent + ([node.module] if node.module else []))
+            if node.module:
+                yield target
+            else:
+                yield from (f"{target}.{alias.name}" for alias in node.names)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module]
+            yield from (name for name in names if name and name.startswith("gpucore."))
+
+
+def test_no_import_cycles_between_folders():
+    graph = {}
+    for module, path in _modules():
+        is_package = path.endswith("__init__.py")
+        unit = _unit(module)
+        for target in _imports(module, path, is_package):
+            other = _unit(target) if target != "gpucore" else None
+            if other and other != unit and unit != "gpucore" and other not in ("_C", "_build_info"):
+                graph.setdefault(unit, set()).add(other)
+
+    def cycle_from(start, node, seen):
+        for nxt in sorted(graph.get(node, ())):
+            if nxt == start:
+                return [node, nxt]
+            if nxt not in seen:
+                seen.add(nxt)
+                found = cycle_from(start, nxt, seen)
+                if found:
+                    return [node] + found
+        return None
+
+    for unit in sorted(graph):
+        cycle = cycle_from(unit, unit, {unit})
+        assert cycle is None, f"import cycle: {' -> '.join(cycle)}"
+
+
+def test_command_line_code_lives_in_cli_only():
+    for module, path in _modules():
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+        if module != "gpucore.cli":
+            assert "argparse" not in text and "def run_command" not in text and not re.search(r"(?<!\w)args\.", text), module
+
+
+def test_public_names_are_where_users_find_them():
+    import gpucore.data
+    import gpucore.models
+
+    for name in gpucore.__all__:
+        assert getattr(gpucore, name) is not None, name
+    assert gpucore.data.read_npz is gpucore.data.readers.read_npz
+    assert gpucore.models.build_model is gpucore.models.registry.build_model
+    assert issubclass(gpucore.ExportError, RuntimeError)
