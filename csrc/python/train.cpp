@@ -62,6 +62,19 @@ py::dict stats_dict(const EpochStats& stats) {
   return out;
 }
 
+// An evaluation pass with the GIL released (the model's forward and the loss take it back).
+template <typename Evaluate>
+py::dict evaluation(const py::object& model, const py::object& loss, Evaluate&& evaluate) {
+  const ForwardFn forward = python_forward(model);
+  const LossFn loss_fn = python_loss(loss);
+  EpochStats stats;
+  {
+    py::gil_scoped_release release;
+    stats = evaluate(forward, loss_fn);
+  }
+  return stats_dict(stats);
+}
+
 // The `kind` of a config, read and written by its name.
 template <typename Config, typename Kind>
 void def_kind(py::class_<Config>& config, Kind Config::*kind, Kind (*parse)(const std::string&)) {
@@ -147,6 +160,15 @@ void def_train(py::module_& m) {
                c10::str(self.weight_decay) + ", lr_scale=" + c10::str(self.lr_scale) + ")";
       });
 
+  m.def(
+      "evaluate",
+      [](BatchSource& batches, const py::object& model, const EngineConfig& config, const py::object& loss) {
+        return evaluation(model, loss, [&](const ForwardFn& forward, const LossFn& loss_fn) {
+          return evaluate(batches, forward, loss_fn, config);
+        });
+      },
+      py::arg("batches"), py::arg("model"), py::arg("config"), py::arg("loss") = py::none(),
+      "One pass without gradients and without an Engine: the metrics of config's loss and top_k.");
   py::class_<Engine>(m, "Engine")
       .def(py::init<std::vector<ParamGroup>, EngineConfig>(), py::arg("param_groups"), py::arg("config"))
       .def(
@@ -166,14 +188,9 @@ void def_train(py::module_& m) {
       .def(
           "evaluate",
           [](Engine& self, BatchSource& batches, const py::object& model, const py::object& loss) {
-            const ForwardFn forward = python_forward(model);
-            const LossFn loss_fn = python_loss(loss);
-            EpochStats stats;
-            {
-              py::gil_scoped_release release;
-              stats = self.evaluate(batches, forward, loss_fn);
-            }
-            return stats_dict(stats);
+            return evaluation(model, loss, [&](const ForwardFn& forward, const LossFn& loss_fn) {
+              return self.evaluate(batches, forward, loss_fn);
+            });
           },
           py::arg("batches"), py::arg("model"), py::arg("loss") = py::none())
       .def("steps_taken", &Engine::steps_taken)

@@ -78,16 +78,6 @@ Engine::Engine(std::vector<ParamGroup> groups, EngineConfig config)
   ops::learning_rate(config_.schedule, step_, lr_);
 }
 
-at::Tensor Engine::loss_of(const at::Tensor& output, const at::Tensor& target, const LossFn& loss) const {
-  if (!loss) return compute_loss(config_.loss, output, target);
-  at::Tensor value = loss(output, target);
-  if (!value.defined() || value.numel() != 1) {
-    throw ConfigError("the loss callable must return a single-element tensor, got " +
-                      (value.defined() ? "shape " + c10::str(value.sizes()) : std::string("nothing")));
-  }
-  return value.reshape({}).to(at::kFloat);
-}
-
 namespace {
 
 at::Tensor prepare_inputs(const at::Tensor& inputs, const EngineConfig& config) {
@@ -95,6 +85,17 @@ at::Tensor prepare_inputs(const at::Tensor& inputs, const EngineConfig& config) 
   if (x.is_floating_point() && x.scalar_type() != config.param_dtype) x = x.to(config.param_dtype);
   if (config.channels_last && x.dim() == 4) x = x.contiguous(at::MemoryFormat::ChannelsLast);
   return x;
+}
+
+// The built-in loss of `config`, or the user's checked to be one value.
+at::Tensor loss_of(const LossConfig& config, const at::Tensor& output, const at::Tensor& target, const LossFn& loss) {
+  if (!loss) return compute_loss(config, output, target);
+  at::Tensor value = loss(output, target);
+  if (!value.defined() || value.numel() != 1) {
+    throw ConfigError("the loss callable must return a single-element tensor, got " +
+                      (value.defined() ? "shape " + c10::str(value.sizes()) : std::string("nothing")));
+  }
+  return value.reshape({}).to(at::kFloat);
 }
 
 at::Tensor checked_output(const at::Tensor& output) {
@@ -126,7 +127,7 @@ EpochStats Engine::train_epoch(BatchSource& batches, const ForwardFn& forward, c
       AutocastGuard autocast(device_.type(), config_.autocast_dtype);
       output = checked_output(forward(prepare_inputs(inputs, config_), last_in_window));
     }
-    const at::Tensor value = loss_of(output, targets, loss);
+    const at::Tensor value = loss_of(config_.loss, output, targets, loss);
     tracker.update(output, targets, value);
     torch::autograd::backward({scaler_.scale(window_len == 1 ? value : value / static_cast<double>(window_len))});
     if (last_in_window) {
@@ -143,20 +144,24 @@ EpochStats Engine::train_epoch(BatchSource& batches, const ForwardFn& forward, c
 }
 
 EpochStats Engine::evaluate(BatchSource& batches, const ForwardFn& forward, const LossFn& loss) {
+  ++host_syncs_;  // the metrics' read at the end
+  return gpucore::evaluate(batches, forward, loss, config_);
+}
+
+EpochStats evaluate(BatchSource& batches, const ForwardFn& forward, const LossFn& loss, const EngineConfig& config) {
   const auto start = std::chrono::steady_clock::now();
   at::NoGradGuard no_grad;
-  MetricTracker tracker(config_.loss, config_.top_k, device_);
+  MetricTracker tracker(config.loss, config.top_k, config.device);
   at::Tensor inputs, targets;
   while (batches.next(inputs, targets)) {
     at::Tensor output;
     {
-      AutocastGuard autocast(device_.type(), config_.autocast_dtype);
-      output = checked_output(forward(prepare_inputs(inputs, config_), /*sync_gradients=*/true));
+      AutocastGuard autocast(config.device.type(), config.autocast_dtype);
+      output = checked_output(forward(prepare_inputs(inputs, config), /*sync_gradients=*/true));
     }
-    tracker.update(output, targets, loss_of(output, targets, loss));
+    tracker.update(output, targets, loss_of(config.loss, output, targets, loss));
   }
   EpochStats stats;
-  ++host_syncs_;
   stats.metrics = tracker.read();
   stats.samples = tracker.samples_seen_on_host();
   stats.seconds = seconds_since(start);

@@ -10,14 +10,34 @@ from gpucore.tasks import CTCSequence, Classification, MultiHead, MultiLabel, Se
 
 
 def engine_metrics(task, output, target, top_k=0):
-    """The engine's metrics of one batch, with the task's loss and an identity model."""
+    """The engine's metrics of one batch, with the task's loss and an identity model (no parameters: _C.evaluate
+    builds no optimizer)."""
     config = _C.EngineConfig()
     config.device = torch.device("cpu")
     config.loss = task.loss_config()
     config.top_k = top_k
-    engine = _C.Engine([_C.ParamGroup([nn.Parameter(torch.zeros(1))], 0.0, 1.0)], config)
     batches = _C.TensorBatches(output, target, output.shape[0], False, False, 0, torch.device("cpu"))
-    return engine.evaluate(batches, lambda x: x, None)["metrics"]
+    return _C.evaluate(batches, lambda x: x, config)["metrics"]
+
+
+def test_evaluation_without_an_engine_equals_the_engines_and_plain_torch():
+    torch.manual_seed(11)
+    frozen = nn.Linear(6, 4).requires_grad_(False)  # no trainable parameter, and no optimizer needed
+    x, y = torch.randn(50, 6), torch.randint(0, 4, (50,))
+    config = _C.EngineConfig()
+    config.device = torch.device("cpu")
+    config.loss = task_for("cross_entropy").loss_config()
+    config.top_k = 3
+    batches = lambda: _C.TensorBatches(x, y, 16, False, False, 0, torch.device("cpu"))  # noqa: E731
+    metrics = _C.evaluate(batches(), frozen, config)["metrics"]
+    with torch.no_grad():
+        logits = frozen(x)
+    assert metrics["loss"] == pytest.approx(nn.functional.cross_entropy(logits, y).item(), rel=1e-5)
+    assert metrics["accuracy"] == pytest.approx((logits.argmax(1) == y).float().mean().item(), abs=1e-7)
+    assert metrics["top3_accuracy"] == pytest.approx((logits.topk(3).indices == y[:, None]).any(1).float().mean().item(),
+                                                     abs=1e-7)
+    engine = _C.Engine([_C.ParamGroup([nn.Parameter(torch.zeros(1))], 0.0, 1.0)], config)
+    assert engine.evaluate(batches(), frozen, None)["metrics"] == metrics
 
 
 def test_tasks_are_resolved_from_loss_and_heads():

@@ -1,5 +1,5 @@
-"""A model's predictions on a data set, from one pass through the engine's own `evaluate`: the metrics
-exactly as a run reports them, and per sample the targets, the outputs, the decoded predictions
+"""A model's predictions on a data set, from one pass of the engine's evaluation (`_C.evaluate`, which builds no
+optimizer): the metrics exactly as a run reports them, and per sample the targets, the outputs, the decoded predictions
 (by the run's task), the confidence and the loss. The run report (end of training, `gpucore report`) and
 `gpucore evaluate` both use this one pass.
 
@@ -22,7 +22,7 @@ from ..errors import ConfigError
 from ..tasks import Task
 from ..tasks.sequences import pad_sequences
 from ..training import distributed
-from ..training.engine_config import engine_config, param_groups
+from ..training.engine_config import engine_config
 from ..training.epoch_data import EpochData, make_train_set, make_val_set
 from ..training.run_setup import resolve_channels_last
 
@@ -91,7 +91,7 @@ def evaluation_pass(module: nn.Module, config, task: Task, data: EpochData, devi
     module = copy.deepcopy(module).to(device=device, dtype=policy.param_dtype).eval()
     if channels_last:
         module.to(memory_format=torch.channels_last)
-    engine = _C.Engine(param_groups(module, config), engine_config(config, task, str(device), policy, 1, channels_last))
+    settings = engine_config(config, task, str(device), policy, 1, channels_last)  # 1: no epoch, no schedule
     outputs, decoded = [], []
     rules = [task]  # the task's rules for outputs of the shape the model gives, settled by the first batch
 
@@ -106,7 +106,7 @@ def evaluation_pass(module: nn.Module, config, task: Task, data: EpochData, devi
         return output
 
     recording = _Recording(data)
-    stats = engine.evaluate(_C.PythonBatches(recording, device), forward)
+    stats = _C.evaluate(_C.PythonBatches(recording, device), forward, settings)
     if not recording.targets:
         raise ConfigError(f"no samples to evaluate in {data.description}")
     return EvaluationResult(metrics=dict(stats["metrics"]), targets=torch.cat(recording.targets),

@@ -54,6 +54,11 @@ struct EpochStats {
   double seconds = 0;
 };
 
+// One pass over `batches` without gradients: the metrics of config's loss and top_k (an epoch's metrics, as
+// Engine::train_epoch reports them), the forward under config's autocast on config's device. Needs no optimizer,
+// so evaluating a loaded model builds no Engine; Engine::evaluate is this with the engine's config.
+EpochStats evaluate(BatchSource& batches, const ForwardFn& forward, const LossFn& loss, const EngineConfig& config);
+
 class Engine {
  public:
   Engine(std::vector<ParamGroup> groups, EngineConfig config);
@@ -83,7 +88,6 @@ class Engine {
 
  private:
   void optimizer_step();
-  at::Tensor loss_of(const at::Tensor& output, const at::Tensor& target, const LossFn& loss) const;
   std::map<std::string, double> read_metrics(const MetricTracker& tracker);
 
   EngineConfig config_;
