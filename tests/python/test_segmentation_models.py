@@ -21,6 +21,9 @@ needs_torchvision = pytest.mark.skipif(importlib.util.find_spec("torchvision") i
 # A SegFormer of mit-b0's layout, smaller: it runs on the CPU in seconds.
 SEGFORMER = {"depths": [1, 1, 1, 1], "hidden_sizes": [16, 32, 64, 128], "num_attention_heads": [1, 1, 2, 4],
              "decoder_hidden_size": 32}
+# One model of each segmentation library, small enough to train on the CPU in seconds.
+BY_NAME = [("transformers:SegformerForSemanticSegmentation", {"num_labels": 1, **SEGFORMER}),
+           ("smp:Unet", {"encoder_name": "resnet18", "encoder_depth": 3, "decoder_channels": [32, 16, 8], "classes": 1})]
 
 
 def test_logits_rule_takes_logits_or_out_and_resizes_to_the_input_as_interpolate_does():
@@ -130,10 +133,7 @@ def test_torchvision_segmentation_model_gives_its_out_logits_without_downloading
 
 @needs_transformers
 @needs_smp
-@pytest.mark.parametrize("name, kwargs", [
-    ("transformers:SegformerForSemanticSegmentation", {"num_labels": 1, **SEGFORMER}),
-    ("smp:Unet", {"encoder_name": "resnet18", "encoder_depth": 3, "decoder_channels": [32, 16, 8], "classes": 1}),
-])
+@pytest.mark.parametrize("name, kwargs", BY_NAME)
 def test_segmentation_models_train_through_gpucore_with_a_frozen_encoder(tmp_path, name, kwargs):
     generator = torch.Generator().manual_seed(1)
     images = torch.randint(0, 256, (24, 3, 32, 32), dtype=torch.uint8, generator=generator)
@@ -175,10 +175,7 @@ def test_fashion_mnist_foreground_masks_are_the_pasted_garments():
 
 @needs_transformers
 @needs_smp
-@pytest.mark.parametrize("name, kwargs", [
-    ("transformers:SegformerForSemanticSegmentation", {"num_labels": 1, **SEGFORMER}),
-    ("smp:Unet", {"encoder_name": "resnet18", "encoder_depth": 3, "decoder_channels": [32, 16, 8], "classes": 1}),
-])
+@pytest.mark.parametrize("name, kwargs", BY_NAME)
 def test_segmentation_models_by_name_load_predict_masks_and_export_to_onnx(tmp_path, name, kwargs):
     pytest.importorskip("onnxruntime")
     generator = torch.Generator().manual_seed(2)
