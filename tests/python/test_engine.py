@@ -61,7 +61,8 @@ def test_schedule_validation(values, message):
         _C.learning_rate(config, torch.tensor(0.0))
 
 
-def engine(params, *, lr=1.0, scaler=False, clip=0.0, kind="sgd", accumulate=1, loss="cross_entropy", heads=0):
+def engine(params, *, lr=1.0, scaler=False, clip=0.0, kind="sgd", accumulate=1, loss="cross_entropy", heads=0,
+           label_smoothing=0.0):
     config = _C.EngineConfig()
     config.device = torch.device("cpu")
     config.accumulate_grad_batches = accumulate
@@ -71,6 +72,7 @@ def engine(params, *, lr=1.0, scaler=False, clip=0.0, kind="sgd", accumulate=1, 
     loss_config = _C.LossConfig()
     loss_config.kind = loss
     loss_config.heads = heads
+    loss_config.label_smoothing = label_smoothing
     config.loss = loss_config
     optimizer = _C.OptimizerConfig()
     optimizer.kind = kind
@@ -136,16 +138,19 @@ def test_clipping_sees_unscaled_gradients():
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
-def evaluate(loss, output, target, heads=0):
+def evaluate(loss, output, target, heads=0, label_smoothing=0.0):
     """The engine's loss and metrics for one batch, with an identity 'model'."""
-    eng = engine([nn.Parameter(torch.zeros(1))], loss=loss, heads=heads)
+    eng = engine([nn.Parameter(torch.zeros(1))], loss=loss, heads=heads, label_smoothing=label_smoothing)
     return eng.evaluate(batches(output, target, output.shape[0]), lambda x: x, None)["metrics"]
 
 
-def test_cross_entropy_with_label_smoothing_and_accuracy():
-    output, target = torch.randn(64, 10), torch.randint(0, 10, (64,))
-    metrics = evaluate("cross_entropy", output, target)
-    assert metrics["loss"] == pytest.approx(nn.functional.cross_entropy(output, target).item(), rel=1e-6)
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1, 0.35])
+def test_cross_entropy_with_label_smoothing_and_accuracy(label_smoothing):
+    generator = torch.Generator().manual_seed(145)
+    output, target = torch.randn(64, 10, generator=generator), torch.randint(0, 10, (64,), generator=generator)
+    metrics = evaluate("cross_entropy", output, target, label_smoothing=label_smoothing)
+    expected = nn.functional.cross_entropy(output, target, label_smoothing=label_smoothing).item()
+    assert metrics["loss"] == pytest.approx(expected, rel=1e-6), f"label_smoothing {label_smoothing}, seed 145"
     assert metrics["accuracy"] == pytest.approx((output.argmax(1) == target).float().mean().item())
     top5 = (output.topk(5, 1).indices == target[:, None]).any(1).float().mean().item()
     assert metrics["top5_accuracy"] == pytest.approx(top5)

@@ -305,10 +305,37 @@ def test_out_of_memory_halving_then_a_mid_epoch_resume_serves_every_sample_once(
     assert sorted(trained) == list(range(128))
 
 
-def test_channels_last_and_deterministic_run(tmp_path):
-    result = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=1, channels_last=True, deterministic=True))
-    assert result.status == "completed"
+@pytest.fixture
+def restores_determinism():
+    """A deterministic run turns torch's global switches on; they are put back for the tests after it."""
+    before = torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic
+    yield
+    torch.use_deterministic_algorithms(before[0])
+    torch.backends.cudnn.deterministic = before[1]
+
+
+def test_channels_last_and_deterministic_run(tmp_path, restores_determinism):
+    seen = []
+
+    class Switches:
+        def on_epoch_start(self, epoch):
+            seen.append((torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic))
+
     torch.use_deterministic_algorithms(False)
+    config = dict(SMALL, run_dir=str(tmp_path), epochs=1, channels_last=True, deterministic=True,
+                  data_kwargs=dict(SMALL["data_kwargs"], train_size=256))
+    result = gpucore.train(dict(config, name="a"), callbacks=[Switches()])
+    again = gpucore.train(dict(config, name="b"))
+    assert seen == [(True, True)]  # the epoch ran with deterministic algorithms only
+    stats = json.load(open(result.stats_path))
+    assert stats["channels_last"] is True
+    for name, weight in result.model.state_dict().items():
+        if weight.dim() == 4:  # the convolutions' weights were trained in the channels-last layout
+            assert weight.is_contiguous(memory_format=torch.channels_last), name
+            assert weight.shape[1] == 1 or not weight.is_contiguous(), name  # (one input channel: both layouts)
+        assert torch.equal(weight, again.model.state_dict()[name]), name  # two runs, the same weights bitwise
+    assert [(r["train_loss"], r["val_loss"]) for r in result.history] == \
+        [(r["train_loss"], r["val_loss"]) for r in again.history]
 
 
 def test_channels_last_auto_is_on_for_conv_nets_on_the_cpu_only(tmp_path):
@@ -328,8 +355,20 @@ def test_channels_last_auto_is_on_for_conv_nets_on_the_cpu_only(tmp_path):
 
 
 def test_bf16_mixed_on_cpu_trains(tmp_path):
-    result = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=1, precision="bf16-mixed"))
+    from gpucore.models import FashionMnistCNN
+
+    torch.manual_seed(0)
+    model = FashionMnistCNN()
+    dtypes = {}
+    for name, module in model.named_modules():
+        if isinstance(module, (nn.Conv2d, nn.Linear)):
+            module.register_forward_hook(lambda m, i, o, name=name: dtypes.setdefault(name, set()).add(o.dtype))
+    result = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=1, precision="bf16-mixed"), model=model)
     assert result.precision == "bf16-mixed"
+    # autocast ran: every convolution and linear layer computed in bfloat16 (in training and in validation) ...
+    assert dtypes and all(seen == {torch.bfloat16} for seen in dtypes.values()), dtypes
+    # ... on float32 master weights
+    assert all(p.dtype == torch.float32 for p in result.model.parameters())
     assert result.history[0]["val_accuracy"] > 0.5
 
 
@@ -370,7 +409,6 @@ def test_cuda_steps_do_not_synchronise_with_the_host():
     assert result.stdout.strip().endswith(": 0 per step"), result.stdout
 
 
-@requires_cuda
 def test_a_run_killed_before_its_first_checkpoint_is_resumed_in_the_same_directory(tmp_path):
     # What a kill before the first checkpoint leaves: the run directory with an empty checkpoints folder,
     # and a half-written checkpoint of the dead process.
