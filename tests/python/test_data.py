@@ -10,6 +10,7 @@ import torch
 import gpucore
 from gpucore import _C, data
 from gpucore.data.png import encode_png
+from conftest import require
 
 
 def write_idx(path, array, compress=False):
@@ -102,7 +103,7 @@ def test_png_round_trip_grey_and_rgb(tmp_path):
 
 
 def test_jpeg_matches_pillow(tmp_path):
-    Image = pytest.importorskip("PIL.Image")
+    Image = require("PIL.Image")
     pixels = np.random.default_rng(0).integers(0, 256, (16, 20, 3), dtype=np.uint8)
     Image.fromarray(pixels).save(tmp_path / "a.jpg", quality=90)
     ours = _C.decode_image(str(tmp_path / "a.jpg"), 3).numpy().astype(int)
@@ -128,7 +129,7 @@ def test_corrupt_images_name_the_file_or_are_skipped(tmp_path):
 
 def test_a_format_built_without_its_library_fails_before_decoding_naming_the_library(tmp_path, monkeypatch):
     write_png(tmp_path / "a.png", torch.zeros(6, 6, 3, dtype=torch.uint8))
-    Image = pytest.importorskip("PIL.Image")
+    Image = require("PIL.Image")
     Image.fromarray(np.zeros((6, 6, 3), dtype=np.uint8)).save(tmp_path / "b.jpg")
     has_jpeg = "jpeg" in gpucore._build_info.IMAGE_FORMATS
     monkeypatch.setattr(gpucore._build_info, "IMAGE_FORMATS", ("jpeg",) if has_jpeg else ())

@@ -14,6 +14,7 @@ from gpucore import _C, data
 
 sys.path.insert(0, os.path.dirname(__file__))
 import corrupt_files  # noqa: E402
+from conftest import require
 
 
 def write(path, content):
@@ -158,7 +159,7 @@ def test_image_headers_claiming_too_many_pixels_are_that_files_error(tmp_path):
 
 
 def test_jpeg_claiming_too_many_pixels_and_truncated_jpegs(tmp_path):
-    pytest.importorskip("PIL")
+    require("PIL")
     content = bytearray(corrupt_files._jpeg(np.random.default_rng(0).integers(0, 256, (40, 48, 3), dtype=np.uint8)))
     sof = content.find(b"\xff\xc0")
     huge = bytearray(content)

@@ -15,6 +15,7 @@ from gpucore.config import load_config
 from gpucore.evaluation.load import LoadedModel
 from gpucore.models import build_model
 from gpucore.data.png import encode_png
+from conftest import require
 
 KWARGS = {"train_size": 512, "val_size": 200, "seed": 5}
 
@@ -134,9 +135,9 @@ def test_predict_decodes_captcha_text_and_writes_segmentation_masks(tmp_path):
 
 
 def test_onnx_export_agrees_with_pytorch(run, tmp_path, monkeypatch):
-    pytest.importorskip("onnxruntime")
-    pytest.importorskip("onnxscript")
-    onnx = pytest.importorskip("onnx")
+    require("onnxruntime")
+    require("onnxscript")
+    onnx = require("onnx")
     _, checkpoint, _, x_val, _ = run
     result = _gpucore("export", checkpoint, "--format", "onnx", "--out", str(tmp_path / "model.onnx"))
     assert result.returncode == 0, result.stderr
@@ -161,7 +162,7 @@ def test_onnx_export_agrees_with_pytorch(run, tmp_path, monkeypatch):
 
 
 def test_safetensors_export_loads_into_a_fresh_model(run, tmp_path):
-    safetensors_torch = pytest.importorskip("safetensors.torch")
+    safetensors_torch = require("safetensors.torch")
     _, checkpoint, _, x_val, _ = run
     written = gpucore.export(checkpoint, "safetensors", str(tmp_path / "weights.safetensors"))
     info = json.loads((tmp_path / "weights.json").read_text())

@@ -16,8 +16,9 @@ from gpucore import cli
 from gpucore.evaluation import run_report
 from gpucore.report import page as report_page, plots
 from gpucore.data.builtin import CLASS_NAMES, synthetic_fashion
+from conftest import require
 
-Image = pytest.importorskip("PIL.Image")
+Image = require("PIL.Image")
 
 DATA = {"train_size": 512, "val_size": 200}
 RUN = dict(data="synthetic_fashion", data_kwargs=DATA, epochs=2, batch_size=64, progress=False, device="cpu")
@@ -56,7 +57,7 @@ def test_the_run_writes_its_report_with_a_hand_counted_confusion_matrix(run):
 
 
 def test_per_class_metrics_equal_scikit_learns():
-    metrics = pytest.importorskip("sklearn.metrics")
+    metrics = require("sklearn.metrics")
     generator = torch.Generator().manual_seed(0)
     truth = torch.randint(0, 6, (500,), generator=generator)
     guess = torch.where(torch.rand(500, generator=generator) < 0.6, truth, torch.randint(0, 6, (500,), generator=generator))

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 import gpucore
 from gpucore import _C, data
 from gpucore.data.png import encode_png
+from conftest import require
 
 
 def write_png(path, image):
@@ -79,7 +80,7 @@ def test_resize_matches_torch_and_streaming_resizes_alike(tmp_path):
 
 
 def test_resize_is_close_to_pillow(tmp_path):
-    Image = pytest.importorskip("PIL.Image")
+    Image = require("PIL.Image")
     pixels = np.random.default_rng(0).integers(0, 256, (40, 52, 3), dtype=np.uint8)
     write_png(tmp_path / "a.png", torch.from_numpy(pixels))
     ours = data.read_files([str(tmp_path / "a.png")], [0], size=(17, 23)).inputs[0].permute(1, 2, 0).numpy().astype(int)
