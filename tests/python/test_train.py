@@ -246,7 +246,10 @@ def test_dataset_and_dataloader_inputs(tmp_path):
     dataset = torch.utils.data.TensorDataset(x, y)
     from_dataset = gpucore.train(plain(tmp_path, batch_size=32, name="ds"), model=mlp(), train_data=dataset,
                                  val_data=dataset)
-    assert from_dataset.steps == 3 and "val_accuracy" in from_dataset.history[0]
+    assert from_dataset.steps == 3
+    with torch.no_grad():  # validated on the data set: the trained model's accuracy on it
+        expected = (from_dataset.model(x).argmax(1) == y).float().mean().item()
+    assert from_dataset.history[0]["val_accuracy"] == pytest.approx(expected, abs=1e-6)
     loader = torch.utils.data.DataLoader(dataset, batch_size=16)
     from_loader = gpucore.train(plain(tmp_path, name="dl"), model=mlp(), train_data=loader)
     assert from_loader.steps == 6
