@@ -100,7 +100,10 @@ def test_bench_runner_quick_runs_every_benchmark(tmp_path):
     report = json.loads(out.read_text())
     assert set(report["results"]) == {"train", "ops", "cam", "data", "fashion_mnist"} and report["quick"] is True
     accuracy = report["results"]["fashion_mnist"]["test_accuracy"]
-    assert {"gpucore.train", "PyTorch loop"} <= set(accuracy) and all(0.1 < value <= 1 for value in accuracy.values())
+    assert {"gpucore.train", "PyTorch loop"} <= set(accuracy)
+    # one epoch on 256 images, tested on 256 (chance: 0.1): measured 0.63 and 0.55 on the CPU, bf16 and float32
+    assert all(0.3 < value <= 1 for value in accuracy.values()), accuracy
+    assert abs(accuracy["gpucore.train"] - accuracy["PyTorch loop"]) < 0.2, accuracy  # the same model, data, seed
 
 
 def test_sequence_ctc_example_learns(tmp_path):
