@@ -561,3 +561,23 @@ def test_warmup_epochs_then_cosine(tmp_path):
     # steps 0-3 rise linearly to the peak, steps 4-15 are a cosine over the other 12 steps, from the peak
     by_hand = [0.1 * (k + 1) / 4 for k in range(4)] + [0.1 * (1 + math.cos(math.pi * j / 12)) / 2 for j in range(12)]
     assert ours == pytest.approx(by_hand[1:] + [0.0], rel=1e-5, abs=1e-7)
+
+
+def test_progress_bar_counts_steps_and_shows_the_logged_loss(tmp_path, capsys):
+    from conftest import require
+
+    require("tqdm")  # the bar is tqdm's (installed with the test extras)
+    losses = []
+
+    class Recorder:
+        def on_step_end(self, step, metrics):
+            losses.append(metrics["loss"])
+
+    x, y = tensors(128)
+    result = gpucore.train(plain(tmp_path, batch_size=16, progress=True, log_every_n_steps=2), model=mlp(),
+                           train_data=(x, y), callbacks=[Recorder()])
+    err = capsys.readouterr().err
+    assert len(losses) == 4  # 8 steps, logged every 2
+    assert "epoch 1/1" in err and "8/8" in err, err[-2000:]  # the bar reached every step
+    assert f"loss={losses[-1]:.4f}" in err, err[-2000:]  # and showed the last logged loss
+    assert f"train_loss={result.history[0]['train_loss']:.4f}" in err  # the line after the epoch
