@@ -281,3 +281,26 @@ def test_engine_config_takes_torch_dtypes_and_devices():
     config.param_dtype, config.autocast_dtype = torch.float32, torch.float32
     with pytest.raises(_C.ConfigError, match="autocast_dtype must be bfloat16, float16 or None, got 'float32'"):
         _C.Engine([_C.ParamGroup(params)], config)
+
+
+def test_init_scale_and_growth_interval_reach_the_engines_scaler():
+    # Loss scaling is on for 16-mixed on a GPU; here the CPU engine with the scaler on, built from config keys:
+    # after 7 good steps the scale is init_scale doubled once per growth_interval (3) good steps.
+    from types import SimpleNamespace
+
+    import gpucore
+    from gpucore.config import load_config
+    from gpucore.tasks import task_of
+    from gpucore.training.engine_config import engine_config
+
+    config = load_config({"init_scale": 1024.0, "growth_interval": 3, "optimizer": "sgd", "schedule": "constant"})
+    cpu = gpucore.resolve_precision("32", "cpu")
+    policy = SimpleNamespace(autocast_dtype=cpu.autocast_dtype, param_dtype=cpu.param_dtype, loss_scaling=True)
+    model = nn.Linear(4, 3)
+    eng = _C.Engine([_C.ParamGroup(list(model.parameters()))],
+                    engine_config(config, task_of(config), "cpu", policy, steps_per_epoch=7, channels_last=False))
+    generator = torch.Generator().manual_seed(7)
+    x, y = torch.randn(28, 4, generator=generator), torch.randint(0, 3, (28,), generator=generator)
+    eng.train_epoch(batches(x, y, 4), model, None, None)
+    assert eng.steps_taken() == 7 and eng.steps_skipped() == 0
+    assert eng.loss_scale() == 1024.0 * 2 ** (7 // 3)
