@@ -223,3 +223,28 @@ def test_segmentation_report_shows_masks_with_their_iou(tmp_path):
     assert "Validation masks" in page and "Not drawn" not in page
     _png(os.path.join(result.run_dir, "plots", "val_predictions.png"))
     _png(os.path.join(result.run_dir, "plots", "train_batch.png"))
+
+
+def test_report_cam_layer_is_the_layer_of_the_top_losses_grad_cam(tmp_path, monkeypatch):
+    from gpucore import cam as gcam
+    from gpucore.report import sections
+
+    calls = []
+
+    class Recording(gcam.CAM):
+        def __call__(self, inputs, targets=None):
+            result = super().__call__(inputs, targets)
+            calls.append((list(self.layer_names), inputs.detach().clone(), list(targets), result.cams.clone()))
+            return result
+
+    monkeypatch.setattr(sections, "CAM", Recording)
+    result = gpucore.train(dict(RUN, run_dir=str(tmp_path), data_kwargs={"train_size": 256, "val_size": 64}, epochs=1,
+                                report_cam_layer="features.4"))
+    assert len(calls) == 2  # the predicted and the true class of the worst mistakes
+    model = result.model.float().eval()
+    for layers, inputs, targets, cams in calls:
+        assert layers == ["features.4"]
+        expected = gpucore.gradcam(model, "features.4", inputs, targets=targets).cams
+        torch.testing.assert_close(cams, expected, rtol=1e-4, atol=1e-4)
+    auto = gpucore.gradcam(model, "auto", calls[0][1], targets=calls[0][2]).cams
+    assert (auto - calls[0][3]).abs().max() > 0.05  # not the automatic layer's maps
