@@ -263,6 +263,24 @@ def test_augment_op_matches_pytorch(dtype):
         torch.ops.gpucore.augment(x, offsets, flips, 3, [0.5], [0.5], torch.float32)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+def test_augment_op_on_cuda_matches_the_cpu(dtype):
+    # images (3 channels, normalised) and masks (1 channel, no mean/std), into float32 and bfloat16
+    generator = torch.Generator().manual_seed(251)
+    for channels, mean, std in ((3, [0.4, 0.5, 0.6], [0.2, 0.25, 0.3]), (1, [], [])):
+        x = torch.randint(0, 256, (7, channels, 9, 11), generator=generator).to(dtype)
+        offsets = torch.randint(0, 7, (7, 2), generator=generator)
+        flips = torch.randint(0, 2, (7,), generator=generator).bool()
+        for out in (torch.float32, torch.bfloat16):
+            cpu = torch.ops.gpucore.augment(x, offsets, flips, 3, mean, std, out)
+            cuda = torch.ops.gpucore.augment(x.cuda(), offsets.cuda(), flips.cuda(), 3, mean, std, out)
+            assert cuda.device.type == "cuda" and cuda.dtype == out
+            torch.testing.assert_close(cuda.cpu(), cpu, rtol=1e-6 if out == torch.float32 else 2 ** -7,
+                                       atol=1e-6 if out == torch.float32 else 2 ** -8,
+                                       msg=lambda m: f"{channels} channels, {out}, seed 251: {m}")
+
+
 def test_augmentation_depends_on_sample_and_epoch_not_batch_size():
     x = torch.randint(0, 256, (20, 1, 6, 6), dtype=torch.uint8)
     y = torch.arange(20)
