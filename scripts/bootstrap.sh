@@ -85,6 +85,14 @@ if [ "$TESTS" = 1 ]; then
   fi
   "$PY" -m pip install -q -c <(echo "torch==$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])')") \
     huggingface_hub || echo "bootstrap: huggingface_hub could not be installed; the timm tests will skip"
+  # The references of the Grad-CAM and captcha cross-checks: pytorch-grad-cam without its dependencies (it names
+  # torch, torchvision and opencv-python; OpenCV's headless build is installed above), then its light ones with torch
+  # pinned; the captcha package (Pillow only). Optional: without them those cross-checks skip and say why.
+  "$PY" -m pip install -q --no-deps grad-cam \
+    && "$PY" -m pip install -q -c <(echo "torch==$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])')") \
+      ttach tqdm matplotlib scipy \
+    || echo "bootstrap: grad-cam could not be installed; the pytorch-grad-cam cross-checks will skip"
+  "$PY" -m pip install -q captcha || echo "bootstrap: captcha could not be installed; the captcha example's test will skip"
   # The segmentation models' libraries (model: transformers:..., smp:...): transformers with torch pinned (it needs
   # none), segmentation-models-pytorch without its dependencies (it names torch; the rest are installed above).
   # Optional: without them those tests skip.

@@ -20,6 +20,19 @@ except ImportError:
     pass  # not installed: the tests that need it skip
 
 
+def require(name):
+    """The module `name`, for a test that needs it: skips the test when the package is not installed at all, and
+    fails it (the import's own error) when it is installed but cannot be imported, which pytest.importorskip would
+    skip. Tests import it with `from conftest import require`."""
+    import importlib
+    import importlib.util
+
+    if importlib.util.find_spec(name.split(".")[0]) is None:
+        pytest.skip(f"needs {name.split('.')[0]} (not installed; scripts/bootstrap.sh --tests installs it)",
+                    allow_module_level=True)
+    return importlib.import_module(name)
+
+
 def make_gpu(index, name, major, minor, total_gib=40):
     gpu = _C.CudaDeviceFacts()
     gpu.index = index

@@ -88,7 +88,9 @@ def check_run(run_dir: str, reference: dict) -> list:
 
 def trial(workdir: str, reference: dict, rng: random.Random, max_kills: int, longest: float) -> list:
     for _ in range(max_kills):
-        if _run(workdir, kill_after=rng.uniform(0.0, longest)) == 0:
+        kill_after = rng.uniform(0.0, longest)
+        print(f"{os.path.basename(workdir)}: SIGKILL after {kill_after:.2f} s ({kill_after / longest:.0%} of a run)")
+        if _run(workdir, kill_after=kill_after) == 0:
             break
     else:
         _run(workdir, kill_after=None)

@@ -161,5 +161,11 @@ def test_devices_with_objects_from_python_is_refused():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_nccl_on_one_gpu_world_size_1(workdir):
-    (weights,) = run_workers(workdir, workdir / "nccl", 1, batch=32, accumulate=2, launched=True, device="cuda")
-    assert all(torch.isfinite(t).all() for t in weights.values())
+    # The same launched one-process run with gloo on the CPU is the reference (float32, TF32 off on the GPU).
+    keys = {"tf32": "false"}
+    (weights,) = run_workers(workdir, workdir / "nccl", 1, batch=32, accumulate=2, launched=True, device="cuda",
+                             keys=keys)
+    (gloo,) = run_workers(workdir, workdir / "gloo", 1, batch=32, accumulate=2, launched=True, device="cpu", keys=keys)
+    assert sorted(weights) == sorted(gloo)
+    for name in gloo:
+        torch.testing.assert_close(weights[name].cpu(), gloo[name], rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")

@@ -100,3 +100,14 @@ def test_console_script_is_installed():
     result = subprocess.run([script, "doctor", "--no-smoke-test"], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "devices" in result.stdout
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_doctor_runs_gpucore_kernels_on_the_gpu():
+    report = gpucore.doctor("cuda", smoke_test=False)
+    kernels = report["gpucore_kernels"]
+    assert kernels["built"] is gpucore._build_info.CUDA_KERNELS
+    if not kernels["built"]:
+        pytest.skip("this build has no gpucore CUDA kernels")
+    assert kernels["ok"] is True and kernels["error"] is None, kernels
+    assert kernels["arch_list"] == list(gpucore._C.gpucore_cuda_arch_list())

@@ -61,7 +61,8 @@ def test_schedule_validation(values, message):
         _C.learning_rate(config, torch.tensor(0.0))
 
 
-def engine(params, *, lr=1.0, scaler=False, clip=0.0, kind="sgd", accumulate=1, loss="cross_entropy", heads=0):
+def engine(params, *, lr=1.0, scaler=False, clip=0.0, kind="sgd", accumulate=1, loss="cross_entropy", heads=0,
+           label_smoothing=0.0):
     config = _C.EngineConfig()
     config.device = torch.device("cpu")
     config.accumulate_grad_batches = accumulate
@@ -71,6 +72,7 @@ def engine(params, *, lr=1.0, scaler=False, clip=0.0, kind="sgd", accumulate=1, 
     loss_config = _C.LossConfig()
     loss_config.kind = loss
     loss_config.heads = heads
+    loss_config.label_smoothing = label_smoothing
     config.loss = loss_config
     optimizer = _C.OptimizerConfig()
     optimizer.kind = kind
@@ -136,16 +138,19 @@ def test_clipping_sees_unscaled_gradients():
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
-def evaluate(loss, output, target, heads=0):
+def evaluate(loss, output, target, heads=0, label_smoothing=0.0):
     """The engine's loss and metrics for one batch, with an identity 'model'."""
-    eng = engine([nn.Parameter(torch.zeros(1))], loss=loss, heads=heads)
+    eng = engine([nn.Parameter(torch.zeros(1))], loss=loss, heads=heads, label_smoothing=label_smoothing)
     return eng.evaluate(batches(output, target, output.shape[0]), lambda x: x, None)["metrics"]
 
 
-def test_cross_entropy_with_label_smoothing_and_accuracy():
-    output, target = torch.randn(64, 10), torch.randint(0, 10, (64,))
-    metrics = evaluate("cross_entropy", output, target)
-    assert metrics["loss"] == pytest.approx(nn.functional.cross_entropy(output, target).item(), rel=1e-6)
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1, 0.35])
+def test_cross_entropy_with_label_smoothing_and_accuracy(label_smoothing):
+    generator = torch.Generator().manual_seed(145)
+    output, target = torch.randn(64, 10, generator=generator), torch.randint(0, 10, (64,), generator=generator)
+    metrics = evaluate("cross_entropy", output, target, label_smoothing=label_smoothing)
+    expected = nn.functional.cross_entropy(output, target, label_smoothing=label_smoothing).item()
+    assert metrics["loss"] == pytest.approx(expected, rel=1e-6), f"label_smoothing {label_smoothing}, seed 145"
     assert metrics["accuracy"] == pytest.approx((output.argmax(1) == target).float().mean().item())
     top5 = (output.topk(5, 1).indices == target[:, None]).any(1).float().mean().item()
     assert metrics["top5_accuracy"] == pytest.approx(top5)
@@ -276,3 +281,26 @@ def test_engine_config_takes_torch_dtypes_and_devices():
     config.param_dtype, config.autocast_dtype = torch.float32, torch.float32
     with pytest.raises(_C.ConfigError, match="autocast_dtype must be bfloat16, float16 or None, got 'float32'"):
         _C.Engine([_C.ParamGroup(params)], config)
+
+
+def test_init_scale_and_growth_interval_reach_the_engines_scaler():
+    # Loss scaling is on for 16-mixed on a GPU; here the CPU engine with the scaler on, built from config keys:
+    # after 7 good steps the scale is init_scale doubled once per growth_interval (3) good steps.
+    from types import SimpleNamespace
+
+    import gpucore
+    from gpucore.config import load_config
+    from gpucore.tasks import task_of
+    from gpucore.training.engine_config import engine_config
+
+    config = load_config({"init_scale": 1024.0, "growth_interval": 3, "optimizer": "sgd", "schedule": "constant"})
+    cpu = gpucore.resolve_precision("32", "cpu")
+    policy = SimpleNamespace(autocast_dtype=cpu.autocast_dtype, param_dtype=cpu.param_dtype, loss_scaling=True)
+    model = nn.Linear(4, 3)
+    eng = _C.Engine([_C.ParamGroup(list(model.parameters()))],
+                    engine_config(config, task_of(config), "cpu", policy, steps_per_epoch=7, channels_last=False))
+    generator = torch.Generator().manual_seed(7)
+    x, y = torch.randn(28, 4, generator=generator), torch.randint(0, 3, (28,), generator=generator)
+    eng.train_epoch(batches(x, y, 4), model, None, None)
+    assert eng.steps_taken() == 7 and eng.steps_skipped() == 0
+    assert eng.loss_scale() == 1024.0 * 2 ** (7 // 3)

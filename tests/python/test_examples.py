@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import gpucore
+from conftest import require
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 
@@ -49,7 +50,7 @@ def test_cam_bench_runs_and_reports(tmp_path):
 
 
 def test_data_bench_runs_and_reports(tmp_path):
-    pytest.importorskip("PIL")
+    require("PIL")
     bench = runpy.run_path(str(EXAMPLES.parent / "bench" / "data_bench.py"))
     report = bench["main"](["--images", "64", "--size", "8", "--epochs", "2", "--json", str(tmp_path / "data.json")])
     assert len(report["per_second"]) == 9 and all(value > 0 for value in report["per_second"].values())
@@ -91,7 +92,7 @@ def test_bench_runner_quick_runs_every_benchmark(tmp_path):
     import subprocess
     import sys
 
-    pytest.importorskip("PIL")
+    require("PIL")
     out = tmp_path / "all.json"
     result = subprocess.run([sys.executable, "-m", "bench", "all", "--quick", "--json", str(out)],
                             cwd=str(EXAMPLES.parent), capture_output=True, text=True, timeout=600)
@@ -99,7 +100,10 @@ def test_bench_runner_quick_runs_every_benchmark(tmp_path):
     report = json.loads(out.read_text())
     assert set(report["results"]) == {"train", "ops", "cam", "data", "fashion_mnist"} and report["quick"] is True
     accuracy = report["results"]["fashion_mnist"]["test_accuracy"]
-    assert {"gpucore.train", "PyTorch loop"} <= set(accuracy) and all(0.1 < value <= 1 for value in accuracy.values())
+    assert {"gpucore.train", "PyTorch loop"} <= set(accuracy)
+    # one epoch on 256 images, tested on 256 (chance: 0.1): measured 0.63 and 0.55 on the CPU, bf16 and float32
+    assert all(0.3 < value <= 1 for value in accuracy.values()), accuracy
+    assert abs(accuracy["gpucore.train"] - accuracy["PyTorch loop"]) < 0.2, accuracy  # the same model, data, seed
 
 
 def test_sequence_ctc_example_learns(tmp_path):
@@ -109,7 +113,7 @@ def test_sequence_ctc_example_learns(tmp_path):
 
 
 def test_captcha_example_on_the_captcha_package_and_without_it(tmp_path, capsys, monkeypatch):
-    pytest.importorskip("captcha")
+    require("captcha")
     example = runpy.run_path(str(EXAMPLES / "captcha" / "captcha_train.py"))
     tiny = ["--epochs", "1", "--train-size", "96", "--val-size", "32", "--batch-size", "32", "--grad-accum", "2",
             "--width", "4", "--dir", str(tmp_path / "runs")]
@@ -144,9 +148,9 @@ def test_gradcam_notebook_executes_and_shows_overlays(tmp_path):
     of the example, and checks that the CAM results were displayed as images."""
     import shutil
 
-    nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
-    pytest.importorskip("ipykernel")
+    nbformat = require("nbformat")
+    nbclient = require("nbclient")
+    require("ipykernel")
     folder = tmp_path / "classifier_gradcam"
     shutil.copytree(EXAMPLES / "classifier_gradcam", folder)
     notebook = nbformat.read(str(folder / "gradcam.ipynb"), as_version=4)

@@ -1,6 +1,6 @@
 """Fine-tuning: pretrained weights (files, the load report, the head, the first convolution), torchvision and
 timm models by name, a frozen backbone, per-group learning rates, resume across the unfreeze, Grad-CAM."""
-import importlib
+import importlib.util
 import json
 import os
 import sys
@@ -19,16 +19,14 @@ SMALL = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 512, "val_si
 
 
 def _installed(name):
-    try:
-        importlib.import_module(name)
-        return True
-    except Exception:
-        return False
+    """Installed at all. Only a missing package skips: one installed but broken fails the tests that import it."""
+    return importlib.util.find_spec(name) is not None
 
 
 needs_torchvision = pytest.mark.skipif(not _installed("torchvision"), reason="needs torchvision")
 needs_timm = pytest.mark.skipif(not _installed("timm"), reason="needs timm (and torchvision)")
 needs_safetensors = pytest.mark.skipif(not _installed("safetensors"), reason="needs safetensors")
+needs_hub = pytest.mark.skipif(not _installed("huggingface_hub"), reason="needs huggingface_hub")
 
 
 class Snapshots:
@@ -246,12 +244,6 @@ def test_pretrained_from_a_gpucore_checkpoint_and_a_safetensors_file_then_bad_fi
             assert torch.equal(tensor, result.model.state_dict()[name]), name
     report = json.load(open(result.stats_path))["pretrained"]
     assert report["loaded"] == len(first.model.state_dict()) and report["head"] == [] and report["missing"] == []
-    if _installed("safetensors"):
-        from safetensors.torch import save_file
-        save_file({k: v.contiguous() for k, v in first.model.state_dict().items()}, str(tmp_path / "w.safetensors"))
-        model = FashionMnistCNN()
-        assert load_pretrained(model, str(tmp_path / "w.safetensors"), strict=True).loaded == len(model.state_dict())
-        assert torch.equal(model.features[0].weight, first.model.features[0].weight)
     (tmp_path / "junk.pth").write_bytes(b"not a pickle")
     with pytest.raises(gpucore.ConfigError, match="'.*junk.pth' cannot be read"):
         read_state_dict(str(tmp_path / "junk.pth"))
@@ -262,6 +254,13 @@ def test_pretrained_from_a_gpucore_checkpoint_and_a_safetensors_file_then_bad_fi
         load_pretrained(FashionMnistCNN(), str(tmp_path / "other.pth"), strict=False)
     with pytest.raises(gpucore.ConfigError, match="true means the library's own weights"):
         resolve_weights_path("true", "fashion_mnist_cnn", FashionMnistCNN())
+    if not _installed("safetensors"):
+        pytest.skip("needs safetensors (for its last part: the same weights from a .safetensors file)")
+    from safetensors.torch import save_file
+    save_file({k: v.contiguous() for k, v in first.model.state_dict().items()}, str(tmp_path / "w.safetensors"))
+    model = FashionMnistCNN()
+    assert load_pretrained(model, str(tmp_path / "w.safetensors"), strict=True).loaded == len(model.state_dict())
+    assert torch.equal(model.features[0].weight, first.model.features[0].weight)
 
 
 # ---- torchvision and timm models -------------------------------------------------------------------------
@@ -324,8 +323,8 @@ def test_torchvision_weights_from_torch_hub_cache_or_where_to_put_them(tmp_path,
 
 
 @needs_timm
+@needs_safetensors
 def test_timm_convnext_from_a_safetensors_file_one_channel_and_new_head(tmp_path):
-    pytest.importorskip("safetensors")
     import timm
     from safetensors.torch import save_file
 
@@ -345,6 +344,7 @@ def test_timm_convnext_from_a_safetensors_file_one_channel_and_new_head(tmp_path
 
 
 @needs_timm
+@needs_hub
 def test_timm_weights_from_the_hugging_face_cache_or_where_to_get_them(tmp_path, monkeypatch):
     import huggingface_hub
 
@@ -369,8 +369,8 @@ def test_timm_weights_from_the_hugging_face_cache_or_where_to_get_them(tmp_path,
 @needs_torchvision
 @pytest.mark.parametrize("name,last_block", [("torchvision:resnet18", "layer4"), ("timm:convnext_atto", "stages.3")])
 def test_gradcam_auto_layer_is_the_last_conv_block(name, last_block):
-    if name.startswith("timm"):
-        pytest.importorskip("timm")
+    if name.startswith("timm") and not _installed("timm"):
+        pytest.skip("needs timm")
     torch.manual_seed(0)
     model = build_model(name, {"num_classes": 3}).eval()
     images = torch.randn(2, 3, 64, 64)

@@ -78,8 +78,16 @@ def test_apply_sets_torch_flags():
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = before
 
 
+@pytest.fixture
+def restores_backend_switches():
+    """policy.apply() sets torch's global TF32 and cuDNN benchmark switches: put back for the tests after."""
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = before
+
+
 @requires_cuda
-def test_live_cuda_policy_applies():
+def test_live_cuda_policy_applies(restores_backend_switches):
     policy = gpucore.resolve_precision("auto", "cuda:0")
     policy.apply()
     assert torch.backends.cudnn.benchmark

@@ -16,8 +16,9 @@ from gpucore import cli
 from gpucore.evaluation import run_report
 from gpucore.report import page as report_page, plots
 from gpucore.data.builtin import CLASS_NAMES, synthetic_fashion
+from conftest import require
 
-Image = pytest.importorskip("PIL.Image")
+Image = require("PIL.Image")
 
 DATA = {"train_size": 512, "val_size": 200}
 RUN = dict(data="synthetic_fashion", data_kwargs=DATA, epochs=2, batch_size=64, progress=False, device="cpu")
@@ -56,7 +57,7 @@ def test_the_run_writes_its_report_with_a_hand_counted_confusion_matrix(run):
 
 
 def test_per_class_metrics_equal_scikit_learns():
-    metrics = pytest.importorskip("sklearn.metrics")
+    metrics = require("sklearn.metrics")
     generator = torch.Generator().manual_seed(0)
     truth = torch.randint(0, 6, (500,), generator=generator)
     guess = torch.where(torch.rand(500, generator=generator) < 0.6, truth, torch.randint(0, 6, (500,), generator=generator))
@@ -222,3 +223,28 @@ def test_segmentation_report_shows_masks_with_their_iou(tmp_path):
     assert "Validation masks" in page and "Not drawn" not in page
     _png(os.path.join(result.run_dir, "plots", "val_predictions.png"))
     _png(os.path.join(result.run_dir, "plots", "train_batch.png"))
+
+
+def test_report_cam_layer_is_the_layer_of_the_top_losses_grad_cam(tmp_path, monkeypatch):
+    from gpucore import cam as gcam
+    from gpucore.report import sections
+
+    calls = []
+
+    class Recording(gcam.CAM):
+        def __call__(self, inputs, targets=None):
+            result = super().__call__(inputs, targets)
+            calls.append((list(self.layer_names), inputs.detach().clone(), list(targets), result.cams.clone()))
+            return result
+
+    monkeypatch.setattr(sections, "CAM", Recording)
+    result = gpucore.train(dict(RUN, run_dir=str(tmp_path), data_kwargs={"train_size": 256, "val_size": 64}, epochs=1,
+                                report_cam_layer="features.4"))
+    assert len(calls) == 2  # the predicted and the true class of the worst mistakes
+    model = result.model.float().eval()
+    for layers, inputs, targets, cams in calls:
+        assert layers == ["features.4"]
+        expected = gpucore.gradcam(model, "features.4", inputs, targets=targets).cams
+        torch.testing.assert_close(cams, expected, rtol=1e-4, atol=1e-4)
+    auto = gpucore.gradcam(model, "auto", calls[0][1], targets=calls[0][2]).cams
+    assert (auto - calls[0][3]).abs().max() > 0.05  # not the automatic layer's maps

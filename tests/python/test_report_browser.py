@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 import gpucore
+from conftest import require
 
-Image = pytest.importorskip("PIL.Image")
+Image = require("PIL.Image")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (scripts/bootstrap.sh installs it)")
 

@@ -11,6 +11,7 @@ import gpucore
 from gpucore.models import backbone_split, build_model, classifier_head
 from gpucore.models.pretrained import load_pretrained
 from gpucore.models.segmentation_models import logits_of
+from conftest import require
 
 # Skipped where the library is not installed at all; a broken install fails loudly instead of skipping.
 needs_transformers = pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs transformers")
@@ -177,7 +178,7 @@ def test_fashion_mnist_foreground_masks_are_the_pasted_garments():
 @needs_smp
 @pytest.mark.parametrize("name, kwargs", BY_NAME)
 def test_segmentation_models_by_name_load_predict_masks_and_export_to_onnx(tmp_path, name, kwargs):
-    pytest.importorskip("onnxruntime")
+    require("onnxruntime")
     generator = torch.Generator().manual_seed(2)
     images = torch.randint(0, 256, (12, 3, 32, 32), dtype=torch.uint8, generator=generator)
     masks = (images.float().mean(1) > 127).float()

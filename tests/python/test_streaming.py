@@ -1,5 +1,6 @@
 """Image files decoded while training runs (cache none): the same batches as the in-memory path, resize,
 unreadable files, resume, shards, memory; segmentation masks that follow the images' crop and flip."""
+import ctypes
 import gc
 import os
 
@@ -11,6 +12,7 @@ import torch.nn.functional as F
 import gpucore
 from gpucore import _C, data
 from gpucore.data.png import encode_png
+from conftest import require
 
 
 def write_png(path, image):
@@ -78,7 +80,7 @@ def test_resize_matches_torch_and_streaming_resizes_alike(tmp_path):
 
 
 def test_resize_is_close_to_pillow(tmp_path):
-    Image = pytest.importorskip("PIL.Image")
+    Image = require("PIL.Image")
     pixels = np.random.default_rng(0).integers(0, 256, (40, 52, 3), dtype=np.uint8)
     write_png(tmp_path / "a.png", torch.from_numpy(pixels))
     ours = data.read_files([str(tmp_path / "a.png")], [0], size=(17, 23)).inputs[0].permute(1, 2, 0).numpy().astype(int)
@@ -122,26 +124,48 @@ def test_streaming_resumes_mid_epoch_and_shards_cover_every_sample(tmp_path):
     assert torch.cat(seen).unique(dim=0).shape[0] == 30
 
 
+def trim():
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
 def test_streaming_memory_is_flat_and_freed(tmp_path):
-    root = str(image_folder(tmp_path / "train", per_class=40, size=(32, 32)))
+    # One epoch's batches are 3.3 MB (120 x 3 x 48 x 48 float32). 8 epochs may grow the process by a quarter of
+    # one epoch: keeping one batch per epoch alive (8 x 442 KB) fails. Five loaders dropped after one batch may
+    # too: one loader left alive with its 8 prefetched batches (3.5 MB) fails.
+    root = str(image_folder(tmp_path / "train", per_class=40, size=(48, 48)))
 
     def rss():
         gc.collect()
+        trim()  # what glibc's arenas hold freed goes back to the system: the resident set is what is in use
         return gpucore.memory_stats("cpu")["allocated"]
 
     loader = gpucore.DataLoader(data.read_image_folder(root), batch_size=16, device="cpu", cache="none", hflip=True)
+    epoch_bytes = sum(x.nbytes + y.nbytes for x, y in loader)
     for _ in range(2):
         list(loader)
     before = rss()
+    grown = []
     for _ in range(8):
         for _ in loader:
             pass
-    assert rss() - before < 16 << 20
-    for _ in range(5):
+        grown.append(rss() - before)
+    assert grown[-1] < epoch_bytes // 4, f"resident set grew by {grown} bytes after each epoch of {epoch_bytes} bytes"
+
+    def one_batch_of_a_new_loader():
         loader = gpucore.DataLoader(data.read_image_folder(root), batch_size=16, device="cpu", cache="none", prefetch=8)
         next(iter(loader))
-        del loader
-    assert rss() - before < 16 << 20
+
+    for _ in range(3):  # the first loaders' threads each leave the C library an arena (about 0.5 MB)
+        one_batch_of_a_new_loader()
+    before = rss()
+    grown = []
+    for _ in range(6):
+        one_batch_of_a_new_loader()
+        grown.append(rss() - before)
+    assert grown[-1] < epoch_bytes // 4, f"resident set grew by {grown} bytes after each new loader"
 
 
 def test_cache_choices_and_errors(tmp_path):

@@ -246,7 +246,10 @@ def test_dataset_and_dataloader_inputs(tmp_path):
     dataset = torch.utils.data.TensorDataset(x, y)
     from_dataset = gpucore.train(plain(tmp_path, batch_size=32, name="ds"), model=mlp(), train_data=dataset,
                                  val_data=dataset)
-    assert from_dataset.steps == 3 and "val_accuracy" in from_dataset.history[0]
+    assert from_dataset.steps == 3
+    with torch.no_grad():  # validated on the data set: the trained model's accuracy on it
+        expected = (from_dataset.model(x).argmax(1) == y).float().mean().item()
+    assert from_dataset.history[0]["val_accuracy"] == pytest.approx(expected, abs=1e-6)
     loader = torch.utils.data.DataLoader(dataset, batch_size=16)
     from_loader = gpucore.train(plain(tmp_path, name="dl"), model=mlp(), train_data=loader)
     assert from_loader.steps == 6
@@ -305,10 +308,37 @@ def test_out_of_memory_halving_then_a_mid_epoch_resume_serves_every_sample_once(
     assert sorted(trained) == list(range(128))
 
 
-def test_channels_last_and_deterministic_run(tmp_path):
-    result = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=1, channels_last=True, deterministic=True))
-    assert result.status == "completed"
+@pytest.fixture
+def restores_determinism():
+    """A deterministic run turns torch's global switches on; they are put back for the tests after it."""
+    before = torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic
+    yield
+    torch.use_deterministic_algorithms(before[0])
+    torch.backends.cudnn.deterministic = before[1]
+
+
+def test_channels_last_and_deterministic_run(tmp_path, restores_determinism):
+    seen = []
+
+    class Switches:
+        def on_epoch_start(self, epoch):
+            seen.append((torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic))
+
     torch.use_deterministic_algorithms(False)
+    config = dict(SMALL, run_dir=str(tmp_path), epochs=1, channels_last=True, deterministic=True,
+                  data_kwargs=dict(SMALL["data_kwargs"], train_size=256))
+    result = gpucore.train(dict(config, name="a"), callbacks=[Switches()])
+    again = gpucore.train(dict(config, name="b"))
+    assert seen == [(True, True)]  # the epoch ran with deterministic algorithms only
+    stats = json.load(open(result.stats_path))
+    assert stats["channels_last"] is True
+    for name, weight in result.model.state_dict().items():
+        if weight.dim() == 4:  # the convolutions' weights were trained in the channels-last layout
+            assert weight.is_contiguous(memory_format=torch.channels_last), name
+            assert weight.shape[1] == 1 or not weight.is_contiguous(), name  # (one input channel: both layouts)
+        assert torch.equal(weight, again.model.state_dict()[name]), name  # two runs, the same weights bitwise
+    assert [(r["train_loss"], r["val_loss"]) for r in result.history] == \
+        [(r["train_loss"], r["val_loss"]) for r in again.history]
 
 
 def test_channels_last_auto_is_on_for_conv_nets_on_the_cpu_only(tmp_path):
@@ -328,8 +358,20 @@ def test_channels_last_auto_is_on_for_conv_nets_on_the_cpu_only(tmp_path):
 
 
 def test_bf16_mixed_on_cpu_trains(tmp_path):
-    result = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=1, precision="bf16-mixed"))
+    from gpucore.models import FashionMnistCNN
+
+    torch.manual_seed(0)
+    model = FashionMnistCNN()
+    dtypes = {}
+    for name, module in model.named_modules():
+        if isinstance(module, (nn.Conv2d, nn.Linear)):
+            module.register_forward_hook(lambda m, i, o, name=name: dtypes.setdefault(name, set()).add(o.dtype))
+    result = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=1, precision="bf16-mixed"), model=model)
     assert result.precision == "bf16-mixed"
+    # autocast ran: every convolution and linear layer computed in bfloat16 (in training and in validation) ...
+    assert dtypes and all(seen == {torch.bfloat16} for seen in dtypes.values()), dtypes
+    # ... on float32 master weights
+    assert all(p.dtype == torch.float32 for p in result.model.parameters())
     assert result.history[0]["val_accuracy"] > 0.5
 
 
@@ -370,7 +412,6 @@ def test_cuda_steps_do_not_synchronise_with_the_host():
     assert result.stdout.strip().endswith(": 0 per step"), result.stdout
 
 
-@requires_cuda
 def test_a_run_killed_before_its_first_checkpoint_is_resumed_in_the_same_directory(tmp_path):
     # What a kill before the first checkpoint leaves: the run directory with an empty checkpoints folder,
     # and a half-written checkpoint of the dead process.
@@ -430,3 +471,113 @@ def test_compile_on_the_cpu_trains_like_eager(tmp_path):
     for ours, theirs in zip(compiled.history, eager.history):
         assert ours["train_loss"] == pytest.approx(theirs["train_loss"], rel=1e-3)  # fused kernels round differently
         assert ours["val_loss"] == pytest.approx(theirs["val_loss"], rel=1e-3)
+
+
+# ---- config keys against plain PyTorch ----------------------------------------------------------------------
+
+def test_label_smoothing_clip_grad_value_and_eps_match_torch(tmp_path):
+    # Each of the three changes the weights here: smoothing 0.2 the loss, a clip at 0.01 most gradients (checked
+    # below), eps 0.1 every Adam step (gradients are about its size).
+    x, y = tensors(128, seed=7)
+    model, reference = mlp(), mlp()
+    gpucore.train(plain(tmp_path, optimizer="adamw", lr=0.05, batch_size=32, weight_decay=0.0, label_smoothing=0.2,
+                        clip_grad_value=0.01, eps=0.1), model=model, train_data=(x, y))
+    adamw = torch.optim.AdamW(reference.parameters(), lr=0.05, eps=0.1, weight_decay=0.0)
+    clipped = 0
+    for start in range(0, 128, 32):
+        adamw.zero_grad()
+        nn.functional.cross_entropy(reference(x[start:start + 32]), y[start:start + 32],
+                                    label_smoothing=0.2).backward()
+        clipped += sum(int((p.grad.abs() > 0.01).sum()) for p in reference.parameters())
+        torch.nn.utils.clip_grad_value_(reference.parameters(), 0.01)
+        adamw.step()
+    assert clipped > 100  # the clip was active
+    for ours, theirs in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_drop_last_and_eval_batch_size(tmp_path):
+    x, y = tensors(100, seed=8)
+    sizes = []
+
+    class Recording(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = mlp()
+
+        def forward(self, inputs):
+            sizes.append((self.training, inputs.shape[0]))
+            return self.net(inputs)
+
+    model, reference = Recording(), mlp()
+    result = gpucore.train(plain(tmp_path, optimizer="sgd", momentum=0.0, weight_decay=0.0, lr=0.1, batch_size=32,
+                                 drop_last=True, eval_batch_size=48), model=model, train_data=(x, y),
+                           val_data=(x, y))
+    assert result.steps == 3  # 100 samples: three full batches of 32, the last 4 dropped
+    assert [n for training, n in sizes if training] == [32, 32, 32]
+    assert [n for training, n in sizes if not training] == [48, 48, 4]  # validation keeps every sample
+    sgd = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for start in (0, 32, 64):
+        sgd.zero_grad()
+        nn.functional.cross_entropy(reference(x[start:start + 32]), y[start:start + 32]).backward()
+        sgd.step()
+    for ours, theirs in zip(model.net.parameters(), reference.parameters()):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+def step_lrs(tmp_path, **config):
+    """The learning rate logged after each of 16 steps (2 epochs of 8): the rate of the step after it."""
+    seen = []
+
+    class Recorder:
+        def on_step_end(self, step, metrics):
+            seen.append(metrics["lr"])
+
+    x, y = tensors(128)
+    gpucore.train(plain(tmp_path, batch_size=16, epochs=2, lr=0.1, log_every_n_steps=1, **config), model=mlp(),
+                  train_data=(x, y), callbacks=[Recorder()])
+    assert len(seen) == 16
+    return seen
+
+
+def test_onecycle_div_factor_and_final_div_factor_match_torch(tmp_path):
+    ours = step_lrs(tmp_path, schedule="onecycle", div_factor=5.0, final_div_factor=50.0, pct_start=0.25)
+    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=16, pct_start=0.25,
+                                                    div_factor=5.0, final_div_factor=50.0)
+    theirs = []
+    for _ in range(15):
+        optimizer.step()
+        scheduler.step()
+        theirs.append(optimizer.param_groups[0]["lr"])
+    assert ours[:15] == pytest.approx(theirs, rel=1e-5)
+    assert ours[-1] == pytest.approx(0.1 / 5.0 / 50.0, rel=1e-5)  # the end: initial / final_div_factor
+
+
+def test_warmup_epochs_then_cosine(tmp_path):
+    import math
+
+    ours = step_lrs(tmp_path, schedule="cosine", warmup_epochs=0.5, min_lr=0.0)  # 4 warm-up steps of 16
+    # steps 0-3 rise linearly to the peak, steps 4-15 are a cosine over the other 12 steps, from the peak
+    by_hand = [0.1 * (k + 1) / 4 for k in range(4)] + [0.1 * (1 + math.cos(math.pi * j / 12)) / 2 for j in range(12)]
+    assert ours == pytest.approx(by_hand[1:] + [0.0], rel=1e-5, abs=1e-7)
+
+
+def test_progress_bar_counts_steps_and_shows_the_logged_loss(tmp_path, capsys):
+    from conftest import require
+
+    require("tqdm")  # the bar is tqdm's (installed with the test extras)
+    losses = []
+
+    class Recorder:
+        def on_step_end(self, step, metrics):
+            losses.append(metrics["loss"])
+
+    x, y = tensors(128)
+    result = gpucore.train(plain(tmp_path, batch_size=16, progress=True, log_every_n_steps=2), model=mlp(),
+                           train_data=(x, y), callbacks=[Recorder()])
+    err = capsys.readouterr().err
+    assert len(losses) == 4  # 8 steps, logged every 2
+    assert "epoch 1/1" in err and "8/8" in err, err[-2000:]  # the bar reached every step
+    assert f"loss={losses[-1]:.4f}" in err, err[-2000:]  # and showed the last logged loss
+    assert f"train_loss={result.history[0]['train_loss']:.4f}" in err  # the line after the epoch
