@@ -57,6 +57,8 @@ class Run:
         return {"device": str(self.device), "device_reason": self.device_reason, "precision": self.policy.to_dict(),
                 "channels_last": self.channels_last, "torch": torch.__version__, "config": self.config.to_dict(),
                 "classes": self.classes, "run_dir": self.run_dir.path,
+                "launcher": self.world.launcher or None, "world_size": self.world.size,
+                "restart": self.world.restart,  # TORCHELASTIC_RESTART_COUNT
                 "pretrained": self.pretrained.to_dict() if self.pretrained else None}
 
     def close(self) -> None:

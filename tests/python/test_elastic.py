@@ -1,0 +1,233 @@
+"""Surviving failures on many processes: torchrun restarts after a SIGKILLed rank, and srun's SLURM variables.
+
+Two gloo processes on the CPU. A restarted job must end bitwise where an uninterrupted two-process run ends."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import gpucore
+from gpucore.training import distributed
+
+EPOCHS, STEPS_PER_EPOCH = 4, 8  # 256 samples over 2 ranks in batches of 16
+
+WORKER = textwrap.dedent("""
+    import json, os, signal, sys, time
+    import torch, gpucore
+    from torch import nn
+
+    def mlp():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.Tanh(), nn.Linear(32, 10))
+
+    out, kill = sys.argv[1], sys.argv[2]
+    rank, attempt = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))), \\
+        int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+
+    class KillMidEpoch(gpucore.Callback):  # rank 1 dies in the middle of epoch 3 of the first attempt
+        def on_step_end(self, step, metrics):
+            if kill == "mid_epoch" and rank == 1 and attempt == 0 and step == 2 * %(steps)d + 4:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    if kill == "checkpoint_write" and rank == 0 and attempt == 0:
+        save = torch.save
+
+        def save_then_die(obj, handle, *args, **kwargs):  # half of epoch 2's first checkpoint, then SIGKILL
+            if isinstance(obj, dict) and obj.get("epoch") == 2:
+                handle.write(b"half a checkpoint")
+                handle.flush()
+                os.kill(os.getpid(), signal.SIGKILL)
+            return save(obj, handle, *args, **kwargs)
+
+        torch.save = save_then_die
+    if attempt == 1 and rank == 1:
+        # Rank 0 of the restarted group reads the store first, where the dead attempt's keys still are.
+        time.sleep(2)
+    config = dict(epochs=%(epochs)d, batch_size=16, optimizer="sgd", momentum=0.9, lr=0.05, schedule="cosine",
+                  shuffle=True, normalize=False, progress=False, run_dir=out, name="elastic", val_fraction=0.0,
+                  device="cpu", precision="32", log_every_n_steps=1, dist_timeout=60, report=False)
+    generator = torch.Generator().manual_seed(1)
+    x, y = torch.randn(256, 1, 8, 8, generator=generator), torch.randint(0, 10, (256,), generator=generator)
+    result = gpucore.train(config, model=mlp(), train_data=(x, y), callbacks=[KillMidEpoch()])
+    torch.save(result.model.state_dict(), os.path.join(out, "weights_%%d.pt" %% rank))
+""") % {"steps": STEPS_PER_EPOCH, "epochs": EPOCHS}
+
+# The upstream failure without gpucore: a restarted gloo group on torchrun's store, with and without a prefix
+# per restart attempt. Rank 1 restarts late, so rank 0 reads rank 1's address of the dead attempt.
+PLAIN = textwrap.dedent("""
+    import datetime, os, signal, sys, time
+    import torch, torch.distributed as dist
+
+    rank, size, attempt = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), \\
+        int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+    timeout = datetime.timedelta(seconds=8)
+    if attempt == 1 and rank == 1:
+        time.sleep(2)
+    if sys.argv[1] == "prefixed":
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), size, is_master=False,
+                              timeout=timeout)
+        dist.init_process_group("gloo", store=dist.PrefixStore(f"attempt_{attempt}", store), rank=rank,
+                                world_size=size, timeout=timeout)
+    else:
+        dist.init_process_group("gloo", timeout=timeout)  # env://, as torchrun's documentation shows
+    total = torch.ones(1)
+    dist.all_reduce(total)
+    if attempt == 0 and rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.barrier()
+    print(f"attempt {attempt} rank {rank} formed a group of {int(total.item())}")
+    dist.destroy_process_group()
+""")
+
+_LAUNCH_VARIABLES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
+                     "TORCHELASTIC_USE_AGENT_STORE", "LOCAL_WORLD_SIZE")
+
+
+def _clean_environment(**variables):
+    """This process's environment without any launcher's variables (the test may run under one), plus these."""
+    env = {k: v for k, v in os.environ.items() if k not in _LAUNCH_VARIABLES and not k.startswith("SLURM_")}
+    env.update(OMP_NUM_THREADS="1", **variables)
+    return env
+
+
+def _torchrun(script, *args, cwd):
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--max-restarts=1",
+               f"--master-port={distributed._free_port()}", str(script), *map(str, args)]
+    return subprocess.run(command, env=_clean_environment(), cwd=cwd, capture_output=True, text=True, timeout=240)
+
+
+def _two_processes(script, out, variables_of_rank, cwd):
+    processes = [subprocess.Popen([sys.executable, str(script), str(out), "none"],
+                                  env=_clean_environment(**variables_of_rank(rank)), cwd=cwd, stderr=subprocess.PIPE,
+                                  text=True)
+                 for rank in range(2)]
+    for process in processes:
+        _, err = process.communicate(timeout=240)
+        assert process.returncode == 0, err[-3000:]
+
+
+def _weights(out):
+    return [torch.load(out / f"weights_{rank}.pt", weights_only=True) for rank in range(2)]
+
+
+def _rows(out):
+    return [json.loads(line) for line in open(out / "elastic" / "metrics.jsonl")]
+
+
+def _assert_bitwise(weights, reference):
+    for rank_weights in weights:
+        for name, tensor in reference.items():
+            assert torch.equal(rank_weights[name], tensor), name
+
+
+@pytest.fixture(scope="module")
+def worker(tmp_path_factory):
+    path = tmp_path_factory.mktemp("elastic") / "worker.py"
+    path.write_text(WORKER)
+    return path
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(worker):
+    """Weights and metrics.jsonl of the same two-process run, never killed (its ranks started as devices: N does)."""
+    out = worker.parent / "uninterrupted"
+    port = distributed._free_port()
+    _two_processes(worker, out, lambda rank: dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                                                  LOCAL_RANK=str(rank), WORLD_SIZE="2"), worker.parent)
+    weights = _weights(out)
+    _assert_bitwise(weights[1:], weights[0])
+    return weights[0], _rows(out)
+
+
+@pytest.mark.parametrize("kill", ["mid_epoch", "checkpoint_write"])
+def test_a_rank_killed_under_torchrun_restarts_and_ends_bitwise_like_an_uninterrupted_run(worker, uninterrupted, kill):
+    out = worker.parent / kill
+    finished = _torchrun(worker, out, kill, cwd=worker.parent)
+    assert finished.returncode == 0, finished.stderr[-4000:]
+    assert "failed (exitcode: -9)" in finished.stderr  # the first attempt did lose a rank
+    assert "torchrun restart 1 (TORCHELASTIC_RESTART_COUNT) implies resume: auto; resuming from" in finished.stderr
+    reference_weights, reference_rows = uninterrupted
+    _assert_bitwise(_weights(out), reference_weights)
+    rows = _rows(out)
+    assert [row["epoch"] for row in rows] == list(range(1, EPOCHS + 1))  # none twice, none missing
+    for row, reference in zip(rows, reference_rows):
+        assert {k: v for k, v in row.items() if k.startswith("train_")} == \
+               {k: v for k, v in reference.items() if k.startswith("train_")}
+    stats = json.load(open(out / "elastic" / "training_stats.json"))
+    assert stats["status"] == "completed" and stats["restart"] == 1 and stats["launcher"] == "torchrun"
+    # Killed in epoch 3 the run resumes from epoch 2's last.pt; killed writing epoch 2's, from epoch 1's.
+    assert stats["resume"]["implied_by_restart"] and stats["resume"]["asked"] == "auto"
+    assert stats["resume"]["from"] == str(out / "elastic" / "checkpoints" / "last.pt")
+    assert (stats["resume"]["epoch"], stats["resume"]["position"]) == ((2 if kill == "mid_epoch" else 1), 0)
+    assert sorted(os.listdir(out)) == ["elastic", "weights_0.pt", "weights_1.pt"]  # one run directory
+    leftovers = [name for _, _, names in os.walk(out) for name in names if ".tmp-" in name]
+    assert leftovers == []  # the killed write's temporary file was removed by the restart
+
+
+def test_plain_pytorch_restart_fails_on_stale_rendezvous_keys_and_a_prefix_per_attempt_fixes_it(tmp_path):
+    script = tmp_path / "plain.py"
+    script.write_text(PLAIN)
+    plain = _torchrun(script, "env", cwd=tmp_path)
+    assert plain.returncode != 0
+    assert "Connection refused" in plain.stderr or "connectFullMesh" in plain.stderr, plain.stderr[-3000:]
+    prefixed = _torchrun(script, "prefixed", cwd=tmp_path)
+    assert prefixed.returncode == 0, prefixed.stderr[-3000:]
+    assert sorted(line for line in prefixed.stdout.splitlines() if "formed" in line) == [
+        "attempt 1 rank 0 formed a group of 2", "attempt 1 rank 1 formed a group of 2"]
+
+
+def test_two_srun_tasks_train_like_torchrun_from_slurm_variables_alone(worker, uninterrupted):
+    out = worker.parent / "slurm"
+    port = distributed._free_port()
+    # The first host of the node list, 127.0.0.1, is rank 0's address.
+    _two_processes(worker, out, lambda rank: dict(SLURM_NTASKS="2", SLURM_PROCID=str(rank), SLURM_LOCALID=str(rank),
+                                                  SLURM_JOB_NODELIST="127.0.0.[1-2,7]", SLURM_JOB_NAME="train",
+                                                  MASTER_PORT=str(port)), worker.parent)
+    _assert_bitwise(_weights(out), uninterrupted[0])
+    stats = json.load(open(out / "elastic" / "training_stats.json"))
+    assert stats["launcher"] == "slurm" and stats["world_size"] == 2 and stats["restart"] == 0
+
+
+@pytest.mark.parametrize("nodelist, host", [
+    ("node[001-004,007]", "node001"), ("node[001-004,007],gpu[1-2]", "node001"), ("host0,host1,host3", "host0"),
+    ("host0 host1", "host0"), ("host[5-9]", "host5"), ("host[5]", "host5"), ("n1,n[2-3]", "n1"),
+    ("rack-a[07,09]", "rack-a07"), ("gpu[12-13]-ib", "gpu12-ib"), ("single", "single")])
+def test_the_first_host_of_a_slurm_node_list(nodelist, host):
+    assert distributed.first_host(nodelist) == host
+
+
+SLURM = dict(SLURM_NTASKS="8", SLURM_PROCID="5", SLURM_LOCALID="1", SLURM_JOB_NODELIST="node[001-004]",
+             SLURM_JOB_ID="4567123", SLURM_JOB_NAME="train")
+
+
+def test_slurm_world_from_its_variables():
+    assert distributed.environment(SLURM) == distributed.World(5, 8, 1, True, "slurm", "node001", 22123)
+    without_job_id = {k: v for k, v in SLURM.items() if k != "SLURM_JOB_ID"}
+    assert distributed.environment(without_job_id).master_port == 12910  # Lightning's defaults
+    given = distributed.environment(dict(SLURM, MASTER_ADDR="10.0.0.9", MASTER_PORT="29400"))
+    assert (given.master_addr, given.master_port) == ("10.0.0.9", 29400)
+    # torchrun inside an allocation wins; an interactive shell (salloc) is one process.
+    torchrun = distributed.environment(dict(SLURM, WORLD_SIZE="2", RANK="1", MASTER_ADDR="h", MASTER_PORT="1234"))
+    assert (torchrun.launcher, torchrun.rank, torchrun.size) == ("torchrun", 1, 2)
+    assert distributed.environment(dict(SLURM, SLURM_JOB_NAME="bash")) == distributed.World()
+
+
+@pytest.mark.parametrize("variables, message", [
+    (dict(SLURM, SLURM_PROCID="8"), r"SLURM_PROCID is 8; it must be an integer >= 0 and < 8"),
+    (dict(SLURM, SLURM_NTASKS="two"), r"SLURM_NTASKS is 'two'; it must be an integer >= 1"),
+    (dict(SLURM, SLURM_JOB_NODELIST="node[001-004"), r"SLURM_JOB_NODELIST is 'node\[001-004': '\[' without '\]'"),
+    (dict(SLURM, MASTER_PORT="70000"), r"MASTER_PORT is 70000; it must be an integer >= 1 and < 65536"),
+    ({k: v for k, v in SLURM.items() if k != "SLURM_LOCALID"}, r"SLURM_LOCALID is not set"),
+    (dict(WORLD_SIZE="2", RANK="2", MASTER_ADDR="h", MASTER_PORT="1"), r"RANK is 2; it must be an integer >= 0 and < 2"),
+    (dict(WORLD_SIZE="2", RANK="1", MASTER_PORT="1"), r"MASTER_ADDR is not set"),
+    (dict(WORLD_SIZE="2", RANK="1", MASTER_ADDR="h", TORCHELASTIC_RESTART_COUNT="-1", MASTER_PORT="1"),
+     r"TORCHELASTIC_RESTART_COUNT is -1; it must be an integer >= 0"),
+])
+def test_bad_launcher_variables_name_the_variable_and_what_is_valid(variables, message):
+    with pytest.raises(gpucore.ConfigError, match=message):
+        distributed.environment(variables)
