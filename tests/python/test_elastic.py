@@ -3,10 +3,10 @@
 Two gloo processes on the CPU. A restarted job must end bitwise where an uninterrupted two-process run ends."""
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 import torch
@@ -15,6 +15,7 @@ import gpucore
 from gpucore.training import distributed
 
 EPOCHS, STEPS_PER_EPOCH = 4, 8  # 256 samples over 2 ranks in batches of 16
+HANG_TIMEOUT = 5  # dist_timeout of the run whose rank 1 is SIGSTOPped
 
 WORKER = textwrap.dedent("""
     import json, os, signal, sys, time
@@ -29,10 +30,14 @@ WORKER = textwrap.dedent("""
     rank, attempt = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))), \\
         int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
-    class KillMidEpoch(gpucore.Callback):  # rank 1 dies in the middle of epoch 3 of the first attempt
+    class KillMidEpoch(gpucore.Callback):  # rank 1 dies (or hangs) in the middle of epoch 3 of the first attempt
         def on_step_end(self, step, metrics):
-            if kill == "mid_epoch" and rank == 1 and attempt == 0 and step == 2 * %(steps)d + 4:
-                os.kill(os.getpid(), signal.SIGKILL)
+            if rank == 1 and attempt == 0 and step == 2 * %(steps)d + 4:
+                if kill == "mid_epoch":
+                    os.kill(os.getpid(), signal.SIGKILL)
+                if kill == "sigstop":
+                    open(os.path.join(out, "stopped_at"), "w").write(repr(time.time()))
+                    os.kill(os.getpid(), signal.SIGSTOP)
 
     if kill == "checkpoint_write" and rank == 0 and attempt == 0:
         save = torch.save
@@ -50,12 +55,13 @@ WORKER = textwrap.dedent("""
         time.sleep(2)
     config = dict(epochs=%(epochs)d, batch_size=16, optimizer="sgd", momentum=0.9, lr=0.05, schedule="cosine",
                   shuffle=True, normalize=False, progress=False, run_dir=out, name="elastic", val_fraction=0.0,
-                  device="cpu", precision="32", log_every_n_steps=1, dist_timeout=60, report=False)
+                  device="cpu", precision="32", log_every_n_steps=1, report=False,
+                  dist_timeout=%(hang_timeout)d if kill == "sigstop" else 60)
     generator = torch.Generator().manual_seed(1)
     x, y = torch.randn(256, 1, 8, 8, generator=generator), torch.randint(0, 10, (256,), generator=generator)
     result = gpucore.train(config, model=mlp(), train_data=(x, y), callbacks=[KillMidEpoch()])
     torch.save(result.model.state_dict(), os.path.join(out, "weights_%%d.pt" %% rank))
-""") % {"steps": STEPS_PER_EPOCH, "epochs": EPOCHS}
+""") % {"steps": STEPS_PER_EPOCH, "epochs": EPOCHS, "hang_timeout": HANG_TIMEOUT}
 
 # The upstream failure without gpucore: a restarted gloo group on torchrun's store, with and without a prefix
 # per restart attempt. Rank 1 restarts late, so rank 0 reads rank 1's address of the dead attempt.
@@ -101,12 +107,20 @@ def _torchrun(script, *args, cwd):
     return subprocess.run(command, env=_clean_environment(), cwd=cwd, capture_output=True, text=True, timeout=240)
 
 
+def _start_two(script, out, variables_of_rank, cwd, kill="none"):
+    return [subprocess.Popen([sys.executable, str(script), str(out), kill],
+                             env=_clean_environment(**variables_of_rank(rank)), cwd=cwd, stderr=subprocess.PIPE,
+                             text=True)
+            for rank in range(2)]
+
+
+def _launched_like_devices(port):
+    return lambda rank: dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                             WORLD_SIZE="2")
+
+
 def _two_processes(script, out, variables_of_rank, cwd):
-    processes = [subprocess.Popen([sys.executable, str(script), str(out), "none"],
-                                  env=_clean_environment(**variables_of_rank(rank)), cwd=cwd, stderr=subprocess.PIPE,
-                                  text=True)
-                 for rank in range(2)]
-    for process in processes:
+    for process in _start_two(script, out, variables_of_rank, cwd):
         _, err = process.communicate(timeout=240)
         assert process.returncode == 0, err[-3000:]
 
@@ -136,9 +150,7 @@ def worker(tmp_path_factory):
 def uninterrupted(worker):
     """Weights and metrics.jsonl of the same two-process run, never killed (its ranks started as devices: N does)."""
     out = worker.parent / "uninterrupted"
-    port = distributed._free_port()
-    _two_processes(worker, out, lambda rank: dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                                                  LOCAL_RANK=str(rank), WORLD_SIZE="2"), worker.parent)
+    _two_processes(worker, out, _launched_like_devices(distributed._free_port()), worker.parent)
     weights = _weights(out)
     _assert_bitwise(weights[1:], weights[0])
     return weights[0], _rows(out)
@@ -231,3 +243,21 @@ def test_slurm_world_from_its_variables():
 def test_bad_launcher_variables_name_the_variable_and_what_is_valid(variables, message):
     with pytest.raises(gpucore.ConfigError, match=message):
         distributed.environment(variables)
+
+
+def test_a_stopped_rank_ends_the_job_after_dist_timeout_naming_the_rank(worker):
+    out = worker.parent / "sigstop"
+    rank0, rank1 = _start_two(worker, out, _launched_like_devices(distributed._free_port()), worker.parent, "sigstop")
+    try:
+        _, err = rank0.communicate(timeout=120)
+        ended = time.time()
+    finally:
+        rank1.kill()  # SIGKILL ends a stopped process too
+        rank1.communicate()
+    assert rank0.returncode != 0
+    assert f"a collective failed within dist_timeout {HANG_TIMEOUT} s: rank 1 of 2 did not arrive" in err, err[-3000:]
+    # The collective's timeout, then at most 5 s for the live ranks to report, then the exit (a loaded machine).
+    waited = ended - float((out / "stopped_at").read_text())
+    assert HANG_TIMEOUT <= waited < HANG_TIMEOUT + 5 + 10, waited
+    stats = json.load(open(out / "elastic" / "training_stats.json"))
+    assert stats["status"] == "failed" and "rank 1 of 2 did not arrive" in stats["error"]

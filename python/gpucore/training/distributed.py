@@ -145,10 +145,10 @@ def rendezvous_store(world: World, timeout: datetime.timedelta) -> dist.Store:
     return dist.PrefixStore(f"gpucore/attempt_{world.restart}", store)
 
 
-def start(world: World, device: torch.device, timeout_s: int) -> bool:
-    """Joins the process group (NCCL on CUDA, gloo otherwise); True when this call created it."""
+def start(world: World, device: torch.device, timeout_s: int) -> Optional[dist.Store]:
+    """Joins the process group (NCCL on CUDA, gloo otherwise); its store when this call created it, else None."""
     if not world.launched or dist.is_initialized():
-        return False
+        return None
     backend = "nccl" if device.type == "cuda" else "gloo"
     timeout = datetime.timedelta(seconds=timeout_s)
     try:
@@ -160,7 +160,48 @@ def start(world: World, device: torch.device, timeout_s: int) -> bool:
             f"{world.master_port} (set by {world.launcher}, restart attempt {world.restart}, dist_timeout "
             f"{timeout_s} s): {exc}. Every rank must start with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE; "
             "ranks of different restart attempts never meet") from exc
-    return True
+    return store
+
+
+# Where a collective failed because a peer is gone or stuck: gloo's and NCCL's words for it.
+_PEER_FAILURES = ("timed out", "timeout", "connection reset", "connection closed", "connection refused",
+                  "broken pipe", "nccl")
+
+
+def is_peer_failure(exc: BaseException) -> bool:
+    return isinstance(exc, dist.DistError) or (isinstance(exc, RuntimeError) and
+                                                any(words in str(exc).lower() for words in _PEER_FAILURES))
+
+
+def missing_ranks(world: World, store: dist.Store, wait_s: float) -> Optional[list]:
+    """After a collective failed: the ranks that do not report the failure too within `wait_s` (stopped, hung
+    or dead), or None when the store cannot tell (its host is the one gone). Every live rank reports, so
+    all of them name the same ranks."""
+    try:
+        store.set(f"failed/{world.rank}", "1")
+        deadline = time.monotonic() + wait_s
+        while True:
+            missing = [rank for rank in range(world.size) if not store.check([f"failed/{rank}"])]
+            if not missing or time.monotonic() >= deadline:
+                return missing
+            time.sleep(0.1)
+    except RuntimeError:
+        return None
+
+
+def peer_failure_error(world: World, store: dist.Store, timeout_s: int, exc: BaseException) -> TrainingError:
+    """The error for a collective that failed on this rank: which ranks did not arrive, so the launcher
+    (torchrun --max-restarts) can restart the job knowing whom to look at."""
+    missing = missing_ranks(world, store, min(timeout_s, 5))
+    if missing is None:
+        who = f"the store's host at {world.master_addr}:{world.master_port} does not answer either"
+    elif missing:
+        who = (f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} of {world.size} did not arrive "
+               "(stopped, hung or dead)")
+    else:
+        who = "every rank is alive, but a collective failed"
+    return TrainingError(f"rank {world.rank}: a collective failed within dist_timeout {timeout_s} s: {who}. "
+                         f"{type(exc).__name__}: {str(exc).strip()[:500]}")
 
 
 def check_same(value, what: str) -> None:

@@ -65,6 +65,11 @@ class FitLoop:
                 self.advance()
             call(self.callbacks, "on_fit_end", self)
         except BaseException as exc:
+            run = self.run
+            if run.group_store is not None and distributed.is_peer_failure(exc):
+                error = distributed.peer_failure_error(run.world, run.group_store, run.config.dist_timeout, exc)
+                self.write_stats("failed", str(error))
+                raise error from exc
             self.write_stats("failed", f"{type(exc).__name__}: {exc}")
             raise
         self.write_stats(self.status)
