@@ -131,7 +131,7 @@ KEYS = [
     Key("cuda_graphs", bool, False, "capture the whole step in a CUDA graph (not implemented yet)"),
     Key("deterministic", bool, False, "deterministic algorithms only (torch.use_deterministic_algorithms)"),
     Key("devices", int, 1, "processes for data-parallel training on this machine (one per GPU; gloo on CPU); >1 starts them itself, like torchrun --nproc_per_node", check=_positive, valid="> 0"),
-    Key("dist_timeout", int, 600, "seconds a collective (or the whole devices > 1 job) may wait before the job stops with an error", check=_positive, valid="> 0"),
+    Key("dist_timeout", int, 600, "seconds a collective (or the whole devices > 1 job) may wait before the job stops with an error", check=lambda v: 0 < v < 2**31, valid="> 0 and < 2^31 (seconds)"),
     Key("seed", int, 42, "seed for weights, data order and augmentation", check=_non_negative, valid=">= 0"),
     # evaluation, checkpoints, logs
     Key("monitor", str, "auto", "metric for best-model tracking and early stopping, e.g. val_accuracy, val_loss (auto: val_accuracy, val_seq_accuracy or val_iou when reported, else val_loss)"),

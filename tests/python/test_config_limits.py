@@ -17,6 +17,7 @@ IN_STEPS = r"\(the engine counts them in int64 optimizer steps\)"
     ("step_size", 2**40, r"> 0 and < 2\^31 " + IN_STEPS),
     ("milestones", [5, 2**40], r"a list of positive integers below 2\^31 " + IN_STEPS),
     ("crop_padding", 2**62, r">= 0 and < 65536 \(pixels\)"),
+    ("dist_timeout", 2**62, r"> 0 and < 2\^31 \(seconds\)"),
 ])
 def test_out_of_range_numbers_name_the_key_and_its_range(key, value, valid):
     with pytest.raises(gpucore.ConfigError, match=rf"config key '{key}' is .*; it must be {valid}"):
