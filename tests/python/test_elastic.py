@@ -1,6 +1,8 @@
 """Surviving failures on many processes: torchrun restarts after a SIGKILLed rank, and srun's SLURM variables.
 
-Two gloo processes on the CPU. A restarted job must end bitwise where an uninterrupted two-process run ends."""
+Two gloo processes on the CPU. A restarted job must end bitwise where an uninterrupted two-process run ends. The
+upstream failure in plain PyTorch, which these restarts would meet without gpucore's prefix per restart attempt,
+is stale_rendezvous_repro.py (a script: it fails in only some trials, slowly)."""
 import json
 import os
 import subprocess
@@ -62,33 +64,6 @@ WORKER = textwrap.dedent("""
     result = gpucore.train(config, model=mlp(), train_data=(x, y), callbacks=[KillMidEpoch()])
     torch.save(result.model.state_dict(), os.path.join(out, "weights_%%d.pt" %% rank))
 """) % {"steps": STEPS_PER_EPOCH, "epochs": EPOCHS, "hang_timeout": HANG_TIMEOUT}
-
-# The upstream failure without gpucore: a restarted gloo group on torchrun's store, with and without a prefix
-# per restart attempt. Rank 1 restarts late, so rank 0 reads rank 1's address of the dead attempt.
-PLAIN = textwrap.dedent("""
-    import datetime, os, signal, sys, time
-    import torch, torch.distributed as dist
-
-    rank, size, attempt = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), \\
-        int(os.environ["TORCHELASTIC_RESTART_COUNT"])
-    timeout = datetime.timedelta(seconds=8)
-    if attempt == 1 and rank == 1:
-        time.sleep(2)
-    if sys.argv[1] == "prefixed":
-        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), size, is_master=False,
-                              timeout=timeout)
-        dist.init_process_group("gloo", store=dist.PrefixStore(f"attempt_{attempt}", store), rank=rank,
-                                world_size=size, timeout=timeout)
-    else:
-        dist.init_process_group("gloo", timeout=timeout)  # env://, as torchrun's documentation shows
-    total = torch.ones(1)
-    dist.all_reduce(total)
-    if attempt == 0 and rank == 1:
-        os.kill(os.getpid(), signal.SIGKILL)
-    dist.barrier()
-    print(f"attempt {attempt} rank {rank} formed a group of {int(total.item())}")
-    dist.destroy_process_group()
-""")
 
 _LAUNCH_VARIABLES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
                      "TORCHELASTIC_USE_AGENT_STORE", "LOCAL_WORLD_SIZE")
@@ -179,18 +154,6 @@ def test_a_rank_killed_under_torchrun_restarts_and_ends_bitwise_like_an_uninterr
     assert sorted(os.listdir(out)) == ["elastic", "weights_0.pt", "weights_1.pt"]  # one run directory
     leftovers = [name for _, _, names in os.walk(out) for name in names if ".tmp-" in name]
     assert leftovers == []  # the killed write's temporary file was removed by the restart
-
-
-def test_plain_pytorch_restart_fails_on_stale_rendezvous_keys_and_a_prefix_per_attempt_fixes_it(tmp_path):
-    script = tmp_path / "plain.py"
-    script.write_text(PLAIN)
-    plain = _torchrun(script, "env", cwd=tmp_path)
-    assert plain.returncode != 0
-    assert "Connection refused" in plain.stderr or "connectFullMesh" in plain.stderr, plain.stderr[-3000:]
-    prefixed = _torchrun(script, "prefixed", cwd=tmp_path)
-    assert prefixed.returncode == 0, prefixed.stderr[-3000:]
-    assert sorted(line for line in prefixed.stdout.splitlines() if "formed" in line) == [
-        "attempt 1 rank 0 formed a group of 2", "attempt 1 rank 1 formed a group of 2"]
 
 
 def test_two_srun_tasks_train_like_torchrun_from_slurm_variables_alone(worker, uninterrupted):
