@@ -224,3 +224,18 @@ def test_a_stopped_rank_ends_the_job_after_dist_timeout_naming_the_rank(worker):
     assert HANG_TIMEOUT <= waited < HANG_TIMEOUT + 5 + 10, waited
     stats = json.load(open(out / "elastic" / "training_stats.json"))
     assert stats["status"] == "failed" and "rank 1 of 2 did not arrive" in stats["error"]
+
+
+def test_each_restart_attempt_meets_under_its_own_prefix_of_torchruns_store(monkeypatch):
+    # Deterministic, where the restart tests above meet the dead attempt's keys only when gloo reads them first.
+    import datetime
+
+    import torch.distributed as dist
+
+    agent = dist.TCPStore("127.0.0.1", 0, 1, is_master=True, timeout=datetime.timedelta(seconds=5))
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")  # torchrun's agent hosts the store: join as a client
+    for attempt in (0, 1):
+        world = distributed.World(0, 2, 0, True, "torchrun", "127.0.0.1", agent.port, attempt)
+        distributed.rendezvous_store(world, datetime.timedelta(seconds=5)).set("peer_address", f"of attempt {attempt}")
+    assert agent.get("gpucore/attempt_0/peer_address") == b"of attempt 0"
+    assert agent.get("gpucore/attempt_1/peer_address") == b"of attempt 1"
