@@ -36,6 +36,19 @@ class Key:
 _INT64_LIMIT = 2**63  # integer keys reach C++ as int64
 
 
+# Keys counted in epochs reach the engine as optimizer steps (int64): epochs x steps per epoch. Below 2^31
+# epochs leaves room for 2^32 steps per epoch.
+_EPOCHS_LIMIT = 2**31
+_IN_EPOCHS = "the engine counts them in int64 optimizer steps"
+# A crop padded by more pixels than this is no longer a crop of the image; the augment kernel's index
+# arithmetic (2 x padding + 1 offsets) must not overflow.
+_PADDING_LIMIT = 2**16
+
+
+def _epochs(value):
+    return 0 < value < _EPOCHS_LIMIT
+
+
 def _positive(value):
     return value > 0
 
@@ -65,10 +78,10 @@ KEYS = [
     Key("prefetch", int, 4, "cache none: batches decoded ahead of training", check=_positive, valid="> 0"),
     Key("val_fraction", float, 0.1, "share of the training data held out for validation when the data has no validation split", check=_fraction, valid="in [0, 1)"),
     Key("normalize", bool, True, "standardise inputs with the training set's mean and std, per channel for images (uint8 images are scaled to [0, 1] first)"),
-    Key("crop_padding", int, 0, "images: random crop of the image padded by this many pixels, each epoch (training only; 0: off)", check=_non_negative, valid=">= 0"),
+    Key("crop_padding", int, 0, "images: random crop of the image padded by this many pixels, each epoch (training only; 0: off)", check=lambda v: 0 <= v < _PADDING_LIMIT, valid=f">= 0 and < {_PADDING_LIMIT} (pixels)"),
     Key("hflip", bool, False, "images: random horizontal flip, each epoch (training only)"),
     # the loop
-    Key("epochs", int, 10, "training epochs", check=_positive, valid="> 0"),
+    Key("epochs", int, 10, "training epochs", check=_epochs, valid=f"> 0 and < 2^31 ({_IN_EPOCHS})"),
     Key("batch_size", int, 64, "micro-batch size", check=_positive, valid="> 0"),
     Key("eval_batch_size", int, 256, "batch size for validation", check=_positive, valid="> 0"),
     Key("accumulate_grad_batches", int, 1, "micro-batches per optimizer step (effective batch = batch_size x this)", check=_positive, valid="> 0"),
@@ -91,10 +104,10 @@ KEYS = [
     Key("eps", float, 1e-8, "Adam(W) epsilon", check=_positive, valid="> 0"),
     # schedule
     Key("schedule", str, "cosine", "learning-rate schedule", choices=["constant", "step", "multistep", "cosine", "onecycle"]),
-    Key("warmup_epochs", float, 0.0, "linear warm-up, in epochs (may be fractional)", check=_non_negative, valid=">= 0"),
-    Key("step_size", int, 10, "step: epochs between decays", check=_positive, valid="> 0"),
+    Key("warmup_epochs", float, 0.0, "linear warm-up, in epochs (may be fractional)", check=lambda v: 0 <= v < _EPOCHS_LIMIT, valid=f">= 0 and < 2^31 ({_IN_EPOCHS})"),
+    Key("step_size", int, 10, "step: epochs between decays", check=_epochs, valid=f"> 0 and < 2^31 ({_IN_EPOCHS})"),
     Key("gamma", float, 0.1, "step/multistep: decay factor", check=_positive, valid="> 0"),
-    Key("milestones", list, [], "multistep: epochs at which lr decays", check=lambda v: all(is_int(m) and 0 < m < _INT64_LIMIT for m in v), valid="a list of positive integers"),
+    Key("milestones", list, [], "multistep: epochs at which lr decays", check=lambda v: all(is_int(m) and _epochs(m) for m in v), valid=f"a list of positive integers below 2^31 ({_IN_EPOCHS})"),
     Key("min_lr", float, 0.0, "cosine: final learning rate", check=_non_negative, valid=">= 0"),
     Key("pct_start", float, 0.3, "onecycle: share of the run spent rising", check=lambda v: 0 < v < 1, valid="in (0, 1)"),
     Key("div_factor", float, 25.0, "onecycle: initial lr = lr / div_factor", check=_positive, valid="> 0"),
@@ -118,7 +131,7 @@ KEYS = [
     Key("cuda_graphs", bool, False, "capture the whole step in a CUDA graph (not implemented yet)"),
     Key("deterministic", bool, False, "deterministic algorithms only (torch.use_deterministic_algorithms)"),
     Key("devices", int, 1, "processes for data-parallel training on this machine (one per GPU; gloo on CPU); >1 starts them itself, like torchrun --nproc_per_node", check=_positive, valid="> 0"),
-    Key("dist_timeout", int, 600, "seconds a collective (or the whole devices > 1 job) may wait before the job stops with an error", check=_positive, valid="> 0"),
+    Key("dist_timeout", int, 600, "seconds a collective (or the whole devices > 1 job) may wait before the job stops with an error", check=lambda v: 0 < v < 2**31, valid="> 0 and < 2^31 (seconds)"),
     Key("seed", int, 42, "seed for weights, data order and augmentation", check=_non_negative, valid=">= 0"),
     # evaluation, checkpoints, logs
     Key("monitor", str, "auto", "metric for best-model tracking and early stopping, e.g. val_accuracy, val_loss (auto: val_accuracy, val_seq_accuracy or val_iou when reported, else val_loss)"),

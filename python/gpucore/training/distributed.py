@@ -29,32 +29,179 @@ class World:
     rank: int = 0
     size: int = 1
     local_rank: int = 0
-    launched: bool = False  # started by torchrun / devices: N (DDP even for one process)
+    launched: bool = False  # started by torchrun, srun or devices: N (DDP even for one process)
+    launcher: str = ""  # what described the world: "torchrun" (or devices: N), "slurm", "" (one process)
+    master_addr: str = ""  # where rank 0's (or torchrun's) store listens
+    master_port: int = 0
+    restart: int = 0  # TORCHELASTIC_RESTART_COUNT: 0 on the first attempt, N after torchrun's Nth restart
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
 
 
-def environment() -> World:
-    """The world torchrun (or `devices: N`) describes in the environment; size 1 without one."""
+def _int_variable(env, name: str, default: Optional[str] = None, low: int = 0, high: Optional[int] = None) -> int:
+    """Environment variable `name` as an integer in [low, high), or ConfigError naming it and the valid range."""
+    text = env.get(name, default)
+    if text is None:
+        raise ConfigError(f"environment variable {name} is not set; the launcher sets it (torchrun, srun)")
+    valid = f"an integer >= {low}" + (f" and < {high}" if high is not None else "")
     try:
-        size = int(os.environ.get("WORLD_SIZE", "1"))
-        rank = int(os.environ.get("RANK", "0"))
-        local_rank = int(os.environ.get("LOCAL_RANK", str(rank)))
-    except ValueError as exc:
-        raise ConfigError(f"WORLD_SIZE, RANK and LOCAL_RANK must be integers ({exc})") from exc
-    return World(rank, size, local_rank, "WORLD_SIZE" in os.environ)
+        value = int(text)
+    except ValueError:
+        raise ConfigError(f"environment variable {name} is {text!r}; it must be {valid}") from None
+    if value < low or (high is not None and value >= high):
+        raise ConfigError(f"environment variable {name} is {value}; it must be {valid}")
+    return value
 
 
-def start(world: World, device: torch.device, timeout_s: int) -> bool:
-    """Joins the process group (NCCL on CUDA, gloo otherwise); True when this call created it."""
+def environment(env=None) -> World:
+    """The world the launcher describes in the environment: torchrun (or devices: N) by WORLD_SIZE, RANK,
+    LOCAL_RANK, MASTER_ADDR, MASTER_PORT and TORCHELASTIC_RESTART_COUNT; srun (without torchrun) by SLURM's
+    variables (`slurm_world`); one process without either."""
+    env = os.environ if env is None else env
+    if "WORLD_SIZE" in env:
+        size = _int_variable(env, "WORLD_SIZE", low=1)
+        rank = _int_variable(env, "RANK", "0", high=size)
+        local_rank = _int_variable(env, "LOCAL_RANK", str(rank))
+        return World(rank, size, local_rank, True, "torchrun", _master_addr(env, None),
+                     _int_variable(env, "MASTER_PORT", low=1, high=65536),
+                     _int_variable(env, "TORCHELASTIC_RESTART_COUNT", "0"))
+    if _srun_used(env):
+        return slurm_world(env)
+    return World()
+
+
+def _master_addr(env, default: Optional[str]) -> str:
+    address = env.get("MASTER_ADDR", default)
+    if not address:
+        raise ConfigError("environment variable MASTER_ADDR is not set (or empty); it must name the host of rank 0, "
+                          "as torchrun sets it")
+    return address
+
+
+# ---- SLURM, as Lightning's SLURMEnvironment reads it ----------------------------------------------------
+
+def _srun_used(env) -> bool:
+    """Tasks started by srun: SLURM_NTASKS is set and the job is not an interactive shell (salloc's bash)."""
+    return "SLURM_NTASKS" in env and env.get("SLURM_JOB_NAME") not in ("bash", "interactive")
+
+
+def slurm_world(env) -> World:
+    """The world of tasks started by `srun` without torchrun: rank SLURM_PROCID of SLURM_NTASKS, local rank
+    SLURM_LOCALID; rank 0's store at MASTER_ADDR (default: the first host of SLURM_JOB_NODELIST) and
+    MASTER_PORT (default: 15000 + the last four digits of SLURM_JOB_ID, else 12910), as Lightning's."""
+    size = _int_variable(env, "SLURM_NTASKS", low=1)
+    rank = _int_variable(env, "SLURM_PROCID", high=size)
+    local_rank = _int_variable(env, "SLURM_LOCALID")
+    nodelist = env.get("SLURM_JOB_NODELIST", env.get("SLURM_NODELIST", "127.0.0.1"))
+    address = _master_addr(env, first_host(nodelist))
+    if "MASTER_PORT" in env:
+        port = _int_variable(env, "MASTER_PORT", low=1, high=65536)
+    elif env.get("SLURM_JOB_ID", "").isdigit():
+        port = 15000 + int(env["SLURM_JOB_ID"][-4:])
+    else:
+        port = 12910
+    return World(rank, size, local_rank, True, "slurm", address, port)
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a SLURM node list: 'node[001-004,007],gpu5' -> 'node001', 'a,b' -> 'a', 'a b' -> 'a',
+    'host[5]' -> 'host5' (Lightning's rules: the first entry, and of a bracketed range its first number, its
+    zero padding kept)."""
+    text = nodelist.strip()
+    depth, end = 0, len(text)
+    for index, char in enumerate(text):  # the first entry ends at a comma or space outside brackets
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if depth == 0 and char in ", ":
+            end = index
+            break
+    entry = text[:end]
+    opening = entry.find("[")
+    if opening < 0:
+        host = entry
+    else:
+        closing = entry.find("]", opening)
+        if closing < 0:
+            raise ConfigError(f"environment variable SLURM_JOB_NODELIST is {nodelist!r}: '[' without ']'")
+        first = entry[opening + 1:closing].split(",")[0].split("-")[0]
+        host = entry[:opening] + first + entry[closing + 1:]
+    if not host:
+        raise ConfigError(f"environment variable SLURM_JOB_NODELIST is {nodelist!r}: it names no host; set "
+                          "MASTER_ADDR to the host of rank 0")
+    return host
+
+
+# ---- the process group ----------------------------------------------------------------------------------
+
+def rendezvous_store(world: World, timeout: datetime.timedelta) -> dist.Store:
+    """The store the ranks meet in, under a prefix of the restart attempt. torchrun's agent hosts the store
+    (TORCHELASTIC_USE_AGENT_STORE) and keeps it across restarts, so without the prefix a restarted group
+    reads the dead attempt's keys (gloo's peer addresses, NCCL's unique id) and never forms (pytorch issue
+    167288). Elsewhere rank 0 hosts it."""
+    agent_hosts = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(world.master_addr, world.master_port, world.size, is_master=world.is_main and not agent_hosts,
+                          timeout=timeout)
+    return dist.PrefixStore(f"gpucore/attempt_{world.restart}", store)
+
+
+def start(world: World, device: torch.device, timeout_s: int) -> Optional[dist.Store]:
+    """Joins the process group (NCCL on CUDA, gloo otherwise); its store when this call created it, else None."""
     if not world.launched or dist.is_initialized():
-        return False
+        return None
     backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s), rank=world.rank,
-                            world_size=world.size)
-    return True
+    timeout = datetime.timedelta(seconds=timeout_s)
+    try:
+        store = rendezvous_store(world, timeout)
+        dist.init_process_group(backend, store=store, timeout=timeout, rank=world.rank, world_size=world.size)
+    except RuntimeError as exc:  # torch.distributed.DistError among them
+        raise TrainingError(
+            f"rank {world.rank} of {world.size} could not join the process group at {world.master_addr}:"
+            f"{world.master_port} (set by {world.launcher}, restart attempt {world.restart}, dist_timeout "
+            f"{timeout_s} s): {exc}. Every rank must start with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE; "
+            "ranks of different restart attempts never meet") from exc
+    return store
+
+
+# Where a collective failed because a peer is gone or stuck: gloo's and NCCL's words for it.
+_PEER_FAILURES = ("timed out", "timeout", "connection reset", "connection closed", "connection refused",
+                  "broken pipe", "nccl")
+
+
+def is_peer_failure(exc: BaseException) -> bool:
+    return isinstance(exc, dist.DistError) or (isinstance(exc, RuntimeError) and
+                                                any(words in str(exc).lower() for words in _PEER_FAILURES))
+
+
+def missing_ranks(world: World, store: dist.Store, wait_s: float) -> Optional[list]:
+    """After a collective failed: the ranks that do not report the failure too within `wait_s` (stopped, hung
+    or dead), or None when the store cannot tell (its host is the one gone). Every live rank reports, so
+    all of them name the same ranks."""
+    try:
+        store.set(f"failed/{world.rank}", "1")
+        deadline = time.monotonic() + wait_s
+        while True:
+            missing = [rank for rank in range(world.size) if not store.check([f"failed/{rank}"])]
+            if not missing or time.monotonic() >= deadline:
+                return missing
+            time.sleep(0.1)
+    except RuntimeError:
+        return None
+
+
+def peer_failure_error(world: World, store: dist.Store, timeout_s: int, exc: BaseException) -> TrainingError:
+    """The error for a collective that failed on this rank: which ranks did not arrive, so the launcher
+    (torchrun --max-restarts) can restart the job knowing whom to look at."""
+    missing = missing_ranks(world, store, min(timeout_s, 5))
+    if missing is None:
+        who = f"the store's host at {world.master_addr}:{world.master_port} does not answer either"
+    elif missing:
+        who = (f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} of {world.size} did not arrive "
+               "(stopped, hung or dead)")
+    else:
+        who = "every rank is alive, but a collective failed"
+    return TrainingError(f"rank {world.rank}: a collective failed within dist_timeout {timeout_s} s: {who}. "
+                         f"{type(exc).__name__}: {str(exc).strip()[:500]}")
 
 
 def check_same(value, what: str) -> None:

@@ -48,6 +48,7 @@ class FitLoop:
         self.should_stop = False  # set by a callback: the run ends after this epoch, with status stop_status
         self.stop_status = "stopped"
         self.oom_reductions: List[dict] = []  # each out-of-memory retry: epoch, new batch_size, accumulation
+        self.resumed: Optional[dict] = None  # the checkpoint a resume read, its epoch and data position
 
     # ---- the loop -----------------------------------------------------------------------------
     @property
@@ -57,12 +58,18 @@ class FitLoop:
     def fit(self) -> str:
         """Trains to the end; returns the status: completed, early_stopped, stopped or interrupted."""
         self.write_stats("running")
+        self.run.run_dir.open_scalars(self.epoch + 1)
         try:
             call(self.callbacks, "on_fit_start", self)
             while not self.done:
                 self.advance()
             call(self.callbacks, "on_fit_end", self)
         except BaseException as exc:
+            run = self.run
+            if run.group_store is not None and distributed.is_peer_failure(exc):
+                error = distributed.peer_failure_error(run.world, run.group_store, run.config.dist_timeout, exc)
+                self.write_stats("failed", str(error))
+                raise error from exc
             self.write_stats("failed", f"{type(exc).__name__}: {exc}")
             raise
         self.write_stats(self.status)
@@ -221,6 +228,7 @@ class FitLoop:
                 callback.load_state_dict(states[key])
         call(self.callbacks, "on_load_checkpoint", checkpoint)
         run.run_dir.write_history(self.history)  # rows written after this checkpoint (a kill) are dropped
+        self.resumed = {"from": path, "epoch": self.epoch, "position": self.skip}
 
     def skipped_files(self) -> List[str]:
         return sorted(set().union(*(s.skipped_files() for s in (self.run.train_set, self.run.val_set) if s is not None)))
@@ -230,6 +238,8 @@ class FitLoop:
         run.run_dir.write_stats(dict(run.summary(), **({"oom_reductions": self.oom_reductions}
                                                         if self.oom_reductions else {}),
                                      status=status, error=error, epochs=self.history,
+                                     resume=dict(self.resumed or {}, asked=run.run_dir.resume,
+                                                 implied_by_restart=run.run_dir.resume_implied),
                                      best=self.checkpoints.state_dict(), steps=run.engine.steps_taken(),
                                      skipped_steps=run.engine.steps_skipped(), host_syncs=run.engine.host_syncs(),
                                      skipped_files=self.skipped_files()))

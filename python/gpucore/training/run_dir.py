@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 from typing import List, Optional
 
 from ..checkpoint import remove_stale_temporaries, save_checkpoint, write_json, write_jsonl
@@ -18,7 +19,15 @@ class RunDir:
         self.world = world
         parent = os.path.abspath(config.run_dir)
         path = os.path.join(parent, config.name)
-        self.resume_from = resume_path(config, path)
+        # torchrun restarted the job: the attempt continues from the run's newest checkpoint unasked.
+        self.resume = "auto" if config.resume is None and world.restart > 0 else config.resume
+        self.resume_implied = self.resume != config.resume
+        # Rank 0's choice for every rank: one checkpoint, even where the ranks' clocks or file views differ.
+        self.resume_from = distributed.broadcast(resume_path(self.resume, path) if world.is_main else None)
+        if self.resume_implied and world.is_main:
+            found = f"resuming from {self.resume_from}" if self.resume_from else "no checkpoint yet: starting over"
+            print(f"gpucore: torchrun restart {world.restart} (TORCHELASTIC_RESTART_COUNT) implies resume: auto; "
+                  f"{found}", file=sys.stderr, flush=True)
         if self.resume_from is None:  # a new run: a directory no earlier run's checkpoints are in
             path = distributed.broadcast(free_run_dir(parent, config.name) if world.is_main else None)
         self.path = path
@@ -39,12 +48,18 @@ class RunDir:
         for folder in (self.path, self.checkpoint_dir):
             remove_stale_temporaries(folder)
         write_json(os.path.join(self.path, CONFIG), config.to_dict())
+
+    def open_scalars(self, first_epoch: int) -> None:
+        """TensorBoard's writer, from epoch `first_epoch` on: events an earlier, killed start logged for that
+        epoch or later are hidden (purge_step), so a resumed run shows each epoch once."""
+        if not self.world.is_main:
+            return
         try:
             from torch.utils.tensorboard import SummaryWriter
-
-            self._tensorboard = SummaryWriter(os.path.join(self.path, TENSORBOARD))
         except ImportError:
-            pass
+            return
+        self._tensorboard = SummaryWriter(os.path.join(self.path, TENSORBOARD),
+                                          purge_step=first_epoch if first_epoch > 1 else None)
 
     def save(self, name: str, payload: dict) -> None:
         """Writes checkpoints/NAME atomically; every rank waits until it is complete."""
@@ -103,12 +118,12 @@ def free_run_dir(parent: str, name: str) -> str:
     raise AssertionError("unreachable")
 
 
-def resume_path(config, run_dir: str) -> Optional[str]:
-    """The checkpoint config key `resume` names; for `auto` the newer of interrupted.pt and last.pt, if any."""
-    if config.resume is None:
+def resume_path(resume: Optional[str], run_dir: str) -> Optional[str]:
+    """The checkpoint `resume` (config key resume) names; for `auto` the newer of interrupted.pt and last.pt, if any."""
+    if resume is None:
         return None
-    if config.resume != "auto":
-        return config.resume
+    if resume != "auto":
+        return resume
     candidates = [os.path.join(run_dir, CHECKPOINTS, name) for name in RESUME_CANDIDATES]
     existing = [path for path in candidates if os.path.isfile(path)]
     return max(existing, key=os.path.getmtime) if existing else None

@@ -50,18 +50,20 @@ class Run:
     channels_last: bool  # config key channels_last, resolved
     engine: Any
     run_dir: RunDir
-    created_group: bool
+    group_store: Optional[Any]  # the store of the process group this run created (None: it created none)
 
     def summary(self) -> dict:
         """The facts of the run for training_stats.json."""
         return {"device": str(self.device), "device_reason": self.device_reason, "precision": self.policy.to_dict(),
                 "channels_last": self.channels_last, "torch": torch.__version__, "config": self.config.to_dict(),
                 "classes": self.classes, "run_dir": self.run_dir.path,
+                "launcher": self.world.launcher or None, "world_size": self.world.size,
+                "restart": self.world.restart,  # TORCHELASTIC_RESTART_COUNT
                 "pretrained": self.pretrained.to_dict() if self.pretrained else None}
 
     def close(self) -> None:
         self.run_dir.close()
-        if self.created_group:
+        if self.group_store is not None:
             torch.distributed.destroy_process_group()
 
 
@@ -76,7 +78,7 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
         preference = f"cuda:{world.local_rank}"  # each process binds its local GPU
     choice = select_device(preference, no_cuda=config.no_cuda, no_mps=config.no_mps or world.launched)
     device = str(choice.device)
-    created_group = distributed.start(world, choice.device, config.dist_timeout)
+    group_store = distributed.start(world, choice.device, config.dist_timeout)
     distributed.check_same(json.dumps(config.to_dict(), sort_keys=True), "the configuration")
     policy = resolve_precision(config.precision, choice.device, tf32=config.tf32, cudnn_benchmark=config.cudnn_benchmark)
     policy.apply()
@@ -105,7 +107,7 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
                classes=classes, input_shape=_input_shape(train_data), pretrained=pretrained,
                train_set=train_set, val_set=val_set, steps_per_epoch=steps_per_epoch, channels_last=channels_last,
                engine=engine, run_dir=run_dir,
-               created_group=created_group)
+               group_store=group_store)
 
 
 def _load_pretrained(module: nn.Module, config, world: distributed.World) -> Optional[LoadReport]:
