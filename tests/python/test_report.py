@@ -248,3 +248,36 @@ def test_report_cam_layer_is_the_layer_of_the_top_losses_grad_cam(tmp_path, monk
         torch.testing.assert_close(cams, expected, rtol=1e-4, atol=1e-4)
     auto = gpucore.gradcam(model, "auto", calls[0][1], targets=calls[0][2]).cams
     assert (auto - calls[0][3]).abs().max() > 0.05  # not the automatic layer's maps
+
+
+def test_report_of_a_streamed_fine_tuned_run_counts_the_folders_images(tmp_path):
+    """An image folder read batch by batch (cache: none) into a fine-tuned model (pretrained weights, frozen
+    backbone): the report's per-class support is the folder's count of validation images per class, and its
+    recalls give back the run's val_accuracy."""
+    from gpucore.data.png import encode_png
+
+    (x, y), (xv, yv) = synthetic_fashion(train_size=120, val_size=60, seed=4)
+    for split, images, labels in (("train", x, y), ("val", xv, yv)):
+        for i, (image, label) in enumerate(zip(images, labels.tolist())):
+            folder = tmp_path / "images" / split / CLASS_NAMES["synthetic_fashion"][label].replace(" ", "_")
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"{i}.png").write_bytes(encode_png(image.reshape(28, 28)))
+    torch.manual_seed(0)
+    weights = tmp_path / "start.pt"
+    torch.save(gpucore.models.FashionMnistCNN().state_dict(), weights)
+    result = gpucore.train(dict(data=str(tmp_path / "images"), data_kwargs={"channels": 1}, cache="none", epochs=2,
+                                batch_size=32, progress=False, device="cpu", pretrained=str(weights),
+                                freeze="backbone", freeze_epochs=1, run_dir=str(tmp_path / "runs")))
+    stats = json.load(open(result.stats_path))
+    assert stats["pretrained"]["loaded"] == len(torch.load(weights))  # the fine-tuning start was loaded
+    rows = json.load(open(os.path.join(result.run_dir, "per_class.json")))
+    folders = sorted(os.listdir(tmp_path / "images" / "val"))
+    assert [r["class"] for r in rows] == folders
+    assert [r["support"] for r in rows] == [len(os.listdir(tmp_path / "images" / "val" / f)) for f in folders]
+    best = next(row for row in result.history if row["epoch"] == result.best_epoch)
+    correct = sum(r["recall"] * r["support"] for r in rows)
+    assert correct / 60 == pytest.approx(best["val_accuracy"], abs=1e-9)
+    page = open(os.path.join(result.run_dir, "report.html"), encoding="utf-8").read()
+    assert "Not drawn" not in page
+    for name in ("confusion_matrix", "val_predictions", "top_losses", "train_batch"):
+        _png(os.path.join(result.run_dir, "plots", f"{name}.png"))
