@@ -20,6 +20,20 @@ except ImportError:
     pass  # not installed: the tests that need it skip
 
 
+def resident_bytes() -> int:
+    """The process's memory in use, for leak tests: garbage collected first, and what glibc's arenas hold freed
+    given back to the system (malloc_trim), so the resident set is what is in use."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+    return gdevice.memory_stats("cpu")["allocated"]
+
+
 def require(name):
     """The module `name`, for a test that needs it: skips the test when the package is not installed at all, and
     fails it (the import's own error) when it is installed but cannot be imported, which pytest.importorskip would

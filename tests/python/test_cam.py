@@ -1,5 +1,4 @@
 """Grad-CAM against a plain PyTorch reference written here with pytorch-grad-cam's formulas."""
-import gc
 import importlib.util
 
 import pytest
@@ -335,15 +334,7 @@ def test_ops_pass_opcheck():
 
 def test_memory_is_flat_over_200_calls():
     # 200 calls may grow the process by a quarter CAM each: keeping every call's CAM (8 KB) alive fails.
-    import ctypes
-
-    def rss():
-        gc.collect()
-        try:  # what glibc's arenas hold freed goes back to the system: the resident set is what is in use
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
-        except (OSError, AttributeError):
-            pass
-        return gpucore.memory_stats("cpu")["allocated"]
+    from conftest import resident_bytes as rss
 
     model = make_model()
     x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(311))

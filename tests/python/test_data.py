@@ -378,16 +378,7 @@ def test_dataloader_resumes_mid_epoch_exactly():
 def test_dataloader_memory_is_flat_across_epochs():
     # One epoch's batches are 7.4 MB (600 x 3 x 32 x 32 float32); 8 epochs may grow the process by a quarter
     # of one epoch: keeping even one batch per epoch alive (8 x 614 KB) fails, as does keeping an epoch.
-    import ctypes
-    import gc
-
-    def rss():
-        gc.collect()
-        try:  # what glibc's arenas hold freed goes back to the system: the resident set is what is in use
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
-        except (OSError, AttributeError):
-            pass
-        return gpucore.memory_stats("cpu")["allocated"]
+    from conftest import resident_bytes as rss
 
     loader = gpucore.DataLoader(image_set(600, size=32), batch_size=50, device="cpu", crop_padding=2, hflip=True)
     epoch_bytes = sum(x.nbytes + y.nbytes for x, y in loader)

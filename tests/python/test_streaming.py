@@ -1,7 +1,5 @@
 """Image files decoded while training runs (cache none): the same batches as the in-memory path, resize,
 unreadable files, resume, shards, memory; segmentation masks that follow the images' crop and flip."""
-import ctypes
-import gc
 import os
 
 import numpy as np
@@ -124,23 +122,13 @@ def test_streaming_resumes_mid_epoch_and_shards_cover_every_sample(tmp_path):
     assert torch.cat(seen).unique(dim=0).shape[0] == 30
 
 
-def trim():
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc
-        pass
-
-
 def test_streaming_memory_is_flat_and_freed(tmp_path):
     # One epoch's batches are 3.3 MB (120 x 3 x 48 x 48 float32). 8 epochs may grow the process by a quarter of
     # one epoch: keeping one batch per epoch alive (8 x 442 KB) fails. Five loaders dropped after one batch may
     # too: one loader left alive with its 8 prefetched batches (3.5 MB) fails.
     root = str(image_folder(tmp_path / "train", per_class=40, size=(48, 48)))
 
-    def rss():
-        gc.collect()
-        trim()  # what glibc's arenas hold freed goes back to the system: the resident set is what is in use
-        return gpucore.memory_stats("cpu")["allocated"]
+    from conftest import resident_bytes as rss
 
     loader = gpucore.DataLoader(data.read_image_folder(root), batch_size=16, device="cpu", cache="none", hflip=True)
     epoch_bytes = sum(x.nbytes + y.nbytes for x, y in loader)
