@@ -255,17 +255,23 @@ def test_dataset_and_dataloader_inputs(tmp_path):
     assert from_loader.steps == 6
 
 
+class Picky(nn.Module):
+    """An MLP that runs out of memory on batches over 16, as a GPU would; records the first input column of each
+    training batch it takes into `trained` (the samples' ids where the test puts them there)."""
+
+    def __init__(self, trained=None):
+        super().__init__()
+        self.net, self.trained = mlp(), trained
+
+    def forward(self, x):
+        if x.shape[0] > 16:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        if self.training and self.trained is not None:
+            self.trained.extend(x[:, 0].round().long().tolist())
+        return self.net(x)
+
+
 def test_reduce_batch_on_out_of_memory(tmp_path):
-    class Picky(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.net = mlp()
-
-        def forward(self, x):
-            if x.shape[0] > 16:
-                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-            return self.net(x)
-
     x, y = tensors(128)
     with pytest.warns(RuntimeWarning, match="batch_size 16"):
         result = gpucore.train(plain(tmp_path, batch_size=64, on_oom="reduce_batch"), model=Picky(), train_data=(x, y))
@@ -279,18 +285,6 @@ def test_out_of_memory_halving_then_a_mid_epoch_resume_serves_every_sample_once(
     run goes on in the checkpoint's batches, so each of the epoch's 128 samples is trained on exactly once."""
     trained = []  # the ids of the samples each successful training forward saw
 
-    class Picky(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.net = mlp()
-
-        def forward(self, x):
-            if x.shape[0] > 16:
-                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-            if self.training:
-                trained.extend(x[:, 0].round().long().tolist())
-            return self.net(x)
-
     class StopAfterFirstStep:
         def on_step_end(self, step, metrics):
             raise KeyboardInterrupt
@@ -299,11 +293,11 @@ def test_out_of_memory_halving_then_a_mid_epoch_resume_serves_every_sample_once(
     x[:, 0] = torch.arange(128, dtype=torch.float32)  # each sample's id
     config = plain(tmp_path, batch_size=64, on_oom="reduce_batch", shuffle=True, log_every_n_steps=1)
     with pytest.warns(RuntimeWarning, match="batch_size 16 and accumulate_grad_batches 4"):
-        stopped = gpucore.train(config, model=Picky(), train_data=(x, y), callbacks=[StopAfterFirstStep()])
+        stopped = gpucore.train(config, model=Picky(trained), train_data=(x, y), callbacks=[StopAfterFirstStep()])
     assert stopped.status == "interrupted" and sorted(trained) != list(range(128)) and len(trained) == 64
     saved = torch.load(os.path.join(stopped.checkpoint_dir, "interrupted.pt"), weights_only=True)
     assert saved["position"] == 4 and saved["batching"] == {"batch_size": 16, "accumulate_grad_batches": 4}
-    resumed = gpucore.train(dict(config, resume="auto"), model=Picky(), train_data=(x, y))
+    resumed = gpucore.train(dict(config, resume="auto"), model=Picky(trained), train_data=(x, y))
     assert resumed.status == "completed" and resumed.steps == 2
     assert sorted(trained) == list(range(128))
 
