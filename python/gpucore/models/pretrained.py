@@ -194,13 +194,18 @@ def load_pretrained(model: nn.Module, path: str, strict: bool) -> LoadReport:
     own = model.state_dict()
     head, first_conv = classifier_head(model), input_conv(model)
     report, fitted = LoadReport(path), {}
+
+    def other_shape(name: str, file_shape: tuple, model_shape: tuple) -> None:
+        if head is not None and is_under(name, head):
+            report.head.append(name)
+        else:
+            report.mismatched.append(f"{name}: {file_shape} in the file, {model_shape} in the model")
+
+    mismatched = {}  # transformers' folder reader leaves these out of `state`: the file holds them in another shape
     if os.path.isdir(path) and any(cls.__module__.startswith("transformers.") for cls in type(model).__mro__):
         state, report.unexpected, mismatched = _transformers_folder_state(model, path)
         for name, (file_shape, model_shape) in mismatched.items():
-            if head is not None and is_under(name, head):
-                report.head.append(name)
-            else:
-                report.mismatched.append(f"{name}: {file_shape} in the file, {model_shape} in the model")
+            other_shape(name, file_shape, model_shape)
     else:
         state = read_state_dict(path)
     for name, tensor in state.items():
@@ -209,16 +214,15 @@ def load_pretrained(model: nn.Module, path: str, strict: bool) -> LoadReport:
             report.unexpected.append(name)
         elif target.shape == tensor.shape:
             fitted[name] = tensor
-        elif head is not None and is_under(name, head):
-            report.head.append(name)
         elif (first_conv is not None and name == f"{first_conv}.weight" and tensor.dim() == 4 and tensor.shape[1] == 3
+              and not (head is not None and is_under(name, head))
               and tensor.shape[:1] + tensor.shape[2:] == target.shape[:1] + target.shape[2:]):
             fitted[name] = adapt_input_conv(tensor, target.shape[1])
             report.adapted.append(f"{name}: 3 -> {target.shape[1]} channels")
         else:
-            report.mismatched.append(f"{name}: {tuple(tensor.shape)} in the file, {tuple(target.shape)} in the model")
+            other_shape(name, tuple(tensor.shape), tuple(target.shape))
     for name in own:
-        if name in state or name in report.head or any(entry.startswith(name + ":") for entry in report.mismatched):
+        if name in state or name in mismatched:
             continue
         if head is not None and is_under(name, head):
             report.head.append(name)
