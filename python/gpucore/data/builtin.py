@@ -176,6 +176,11 @@ def find_fashion_mnist(path: Optional[str] = None) -> Optional[str]:
     return None
 
 
+def _searched_places() -> str:
+    """Where find_fashion_mnist looks, for messages that say where to put the files."""
+    return ", ".join([f"${FASHION_MNIST_ENV}"] + FASHION_MNIST_PLACES)
+
+
 def fashion_mnist(path: Optional[str] = None, train_size: Optional[int] = None, val_size: Optional[int] = None):
     """The real Fashion-MNIST from its original IDX files: 60,000 training images, and the 10,000 test
     images as the validation split (the first train_size / val_size of each when given). Where the files
@@ -184,9 +189,8 @@ def fashion_mnist(path: Optional[str] = None, train_size: Optional[int] = None, 
     if folder is None:
         import warnings
 
-        places = ", ".join([f"${FASHION_MNIST_ENV}"] + FASHION_MNIST_PLACES)
-        warnings.warn(f"Fashion-MNIST's files were not found ({places}; or data_kwargs path). Install Debian/"
-                      f"Ubuntu's dataset-fashion-mnist, or put {_FASHION_MNIST_FILES} in one of those folders. "
+        warnings.warn(f"Fashion-MNIST's files were not found ({_searched_places()}; or data_kwargs path). Install "
+                      f"Debian/Ubuntu's dataset-fashion-mnist, or put {_FASHION_MNIST_FILES} in one of those folders. "
                       "Training on the SYNTHETIC Fashion-MNIST-shaped set instead: its accuracy means nothing for "
                       "the real data.", RuntimeWarning, stacklevel=3)
         return synthetic_fashion(**{k: v for k, v in (("train_size", train_size), ("val_size", val_size)) if v})
@@ -206,10 +210,9 @@ def fashion_mnist_foreground(path: Optional[str] = None, train_size: int = 6000,
     Fashion-MNIST's training files, validation images from its test files, so the held-out garments are unseen."""
     folder = find_fashion_mnist(path)
     if folder is None:
-        places = ", ".join([f"${FASHION_MNIST_ENV}"] + FASHION_MNIST_PLACES)
         raise ConfigError(f"data set 'fashion_mnist_foreground' needs the real Fashion-MNIST's files ("
-                          f"{_FASHION_MNIST_FILES}) in one of {places}, or data_kwargs path; Debian/Ubuntu's "
-                          "dataset-fashion-mnist installs them")
+                          f"{_FASHION_MNIST_FILES}) in one of {_searched_places()}, or data_kwargs path; "
+                          "Debian/Ubuntu's dataset-fashion-mnist installs them")
     if not is_int(size) or size < 42:
         raise ConfigError(f"config key 'data_kwargs': size of data set 'fashion_mnist_foreground' must be an integer "
                           f">= 42 (a 28-pixel garment enlarged 1.5 times must fit), got {size!r}")
