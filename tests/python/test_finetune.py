@@ -349,7 +349,7 @@ def test_timm_convnext_from_a_safetensors_file_one_channel_and_new_head(tmp_path
 @needs_timm
 @needs_hub
 def test_timm_weights_from_the_hugging_face_cache_or_where_to_get_them(tmp_path, monkeypatch):
-    import huggingface_hub
+    import huggingface_hub.constants  # a submodule: the package's lazy attributes do not include it
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     model = build_model("timm:convnext_atto", {"pretrained": False})  # False: no download asked, so allowed
