@@ -152,16 +152,16 @@ def test_draws_follow_timms_distribution(timm_mixup):
     """Many draws of ours and of timm's: the share mixed, the share CutMix, lambda's distribution (two-sample
     Kolmogorov-Smirnov), with the box's clipping (correct_lam) and without."""
     stats = require("scipy.stats")
-    draws = 3000
+    draws = 20000
     for correct_lam in (False, True):
         ours = _C.draw_mix(mix_config(mixup_alpha=0.4, cutmix_alpha=1.0, prob=0.7, switch_prob=0.4, mode="elem",
                                       correct_lam=correct_lam, seed=5), 0, 0, draws, 32, 32)
         our_kinds = [kind(r) for r in ours]
         mixer = timm_mixup.Mixup(mixup_alpha=0.4, cutmix_alpha=1.0, prob=0.7, switch_prob=0.4, correct_lam=correct_lam)
         np.random.seed(5)
+        lams, cutmixes = mixer._params_per_elem(draws)
         their_kinds, their_lams = [], {"mixup": [], "cutmix": []}
-        for _ in range(draws):
-            lam, cutmix = mixer._params_per_batch()
+        for lam, cutmix in zip(lams.tolist(), cutmixes.tolist()):
             if lam == 1.0:
                 their_kinds.append("none")
                 continue
