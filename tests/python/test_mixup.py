@@ -1,5 +1,7 @@
 """Mixup and CutMix in the engine against timm's Mixup and SoftTargetCrossEntropy: the mixed inputs and soft targets
 for the same lambda and box, the loss, the draws' distribution, accuracy on the true labels, a bitwise resume."""
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -258,3 +260,19 @@ def test_engine_checks_of_what_it_can_only_see_in_the_batch():
     with pytest.raises(gpucore.ConfigError, match="cutmix_minmax.*2 x 2"):
         train(mix_config(cutmix_minmax=[0.1, 0.3]), torch.randn(4, 1, 2, 2))
     train(mix_config(mixup_alpha=1.0), torch.randn(4, 4))  # mixup alone mixes any floating-point inputs
+
+
+def test_two_data_parallel_ranks_mix_their_shards_and_agree(tmp_path):
+    from test_distributed import MODELS, WORKER, run_workers
+
+    (tmp_path / "ddp_models.py").write_text(MODELS)
+    (tmp_path / "worker.py").write_text(WORKER)
+    keys = {"mixup_alpha": 0.4, "cutmix_alpha": 1.0, "label_smoothing": 0.1}
+    two = run_workers(tmp_path, tmp_path / "two", 2, batch=16, accumulate=2, keys=keys)
+    # Unmixed, one process with the same global batch trains as the two ranks do to 1e-5 (test_distributed).
+    (plain,) = run_workers(tmp_path, tmp_path / "plain", 1, batch=32, accumulate=2)
+    for name in two[0]:
+        assert torch.equal(two[0][name], two[1][name]), name
+    assert not torch.allclose(two[0]["1.weight"], plain["1.weight"], rtol=1e-3, atol=1e-4)
+    stats = json.load(open(tmp_path / "two" / "ddp" / "training_stats.json"))
+    assert stats["status"] == "completed" and "train_accuracy" in stats["epochs"][-1]
