@@ -52,6 +52,11 @@ void check_config(const EngineConfig& c) {
     throw ConfigError("max_nonfinite_steps must be >= 1, got " + std::to_string(c.max_nonfinite_steps));
   }
   validate(c.schedule);
+  if (c.mixup.enabled() && (c.loss.kind != LossKind::kCrossEntropy || c.loss.heads != 0)) {
+    throw ConfigError("mixup and CutMix (config keys mixup_alpha, cutmix_alpha, cutmix_minmax) need single-label "
+                      "classification (loss cross_entropy without heads), got loss " + to_string(c.loss.kind) +
+                      (c.loss.heads != 0 ? " with " + std::to_string(c.loss.heads) + " heads" : std::string()));
+  }
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -66,7 +71,8 @@ Engine::Engine(std::vector<ParamGroup> groups, EngineConfig config)
       optimizer_(groups, config_.optimizer),
       scaler_(config_.scaler, device_),
       params_(flatten(groups)),
-      train_metrics_(config_.loss, config_.top_k, device_) {
+      train_metrics_(config_.loss, config_.top_k, device_),
+      mixer_(config_.mixup, config_.loss.label_smoothing, device_) {
   if (params_.empty()) throw ConfigError("the model has no trainable parameters (all requires_grad=False?)");
   const auto counter = at::TensorOptions().dtype(at::kFloat).device(device_);
   counters_ = at::zeros({3}, counter);
@@ -108,7 +114,8 @@ at::Tensor checked_output(const at::Tensor& output) {
 
 }  // namespace
 
-EpochStats Engine::train_epoch(BatchSource& batches, const ForwardFn& forward, const LossFn& loss, const LogFn& on_log) {
+EpochStats Engine::train_epoch(BatchSource& batches, const ForwardFn& forward, const LossFn& loss, const LogFn& on_log,
+                               int64_t epoch, int64_t first_batch) {
   const auto start = std::chrono::steady_clock::now();
   MetricTracker& tracker = train_metrics_;
   tracker.reset();
@@ -116,6 +123,9 @@ EpochStats Engine::train_epoch(BatchSource& batches, const ForwardFn& forward, c
   const int64_t total = batches.remaining();
   const int64_t k = config_.accumulate_grad_batches;
   windows_in_epoch_ = 0;
+  const bool mixing = mixer_.enabled();
+  LossConfig soft_loss = config_.loss;
+  soft_loss.label_smoothing = 0.0;  // the mixed targets carry it
   at::Tensor inputs, targets;
   for (int64_t index = 0; index < total && batches.next(inputs, targets); ++index) {
     // The last window of an epoch may be short; dividing by its real length keeps the step equal
@@ -125,10 +135,12 @@ EpochStats Engine::train_epoch(BatchSource& batches, const ForwardFn& forward, c
     at::Tensor output;
     {
       AutocastGuard autocast(device_.type(), config_.autocast_dtype);
-      output = checked_output(forward(prepare_inputs(inputs, config_), last_in_window));
+      const at::Tensor x = prepare_inputs(inputs, config_);
+      output = checked_output(forward(mixing ? mixer_.inputs(x, epoch, first_batch + index) : x, last_in_window));
     }
-    const at::Tensor value = loss_of(config_.loss, output, targets, loss);
-    tracker.update(output, targets, value);
+    const at::Tensor value = mixing ? loss_of(soft_loss, output, mixer_.targets(targets, output), loss)
+                                    : loss_of(config_.loss, output, targets, loss);
+    tracker.update(output, targets, value);  // accuracy on the hard labels, also when mixed
     torch::autograd::backward({scaler_.scale(window_len == 1 ? value : value / static_cast<double>(window_len))});
     if (last_in_window) {
       optimizer_step();

@@ -89,6 +89,13 @@ KEYS = [
     Key("drop_last", bool, False, "drop the last incomplete training batch"),
     Key("loss", str, "cross_entropy", "built-in loss", choices=["cross_entropy", "multilabel_soft_margin", "bce_with_logits", "dice_bce", "ctc"]),
     Key("label_smoothing", float, 0.0, "cross_entropy label smoothing", check=_fraction, valid="in [0, 1)"),
+    Key("mixup_alpha", float, 0.0, "mixup, as timm's Mixup: each training batch blended with its reversed order by lambda ~ Beta(alpha, alpha), the targets one-hot (with label_smoothing) and blended alike, the loss their soft-target cross-entropy; accuracy still counts the true labels (single-label classification only; 0: off)", check=_non_negative, valid=">= 0"),
+    Key("cutmix_alpha", float, 0.0, "CutMix, as timm's: a box of the reversed batch pasted in, lambda ~ Beta(alpha, alpha) its complement's share of the image (4-D image inputs; 0: off)", check=_non_negative, valid=">= 0"),
+    Key("cutmix_minmax", list, None, "CutMix box sides drawn in [min, max] shares of the image's sides instead of from lambda (turns CutMix on, with alpha 1)", check=lambda v: len(v) == 2 and all(is_number(b) for b in v) and 0 < v[0] < v[1] <= 1, valid="two numbers, 0 < min < max <= 1", optional=True),
+    Key("mixup_prob", float, 1.0, "chance that a batch (pair, sample: mixup_mode) is mixed at all", check=lambda v: 0 <= v <= 1, valid="in [0, 1]"),
+    Key("mixup_switch_prob", float, 0.5, "with mixup_alpha and cutmix_alpha both on: chance of CutMix instead of mixup", check=lambda v: 0 <= v <= 1, valid="in [0, 1]"),
+    Key("mixup_mode", str, "batch", "one lambda (and box) per batch, per pair of samples i and N-1-i, or per sample (elem)", choices=["batch", "pair", "elem"]),
+    Key("cutmix_correct_lam", bool, True, "CutMix's lambda from the box's area after clipping at the image border"),
     Key("heads", int, 0, "multi-head outputs (captcha: characters per image); targets are (N, heads) class indices", check=_non_negative, valid=">= 0"),
     Key("top_k", int, 5, "also report top-k accuracy for classification (0: off)", check=_non_negative, valid=">= 0"),
     # optimizer

@@ -118,7 +118,8 @@ class FitLoop:
 
         snapshot = oom.snapshot(run.module, engine) if config.on_oom == "reduce_batch" else None
         try:
-            return engine.train_epoch(run.train_set.epoch(epoch, self.skip), run.forward, run.loss, on_log)
+            return engine.train_epoch(run.train_set.epoch(epoch, self.skip), run.forward, run.loss, on_log,
+                                      epoch=epoch, first_batch=self.skip)
         except OutOfMemoryError as exc:
             progress.close()
             if snapshot is None or run.train_set.batch_size < 2 or run.train_set.fixed_batch_size:

@@ -17,6 +17,7 @@
 #include "gpucore/train/grad_scaler.h"
 #include "gpucore/train/losses.h"
 #include "gpucore/train/metrics.h"
+#include "gpucore/train/mixup.h"
 #include "gpucore/train/optimizer.h"
 #include "gpucore/train/schedule.h"
 
@@ -37,6 +38,7 @@ struct EngineConfig {
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
   GradScalerConfig scaler;
+  MixupConfig mixup;  // off unless mixup_alpha, cutmix_alpha or cutmix_minmax is set; cross_entropy only
 };
 
 // The model's forward. sync_gradients is false for all but the last micro-batch of an accumulation
@@ -63,7 +65,10 @@ class Engine {
  public:
   Engine(std::vector<ParamGroup> groups, EngineConfig config);
 
-  EpochStats train_epoch(BatchSource& batches, const ForwardFn& forward, const LossFn& loss, const LogFn& on_log);
+  // epoch and first_batch (the batches of the epoch trained before, on a resume) place each batch in the
+  // epoch for the mixup draws.
+  EpochStats train_epoch(BatchSource& batches, const ForwardFn& forward, const LossFn& loss, const LogFn& on_log,
+                         int64_t epoch = 0, int64_t first_batch = 0);
   EpochStats evaluate(BatchSource& batches, const ForwardFn& forward, const LossFn& loss);
 
   // Totals since construction (or restored from a checkpoint).
@@ -96,6 +101,7 @@ class Engine {
   GradScaler scaler_;
   std::vector<at::Tensor> params_;
   MetricTracker train_metrics_;  // the running metrics of the epoch, reset in place
+  BatchMixer mixer_;
   at::Tensor counters_;      // float32 [steps taken, skipped, skipped in a row] (gpucore::count_step)
   at::Tensor step_;          // optimizer steps taken: counters_[0]
   at::Tensor skipped_;       // steps skipped: counters_[1]
