@@ -52,6 +52,7 @@ void check_config(const EngineConfig& c) {
     throw ConfigError("max_nonfinite_steps must be >= 1, got " + std::to_string(c.max_nonfinite_steps));
   }
   validate(c.schedule);
+  validate(c.ema);
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -60,7 +61,8 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-Engine::Engine(std::vector<ParamGroup> groups, EngineConfig config)
+Engine::Engine(std::vector<ParamGroup> groups, EngineConfig config, std::vector<at::Tensor> ema_averages,
+               std::vector<at::Tensor> ema_sources)
     : config_((check_config(config), std::move(config))),
       device_(config_.device),
       optimizer_(groups, config_.optimizer),
@@ -76,6 +78,7 @@ Engine::Engine(std::vector<ParamGroup> groups, EngineConfig config)
   found_inf_ = at::zeros({}, counter);
   lr_ = at::empty({}, counter);
   ops::learning_rate(config_.schedule, step_, lr_);
+  ema_ = WeightAverage(config_.ema, std::move(ema_averages), std::move(ema_sources), counters_);
 }
 
 namespace {
@@ -189,6 +192,7 @@ void Engine::optimizer_step() {
   optimizer_.step(lr_, found_inf_);
   scaler_.update(found_inf_);
   ops::count_step(counters_, found_inf_);  // also zeroes found_inf_ for the next step
+  ema_.update();                           // reads the counters: a skipped step leaves the average
   ops::learning_rate(config_.schedule, step_, lr_);
   for (auto& param : params_) param.mutable_grad().reset();
 }

@@ -8,12 +8,13 @@ from typing import Any, List, Optional, Sequence
 
 import torch
 
-from ..checkpoint import load_checkpoint
+from ..checkpoint import EMA_STATE, WEIGHTS, load_checkpoint
 from ..config import KEY_BY_NAME
 from ..errors import ConfigError, OutOfMemoryError, TrainingError
 from . import distributed
 from . import oom
 from .callbacks import BestEpoch, Callback, EarlyStopping, FreezeBackbone, ModelCheckpoint, Monitor, call
+from .ema import VAL_EMA, is_ema_metric
 from .epoch_data import make_train_set
 from .progress import EpochProgress, print_epoch
 from .rng import rng_state, set_rng_state
@@ -116,14 +117,14 @@ class FitLoop:
             progress.update(metrics, samples_per_step)
             call(self.callbacks, "on_step_end", engine.steps_taken(), dict(metrics, epoch=epoch + 1))
 
-        snapshot = oom.snapshot(run.module, engine) if config.on_oom == "reduce_batch" else None
+        snapshot = oom.snapshot(run.module, engine, run.ema) if config.on_oom == "reduce_batch" else None
         try:
             return engine.train_epoch(run.train_set.epoch(epoch, self.skip), run.forward, run.loss, on_log)
         except OutOfMemoryError as exc:
             progress.close()
             if snapshot is None or run.train_set.batch_size < 2 or run.train_set.fixed_batch_size:
                 raise TrainingError(oom.message(config, self.batching, run.device, exc)) from exc
-            oom.restore(run.module, engine, snapshot)
+            oom.restore(run.module, engine, snapshot, run.ema)
             self._halve_batch()
             return None
         except RuntimeError as exc:
@@ -170,6 +171,9 @@ class FitLoop:
             run.module.eval()
             val_stats = run.engine.evaluate(run.val_set.epoch(self.epoch), run.forward, run.loss)
             record.update({f"val_{k}": v for k, v in val_stats["metrics"].items()})
+            if run.ema is not None:
+                ema_stats = run.engine.evaluate(run.val_set.epoch(self.epoch), run.ema, run.loss)
+                record.update({f"{VAL_EMA}_{k}": v for k, v in ema_stats["metrics"].items()})
         record.update({
             "lr": stats["metrics"].get("lr"), "loss_scale": stats["metrics"].get("loss_scale"),
             "skipped_steps": int(stats["metrics"].get("skipped_steps", 0)),
@@ -201,6 +205,10 @@ class FitLoop:
                    "config": run.config.to_dict(), "classes": run.classes, "input_shape": run.input_shape,
                    "input_stats": ({"mean": run.normalization[0], "std": run.normalization[1]}
                                    if run.normalization else None)}
+        if run.ema is not None:
+            # The weights gpucore.load and the report use: the EMA's when the monitored metric is one of its.
+            payload.update({EMA_STATE: run.ema.state_dict(),
+                            WEIGHTS: "ema" if is_ema_metric(self.checkpoints.monitor.name) else "raw"})
         call(self.callbacks, "on_save_checkpoint", payload)
         return payload
 
@@ -213,6 +221,11 @@ class FitLoop:
         except RuntimeError as exc:
             raise ConfigError(f"checkpoint '{path}' does not fit the model: {exc}") from exc
         run.engine.load_state(checkpoint["engine"])
+        if run.ema is not None:
+            if EMA_STATE not in checkpoint:
+                raise ConfigError(f"checkpoint '{path}' holds no EMA weights (its run had ema_decay 0); resume it "
+                                  "with ema_decay 0, or start a new run")
+            run.ema.load_state_dict(checkpoint[EMA_STATE])
         set_rng_state(checkpoint["rng"])
         self.epoch = self.start_epoch = int(checkpoint["epoch"])
         self.skip = int(checkpoint["position"])  # counted in the checkpoint's batches
