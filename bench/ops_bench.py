@@ -7,8 +7,8 @@ Each loop runs one epoch of `steps` and one of 2 x `steps` optimizer steps (floa
 Fashion-MNIST CNN, data normalised in memory, cosine schedule); what both epochs share (building the
 model, the epoch's order, the end-of-epoch record) cancels in the difference, which is divided by `steps`.
 An op (aten:: or gpucore::) is top-level when no other op encloses it (the ops autograd runs count, each under its
-autograd node). Prints both counts and, op by op, where they differ. On a GPU every op is also a kernel
-launch or more, and what a CUDA graph would replay.
+autograd node). Prints both counts and, op by op, where they differ; then what config key ema_decay adds (gpucore.train
+with ema_decay 0.999). On a GPU every op is also a kernel launch or more, and what a CUDA graph would replay.
 """
 import argparse
 import collections
@@ -74,14 +74,14 @@ def plain_loop(x, y, device, batch_size, lr, top_k):
     return run
 
 
-def gpucore_loop(x, y, device, batch_size, lr, top_k):
+def gpucore_loop(x, y, device, batch_size, lr, top_k, ema_decay=0.0):
     """gpucore.train for one epoch of `steps` (no validation, no mid-epoch host reads)."""
     def run(steps):
         with tempfile.TemporaryDirectory() as run_dir:
             gpucore.train(dict(epochs=1, batch_size=batch_size, lr=lr, device=str(device), run_dir=run_dir,
                                progress=False, schedule="cosine", weight_decay=0.0, normalize=False, seed=0,
                                precision="32", channels_last="false", top_k=top_k, val_fraction=0.0,
-                               log_every_n_steps=10**6, report=False),
+                               log_every_n_steps=10**6, report=False, ema_decay=ema_decay),
                           train_data=(x[:steps * batch_size], y[:steps * batch_size]))
     return run
 
@@ -114,8 +114,14 @@ def main(argv=None):
     print("per op (gpucore - plain):")
     for name, delta in sorted(difference.items(), key=lambda item: (-abs(item[1]), item[0])):
         print(f"  {name:<44}{delta:+6.2f}   ({gpucore_ops[name]:.2f} vs {plain_ops[name]:.2f})")
+    with_ema = per_step(gpucore_loop(x, y, device, args.batch_size, 1e-3, args.top_k, ema_decay=0.999), args.steps)
+    ema_ops = {name: with_ema[name] - gpucore_ops[name] for name in with_ema | gpucore_ops
+               if with_ema[name] != gpucore_ops[name]}
+    print(f"ema_decay 0.999 adds {sum(ema_ops.values()):+.2f} ops per step: "
+          + ", ".join(f"{name} {delta:+.2f}" for name, delta in sorted(ema_ops.items())))
     return result_json({"device": device_label(device), "batch_size": args.batch_size, "steps": args.steps,
                         "top_k": args.top_k, "ops_per_step": totals, "difference_by_op": difference,
+                        "ema_adds": ema_ops,
                         "per_op": {name: dict(count) for name, count in counts.items()}}, args.json)
 
 

@@ -1,6 +1,7 @@
 """Config key ema_decay: the EMA of the weights against timm's ModelEmaV3, skipped steps, the val_ema_* metrics
 against plain PyTorch, monitor, checkpoints, bitwise resume and gpucore.load."""
 import copy
+import json
 import os
 
 import pytest
@@ -186,6 +187,7 @@ def test_monitor_picks_the_ema_and_load_and_report_use_its_weights(tmp_path):
     best = os.path.join(result.checkpoint_dir, "best.pt")
     saved = torch.load(best, weights_only=True)
     assert saved["weights"] == "ema" and saved["epoch"] == result.best_epoch
+    assert json.load(open(result.stats_path))["best"]["weights"] == "ema"
     loaded = gpucore.load(best, device="cpu")
     assert loaded.weights == "ema" and "EMA weights" in repr(loaded)
     for name, value in loaded.module.state_dict().items():

@@ -40,3 +40,9 @@ def ema_tensors(module: nn.Module, ema: Optional[nn.Module]) -> Tuple[List[torch
 
 def is_ema_metric(name: Optional[str]) -> bool:
     return bool(name) and name.startswith(VAL_EMA + "_")
+
+
+def monitored_weights(monitor: Optional[str]) -> str:
+    """Which weights a run with an EMA keeps as its model (checkpoint.WEIGHTS): "ema" when it monitors an EMA
+    metric, else "raw"."""
+    return "ema" if is_ema_metric(monitor) else "raw"

@@ -14,7 +14,7 @@ from ..errors import ConfigError, OutOfMemoryError, TrainingError
 from . import distributed
 from . import oom
 from .callbacks import BestEpoch, Callback, EarlyStopping, FreezeBackbone, ModelCheckpoint, Monitor, call
-from .ema import VAL_EMA, is_ema_metric
+from .ema import VAL_EMA, monitored_weights
 from .epoch_data import make_train_set
 from .progress import EpochProgress, print_epoch
 from .rng import rng_state, set_rng_state
@@ -208,7 +208,7 @@ class FitLoop:
         if run.ema is not None:
             # The weights gpucore.load and the report use: the EMA's when the monitored metric is one of its.
             payload.update({EMA_STATE: run.ema.state_dict(),
-                            WEIGHTS: "ema" if is_ema_metric(self.checkpoints.monitor.name) else "raw"})
+                            WEIGHTS: monitored_weights(self.checkpoints.monitor.name)})
         call(self.callbacks, "on_save_checkpoint", payload)
         return payload
 
@@ -246,6 +246,13 @@ class FitLoop:
     def skipped_files(self) -> List[str]:
         return sorted(set().union(*(s.skipped_files() for s in (self.run.train_set, self.run.val_set) if s is not None)))
 
+    def best(self) -> dict:
+        """The best epoch for training_stats.json; with ema_decay also which weights it was (ema: the EMA's)."""
+        best = self.checkpoints.state_dict()
+        if self.run.ema is None:
+            return best
+        return dict(best, weights=monitored_weights(best["monitor"]))
+
     def write_stats(self, status: str, error: Optional[str] = None) -> None:
         run = self.run
         run.run_dir.write_stats(dict(run.summary(), **({"oom_reductions": self.oom_reductions}
@@ -253,7 +260,7 @@ class FitLoop:
                                      status=status, error=error, epochs=self.history,
                                      resume=dict(self.resumed or {}, asked=run.run_dir.resume,
                                                  implied_by_restart=run.run_dir.resume_implied),
-                                     best=self.checkpoints.state_dict(), steps=run.engine.steps_taken(),
+                                     best=self.best(), steps=run.engine.steps_taken(),
                                      skipped_steps=run.engine.steps_skipped(), host_syncs=run.engine.host_syncs(),
                                      skipped_files=self.skipped_files()))
 
