@@ -11,6 +11,7 @@ from torch import nn
 import gpucore
 from gpucore import _C
 from gpucore.config import load_config
+from gpucore.models.pretrained import read_state_dict
 from gpucore.training.ema import ema_tensors, make_ema
 
 from conftest import require
@@ -193,6 +194,8 @@ def test_monitor_picks_the_ema_and_load_and_report_use_its_weights(tmp_path):
     for name, value in loaded.module.state_dict().items():
         assert torch.equal(value, saved["model_ema"][name]), name
     assert not all(torch.equal(value, saved["model_ema"][name]) for name, value in saved["model"].items())
+    # config key pretrained takes the same weights from it
+    assert all(torch.equal(value, saved["model_ema"][name]) for name, value in read_state_dict(best).items())
     # the report shows the EMA weights and says so
     from gpucore.evaluation.run_report import _facts
     facts = dict(_facts({}, "best.pt", saved["epoch"], loaded.weights))
