@@ -235,3 +235,12 @@ def test_resuming_a_run_without_ema_with_ema_decay_is_an_error(tmp_path):
     last = os.path.join(str(tmp_path), "plain", "checkpoints", "last.pt")
     with pytest.raises(gpucore.ConfigError, match="holds no EMA weights"):
         gpucore.train(dict(TINY, run_dir=str(tmp_path), name="again", epochs=2, ema_decay=0.9, resume=last))
+
+
+def test_a_model_that_cannot_be_copied_is_a_config_error():
+    class Uncopyable(nn.Linear):
+        def __deepcopy__(self, memo):
+            raise TypeError("cannot pickle '_thread.lock' object")
+
+    with pytest.raises(gpucore.ConfigError, match="ema_decay.*deepcopy of Uncopyable failed"):
+        make_ema(Uncopyable(2, 2), load_config({"ema_decay": 0.5}))

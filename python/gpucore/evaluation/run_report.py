@@ -93,7 +93,7 @@ def _history(run_dir: str, stats: dict) -> List[dict]:
     return list(stats.get("epochs") or [])
 
 
-def _facts(stats: dict, checkpoint: str, epoch: int, weights: str) -> List[tuple]:
+def _facts(stats: dict, checkpoint: str, epoch: int, weights: str = "raw") -> List[tuple]:
     history = stats.get("epochs") or []
     seconds = sum(r.get("epoch_time_s", 0) for r in history)
     rate = sum(r["samples_per_s"] * r["epoch_time_s"] for r in history) / seconds if seconds > 0 else None

@@ -10,6 +10,8 @@ from typing import List, Optional, Tuple
 import torch
 from torch import nn
 
+from ..errors import ConfigError
+
 VAL_EMA = "val_ema"  # the prefix of the EMA's validation metrics: val_ema_accuracy, val_ema_loss, ...
 
 
@@ -18,7 +20,12 @@ def make_ema(module: nn.Module, config) -> Optional[nn.Module]:
     Made after the model took its pretrained weights, device, dtype and memory format."""
     if config.ema_decay == 0:
         return None
-    ema = copy.deepcopy(module).eval()
+    try:
+        ema = copy.deepcopy(module).eval()
+    except Exception as exc:  # noqa: BLE001 - whatever the model holds that cannot be copied
+        raise ConfigError(f"config key 'ema_decay': the EMA is a copy of the model, but copy.deepcopy of "
+                          f"{type(module).__name__} failed ({type(exc).__name__}: {exc}); make the model copyable "
+                          "or set ema_decay 0") from exc
     ema.requires_grad_(False)
     return ema
 
