@@ -8,8 +8,8 @@ Each loop runs one epoch of `steps` and one of 2 x `steps` optimizer steps (floa
 Fashion-MNIST CNN, data normalised in memory, cosine schedule); what both epochs share (building the
 model, the epoch's order, the end-of-epoch record) cancels in the difference, which is divided by `steps`.
 An op (aten:: or gpucore::) is top-level when no other op encloses it (the ops autograd runs count, each under its
-autograd node). Prints both counts and, op by op, where they differ. On a GPU every op is also a kernel
-launch or more, and what a CUDA graph would replay.
+autograd node). Prints both counts and, op by op, where they differ; then what config key ema_decay adds (gpucore.train
+with ema_decay 0.999). On a GPU every op is also a kernel launch or more, and what a CUDA graph would replay.
 """
 import argparse
 import collections
@@ -121,8 +121,15 @@ def main(argv=None):
     print("per op (gpucore - plain):")
     for name, delta in sorted(difference.items(), key=lambda item: (-abs(item[1]), item[0])):
         print(f"  {name:<44}{delta:+6.2f}   ({gpucore_ops[name]:.2f} vs {plain_ops[name]:.2f})")
+    with_ema = per_step(gpucore_loop(x, y, device, args.batch_size, 1e-3, args.top_k,
+                                      overrides={**overrides, "ema_decay": 0.999}), args.steps)
+    ema_ops = {name: with_ema[name] - gpucore_ops[name] for name in with_ema | gpucore_ops
+               if with_ema[name] != gpucore_ops[name]}
+    print(f"ema_decay 0.999 adds {sum(ema_ops.values()):+.2f} ops per step: "
+          + ", ".join(f"{name} {delta:+.2f}" for name, delta in sorted(ema_ops.items())))
     return result_json({"device": device_label(device), "batch_size": args.batch_size, "steps": args.steps,
                         "top_k": args.top_k, "overrides": overrides, "ops_per_step": totals, "difference_by_op": difference,
+                        "ema_adds": ema_ops,
                         "per_op": {name: dict(count) for name, count in counts.items()}}, args.json)
 
 

@@ -1,6 +1,6 @@
 // The gpucore op library: every schema, in the one TORCH_LIBRARY block the dispatcher allows per
-// namespace. What each op computes is documented in cam.h, augment.h, mixup.h and train_step.h; the CPU and CUDA
-// kernels register themselves with TORCH_LIBRARY_IMPL in cpu/ and cuda/.
+// namespace. What each op computes is documented in cam.h, augment.h, mixup.h, train_step.h and ema.h; the CPU
+// and CUDA kernels register themselves with TORCH_LIBRARY_IMPL in cpu/ and cuda/.
 #include <torch/library.h>
 
 TORCH_LIBRARY(gpucore, m) {
@@ -18,4 +18,6 @@ TORCH_LIBRARY(gpucore, m) {
         "int step_size, float gamma, int[] milestones, float min_lr, float pct_start, float div_factor, "
         "float final_div_factor) -> ()");
   m.def("next_indices(Tensor order, Tensor(a!) cursor, Tensor(b!) index) -> ()");
+  m.def("ema_update(Tensor(a!)[] averages, Tensor[] sources, Tensor counters, float decay, bool warmup, "
+        "float warmup_gamma, float warmup_power) -> ()");
 }

@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include "gpucore/errors.h"
+#include "gpucore/train/ema.h"
 #include "gpucore/train/engine.h"
 #include "gpucore/train/losses.h"
 #include "gpucore/train/metrics.h"
@@ -150,6 +151,12 @@ void def_train(py::module_& m) {
       },
       py::arg("config"), py::arg("epoch"), py::arg("batch"), py::arg("n"), py::arg("h"), py::arg("w"),
       "The mix rows (gpucore::mix_inputs' params) of batch `batch` of `epoch`: n samples of h x w pixels.");
+  py::class_<EmaConfig>(m, "EmaConfig")
+      .def(py::init<>())
+      .def_readwrite("decay", &EmaConfig::decay)
+      .def_readwrite("warmup", &EmaConfig::warmup)
+      .def_readwrite("warmup_gamma", &EmaConfig::warmup_gamma)
+      .def_readwrite("warmup_power", &EmaConfig::warmup_power);
 
   // device: a torch.device; autocast_dtype: torch.bfloat16, torch.float16 or None; param_dtype:
   // torch.float32 or torch.float64 (checked when the Engine is built).
@@ -169,7 +176,8 @@ void def_train(py::module_& m) {
       .def_readwrite("optimizer", &EngineConfig::optimizer)
       .def_readwrite("schedule", &EngineConfig::schedule)
       .def_readwrite("scaler", &EngineConfig::scaler)
-      .def_readwrite("mixup", &EngineConfig::mixup);
+      .def_readwrite("mixup", &EngineConfig::mixup)
+      .def_readwrite("ema", &EngineConfig::ema);
 
   py::class_<ParamGroup>(m, "ParamGroup")
       .def(py::init([](std::vector<at::Tensor> params, double weight_decay, double lr_scale) {
@@ -194,7 +202,9 @@ void def_train(py::module_& m) {
       py::arg("batches"), py::arg("model"), py::arg("config"), py::arg("loss") = py::none(),
       "One pass without gradients and without an Engine: the metrics of config's loss and top_k.");
   py::class_<Engine>(m, "Engine")
-      .def(py::init<std::vector<ParamGroup>, EngineConfig>(), py::arg("param_groups"), py::arg("config"))
+      .def(py::init<std::vector<ParamGroup>, EngineConfig, std::vector<at::Tensor>, std::vector<at::Tensor>>(),
+           py::arg("param_groups"), py::arg("config"), py::arg("ema_averages") = std::vector<at::Tensor>{},
+           py::arg("ema_sources") = std::vector<at::Tensor>{})
       .def(
           "train_epoch",
           [](Engine& self, BatchSource& batches, const py::object& model, const py::object& loss, const py::object& on_log,

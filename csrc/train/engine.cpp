@@ -57,6 +57,7 @@ void check_config(const EngineConfig& c) {
                       "classification (loss cross_entropy without heads), got loss " + to_string(c.loss.kind) +
                       (c.loss.heads != 0 ? " with " + std::to_string(c.loss.heads) + " heads" : std::string()));
   }
+  validate(c.ema);
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -65,7 +66,8 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-Engine::Engine(std::vector<ParamGroup> groups, EngineConfig config)
+Engine::Engine(std::vector<ParamGroup> groups, EngineConfig config, std::vector<at::Tensor> ema_averages,
+               std::vector<at::Tensor> ema_sources)
     : config_((check_config(config), std::move(config))),
       device_(config_.device),
       optimizer_(groups, config_.optimizer),
@@ -82,6 +84,7 @@ Engine::Engine(std::vector<ParamGroup> groups, EngineConfig config)
   found_inf_ = at::zeros({}, counter);
   lr_ = at::empty({}, counter);
   ops::learning_rate(config_.schedule, step_, lr_);
+  ema_ = WeightAverage(config_.ema, std::move(ema_averages), std::move(ema_sources), counters_);
 }
 
 namespace {
@@ -201,6 +204,7 @@ void Engine::optimizer_step() {
   optimizer_.step(lr_, found_inf_);
   scaler_.update(found_inf_);
   ops::count_step(counters_, found_inf_);  // also zeroes found_inf_ for the next step
+  ema_.update();                           // reads the counters: a skipped step leaves the average
   ops::learning_rate(config_.schedule, step_, lr_);
   for (auto& param : params_) param.mutable_grad().reset();
 }

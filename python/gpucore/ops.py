@@ -57,3 +57,8 @@ def _mix_inputs(inputs, params):
 @torch.library.register_fake("gpucore::mix_targets")
 def _mix_targets(targets, params, num_classes, smoothing):
     return targets.new_empty((targets.shape[0], num_classes), dtype=torch.float32)
+
+
+@torch.library.register_fake("gpucore::ema_update")
+def _ema_update(averages, sources, counters, decay, warmup, warmup_gamma, warmup_power):
+    return None  # moves averages toward sources, in place

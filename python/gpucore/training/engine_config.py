@@ -11,6 +11,7 @@ from .. import _C
 from ..errors import ConfigError
 from ..models.registry import backbone_split
 from ..tasks import Classification, Task
+from .ema import VAL_EMA, is_ema_metric
 
 
 def param_groups(model: nn.Module, config) -> list:
@@ -84,6 +85,10 @@ def engine_config(config, task: Task, device: str, policy, steps_per_epoch: int,
     scaler.growth_interval = config.growth_interval
     engine.scaler = scaler
     engine.mixup = mixup_config(config, task)
+    ema = _C.EmaConfig()
+    ema.decay, ema.warmup = config.ema_decay, config.ema_warmup
+    ema.warmup_gamma, ema.warmup_power = config.ema_warmup_gamma, config.ema_warmup_power
+    engine.ema = ema
     return engine
 
 
@@ -112,8 +117,10 @@ def check_monitor(config, task: Task, has_val: bool) -> None:
     """Config key monitor names a metric some epoch will report; known before the first epoch trains."""
     if config.monitor == "auto":
         return
-    splits = ("train", "val") if has_val else ("train",)
+    splits = ("train", "val", *((VAL_EMA,) if config.ema_decay else ())) if has_val else ("train",)
     names = [f"{split}_{name}" for split in splits for name in task.metric_names(config.top_k)]
     if config.monitor not in names:
         raise ConfigError(f"config key 'monitor': '{config.monitor}' is never reported with loss '{config.loss}'"
-                          f"{'' if has_val else ' and no validation data'}; reported: {', '.join(names)}")
+                          f"{'' if has_val else ' and no validation data'}"
+                          f"{' and ema_decay 0 (the EMA is off)' if is_ema_metric(config.monitor) and not config.ema_decay else ''}"
+                          f"; reported: {', '.join(names)}")

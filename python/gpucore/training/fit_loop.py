@@ -8,12 +8,13 @@ from typing import Any, List, Optional, Sequence
 
 import torch
 
-from ..checkpoint import load_checkpoint
+from ..checkpoint import EMA_STATE, WEIGHTS, load_checkpoint
 from ..config import KEY_BY_NAME
 from ..errors import ConfigError, OutOfMemoryError, TrainingError
 from . import distributed
 from . import oom
 from .callbacks import BestEpoch, Callback, EarlyStopping, FreezeBackbone, ModelCheckpoint, Monitor, call
+from .ema import VAL_EMA, monitored_weights
 from .epoch_data import make_train_set
 from .progress import EpochProgress, print_epoch
 from .rng import rng_state, set_rng_state
@@ -116,7 +117,7 @@ class FitLoop:
             progress.update(metrics, samples_per_step)
             call(self.callbacks, "on_step_end", engine.steps_taken(), dict(metrics, epoch=epoch + 1))
 
-        snapshot = oom.snapshot(run.module, engine) if config.on_oom == "reduce_batch" else None
+        snapshot = oom.snapshot(run.module, engine, run.ema) if config.on_oom == "reduce_batch" else None
         try:
             return engine.train_epoch(run.train_set.epoch(epoch, self.skip), run.forward, run.loss, on_log,
                                       epoch=epoch, first_batch=self.skip)
@@ -124,7 +125,7 @@ class FitLoop:
             progress.close()
             if snapshot is None or run.train_set.batch_size < 2 or run.train_set.fixed_batch_size:
                 raise TrainingError(oom.message(config, self.batching, run.device, exc)) from exc
-            oom.restore(run.module, engine, snapshot)
+            oom.restore(run.module, engine, snapshot, run.ema)
             self._halve_batch()
             return None
         except RuntimeError as exc:
@@ -171,6 +172,9 @@ class FitLoop:
             run.module.eval()
             val_stats = run.engine.evaluate(run.val_set.epoch(self.epoch), run.forward, run.loss)
             record.update({f"val_{k}": v for k, v in val_stats["metrics"].items()})
+            if run.ema is not None:
+                ema_stats = run.engine.evaluate(run.val_set.epoch(self.epoch), run.ema, run.loss)
+                record.update({f"{VAL_EMA}_{k}": v for k, v in ema_stats["metrics"].items()})
         record.update({
             "lr": stats["metrics"].get("lr"), "loss_scale": stats["metrics"].get("loss_scale"),
             "skipped_steps": int(stats["metrics"].get("skipped_steps", 0)),
@@ -202,6 +206,10 @@ class FitLoop:
                    "config": run.config.to_dict(), "classes": run.classes, "input_shape": run.input_shape,
                    "input_stats": ({"mean": run.normalization[0], "std": run.normalization[1]}
                                    if run.normalization else None)}
+        if run.ema is not None:
+            # The weights gpucore.load and the report use: the EMA's when the monitored metric is one of its.
+            payload.update({EMA_STATE: run.ema.state_dict(),
+                            WEIGHTS: monitored_weights(self.checkpoints.monitor.name)})
         call(self.callbacks, "on_save_checkpoint", payload)
         return payload
 
@@ -214,6 +222,11 @@ class FitLoop:
         except RuntimeError as exc:
             raise ConfigError(f"checkpoint '{path}' does not fit the model: {exc}") from exc
         run.engine.load_state(checkpoint["engine"])
+        if run.ema is not None:
+            if EMA_STATE not in checkpoint:
+                raise ConfigError(f"checkpoint '{path}' holds no EMA weights (its run had ema_decay 0); resume it "
+                                  "with ema_decay 0, or start a new run")
+            run.ema.load_state_dict(checkpoint[EMA_STATE])
         set_rng_state(checkpoint["rng"])
         self.epoch = self.start_epoch = int(checkpoint["epoch"])
         self.skip = int(checkpoint["position"])  # counted in the checkpoint's batches
@@ -234,6 +247,13 @@ class FitLoop:
     def skipped_files(self) -> List[str]:
         return sorted(set().union(*(s.skipped_files() for s in (self.run.train_set, self.run.val_set) if s is not None)))
 
+    def best(self) -> dict:
+        """The best epoch for training_stats.json; with ema_decay also which weights it was (ema: the EMA's)."""
+        best = self.checkpoints.state_dict()
+        if self.run.ema is None:
+            return best
+        return dict(best, weights=monitored_weights(best["monitor"]))
+
     def write_stats(self, status: str, error: Optional[str] = None) -> None:
         run = self.run
         run.run_dir.write_stats(dict(run.summary(), **({"oom_reductions": self.oom_reductions}
@@ -241,7 +261,7 @@ class FitLoop:
                                      status=status, error=error, epochs=self.history,
                                      resume=dict(self.resumed or {}, asked=run.run_dir.resume,
                                                  implied_by_restart=run.run_dir.resume_implied),
-                                     best=self.checkpoints.state_dict(), steps=run.engine.steps_taken(),
+                                     best=self.best(), steps=run.engine.steps_taken(),
                                      skipped_steps=run.engine.steps_skipped(), host_syncs=run.engine.host_syncs(),
                                      skipped_files=self.skipped_files()))
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gpucore/train/batches.h"
+#include "gpucore/train/ema.h"
 #include "gpucore/train/grad_scaler.h"
 #include "gpucore/train/losses.h"
 #include "gpucore/train/metrics.h"
@@ -39,6 +40,7 @@ struct EngineConfig {
   ScheduleConfig schedule;
   GradScalerConfig scaler;
   MixupConfig mixup;  // off unless mixup_alpha, cutmix_alpha or cutmix_minmax is set; cross_entropy only
+  EmaConfig ema;                                 // decay 0: no weight average
 };
 
 // The model's forward. sync_gradients is false for all but the last micro-batch of an accumulation
@@ -63,7 +65,10 @@ EpochStats evaluate(BatchSource& batches, const ForwardFn& forward, const LossFn
 
 class Engine {
  public:
-  Engine(std::vector<ParamGroup> groups, EngineConfig config);
+  // With config.ema.decay > 0: ema_averages[i] (the EMA copy of the model's state, which the caller evaluates and
+  // saves) follows ema_sources[i] (the model's parameters and buffers) after every taken optimizer step.
+  Engine(std::vector<ParamGroup> groups, EngineConfig config, std::vector<at::Tensor> ema_averages = {},
+         std::vector<at::Tensor> ema_sources = {});
 
   // epoch and first_batch (the batches of the epoch trained before, on a resume) place each batch in the
   // epoch for the mixup draws.
@@ -110,6 +115,7 @@ class Engine {
   at::Tensor lr_;            // float32 0-dim: the schedule's rate for the next step
   int64_t host_syncs_ = 0;
   int64_t windows_in_epoch_ = 0;
+  WeightAverage ema_;        // off unless config.ema.decay > 0
 };
 
 }  // namespace gpucore
