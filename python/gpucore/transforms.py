@@ -104,6 +104,11 @@ def validation_form(value: Any) -> List[dict]:
     return result
 
 
+def output_size(value: Any, height: int, width: int) -> Tuple[int, int]:
+    """(height, width) of height x width images after a `transforms` list."""
+    return tuple(_C.check_transforms(specs(entries(value)), height, width))
+
+
 def apply(images, value: Any, stats: Optional[Tuple[list, list]]):
     """N x C x H x W images through a `transforms` list (the deterministic form, for evaluation and prediction),
     normalised with `stats` (mean, std) unless the list has a Normalize, as float32."""

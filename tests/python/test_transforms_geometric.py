@@ -355,6 +355,7 @@ def test_training_sees_the_output_size_and_validation_the_deterministic_form(tmp
     assert result.status == "completed"
     path = os.path.join(result.checkpoint_dir, "last.pt")
     loaded = load.from_payload(gpucore.checkpoint.load_checkpoint(path), path, torch.device("cpu"), module=model)
+    assert loaded.input_shape == [1, 28, 28] and loaded.model_input_shape == [1, 12, 12]  # what export feeds it
     mean, std = loaded.normalization
     got = loaded.preprocess(val_x[:5])
     for i in range(5):
