@@ -138,7 +138,7 @@ class RandomCrop final : public CropTransform {
 
 class CenterCrop final : public CropTransform {
  public:
-  explicit CenterCrop(const Arguments& arguments) : size_(arguments.size("size")) { fill_ = {}; }
+  explicit CenterCrop(const Arguments& arguments) : size_(arguments.size("size")) {}
   bool is_random() const override { return false; }
   std::array<int64_t, 2> output_size(int64_t, int64_t) const override { return size_; }
   std::vector<at::Tensor> sample(int64_t samples, int64_t h, int64_t w, at::Generator&) const override {
