@@ -20,7 +20,8 @@
 
 namespace gpucore::ops {
 
-// Shapes, dtypes and devices; the CPU kernel also checks the codes' and magnitudes' values (check_color_values).
+// Shapes, dtypes and devices; the CPU kernel also checks the codes' and magnitudes' values (check_color_values),
+// the CUDA kernel only in debug builds (reading them would wait for the device).
 void check_color_ops_inputs(const at::Tensor& images, const at::Tensor& codes, const at::Tensor& magnitudes);
 void check_color_values(const at::Tensor& codes, const at::Tensor& magnitudes);
 void check_erase_inputs(const at::Tensor& images, const at::Tensor& boxes, const std::optional<at::Tensor>& fill,

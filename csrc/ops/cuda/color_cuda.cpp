@@ -11,8 +11,8 @@
 namespace gpucore::ops {
 namespace {
 
-// Code and magnitude values are checked by device asserts in the kernel: checking them here would wait for the
-// device.
+// The codes' and magnitudes' values are not checked here (reading them would wait for the device); the kernel
+// asserts them in debug builds and treats an unknown code as the identity otherwise.
 at::Tensor color_ops_cuda(const at::Tensor& images, const at::Tensor& codes, const at::Tensor& magnitudes) {
   check_color_ops_inputs(images, codes, magnitudes);
   const c10::cuda::CUDAGuard guard(images.device());
