@@ -235,8 +235,9 @@ def test_policies_equal_torchvision_with_their_drawn_operations(entry, policy):
                                 arguments.get("fill"))
     actual = run(images, entry, seed=12)
     difference = (actual.int() - expected.int()).abs()
-    assert difference.max() <= (2 if arguments.get("interpolation") == "bilinear" else 1)
-    assert (difference > 0).float().mean() < 5e-3
+    bilinear = arguments.get("interpolation") == "bilinear"
+    assert difference.max() <= (2 if bilinear else 1)  # two levels where bilinear resampling rounds
+    assert (difference > 0).float().mean() < (2e-2 if bilinear else 5e-3)
 
 
 # ---- RandomErasing -----------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "train/transforms/factories.h"
+#include "train/transforms/sampling.h"
 
 namespace gpucore::transforms {
 
