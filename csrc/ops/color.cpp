@@ -15,8 +15,8 @@ void check_color_ops_inputs(const at::Tensor& images, const at::Tensor& codes, c
   const int64_t n = images.size(0);
   TORCH_CHECK(codes.dim() == 2 && codes.size(0) == n && codes.scalar_type() == at::kLong,
               "color_ops: codes must be int64 N x K (N = ", n, "), got ", codes.scalar_type(), " ", codes.sizes());
-  TORCH_CHECK(magnitudes.sizes() == codes.sizes() && magnitudes.scalar_type() == at::kFloat,
-              "color_ops: magnitudes must be float32 of the codes' shape ", codes.sizes(), ", got ",
+  TORCH_CHECK(magnitudes.sizes() == codes.sizes() && magnitudes.scalar_type() == at::kDouble,
+              "color_ops: magnitudes must be float64 of the codes' shape ", codes.sizes(), ", got ",
               magnitudes.scalar_type(), " ", magnitudes.sizes());
   TORCH_CHECK(codes.device() == images.device() && magnitudes.device() == images.device(),
               "color_ops: images, codes and magnitudes must be on one device");
@@ -25,27 +25,27 @@ void check_color_ops_inputs(const at::Tensor& images, const at::Tensor& codes, c
 void check_color_values(const at::Tensor& codes, const at::Tensor& magnitudes) {
   const at::Tensor code = codes.contiguous(), magnitude = magnitudes.contiguous();
   const int64_t* c = code.data_ptr<int64_t>();
-  const float* m = magnitude.data_ptr<float>();
+  const double* m = magnitude.data_ptr<double>();
   for (int64_t i = 0; i < code.numel(); ++i) {
     TORCH_CHECK(c[i] >= 0 && c[i] < kColorOpCount, "color_ops: code ", c[i], " is not one of 0..",
                 kColorOpCount - 1);
-    const float v = m[i];
+    const double v = m[i];
     switch (c[i]) {
       case kColorBrightness:
       case kColorContrast:
       case kColorSaturation:
       case kColorSharpness:
-        TORCH_CHECK(v >= 0.0f, "color_ops: the factor of code ", c[i], " must be >= 0, got ", v);
+        TORCH_CHECK(v >= 0.0, "color_ops: the factor of code ", c[i], " must be >= 0, got ", v);
         break;
       case kColorHue:
-        TORCH_CHECK(v >= -0.5f && v <= 0.5f, "color_ops: the hue factor must be in [-0.5, 0.5], got ", v);
+        TORCH_CHECK(v >= -0.5 && v <= 0.5, "color_ops: the hue factor must be in [-0.5, 0.5], got ", v);
         break;
       case kColorPosterize:
-        TORCH_CHECK(v >= 0.0f && v <= 8.0f && v == static_cast<float>(static_cast<int>(v)),
+        TORCH_CHECK(v >= 0.0 && v <= 8.0 && v == static_cast<double>(static_cast<int>(v)),
                     "color_ops: posterize's bits must be an integer in 0..8, got ", v);
         break;
       case kColorSolarize:
-        TORCH_CHECK(v <= 255.0f, "color_ops: solarize's threshold must be <= 255, got ", v);
+        TORCH_CHECK(v <= 255.0, "color_ops: solarize's threshold must be <= 255, got ", v);
         break;
       default:
         break;

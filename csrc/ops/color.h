@@ -3,7 +3,7 @@
 // batch with per-sample parameters drawn on the host (the transforms in train/transforms draw them):
 //
 //   color_ops(Tensor images, Tensor codes, Tensor magnitudes) -> Tensor
-//       images: uint8 N x C x H x W, C 1 or 3. codes: int64 N x K, magnitudes: float32 N x K. For each
+//       images: uint8 N x C x H x W, C 1 or 3. codes: int64 N x K, magnitudes: float64 N x K (the functionals' Python floats). For each
 //       image, the adjustments codes[n, 0], ..., codes[n, K - 1] (ColorOpCode, color_math.h) one after the
 //       other, each with its magnitude, each as torchvision.transforms.v2.functional's function of that name
 //       on a uint8 image (uint8 in, uint8 out). One op serves ColorJitter (K = 4 in the sample's order),

@@ -23,8 +23,8 @@ GPUCORE_HOST_DEVICE inline float multiply(float a, float b) {
 #endif
 }
 
-// The adjustments of color_ops, by code. Magnitude: the functional's argument (factor, hue shift, bits, threshold
-// in intensity levels); unused by the last four.
+// The adjustments of color_ops, by code. Magnitude: the functional's Python-float argument, as a double (factor,
+// hue shift, bits, threshold in intensity levels); unused by the last four.
 enum ColorOpCode : int64_t {
   kColorIdentity = 0,
   kColorBrightness = 1,    // adjust_brightness(factor >= 0)
@@ -33,7 +33,7 @@ enum ColorOpCode : int64_t {
   kColorHue = 4,           // adjust_hue(hue_factor in [-0.5, 0.5])
   kColorSharpness = 5,     // adjust_sharpness(factor >= 0)
   kColorPosterize = 6,     // posterize(bits in 0..8)
-  kColorSolarize = 7,      // solarize(threshold), threshold as float32
+  kColorSolarize = 7,      // solarize(threshold), compared as float32
   kColorAutocontrast = 8,  // autocontrast
   kColorEqualize = 9,      // equalize
   kColorInvert = 10,       // invert
@@ -53,8 +53,9 @@ GPUCORE_HOST_DEVICE inline float grayscale(float r, float g, float b) {
   return fmaf(b, 0.114f, fmaf(g, 0.587f, multiply(r, 0.2989f)));
 }
 
-// _blend's weight of the second image, 1 - ratio, computed in double as Python does, then float32.
-GPUCORE_HOST_DEVICE inline float blend_weight(float ratio) { return static_cast<float>(1.0 - static_cast<double>(ratio)); }
+// _blend's weight of the second image, 1 - factor, computed in double from the Python float as torchvision does,
+// then float32 (the factor itself multiplies as float32).
+GPUCORE_HOST_DEVICE inline float blend_weight(double factor) { return static_cast<float>(1.0 - factor); }
 
 // _blend(x, other, ratio) for one uint8 value: x * ratio, then add_(other, alpha=1 - ratio) (a fused multiply-add in
 // torch's CPU kernel), clamped, truncated.

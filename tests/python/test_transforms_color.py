@@ -31,11 +31,11 @@ REFERENCE = {
 
 
 def draw_magnitudes(code, n, generator):
-    u = torch.rand(n, generator=generator)
+    u = torch.rand(n, generator=generator, dtype=torch.float64)
     if code == HUE:
         return u - 0.5
     if code == POSTERIZE:
-        return torch.randint(0, 9, (n,), generator=generator).float()
+        return torch.randint(0, 9, (n,), generator=generator).double()
     if code == SOLARIZE:
         return u * 255.0
     return u * 2.0  # factors in [0, 2): darker/brighter, less/more contrast, saturation, sharpness
@@ -128,7 +128,7 @@ def test_color_ops_chains_each_sample_in_its_own_order():
     codes = torch.stack([torch.randperm(4, generator=generator) + 1 for _ in range(n)])
     codes[2, 1] = IDENTITY
     factors = {BRIGHTNESS: (0.6, 1.4), CONTRAST: (0.6, 1.4), SATURATION: (0.6, 1.4), HUE: (-0.1, 0.1)}
-    magnitudes = torch.zeros(n, 4)
+    magnitudes = torch.zeros(n, 4, dtype=torch.float64)
     for (i, k), code in zip(torch.cartesian_prod(torch.arange(n), torch.arange(4)).tolist(), codes.flatten().tolist()):
         if code != IDENTITY:
             low, high = factors[code]
@@ -151,7 +151,7 @@ def test_color_ops_policy_steps_on_real_images():
 
 def test_color_ops_rejects_bad_inputs():
     images = random_images(2, 3, 8, 8, 0)
-    codes, magnitudes = torch.ones(2, 1, dtype=torch.int64), torch.ones(2, 1)
+    codes, magnitudes = torch.ones(2, 1, dtype=torch.int64), torch.ones(2, 1, dtype=torch.float64)
     with pytest.raises(RuntimeError, match="1 or 3 channels"):
         torch.ops.gpucore.color_ops(torch.zeros(2, 2, 8, 8, dtype=torch.uint8), codes, magnitudes)
     with pytest.raises(RuntimeError, match="uint8"):
@@ -162,8 +162,10 @@ def test_color_ops_rejects_bad_inputs():
         torch.ops.gpucore.color_ops(images, codes * HUE, magnitudes)
     with pytest.raises(RuntimeError, match="bits must be an integer in 0..8"):
         torch.ops.gpucore.color_ops(images, codes * POSTERIZE, magnitudes * 2.5)
-    with pytest.raises(RuntimeError, match="magnitudes must be float32 of the codes' shape"):
-        torch.ops.gpucore.color_ops(images, codes, torch.ones(2, 2))
+    with pytest.raises(RuntimeError, match="magnitudes must be float64 of the codes' shape"):
+        torch.ops.gpucore.color_ops(images, codes, torch.ones(2, 2, dtype=torch.float64))
+    with pytest.raises(RuntimeError, match="magnitudes must be float64"):
+        torch.ops.gpucore.color_ops(images, codes, magnitudes.float())
 
 
 def test_erase_matches_torchvision_erase():
@@ -213,7 +215,7 @@ def test_erase_rejects_bad_inputs():
 def test_color_ops_pass_opcheck():
     images = random_images(3, 3, 9, 8, 2)
     codes = torch.tensor([[HUE, EQUALIZE], [SHARPNESS, CONTRAST], [IDENTITY, SOLARIZE]])
-    magnitudes = torch.tensor([[0.2, 0.0], [1.5, 0.7], [0.0, 100.0]])
+    magnitudes = torch.tensor([[0.2, 0.0], [1.5, 0.7], [0.0, 100.0]], dtype=torch.float64)
     torch.library.opcheck(torch.ops.gpucore.color_ops, (images, codes, magnitudes))
     boxes = torch.tensor([[1, 1, 3, 4], [0, 0, 0, 0], [2, 2, 5, 5]])
     floats = torch.randn(3, 3, 9, 8)

@@ -41,9 +41,9 @@ float contrast_mean(const Image& image) {
   return static_cast<float>(sum) / static_cast<float>(image.plane());
 }
 
-void blend_with_grayscale(const Image& image, float ratio) {
+void blend_with_grayscale(const Image& image, double factor) {
   if (image.channels != 3) return;  // saturation leaves one channel unchanged, as PIL
-  const float weight = blend_weight(ratio);
+  const float ratio = static_cast<float>(factor), weight = blend_weight(factor);
   uint8_t *r = image.channel(0), *g = image.channel(1), *b = image.channel(2);
   for (int64_t i = 0; i < image.plane(); ++i) {
     const float gray = std::floor(grayscale(r[i], g[i], b[i]));
@@ -53,7 +53,7 @@ void blend_with_grayscale(const Image& image, float ratio) {
   }
 }
 
-void sharpen_image(const Image& image, float factor, std::vector<uint8_t>& source) {
+void sharpen_image(const Image& image, double factor, std::vector<uint8_t>& source) {
   const int64_t h = image.h, w = image.w;
   if (h <= 2 || w <= 2) return;
   const float weight = blend_weight(factor);
@@ -95,20 +95,21 @@ void equalize_image(const Image& image) {
   }
 }
 
-void apply(const Image& image, int64_t code, float magnitude, std::vector<uint8_t>& scratch) {
+void apply(const Image& image, int64_t code, double magnitude, std::vector<uint8_t>& scratch) {
+  const float value = static_cast<float>(magnitude);  // a Python float as torch multiplies or compares it
   switch (code) {
     case kColorBrightness:
-      return map_values(image, [=](uint8_t x) { return clamp_to_uint8(static_cast<float>(x) * magnitude); });
+      return map_values(image, [=](uint8_t x) { return clamp_to_uint8(static_cast<float>(x) * value); });
     case kColorContrast: {
       const float mean = contrast_mean(image), weight = blend_weight(magnitude);
-      return map_values(image, [=](uint8_t x) { return blend(x, mean, magnitude, weight); });
+      return map_values(image, [=](uint8_t x) { return blend(x, mean, value, weight); });
     }
     case kColorSaturation:
       return blend_with_grayscale(image, magnitude);
     case kColorHue:
       if (image.channels != 3) return;
       for (int64_t i = 0; i < image.plane(); ++i) {
-        shift_hue(image.channel(0)[i], image.channel(1)[i], image.channel(2)[i], magnitude);
+        shift_hue(image.channel(0)[i], image.channel(1)[i], image.channel(2)[i], value);
       }
       return;
     case kColorSharpness:
@@ -118,7 +119,7 @@ void apply(const Image& image, int64_t code, float magnitude, std::vector<uint8_
       return map_values(image, [=](uint8_t x) { return posterize(x, bits); });
     }
     case kColorSolarize:
-      return map_values(image, [=](uint8_t x) { return solarize(x, magnitude); });
+      return map_values(image, [=](uint8_t x) { return solarize(x, value); });
     case kColorAutocontrast:
       return autocontrast_image(image);
     case kColorEqualize:
@@ -146,7 +147,7 @@ at::Tensor color_ops_cpu(const at::Tensor& images, const at::Tensor& codes, cons
   const int64_t channels = out.size(1), h = out.size(2), w = out.size(3);
   uint8_t* data = out.data_ptr<uint8_t>();
   const int64_t* code_data = code.data_ptr<int64_t>();
-  const float* magnitude_data = magnitude.data_ptr<float>();
+  const double* magnitude_data = magnitude.data_ptr<double>();
   at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
     std::vector<uint8_t> scratch;
     for (int64_t s = begin; s < end; ++s) {

@@ -20,7 +20,7 @@ at::Tensor color_ops_cuda(const at::Tensor& images, const at::Tensor& codes, con
   at::Tensor scratch = at::empty_like(out);
   const at::Tensor code = codes.contiguous(), magnitude = magnitudes.contiguous();
   cuda::launch_color_ops(out.data_ptr<uint8_t>(), scratch.data_ptr<uint8_t>(), code.data_ptr<int64_t>(),
-                         magnitude.data_ptr<float>(), out.size(0), code.size(1), out.size(1), out.size(2), out.size(3),
+                         magnitude.data_ptr<double>(), out.size(0), code.size(1), out.size(1), out.size(2), out.size(3),
                          c10::cuda::getCurrentCUDAStream().stream());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;

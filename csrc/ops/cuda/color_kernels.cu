@@ -14,7 +14,7 @@ constexpr int kThreads = 256;
 
 // One block adjusts one image, step after step; the steps that need the whole image (contrast's mean,
 // autocontrast's range, equalize's histogram, sharpness's neighbours) reduce in shared memory.
-__global__ void color_ops_kernel(uint8_t* images, uint8_t* scratch, const int64_t* codes, const float* magnitudes,
+__global__ void color_ops_kernel(uint8_t* images, uint8_t* scratch, const int64_t* codes, const double* magnitudes,
                                  int64_t steps, int64_t channels, int64_t h, int64_t w) {
   __shared__ int32_t histogram[256];
   __shared__ uint8_t lut[256];
@@ -26,12 +26,13 @@ __global__ void color_ops_kernel(uint8_t* images, uint8_t* scratch, const int64_
   const int64_t first = threadIdx.x, stride = blockDim.x;
   for (int64_t k = 0; k < steps; ++k) {
     const int64_t code = codes[sample * steps + k];
-    const float magnitude = magnitudes[sample * steps + k];
+    const double magnitude = magnitudes[sample * steps + k];
+    const float value = static_cast<float>(magnitude);  // a Python float as torch multiplies or compares it
     assert(code >= 0 && code < kColorOpCount);
     switch (code) {
       case kColorBrightness:
         for (int64_t i = first; i < channels * plane; i += stride) {
-          image[i] = clamp_to_uint8(static_cast<float>(image[i]) * magnitude);
+          image[i] = clamp_to_uint8(static_cast<float>(image[i]) * value);
         }
         break;
       case kColorContrast: {
@@ -46,7 +47,7 @@ __global__ void color_ops_kernel(uint8_t* images, uint8_t* scratch, const int64_
         atomicAdd(&total, local);
         __syncthreads();
         const float mean = static_cast<float>(total) / static_cast<float>(plane), weight = blend_weight(magnitude);
-        for (int64_t i = first; i < channels * plane; i += stride) image[i] = blend(image[i], mean, magnitude, weight);
+        for (int64_t i = first; i < channels * plane; i += stride) image[i] = blend(image[i], mean, value, weight);
         break;
       }
       case kColorSaturation:
@@ -54,13 +55,13 @@ __global__ void color_ops_kernel(uint8_t* images, uint8_t* scratch, const int64_
         for (int64_t i = first; i < plane; i += stride) {
           const float gray = floorf(grayscale(image[i], image[plane + i], image[2 * plane + i]));
           const float weight = blend_weight(magnitude);
-          for (int64_t c = 0; c < 3; ++c) image[c * plane + i] = blend(image[c * plane + i], gray, magnitude, weight);
+          for (int64_t c = 0; c < 3; ++c) image[c * plane + i] = blend(image[c * plane + i], gray, value, weight);
         }
         break;
       case kColorHue:
         if (channels != 3) break;
         for (int64_t i = first; i < plane; i += stride) {
-          shift_hue(image[i], image[plane + i], image[2 * plane + i], magnitude);
+          shift_hue(image[i], image[plane + i], image[2 * plane + i], value);
         }
         break;
       case kColorSharpness: {
@@ -82,7 +83,7 @@ __global__ void color_ops_kernel(uint8_t* images, uint8_t* scratch, const int64_
         break;
       }
       case kColorSolarize:
-        for (int64_t i = first; i < channels * plane; i += stride) image[i] = solarize(image[i], magnitude);
+        for (int64_t i = first; i < channels * plane; i += stride) image[i] = solarize(image[i], value);
         break;
       case kColorAutocontrast:
         for (int64_t c = 0; c < channels; ++c) {
@@ -167,7 +168,7 @@ void launch_erase_for(void* images, const int64_t* boxes, const float* fill, con
 
 }  // namespace
 
-void launch_color_ops(uint8_t* images, uint8_t* scratch, const int64_t* codes, const float* magnitudes, int64_t n,
+void launch_color_ops(uint8_t* images, uint8_t* scratch, const int64_t* codes, const double* magnitudes, int64_t n,
                       int64_t steps, int64_t channels, int64_t h, int64_t w, cudaStream_t stream) {
   if (n == 0 || steps == 0 || h * w == 0) return;
   color_ops_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(images, scratch, codes, magnitudes, steps,

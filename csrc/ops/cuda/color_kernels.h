@@ -7,8 +7,8 @@
 namespace gpucore::ops::cuda {
 
 // images: uint8 N x C x H x W contiguous, adjusted in place; scratch: a buffer of the same size (sharpness reads
-// its source there); codes int64 and magnitudes float32 N x steps. One block per image.
-void launch_color_ops(uint8_t* images, uint8_t* scratch, const int64_t* codes, const float* magnitudes, int64_t n,
+// its source there); codes int64 and magnitudes float64 N x steps. One block per image.
+void launch_color_ops(uint8_t* images, uint8_t* scratch, const int64_t* codes, const double* magnitudes, int64_t n,
                       int64_t steps, int64_t channels, int64_t h, int64_t w, cudaStream_t stream);
 
 enum class EraseType { kFloat32, kFloat64, kFloat16, kBFloat16 };

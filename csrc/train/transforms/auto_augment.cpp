@@ -1,7 +1,7 @@
 // The auto-augment policies of the `transforms` list, by torchvision.transforms.v2's rules: TrivialAugmentWide,
 // RandAugment and AutoAugment. Each sample draws its operations and magnitudes as torchvision's forward does;
 // a step is a photometric adjustment (gpucore::color_ops) or a geometric one (gpucore::affine), the other part
-// of the step being the identity. params = {codes N x K int64, magnitudes N x K float32, matrices N x K x 6
+// of the step being the identity. params = {codes N x K int64, magnitudes N x K float64, matrices N x K x 6
 // float32}, K the steps per sample.
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/arange.h>

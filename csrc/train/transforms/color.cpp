@@ -1,6 +1,6 @@
 // The photometric transforms of the `transforms` list, by torchvision.transforms.v2's rules: their arguments,
 // their parameter distributions (make_params, drawn per sample from gpucore's per-epoch generator) and their
-// results through gpucore::color_ops. params = {codes N x K int64, magnitudes N x K float32}.
+// results through gpucore::color_ops. params = {codes N x K int64, magnitudes N x K float64}.
 #include <ATen/ops/empty.h>
 
 #include <algorithm>
@@ -21,16 +21,16 @@ at::Tensor ColorOpsTransform::apply(const at::Tensor& images, const std::vector<
 
 ColorSteps::ColorSteps(int64_t samples, int64_t steps)
     : codes(at::empty({samples, steps}, at::TensorOptions().dtype(at::kLong))),
-      magnitudes(at::empty({samples, steps}, at::TensorOptions().dtype(at::kFloat))),
+      magnitudes(at::empty({samples, steps}, at::TensorOptions().dtype(at::kDouble))),
       code_(codes.data_ptr<int64_t>()),
-      magnitude_(magnitudes.data_ptr<float>()) {
+      magnitude_(magnitudes.data_ptr<double>()) {
   codes.fill_(ops::kColorIdentity);
   magnitudes.zero_();
 }
 
 void ColorSteps::set(int64_t index, int64_t code, double magnitude) {
   code_[index] = code;
-  magnitude_[index] = static_cast<float>(magnitude);
+  magnitude_[index] = magnitude;
 }
 
 double probability(const Arguments& arguments, double fallback) {

@@ -24,7 +24,7 @@ struct ColorSteps {
 
  private:
   int64_t* code_;
-  float* magnitude_;
+  double* magnitude_;
 };
 
 // A _RandomApplyTransform's p: in [0, 1].
