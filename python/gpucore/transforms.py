@@ -88,29 +88,29 @@ def training_form(value: Any, crop_padding: int, hflip: bool, image_size: Tuple[
     return shorthands + entries(value)
 
 
-def validation_form(value: Any) -> List[Tuple[str, dict]]:
-    """The deterministic part: Resize, CenterCrop and Normalize kept; RandomResizedCrop(size) becomes
-    Resize(size) + CenterCrop(size) (its interpolation and antialias kept), RandomCrop(size) CenterCrop(size);
-    every other random transform is dropped."""
+def validation_form(value: Any) -> List[dict]:
+    """The deterministic part, as a `transforms` list: Resize, CenterCrop and Normalize kept;
+    RandomResizedCrop(size) becomes Resize(size) + CenterCrop(size) (its interpolation and antialias kept),
+    RandomCrop(size) CenterCrop(size); every other random transform is dropped."""
     result = []
     for name, arguments in entries(value):
         if name in _DETERMINISTIC:
-            result.append((name, arguments))
+            result.append({name: arguments})
         elif name == "RandomResizedCrop":
             resize = {key: arguments[key] for key in ("size", "interpolation", "antialias") if key in arguments}
-            result += [("Resize", resize), ("CenterCrop", {"size": arguments.get("size")})]
+            result += [{"Resize": resize}, {"CenterCrop": {"size": arguments.get("size")}}]
         elif name == "RandomCrop":
-            result.append(("CenterCrop", {"size": arguments.get("size")}))
+            result.append({"CenterCrop": {"size": arguments.get("size")}})
     return result
 
 
-def output_size(pairs: Sequence[Tuple[str, dict]], height: int, width: int) -> Tuple[int, int]:
-    """(height, width) of height x width images after the list."""
-    return tuple(_C.check_transforms(specs(pairs), height, width))
+def output_size(value: Any, height: int, width: int) -> Tuple[int, int]:
+    """(height, width) of height x width images after a `transforms` list."""
+    return tuple(_C.check_transforms(specs(entries(value)), height, width))
 
 
-def apply(images, pairs: Sequence[Tuple[str, dict]], stats: Optional[Tuple[list, list]]):
-    """N x C x H x W images through the list (its deterministic form, for evaluation and prediction), normalised
-    with `stats` (mean, std) unless the list has a Normalize, as float32."""
+def apply(images, value: Any, stats: Optional[Tuple[list, list]]):
+    """N x C x H x W images through a `transforms` list (the deterministic form, for evaluation and prediction),
+    normalised with `stats` (mean, std) unless the list has a Normalize, as float32."""
     mean, std = stats if stats else ([], [])
-    return _C.apply_transforms(images, specs(pairs), list(mean), list(std))
+    return _C.apply_transforms(images, specs(entries(value)), list(mean), list(std))

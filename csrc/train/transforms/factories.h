@@ -40,6 +40,11 @@ class Arguments {
 
 bool is_integer(double value);
 
+// torchvision's _get_inverse_affine_matrix (inverted=True): the map from output pixel to input coordinates,
+// both relative to the image centre (cx, cy: the rotation centre relative to it); degrees for the angles.
+std::array<double, 6> inverse_affine_matrix(double cx, double cy, double angle, double tx, double ty, double scale,
+                                            double shear_x, double shear_y);
+
 // Geometric (geometric.cpp).
 std::unique_ptr<Transform> make_random_crop(const Arguments& arguments);
 std::unique_ptr<Transform> make_center_crop(const Arguments& arguments);

@@ -252,24 +252,6 @@ class RandomResizedCrop final : public ResizeTransform {
   std::pair<double, double> scale_, ratio_;
 };
 
-}  // namespace
-
-// torchvision's _get_inverse_affine_matrix (inverted), centre relative to the image centre.
-std::array<double, 6> inverse_affine_matrix(double cx, double cy, double angle, double tx, double ty, double scale,
-                                            double shear_x, double shear_y) {
-  const double rot = angle * M_PI / 180.0, sx = shear_x * M_PI / 180.0, sy = shear_y * M_PI / 180.0;
-  const double cos_sy = std::cos(sy), tan_sx = std::tan(sx), rot_minus_sy = rot - sy;
-  const double cx_plus_tx = cx + tx, cy_plus_ty = cy + ty;
-  const double a = std::cos(rot_minus_sy) / cos_sy, b = -(a * tan_sx + std::sin(rot));
-  const double c = std::sin(rot_minus_sy) / cos_sy, d = std::cos(rot) - c * tan_sx;
-  std::array<double, 6> m = {d / scale, -b / scale, 0.0, -c / scale, a / scale, 0.0};
-  m[2] += cx - m[0] * cx_plus_tx - m[1] * cy_plus_ty;
-  m[5] += cy - m[3] * cx_plus_tx - m[4] * cy_plus_ty;
-  return m;
-}
-
-namespace {
-
 // Rotations, shears, scales, translations: one gpucore::affine per batch; params = {matrices N x 6 float32}.
 class AffineTransform : public Transform {
  public:
@@ -379,6 +361,19 @@ class RandomAffine final : public AffineTransform {
 };
 
 }  // namespace
+
+std::array<double, 6> inverse_affine_matrix(double cx, double cy, double angle, double tx, double ty, double scale,
+                                            double shear_x, double shear_y) {
+  const double rot = angle * M_PI / 180.0, sx = shear_x * M_PI / 180.0, sy = shear_y * M_PI / 180.0;
+  const double cos_sy = std::cos(sy), tan_sx = std::tan(sx), rot_minus_sy = rot - sy;
+  const double cx_plus_tx = cx + tx, cy_plus_ty = cy + ty;
+  const double a = std::cos(rot_minus_sy) / cos_sy, b = -(a * tan_sx + std::sin(rot));
+  const double c = std::sin(rot_minus_sy) / cos_sy, d = std::cos(rot) - c * tan_sx;
+  std::array<double, 6> m = {d / scale, -b / scale, 0.0, -c / scale, a / scale, 0.0};
+  m[2] += cx - m[0] * cx_plus_tx - m[1] * cy_plus_ty;
+  m[5] += cy - m[3] * cx_plus_tx - m[4] * cy_plus_ty;
+  return m;
+}
 
 std::unique_ptr<Transform> make_random_crop(const Arguments& arguments) { return std::make_unique<RandomCrop>(arguments); }
 std::unique_ptr<Transform> make_center_crop(const Arguments& arguments) { return std::make_unique<CenterCrop>(arguments); }

@@ -160,7 +160,7 @@ std::unique_ptr<Transform> make_transform(const TransformSpec& spec) {
   const auto& rows = transforms::table();
   const auto row = std::find_if(rows.begin(), rows.end(), [&](const auto& r) { return spec.name == r.name; });
   if (row == rows.end()) {
-    throw ConfigError("unknown transform '" + spec.name + "'; supported: " + transforms::joined(transform_names()));
+    throw ConfigError(spec.name + ": unknown transform; supported: " + transforms::joined(transform_names()));
   }
   std::vector<std::string> given;
   for (const auto& [name, values] : spec.numbers) given.push_back(name);

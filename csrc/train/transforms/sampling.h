@@ -37,10 +37,6 @@ class Draws {
 // Python's round(): half to even.
 inline int64_t round_half_even(double value) { return static_cast<int64_t>(std::nearbyint(value)); }
 
-// torchvision's _get_inverse_affine_matrix (inverted), centre relative to the image centre (geometric.cpp).
-std::array<double, 6> inverse_affine_matrix(double cx, double cy, double angle, double tx, double ty, double scale,
-                                            double shear_x, double shear_y);
-
 // The `interpolation` argument: nearest or bilinear, the resampling gpucore's ops have (geometric.cpp).
 std::string interpolation_of(const Arguments& arguments, const std::string& fallback);
 

@@ -45,6 +45,15 @@ class LoadedModel:
         return (self.input_stats["mean"], self.input_stats["std"]) if self.input_stats else None
 
     @property
+    def model_input_shape(self) -> Optional[List[int]]:
+        """One input as the model itself takes it: input_shape, for images after the deterministic form of the run's
+        `transforms` (a Resize or CenterCrop changes the size)."""
+        if not self.is_image_model or not self.input_shape[1]:
+            return self.input_shape
+        channels, height, width = self.input_shape
+        return [channels, *transforms.output_size(transforms.validation_form(self.config.transforms), height, width)]
+
+    @property
     def is_image_model(self) -> bool:
         return self.input_shape is not None and len(self.input_shape) == 3
 
