@@ -8,7 +8,7 @@ crop_padding: p and hflip: true are shorthands for `RandomCrop: {size: the image
 form (validation_form)."""
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Tuple
 
 from . import _C
 from .errors import ConfigError
@@ -44,11 +44,11 @@ def entries(value: Any) -> List[Tuple[str, dict]]:
     return result
 
 
-def specs(pairs: Sequence[Tuple[str, dict]]) -> list:
-    """(name, arguments) pairs as the C++ TransformSpecs: numbers (a bool as 0/1, a scalar as one value) and
-    words; None keeps torchvision's default."""
+def specs(value: Any) -> list:
+    """A `transforms` list as the C++ TransformSpecs: numbers (a bool as 0/1, a scalar as one value) and words;
+    None keeps torchvision's default."""
     result = []
-    for index, (name, arguments) in enumerate(pairs):
+    for index, (name, arguments) in enumerate(entries(value)):
         spec = _C.TransformSpec()
         spec.name = name
         numbers, words = {}, {}
@@ -74,18 +74,18 @@ def specs(pairs: Sequence[Tuple[str, dict]]) -> list:
 
 def check(value: Any) -> bool:
     """Config key `transforms`: every entry built as training builds it (a ConfigError names a bad one)."""
-    _C.check_transforms(specs(entries(value)))
+    _C.check_transforms(specs(value))
     return True
 
 
-def training_form(value: Any, crop_padding: int, hflip: bool, image_size: Tuple[int, int]) -> List[Tuple[str, dict]]:
-    """The list training applies to images of `image_size` (height, width): the shorthands first."""
+def training_form(value: Any, crop_padding: int, hflip: bool, image_size: Tuple[int, int]) -> List[Any]:
+    """The `transforms` list training applies to images of `image_size` (height, width): the shorthands first."""
     shorthands = []
     if crop_padding > 0:
-        shorthands.append(("RandomCrop", {"size": list(image_size), "padding": crop_padding}))
+        shorthands.append({"RandomCrop": {"size": list(image_size), "padding": crop_padding}})
     if hflip:
-        shorthands.append(("RandomHorizontalFlip", {}))
-    return shorthands + entries(value)
+        shorthands.append("RandomHorizontalFlip")
+    return shorthands + list(value or [])
 
 
 def validation_form(value: Any) -> List[dict]:
@@ -106,11 +106,11 @@ def validation_form(value: Any) -> List[dict]:
 
 def output_size(value: Any, height: int, width: int) -> Tuple[int, int]:
     """(height, width) of height x width images after a `transforms` list."""
-    return tuple(_C.check_transforms(specs(entries(value)), height, width))
+    return tuple(_C.check_transforms(specs(value), height, width))
 
 
 def apply(images, value: Any, stats: Optional[Tuple[list, list]]):
     """N x C x H x W images through a `transforms` list (the deterministic form, for evaluation and prediction),
     normalised with `stats` (mean, std) unless the list has a Normalize, as float32."""
     mean, std = stats if stats else ([], [])
-    return _C.apply_transforms(images, specs(entries(value)), list(mean), list(std))
+    return _C.apply_transforms(images, specs(value), list(mean), list(std))

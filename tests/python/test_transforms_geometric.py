@@ -65,7 +65,7 @@ def drawn(spec_list, images, seed=5, normalize=None):
     it drew per sample (the source's step buffers)."""
     config = _C.AugmentConfig()
     config.enabled = True
-    config.transforms = transforms.specs(transforms.entries(spec_list))
+    config.transforms = transforms.specs(spec_list)
     if normalize:
         config.mean, config.std = normalize
     n = images.shape[0]
@@ -182,6 +182,13 @@ def test_transforms_with_their_drawn_parameters_equal_torchvision(name):
         expected = F.crop(F.pad(images[i], [2, 4], fill=9), int(offsets[i, 0]) + 4, int(offsets[i, 1]) + 2,
                           height - 3, width - 1)
         assert torch.equal(as_uint8(batch[i]), expected), f"RandomCrop {name} {i}"
+
+    # crop_padding + hflip: run inside the one gpucore::augment pass, the same result
+    batch, (crop, flip) = drawn(transforms.training_form([], 3, True, (height, width)), images)
+    for i in range(n):
+        expected = F.crop(F.pad(images[i], [3]), int(crop[0][i, 0]) + 3, int(crop[0][i, 1]) + 3, height, width)
+        expected = F.horizontal_flip(expected) if flip[1][i, 1] else expected
+        assert torch.equal(as_uint8(batch[i]), expected), f"crop_padding + hflip {name} {i}"
 
     for flip, column, reference in (("RandomHorizontalFlip", 1, F.horizontal_flip),
                                     ("RandomVerticalFlip", 0, F.vertical_flip)):
@@ -369,10 +376,10 @@ def test_segmentation_masks_follow_every_geometric_transform():
     images = (masks * 100).to(torch.uint8)[:, None].expand(16, 3, 13, 15).contiguous()
     config = _C.AugmentConfig()
     config.enabled = True
-    config.transforms = transforms.specs(transforms.entries([
+    config.transforms = transforms.specs([
         {"RandomResizedCrop": {"size": [11, 14], "interpolation": "nearest"}},
         {"RandomAffine": {"degrees": 40, "translate": [0.1, 0.1], "shear": 10}},
-        {"RandomCrop": {"size": [12, 12], "padding": 2}}, "RandomHorizontalFlip", "RandomVerticalFlip"]))
+        {"RandomCrop": {"size": [12, 12], "padding": 2}}, "RandomHorizontalFlip", "RandomVerticalFlip"])
     source = _C.TensorBatches(images, masks, 8, True, False, 7, torch.device("cpu"), config)
     while (batch := source.next()) is not None:
         x, y = batch

@@ -45,6 +45,13 @@ bool is_integer(double value);
 std::array<double, 6> inverse_affine_matrix(double cx, double cy, double angle, double tx, double ty, double scale,
                                             double shear_x, double shear_y);
 
+// What a transform is to gpucore::augment, whose one pass can also crop without resizing (zero fill) and flip
+// horizontally: a RandomCrop to the size of its h x w input with fill 0 (its offsets are augment's), a
+// RandomHorizontalFlip (its flips' column 1 is augment's), or neither. The pipeline runs such a tail of the
+// uint8 stage inside augment instead of as passes of its own; the result is the same.
+enum class AugmentPart { kNone, kCrop, kHorizontalFlip };
+AugmentPart augment_part(const Transform& transform, int64_t h, int64_t w);
+
 // Geometric (geometric.cpp).
 std::unique_ptr<Transform> make_random_crop(const Arguments& arguments);
 std::unique_ptr<Transform> make_center_crop(const Arguments& arguments);

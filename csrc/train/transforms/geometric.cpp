@@ -81,6 +81,9 @@ class RandomCrop final : public CropTransform {
   }
   bool is_random() const override { return true; }
   std::array<int64_t, 2> output_size(int64_t, int64_t) const override { return size_; }
+  bool keeps_size_with_zero_fill(int64_t h, int64_t w) const {
+    return size_[0] == h && size_[1] == w && std::all_of(fill_.begin(), fill_.end(), [](double v) { return v == 0; });
+  }
   std::vector<at::Tensor> sample(int64_t samples, int64_t h, int64_t w, at::Generator& generator) const override {
     int64_t top = top_, left = left_, padded_h = h + top_ + bottom_, padded_w = w + left_ + right_;
     if (pad_if_needed_ && padded_h < size_[0]) {
@@ -113,7 +116,7 @@ class RandomCrop final : public CropTransform {
 
 class CenterCrop final : public CropTransform {
  public:
-  explicit CenterCrop(const Arguments& arguments) : size_(arguments.size("size")) { fill_ = {}; }
+  explicit CenterCrop(const Arguments& arguments) : size_(arguments.size("size")) {}
   bool is_random() const override { return false; }
   std::array<int64_t, 2> output_size(int64_t, int64_t) const override { return size_; }
   std::vector<at::Tensor> sample(int64_t samples, int64_t h, int64_t w, at::Generator&) const override {
@@ -143,6 +146,7 @@ class RandomFlip final : public CropTransform {
     flips.select(1, axis_).copy_(at::rand({samples}, generator) < p_);  // torchvision: rand(1) < p flips
     return {at::zeros({samples, 2}, kHostLong), flips};
   }
+  bool horizontal() const { return axis_ == 1; }
 
  private:
   double p_;
@@ -373,6 +377,16 @@ std::array<double, 6> inverse_affine_matrix(double cx, double cy, double angle, 
   m[2] += cx - m[0] * cx_plus_tx - m[1] * cy_plus_ty;
   m[5] += cy - m[3] * cx_plus_tx - m[4] * cy_plus_ty;
   return m;
+}
+
+AugmentPart augment_part(const Transform& transform, int64_t h, int64_t w) {
+  if (const auto* crop = dynamic_cast<const RandomCrop*>(&transform); crop && crop->keeps_size_with_zero_fill(h, w)) {
+    return AugmentPart::kCrop;
+  }
+  if (const auto* flip = dynamic_cast<const RandomFlip*>(&transform); flip && flip->horizontal()) {
+    return AugmentPart::kHorizontalFlip;
+  }
+  return AugmentPart::kNone;
 }
 
 std::unique_ptr<Transform> make_random_crop(const Arguments& arguments) { return std::make_unique<RandomCrop>(arguments); }

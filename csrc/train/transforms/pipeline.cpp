@@ -88,20 +88,31 @@ std::vector<std::vector<at::Tensor>> TransformPipeline::sample(int64_t samples, 
 
 at::Tensor TransformPipeline::apply(const at::Tensor& images, const std::vector<std::vector<at::Tensor>>& params,
                                     at::ScalarType dtype, at::Tensor& masks) const {
+  // Each uint8 transform's input size, then the tail augment runs itself: a same-size RandomCrop, then a
+  // RandomHorizontalFlip (augment crops, then flips).
+  std::vector<std::array<int64_t, 2>> sizes{{images.size(2), images.size(3)}};
+  for (const auto& transform : uint8_stage_) sizes.push_back(transform->output_size(sizes.back()[0], sizes.back()[1]));
+  size_t fused = uint8_stage_.size();
+  at::Tensor offsets, flips;
+  const auto part = [&](size_t k) { return transforms::augment_part(*uint8_stage_[k], sizes[k][0], sizes[k][1]); };
+  if (fused > 0 && part(fused - 1) == transforms::AugmentPart::kHorizontalFlip) flips = params[--fused][1].select(1, 1);
+  if (fused > 0 && part(fused - 1) == transforms::AugmentPart::kCrop) offsets = params[--fused][0];
+
   at::Tensor x = images;
   size_t k = 0;
-  for (const auto& transform : uint8_stage_) {
-    if (masks.defined() && transform->moves_pixels()) masks = transform->apply_to_mask(masks, params[k]);
-    x = transform->apply(x, params[k++]);
+  for (; k < uint8_stage_.size(); ++k) {
+    if (masks.defined() && uint8_stage_[k]->moves_pixels()) masks = uint8_stage_[k]->apply_to_mask(masks, params[k]);
+    if (k < fused) x = uint8_stage_[k]->apply(x, params[k]);
   }
   const int64_t n = x.size(0);
   const auto on_device = at::TensorOptions().device(x.device());
+  if (!offsets.defined()) offsets = at::zeros({n, 2}, on_device.dtype(at::kLong));
+  if (!flips.defined()) flips = at::zeros({n}, on_device.dtype(at::kBool));
   // torchvision's Normalize broadcasts one value over the channels; the augment op takes one per channel.
   const bool broadcast = mean_.size() == 1 && x.size(1) > 1;
   const std::vector<double> mean = broadcast ? std::vector<double>(x.size(1), mean_[0]) : mean_;
   const std::vector<double> std = broadcast ? std::vector<double>(x.size(1), std_[0]) : std_;
-  x = ops::augment(x, at::zeros({n, 2}, on_device.dtype(at::kLong)), at::zeros({n}, on_device.dtype(at::kBool)), 0,
-                   mean, std, dtype);
+  x = ops::augment(x, offsets, flips, 0, mean, std, dtype);
   for (const auto& transform : float_stage_) {
     if (masks.defined() && transform->moves_pixels()) masks = transform->apply_to_mask(masks, params[k]);
     x = transform->apply(x, params[k++]);

@@ -1,9 +1,11 @@
-"""Tensors as models take them: image layout, input statistics, standardisation. A leaf module."""
+"""Tensors as models take them: image layout, input statistics, standardisation, the deterministic transforms."""
 from __future__ import annotations
 
 from typing import Optional, Tuple
 
 import torch
+
+from .. import transforms
 
 
 def as_images(inputs: torch.Tensor) -> torch.Tensor:
@@ -32,3 +34,11 @@ def input_stats(inputs: torch.Tensor) -> Tuple[list, list]:
         mean, std = values.mean().reshape(1), values.std().reshape(1)
     std = torch.where(std > 0, std, torch.ones_like(std))
     return mean.tolist(), std.tolist()
+
+
+def model_inputs(images: torch.Tensor, input_stats: Optional[dict], transforms_value=()) -> torch.Tensor:
+    """Images (N x C x H x W, uint8 or float) as the model saw them in training: through `transforms_value` (a
+    config `transforms` list; gpucore.load passes the deterministic form of its run's) and the fused normalise,
+    with a checkpoint's `input_stats` ({"mean": [...], "std": [...]}, or None), as float32."""
+    stats = (input_stats["mean"], input_stats["std"]) if input_stats else None
+    return transforms.apply(as_images(images), transforms_value, stats)

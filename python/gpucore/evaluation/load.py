@@ -14,7 +14,7 @@ from torch import nn
 
 from ..checkpoint import load_checkpoint
 from ..config import load_config
-from ..data.tensor_inputs import as_images, prepare_inputs
+from ..data.tensor_inputs import as_images, model_inputs, prepare_inputs
 from ..device.select import select_device
 from .. import transforms
 from ..errors import ConfigError
@@ -72,8 +72,7 @@ class LoadedModel:
             raise ConfigError(f"the model of '{self.checkpoint}' was trained on images of {wanted} (channels x height x "
                               f"width), got inputs of shape {tuple(inputs.shape)}; read them with the same channels "
                               "and size")
-        return transforms.apply(images.to(self.device), transforms.validation_form(self.config.transforms),
-                                self.normalization)
+        return model_inputs(images.to(self.device), self.input_stats, transforms.validation_form(self.config.transforms))
 
     def __call__(self, inputs: torch.Tensor, batch_size: Optional[int] = None) -> torch.Tensor:
         """The model's outputs for raw `inputs` (see preprocess), in batches of `batch_size` (default: the run's
