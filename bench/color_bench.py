@@ -59,7 +59,7 @@ def main(argv=None):
     }
     rates = {}
     for name, listed in LISTS.items():
-        specs = transforms.specs(transforms.entries(listed))
+        specs = transforms.specs(listed)
         ours = timed(lambda: _C.apply_transforms(on_device, specs, [], [], 0), device, args.rounds)
         theirs = timed(lambda: [reference[name](image) for image in images], torch.device("cpu"), args.rounds)
         rates[f"gpucore {name}"] = args.images / ours

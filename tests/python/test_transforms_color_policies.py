@@ -25,12 +25,12 @@ P_FLOOR = 1e-4  # the p-value below which a distribution test fails (fixed seeds
 
 def sample(entry, n, h, w, seed=0):
     """The parameters the transform draws for n samples of h x w images from the generator seeded `seed`."""
-    return _C.sample_transforms(transforms.specs(transforms.entries([entry])), n, h, w, seed)[0]
+    return _C.sample_transforms(transforms.specs([entry]), n, h, w, seed)[0]
 
 
 def run(images, entry, seed=0):
     """uint8 images through the one-entry list as a training batch (parameters from `seed`), back as uint8."""
-    out = _C.apply_transforms(images, transforms.specs(transforms.entries([entry])), [], [], seed)
+    out = _C.apply_transforms(images, transforms.specs([entry]), [], [], seed)
     return (out * 255).round().to(torch.uint8)
 
 
@@ -280,7 +280,7 @@ def test_random_erasing_after_normalize_equals_torchvision_erase(value):
     images = random_images(8, 3, 12, 16, 10)
     entry = {"RandomErasing": {"p": 0.8, "value": value}}
     mean, std = [0.5, 0.4, 0.3], [0.2, 0.25, 0.3]
-    specs = transforms.specs(transforms.entries([{"Normalize": {"mean": mean, "std": std}}, entry]))
+    specs = transforms.specs([{"Normalize": {"mean": mean, "std": std}}, entry])
     out = _C.apply_transforms(images, specs, [], [], 13)
     boxes, fill = _C.sample_transforms(specs, 8, 12, 16, 13)[0]
     normalized = F.normalize(images.float() / 255, mean, std)
@@ -294,7 +294,7 @@ def test_random_erasing_after_normalize_equals_torchvision_erase(value):
 def test_random_erasing_random_value_is_standard_normal_in_the_box():
     images = torch.full((16, 3, 32, 32), 128, dtype=torch.uint8)
     entry = {"RandomErasing": {"p": 1.0, "value": "random", "scale": [0.2, 0.3]}}
-    out = _C.apply_transforms(images, transforms.specs(transforms.entries([entry])), [], [], 21)
+    out = _C.apply_transforms(images, transforms.specs([entry]), [], [], 21)
     boxes, seeds = sample(entry, 16, 32, 32, seed=21)
     assert len(set(seeds.tolist())) == 16
     inside = torch.cat([out[n, :, i:i + h, j:j + w].flatten() for n, (i, j, h, w) in enumerate(boxes.tolist())])
