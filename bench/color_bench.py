@@ -47,7 +47,8 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json")
     args = parser.parse_args(argv)
-    v2 = import_torchvision().transforms.v2
+    import_torchvision()
+    from torchvision.transforms import v2
     device = gpucore.select_device(args.device).device
     generator = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (args.images, 3, args.size, args.size), generator=generator, dtype=torch.uint8)
