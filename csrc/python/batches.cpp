@@ -34,6 +34,14 @@ void def_batches(py::module_& m) {
     const auto size = pipeline.output_size(height, width);
     return std::make_pair(size[0], size[1]);
   }, py::arg("specs"), py::arg("height") = 0, py::arg("width") = 0);
+  // The parameters the list draws for `samples` height x width images from the generator seeded `seed` (as
+  // apply_transforms draws them), per transform in pipeline order: tests compare them with torchvision's.
+  m.def("sample_transforms", [](const std::vector<TransformSpec>& specs, int64_t samples, int64_t height,
+                                int64_t width, uint64_t seed) {
+    const TransformPipeline pipeline(specs, {}, {});
+    at::Generator generator = at::detail::createCPUGenerator(seed);
+    return pipeline.sample(samples, height, width, generator);
+  }, py::arg("specs"), py::arg("samples"), py::arg("height"), py::arg("width"), py::arg("seed") = 0);
   // The list applied to N x C x H x W images as one training batch (parameters drawn from `seed`),
   // normalised by mean/std unless the list has a Normalize, as float32: evaluation and prediction use it
   // with the list's deterministic form.

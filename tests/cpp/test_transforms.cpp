@@ -27,8 +27,10 @@ std::string error_of(const std::vector<TransformSpec>& specs) {
 
 TEST(Transforms, UnknownNamesAndArgumentsNameTheEntryAndWhatIsValid) {
   EXPECT_EQ(error_of({{"RandomHorizontalFlip", {}, {}}, {"Rezise", {}, {}}}),
-            "transforms[1] Rezise: unknown transform; supported: CenterCrop, Normalize, RandomAffine, RandomCrop, "
-            "RandomHorizontalFlip, RandomResizedCrop, RandomRotation, RandomVerticalFlip, Resize");
+            "transforms[1] Rezise: unknown transform; supported: AutoAugment, CenterCrop, ColorJitter, Normalize, "
+            "RandAugment, RandomAdjustSharpness, RandomAffine, RandomAutocontrast, RandomCrop, RandomEqualize, "
+            "RandomErasing, RandomGrayscale, RandomHorizontalFlip, RandomInvert, RandomPosterize, RandomResizedCrop, "
+            "RandomRotation, RandomSolarize, RandomVerticalFlip, Resize, TrivialAugmentWide");
   EXPECT_EQ(error_of({{"RandomHorizontalFlip", {{"q", {0.5}}}, {}}}),
             "transforms[0] RandomHorizontalFlip: unknown argument 'q'; valid arguments: p");
   EXPECT_EQ(error_of({{"RandomHorizontalFlip", {{"p", {1.5}}}, {}}}),

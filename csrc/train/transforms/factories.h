@@ -31,6 +31,7 @@ class Arguments {
   // A pair (low, high) with low <= high whose values pass `check` (described by `valid`).
   std::pair<double, double> ordered_pair(const std::string& name, std::pair<double, double> fallback, bool (*check)(double),
                                          const std::string& valid) const;
+  bool is_word(const std::string& name) const;  // given as a name (value: random), not as numbers
   [[noreturn]] void fail(const std::string& name, const std::string& message) const;
 
  private:
@@ -60,5 +61,19 @@ std::unique_ptr<Transform> make_resize(const Arguments& arguments);
 std::unique_ptr<Transform> make_random_resized_crop(const Arguments& arguments);
 std::unique_ptr<Transform> make_random_rotation(const Arguments& arguments);
 std::unique_ptr<Transform> make_random_affine(const Arguments& arguments);
+
+// Photometric (color.cpp, auto_augment.cpp, erasing.cpp).
+std::unique_ptr<Transform> make_color_jitter(const Arguments& arguments);
+std::unique_ptr<Transform> make_random_grayscale(const Arguments& arguments);
+std::unique_ptr<Transform> make_random_posterize(const Arguments& arguments);
+std::unique_ptr<Transform> make_random_solarize(const Arguments& arguments);
+std::unique_ptr<Transform> make_random_adjust_sharpness(const Arguments& arguments);
+std::unique_ptr<Transform> make_random_autocontrast(const Arguments& arguments);
+std::unique_ptr<Transform> make_random_equalize(const Arguments& arguments);
+std::unique_ptr<Transform> make_random_invert(const Arguments& arguments);
+std::unique_ptr<Transform> make_trivial_augment_wide(const Arguments& arguments);
+std::unique_ptr<Transform> make_rand_augment(const Arguments& arguments);
+std::unique_ptr<Transform> make_auto_augment(const Arguments& arguments);
+std::unique_ptr<Transform> make_random_erasing(const Arguments& arguments);
 
 }  // namespace gpucore::transforms

@@ -1,9 +1,7 @@
 // The geometric transforms of the `transforms` list, by torchvision.transforms.v2's rules: their arguments,
 // their parameter distributions (make_params / get_params, drawn per sample from gpucore's per-epoch
 // generator) and their results through gpucore's crop, resized_crop and affine ops.
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/TensorOperators.h>
-#include <ATen/core/DistributionsHelper.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
@@ -14,11 +12,10 @@
 
 #include <cmath>
 #include <algorithm>
-#include <mutex>
 
 #include "gpucore/errors.h"
 #include "ops/geometry.h"
-#include "train/transforms/factories.h"
+#include "train/transforms/sampling.h"
 
 namespace gpucore::transforms {
 namespace {
@@ -27,36 +24,17 @@ const at::TensorOptions kHostLong = at::TensorOptions().dtype(at::kLong);
 const at::TensorOptions kHostBool = at::TensorOptions().dtype(at::kBool);
 const std::vector<std::string> kInterpolations = {"nearest", "bilinear"};
 
-// Scalar draws from the per-epoch generator, holding its lock (one sample's parameters after another).
-class Draws {
- public:
-  explicit Draws(at::Generator& generator)
-      : generator_(at::check_generator<at::CPUGeneratorImpl>(generator)), lock_(generator.mutex()) {}
-  double uniform(double low, double high) {  // torch.empty(1).uniform_(low, high)
-    if (low == high) return low;
-    at::uniform_real_distribution<double> draw(low, high);
-    return draw(generator_);
-  }
-  int64_t below(int64_t high) {  // torch.randint(0, high)
-    at::uniform_int_from_to_distribution<int64_t> draw(static_cast<uint64_t>(high), 0);
-    return draw(generator_);
-  }
-
- private:
-  at::CPUGeneratorImpl* generator_;
-  std::lock_guard<std::mutex> lock_;
-};
-
-// Python's round(): half to even.
-int64_t round_half_even(double value) { return static_cast<int64_t>(std::nearbyint(value)); }
-
 std::vector<double> fill_of(const Arguments& arguments, std::vector<double> fallback) {
   return arguments.numbers("fill", std::move(fallback), {1, 3});
 }
 
+}  // namespace
+
 std::string interpolation_of(const Arguments& arguments, const std::string& fallback) {
   return arguments.word("interpolation", fallback, kInterpolations);
 }
+
+namespace {
 
 // A mask (N x H x W class ids) through `op` on its float copy (ids exact), back in its dtype.
 template <typename Op>

@@ -29,6 +29,19 @@ const std::vector<Row>& table() {
       {"RandomRotation", {"degrees", "interpolation", "expand", "center", "fill"}, make_random_rotation},
       {"RandomVerticalFlip", {"p"}, make_vertical_flip},
       {"Resize", {"size", "interpolation", "max_size", "antialias"}, make_resize},
+      // Photometric (color.cpp, auto_augment.cpp, erasing.cpp).
+      {"AutoAugment", {"policy", "interpolation", "fill"}, make_auto_augment},
+      {"ColorJitter", {"brightness", "contrast", "saturation", "hue"}, make_color_jitter},
+      {"RandAugment", {"num_ops", "magnitude", "num_magnitude_bins", "interpolation", "fill"}, make_rand_augment},
+      {"RandomAdjustSharpness", {"sharpness_factor", "p"}, make_random_adjust_sharpness},
+      {"RandomAutocontrast", {"p"}, make_random_autocontrast},
+      {"RandomEqualize", {"p"}, make_random_equalize},
+      {"RandomErasing", {"p", "scale", "ratio", "value", "inplace"}, make_random_erasing},
+      {"RandomGrayscale", {"p"}, make_random_grayscale},
+      {"RandomInvert", {"p"}, make_random_invert},
+      {"RandomPosterize", {"bits", "p"}, make_random_posterize},
+      {"RandomSolarize", {"threshold", "p"}, make_random_solarize},
+      {"TrivialAugmentWide", {"num_magnitude_bins", "interpolation", "fill"}, make_trivial_augment_wide},
   };
   return rows;
 }
@@ -54,6 +67,8 @@ std::string shown(const std::vector<double>& values) {
 }  // namespace
 
 bool is_integer(double value) { return std::isfinite(value) && std::floor(value) == value; }
+
+bool Arguments::is_word(const std::string& name) const { return spec_.words.count(name) > 0; }
 
 bool Arguments::has(const std::string& name) const {
   return spec_.numbers.count(name) > 0 || spec_.words.count(name) > 0;
