@@ -202,14 +202,9 @@ def test_auto_augment_draws_torchvisions_sub_policies(policy):
     assert chi_square(drawn, expected) > P_FLOOR
 
 
-GEOMETRIC = ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate")
-
-
 def policy_reference(policy, images, params, interpolation, fill):
-    """torchvision's own _apply_image_or_video_transform, step after step, with the drawn operations; the geometric
-    ones through gpucore::affine with torchvision's matrix for the operation (that op's own exactness against
-    torchvision.transforms.v2.functional.affine is test_transforms_geometric's; on nearest-neighbour ties, as a
-    shear of 0.2 has them, the two may pick different pixels)."""
+    """torchvision's own _apply_image_or_video_transform, step after step, with the drawn operations (the geometric
+    ones too: gpucore::affine rounds its grid as torchvision's does, nearest-neighbour ties included)."""
     h, w = images.shape[-2:]
     bins = {"TrivialAugmentWide": 31, "RandAugment": 31}
     outcomes = space_outcomes(policy, bins.get(type(policy).__name__, 10), h, w,
@@ -220,12 +215,8 @@ def policy_reference(policy, images, params, interpolation, fill):
         for step in range(params[0].shape[1]):
             key = drawn_keys([p[n:n + 1] for p in params], step)[0]
             name, magnitude = outcomes[key][1]
-            if name in GEOMETRIC:
-                matrix = torch.tensor([affine_matrix(name, magnitude, h, w)], dtype=torch.float32)
-                image = torch.ops.gpucore.affine(image[None], matrix, interpolation, fill or [])[0]
-            else:
-                image = policy._apply_image_or_video_transform(image, name, magnitude, interpolation=interpolation,
-                                                               fill=policy._fill)
+            image = policy._apply_image_or_video_transform(image, name, magnitude, interpolation=interpolation,
+                                                           fill=policy._fill)
         out.append(image)
     return torch.stack(out)
 

@@ -143,7 +143,56 @@ def test_affine_op_is_torchvision_affine(name, interpolation):
         mode = BILINEAR if interpolation == "bilinear" else NEAREST
         for i, p in enumerate(params):
             expected = F.affine(images[i], **p, interpolation=mode, fill=fill)
-            within(got[i], expected, 1, f"{name} {p} fill {fill}")
+            within(got[i], expected, 0 if interpolation == "nearest" else 1, f"{name} {p} fill {fill}")
+
+
+def random_affine_parameters(kind, generator, h, w):
+    """F.affine's arguments for one drawn case of `kind`: a shear (about the centre or, as the auto-augment
+    policies shear, about the corner), a rotation, a translation, a scaling, or all at once. Half the draws take
+    round values (shear tangents in steps of 0.05, angles in steps of 15 degrees, scales in quarters), which put
+    source coordinates exactly halfway between pixels, where nearest-neighbour rounding must agree bit for bit."""
+    u = torch.rand(6, generator=generator).tolist()
+    tie = u[5] < 0.5
+    p = dict(angle=0.0, translate=[0, 0], scale=1.0, shear=[0.0, 0.0])
+    if kind == "shear":
+        tangent = 0.05 * (int(13 * u[0]) - 6) if tie else 0.6 * u[0] - 0.3
+        shear = math.degrees(math.atan(tangent))
+        p["shear"] = [shear, 0.0] if u[1] < 0.5 else [0.0, shear]
+        if u[2] < 0.5:
+            p["center"] = [0, 0]
+    elif kind == "rotate":
+        p["angle"] = 15.0 * (int(24 * u[0]) - 12) if tie else 360 * u[0] - 180
+    elif kind == "translate":
+        p["translate"] = [int(w * u[0]) - w // 2, int(h * u[1]) - h // 2]
+        p["scale"] = 0.25 * (2 + int(5 * u[2])) if tie else 1.0
+    elif kind == "scale":
+        p["scale"] = 0.25 * (2 + int(5 * u[0])) if tie else 0.5 + u[0]
+    else:
+        p.update(angle=90 * u[0] - 45, translate=[int(6 * u[1]) - 3, int(6 * u[2]) - 3], scale=0.7 + 0.6 * u[3],
+                 shear=[30 * u[4] - 15, 20 * u[0] - 10])
+    return p
+
+
+# 18 x 22 has the ties a 0.2 shear makes; below 67 pixels (7 x 9, 8 x 8, 6 x 11) torch's bmm builds the grid with
+# its plain kernel, above with the BLAS one: both roundings are reproduced.
+@pytest.mark.parametrize("height, width", [(18, 22), (17, 12), (23, 31), (32, 40), (7, 9), (8, 8), (6, 11)])
+def test_nearest_affine_picks_torchvisions_pixel_exactly(height, width):
+    generator = torch.Generator().manual_seed(height * 100 + width)
+    images = torch.randint(0, 256, (40, 3, height, width), generator=generator, dtype=torch.uint8)
+    kinds = ["shear", "rotate", "translate", "scale", "all"]
+    params = [random_affine_parameters(kinds[i % len(kinds)], generator, height, width) for i in range(len(images))]
+    for fill in (None, [7.0, 80.0, 250.0]):
+        matrices = []
+        for p in params:
+            center = p.get("center", [0.5 * width, 0.5 * height])
+            center = [c - s * 0.5 for c, s in zip(center, [width, height])]  # F.affine's centre, relative
+            matrices.append(geometry._get_inverse_affine_matrix(center, p["angle"], p["translate"], p["scale"],
+                                                                p["shear"]))
+        got = torch.ops.gpucore.affine(images, torch.tensor(matrices, dtype=torch.float32), "nearest", fill or [])
+        for i, p in enumerate(params):
+            expected = F.affine(images[i], **p, interpolation=NEAREST, fill=fill)
+            differ = int((got[i] != expected).sum())
+            assert differ == 0, f"{height} x {width} {p} fill {fill}: {differ} values differ"
 
 
 def test_ops_pass_opcheck():
