@@ -119,7 +119,9 @@ def test_resized_crop_op_is_torchvision_resized_crop(name, interpolation, antial
         mode = BILINEAR if interpolation == "bilinear" else NEAREST
         for i, box in enumerate(boxes):
             expected = F.resized_crop(images[i], *box, size=size, interpolation=mode, antialias=antialias)
-            within(got[i], expected, 2 if interpolation == "bilinear" else 0, f"{name} {box} -> {size}")
+            # exact: the CPU kernel resamples with ATen's own kernels, as torchvision does (the CUDA kernel's own
+            # taps are allowed two levels)
+            within(got[i], expected, 0 if images.device.type == "cpu" else 2, f"{name} {box} -> {size}")
 
 
 @pytest.mark.parametrize("name", list(image_cases()))
@@ -246,7 +248,7 @@ def test_transforms_with_their_drawn_parameters_equal_torchvision(name):
             expected = reference(images[i]) if params[1][i, column] else images[i]
             assert torch.equal(as_uint8(batch[i]), expected), f"{flip} {name} {i}"
 
-    for interpolation, levels in (("bilinear", 2), ("nearest", 0)):
+    for interpolation, levels in (("bilinear", 0 if images.device.type == "cpu" else 2), ("nearest", 0)):
         spec = {"RandomResizedCrop": {"size": [19, 24], "scale": [0.2, 1.0], "interpolation": interpolation}}
         batch, (params,) = drawn([spec], images)
         mode = BILINEAR if interpolation == "bilinear" else NEAREST
@@ -256,7 +258,8 @@ def test_transforms_with_their_drawn_parameters_equal_torchvision(name):
 
     batch, _ = drawn([{"Resize": {"size": 15}}, {"CenterCrop": {"size": [13, 29]}}], images)
     for i in range(n):
-        within(as_uint8(batch[i]), F.center_crop(F.resize(images[i], 15, antialias=True), [13, 29]), 2, f"Resize {name}")
+        within(as_uint8(batch[i]), F.center_crop(F.resize(images[i], 15, antialias=True), [13, 29]),
+               0 if images.device.type == "cpu" else 2, f"Resize {name}")
 
     fill = [float(40 + c) for c in range(channels)]
     batch, (params,) = drawn([{"RandomRotation": {"degrees": 170, "interpolation": "bilinear", "fill": fill,

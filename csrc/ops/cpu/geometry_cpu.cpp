@@ -1,7 +1,9 @@
 // CPU kernels of the geometric ops (crop, resized_crop, affine): one pass per output plane, the per-pixel
 // arithmetic shared with the CUDA kernels (ops/resample_math.h).
 #include <ATen/Parallel.h>
+#include <ATen/ops/_upsample_bilinear2d_aa.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/upsample_bilinear2d.h>
 #include <torch/library.h>
 
 #include <vector>
@@ -75,37 +77,28 @@ at::Tensor resized_crop_cpu(const at::Tensor& images, const at::Tensor& boxes, a
                 "resized_crop: box ", image, " (top ", b[0], ", left ", b[1], ", height ", b[2], ", width ", b[3],
                 ") is not inside the ", h, " x ", w, " image");
   }
-  const bool bilinear = mode == "bilinear";
+  if (mode == "bilinear") {
+    // ATen's own vectorised resampling of each crop: what torchvision's resize runs on CPU images, so the results
+    // are equal, and several times faster than the per-pixel taps the CUDA kernel uses.
+    for (int64_t image = 0; image < n; ++image) {
+      const int64_t* b = box_data + image * 4;
+      const at::Tensor crop = in.narrow(0, image, 1).narrow(2, b[0], b[2]).narrow(3, b[1], b[3]);
+      out.narrow(0, image, 1).copy_(antialias ? at::_upsample_bilinear2d_aa(crop, {oh, ow}, false)
+                                              : at::upsample_bilinear2d(crop, {oh, ow}, false));
+    }
+    return out;
+  }
   for_element_type(in, out, [&](const auto* src, auto* dst) {
-    using T = std::remove_const_t<std::remove_pointer_t<decltype(src)>>;
-    at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
-      std::vector<resample::Taps> rows(static_cast<size_t>(oh)), columns(static_cast<size_t>(ow));
-      for (int64_t image = begin; image < end; ++image) {
+    at::parallel_for(0, n * channels, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t plane = begin; plane < end; ++plane) {
+        const int64_t image = plane / channels;
         const int64_t top = box_data[image * 4], left = box_data[image * 4 + 1];
         const int64_t bh = box_data[image * 4 + 2], bw = box_data[image * 4 + 3];
-        for (int64_t y = 0; y < oh && bilinear; ++y) rows[y] = resample::bilinear_taps(y, bh, oh, antialias);
-        for (int64_t x = 0; x < ow && bilinear; ++x) columns[x] = resample::bilinear_taps(x, bw, ow, antialias);
-        for (int64_t c = 0; c < channels; ++c) {
-          const T* from = src + ((image * channels + c) * h + top) * w + left;
-          T* to = dst + (image * channels + c) * oh * ow;
-          for (int64_t y = 0; y < oh; ++y) {
-            for (int64_t x = 0; x < ow; ++x) {
-              if (!bilinear) {
-                to[y * ow + x] = from[resample::nearest_source(y, bh, oh) * w + resample::nearest_source(x, bw, ow)];
-                continue;
-              }
-              const resample::Taps& row = rows[y];
-              const resample::Taps& column = columns[x];
-              double sum = 0.0;
-              for (int64_t i = 0; i < row.count; ++i) {
-                double line = 0.0;
-                const T* pixels = from + (row.first + i) * w + column.first;
-                for (int64_t j = 0; j < column.count; ++j) line += resample::tap_weight(column, j) * pixels[j];
-                sum += resample::tap_weight(row, i) * line;
-              }
-              to[y * ow + x] = store<T>(static_cast<float>(sum / (row.total * column.total)));
-            }
-          }
+        const auto* from = src + (plane * h + top) * w + left;
+        auto* to = dst + plane * oh * ow;
+        for (int64_t y = 0; y < oh; ++y) {
+          const int64_t row = resample::nearest_source(y, bh, oh) * w;
+          for (int64_t x = 0; x < ow; ++x) to[y * ow + x] = from[row + resample::nearest_source(x, bw, ow)];
         }
       }
     });
