@@ -90,6 +90,10 @@ def main(argv=None):
                                                        "interpolation": "bilinear"}}],
                                     v2.RandomAffine(15, translate=(0.1, 0.1), scale=(0.9, 1.1),
                                                     interpolation=v2.InterpolationMode.BILINEAR)),
+        "ColorJitter": ([{"ColorJitter": {"brightness": 0.4, "contrast": 0.4, "saturation": 0.4, "hue": 0.1}}],
+                        v2.ColorJitter(brightness=0.4, contrast=0.4, saturation=0.4, hue=0.1)),
+        "TrivialAugmentWide": (["TrivialAugmentWide"], v2.TrivialAugmentWide()),
+        "RandAugment (2 ops)": ([{"RandAugment": {"num_ops": 2, "magnitude": 9}}], v2.RandAugment(num_ops=2, magnitude=9)),
     }
     facts = dict(device=device_label(device), images=args.images, size=args.size, batch=args.batch)
     results = {}
