@@ -173,18 +173,27 @@ void def_train(py::module_& m) {
       .def(py::init<std::vector<ParamGroup>, EngineConfig>(), py::arg("param_groups"), py::arg("config"))
       .def(
           "train_epoch",
-          [](Engine& self, BatchSource& batches, const py::object& model, const py::object& loss, const py::object& on_log) {
+          [](Engine& self, BatchSource& batches, const py::object& model, const py::object& loss, const py::object& on_log,
+             const py::object& on_step) {
             const ForwardFn forward = python_forward(model);
             const LossFn loss_fn = python_loss(loss);
             const LogFn log_fn = python_log(on_log);
+            StepFn step_fn;
+            if (!on_step.is_none()) {
+              step_fn = [on_step](int64_t windows) {
+                py::gil_scoped_acquire gil;
+                on_step(windows);
+              };
+            }
             EpochStats stats;
             {
               py::gil_scoped_release release;
-              stats = self.train_epoch(batches, forward, loss_fn, log_fn);
+              stats = self.train_epoch(batches, forward, loss_fn, log_fn, step_fn);
             }
             return stats_dict(stats);
           },
-          py::arg("batches"), py::arg("model"), py::arg("loss") = py::none(), py::arg("on_log") = py::none())
+          py::arg("batches"), py::arg("model"), py::arg("loss") = py::none(), py::arg("on_log") = py::none(),
+          py::arg("on_step") = py::none())
       .def(
           "evaluate",
           [](Engine& self, BatchSource& batches, const py::object& model, const py::object& loss) {

@@ -108,7 +108,8 @@ at::Tensor checked_output(const at::Tensor& output) {
 
 }  // namespace
 
-EpochStats Engine::train_epoch(BatchSource& batches, const ForwardFn& forward, const LossFn& loss, const LogFn& on_log) {
+EpochStats Engine::train_epoch(BatchSource& batches, const ForwardFn& forward, const LossFn& loss, const LogFn& on_log,
+                               const StepFn& on_step) {
   const auto start = std::chrono::steady_clock::now();
   MetricTracker& tracker = train_metrics_;
   tracker.reset();
@@ -135,6 +136,7 @@ EpochStats Engine::train_epoch(BatchSource& batches, const ForwardFn& forward, c
       ++stats.optimizer_steps;
       ++windows_in_epoch_;
       if (on_log && stats.optimizer_steps % config_.log_every_n_steps == 0) on_log(read_metrics(tracker));
+      if (on_step) on_step(windows_in_epoch_);
     }
   }
   stats.metrics = read_metrics(tracker);

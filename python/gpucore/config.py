@@ -142,6 +142,8 @@ KEYS = [
     Key("name", str, "", "run name, the run directory's name (default: the config file's name, else the model's)"),
     Key("save_every_n_epochs", int, 0, "also keep a checkpoint every N epochs (0: off)", check=_non_negative, valid=">= 0"),
     Key("keep_last_k", int, 3, "how many of the every-N checkpoints to keep", check=_positive, valid="> 0"),
+    Key("checkpoint_every_n_steps", int, 0, "also checkpoint mid-epoch every N optimizer steps of the epoch, to checkpoints/step.pt, written by a background thread (0: off)", check=lambda v: 0 <= v < 2**31, valid=">= 0 and < 2^31 (steps)"),
+    Key("checkpoint_every_minutes", float, 0.0, "also checkpoint mid-epoch once this many minutes passed since the last checkpoint, to checkpoints/step.pt (0: off)", check=lambda v: 0 <= v < 1e9, valid=">= 0 and < 1e9 (minutes)"),
     Key("log_every_n_steps", int, 50, "optimizer steps between host reads of the running metrics (progress bar, on_step_end)", check=_positive, valid="> 0"),
     Key("progress", bool, True, "show a progress bar (tqdm when installed, else a line per epoch)"),
     Key("report", bool, True, "at the end of training write report.html, plots/ and per_class.json in the run directory (curves, confusion matrices, predictions, top losses with Grad-CAM, a training batch); see gpucore report"),

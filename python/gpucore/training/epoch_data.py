@@ -23,12 +23,15 @@ class EpochData:
         self.batch_size = batch_size
         self.seed, self.device = config.seed, device
         self.fixed_batch_size = isinstance(data, torch.utils.data.DataLoader)  # the user's loader batches itself
+        self.training, self.world = training, world
         self._tensors = self._loader = self._generator = self._sampler = None
         self._data = data
         self.description = describe(data)
         shuffle = training and config.shuffle
         drop_last = training and config.drop_last
         wants_augment = training and (config.crop_padding > 0 or config.hflip)
+        if training:
+            _check_batch_size(batch_size, data)
         if is_native(data):
             self._tensors = batch_source(data, choose_cache(data, config.cache, torch.device(device)),
                                          batch_size=self.batch_size, shuffle=shuffle, drop_last=drop_last,
@@ -36,8 +39,6 @@ class EpochData:
                                          crop_padding=config.crop_padding if training else 0,
                                          hflip=config.hflip and training, normalization=normalization,
                                          prefetch=config.prefetch)
-            if training:
-                self._tensors.set_shard(world.rank, world.size)
         elif wants_augment:
             raise ConfigError("crop_padding and hflip apply to image tensors and gpucore.data sets; transform a torch "
                               "Dataset or DataLoader yourself")
@@ -73,10 +74,25 @@ class EpochData:
     def total_batches(self) -> int:
         return len(self._tensors) if self._tensors is not None else len(self._loader)
 
-    def epoch(self, epoch: int, skip: int = 0):
+    @property
+    def reshards(self) -> bool:
+        """Whether the rest of an epoch can be served from any sample on, at any world size (gpucore's sources)."""
+        return self._tensors is not None
+
+    def epoch(self, epoch: int, first_sample: int = 0):
+        """Epoch `epoch`'s batches from sample `first_sample` of its order over all ranks on (a resume
+        mid-epoch): gpucore's sources shard the rest among this run's ranks; a torch loader skips whole
+        batches, at the world size and batch size that consumed them."""
         if self._tensors is not None:
-            self._tensors.start_epoch(epoch, skip)
+            if self.training:
+                self._tensors.set_shard(self.world.rank, self.world.size, first_sample)
+            self._tensors.start_epoch(epoch)
             return self._tensors
+        skip, rest = divmod(first_sample, self.batch_size * self.world.size)
+        if rest:
+            raise ConfigError(f"data position: sample {first_sample} of epoch {epoch} is not a whole number of "
+                              f"batches of {self.batch_size} x {self.world.size} processes: a checkpoint of another "
+                              "batch size or world size? (a torch Dataset or DataLoader resumes only at its own)")
         if self._generator is not None:  # the same order per (seed, epoch) as TensorBatches promises
             self._generator.manual_seed(self.seed * 1000003 + epoch)
         if self._sampler is not None:
@@ -92,6 +108,17 @@ class EpochData:
             return
         while (batch := source.next()) is not None:
             yield batch
+
+
+def _check_batch_size(batch_size: int, data) -> None:
+    """No batch is longer than the data: a larger batch_size is a mistake (before any buffer is sized by it)."""
+    if isinstance(data, torch.utils.data.DataLoader):
+        return  # the user's loader batches itself
+    samples = len(data[0]) if isinstance(data, (tuple, list)) and data and isinstance(data[0], torch.Tensor) else \
+        len(data) if hasattr(data, "__len__") else None
+    if samples is not None and batch_size > samples:
+        raise ConfigError(f"config key 'batch_size': {batch_size} is more than the training set's {samples} samples; "
+                          f"valid: 1 to {samples}")
 
 
 def normalization_of(data, config, device: str):

@@ -38,8 +38,10 @@ struct AugmentConfig {
 // position in the epoch (for resuming mid-epoch).
 class EpochBatches : public BatchSource {
  public:
-  // Serve only this rank's equal share of each epoch (distributed training); takes effect at start_epoch.
-  void set_shard(int64_t rank, int64_t world_size);
+  // Serve only this rank's equal share of each epoch (distributed training), of the epoch's order from
+  // sample `first_sample` on (the samples all ranks of an earlier run consumed before a resume, at any
+  // world size); takes effect at start_epoch.
+  void set_shard(int64_t rank, int64_t world_size, int64_t first_sample = 0);
   // Starts `epoch`, skipping its first `skip_batches` batches (resume mid-epoch).
   virtual void start_epoch(int64_t epoch, int64_t skip_batches = 0);
   int64_t remaining() const override;
@@ -80,7 +82,7 @@ class EpochBatches : public BatchSource {
   int64_t samples_;
   bool shuffle_, drop_last_;
   uint64_t seed_;
-  int64_t rank_ = 0, world_size_ = 1;
+  int64_t rank_ = 0, world_size_ = 1, first_sample_ = 0;
 };
 
 // resident: the inputs are kept on the training device; otherwise they stay in host memory and each

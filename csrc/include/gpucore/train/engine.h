@@ -46,6 +46,9 @@ using ForwardFn = std::function<at::Tensor(const at::Tensor& inputs, bool sync_g
 using LossFn = std::function<at::Tensor(const at::Tensor& output, const at::Tensor& target)>;
 // Called at log intervals with the running metrics of the epoch and the step count.
 using LogFn = std::function<void(const std::map<std::string, double>& metrics)>;
+// Called after every optimizer step with the steps (windows) completed in this train_epoch, without a
+// host read: where step checkpoints are decided.
+using StepFn = std::function<void(int64_t windows_in_epoch)>;
 
 struct EpochStats {
   std::map<std::string, double> metrics;  // loss, accuracy, ... (see MetricTracker), lr, loss_scale
@@ -63,7 +66,8 @@ class Engine {
  public:
   Engine(std::vector<ParamGroup> groups, EngineConfig config);
 
-  EpochStats train_epoch(BatchSource& batches, const ForwardFn& forward, const LossFn& loss, const LogFn& on_log);
+  EpochStats train_epoch(BatchSource& batches, const ForwardFn& forward, const LossFn& loss, const LogFn& on_log,
+                         const StepFn& on_step = {});
   EpochStats evaluate(BatchSource& batches, const ForwardFn& forward, const LossFn& loss);
 
   // Totals since construction (or restored from a checkpoint).
