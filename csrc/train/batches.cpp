@@ -58,8 +58,7 @@ EpochBatches::EpochBatches(int64_t samples, const at::Tensor& targets, int64_t b
   if (targets.defined()) targets_ = targets.to(device_);
   const auto index_options = at::TensorOptions().dtype(at::kLong).device(device_);
   cursor_ = at::zeros({}, index_options);
-  // No batch is longer than the data: a batch_size beyond it allocates no more than the data's length.
-  index_ = at::empty({std::min(batch_size, std::max<int64_t>(samples, 1))}, index_options);
+  index_ = at::empty({longest_batch()}, index_options);
 }
 
 void EpochBatches::start_epoch(int64_t epoch, int64_t skip_batches) {
@@ -136,6 +135,8 @@ std::vector<std::pair<std::string, at::Tensor>> EpochBatches::step_buffers() con
   if (offsets_.defined()) buffers.insert(buffers.end(), {{"offsets", offsets_}, {"flips", flips_}});
   return buffers;
 }
+
+int64_t EpochBatches::longest_batch() const { return std::min(batch_size_, std::max<int64_t>(samples_, 1)); }
 
 int64_t EpochBatches::remaining() const { return total_batches() - position_; }
 

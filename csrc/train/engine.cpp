@@ -135,8 +135,8 @@ EpochStats Engine::train_epoch(BatchSource& batches, const ForwardFn& forward, c
       optimizer_step();
       ++stats.optimizer_steps;
       ++windows_in_epoch_;
+      if (on_step) on_step(windows_in_epoch_);  // first: a callback that stops the run in on_log keeps this step
       if (on_log && stats.optimizer_steps % config_.log_every_n_steps == 0) on_log(read_metrics(tracker));
-      if (on_step) on_step(windows_in_epoch_);
     }
   }
   stats.metrics = read_metrics(tracker);

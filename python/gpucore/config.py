@@ -45,6 +45,14 @@ _IN_EPOCHS = "the engine counts them in int64 optimizer steps"
 _PADDING_LIMIT = 2**16
 
 
+# A batch_size beyond the data serves all of it at once; beyond this bound it can only be a mistake.
+_BATCH_RANGE = "> 0 and < 2^31 (samples)"
+
+
+def _batch(value):
+    return 0 < value < 2**31
+
+
 def _epochs(value):
     return 0 < value < _EPOCHS_LIMIT
 
@@ -82,8 +90,8 @@ KEYS = [
     Key("hflip", bool, False, "images: random horizontal flip, each epoch (training only)"),
     # the loop
     Key("epochs", int, 10, "training epochs", check=_epochs, valid=f"> 0 and < 2^31 ({_IN_EPOCHS})"),
-    Key("batch_size", int, 64, "micro-batch size", check=_positive, valid="> 0"),
-    Key("eval_batch_size", int, 256, "batch size for validation", check=_positive, valid="> 0"),
+    Key("batch_size", int, 64, "micro-batch size per process (a batch larger than the data is all of it)", check=_batch, valid=_BATCH_RANGE),
+    Key("eval_batch_size", int, 256, "batch size for validation", check=_batch, valid=_BATCH_RANGE),
     Key("accumulate_grad_batches", int, 1, "micro-batches per optimizer step (effective batch = batch_size x this)", check=_positive, valid="> 0"),
     Key("shuffle", bool, True, "reshuffle the training data every epoch (order depends only on seed and epoch)"),
     Key("drop_last", bool, False, "drop the last incomplete training batch"),

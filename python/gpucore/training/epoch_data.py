@@ -30,8 +30,6 @@ class EpochData:
         shuffle = training and config.shuffle
         drop_last = training and config.drop_last
         wants_augment = training and (config.crop_padding > 0 or config.hflip)
-        if training:
-            _check_batch_size(batch_size, data)
         if is_native(data):
             self._tensors = batch_source(data, choose_cache(data, config.cache, torch.device(device)),
                                          batch_size=self.batch_size, shuffle=shuffle, drop_last=drop_last,
@@ -108,17 +106,6 @@ class EpochData:
             return
         while (batch := source.next()) is not None:
             yield batch
-
-
-def _check_batch_size(batch_size: int, data) -> None:
-    """No batch is longer than the data: a larger batch_size is a mistake (before any buffer is sized by it)."""
-    if isinstance(data, torch.utils.data.DataLoader):
-        return  # the user's loader batches itself
-    samples = len(data[0]) if isinstance(data, (tuple, list)) and data and isinstance(data[0], torch.Tensor) else \
-        len(data) if hasattr(data, "__len__") else None
-    if samples is not None and batch_size > samples:
-        raise ConfigError(f"config key 'batch_size': {batch_size} is more than the training set's {samples} samples; "
-                          f"valid: 1 to {samples}")
 
 
 def normalization_of(data, config, device: str):

@@ -57,6 +57,8 @@ class EpochBatches : public BatchSource {
   EpochBatches(int64_t samples, const at::Tensor& targets, int64_t batch_size, bool shuffle, bool drop_last,
                uint64_t seed, const at::Device& device, AugmentConfig augment, const std::string& what);
   int64_t batch_begin(int64_t batch) const { return batch * batch_size_; }  // position in the epoch's order
+  // The most samples a batch holds: batch_size, or all of them when it is larger (buffers are sized by this).
+  int64_t longest_batch() const;
   int64_t batch_end(int64_t batch) const;
   // The batch of the samples `index` (on the device) from their inputs: targets gathered (or
   // `batch_targets` when given), images transformed (masks in the targets follow the images' crop
