@@ -264,6 +264,7 @@ def test_a_run_checkpointed_by_n_processes_goes_on_with_m_each_sample_once(tmp_p
                               "effective": BATCH * after, "lr_scaling": "linear", "lr": 0.01 * after}
     # The schedule's step count is restated in steps of this world size: two whole epochs of them at the end.
     assert stats["steps"] == 2 * SAMPLES // (BATCH * after)
+    assert abs(stats["epochs"][-1]["lr"]) < 1e-9  # and the cosine schedule ended there, at 0
     with open(out / "run" / "checkpoints" / "last.pt", "rb") as handle:
         last = torch.load(handle, weights_only=True)
     assert last["world_size"] == after and last["epoch"] == 2

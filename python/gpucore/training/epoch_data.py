@@ -37,6 +37,9 @@ class EpochData:
                                          crop_padding=config.crop_padding if training else 0,
                                          hflip=config.hflip and training, normalization=normalization,
                                          prefetch=config.prefetch)
+            if training:  # this rank's share from the start: total_batches() counts the shard's batches
+                self._tensors.set_shard(world.rank, world.size)
+                self._tensors.start_epoch(0)
         elif wants_augment:
             raise ConfigError("crop_padding and hflip apply to image tensors and gpucore.data sets; transform a torch "
                               "Dataset or DataLoader yourself")

@@ -3,6 +3,7 @@ a callback's stop (early stopping among them) or Ctrl-C; the out-of-memory retry
 each epoch's record, the resume from a checkpoint and what a checkpoint holds live here too."""
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import warnings
@@ -79,6 +80,8 @@ class FitLoop:
             call(self.callbacks, "on_fit_end", self)
         except BaseException as exc:
             run = self.run
+            with contextlib.suppress(TrainingError):  # no write outlives the run; the error in flight wins
+                self.step_checkpoints.wait()
             if run.group_store is not None and distributed.is_peer_failure(exc):
                 error = distributed.peer_failure_error(run.world, run.group_store, run.config.dist_timeout, exc)
                 self.write_stats("failed", str(error))
