@@ -88,12 +88,19 @@ def check_run(run_dir: str, reference: dict, epochs: int = EPOCHS) -> list:
 
 
 def trial(workdir: str, reference: dict, rng: random.Random, max_kills: int, longest: float,
-          config: dict = CONFIG) -> list:
+          config: dict = CONFIG, tally: dict | None = None) -> list:
+    """Kills and restarts one run until it completes; what is wrong with it then. `tally` counts the kills and
+    those that landed while a checkpoint was being written (a temporary file left behind)."""
+    tally = {} if tally is None else tally
     for _ in range(max_kills):
         kill_after = rng.uniform(0.0, longest)
         print(f"{os.path.basename(workdir)}: SIGKILL after {kill_after:.2f} s ({kill_after / longest:.0%} of a run)")
         if run_once(workdir, kill_after, config) == 0:
             break
+        checkpoints = os.path.join(workdir, "killed", "checkpoints")
+        torn = os.path.isdir(checkpoints) and any(".tmp-" in name for name in os.listdir(checkpoints))
+        tally["kills"] = tally.get("kills", 0) + 1
+        tally["during_a_write"] = tally.get("during_a_write", 0) + int(torn)
     else:
         run_once(workdir, None, config)
     if not os.path.exists(os.path.join(workdir, "killed", "training_stats.json")) or \
@@ -119,15 +126,16 @@ def main(argv=None) -> int:
         run_once(reference_dir, None, config)
         longest = (time.monotonic() - start) * 1.1  # kills land anywhere in a whole run, start-up included
         reference = final_weights(reference_dir)
-        failures = 0
+        failures, tally = 0, {}
         for index in range(args.trials):
             workdir = os.path.join(scratch, f"trial{index}")
             os.makedirs(workdir)
-            problems = trial(workdir, reference, rng, args.kills, longest, config)
+            problems = trial(workdir, reference, rng, args.kills, longest, config, tally)
             failures += bool(problems)
             for problem in problems:
                 print(f"trial {index}: {problem}")
-    print(f"{args.trials} trials, {failures} with problems")
+    print(f"{args.trials} trials ({tally.get('kills', 0)} kills, {tally.get('during_a_write', 0)} of them during a "
+          f"checkpoint write), {failures} with problems")
     return 1 if failures else 0
 
 
