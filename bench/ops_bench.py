@@ -1,14 +1,15 @@
 """Top-level ATen (and gpucore) ops per optimizer step, counted by torch.profiler: gpucore.train against a plain PyTorch
 loop (fused AdamW, cosine schedule) over the same data in memory.
 
-    python bench/ops_bench.py [--device cpu] [--steps 40] [--batch-size 64] [--top-k 5] [--json out.json]
+    python bench/ops_bench.py [--device cpu] [--steps 40] [--batch-size 64] [--top-k 5] [--set key=value]
+                              [--json out.json]
 
 Each loop runs one epoch of `steps` and one of 2 x `steps` optimizer steps (float32, the seeds'
 Fashion-MNIST CNN, data normalised in memory, cosine schedule); what both epochs share (building the
 model, the epoch's order, the end-of-epoch record) cancels in the difference, which is divided by `steps`.
 An op (aten:: or gpucore::) is top-level when no other op encloses it (the ops autograd runs count, each under its
-autograd node). Prints both counts and, op by op, where they differ. On a GPU every op is also a kernel
-launch or more, and what a CUDA graph would replay.
+autograd node). Prints both counts and, op by op, where they differ; then what config key ema_decay adds (gpucore.train
+with ema_decay 0.999). On a GPU every op is also a kernel launch or more, and what a CUDA graph would replay.
 """
 import argparse
 import collections
@@ -20,6 +21,7 @@ import torch
 from torch import nn
 
 import gpucore
+from gpucore.config import parse_overrides
 from gpucore.data.builtin import synthetic_fashion
 from gpucore.data.tensor_inputs import input_stats
 from gpucore.models import FashionMnistCNN
@@ -74,14 +76,14 @@ def plain_loop(x, y, device, batch_size, lr, top_k):
     return run
 
 
-def gpucore_loop(x, y, device, batch_size, lr, top_k):
-    """gpucore.train for one epoch of `steps` (no validation, no mid-epoch host reads)."""
+def gpucore_loop(x, y, device, batch_size, lr, top_k, overrides=None):
+    """gpucore.train for one epoch of `steps` (no validation, no mid-epoch host reads), config keys `overrides` set."""
     def run(steps):
         with tempfile.TemporaryDirectory() as run_dir:
-            gpucore.train(dict(epochs=1, batch_size=batch_size, lr=lr, device=str(device), run_dir=run_dir,
+            gpucore.train(dict(dict(epochs=1, batch_size=batch_size, lr=lr, device=str(device), run_dir=run_dir,
                                progress=False, schedule="cosine", weight_decay=0.0, normalize=False, seed=0,
                                precision="32", channels_last="false", top_k=top_k, val_fraction=0.0,
-                               log_every_n_steps=10**6, report=False),
+                               log_every_n_steps=10**6, report=False), **(overrides or {})),
                           train_data=(x[:steps * batch_size], y[:steps * batch_size]))
     return run
 
@@ -92,6 +94,8 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--top-k", type=int, default=5)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config key for gpucore.train (e.g. mixup_alpha=0.8); the plain loop stays as it is")
     parser.add_argument("--json", help="write the counts here")
     args = parser.parse_args(argv)
 
@@ -100,11 +104,14 @@ def main(argv=None):
     mean, std = input_stats(images)
     x = ((images.float() / 255 - mean[0]) / std[0]).to(device)
     y = labels.to(device)
+    overrides = parse_overrides(args.set)
     counts = {name: per_step(make(x, y, device, args.batch_size, 1e-3, args.top_k), args.steps)
-              for name, make in (("gpucore.train", gpucore_loop), ("plain loop", plain_loop))}
+              for name, make in (("gpucore.train", lambda *a: gpucore_loop(*a, overrides=overrides)),
+                                 ("plain loop", plain_loop))}
     totals = {name: sum(count.values()) for name, count in counts.items()}
     print(f"top-level ATen and gpucore ops per optimizer step; device: {device_label(device)}, torch {torch.__version__}, "
-          f"float32, batch {args.batch_size}, cosine schedule, top-{args.top_k} metric, data in memory")
+          f"float32, batch {args.batch_size}, cosine schedule, top-{args.top_k} metric, data in memory"
+          + "".join(f", {key}={value}" for key, value in overrides.items()))
     for name, total in totals.items():
         print(f"  {name:<14}{total:6.1f}")
     print(f"  {'difference':<14}{totals['gpucore.train'] - totals['plain loop']:+6.1f}")
@@ -114,8 +121,15 @@ def main(argv=None):
     print("per op (gpucore - plain):")
     for name, delta in sorted(difference.items(), key=lambda item: (-abs(item[1]), item[0])):
         print(f"  {name:<44}{delta:+6.2f}   ({gpucore_ops[name]:.2f} vs {plain_ops[name]:.2f})")
+    with_ema = per_step(gpucore_loop(x, y, device, args.batch_size, 1e-3, args.top_k,
+                                      overrides={**overrides, "ema_decay": 0.999}), args.steps)
+    ema_ops = {name: with_ema[name] - gpucore_ops[name] for name in with_ema | gpucore_ops
+               if with_ema[name] != gpucore_ops[name]}
+    print(f"ema_decay 0.999 adds {sum(ema_ops.values()):+.2f} ops per step: "
+          + ", ".join(f"{name} {delta:+.2f}" for name, delta in sorted(ema_ops.items())))
     return result_json({"device": device_label(device), "batch_size": args.batch_size, "steps": args.steps,
-                        "top_k": args.top_k, "ops_per_step": totals, "difference_by_op": difference,
+                        "top_k": args.top_k, "overrides": overrides, "ops_per_step": totals, "difference_by_op": difference,
+                        "ema_adds": ema_ops,
                         "per_op": {name: dict(count) for name, count in counts.items()}}, args.json)
 
 

@@ -1,11 +1,13 @@
 // The gpucore op library: every schema, in the one TORCH_LIBRARY block the dispatcher allows per
-// namespace. What each op computes is documented in cam.h, augment.h and train_step.h; the CPU and CUDA
-// kernels register themselves with TORCH_LIBRARY_IMPL in cpu/ and cuda/.
+// namespace. What each op computes is documented in cam.h, augment.h, mixup.h, train_step.h and ema.h; the CPU
+// and CUDA kernels register themselves with TORCH_LIBRARY_IMPL in cpu/ and cuda/.
 #include <torch/library.h>
 
 TORCH_LIBRARY(gpucore, m) {
   m.def("augment(Tensor images, Tensor offsets, Tensor flips, int padding, float[] mean, float[] std, "
         "ScalarType dtype) -> Tensor");
+  m.def("mix_inputs(Tensor inputs, Tensor params) -> Tensor");
+  m.def("mix_targets(Tensor targets, Tensor params, int num_classes, float smoothing) -> Tensor");
   m.def("cam_weights(Tensor activations, Tensor gradients, str method) -> Tensor");
   m.def("cam_weighted_sum(Tensor activations, Tensor weights) -> Tensor");
   m.def("cam_normalize(Tensor cams, int[] size) -> Tensor");
@@ -16,4 +18,6 @@ TORCH_LIBRARY(gpucore, m) {
         "int step_size, float gamma, int[] milestones, float min_lr, float pct_start, float div_factor, "
         "float final_div_factor) -> ()");
   m.def("next_indices(Tensor order, Tensor(a!) cursor, Tensor(b!) index) -> ()");
+  m.def("ema_update(Tensor(a!)[] averages, Tensor[] sources, Tensor counters, float decay, bool warmup, "
+        "float warmup_gamma, float warmup_power) -> ()");
 }

@@ -5,9 +5,11 @@
 #include <pybind11/stl.h>
 
 #include "gpucore/errors.h"
+#include "gpucore/train/ema.h"
 #include "gpucore/train/engine.h"
 #include "gpucore/train/losses.h"
 #include "gpucore/train/metrics.h"
+#include "gpucore/train/mixup.h"
 #include "gpucore/train/optimizer.h"
 #include "gpucore/train/schedule.h"
 #include "python/module.h"
@@ -128,6 +130,34 @@ void def_train(py::module_& m) {
       .def_readwrite("backoff_factor", &GradScalerConfig::backoff_factor)
       .def_readwrite("growth_interval", &GradScalerConfig::growth_interval);
 
+  py::class_<MixupConfig>(m, "MixupConfig")
+      .def(py::init<>())
+      .def_readwrite("mixup_alpha", &MixupConfig::mixup_alpha)
+      .def_readwrite("cutmix_alpha", &MixupConfig::cutmix_alpha)
+      .def_readwrite("cutmix_minmax", &MixupConfig::cutmix_minmax)
+      .def_readwrite("prob", &MixupConfig::prob)
+      .def_readwrite("switch_prob", &MixupConfig::switch_prob)
+      .def_property(
+          "mode", [](const MixupConfig& c) { return to_string(c.mode); },
+          [](MixupConfig& c, const std::string& name) { c.mode = parse_mix_mode(name); })
+      .def_readwrite("correct_lam", &MixupConfig::correct_lam)
+      .def_readwrite("seed", &MixupConfig::seed)
+      .def_property_readonly("enabled", &MixupConfig::enabled);
+  m.def(
+      "draw_mix",
+      [](const MixupConfig& config, int64_t epoch, int64_t batch, int64_t n, int64_t h, int64_t w) {
+        validate(config);
+        return draw_mix(config, epoch, batch, n, h, w);
+      },
+      py::arg("config"), py::arg("epoch"), py::arg("batch"), py::arg("n"), py::arg("h"), py::arg("w"),
+      "The mix rows (gpucore::mix_inputs' params) of batch `batch` of `epoch`: n samples of h x w pixels.");
+  py::class_<EmaConfig>(m, "EmaConfig")
+      .def(py::init<>())
+      .def_readwrite("decay", &EmaConfig::decay)
+      .def_readwrite("warmup", &EmaConfig::warmup)
+      .def_readwrite("warmup_gamma", &EmaConfig::warmup_gamma)
+      .def_readwrite("warmup_power", &EmaConfig::warmup_power);
+
   // device: a torch.device; autocast_dtype: torch.bfloat16, torch.float16 or None; param_dtype:
   // torch.float32 or torch.float64 (checked when the Engine is built).
   py::class_<EngineConfig>(m, "EngineConfig")
@@ -145,7 +175,9 @@ void def_train(py::module_& m) {
       .def_readwrite("loss", &EngineConfig::loss)
       .def_readwrite("optimizer", &EngineConfig::optimizer)
       .def_readwrite("schedule", &EngineConfig::schedule)
-      .def_readwrite("scaler", &EngineConfig::scaler);
+      .def_readwrite("scaler", &EngineConfig::scaler)
+      .def_readwrite("mixup", &EngineConfig::mixup)
+      .def_readwrite("ema", &EngineConfig::ema);
 
   py::class_<ParamGroup>(m, "ParamGroup")
       .def(py::init([](std::vector<at::Tensor> params, double weight_decay, double lr_scale) {
@@ -170,11 +202,13 @@ void def_train(py::module_& m) {
       py::arg("batches"), py::arg("model"), py::arg("config"), py::arg("loss") = py::none(),
       "One pass without gradients and without an Engine: the metrics of config's loss and top_k.");
   py::class_<Engine>(m, "Engine")
-      .def(py::init<std::vector<ParamGroup>, EngineConfig>(), py::arg("param_groups"), py::arg("config"))
+      .def(py::init<std::vector<ParamGroup>, EngineConfig, std::vector<at::Tensor>, std::vector<at::Tensor>>(),
+           py::arg("param_groups"), py::arg("config"), py::arg("ema_averages") = std::vector<at::Tensor>{},
+           py::arg("ema_sources") = std::vector<at::Tensor>{})
       .def(
           "train_epoch",
           [](Engine& self, BatchSource& batches, const py::object& model, const py::object& loss, const py::object& on_log,
-             const py::object& on_step) {
+             int64_t epoch, int64_t first_batch, const py::object& on_step) {
             const ForwardFn forward = python_forward(model);
             const LossFn loss_fn = python_loss(loss);
             const LogFn log_fn = python_log(on_log);
@@ -188,12 +222,12 @@ void def_train(py::module_& m) {
             EpochStats stats;
             {
               py::gil_scoped_release release;
-              stats = self.train_epoch(batches, forward, loss_fn, log_fn, step_fn);
+              stats = self.train_epoch(batches, forward, loss_fn, log_fn, epoch, first_batch, step_fn);
             }
             return stats_dict(stats);
           },
           py::arg("batches"), py::arg("model"), py::arg("loss") = py::none(), py::arg("on_log") = py::none(),
-          py::arg("on_step") = py::none())
+          py::arg("epoch") = 0, py::arg("first_batch") = 0, py::arg("on_step") = py::none())
       .def(
           "evaluate",
           [](Engine& self, BatchSource& batches, const py::object& model, const py::object& loss) {

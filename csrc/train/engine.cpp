@@ -52,6 +52,12 @@ void check_config(const EngineConfig& c) {
     throw ConfigError("max_nonfinite_steps must be >= 1, got " + std::to_string(c.max_nonfinite_steps));
   }
   validate(c.schedule);
+  if (c.mixup.enabled() && (c.loss.kind != LossKind::kCrossEntropy || c.loss.heads != 0)) {
+    throw ConfigError("mixup and CutMix (config keys mixup_alpha, cutmix_alpha, cutmix_minmax) need single-label "
+                      "classification (loss cross_entropy without heads), got loss " + to_string(c.loss.kind) +
+                      (c.loss.heads != 0 ? " with " + std::to_string(c.loss.heads) + " heads" : std::string()));
+  }
+  validate(c.ema);
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -60,13 +66,15 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-Engine::Engine(std::vector<ParamGroup> groups, EngineConfig config)
+Engine::Engine(std::vector<ParamGroup> groups, EngineConfig config, std::vector<at::Tensor> ema_averages,
+               std::vector<at::Tensor> ema_sources)
     : config_((check_config(config), std::move(config))),
       device_(config_.device),
       optimizer_(groups, config_.optimizer),
       scaler_(config_.scaler, device_),
       params_(flatten(groups)),
-      train_metrics_(config_.loss, config_.top_k, device_) {
+      train_metrics_(config_.loss, config_.top_k, device_),
+      mixer_(config_.mixup, config_.loss.label_smoothing, device_) {
   if (params_.empty()) throw ConfigError("the model has no trainable parameters (all requires_grad=False?)");
   const auto counter = at::TensorOptions().dtype(at::kFloat).device(device_);
   counters_ = at::zeros({3}, counter);
@@ -76,6 +84,7 @@ Engine::Engine(std::vector<ParamGroup> groups, EngineConfig config)
   found_inf_ = at::zeros({}, counter);
   lr_ = at::empty({}, counter);
   ops::learning_rate(config_.schedule, step_, lr_);
+  ema_ = WeightAverage(config_.ema, std::move(ema_averages), std::move(ema_sources), counters_);
 }
 
 namespace {
@@ -109,7 +118,7 @@ at::Tensor checked_output(const at::Tensor& output) {
 }  // namespace
 
 EpochStats Engine::train_epoch(BatchSource& batches, const ForwardFn& forward, const LossFn& loss, const LogFn& on_log,
-                               const StepFn& on_step) {
+                               int64_t epoch, int64_t first_batch, const StepFn& on_step) {
   const auto start = std::chrono::steady_clock::now();
   MetricTracker& tracker = train_metrics_;
   tracker.reset();
@@ -117,6 +126,9 @@ EpochStats Engine::train_epoch(BatchSource& batches, const ForwardFn& forward, c
   const int64_t total = batches.remaining();
   const int64_t k = config_.accumulate_grad_batches;
   windows_in_epoch_ = 0;
+  const bool mixing = mixer_.enabled();
+  LossConfig soft_loss = config_.loss;
+  soft_loss.label_smoothing = 0.0;  // the mixed targets carry it
   at::Tensor inputs, targets;
   for (int64_t index = 0; index < total && batches.next(inputs, targets); ++index) {
     // The last window of an epoch may be short; dividing by its real length keeps the step equal
@@ -126,10 +138,12 @@ EpochStats Engine::train_epoch(BatchSource& batches, const ForwardFn& forward, c
     at::Tensor output;
     {
       AutocastGuard autocast(device_.type(), config_.autocast_dtype);
-      output = checked_output(forward(prepare_inputs(inputs, config_), last_in_window));
+      const at::Tensor x = prepare_inputs(inputs, config_);
+      output = checked_output(forward(mixing ? mixer_.inputs(x, epoch, first_batch + index) : x, last_in_window));
     }
-    const at::Tensor value = loss_of(config_.loss, output, targets, loss);
-    tracker.update(output, targets, value);
+    const at::Tensor value = mixing ? loss_of(soft_loss, output, mixer_.targets(targets, output), loss)
+                                    : loss_of(config_.loss, output, targets, loss);
+    tracker.update(output, targets, value);  // accuracy on the hard labels, also when mixed
     torch::autograd::backward({scaler_.scale(window_len == 1 ? value : value / static_cast<double>(window_len))});
     if (last_in_window) {
       optimizer_step();
@@ -191,6 +205,7 @@ void Engine::optimizer_step() {
   optimizer_.step(lr_, found_inf_);
   scaler_.update(found_inf_);
   ops::count_step(counters_, found_inf_);  // also zeroes found_inf_ for the next step
+  ema_.update();                           // reads the counters: a skipped step leaves the average
   ops::learning_rate(config_.schedule, step_, lr_);
   for (auto& param : params_) param.mutable_grad().reset();
 }

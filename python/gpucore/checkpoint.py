@@ -12,7 +12,7 @@ import numbers
 import os
 import signal
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Tuple
 
 import torch
 
@@ -177,3 +177,15 @@ def _process_alive(pid: int) -> bool:
 def write_json(path: str, data: Any) -> None:
     text = json.dumps(json_safe(data), indent=2, allow_nan=False) + "\n"
     atomic_write(path, lambda handle: handle.write(text), binary=False)
+
+
+# Config key ema_decay: checkpoints also hold the EMA's state under EMA_STATE, and under WEIGHTS which of the two
+# (EMA_STATE or "model") the run monitored and gpucore.load and the report use.
+EMA_STATE, WEIGHTS = "model_ema", "weights"
+
+
+def model_state(payload: dict) -> Tuple[dict, str]:
+    """(state dict, "ema" or "raw"): the weights a checkpoint's model is used with."""
+    if payload.get(WEIGHTS) == "ema":
+        return payload[EMA_STATE], "ema"
+    return payload["model"], "raw"

@@ -97,6 +97,13 @@ KEYS = [
     Key("drop_last", bool, False, "drop the last incomplete training batch"),
     Key("loss", str, "cross_entropy", "built-in loss", choices=["cross_entropy", "multilabel_soft_margin", "bce_with_logits", "dice_bce", "ctc"]),
     Key("label_smoothing", float, 0.0, "cross_entropy label smoothing", check=_fraction, valid="in [0, 1)"),
+    Key("mixup_alpha", float, 0.0, "mixup, as timm's Mixup: each training batch blended with its reversed order by lambda ~ Beta(alpha, alpha), the targets one-hot (with label_smoothing) and blended alike, the loss their soft-target cross-entropy; accuracy still counts the true labels (single-label classification only; 0: off)", check=_non_negative, valid=">= 0"),
+    Key("cutmix_alpha", float, 0.0, "CutMix, as timm's: a box of the reversed batch pasted in, lambda ~ Beta(alpha, alpha) its complement's share of the image (4-D image inputs; 0: off)", check=_non_negative, valid=">= 0"),
+    Key("cutmix_minmax", list, None, "CutMix box sides drawn in [min, max] shares of the image's sides instead of from lambda (turns CutMix on, with alpha 1)", check=lambda v: len(v) == 2 and all(is_number(b) for b in v) and 0 < v[0] < v[1] <= 1, valid="two numbers, 0 < min < max <= 1", optional=True),
+    Key("mixup_prob", float, 1.0, "chance that a batch (pair, sample: mixup_mode) is mixed at all", check=lambda v: 0 <= v <= 1, valid="in [0, 1]"),
+    Key("mixup_switch_prob", float, 0.5, "with mixup_alpha and cutmix_alpha both on: chance of CutMix instead of mixup", check=lambda v: 0 <= v <= 1, valid="in [0, 1]"),
+    Key("mixup_mode", str, "batch", "one lambda (and box) per batch, per pair of samples i and N-1-i, or per sample (elem)", choices=["batch", "pair", "elem"]),
+    Key("cutmix_correct_lam", bool, True, "CutMix's lambda from the box's area after clipping at the image border"),
     Key("heads", int, 0, "multi-head outputs (captcha: characters per image); targets are (N, heads) class indices", check=_non_negative, valid=">= 0"),
     Key("top_k", int, 5, "also report top-k accuracy for classification (0: off)", check=_non_negative, valid=">= 0"),
     # optimizer
@@ -126,6 +133,11 @@ KEYS = [
     Key("init_scale", float, 65536.0, "16-mixed: initial loss scale", check=_positive, valid="> 0"),
     Key("growth_interval", int, 2000, "16-mixed: good steps before the loss scale doubles", check=_positive, valid="> 0"),
     Key("max_nonfinite_steps", int, 20, "stop with an error after this many optimizer steps in a row with inf/NaN gradients", check=_positive, valid="> 0"),
+    # weight average
+    Key("ema_decay", float, 0.0, "keep an exponential moving average (EMA) of the weights and float buffers, updated after every taken optimizer step with this decay (timm's ModelEmaV3; 0: off); validation then also reports val_ema_* metrics, which monitor may pick", check=lambda v: v == 0 or 0 < v < 1, valid="0 (off) or in (0, 1)"),
+    Key("ema_warmup", bool, False, "ema_decay warm-up as timm's use_warmup: the decay after n updates is min(ema_decay, 1 - (1 + n / ema_warmup_gamma)^-ema_warmup_power)"),
+    Key("ema_warmup_gamma", float, 1.0, "ema_warmup: gamma (timm's warmup_gamma)", check=_positive, valid="> 0"),
+    Key("ema_warmup_power", float, 2 / 3, "ema_warmup: power (timm's warmup_power; 2/3 for long runs, 3/4 for shorter ones)", check=_positive, valid="> 0"),
     # device and precision
     Key("device", str, "auto", "auto, cpu, cuda, cuda:N or mps"),
     Key("no_cuda", bool, False, "never use CUDA in auto"),
@@ -142,7 +154,7 @@ KEYS = [
     Key("dist_timeout", int, 600, "seconds a collective (or the whole devices > 1 job) may wait before the job stops with an error", check=lambda v: 0 < v < 2**31, valid="> 0 and < 2^31 (seconds)"),
     Key("seed", int, 42, "seed for weights, data order and augmentation", check=_non_negative, valid=">= 0"),
     # evaluation, checkpoints, logs
-    Key("monitor", str, "auto", "metric for best-model tracking and early stopping, e.g. val_accuracy, val_loss (auto: val_accuracy, val_seq_accuracy or val_iou when reported, else val_loss)"),
+    Key("monitor", str, "auto", "metric for best-model tracking and early stopping, e.g. val_accuracy, val_loss, val_ema_accuracy (auto: val_accuracy, val_seq_accuracy or val_iou when reported, else val_loss)"),
     Key("mode", str, "auto", "min or max for the monitored metric (auto: min for losses, max otherwise)", choices=["auto", "min", "max"]),
     Key("patience", int, 0, "early stopping: epochs without improvement before stopping (0: off)", check=_non_negative, valid=">= 0"),
     Key("min_delta", float, 0.0, "early stopping: smallest change that counts as improvement", check=_non_negative, valid=">= 0"),

@@ -47,3 +47,18 @@ def _learning_rate(step, lr, schedule, base_lr, warmup_steps, total_steps, step_
 @torch.library.register_fake("gpucore::next_indices")
 def _next_indices(order, cursor, index):
     return None  # fills index, advances cursor, in place
+
+
+@torch.library.register_fake("gpucore::mix_inputs")
+def _mix_inputs(inputs, params):
+    return torch.empty_like(inputs)
+
+
+@torch.library.register_fake("gpucore::mix_targets")
+def _mix_targets(targets, params, num_classes, smoothing):
+    return targets.new_empty((targets.shape[0], num_classes), dtype=torch.float32)
+
+
+@torch.library.register_fake("gpucore::ema_update")
+def _ema_update(averages, sources, counters, decay, warmup, warmup_gamma, warmup_power):
+    return None  # moves averages toward sources, in place

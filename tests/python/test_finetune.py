@@ -300,6 +300,9 @@ def test_library_model_errors(monkeypatch):
         build_model("torchvision:resnet19", {})
     with pytest.raises(gpucore.ConfigError, match="'weights' is not passed to torchvision:resnet18.*config key 'pretrained'"):
         build_model("torchvision:resnet18", {"weights": "DEFAULT"})
+    # None and False ask for no download: passed on (torchvision) or already gpucore's own (timm's pretrained)
+    plain = build_model("torchvision:resnet18", {"weights": None})
+    assert plain.fc.out_features == 1000 and sum(p.numel() for p in plain.parameters()) == 11_689_512
     with pytest.raises(gpucore.ConfigError, match="model_kwargs' does not fit model 'torchvision:resnet18'"):
         build_model("torchvision:resnet18", {"colour": 3})
     monkeypatch.setitem(sys.modules, "timm", None)  # as if not installed
@@ -346,10 +349,12 @@ def test_timm_convnext_from_a_safetensors_file_one_channel_and_new_head(tmp_path
 @needs_timm
 @needs_hub
 def test_timm_weights_from_the_hugging_face_cache_or_where_to_get_them(tmp_path, monkeypatch):
-    import huggingface_hub
+    import huggingface_hub.constants  # a submodule: the package's lazy attributes do not include it
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
-    model = build_model("timm:convnext_atto", {})
+    model = build_model("timm:convnext_atto", {"pretrained": False})  # False: no download asked, so allowed
+    with pytest.raises(gpucore.ConfigError, match="'pretrained' is not passed to timm:convnext_atto"):
+        build_model("timm:convnext_atto", {"pretrained": True})
     hub_id = model.pretrained_cfg["hf_hub_id"]
     with pytest.raises(gpucore.ConfigError, match=f"not in the Hugging Face cache.*hf download {hub_id}"):
         resolve_weights_path("true", "timm:convnext_atto", model)

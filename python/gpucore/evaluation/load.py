@@ -12,7 +12,7 @@ from typing import List, Optional, Tuple, Union
 import torch
 from torch import nn
 
-from ..checkpoint import load_checkpoint
+from ..checkpoint import load_checkpoint, model_state
 from ..config import load_config
 from ..data.tensor_inputs import as_images, model_inputs, prepare_inputs
 from ..device.select import select_device
@@ -29,13 +29,15 @@ class LoadedModel:
     """
 
     def __init__(self, model: nn.Module, config, classes: Optional[List[str]], input_stats: Optional[dict],
-                 input_shape: Optional[List[int]], device: torch.device, checkpoint: str):
+                 input_shape: Optional[List[int]], device: torch.device, checkpoint: str, weights: str = "raw"):
         self.module, self.config, self.classes = model, config, classes
+        self.weights = weights  # "ema": the run's exponential moving average (it monitored an EMA metric), else "raw"
         self.task = task_of(config)  # what kind of model it is (its run's loss and heads): how its outputs decode
         self.input_stats, self.input_shape, self.device, self.checkpoint = input_stats, input_shape, device, checkpoint
 
     def __repr__(self) -> str:
-        return (f"LoadedModel({self.config.model} from '{self.checkpoint}' on {self.device}, inputs "
+        return (f"LoadedModel({self.config.model} from '{self.checkpoint}'"
+                f"{' (EMA weights)' if self.weights == 'ema' else ''} on {self.device}, inputs "
                 f"{self.input_shape or 'of any shape'}, {len(self.classes) if self.classes else 'no'} class names)")
 
     @property
@@ -79,7 +81,8 @@ class LoadedModel:
 
 def load(checkpoint: Union[str, os.PathLike], device: str = "auto") -> LoadedModel:
     """The model of gpucore checkpoint `checkpoint` (best.pt, last.pt, ...) in eval mode on `device` (auto, cpu,
-    cuda, cuda:N, mps), with the preprocessing of its run."""
+    cuda, cuda:N, mps), with the preprocessing of its run. A run with ema_decay that monitored an EMA metric
+    (val_ema_accuracy, ...) gives its EMA weights (`.weights` says "ema")."""
     path = os.fspath(checkpoint)
     return from_payload(load_checkpoint(path), path, select_device(device).device)
 
@@ -91,11 +94,12 @@ def from_payload(payload: dict, path: str, device: torch.device, module: Optiona
     config = load_config(payload["config"])
     model = build_model(config.model, config.model_kwargs) if module is None else copy.deepcopy(module)
     model.float()
+    state, weights = model_state(payload)
     try:
-        model.load_state_dict(payload["model"])
+        model.load_state_dict(state)
     except RuntimeError as exc:
         raise ConfigError(f"checkpoint '{path}' does not fit model '{config.model}' built from its config: "
                           f"{str(exc).splitlines()[0]}") from exc
     model.to(device=device, dtype=torch.float32).eval()
     return LoadedModel(model, config, payload.get("classes"), payload.get("input_stats"), payload.get("input_shape"),
-                       device, path)
+                       device, path, weights)

@@ -52,7 +52,7 @@ def write_report(run_dir: str, device: str = "auto", module: Optional[nn.Module]
     train_set, val_set = data_sets(config, train_data, val_data, normalization, target)
 
     page = Page(run_dir)
-    page.table("The run", _facts(stats, os.path.basename(checkpoint), payload["epoch"]))
+    page.table("The run", _facts(stats, os.path.basename(checkpoint), payload["epoch"], model.weights))
     history = _history(run_dir, stats)
     if history:
         page.figure("Loss, metrics and learning rate per epoch", "curves.png", lambda path: plots.curves(history, path))
@@ -93,7 +93,7 @@ def _history(run_dir: str, stats: dict) -> List[dict]:
     return list(stats.get("epochs") or [])
 
 
-def _facts(stats: dict, checkpoint: str, epoch: int) -> List[tuple]:
+def _facts(stats: dict, checkpoint: str, epoch: int, weights: str = "raw") -> List[tuple]:
     history = stats.get("epochs") or []
     seconds = sum(r.get("epoch_time_s", 0) for r in history)
     rate = sum(r["samples_per_s"] * r["epoch_time_s"] for r in history) / seconds if seconds > 0 else None
@@ -110,7 +110,8 @@ def _facts(stats: dict, checkpoint: str, epoch: int) -> List[tuple]:
         ("host syncs", stats.get("host_syncs")), ("training samples/s", rate),
         ("peak GPU memory (MiB)", max(peaks) / 2**20 if peaks else None),
         ("best", f"{best.get('monitor')} {metric:.4g} at epoch {best.get('epoch')}" if metric is not None else None),
-        ("model shown", f"checkpoints/{checkpoint} (after epoch {epoch})"),
+        ("model shown", f"checkpoints/{checkpoint} (after epoch {epoch})"
+                        f"{', its EMA weights (the monitored ones)' if weights == 'ema' else ''}"),
         ("skipped files", len(stats.get("skipped_files") or [])), ("torch", stats.get("torch")),
     ]
     return [(name, value) for name, value in facts if value is not None]  # no error, no GPU: no row

@@ -10,7 +10,7 @@ from typing import Dict, List, Optional
 import torch
 from torch import nn
 
-from ..checkpoint import FORMAT
+from ..checkpoint import FORMAT, model_state
 from ..errors import ConfigError
 from .registry import LIBRARIES, adapt_input_conv, classifier_head, import_library, input_conv, is_under
 
@@ -151,7 +151,7 @@ def read_state_dict(path: str) -> Dict[str, torch.Tensor]:
                           f"{exc}); it must be a state dict saved with torch.save, a gpucore checkpoint or a "
                           ".safetensors file") from exc
     if isinstance(payload, dict) and payload.get("format") == FORMAT:
-        payload = payload["model"]
+        payload = model_state(payload)[0]  # the EMA's weights when its run monitored them, as gpucore.load
     elif isinstance(payload, dict) and not _is_state_dict(payload):
         payload = next((payload[key] for key in ("state_dict", "model") if _is_state_dict(payload.get(key))), payload)
     if not _is_state_dict(payload):

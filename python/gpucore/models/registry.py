@@ -16,6 +16,7 @@ from torch import nn
 from ..errors import ConfigError
 from ..values import is_int
 from . import segmentation_models
+from .downloads import refuse_downloads
 
 
 class FashionMnistCNN(nn.Module):
@@ -125,11 +126,7 @@ def _library_model(library: str, name: str, kwargs: dict) -> nn.Module:
     """A randomly initialised torchvision or timm model with num_classes outputs (the library builds and
     initialises the head) and in_channels inputs."""
     full_name = f"{library}:{name}"
-    for argument in ("pretrained", "weights", "weights_backbone", "pretrained_cfg_overlay"):
-        if argument in kwargs:
-            raise ConfigError(f"config key 'model_kwargs': '{argument}' is not passed to {full_name}, since the "
-                              "library would download weights; set config key 'pretrained' (a weights file, or true "
-                              "for the library's own weights from its local cache)")
+    refuse_downloads(library, full_name, kwargs)
     kwargs = dict(kwargs)
     in_channels = kwargs.pop("in_channels", None)
     if in_channels is not None and (not is_int(in_channels) or in_channels < 1):
@@ -138,6 +135,7 @@ def _library_model(library: str, name: str, kwargs: dict) -> nn.Module:
     module = import_library(library, f"config key 'model': '{full_name}'")
     if library == "timm":
         names, known = module.list_models(), module.is_model(name)
+        kwargs.pop("pretrained", None)  # False at most (refuse_downloads); gpucore passes it itself
         factory = functools.partial(module.create_model, name, pretrained=False)
         segmentation = False
         if in_channels is not None:

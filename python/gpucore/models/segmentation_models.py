@@ -19,10 +19,10 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..errors import ConfigError
+from .downloads import refuse_downloads
 
 LIBRARIES = ("transformers", "smp")
-# Keys a library would use to download weights; gpucore's `pretrained` loads them from local files instead.
-_DOWNLOADING_KEYS = {"transformers": ("pretrained_model_name_or_path",), "smp": ("encoder_weights",)}
+
 
 
 def logits_of(output, inputs: torch.Tensor) -> torch.Tensor:
@@ -63,11 +63,7 @@ def build_library_model(library: str, name: str, kwargs: dict, import_library) -
     """`transformers:CLASS` or `smp:ARCH` with `kwargs` (config key model_kwargs), randomly initialised, with a tensor
     output. import_library: models.import_library (an optional package, or a ConfigError saying how to install it)."""
     full_name = f"{library}:{name}"
-    for key in _DOWNLOADING_KEYS[library]:
-        if kwargs.get(key) is not None:
-            raise ConfigError(f"config key 'model_kwargs': '{key}' is not passed to {full_name}, since the library "
-                              "would download weights; set config key 'pretrained' to a local weights file or "
-                              "model folder")
+    refuse_downloads(library, full_name, kwargs)
     module = import_library("segmentation_models_pytorch" if library == "smp" else "transformers",
                             f"config key 'model': '{full_name}'")
     build = _transformers_model if library == "transformers" else _smp_model

@@ -10,7 +10,8 @@ from torch import nn
 from .. import _C
 from ..errors import ConfigError
 from ..models.registry import backbone_split
-from ..tasks import Task
+from ..tasks import Classification, Task
+from .ema import VAL_EMA, is_ema_metric
 
 
 def param_groups(model: nn.Module, config) -> list:
@@ -91,15 +92,43 @@ def engine_config(config, task: Task, device: str, policy, steps_per_epoch: int,
     scaler.init_scale = config.init_scale
     scaler.growth_interval = config.growth_interval
     engine.scaler = scaler
+    engine.mixup = mixup_config(config, task)
+    ema = _C.EmaConfig()
+    ema.decay, ema.warmup = config.ema_decay, config.ema_warmup
+    ema.warmup_gamma, ema.warmup_power = config.ema_warmup_gamma, config.ema_warmup_power
+    engine.ema = ema
     return engine
+
+
+MIXUP_KEYS = ("mixup_alpha", "cutmix_alpha", "cutmix_minmax")  # any of them turns mixing on
+
+
+def mixup_config(config, task: Task) -> "_C.MixupConfig":
+    """Config keys mixup_alpha, cutmix_alpha, cutmix_minmax, mixup_prob, mixup_switch_prob, mixup_mode and
+    cutmix_correct_lam as the engine's; mixing needs one class per input (the engine mixes one-hot targets)."""
+    mixup = _C.MixupConfig()
+    mixup.mixup_alpha, mixup.cutmix_alpha = config.mixup_alpha, config.cutmix_alpha
+    mixup.cutmix_minmax = [float(v) for v in config.cutmix_minmax or []]
+    mixup.prob, mixup.switch_prob = config.mixup_prob, config.mixup_switch_prob
+    mixup.mode = config.mixup_mode
+    mixup.correct_lam = config.cutmix_correct_lam
+    mixup.seed = config.seed
+    if mixup.enabled and not isinstance(task, Classification):
+        key = next(name for name in MIXUP_KEYS if getattr(config, name))
+        raise ConfigError(f"config key '{key}' mixes one-hot class targets, for single-label classification (loss "
+                          f"cross_entropy, heads 0); this run trains {task.name} (loss '{task.loss}', heads "
+                          f"{task.heads}): set {key} to its default")
+    return mixup
 
 
 def check_monitor(config, task: Task, has_val: bool) -> None:
     """Config key monitor names a metric some epoch will report; known before the first epoch trains."""
     if config.monitor == "auto":
         return
-    splits = ("train", "val") if has_val else ("train",)
+    splits = ("train", "val", *((VAL_EMA,) if config.ema_decay else ())) if has_val else ("train",)
     names = [f"{split}_{name}" for split in splits for name in task.metric_names(config.top_k)]
     if config.monitor not in names:
         raise ConfigError(f"config key 'monitor': '{config.monitor}' is never reported with loss '{config.loss}'"
-                          f"{'' if has_val else ' and no validation data'}; reported: {', '.join(names)}")
+                          f"{'' if has_val else ' and no validation data'}"
+                          f"{' and ema_decay 0 (the EMA is off)' if is_ema_metric(config.monitor) and not config.ema_decay else ''}"
+                          f"; reported: {', '.join(names)}")

@@ -11,12 +11,13 @@ from typing import Any, List, Optional, Sequence
 
 import torch
 
-from ..checkpoint import load_checkpoint
+from ..checkpoint import EMA_STATE, WEIGHTS, load_checkpoint
 from ..config import KEY_BY_NAME
 from ..errors import ConfigError, OutOfMemoryError, TrainingError
 from . import distributed
 from . import oom
 from .callbacks import BestEpoch, Callback, EarlyStopping, FreezeBackbone, ModelCheckpoint, Monitor, call
+from .ema import VAL_EMA, monitored_weights
 from .engine_config import scaled_lr
 from .epoch_data import make_train_set
 from .progress import EpochProgress, print_epoch
@@ -140,15 +141,17 @@ class FitLoop:
             if done < windows and self.step_checkpoints.due(steps_before + done):
                 self.step_checkpoints.write(lambda: self.payload(epoch, self._consumed(done)))
 
-        snapshot = oom.snapshot(run.module, engine) if config.on_oom == "reduce_batch" else None
+        snapshot = oom.snapshot(run.module, engine, run.ema) if config.on_oom == "reduce_batch" else None
         try:
-            return engine.train_epoch(source, run.forward, run.loss, on_log,
-                                      on_step if self.step_checkpoints.enabled else None)
+            # first_batch: this rank's batches of the epoch before this pass, where the mixup draws go on.
+            return engine.train_epoch(source, run.forward, run.loss, on_log, epoch=epoch,
+                                      first_batch=self.start_sample // (self.batching.batch_size * run.world.size),
+                                      on_step=on_step if self.step_checkpoints.enabled else None)
         except OutOfMemoryError as exc:
             progress.close()
             if snapshot is None or run.train_set.batch_size < 2 or run.train_set.fixed_batch_size:
                 raise TrainingError(oom.message(config, self.batching, run.device, exc)) from exc
-            oom.restore(run.module, engine, snapshot)
+            oom.restore(run.module, engine, snapshot, run.ema)
             self._halve_batch()
             return None
         except RuntimeError as exc:
@@ -194,6 +197,9 @@ class FitLoop:
             run.module.eval()
             val_stats = run.engine.evaluate(run.val_set.epoch(self.epoch), run.forward, run.loss)
             record.update({f"val_{k}": v for k, v in val_stats["metrics"].items()})
+            if run.ema is not None:
+                ema_stats = run.engine.evaluate(run.val_set.epoch(self.epoch), run.ema, run.loss)
+                record.update({f"{VAL_EMA}_{k}": v for k, v in ema_stats["metrics"].items()})
         record.update({
             "lr": stats["metrics"].get("lr"), "loss_scale": stats["metrics"].get("loss_scale"),
             "skipped_steps": int(stats["metrics"].get("skipped_steps", 0)),
@@ -238,6 +244,10 @@ class FitLoop:
                    "config": run.config.to_dict(), "classes": run.classes, "input_shape": run.input_shape,
                    "input_stats": ({"mean": run.normalization[0], "std": run.normalization[1]}
                                    if run.normalization else None)}
+        if run.ema is not None:
+            # The weights gpucore.load and the report use: the EMA's when the monitored metric is one of its.
+            payload.update({EMA_STATE: run.ema.state_dict(),
+                            WEIGHTS: monitored_weights(self.checkpoints.monitor.name)})
         call(self.callbacks, "on_save_checkpoint", payload)
         return payload
 
@@ -261,6 +271,11 @@ class FitLoop:
         if saved_world != run.world.size:
             engine_state["counters.step"] = self._steps_at_this_world_size(path, saved_world, engine_state)
         run.engine.load_state(engine_state)
+        if run.ema is not None:
+            if EMA_STATE not in checkpoint:
+                raise ConfigError(f"checkpoint '{path}' holds no EMA weights (its run had ema_decay 0); resume it "
+                                  "with ema_decay 0, or start a new run")
+            run.ema.load_state_dict(checkpoint[EMA_STATE])
         set_rng_state(checkpoint["rng"])
         self.history = list(checkpoint["history"])
         # Checkpoints from before callback states kept only ModelCheckpoint's, which early stopping followed too.
@@ -301,6 +316,13 @@ class FitLoop:
                 "processes": world, "effective": self._samples_per_step(), "lr_scaling": config.lr_scaling,
                 "lr": scaled_lr(config, world)}
 
+    def best(self) -> dict:
+        """The best epoch for training_stats.json; with ema_decay also which weights it was (ema: the EMA's)."""
+        best = self.checkpoints.state_dict()
+        if self.run.ema is None:
+            return best
+        return dict(best, weights=monitored_weights(best["monitor"]))
+
     def write_stats(self, status: str, error: Optional[str] = None) -> None:
         run = self.run
         run.run_dir.write_stats(dict(run.summary(), **({"oom_reductions": self.oom_reductions}
@@ -309,7 +331,7 @@ class FitLoop:
                                      step_checkpoints=self.step_checkpoints.written,
                                      resume=dict(self.resumed or {}, asked=run.run_dir.resume,
                                                  implied_by_restart=run.run_dir.resume_implied),
-                                     best=self.checkpoints.state_dict(), steps=run.engine.steps_taken(),
+                                     best=self.best(), steps=run.engine.steps_taken(),
                                      skipped_steps=run.engine.steps_skipped(), host_syncs=run.engine.host_syncs(),
                                      skipped_files=self.skipped_files()))
 

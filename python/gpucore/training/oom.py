@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 from torch import nn
@@ -26,16 +27,22 @@ class Batching:
         return {"batch_size": self.batch_size, "accumulate_grad_batches": self.accumulate_grad_batches}
 
 
-def snapshot(module: nn.Module, engine) -> dict:
-    """The model and engine state on the host, to start an epoch over after an out-of-memory error."""
-    return {"model": {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()},
+def snapshot(module: nn.Module, engine, ema: Optional[nn.Module]) -> dict:
+    """The model, EMA and engine state on the host, to start an epoch over after an out-of-memory error."""
+    return {"model": _host_state(module), "ema": _host_state(ema) if ema is not None else None,
             "engine": {k: v.to("cpu") for k, v in engine.state().items()}, "rng": rng_state()}
 
 
-def restore(module: nn.Module, engine, state: dict) -> None:
+def _host_state(module: nn.Module) -> dict:
+    return {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
+
+
+def restore(module: nn.Module, engine, state: dict, ema: Optional[nn.Module]) -> None:
     for param in module.parameters():
         param.grad = None
     module.load_state_dict(state["model"])
+    if ema is not None:
+        ema.load_state_dict(state["ema"])
     engine.load_state(state["engine"])
     set_rng_state(state["rng"])
 

@@ -22,6 +22,7 @@ from ..models.pretrained import NO_WEIGHTS, LoadReport, load_pretrained, resolve
 from ..models.registry import build_model
 from ..tasks import Task, task_of
 from . import distributed
+from .ema import ema_tensors, make_ema
 from .engine_config import check_monitor, engine_config, param_groups
 from .epoch_data import EpochData, make_train_set, make_val_set, normalization_of
 from .rng import seed_everything
@@ -49,6 +50,7 @@ class Run:
     steps_per_epoch: int
     channels_last: bool  # config key channels_last, resolved
     engine: Any
+    ema: Optional[nn.Module]  # config key ema_decay: the model's moving average, which the engine updates
     run_dir: RunDir
     group_store: Optional[Any]  # the store of the process group this run created (None: it created none)
 
@@ -89,6 +91,7 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
     pretrained = _load_pretrained(module, config, world)
     channels_last = resolve_channels_last(config.channels_last, choice.device, module)
     forward = _place_model(module, config, choice.device, policy, channels_last, world)
+    ema = make_ema(module, config)
     given = train_data
     train_data, val_data = _training_data(config, train_data, val_data)
     classes = _classes(config, given, train_data)
@@ -99,14 +102,15 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
     check_monitor(config, task, val_set is not None)
     steps_per_epoch = math.ceil(train_set.total_batches() / config.accumulate_grad_batches)
     engine = _C.Engine(param_groups(module, config),
-                       engine_config(config, task, device, policy, steps_per_epoch, channels_last, world.size))
+                       engine_config(config, task, device, policy, steps_per_epoch, channels_last, world.size),
+                       *ema_tensors(module, ema))
     run_dir = RunDir(config, world)
     run_dir.create(config)
     return Run(config=config, task=task, world=world, device=choice.device, device_reason=choice.reason, policy=policy,
                module=module, forward=forward, loss=loss, train_data=train_data, normalization=normalization,
                classes=classes, input_shape=_input_shape(train_data), pretrained=pretrained,
                train_set=train_set, val_set=val_set, steps_per_epoch=steps_per_epoch, channels_last=channels_last,
-               engine=engine, run_dir=run_dir,
+               engine=engine, ema=ema, run_dir=run_dir,
                group_store=group_store)
 
 

@@ -14,9 +14,11 @@
 #include <vector>
 
 #include "gpucore/train/batches.h"
+#include "gpucore/train/ema.h"
 #include "gpucore/train/grad_scaler.h"
 #include "gpucore/train/losses.h"
 #include "gpucore/train/metrics.h"
+#include "gpucore/train/mixup.h"
 #include "gpucore/train/optimizer.h"
 #include "gpucore/train/schedule.h"
 
@@ -37,6 +39,8 @@ struct EngineConfig {
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
   GradScalerConfig scaler;
+  MixupConfig mixup;  // off unless mixup_alpha, cutmix_alpha or cutmix_minmax is set; cross_entropy only
+  EmaConfig ema;                                 // decay 0: no weight average
 };
 
 // The model's forward. sync_gradients is false for all but the last micro-batch of an accumulation
@@ -64,10 +68,15 @@ EpochStats evaluate(BatchSource& batches, const ForwardFn& forward, const LossFn
 
 class Engine {
  public:
-  Engine(std::vector<ParamGroup> groups, EngineConfig config);
+  // With config.ema.decay > 0: ema_averages[i] (the EMA copy of the model's state, which the caller evaluates and
+  // saves) follows ema_sources[i] (the model's parameters and buffers) after every taken optimizer step.
+  Engine(std::vector<ParamGroup> groups, EngineConfig config, std::vector<at::Tensor> ema_averages = {},
+         std::vector<at::Tensor> ema_sources = {});
 
+  // epoch and first_batch (the batches of the epoch trained before, on a resume) place each batch in the
+  // epoch for the mixup draws.
   EpochStats train_epoch(BatchSource& batches, const ForwardFn& forward, const LossFn& loss, const LogFn& on_log,
-                         const StepFn& on_step = {});
+                         int64_t epoch = 0, int64_t first_batch = 0, const StepFn& on_step = {});
   EpochStats evaluate(BatchSource& batches, const ForwardFn& forward, const LossFn& loss);
 
   // Totals since construction (or restored from a checkpoint).
@@ -100,6 +109,7 @@ class Engine {
   GradScaler scaler_;
   std::vector<at::Tensor> params_;
   MetricTracker train_metrics_;  // the running metrics of the epoch, reset in place
+  BatchMixer mixer_;
   at::Tensor counters_;      // float32 [steps taken, skipped, skipped in a row] (gpucore::count_step)
   at::Tensor step_;          // optimizer steps taken: counters_[0]
   at::Tensor skipped_;       // steps skipped: counters_[1]
@@ -108,6 +118,7 @@ class Engine {
   at::Tensor lr_;            // float32 0-dim: the schedule's rate for the next step
   int64_t host_syncs_ = 0;
   int64_t windows_in_epoch_ = 0;
+  WeightAverage ema_;        // off unless config.ema.decay > 0
 };
 
 }  // namespace gpucore

@@ -1,0 +1,65 @@
+// CUDA side of the mix ops: checks, device guard and stream, then the kernels (ops/mixup.h).
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include "ops/cuda/mixup_kernels.h"
+#include "ops/mixup.h"
+
+namespace gpucore::ops {
+namespace {
+
+cuda::MixType mix_type(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat: return cuda::MixType::kFloat32;
+    case at::kDouble: return cuda::MixType::kFloat64;
+    case at::kHalf: return cuda::MixType::kFloat16;
+    case at::kBFloat16: return cuda::MixType::kBFloat16;
+    default: TORCH_CHECK(false, "mix_inputs on CUDA takes float32, float64, float16 or bfloat16, got ", dtype);
+  }
+}
+
+at::Tensor mix_inputs_cuda(const at::Tensor& inputs, const at::Tensor& params) {
+  const at::Tensor images = mix_images_view(inputs);
+  check_mix_params(inputs, params, "mix_inputs");
+  const cuda::MixType type = mix_type(inputs.scalar_type());
+  const c10::cuda::CUDAGuard guard(inputs.device());
+  at::Tensor out = at::empty_like(inputs);
+  const at::Tensor out_images = mix_images_view(out), rows = params.contiguous();
+  cuda::MixShape shape{};
+  for (int d = 0; d < 4; ++d) {
+    shape.size[d] = images.size(d);
+    shape.in_stride[d] = images.stride(d);
+    shape.out_stride[d] = out_images.stride(d);
+  }
+  cuda::launch_mix_inputs(images.const_data_ptr(), out.mutable_data_ptr(), type, shape, rows.const_data_ptr<float>(),
+                          c10::cuda::getCurrentCUDAStream().stream());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
+}
+
+at::Tensor mix_targets_cuda(const at::Tensor& targets, const at::Tensor& params, int64_t num_classes,
+                            double smoothing) {
+  check_mix_targets(targets, params, num_classes, smoothing);
+  const c10::cuda::CUDAGuard guard(targets.device());
+  const at::Tensor labels = targets.to(at::kLong).contiguous(), rows = params.contiguous();
+  at::Tensor out = at::empty({labels.size(0), num_classes}, targets.options().dtype(at::kFloat));
+  const auto off = static_cast<float>(smoothing / static_cast<double>(num_classes));
+  const auto on = static_cast<float>(1.0 - smoothing + smoothing / static_cast<double>(num_classes));
+  cuda::launch_mix_targets(labels.const_data_ptr<int64_t>(), rows.const_data_ptr<float>(), out.mutable_data_ptr<float>(),
+                           labels.size(0), num_classes, on, off, c10::cuda::getCurrentCUDAStream().stream());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(gpucore, CUDA, m) {
+  m.impl("mix_inputs", &mix_inputs_cuda);
+  m.impl("mix_targets", &mix_targets_cuda);
+}
+
+}  // namespace gpucore::ops

@@ -1,0 +1,49 @@
+#include "gpucore/train/ema.h"
+
+#include <c10/util/Exception.h>
+
+#include <cmath>
+#include <string>
+
+#include "gpucore/errors.h"
+#include "ops/ema.h"
+
+namespace gpucore {
+
+void validate(const EmaConfig& c) {
+  if (!(c.decay == 0.0 || (c.decay > 0.0 && c.decay < 1.0))) {
+    throw ConfigError("ema_decay must be 0 (off) or in (0, 1), got " + c10::str(c.decay));
+  }
+  if (!(c.warmup_gamma > 0.0) || !std::isfinite(c.warmup_gamma)) {
+    throw ConfigError("ema_warmup_gamma must be a finite number > 0, got " + c10::str(c.warmup_gamma));
+  }
+  if (!(c.warmup_power > 0.0) || !std::isfinite(c.warmup_power)) {
+    throw ConfigError("ema_warmup_power must be a finite number > 0, got " + c10::str(c.warmup_power));
+  }
+}
+
+WeightAverage::WeightAverage(const EmaConfig& config, std::vector<at::Tensor> averages, std::vector<at::Tensor> sources,
+                             at::Tensor counters)
+    : config_(config), averages_(std::move(averages)), sources_(std::move(sources)), counters_(std::move(counters)) {
+  validate(config_);
+  if (config_.decay == 0.0 && !(averages_.empty() && sources_.empty())) {
+    throw ConfigError("tensors to average were given, but ema_decay is 0 (off)");
+  }
+  if (config_.decay > 0.0 && sources_.empty()) {
+    throw ConfigError("ema_decay is " + c10::str(config_.decay) + " but no tensors to average were given");
+  }
+  try {
+    ops::ema_params(averages_, sources_, counters_, config_.decay, config_.warmup, config_.warmup_gamma,
+                    config_.warmup_power);
+  } catch (const c10::Error& error) {
+    throw ConfigError(std::string("the EMA's tensors do not fit the model's: ") + error.what_without_backtrace());
+  }
+}
+
+void WeightAverage::update() const {
+  if (!enabled()) return;
+  ops::ema_update(averages_, sources_, counters_,
+                  ops::EmaParams{config_.decay, config_.warmup, config_.warmup_gamma, config_.warmup_power});
+}
+
+}  // namespace gpucore
