@@ -60,6 +60,7 @@ FileBatches::FileBatches(std::vector<std::string> paths, const at::Tensor& targe
   }
   // Decoded images are uint8; the transform always scales them (and crops, flips, normalises as asked).
   augment_.enabled = true;
+  set_image_size(config_.height, config_.width);
   const bool cuda = device_.is_cuda();
   const std::vector<int64_t> slot_shape = {longest_batch(), config_.height, config_.width, config_.channels};
   slots_.resize(static_cast<size_t>(config_.prefetch));

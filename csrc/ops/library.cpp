@@ -1,6 +1,6 @@
 // The gpucore op library: every schema, in the one TORCH_LIBRARY block the dispatcher allows per
-// namespace. What each op computes is documented in cam.h, augment.h, mixup.h, train_step.h and ema.h; the CPU
-// and CUDA kernels register themselves with TORCH_LIBRARY_IMPL in cpu/ and cuda/.
+// namespace. What each op computes is documented in cam.h, augment.h, color.h, geometry.h, mixup.h,
+// train_step.h and ema.h; the CPU and CUDA kernels register themselves with TORCH_LIBRARY_IMPL in cpu/ and cuda/.
 #include <torch/library.h>
 
 TORCH_LIBRARY(gpucore, m) {
@@ -8,6 +8,11 @@ TORCH_LIBRARY(gpucore, m) {
         "ScalarType dtype) -> Tensor");
   m.def("mix_inputs(Tensor inputs, Tensor params) -> Tensor");
   m.def("mix_targets(Tensor targets, Tensor params, int num_classes, float smoothing) -> Tensor");
+  m.def("color_ops(Tensor images, Tensor codes, Tensor magnitudes) -> Tensor");
+  m.def("erase(Tensor images, Tensor boxes, Tensor? fill, Tensor? noise_seeds) -> Tensor");
+  m.def("crop(Tensor images, Tensor offsets, Tensor flips, int[] size, float[] fill) -> Tensor");
+  m.def("resized_crop(Tensor images, Tensor boxes, int[] size, str interpolation, bool antialias) -> Tensor");
+  m.def("affine(Tensor images, Tensor matrices, str interpolation, float[] fill) -> Tensor");
   m.def("cam_weights(Tensor activations, Tensor gradients, str method) -> Tensor");
   m.def("cam_weighted_sum(Tensor activations, Tensor weights) -> Tensor");
   m.def("cam_normalize(Tensor cams, int[] size) -> Tensor");

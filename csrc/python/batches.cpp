@@ -2,7 +2,10 @@
 #include <torch/csrc/utils/pybind.h>
 #include <pybind11/stl.h>
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include "gpucore/data/file_batches.h"
+#include "gpucore/errors.h"
 #include "gpucore/train/batches.h"
 #include "python/module.h"
 #include "python/python_batches.h"
@@ -13,11 +16,54 @@ namespace gpucore::python {
 
 void def_batches(py::module_& m) {
   // dtype: torch.float32, torch.float16 or torch.bfloat16 (checked when a source is built).
+  // One entry of the `transforms` list (gpucore.transforms builds them from the config).
+  py::class_<TransformSpec>(m, "TransformSpec")
+      .def(py::init<>())
+      .def_readwrite("name", &TransformSpec::name)
+      .def_readwrite("numbers", &TransformSpec::numbers)
+      .def_readwrite("words", &TransformSpec::words);
+  m.def("transform_names", &transform_names);
+  // Builds the list as training would (a ConfigError names a bad entry); returns the output (height, width)
+  // of height x width input images, drawing one set of parameters to check they can be drawn.
+  m.def("check_transforms", [](const std::vector<TransformSpec>& specs, int64_t height, int64_t width) {
+    const TransformPipeline pipeline(specs, {}, {});
+    if (height > 0 && width > 0) {
+      at::Generator generator = at::detail::createCPUGenerator(0);
+      pipeline.sample(1, height, width, generator);
+    }
+    const auto size = pipeline.output_size(height, width);
+    return std::make_pair(size[0], size[1]);
+  }, py::arg("specs"), py::arg("height") = 0, py::arg("width") = 0);
+  // The parameters the list draws for `samples` height x width images from the generator seeded `seed` (as
+  // apply_transforms draws them), per transform in pipeline order: tests compare them with torchvision's.
+  m.def("sample_transforms", [](const std::vector<TransformSpec>& specs, int64_t samples, int64_t height,
+                                int64_t width, uint64_t seed) {
+    const TransformPipeline pipeline(specs, {}, {});
+    at::Generator generator = at::detail::createCPUGenerator(seed);
+    return pipeline.sample(samples, height, width, generator);
+  }, py::arg("specs"), py::arg("samples"), py::arg("height"), py::arg("width"), py::arg("seed") = 0);
+  // The list applied to N x C x H x W images as one training batch (parameters drawn from `seed`),
+  // normalised by mean/std unless the list has a Normalize, as float32: evaluation and prediction use it
+  // with the list's deterministic form.
+  m.def("apply_transforms", [](const at::Tensor& images, const std::vector<TransformSpec>& specs,
+                               std::vector<double> mean, std::vector<double> std, uint64_t seed) {
+    if (images.dim() != 4) {
+      throw ConfigError("transforms need N x C x H x W images, got shape " + c10::str(images.sizes()));
+    }
+    const TransformPipeline pipeline(specs, std::move(mean), std::move(std));
+    at::Generator generator = at::detail::createCPUGenerator(seed);
+    auto params = pipeline.sample(images.size(0), images.size(2), images.size(3), generator);
+    for (auto& tensors : params) {
+      for (auto& tensor : tensors) tensor = tensor.to(images.device());
+    }
+    at::Tensor masks;
+    return pipeline.apply(images, params, at::kFloat, masks);
+  }, py::arg("images"), py::arg("specs"), py::arg("mean"), py::arg("std"), py::arg("seed") = 0,
+        py::call_guard<py::gil_scoped_release>());
   py::class_<AugmentConfig>(m, "AugmentConfig")
       .def(py::init<>())
       .def_readwrite("enabled", &AugmentConfig::enabled)
-      .def_readwrite("crop_padding", &AugmentConfig::crop_padding)
-      .def_readwrite("hflip", &AugmentConfig::hflip)
+      .def_readwrite("transforms", &AugmentConfig::transforms)
       .def_readwrite("mean", &AugmentConfig::mean)
       .def_readwrite("std", &AugmentConfig::std)
       .def_readwrite("channels_last", &AugmentConfig::channels_last)

@@ -4,7 +4,6 @@
 #include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/full.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/randperm.h>
 #include <ATen/ops/zeros.h>
@@ -12,7 +11,6 @@
 #include <algorithm>
 
 #include "gpucore/errors.h"
-#include "ops/augment.h"
 #include "ops/train_step.h"
 
 namespace gpucore {
@@ -42,6 +40,7 @@ EpochBatches::EpochBatches(int64_t samples, const at::Tensor& targets, int64_t b
                            const std::string& what)
     : augment_(std::move(augment)), batch_size_(batch_size), device_(device), samples_(samples), shuffle_(shuffle),
       drop_last_(drop_last), seed_(seed) {
+  pipeline_ = TransformPipeline(augment_.transforms, augment_.mean, augment_.std);
   if (targets.defined() && (targets.dim() == 0 || targets.size(0) != samples)) {
     throw ConfigError(what + ": inputs and targets must have the same number of samples, got " +
                       std::to_string(samples) + " inputs and targets of shape " + c10::str(targets.sizes()));
@@ -86,13 +85,13 @@ void EpochBatches::start_epoch(int64_t epoch, int64_t skip_batches) {
   order_host_ = order.contiguous();
   refill(order_, order_host_, device_);
   if (augment_.enabled) {
-    const at::Generator draws = at::detail::createCPUGenerator(epoch_seed ^ 0x9E3779B97F4A7C15ULL);
-    const int64_t span = 2 * augment_.crop_padding + 1;
-    refill(offsets_, augment_.crop_padding > 0 ? at::randint(span, {n, 2}, draws, on_host) : at::full({n, 2}, 0, on_host),
-           device_);
-    refill(flips_, augment_.hflip ? at::randint(2, {n}, draws, on_host).to(at::kBool)
-                                  : at::zeros({n}, on_host.dtype(at::kBool)),
-           device_);
+    at::Generator draws = at::detail::createCPUGenerator(epoch_seed ^ 0x9E3779B97F4A7C15ULL);
+    const auto params = pipeline_.sample(n, image_height_, image_width_, draws);
+    transform_params_.resize(params.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      transform_params_[i].resize(params[i].size());
+      for (size_t j = 0; j < params[i].size(); ++j) refill(transform_params_[i][j], params[i][j].contiguous(), device_);
+    }
   }
   if (skip_batches > total_batches()) {
     position_ = total_batches();  // nothing is served until a valid start
@@ -132,11 +131,20 @@ at::Tensor EpochBatches::next_index(int64_t batch) const {
 
 std::vector<std::pair<std::string, at::Tensor>> EpochBatches::step_buffers() const {
   std::vector<std::pair<std::string, at::Tensor>> buffers{{"order", order_}, {"cursor", cursor_}, {"index", index_}};
-  if (offsets_.defined()) buffers.insert(buffers.end(), {{"offsets", offsets_}, {"flips", flips_}});
+  for (size_t i = 0; i < transform_params_.size(); ++i) {
+    for (size_t j = 0; j < transform_params_[i].size(); ++j) {
+      buffers.emplace_back("transforms[" + std::to_string(i) + "][" + std::to_string(j) + "]", transform_params_[i][j]);
+    }
+  }
   return buffers;
 }
 
 int64_t EpochBatches::longest_batch() const { return std::min(batch_size_, std::max<int64_t>(samples_, 1)); }
+
+void EpochBatches::set_image_size(int64_t height, int64_t width) {
+  image_height_ = height;
+  image_width_ = width;
+}
 
 int64_t EpochBatches::remaining() const { return total_batches() - position_; }
 
@@ -147,27 +155,27 @@ int64_t EpochBatches::batch_end(int64_t batch) const {
 void EpochBatches::finish_batch(const at::Tensor& batch_inputs, const at::Tensor& index, at::Tensor& inputs,
                                 at::Tensor& targets, const at::Tensor& batch_targets) const {
   targets = batch_targets.defined() ? batch_targets : targets_.index_select(0, index);
-  // No op for a transform that would change nothing: inputs already in the batch dtype, no crop, flip
-  // or normalisation.
-  const bool moves_pixels = augment_.crop_padding > 0 || augment_.hflip;
+  // No op for a transform that would change nothing: inputs already in the batch dtype, no transform and
+  // no normalisation.
   if (!augment_.enabled ||
-      (!moves_pixels && augment_.mean.empty() && batch_inputs.scalar_type() == augment_.dtype)) {
+      (transform_params_.empty() && pipeline_.mean().empty() && batch_inputs.scalar_type() == augment_.dtype)) {
     inputs = augment_.channels_last && batch_inputs.dim() == 4
                  ? batch_inputs.contiguous(at::MemoryFormat::ChannelsLast) : batch_inputs;
     return;
   }
-  const at::Tensor offsets = offsets_.index_select(0, index), flips = flips_.index_select(0, index);
-  inputs = ops::augment(batch_inputs, offsets, flips, augment_.crop_padding, augment_.mean, augment_.std,
-                        augment_.dtype);
-  if (augment_.channels_last) inputs = inputs.contiguous(at::MemoryFormat::ChannelsLast);
-  if (moves_pixels && targets.dim() == 3 && targets.size(1) == inputs.size(2) && targets.size(2) == inputs.size(3)) {
-    // A segmentation mask: the same crop and flip through the same kernel, class ids exact in float,
-    // the padding as class 0.
-    targets = ops::augment(targets.unsqueeze(1).to(at::kFloat), offsets, flips, augment_.crop_padding, {}, {},
-                           at::kFloat)
-                  .squeeze(1)
-                  .to(targets.scalar_type());
+  std::vector<std::vector<at::Tensor>> rows(transform_params_.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    for (const at::Tensor& param : transform_params_[i]) rows[i].push_back(param.index_select(0, index));
   }
+  // A segmentation mask (targets N x H x W of the images' size) follows the geometry, class 0 where
+  // padding or rotation brings pixels in.
+  at::Tensor masks = pipeline_.moves_pixels() && targets.dim() == 3 && targets.size(1) == batch_inputs.size(2) &&
+                             targets.size(2) == batch_inputs.size(3)
+                         ? targets
+                         : at::Tensor();
+  inputs = pipeline_.apply(batch_inputs, rows, augment_.dtype, masks);
+  if (masks.defined()) targets = masks;
+  if (augment_.channels_last) inputs = inputs.contiguous(at::MemoryFormat::ChannelsLast);
 }
 
 TensorBatches::TensorBatches(at::Tensor inputs, at::Tensor targets, int64_t batch_size, bool shuffle, bool drop_last,
@@ -180,6 +188,7 @@ TensorBatches::TensorBatches(at::Tensor inputs, at::Tensor targets, int64_t batc
     throw ConfigError("data: image transforms need N x C x H x W inputs, got shape " + c10::str(inputs.sizes()));
   }
   inputs_ = resident_ ? inputs.to(device_) : inputs.cpu();
+  if (inputs.dim() == 4) set_image_size(inputs.size(2), inputs.size(3));
   start_epoch(0);
 }
 

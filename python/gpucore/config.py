@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from . import transforms as transforms_list
 from .errors import ConfigError
 from .values import is_int, is_number
 
@@ -88,6 +89,7 @@ KEYS = [
     Key("normalize", bool, True, "standardise inputs with the training set's mean and std, per channel for images (uint8 images are scaled to [0, 1] first)"),
     Key("crop_padding", int, 0, "images: random crop of the image padded by this many pixels, each epoch (training only; 0: off)", check=lambda v: 0 <= v < _PADDING_LIMIT, valid=f">= 0 and < {_PADDING_LIMIT} (pixels)"),
     Key("hflip", bool, False, "images: random horizontal flip, each epoch (training only)"),
+    Key("transforms", list, [], "images: torchvision.transforms.v2 names with their arguments, applied per sample on the device (a name, or a one-key mapping of the name to its arguments: [RandomResizedCrop: {size: 224}, RandomHorizontalFlip]); crop_padding and hflip are prepended as RandomCrop and RandomHorizontalFlip, normalize is the Normalize of a list without one; validation uses the deterministic form (see README: Transforms)", check=transforms_list.check, valid="a list of supported transforms"),
     # the loop
     Key("epochs", int, 10, "training epochs", check=_epochs, valid=f"> 0 and < 2^31 ({_IN_EPOCHS})"),
     Key("batch_size", int, 64, "micro-batch size per process (a batch larger than the data is all of it)", check=_batch, valid=_BATCH_RANGE),

@@ -28,6 +28,31 @@ def _augment(images, offsets, flips, padding, mean, std, dtype):
     return images.new_empty(images.shape, dtype=dtype)
 
 
+@torch.library.register_fake("gpucore::color_ops")
+def _color_ops(images, codes, magnitudes):
+    return images.new_empty(images.shape)
+
+
+@torch.library.register_fake("gpucore::erase")
+def _erase(images, boxes, fill, noise_seeds):
+    return images.new_empty(images.shape)
+
+
+@torch.library.register_fake("gpucore::crop")
+def _crop(images, offsets, flips, size, fill):
+    return images.new_empty((images.shape[0], images.shape[1], *size))
+
+
+@torch.library.register_fake("gpucore::resized_crop")
+def _resized_crop(images, boxes, size, interpolation, antialias):
+    return images.new_empty((images.shape[0], images.shape[1], *size))
+
+
+@torch.library.register_fake("gpucore::affine")
+def _affine(images, matrices, interpolation, fill):
+    return torch.empty_like(images)
+
+
 @torch.library.register_fake("gpucore::accumulate_metrics")
 def _accumulate_metrics(sums, output, target, loss, top_k):
     return None  # adds into sums in place

@@ -36,8 +36,9 @@ std::vector<std::string> write_pngs(const std::string& prefix, int64_t count) {
 AugmentConfig crop_flip_normalise() {
   AugmentConfig augment;
   augment.enabled = true;
-  augment.crop_padding = 2;
-  augment.hflip = true;
+  TransformSpec crop{"RandomCrop", {{"size", {6, 7}}, {"padding", {2}}}, {}};
+  TransformSpec flip{"RandomHorizontalFlip", {}, {}};
+  augment.transforms = {crop, flip};
   augment.mean = {0.5, 0.4, 0.3};
   augment.std = {0.2, 0.3, 0.25};
   return augment;

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import gpucore
-from gpucore import _C, data
+from gpucore import _C, data, transforms
 from gpucore.data.png import encode_png
 from conftest import require
 
@@ -287,7 +287,8 @@ def test_augmentation_depends_on_sample_and_epoch_not_batch_size():
 
     def epoch(batch_size, epoch_index):
         config = _C.AugmentConfig()
-        config.enabled, config.crop_padding, config.hflip = True, 2, True
+        config.enabled = True
+        config.transforms = transforms.specs(transforms.training_form([], 2, True, (6, 6)))
         batches = _C.TensorBatches(x, y, batch_size, True, False, 3, torch.device("cpu"), config)
         batches.start_epoch(epoch_index)
         served = {}
@@ -315,7 +316,7 @@ def test_training_with_crop_and_flip_resumes_exactly(tmp_path):
     resumed = gpucore.train(dict(config, run_dir=str(tmp_path / "b"), resume="auto"))
     for name, tensor in straight.model.state_dict().items():
         assert torch.equal(tensor, resumed.model.state_dict()[name]), name
-    with pytest.raises(gpucore.ConfigError, match="crop_padding and hflip need N x C x H x W"):
+    with pytest.raises(gpucore.ConfigError, match="crop_padding, hflip and transforms need N x C x H x W"):
         gpucore.train(dict(progress=False, run_dir=str(tmp_path / "c"), hflip=True),
                       model=torch.nn.Linear(4, 2), train_data=(torch.randn(8, 4), torch.randint(0, 2, (8,))))
 

@@ -109,11 +109,13 @@ def test_step_buffers_keep_their_addresses_across_epochs():
     model = nn.Sequential(nn.Flatten(), nn.Linear(2 * 6 * 6, 5))
     x, y = torch.randint(0, 256, (40, 2, 6, 6), dtype=torch.uint8), torch.randint(0, 5, (40,))
     transform = _C.AugmentConfig()
-    transform.enabled, transform.crop_padding, transform.hflip = True, 2, True
+    transform.enabled = True
+    transform.transforms = gpucore.transforms.specs(gpucore.transforms.training_form([], 2, True, (6, 6)))
     source = _C.TensorBatches(x, y, 8, True, False, 3, torch.device("cpu"), transform)
     eng = engine(list(model.parameters()), kind="adamw", lr=0.01)
     first_data, first_engine = addresses(source.step_buffers()), addresses(eng.step_buffers())
-    assert set(first_data) == {"order", "cursor", "index", "offsets", "flips"}
+    draws = {f"transforms[{i}][{j}]" for i in range(2) for j in range(2)}  # crop, flip: offsets and flips each
+    assert set(first_data) == {"order", "cursor", "index"} | draws
     assert set(first_engine) == {"metric_sums", "counters", "found_inf", "lr"}
     eng.train_epoch(source, model, None, None)
     source.start_epoch(1)
@@ -123,7 +125,7 @@ def test_step_buffers_keep_their_addresses_across_epochs():
     # refilled, not stale: epoch 1's draws are those of a fresh source started at epoch 1
     fresh = _C.TensorBatches(x, y, 8, True, False, 3, torch.device("cpu"), transform)
     fresh.start_epoch(1)
-    for name in ("order", "offsets", "flips"):
+    for name in ("order", *draws):
         assert torch.equal(source.step_buffers()[name], fresh.step_buffers()[name]), name
     # the cursor is the epoch's position on the device; index holds the last batch served
     assert source.step_buffers()["cursor"].item() == 40
@@ -141,7 +143,8 @@ def test_training_steps_do_not_sync_with_the_host():
         model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 10)).to(device)
         x, y = torch.randint(0, 256, (steps * 16, 3, 8, 8), dtype=torch.uint8), torch.randint(0, 10, (steps * 16,))
         transform = _C.AugmentConfig()
-        transform.enabled, transform.crop_padding, transform.hflip = True, 2, True
+        transform.enabled = True
+        transform.transforms = gpucore.transforms.specs(gpucore.transforms.training_form([], 2, True, (8, 8)))
         source = _C.TensorBatches(x, y, 16, True, False, 0, device, transform)
         config = engine_on(device, [p for p in model.parameters()])
         torch.cuda.synchronize()

@@ -194,7 +194,8 @@ def test_segmentation_masks_follow_the_crop_and_flip():
     masks = torch.randint(0, 3, (12, 9, 11), generator=generator)
     images = (masks * 100).to(torch.uint8)[:, None].expand(12, 3, 9, 11).contiguous()
     config = _C.AugmentConfig()
-    config.enabled, config.crop_padding, config.hflip = True, 3, True
+    config.enabled = True
+    config.transforms = gpucore.transforms.specs(gpucore.transforms.training_form([], 3, True, (9, 11)))
     source = _C.TensorBatches(images, masks, 4, True, False, 7, torch.device("cpu"), config)
     moved = 0
     while (batch := source.next()) is not None:

@@ -2,11 +2,12 @@
 gpucore.DataLoader: batches ready on the device for any training loop."""
 from __future__ import annotations
 
-from typing import List, Optional, Tuple, Union
+from typing import Any, List, Optional, Tuple, Union
 
 import torch
 
 from .. import _C
+from .. import transforms as transforms_list
 from ..config import KEY_BY_NAME
 from ..device.select import memory_stats, select_device
 from ..errors import ConfigError
@@ -61,20 +62,25 @@ def data_stats(data, cache: str) -> Tuple[list, list]:
 
 
 def batch_source(data, cache: str, *, batch_size: int, shuffle: bool, drop_last: bool, seed: int,
-                 device: torch.device, crop_padding: int = 0, hflip: bool = False,
+                 device: torch.device, crop_padding: int = 0, hflip: bool = False, transforms: Any = (),
                  normalization: Optional[Tuple[list, list]] = None, prefetch: int = 4,
                  dtype: torch.dtype = torch.float32, channels_last: bool = False) -> _C.EpochBatches:
     """The C++ source of `data` ((inputs, targets) tensors or ImageFiles) placed by `cache` (choose_cache).
 
     Images (N x C x H x W, or uint8 N x H x W) stay as they are (uint8: a quarter of float32's memory);
-    each batch is scaled, cropped, flipped and normalised by gpucore::augment on the training device,
-    as `dtype` (float32, float16, bfloat16), channels-last if asked. Other inputs are standardised once here.
+    each batch goes through `transforms` (a config `transforms` list; crop_padding and hflip its shorthands),
+    is scaled and normalised on the training device, as `dtype` (float32, float16, bfloat16), channels-last
+    if asked. Other inputs are standardised once here.
     """
     transform = _C.AugmentConfig()  # for images; other inputs get none
-    transform.enabled, transform.crop_padding, transform.hflip = True, crop_padding, hflip
+    transform.enabled = True
     transform.dtype, transform.channels_last = dtype, channels_last
     if normalization is not None:
         transform.mean, transform.std = normalization
+    if isinstance(data, ImageFiles) or as_images(data[0]).dim() == 4:
+        height, width = data.image_shape()[1:] if isinstance(data, ImageFiles) else as_images(data[0]).shape[2:]
+        transform.transforms = transforms_list.specs(
+            transforms_list.training_form(transforms, crop_padding, hflip, (height, width)))
     if isinstance(data, ImageFiles) and cache == "none":
         config = _C.FileBatchesConfig()
         config.channels, (config.height, config.width) = data.channels, data.image_shape()[1:]
@@ -86,8 +92,9 @@ def batch_source(data, cache: str, *, batch_size: int, shuffle: bool, drop_last:
     inputs, targets = (data.inputs, data.targets) if isinstance(data, ImageFiles) else data
     inputs = as_images(inputs)
     if inputs.dim() != 4:
-        if crop_padding > 0 or hflip:
-            raise ConfigError(f"crop_padding and hflip need N x C x H x W images, got inputs {tuple(inputs.shape)}")
+        if crop_padding > 0 or hflip or transforms:
+            raise ConfigError(f"crop_padding, hflip and transforms need N x C x H x W images, got inputs "
+                              f"{tuple(inputs.shape)}")
         transform, inputs = _C.AugmentConfig(), prepare_inputs(inputs, normalization)
     return _C.TensorBatches(inputs, targets, batch_size, shuffle, drop_last, seed, device, transform,
                             resident=cache == "device")
@@ -97,8 +104,9 @@ class DataLoader:
     """Iterates `(inputs, targets)` on the device, one epoch per `for` loop, like torch's DataLoader.
 
     dataset: a gpucore.data set or (inputs, targets) tensors. Images stay uint8 until each batch is
-    scaled, randomly cropped (crop_padding) and flipped (hflip) and normalised (normalize: True for the
-    data set's per-channel mean and std, or (mean, std) lists) by gpucore::augment on the device. Order
+    transformed (`transforms`: a list as config key transforms takes; crop_padding and hflip its shorthands),
+    scaled and normalised (normalize: True for the data set's per-channel mean and std, or (mean, std)
+    lists) on the device. Order
     and augmentation depend only on (seed, epoch, sample); rank/world_size serve equal shards for
     distributed training. state_dict()/load_state_dict() resume mid-epoch.
     cache: "device" (the data set on the device: each step is a gather and the fused op, no host work),
@@ -110,7 +118,7 @@ class DataLoader:
 
     def __init__(self, dataset: Union[LabeledData, Tuple[torch.Tensor, torch.Tensor]], batch_size: int,
                  shuffle: bool = True, device: Union[str, torch.device] = "auto", *, crop_padding: int = 0,
-                 hflip: bool = False, normalize: Union[bool, Tuple[list, list]] = True, drop_last: bool = False,
+                 hflip: bool = False, transforms: Any = (), normalize: Union[bool, Tuple[list, list]] = True, drop_last: bool = False,
                  seed: int = 0, rank: int = 0, world_size: int = 1, cache: str = "auto", prefetch: int = 4,
                  dtype: torch.dtype = torch.float32, channels_last: bool = False):
         in_memory = isinstance(dataset, LabeledData) and not isinstance(dataset, ImageFiles)
@@ -124,6 +132,7 @@ class DataLoader:
         normalization = data_stats(data, self.cache) if normalize is True else (tuple(normalize) if normalize else None)
         self._batches = batch_source(data, self.cache, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last,
                                      seed=seed, device=self.device, crop_padding=crop_padding, hflip=hflip,
+                                     transforms=transforms,
                                      normalization=normalization, prefetch=prefetch, dtype=dtype,
                                      channels_last=channels_last)
         self._batches.set_shard(rank, world_size)

@@ -1,9 +1,11 @@
-"""Tensors as models take them: image layout, input statistics, standardisation. A leaf module."""
+"""Tensors as models take them: image layout, input statistics, standardisation, the deterministic transforms."""
 from __future__ import annotations
 
 from typing import Optional, Tuple
 
 import torch
+
+from .. import transforms
 
 
 def as_images(inputs: torch.Tensor) -> torch.Tensor:
@@ -13,7 +15,7 @@ def as_images(inputs: torch.Tensor) -> torch.Tensor:
 
 def prepare_inputs(inputs: torch.Tensor, stats: Optional[Tuple[list, list]]) -> torch.Tensor:
     """Non-image inputs as float32, standardised with the (single-value) stats; shapes are kept, so
-    sequence data (N, T, features) passes through. Images go through gpucore::augment instead."""
+    sequence data (N, T, features) passes through. Images go through the transforms pipeline instead."""
     x = inputs if inputs.is_floating_point() else inputs.float()
     if stats is not None:
         x = (x - stats[0][0]) / stats[1][0]
@@ -34,12 +36,9 @@ def input_stats(inputs: torch.Tensor) -> Tuple[list, list]:
     return mean.tolist(), std.tolist()
 
 
-def model_inputs(images: torch.Tensor, input_stats: Optional[dict]) -> torch.Tensor:
-    """Images (N x C x H x W, uint8 or float) as the model saw them in training: the same gpucore::augment op,
-    without crop or flip, with a checkpoint's `input_stats` ({"mean": [...], "std": [...]}, or None)."""
-    images = as_images(images)
-    n = images.shape[0]
-    offsets = torch.zeros(n, 2, dtype=torch.long, device=images.device)
-    flips = torch.zeros(n, dtype=torch.bool, device=images.device)
-    mean, std = (input_stats["mean"], input_stats["std"]) if input_stats else ([], [])
-    return torch.ops.gpucore.augment(images, offsets, flips, 0, mean, std, torch.float32)
+def model_inputs(images: torch.Tensor, input_stats: Optional[dict], transforms_value=()) -> torch.Tensor:
+    """Images (N x C x H x W, uint8 or float) as the model saw them in training: through `transforms_value` (a
+    config `transforms` list; gpucore.load passes the deterministic form of its run's) and the fused normalise,
+    with a checkpoint's `input_stats` ({"mean": [...], "std": [...]}, or None), as float32."""
+    stats = (input_stats["mean"], input_stats["std"]) if input_stats else None
+    return transforms.apply(as_images(images), transforms_value, stats)

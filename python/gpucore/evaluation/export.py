@@ -17,6 +17,7 @@ from typing import Optional, Union
 
 import torch
 
+from .. import transforms
 from ..errors import ConfigError, ExportError
 from .load import LoadedModel, load
 
@@ -30,10 +31,12 @@ def preprocessing(model: LoadedModel) -> dict:
     stats = model.input_stats or {}
     return {
         "model": model.config.model, "model_kwargs": model.config.model_kwargs, "loss": model.config.loss,
-        "heads": model.config.heads, "input_shape": model.input_shape, "classes": model.classes,
+        "heads": model.config.heads, "input_shape": model.model_input_shape, "classes": model.classes,
         "mean": stats.get("mean"), "std": stats.get("std"),
-        "scaling": ("uint8 images are divided by 255, then each channel c becomes (x - mean[c]) / std[c]; inputs are "
-                    "N x C x H x W float32" if model.is_image_model else
+        "transforms": transforms.validation_form(model.config.transforms),
+        "scaling": ("uint8 images go through `transforms` (torchvision.transforms.v2 names), are divided by 255, then "
+                    "each channel c becomes (x - mean[c]) / std[c]; inputs are N x C x H x W float32"
+                    if model.is_image_model else
                     "inputs become (x - mean[0]) / std[0], as float32"),
     }
 
@@ -78,7 +81,7 @@ def _onnx(model: LoadedModel, out: str, info: dict, opset: int, seed: int) -> di
     import onnxruntime
 
     generator = torch.Generator().manual_seed(seed)
-    example = torch.randn(2, *model.input_shape, generator=generator)
+    example = torch.randn(2, *model.model_input_shape, generator=generator)
     try:
         program = torch.onnx.export(model.module, (example,), dynamo=True, verbose=False, opset_version=opset,
                                     input_names=["inputs"], output_names=["outputs"],
@@ -92,7 +95,7 @@ def _onnx(model: LoadedModel, out: str, info: dict, opset: int, seed: int) -> di
     entry.key, entry.value = "gpucore.preprocessing", json.dumps(info)
     onnx.save(proto, out)
 
-    fresh = torch.randn(3, *model.input_shape, generator=generator)  # another batch size: the batch is dynamic
+    fresh = torch.randn(3, *model.model_input_shape, generator=generator)  # another batch size: the batch is dynamic
     session = onnxruntime.InferenceSession(out, providers=["CPUExecutionProvider"])
     theirs = torch.from_numpy(session.run(None, {session.get_inputs()[0].name: fresh.numpy()})[0])
     with torch.no_grad():

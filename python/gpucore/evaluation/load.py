@@ -16,6 +16,7 @@ from ..checkpoint import load_checkpoint, model_state
 from ..config import load_config
 from ..data.tensor_inputs import as_images, model_inputs, prepare_inputs
 from ..device.select import select_device
+from .. import transforms
 from ..errors import ConfigError
 from ..models.registry import build_model
 from ..tasks import task_of
@@ -46,11 +47,21 @@ class LoadedModel:
         return (self.input_stats["mean"], self.input_stats["std"]) if self.input_stats else None
 
     @property
+    def model_input_shape(self) -> Optional[List[int]]:
+        """One input as the model itself takes it: input_shape, for images after the deterministic form of the run's
+        `transforms` (a Resize or CenterCrop changes the size)."""
+        if not self.is_image_model or not self.input_shape[1]:
+            return self.input_shape
+        channels, height, width = self.input_shape
+        return [channels, *transforms.output_size(transforms.validation_form(self.config.transforms), height, width)]
+
+    @property
     def is_image_model(self) -> bool:
         return self.input_shape is not None and len(self.input_shape) == 3
 
     def preprocess(self, inputs: torch.Tensor) -> torch.Tensor:
-        """Inputs as the model saw them in training (standardised with the run's statistics), on the device."""
+        """Inputs as the model saw them in training (standardised with the run's statistics, images through the
+        deterministic form of its `transforms`), on the device."""
         if not isinstance(inputs, torch.Tensor):
             raise ConfigError(f"inputs must be a tensor, got {type(inputs).__name__}")
         if not self.is_image_model:
@@ -63,7 +74,7 @@ class LoadedModel:
             raise ConfigError(f"the model of '{self.checkpoint}' was trained on images of {wanted} (channels x height x "
                               f"width), got inputs of shape {tuple(inputs.shape)}; read them with the same channels "
                               "and size")
-        return model_inputs(images.to(self.device), self.input_stats)
+        return model_inputs(images.to(self.device), self.input_stats, transforms.validation_form(self.config.transforms))
 
     def __call__(self, inputs: torch.Tensor, batch_size: Optional[int] = None) -> torch.Tensor:
         """The model's outputs for raw `inputs` (see preprocess), in batches of `batch_size` (default: the run's

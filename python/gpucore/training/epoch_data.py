@@ -12,6 +12,7 @@ from .. import _C
 from ..data.loader import batch_source, choose_cache, data_stats, is_native, skipped_files
 from ..data.readers import ImageFiles
 from ..errors import ConfigError
+from ..transforms import validation_form
 from . import distributed
 
 
@@ -29,20 +30,23 @@ class EpochData:
         self.description = describe(data)
         shuffle = training and config.shuffle
         drop_last = training and config.drop_last
-        wants_augment = training and (config.crop_padding > 0 or config.hflip)
+        wants_augment = training and (config.crop_padding > 0 or config.hflip or bool(config.transforms))
         if is_native(data):
             self._tensors = batch_source(data, choose_cache(data, config.cache, torch.device(device)),
                                          batch_size=self.batch_size, shuffle=shuffle, drop_last=drop_last,
                                          seed=config.seed, device=torch.device(device),
                                          crop_padding=config.crop_padding if training else 0,
-                                         hflip=config.hflip and training, normalization=normalization,
+                                         hflip=config.hflip and training,
+                                         transforms=config.transforms if training else validation_form(
+                                             config.transforms),
+                                         normalization=normalization,
                                          prefetch=config.prefetch)
             if training:  # this rank's share from the start: total_batches() counts the shard's batches
                 self._tensors.set_shard(world.rank, world.size)
                 self._tensors.start_epoch(0)
         elif wants_augment:
-            raise ConfigError("crop_padding and hflip apply to image tensors and gpucore.data sets; transform a torch "
-                              "Dataset or DataLoader yourself")
+            raise ConfigError("crop_padding, hflip and transforms apply to image tensors and gpucore.data sets; "
+                              "transform a torch Dataset or DataLoader yourself")
         elif isinstance(data, torch.utils.data.DataLoader):
             self._loader = data
         elif isinstance(data, torch.utils.data.Dataset):

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "gpucore/train/transforms.h"
+
 namespace gpucore {
 
 class BatchSource {
@@ -21,15 +23,15 @@ class BatchSource {
   virtual bool next(at::Tensor& inputs, at::Tensor& targets) = 0;
 };
 
-// The per-batch transform of image data sets kept as uint8 (gpucore::augment): scale to [0, 1],
-// optional random crop of the padded image and horizontal flip, per-channel normalisation. The random
-// draws belong to (seed, epoch, sample), so they do not depend on the batch size or the device.
-// Segmentation masks (targets N x H x W of the images' size) get the same crop and flip.
+// The per-batch transform of image data sets kept as uint8: the `transforms` list (transforms.h; config
+// key crop_padding and hflip arrive as its RandomCrop and RandomHorizontalFlip entries), then scaling to
+// [0, 1] and per-channel normalisation (gpucore::augment). The random draws belong to (seed, epoch,
+// sample), so they do not depend on the batch size or the device. Segmentation masks (targets N x H x W
+// of the images' size) follow the geometric transforms.
 struct AugmentConfig {
   bool enabled = false;
-  int64_t crop_padding = 0;
-  bool hflip = false;
-  std::vector<double> mean, std;  // per channel; empty: no normalisation
+  std::vector<TransformSpec> transforms;  // in list order
+  std::vector<double> mean, std;  // per channel, unless the list has a Normalize; empty: no normalisation
   at::ScalarType dtype = at::kFloat;  // float32, float16 or bfloat16
   bool channels_last = false;         // the batch in channels-last memory format
 };
@@ -48,7 +50,8 @@ class EpochBatches : public BatchSource {
   int64_t total_batches() const;                   // in a whole epoch
   int64_t position() const { return position_; }  // batches served in this epoch, skipped ones included
   // The device tensors a step reads or writes (the epoch's order, the cursor in it, the batch's indices,
-  // crop offsets, flips): refilled in place, so their addresses never change (what a CUDA graph needs).
+  // each transform's parameters): refilled in place, so their addresses never change (what a CUDA graph
+  // needs).
   std::vector<std::pair<std::string, at::Tensor>> step_buffers() const;
 
  protected:
@@ -60,9 +63,10 @@ class EpochBatches : public BatchSource {
   // The most samples a batch holds: batch_size, or all of them when it is larger (buffers are sized by this).
   int64_t longest_batch() const;
   int64_t batch_end(int64_t batch) const;
+  // The input images' height and width (the transforms' parameters depend on them); before start_epoch.
+  void set_image_size(int64_t height, int64_t width);
   // The batch of the samples `index` (on the device) from their inputs: targets gathered (or
-  // `batch_targets` when given), images transformed (masks in the targets follow the images' crop
-  // and flip).
+  // `batch_targets` when given), images transformed (masks in the targets follow the geometry).
   void finish_batch(const at::Tensor& batch_inputs, const at::Tensor& index, at::Tensor& inputs, at::Tensor& targets,
                     const at::Tensor& batch_targets = {}) const;
 
@@ -80,7 +84,9 @@ class EpochBatches : public BatchSource {
 
  private:
   at::Tensor targets_;          // on the device
-  at::Tensor offsets_, flips_;  // this epoch's draws per sample, on the device
+  TransformPipeline pipeline_;
+  std::vector<std::vector<at::Tensor>> transform_params_;  // this epoch's draws per sample, on the device
+  int64_t image_height_ = 0, image_width_ = 0;
   int64_t samples_;
   bool shuffle_, drop_last_;
   uint64_t seed_;

@@ -1,0 +1,73 @@
+#pragma once
+// Image transforms of the training batches, by torchvision.transforms.v2's names and arguments (config key
+// `transforms`). Each transform draws its per-sample parameters on the host from gpucore's seeded per-epoch
+// generator (so resuming stays bitwise) and applies them to a batch on the training device with gpucore's
+// ops, without host syncs. The pipeline runs the uint8-stage transforms in list order, then Normalize and the
+// cast to the batch dtype (the fused gpucore::augment op), then the float-stage ones.
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace gpucore {
+
+struct TransformSpec {                                   // one entry of the list, arguments checked by name
+  std::string name;                                      // torchvision's class name, e.g. "ColorJitter"
+  std::map<std::string, std::vector<double>> numbers;    // numeric args; a scalar is one value, a pair two
+  std::map<std::string, std::string> words;              // string args: interpolation, value="random"
+};
+
+class Transform {
+ public:
+  virtual ~Transform() = default;
+  virtual bool is_random() const = 0;
+  // uint8 stage (before Normalize) or float stage (after Normalize: RandomErasing)
+  virtual bool after_normalize() const { return false; }
+  virtual bool moves_pixels() const { return false; }  // geometric: masks follow (nearest)
+  virtual std::array<int64_t, 2> output_size(int64_t h, int64_t w) const { return {h, w}; }
+  // Per-sample parameters for `samples` samples of H x W images, drawn on the host from `generator`
+  // (gpucore's seeded per-epoch generator), as host tensors whose first dimension is the sample.
+  virtual std::vector<at::Tensor> sample(int64_t samples, int64_t h, int64_t w, at::Generator& generator) const = 0;
+  // `images` N x C x H x W (uint8 in the uint8 stage, float after Normalize) on the training device;
+  // `params`: sample()'s tensors, the rows of this batch's samples, on the same device. No host sync.
+  virtual at::Tensor apply(const at::Tensor& images, const std::vector<at::Tensor>& params) const = 0;
+  // Geometric transforms only: the same geometry on an N x H x W integer mask, nearest, fill 0.
+  virtual at::Tensor apply_to_mask(const at::Tensor& masks, const std::vector<at::Tensor>& params) const;
+};
+
+// Registry: torchvision name -> factory; unknown names/arguments throw ConfigError listing what is valid.
+std::unique_ptr<Transform> make_transform(const TransformSpec& spec);
+std::vector<std::string> transform_names();  // every name the `transforms` list takes, Normalize included
+
+// The whole list as a batch transform. Normalize is not a Transform: its mean and std go to the fused
+// augment op between the two stages; a list without one uses the data set's statistics when given.
+class TransformPipeline {
+ public:
+  TransformPipeline() = default;
+  // Checks every entry: a ConfigError names it as "transforms[i] Name: ...". `mean`/`std`: the
+  // normalisation when the list has no Normalize (empty: none).
+  TransformPipeline(const std::vector<TransformSpec>& specs, std::vector<double> mean, std::vector<double> std);
+
+  bool moves_pixels() const;
+  const std::vector<double>& mean() const { return mean_; }
+  const std::vector<double>& std() const { return std_; }
+  std::array<int64_t, 2> output_size(int64_t h, int64_t w) const;
+  // Every transform's parameters for `samples` samples of H x W input images, in list order.
+  std::vector<std::vector<at::Tensor>> sample(int64_t samples, int64_t h, int64_t w, at::Generator& generator) const;
+  // The batch `images` (N x C x H x W, uint8 or float) through the list, as `dtype`; `params`: sample()'s
+  // rows of this batch's samples on the images' device. `masks` (N x H x W class ids, or undefined)
+  // follow the geometric transforms.
+  at::Tensor apply(const at::Tensor& images, const std::vector<std::vector<at::Tensor>>& params, at::ScalarType dtype,
+                   at::Tensor& masks) const;
+
+ private:
+  std::vector<std::unique_ptr<Transform>> uint8_stage_, float_stage_;
+  std::vector<double> mean_, std_;
+};
+
+}  // namespace gpucore

@@ -1,0 +1,172 @@
+#pragma once
+// The per-pixel math of the color ops (color.h), one definition for their CPU and CUDA kernels alike; free of
+// torch headers so nvcc compiles it. Each function follows torchvision.transforms.v2.functional's uint8 path
+// operation by operation in float32 (python-float scalars rounded to float32 as torch does), so results match
+// it up to the last bit of a float32 sum whose order differs.
+#include <cmath>
+#include <cstdint>
+
+#ifdef __CUDACC__
+#define GPUCORE_HOST_DEVICE __host__ __device__
+#else
+#define GPUCORE_HOST_DEVICE
+#endif
+
+namespace gpucore::ops {
+
+// a * b rounded to float32 on its own, never fused into a following addition by the compiler.
+GPUCORE_HOST_DEVICE inline float multiply(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+// The adjustments of color_ops, by code. Magnitude: the functional's Python-float argument, as a double (factor,
+// hue shift, bits, threshold in intensity levels); unused by the last four.
+enum ColorOpCode : int64_t {
+  kColorIdentity = 0,
+  kColorBrightness = 1,    // adjust_brightness(factor >= 0)
+  kColorContrast = 2,      // adjust_contrast(factor >= 0)
+  kColorSaturation = 3,    // adjust_saturation(factor >= 0)
+  kColorHue = 4,           // adjust_hue(hue_factor in [-0.5, 0.5])
+  kColorSharpness = 5,     // adjust_sharpness(factor >= 0)
+  kColorPosterize = 6,     // posterize(bits in 0..8)
+  kColorSolarize = 7,      // solarize(threshold), compared as float32
+  kColorAutocontrast = 8,  // autocontrast
+  kColorEqualize = 9,      // equalize
+  kColorInvert = 10,       // invert
+  kColorGrayscale = 11,    // rgb_to_grayscale(num_output_channels = the image's)
+  kColorOpCount = 12,
+};
+
+// float -> uint8 as torch's clamp_(0, 255) then .to(uint8) (truncation).
+GPUCORE_HOST_DEVICE inline uint8_t clamp_to_uint8(float v) {
+  v = v < 0.0f ? 0.0f : (v > 255.0f ? 255.0f : v);
+  return static_cast<uint8_t>(v);
+}
+
+// _rgb_to_grayscale_image in float32: r * 0.2989, then add_(g, alpha=0.587) and add_(b, alpha=0.114), which torch's
+// CPU kernels compute as fused multiply-adds.
+GPUCORE_HOST_DEVICE inline float grayscale(float r, float g, float b) {
+  return fmaf(b, 0.114f, fmaf(g, 0.587f, multiply(r, 0.2989f)));
+}
+
+// _blend's weight of the second image, 1 - factor, computed in double from the Python float as torchvision does,
+// then float32 (the factor itself multiplies as float32).
+GPUCORE_HOST_DEVICE inline float blend_weight(double factor) { return static_cast<float>(1.0 - factor); }
+
+// _blend(x, other, ratio) for one uint8 value: x * ratio, then add_(other, alpha=1 - ratio) (a fused multiply-add in
+// torch's CPU kernel), clamped, truncated.
+GPUCORE_HOST_DEVICE inline uint8_t blend(uint8_t x, float other, float ratio, float weight) {
+  return clamp_to_uint8(fmaf(other, weight, multiply(static_cast<float>(x), ratio)));
+}
+
+// adjust_hue for one uint8 RGB pixel, in place: to [0, 1] floats, _rgb_to_hsv, hue shift, _hsv_to_rgb, back to
+// uint8 by multiplying with 255.999 (to_dtype_image's float -> uint8) and truncating.
+GPUCORE_HOST_DEVICE inline void shift_hue(uint8_t& red, uint8_t& green, uint8_t& blue, float hue) {
+  const float unit = static_cast<float>(1.0 / 255.0);
+  const float r = static_cast<float>(red) * unit, g = static_cast<float>(green) * unit,
+              b = static_cast<float>(blue) * unit;
+  const float maxc = fmaxf(r, fmaxf(g, b)), minc = fminf(r, fminf(g, b));
+  const bool equal = maxc == minc;
+  const float range = maxc - minc;
+  const float s = range / (equal ? 1.0f : maxc);
+  const float divisor = equal ? 1.0f : range;
+  const float rc = (maxc - r) / divisor, gc = (maxc - g) / divisor, bc = (maxc - b) / divisor;
+  const bool max_is_r = maxc == r, max_is_g = maxc == g;
+  const float hr = max_is_r ? bc - gc : 0.0f;
+  const float hg = (max_is_g && !max_is_r) ? (rc + 2.0f) - bc : 0.0f;
+  const float hb = (!max_is_r && !max_is_g) ? (gc + 4.0f) - rc : 0.0f;
+  float h = (hr + hg) + hb;
+  h = fmodf(h * static_cast<float>(1.0 / 6.0) + 1.0f, 1.0f);
+  h += hue;
+  h = h - floorf(h);  // torch.remainder(h, 1.0)
+  const float h6 = h * 6.0f;
+  const float sector = floorf(h6);
+  const float f = h6 - sector;
+  int i = static_cast<int>(sector) % 6;
+  if (i < 0) i += 6;
+  const float sxf = s * f, one_minus_s = 1.0f - s;
+  const float q = fminf(fmaxf((1.0f - sxf) * maxc, 0.0f), 1.0f);
+  const float t = fminf(fmaxf((sxf + one_minus_s) * maxc, 0.0f), 1.0f);
+  const float p = fminf(fmaxf(one_minus_s * maxc, 0.0f), 1.0f);
+  const float v = maxc;
+  float out_r, out_g, out_b;
+  switch (i) {
+    case 0: out_r = v, out_g = t, out_b = p; break;
+    case 1: out_r = q, out_g = v, out_b = p; break;
+    case 2: out_r = p, out_g = v, out_b = t; break;
+    case 3: out_r = p, out_g = q, out_b = v; break;
+    case 4: out_r = t, out_g = p, out_b = v; break;
+    default: out_r = v, out_g = p, out_b = q; break;
+  }
+  const float to_uint8 = static_cast<float>(255.0 + 1.0 - 1e-3);
+  red = static_cast<uint8_t>(out_r * to_uint8);
+  green = static_cast<uint8_t>(out_g * to_uint8);
+  blue = static_cast<uint8_t>(out_b * to_uint8);
+}
+
+// adjust_sharpness for one interior pixel: the 3 x 3 blur (1/13 around, 5/13 in the middle) rounded half to even,
+// then x + (1 - factor) * (blur - x), clamped and truncated. `at(dy, dx)` reads the neighbour of the source image.
+template <typename At>
+GPUCORE_HOST_DEVICE inline uint8_t sharpen(const At& at, float weight) {
+  const float side = static_cast<float>(1.0 / 13.0), middle = static_cast<float>(5.0 / 13.0);
+  float blur = 0.0f;
+  for (int dy = -1; dy <= 1; ++dy) {
+    for (int dx = -1; dx <= 1; ++dx) blur += static_cast<float>(at(dy, dx)) * (dy == 0 && dx == 0 ? middle : side);
+  }
+  const float x = static_cast<float>(at(0, 0));
+  return clamp_to_uint8(fmaf(rintf(blur) - x, weight, x));
+}
+
+GPUCORE_HOST_DEVICE inline uint8_t posterize(uint8_t x, int bits) {
+  return bits >= 8 ? x : static_cast<uint8_t>(x & (((1 << bits) - 1) << (8 - bits)));
+}
+
+GPUCORE_HOST_DEVICE inline uint8_t solarize(uint8_t x, float threshold) {
+  return static_cast<float>(x) >= threshold ? static_cast<uint8_t>(255 - x) : x;
+}
+
+// autocontrast's per-channel shift and scale from the channel's minimum and maximum (a flat channel: unchanged).
+struct Autocontrast {
+  float minimum, inv_scale;
+};
+GPUCORE_HOST_DEVICE inline Autocontrast autocontrast_params(float minimum, float maximum) {
+  if (minimum == maximum) return {0.0f, 1.0f};
+  return {minimum, (maximum - minimum) * static_cast<float>(1.0 / 255.0)};
+}
+GPUCORE_HOST_DEVICE inline uint8_t autocontrast(uint8_t x, Autocontrast params) {
+  return clamp_to_uint8((static_cast<float>(x) - params.minimum) / params.inv_scale);
+}
+
+// equalize's (PIL's) step from a channel's histogram of `pixels` values: (pixels - count of the largest value
+// present) / 255; 0 leaves the channel unchanged.
+GPUCORE_HOST_DEVICE inline int64_t equalize_step(const int32_t* histogram, int64_t pixels) {
+  int last = 255;
+  while (last > 0 && histogram[last] == 0) --last;
+  return (pixels - histogram[last]) / 255;
+}
+// The lookup table's entry for value v from the count of pixels below v: (below + step / 2) / step, at most 255.
+GPUCORE_HOST_DEVICE inline uint8_t equalize_entry(int64_t below, int64_t step) {
+  const int64_t value = (below + step / 2) / step;
+  return static_cast<uint8_t>(value > 255 ? 255 : value);
+}
+
+// RandomErasing's "random" value: a standard normal draw for element `index` of a sample's erased box, from the
+// sample's seed (SplitMix64 hashing and Box-Muller in double), the same on every device.
+GPUCORE_HOST_DEVICE inline uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+GPUCORE_HOST_DEVICE inline float erase_noise(int64_t seed, int64_t index) {
+  const uint64_t bits = mix64(static_cast<uint64_t>(seed) + mix64(static_cast<uint64_t>(index) + 0x9E3779B97F4A7C15ULL));
+  // Two 26-bit uniforms in (0, 1].
+  const double u1 = (static_cast<double>(bits >> 38) + 1.0) / 67108864.0;
+  const double u2 = static_cast<double>((bits >> 12) & 0x3FFFFFFULL) / 67108864.0;
+  return static_cast<float>(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+}  // namespace gpucore::ops

@@ -1,0 +1,212 @@
+// CPU kernels of the color ops: color_ops runs each image's adjustments in place in its output plane set (one
+// image per task); erase copies the batch and fills each sample's box.
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <array>
+#include <vector>
+
+#include "ops/color.h"
+#include "ops/color_math.h"
+
+namespace gpucore::ops {
+namespace {
+
+struct Image {
+  uint8_t* data;
+  int64_t channels, h, w;
+  int64_t plane() const { return h * w; }
+  uint8_t* channel(int64_t c) const { return data + c * plane(); }
+};
+
+// Per pixel: `f(value)` on every value of the image.
+template <typename F>
+void map_values(const Image& image, F f) {
+  const int64_t count = image.channels * image.plane();
+  for (int64_t i = 0; i < count; ++i) image.data[i] = f(image.data[i]);
+}
+
+// adjust_contrast's blend target: the mean of the grayscale image (floored for 3 channels). The values are
+// integers, summed exactly here; torch's float32 sum is exact too up to 2^24 (images up to 65793 pixels).
+float contrast_mean(const Image& image) {
+  int64_t sum = 0;
+  const uint8_t* r = image.channel(0);
+  for (int64_t i = 0; i < image.plane(); ++i) {
+    sum += image.channels == 3 ? static_cast<int64_t>(std::floor(grayscale(r[i], image.channel(1)[i], image.channel(2)[i])))
+                               : r[i];
+  }
+  return static_cast<float>(sum) / static_cast<float>(image.plane());
+}
+
+void blend_with_grayscale(const Image& image, double factor) {
+  if (image.channels != 3) return;  // saturation leaves one channel unchanged, as PIL
+  const float ratio = static_cast<float>(factor), weight = blend_weight(factor);
+  uint8_t *r = image.channel(0), *g = image.channel(1), *b = image.channel(2);
+  for (int64_t i = 0; i < image.plane(); ++i) {
+    const float gray = std::floor(grayscale(r[i], g[i], b[i]));
+    r[i] = blend(r[i], gray, ratio, weight);
+    g[i] = blend(g[i], gray, ratio, weight);
+    b[i] = blend(b[i], gray, ratio, weight);
+  }
+}
+
+void sharpen_image(const Image& image, double factor, std::vector<uint8_t>& source) {
+  const int64_t h = image.h, w = image.w;
+  if (h <= 2 || w <= 2) return;
+  const float weight = blend_weight(factor);
+  for (int64_t c = 0; c < image.channels; ++c) {
+    uint8_t* plane = image.channel(c);
+    source.assign(plane, plane + image.plane());
+    for (int64_t y = 1; y < h - 1; ++y) {
+      for (int64_t x = 1; x < w - 1; ++x) {
+        const uint8_t* centre = source.data() + y * w + x;
+        plane[y * w + x] = sharpen([&](int dy, int dx) { return centre[dy * w + dx]; }, weight);
+      }
+    }
+  }
+}
+
+void autocontrast_image(const Image& image) {
+  for (int64_t c = 0; c < image.channels; ++c) {
+    uint8_t* plane = image.channel(c);
+    const auto [lo, hi] = std::minmax_element(plane, plane + image.plane());
+    const Autocontrast params = autocontrast_params(*lo, *hi);
+    for (int64_t i = 0; i < image.plane(); ++i) plane[i] = autocontrast(plane[i], params);
+  }
+}
+
+void equalize_image(const Image& image) {
+  for (int64_t c = 0; c < image.channels; ++c) {
+    uint8_t* plane = image.channel(c);
+    std::array<int32_t, 256> histogram{};
+    for (int64_t i = 0; i < image.plane(); ++i) ++histogram[plane[i]];
+    const int64_t step = equalize_step(histogram.data(), image.plane());
+    if (step == 0) continue;
+    std::array<uint8_t, 256> lut{};
+    int64_t below = 0;
+    for (int v = 1; v < 256; ++v) {
+      below += histogram[v - 1];
+      lut[v] = equalize_entry(below, step);
+    }
+    for (int64_t i = 0; i < image.plane(); ++i) plane[i] = lut[plane[i]];
+  }
+}
+
+void apply(const Image& image, int64_t code, double magnitude, std::vector<uint8_t>& scratch) {
+  const float value = static_cast<float>(magnitude);  // a Python float as torch multiplies or compares it
+  switch (code) {
+    case kColorBrightness:
+      return map_values(image, [=](uint8_t x) { return clamp_to_uint8(static_cast<float>(x) * value); });
+    case kColorContrast: {
+      const float mean = contrast_mean(image), weight = blend_weight(magnitude);
+      return map_values(image, [=](uint8_t x) { return blend(x, mean, value, weight); });
+    }
+    case kColorSaturation:
+      return blend_with_grayscale(image, magnitude);
+    case kColorHue:
+      if (image.channels != 3) return;
+      for (int64_t i = 0; i < image.plane(); ++i) {
+        shift_hue(image.channel(0)[i], image.channel(1)[i], image.channel(2)[i], value);
+      }
+      return;
+    case kColorSharpness:
+      return sharpen_image(image, magnitude, scratch);
+    case kColorPosterize: {
+      const int bits = static_cast<int>(magnitude);
+      return map_values(image, [=](uint8_t x) { return posterize(x, bits); });
+    }
+    case kColorSolarize:
+      return map_values(image, [=](uint8_t x) { return solarize(x, value); });
+    case kColorAutocontrast:
+      return autocontrast_image(image);
+    case kColorEqualize:
+      return equalize_image(image);
+    case kColorInvert:
+      return map_values(image, [](uint8_t x) { return static_cast<uint8_t>(255 - x); });
+    case kColorGrayscale:
+      if (image.channels != 3) return;
+      for (int64_t i = 0; i < image.plane(); ++i) {
+        const auto gray = static_cast<uint8_t>(grayscale(image.channel(0)[i], image.channel(1)[i], image.channel(2)[i]));
+        image.channel(0)[i] = image.channel(1)[i] = image.channel(2)[i] = gray;
+      }
+      return;
+    default:
+      return;  // kColorIdentity
+  }
+}
+
+at::Tensor color_ops_cpu(const at::Tensor& images, const at::Tensor& codes, const at::Tensor& magnitudes) {
+  check_color_ops_inputs(images, codes, magnitudes);
+  check_color_values(codes, magnitudes);
+  at::Tensor out = images.contiguous().clone();
+  const at::Tensor code = codes.contiguous(), magnitude = magnitudes.contiguous();
+  const int64_t n = out.size(0), steps = code.size(1);
+  const int64_t channels = out.size(1), h = out.size(2), w = out.size(3);
+  uint8_t* data = out.data_ptr<uint8_t>();
+  const int64_t* code_data = code.data_ptr<int64_t>();
+  const double* magnitude_data = magnitude.data_ptr<double>();
+  at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
+    std::vector<uint8_t> scratch;
+    for (int64_t s = begin; s < end; ++s) {
+      const Image image{data + s * channels * h * w, channels, h, w};
+      for (int64_t k = 0; k < steps; ++k) apply(image, code_data[s * steps + k], magnitude_data[s * steps + k], scratch);
+    }
+  });
+  return out;
+}
+
+template <typename T>
+void erase_boxes(T* data, const int64_t* boxes, const float* fill, const int64_t* seeds, int64_t n, int64_t channels,
+                 int64_t h, int64_t w) {
+  at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t s = begin; s < end; ++s) {
+      const int64_t top = boxes[s * 4], left = boxes[s * 4 + 1], height = boxes[s * 4 + 2], width = boxes[s * 4 + 3];
+      for (int64_t c = 0; c < channels; ++c) {
+        T* plane = data + (s * channels + c) * h * w;
+        for (int64_t y = 0; y < height; ++y) {
+          for (int64_t x = 0; x < width; ++x) {
+            const float value = fill ? fill[s * channels + c] : erase_noise(seeds[s], (c * height + y) * width + x);
+            plane[(top + y) * w + left + x] = static_cast<T>(value);
+          }
+        }
+      }
+    }
+  });
+}
+
+void check_boxes_inside(const at::Tensor& boxes, int64_t h, int64_t w) {
+  const int64_t* b = boxes.data_ptr<int64_t>();
+  for (int64_t s = 0; s < boxes.size(0); ++s) {
+    const int64_t top = b[s * 4], left = b[s * 4 + 1], height = b[s * 4 + 2], width = b[s * 4 + 3];
+    TORCH_CHECK(top >= 0 && left >= 0 && height >= 0 && width >= 0 && top + height <= h && left + width <= w,
+                "erase: box ", s, " (top ", top, ", left ", left, ", height ", height, ", width ", width,
+                ") does not lie inside the ", h, " x ", w, " image");
+  }
+}
+
+at::Tensor erase_cpu(const at::Tensor& images, const at::Tensor& boxes, const std::optional<at::Tensor>& fill,
+                     const std::optional<at::Tensor>& noise_seeds) {
+  check_erase_inputs(images, boxes, fill, noise_seeds);
+  at::Tensor out = images.contiguous().clone();
+  const at::Tensor box = boxes.contiguous();
+  check_boxes_inside(box, out.size(2), out.size(3));
+  const at::Tensor fill_values = fill ? fill->contiguous() : at::Tensor();
+  const at::Tensor seeds = noise_seeds ? noise_seeds->contiguous() : at::Tensor();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out.scalar_type(), "erase_cpu", [&] {
+    erase_boxes(out.data_ptr<scalar_t>(), box.data_ptr<int64_t>(), fill ? fill_values.data_ptr<float>() : nullptr,
+                noise_seeds ? seeds.data_ptr<int64_t>() : nullptr, out.size(0), out.size(1), out.size(2), out.size(3));
+  });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(gpucore, CPU, m) {
+  m.impl("color_ops", &color_ops_cpu);
+  m.impl("erase", &erase_cpu);
+}
+
+}  // namespace gpucore::ops

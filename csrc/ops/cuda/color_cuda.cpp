@@ -1,0 +1,66 @@
+// CUDA side of the color ops: checks, contiguous inputs, device guard and stream, then the kernels.
+#include <ATen/ops/empty_like.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include "ops/color.h"
+#include "ops/cuda/color_kernels.h"
+
+namespace gpucore::ops {
+namespace {
+
+// The codes' and magnitudes' values are not checked here (reading them would wait for the device); the kernel
+// asserts them in debug builds and treats an unknown code as the identity otherwise.
+at::Tensor color_ops_cuda(const at::Tensor& images, const at::Tensor& codes, const at::Tensor& magnitudes) {
+  check_color_ops_inputs(images, codes, magnitudes);
+  const c10::cuda::CUDAGuard guard(images.device());
+  at::Tensor out = images.contiguous().clone();
+  at::Tensor scratch = at::empty_like(out);
+  const at::Tensor code = codes.contiguous(), magnitude = magnitudes.contiguous();
+  cuda::launch_color_ops(out.data_ptr<uint8_t>(), scratch.data_ptr<uint8_t>(), code.data_ptr<int64_t>(),
+                         magnitude.data_ptr<double>(), out.size(0), code.size(1), out.size(1), out.size(2), out.size(3),
+                         c10::cuda::getCurrentCUDAStream().stream());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
+}
+
+cuda::EraseType erase_type(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat:
+      return cuda::EraseType::kFloat32;
+    case at::kDouble:
+      return cuda::EraseType::kFloat64;
+    case at::kHalf:
+      return cuda::EraseType::kFloat16;
+    case at::kBFloat16:
+      return cuda::EraseType::kBFloat16;
+    default:
+      TORCH_CHECK(false, "erase on CUDA: images must be float32, float64, float16 or bfloat16, got ", dtype);
+  }
+}
+
+at::Tensor erase_cuda(const at::Tensor& images, const at::Tensor& boxes, const std::optional<at::Tensor>& fill,
+                      const std::optional<at::Tensor>& noise_seeds) {
+  check_erase_inputs(images, boxes, fill, noise_seeds);
+  const c10::cuda::CUDAGuard guard(images.device());
+  at::Tensor out = images.contiguous().clone();
+  const at::Tensor box = boxes.contiguous();
+  const at::Tensor fill_values = fill ? fill->contiguous() : at::Tensor();
+  const at::Tensor seeds = noise_seeds ? noise_seeds->contiguous() : at::Tensor();
+  cuda::launch_erase(out.data_ptr(), erase_type(out.scalar_type()), box.data_ptr<int64_t>(),
+                     fill ? fill_values.data_ptr<float>() : nullptr, noise_seeds ? seeds.data_ptr<int64_t>() : nullptr,
+                     out.size(0), out.size(1), out.size(2), out.size(3), c10::cuda::getCurrentCUDAStream().stream());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(gpucore, CUDA, m) {
+  m.impl("color_ops", &color_ops_cuda);
+  m.impl("erase", &erase_cuda);
+}
+
+}  // namespace gpucore::ops

@@ -1,0 +1,86 @@
+// The transforms registry and pipeline: names and arguments checked by torchvision's rules, output sizes,
+// parameters drawn within their ranges and reproducibly, and hand-computed results.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "gpucore/errors.h"
+#include "gpucore/train/transforms.h"
+
+using gpucore::ConfigError;
+using gpucore::TransformPipeline;
+using gpucore::TransformSpec;
+
+namespace {
+
+std::string error_of(const std::vector<TransformSpec>& specs) {
+  try {
+    TransformPipeline pipeline(specs, {}, {});
+  } catch (const ConfigError& error) {
+    return error.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(Transforms, UnknownNamesAndArgumentsNameTheEntryAndWhatIsValid) {
+  EXPECT_EQ(error_of({{"RandomHorizontalFlip", {}, {}}, {"Rezise", {}, {}}}),
+            "transforms[1] Rezise: unknown transform; supported: AutoAugment, CenterCrop, ColorJitter, Normalize, "
+            "RandAugment, RandomAdjustSharpness, RandomAffine, RandomAutocontrast, RandomCrop, RandomEqualize, "
+            "RandomErasing, RandomGrayscale, RandomHorizontalFlip, RandomInvert, RandomPosterize, RandomResizedCrop, "
+            "RandomRotation, RandomSolarize, RandomVerticalFlip, Resize, TrivialAugmentWide");
+  EXPECT_EQ(error_of({{"RandomHorizontalFlip", {{"q", {0.5}}}, {}}}),
+            "transforms[0] RandomHorizontalFlip: unknown argument 'q'; valid arguments: p");
+  EXPECT_EQ(error_of({{"RandomHorizontalFlip", {{"p", {1.5}}}, {}}}),
+            "transforms[0] RandomHorizontalFlip: argument 'p' must be in [0, 1], got 1.500000");
+  EXPECT_EQ(error_of({{"RandomResizedCrop", {}, {}}}),
+            "transforms[0] RandomResizedCrop: argument 'size' is required: an output size, one integer or [height, "
+            "width]");
+  EXPECT_EQ(error_of({{"Resize", {{"size", {8}}}, {{"interpolation", "lanczos"}}}}),
+            "transforms[0] Resize: argument 'interpolation' is 'lanczos'; valid: nearest, bilinear");
+}
+
+TEST(Transforms, OutputSizesFollowTorchvision) {
+  const TransformPipeline smaller_edge({{"Resize", {{"size", {10}}}, {}}}, {}, {});
+  EXPECT_EQ(smaller_edge.output_size(20, 30), (std::array<int64_t, 2>{10, 15}));
+  EXPECT_EQ(smaller_edge.output_size(31, 20), (std::array<int64_t, 2>{15, 10}));
+  const TransformPipeline capped({{"Resize", {{"size", {10}}, {"max_size", {12}}}, {}}}, {}, {});
+  EXPECT_EQ(capped.output_size(20, 30), (std::array<int64_t, 2>{8, 12}));
+  const TransformPipeline chain({{"RandomResizedCrop", {{"size", {24}}}, {}}, {"CenterCrop", {{"size", {20, 16}}}, {}}},
+                                {}, {});
+  EXPECT_EQ(chain.output_size(5, 7), (std::array<int64_t, 2>{20, 16}));
+}
+
+TEST(Transforms, DrawsStayInRangeAndRepeatForTheSameSeed) {
+  const TransformPipeline pipeline({{"RandomCrop", {{"size", {9, 12}}, {"padding", {3}}}, {}},
+                                    {"RandomResizedCrop", {{"size", {5}}, {"scale", {0.3, 0.6}}}, {}}},
+                                   {}, {});
+  at::Generator first = at::detail::createCPUGenerator(11), second = at::detail::createCPUGenerator(11);
+  const auto params = pipeline.sample(500, 9, 12, first);
+  const auto again = pipeline.sample(500, 9, 12, second);
+  ASSERT_EQ(params.size(), 2u);
+  EXPECT_TRUE(at::equal(params[0][0], again[0][0]) && at::equal(params[1][0], again[1][0]));
+  const at::Tensor offsets = params[0][0], boxes = params[1][0];
+  EXPECT_EQ(offsets.min().item<int64_t>(), -3);
+  EXPECT_EQ(offsets.max().item<int64_t>(), 3);
+  const at::Tensor area = boxes.select(1, 2) * boxes.select(1, 3);
+  EXPECT_GE(area.min().item<int64_t>(), static_cast<int64_t>(0.3 * 108 * 0.8));  // rounding of the sides
+  EXPECT_TRUE((boxes.select(1, 0) + boxes.select(1, 2) <= 9).all().item<bool>());
+  EXPECT_TRUE((boxes.select(1, 1) + boxes.select(1, 3) <= 12).all().item<bool>());
+}
+
+TEST(Transforms, FlipsAndNormalizeComputeWhatTheyShould) {
+  const TransformPipeline pipeline({{"RandomHorizontalFlip", {{"p", {1.0}}}, {}},
+                                    {"Normalize", {{"mean", {0.5}}, {"std", {0.25}}}, {}}},
+                                   {}, {});
+  const at::Tensor images = at::arange(2 * 3 * 4 * 5, at::kLong).remainder(256).to(at::kByte).reshape({2, 3, 4, 5});
+  at::Generator generator = at::detail::createCPUGenerator(0);
+  const auto params = pipeline.sample(2, 4, 5, generator);
+  at::Tensor masks = at::arange(2 * 4 * 5, at::kLong).reshape({2, 4, 5});
+  const at::Tensor out = pipeline.apply(images, params, at::kFloat, masks);
+  const at::Tensor expected = (images.flip({3}).to(at::kFloat) / 255 - 0.5) / 0.25;
+  EXPECT_TRUE(at::allclose(out, expected, 1e-5, 1e-5));
+  EXPECT_TRUE(at::equal(masks, at::arange(2 * 4 * 5, at::kLong).reshape({2, 4, 5}).flip({2})));
+}
