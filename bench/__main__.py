@@ -1,7 +1,7 @@
 """Runs the benchmarks side by side in one run and writes one JSON with the device, versions and date.
 
     python -m bench all [--device auto] [--json out.json] [--quick]
-    python -m bench train|ops|cam|data|fashion_mnist|transforms|augment [...]
+    python -m bench train|ops|cam|data|fashion_mnist|transforms|augment|checkpoint [...]
 
 --quick uses tiny sizes: a smoke test of the runner (CI runs it), not a measurement.
 """
@@ -22,6 +22,7 @@ BENCHES = {
     "fashion_mnist": ("fashion_mnist_compare.py", [], ["--epochs", "1", "--train-size", "256", "--test-size", "256"]),
     "transforms": ("transforms_bench.py", [], ["--images", "16", "--size", "16", "--batch", "8"]),
     "augment": ("augment_bench.py", [], ["--images", "16", "--epochs", "2", "--batch-size", "8"]),
+    "checkpoint": ("checkpoint_bench.py", [], ["--params-millions", "0.1", "--rounds", "1"]),
 }
 
 

@@ -62,9 +62,9 @@ FileBatches::FileBatches(std::vector<std::string> paths, const at::Tensor& targe
   augment_.enabled = true;
   set_image_size(config_.height, config_.width);
   const bool cuda = device_.is_cuda();
-  const std::vector<int64_t> slot_shape = {batch_size_, config_.height, config_.width, config_.channels};
+  const std::vector<int64_t> slot_shape = {longest_batch(), config_.height, config_.width, config_.channels};
   slots_.resize(static_cast<size_t>(config_.prefetch));
-  const std::vector<int64_t> mask_shape = {batch_size_, config_.height, config_.width};
+  const std::vector<int64_t> mask_shape = {longest_batch(), config_.height, config_.width};
   const bool masks = !mask_paths_.empty();
   for (Slot& slot : slots_) {
     slot.host = at::empty(slot_shape, at::TensorOptions().dtype(at::kByte).pinned_memory(cuda));

@@ -208,19 +208,26 @@ void def_train(py::module_& m) {
       .def(
           "train_epoch",
           [](Engine& self, BatchSource& batches, const py::object& model, const py::object& loss, const py::object& on_log,
-             int64_t epoch, int64_t first_batch) {
+             int64_t epoch, int64_t first_batch, const py::object& on_step) {
             const ForwardFn forward = python_forward(model);
             const LossFn loss_fn = python_loss(loss);
             const LogFn log_fn = python_log(on_log);
+            StepFn step_fn;
+            if (!on_step.is_none()) {
+              step_fn = [on_step](int64_t windows) {
+                py::gil_scoped_acquire gil;
+                on_step(windows);
+              };
+            }
             EpochStats stats;
             {
               py::gil_scoped_release release;
-              stats = self.train_epoch(batches, forward, loss_fn, log_fn, epoch, first_batch);
+              stats = self.train_epoch(batches, forward, loss_fn, log_fn, epoch, first_batch, step_fn);
             }
             return stats_dict(stats);
           },
           py::arg("batches"), py::arg("model"), py::arg("loss") = py::none(), py::arg("on_log") = py::none(),
-          py::arg("epoch") = 0, py::arg("first_batch") = 0)
+          py::arg("epoch") = 0, py::arg("first_batch") = 0, py::arg("on_step") = py::none())
       .def(
           "evaluate",
           [](Engine& self, BatchSource& batches, const py::object& model, const py::object& loss) {

@@ -8,6 +8,8 @@
 #include <ATen/ops/randperm.h>
 #include <ATen/ops/zeros.h>
 
+#include <algorithm>
+
 #include "gpucore/errors.h"
 #include "ops/train_step.h"
 
@@ -55,7 +57,7 @@ EpochBatches::EpochBatches(int64_t samples, const at::Tensor& targets, int64_t b
   if (targets.defined()) targets_ = targets.to(device_);
   const auto index_options = at::TensorOptions().dtype(at::kLong).device(device_);
   cursor_ = at::zeros({}, index_options);
-  index_ = at::empty({batch_size}, index_options);
+  index_ = at::empty({longest_batch()}, index_options);
 }
 
 void EpochBatches::start_epoch(int64_t epoch, int64_t skip_batches) {
@@ -69,11 +71,16 @@ void EpochBatches::start_epoch(int64_t epoch, int64_t skip_batches) {
   const auto on_host = at::TensorOptions().dtype(at::kLong);
   at::Tensor order = shuffle_ ? at::randperm(n, at::detail::createCPUGenerator(epoch_seed), on_host)
                               : at::arange(n, on_host);
-  if (world_size_ > 1) {
-    // Equal shards: the order is wrapped to a multiple of the world size, then rank r takes every
-    // world_size-th sample from r. Every sample is served once per epoch across ranks (a few twice).
-    const int64_t per_rank = (n + world_size_ - 1) / world_size_;
-    order = at::cat({order, order.slice(0, 0, per_rank * world_size_ - n)}).slice(0, rank_, c10::nullopt, world_size_);
+  if (world_size_ > 1 || first_sample_ > 0) {
+    // Equal shards of the order's unserved rest: wrapped to a multiple of the world size (from the
+    // order's start), then rank r takes every world_size-th sample from r. After b batches per rank
+    // the ranks have consumed exactly the first b * batch_size * world_size samples of the padded
+    // order, so a resume at any world size shards order[consumed:] the same way. Every sample is
+    // served once per epoch across ranks (a few twice).
+    const int64_t first = std::min(first_sample_, n), rest = n - first;
+    const int64_t per_rank = (rest + world_size_ - 1) / world_size_;
+    order = at::cat({order.slice(0, first), order.slice(0, 0, per_rank * world_size_ - rest)})
+                .slice(0, rank_, c10::nullopt, world_size_);
   }
   order_host_ = order.contiguous();
   refill(order_, order_host_, device_);
@@ -96,13 +103,18 @@ void EpochBatches::start_epoch(int64_t epoch, int64_t skip_batches) {
   cursor_.fill_(batch_begin(skip_batches));
 }
 
-void EpochBatches::set_shard(int64_t rank, int64_t world_size) {
+void EpochBatches::set_shard(int64_t rank, int64_t world_size, int64_t first_sample) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
     throw ConfigError("shard: rank must be in [0, world_size) and world_size >= 1, got rank " + std::to_string(rank) +
                       " of " + std::to_string(world_size));
   }
+  if (first_sample < 0 || first_sample > samples_) {
+    throw ConfigError("shard: first sample " + std::to_string(first_sample) + " is outside the epoch's " +
+                      std::to_string(samples_) + " samples: a checkpoint of another data set?");
+  }
   rank_ = rank;
   world_size_ = world_size;
+  first_sample_ = first_sample;
 }
 
 int64_t EpochBatches::total_batches() const {
@@ -126,6 +138,8 @@ std::vector<std::pair<std::string, at::Tensor>> EpochBatches::step_buffers() con
   }
   return buffers;
 }
+
+int64_t EpochBatches::longest_batch() const { return std::min(batch_size_, std::max<int64_t>(samples_, 1)); }
 
 void EpochBatches::set_image_size(int64_t height, int64_t width) {
   image_height_ = height;

@@ -118,7 +118,7 @@ at::Tensor checked_output(const at::Tensor& output) {
 }  // namespace
 
 EpochStats Engine::train_epoch(BatchSource& batches, const ForwardFn& forward, const LossFn& loss, const LogFn& on_log,
-                               int64_t epoch, int64_t first_batch) {
+                               int64_t epoch, int64_t first_batch, const StepFn& on_step) {
   const auto start = std::chrono::steady_clock::now();
   MetricTracker& tracker = train_metrics_;
   tracker.reset();
@@ -149,6 +149,7 @@ EpochStats Engine::train_epoch(BatchSource& batches, const ForwardFn& forward, c
       optimizer_step();
       ++stats.optimizer_steps;
       ++windows_in_epoch_;
+      if (on_step) on_step(windows_in_epoch_);  // first: a callback that stops the run in on_log keeps this step
       if (on_log && stats.optimizer_steps % config_.log_every_n_steps == 0) on_log(read_metrics(tracker));
     }
   }

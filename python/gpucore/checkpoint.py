@@ -72,24 +72,38 @@ def _atomic_write(path: str, write: Callable[[Any], None], binary: bool) -> None
     _fsync_directory(directory)
 
 
-def _to_host(value: Any) -> Any:
-    """`value` with every device tensor copied to the CPU without a host sync (the caller waits once)."""
+def _to_host(value: Any, copy: bool) -> Any:
+    """`value` with every device tensor copied to the CPU without a host sync (the caller waits once);
+    with `copy`, host tensors are copied too."""
     if isinstance(value, torch.Tensor):
-        return value if value.device.type == "cpu" else value.to("cpu", non_blocking=True)
+        if value.device.type == "cpu":
+            return value.clone() if copy else value
+        return value.to("cpu", non_blocking=True)
     if isinstance(value, dict):
-        return {key: _to_host(item) for key, item in value.items()}
+        return {key: _to_host(item, copy) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(_to_host(item) for item in value)
+        return type(value)(_to_host(item, copy) for item in value)
     return value
 
 
-def save_checkpoint(path: str, payload: dict) -> None:
+def host_snapshot(payload: dict, copy: bool = False) -> dict:
+    """`payload` as a checkpoint holds it: marked, its tensors on the host. With `copy` nothing in it is shared
+    with the live state, so training may go on while another thread writes it."""
     # torch.save would copy device tensors one by one, each copy a host sync (~50 per checkpoint of a
     # small CNN); instead all copies are queued and waited for once.
-    payload = _to_host(dict(payload, format=FORMAT, format_version=VERSION))
+    payload = _to_host(dict(payload, format=FORMAT, format_version=VERSION), copy)
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
-    atomic_write(path, lambda handle: torch.save(payload, handle))
+    return payload
+
+
+def write_snapshot(path: str, snapshot: dict) -> None:
+    """A host_snapshot to `path`, atomically."""
+    atomic_write(path, lambda handle: torch.save(snapshot, handle))
+
+
+def save_checkpoint(path: str, payload: dict) -> None:
+    write_snapshot(path, host_snapshot(payload))
 
 
 def load_checkpoint(path: str, map_location="cpu") -> dict:

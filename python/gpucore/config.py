@@ -46,6 +46,14 @@ _IN_EPOCHS = "the engine counts them in int64 optimizer steps"
 _PADDING_LIMIT = 2**16
 
 
+# A batch_size beyond the data serves all of it at once; beyond this bound it can only be a mistake.
+_BATCH_RANGE = "> 0 and < 2^31 (samples)"
+
+
+def _batch(value):
+    return 0 < value < 2**31
+
+
 def _epochs(value):
     return 0 < value < _EPOCHS_LIMIT
 
@@ -84,8 +92,8 @@ KEYS = [
     Key("transforms", list, [], "images: torchvision.transforms.v2 names with their arguments, applied per sample on the device (a name, or a one-key mapping of the name to its arguments: [RandomResizedCrop: {size: 224}, RandomHorizontalFlip]); crop_padding and hflip are prepended as RandomCrop and RandomHorizontalFlip, normalize is the Normalize of a list without one; validation uses the deterministic form (see README: Transforms)", check=transforms_list.check, valid="a list of supported transforms"),
     # the loop
     Key("epochs", int, 10, "training epochs", check=_epochs, valid=f"> 0 and < 2^31 ({_IN_EPOCHS})"),
-    Key("batch_size", int, 64, "micro-batch size", check=_positive, valid="> 0"),
-    Key("eval_batch_size", int, 256, "batch size for validation", check=_positive, valid="> 0"),
+    Key("batch_size", int, 64, "micro-batch size per process (a batch larger than the data is all of it)", check=_batch, valid=_BATCH_RANGE),
+    Key("eval_batch_size", int, 256, "batch size for validation", check=_batch, valid=_BATCH_RANGE),
     Key("accumulate_grad_batches", int, 1, "micro-batches per optimizer step (effective batch = batch_size x this)", check=_positive, valid="> 0"),
     Key("shuffle", bool, True, "reshuffle the training data every epoch (order depends only on seed and epoch)"),
     Key("drop_last", bool, False, "drop the last incomplete training batch"),
@@ -156,6 +164,8 @@ KEYS = [
     Key("name", str, "", "run name, the run directory's name (default: the config file's name, else the model's)"),
     Key("save_every_n_epochs", int, 0, "also keep a checkpoint every N epochs (0: off)", check=_non_negative, valid=">= 0"),
     Key("keep_last_k", int, 3, "how many of the every-N checkpoints to keep", check=_positive, valid="> 0"),
+    Key("checkpoint_every_n_steps", int, 0, "also checkpoint mid-epoch every N optimizer steps of the epoch, to checkpoints/step.pt, written by a background thread (0: off)", check=lambda v: 0 <= v < 2**31, valid=">= 0 and < 2^31 (steps)"),
+    Key("checkpoint_every_minutes", float, 0.0, "also checkpoint mid-epoch once this many minutes passed since the last checkpoint, to checkpoints/step.pt (0: off)", check=lambda v: 0 <= v < 1e9, valid=">= 0 and < 1e9 (minutes)"),
     Key("log_every_n_steps", int, 50, "optimizer steps between host reads of the running metrics (progress bar, on_step_end)", check=_positive, valid="> 0"),
     Key("progress", bool, True, "show a progress bar (tqdm when installed, else a line per epoch)"),
     Key("report", bool, True, "at the end of training write report.html, plots/ and per_class.json in the run directory (curves, confusion matrices, predictions, top losses with Grad-CAM, a training batch); see gpucore report"),

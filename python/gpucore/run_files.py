@@ -3,8 +3,9 @@ and gpucore evaluate read and write."""
 
 CHECKPOINTS = "checkpoints"  # the folder of the .pt files
 LAST, BEST, INTERRUPTED = "last.pt", "best.pt", "interrupted.pt"
+STEP = "step.pt"  # the newest mid-epoch checkpoint (checkpoint_every_n_steps, checkpoint_every_minutes)
 EVERY_N_PREFIX = "epoch_"  # every-N checkpoints: epoch_NNNN.pt
-RESUME_CANDIDATES = (INTERRUPTED, LAST)  # `resume: auto` takes the newer of these
+RESUME_CANDIDATES = (INTERRUPTED, STEP, LAST)  # `resume: auto` takes the newest of these
 REPORT_CHECKPOINTS = (BEST, LAST, INTERRUPTED)  # the report shows the first of these that exists
 
 CONFIG = "config.json"

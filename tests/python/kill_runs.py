@@ -1,8 +1,9 @@
 """Random SIGKILLs during short training runs: nothing on disk may be lost, torn or left behind.
 
-    python tests/python/kill_runs.py --trials 100 [--seed 0]
+    python tests/python/kill_runs.py --trials 100 [--seed 0] [--step-checkpoints N]
 
-Each trial starts `gpucore train` (CPU, checkpoints every epoch, resume: auto), kills it with SIGKILL
+Each trial starts `gpucore train` (CPU, checkpoints every epoch, with --step-checkpoints also every N
+optimizer steps mid-epoch, resume: auto), kills it with SIGKILL
 at a random moment, and starts it again until a run completes (killing it again at random, up to
 --kills times). Then it checks: every checkpoint file loads; the run stayed in one run directory; no
 temporary file is left; metrics.jsonl holds each epoch once and agrees with training_stats.json; the
@@ -26,11 +27,11 @@ CONFIG = {"epochs": EPOCHS, "device": "cpu", "progress": False, "resume": "auto"
           "data": "synthetic_fashion", "data_kwargs": {"train_size": 1536, "val_size": 256, "seed": 5}}
 
 
-def _run(run_dir: str, kill_after: float | None) -> int:
+def run_once(run_dir: str, kill_after: float | None, config: dict = CONFIG) -> int:
     """One `gpucore train`; with kill_after, SIGKILLed after that many seconds unless it ended first."""
     config_path = os.path.join(run_dir, "config.json")
     with open(config_path, "w") as handle:
-        json.dump(dict(CONFIG, run_dir=run_dir), handle)
+        json.dump(dict(config, run_dir=run_dir), handle)
     env = dict(os.environ, OMP_NUM_THREADS="1")
     process = subprocess.Popen([sys.executable, "-m", "gpucore", "train", config_path], stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, env=env)
@@ -47,13 +48,13 @@ def _run(run_dir: str, kill_after: float | None) -> int:
     return process.returncode
 
 
-def _final_weights(run_dir: str) -> dict:
+def final_weights(run_dir: str) -> dict:
     import torch
 
     return torch.load(os.path.join(run_dir, "killed", "checkpoints", "last.pt"), weights_only=True)["model"]
 
 
-def check_run(run_dir: str, reference: dict) -> list:
+def check_run(run_dir: str, reference: dict, epochs: int = EPOCHS) -> list:
     """What is wrong with a finished run in run_dir (empty: nothing)."""
     import torch
 
@@ -73,12 +74,12 @@ def check_run(run_dir: str, reference: dict) -> list:
                 except Exception as exc:  # any failure to load is what this test is for
                     problems.append(f"unloadable checkpoint {path}: {exc}")
     rows = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl"))]
-    if [row["epoch"] for row in rows] != list(range(1, EPOCHS + 1)):
+    if [row["epoch"] for row in rows] != list(range(1, epochs + 1)):
         problems.append(f"metrics.jsonl epochs {[row['epoch'] for row in rows]}")
     stats = json.load(open(os.path.join(run, "training_stats.json")))
-    if stats["status"] != "completed" or [r["epoch"] for r in stats["epochs"]] != list(range(1, EPOCHS + 1)):
+    if stats["status"] != "completed" or [r["epoch"] for r in stats["epochs"]] != list(range(1, epochs + 1)):
         problems.append(f"training_stats.json: status {stats['status']}, epochs {[r['epoch'] for r in stats['epochs']]}")
-    weights = _final_weights(run_dir)
+    weights = final_weights(run_dir)
     for name, tensor in reference.items():
         if not torch.equal(weights[name], tensor):
             problems.append(f"final weights differ from the uninterrupted run in {name}")
@@ -86,18 +87,26 @@ def check_run(run_dir: str, reference: dict) -> list:
     return problems
 
 
-def trial(workdir: str, reference: dict, rng: random.Random, max_kills: int, longest: float) -> list:
+def trial(workdir: str, reference: dict, rng: random.Random, max_kills: int, longest: float,
+          config: dict = CONFIG, tally: dict | None = None) -> list:
+    """Kills and restarts one run until it completes; what is wrong with it then. `tally` counts the kills and
+    those that landed while a checkpoint was being written (a temporary file left behind)."""
+    tally = {} if tally is None else tally
     for _ in range(max_kills):
         kill_after = rng.uniform(0.0, longest)
         print(f"{os.path.basename(workdir)}: SIGKILL after {kill_after:.2f} s ({kill_after / longest:.0%} of a run)")
-        if _run(workdir, kill_after=kill_after) == 0:
+        if run_once(workdir, kill_after, config) == 0:
             break
+        checkpoints = os.path.join(workdir, "killed", "checkpoints")
+        torn = os.path.isdir(checkpoints) and any(".tmp-" in name for name in os.listdir(checkpoints))
+        tally["kills"] = tally.get("kills", 0) + 1
+        tally["during_a_write"] = tally.get("during_a_write", 0) + int(torn)
     else:
-        _run(workdir, kill_after=None)
+        run_once(workdir, None, config)
     if not os.path.exists(os.path.join(workdir, "killed", "training_stats.json")) or \
             json.load(open(os.path.join(workdir, "killed", "training_stats.json")))["status"] != "completed":
-        _run(workdir, kill_after=None)
-    return check_run(workdir, reference)
+        run_once(workdir, None, config)
+    return check_run(workdir, reference, config["epochs"])
 
 
 def main(argv=None) -> int:
@@ -105,24 +114,28 @@ def main(argv=None) -> int:
     parser.add_argument("--trials", type=int, default=10)
     parser.add_argument("--kills", type=int, default=3, help="most kills per trial before a run may finish")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--step-checkpoints", type=int, default=0, metavar="N",
+                        help="also checkpoint every N optimizer steps mid-epoch (config key checkpoint_every_n_steps)")
     args = parser.parse_args(argv)
+    config = dict(CONFIG, checkpoint_every_n_steps=args.step_checkpoints)
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory() as scratch:
         reference_dir = os.path.join(scratch, "reference")
         os.makedirs(reference_dir)
         start = time.monotonic()
-        _run(reference_dir, kill_after=None)
+        run_once(reference_dir, None, config)
         longest = (time.monotonic() - start) * 1.1  # kills land anywhere in a whole run, start-up included
-        reference = _final_weights(reference_dir)
-        failures = 0
+        reference = final_weights(reference_dir)
+        failures, tally = 0, {}
         for index in range(args.trials):
             workdir = os.path.join(scratch, f"trial{index}")
             os.makedirs(workdir)
-            problems = trial(workdir, reference, rng, args.kills, longest)
+            problems = trial(workdir, reference, rng, args.kills, longest, config, tally)
             failures += bool(problems)
             for problem in problems:
                 print(f"trial {index}: {problem}")
-    print(f"{args.trials} trials, {failures} with problems")
+    print(f"{args.trials} trials ({tally.get('kills', 0)} kills, {tally.get('during_a_write', 0)} of them during a "
+          f"checkpoint write), {failures} with problems")
     return 1 if failures else 0
 
 

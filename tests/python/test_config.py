@@ -32,7 +32,8 @@ DEFAULTS = {
     "no_mps": False, "use_cuda": True, "precision": "auto", "tf32": "auto", "cudnn_benchmark": "auto",
     "channels_last": "auto", "compile": False, "cuda_graphs": False, "deterministic": False, "devices": 1,
     "dist_timeout": 600, "seed": 42, "monitor": "auto", "mode": "auto", "patience": 0, "min_delta": 0.0,
-    "run_dir": "runs", "name": "", "save_every_n_epochs": 0, "keep_last_k": 3, "log_every_n_steps": 50,
+    "run_dir": "runs", "name": "", "save_every_n_epochs": 0, "keep_last_k": 3, "checkpoint_every_n_steps": 0,
+    "checkpoint_every_minutes": 0.0, "log_every_n_steps": 50,
     "progress": True, "report": True, "report_cam_layer": "auto", "resume": None, "on_oom": "raise",
 }
 

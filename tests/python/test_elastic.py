@@ -150,7 +150,7 @@ def test_a_rank_killed_under_torchrun_restarts_and_ends_bitwise_like_an_uninterr
     # Killed in epoch 3 the run resumes from epoch 2's last.pt; killed writing epoch 2's, from epoch 1's.
     assert stats["resume"]["implied_by_restart"] and stats["resume"]["asked"] == "auto"
     assert stats["resume"]["from"] == str(out / "elastic" / "checkpoints" / "last.pt")
-    assert (stats["resume"]["epoch"], stats["resume"]["position"]) == ((2 if kill == "mid_epoch" else 1), 0)
+    assert (stats["resume"]["epoch"], stats["resume"]["samples_consumed"]) == ((2 if kill == "mid_epoch" else 1), 0)
     assert sorted(os.listdir(out)) == ["elastic", "weights_0.pt", "weights_1.pt"]  # one run directory
     leftovers = [name for _, _, names in os.walk(out) for name in names if ".tmp-" in name]
     assert leftovers == []  # the killed write's temporary file was removed by the restart

@@ -98,8 +98,11 @@ def test_bench_runner_quick_runs_every_benchmark(tmp_path):
                             cwd=str(EXAMPLES.parent), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
-    assert set(report["results"]) == {"train", "ops", "cam", "data", "fashion_mnist", "transforms", "augment"}
+    assert set(report["results"]) == {"train", "ops", "cam", "data", "fashion_mnist", "transforms", "augment",
+                                      "checkpoint"}
     assert report["quick"] is True
+    checkpoint = report["results"]["checkpoint"]  # 0.1 M parameters and AdamW's two moments: over 1 MB written
+    assert checkpoint["file_bytes"] > 3 * 4 * checkpoint["parameters"] and 0 < checkpoint["training_thread_share"] < 1
     accuracy = report["results"]["fashion_mnist"]["test_accuracy"]
     assert {"gpucore.train", "PyTorch loop"} <= set(accuracy)
     # one epoch on 256 images, tested on 256 (chance: 0.1): measured 0.63 and 0.55 on the CPU, bf16 and float32

@@ -170,7 +170,7 @@ def test_interrupt_saves_and_resume_finishes(tmp_path):
     assert result.status == "interrupted"
     assert len(result.history) == 1
     saved = torch.load(os.path.join(result.checkpoint_dir, "interrupted.pt"), weights_only=True)
-    assert saved["epoch"] == 1 and saved["position"] == 5
+    assert saved["epoch"] == 1 and saved["samples_consumed"] == 5 * 64  # 5 steps of 64 samples
     assert json.load(open(result.stats_path))["status"] == "interrupted"
     resumed = gpucore.train(dict(config, resume="auto"))
     assert resumed.status == "completed" and len(resumed.history) == 3
@@ -296,7 +296,7 @@ def test_out_of_memory_halving_then_a_mid_epoch_resume_serves_every_sample_once(
         stopped = gpucore.train(config, model=Picky(trained), train_data=(x, y), callbacks=[StopAfterFirstStep()])
     assert stopped.status == "interrupted" and sorted(trained) != list(range(128)) and len(trained) == 64
     saved = torch.load(os.path.join(stopped.checkpoint_dir, "interrupted.pt"), weights_only=True)
-    assert saved["position"] == 4 and saved["batching"] == {"batch_size": 16, "accumulate_grad_batches": 4}
+    assert saved["samples_consumed"] == 64 and saved["batching"] == {"batch_size": 16, "accumulate_grad_batches": 4}
     resumed = gpucore.train(dict(config, resume="auto"), model=Picky(trained), train_data=(x, y))
     assert resumed.status == "completed" and resumed.steps == 2
     assert sorted(trained) == list(range(128))

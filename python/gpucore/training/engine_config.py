@@ -43,12 +43,20 @@ def lr_levels(model: nn.Module, config) -> list:
     return levels + [(split.head_params, 1.0)]
 
 
-def scaled_lr(config) -> float:
-    ratio = config.batch_size * config.accumulate_grad_batches / config.base_batch_size
+def effective_batch_size(config, world_size: int) -> int:
+    """Samples per optimizer step over all processes: DDP averages the ranks' gradients."""
+    return config.batch_size * config.accumulate_grad_batches * world_size
+
+
+def scaled_lr(config, world_size: int) -> float:
+    """Config key lr, scaled to the effective batch by lr_scaling: a run resumed at another world size trains on
+    at the lr of its new effective batch."""
+    ratio = effective_batch_size(config, world_size) / config.base_batch_size
     return {"none": config.lr, "linear": config.lr * ratio, "sqrt": config.lr * math.sqrt(ratio)}[config.lr_scaling]
 
 
-def engine_config(config, task: Task, device: str, policy, steps_per_epoch: int, channels_last: bool) -> _C.EngineConfig:
+def engine_config(config, task: Task, device: str, policy, steps_per_epoch: int, channels_last: bool,
+                  world_size: int = 1) -> _C.EngineConfig:
     engine = _C.EngineConfig()
     engine.device = torch.device(device)
     engine.autocast_dtype = policy.autocast_dtype
@@ -69,7 +77,7 @@ def engine_config(config, task: Task, device: str, policy, steps_per_epoch: int,
     engine.optimizer = optimizer
     schedule = _C.ScheduleConfig()
     schedule.kind = config.schedule
-    schedule.base_lr = scaled_lr(config)
+    schedule.base_lr = scaled_lr(config, world_size)
     schedule.warmup_steps = int(round(config.warmup_epochs * steps_per_epoch))
     schedule.total_steps = max(config.epochs * steps_per_epoch, 1)
     schedule.step_size = config.step_size * steps_per_epoch

@@ -24,6 +24,7 @@ class EpochData:
         self.batch_size = batch_size
         self.seed, self.device = config.seed, device
         self.fixed_batch_size = isinstance(data, torch.utils.data.DataLoader)  # the user's loader batches itself
+        self.training, self.world = training, world
         self._tensors = self._loader = self._generator = self._sampler = None
         self._data = data
         self.description = describe(data)
@@ -40,8 +41,9 @@ class EpochData:
                                              config.transforms),
                                          normalization=normalization,
                                          prefetch=config.prefetch)
-            if training:
+            if training:  # this rank's share from the start: total_batches() counts the shard's batches
                 self._tensors.set_shard(world.rank, world.size)
+                self._tensors.start_epoch(0)
         elif wants_augment:
             raise ConfigError("crop_padding, hflip and transforms apply to image tensors and gpucore.data sets; "
                               "transform a torch Dataset or DataLoader yourself")
@@ -77,10 +79,25 @@ class EpochData:
     def total_batches(self) -> int:
         return len(self._tensors) if self._tensors is not None else len(self._loader)
 
-    def epoch(self, epoch: int, skip: int = 0):
+    @property
+    def reshards(self) -> bool:
+        """Whether the rest of an epoch can be served from any sample on, at any world size (gpucore's sources)."""
+        return self._tensors is not None
+
+    def epoch(self, epoch: int, first_sample: int = 0):
+        """Epoch `epoch`'s batches from sample `first_sample` of its order over all ranks on (a resume
+        mid-epoch): gpucore's sources shard the rest among this run's ranks; a torch loader skips whole
+        batches, at the world size and batch size that consumed them."""
         if self._tensors is not None:
-            self._tensors.start_epoch(epoch, skip)
+            if self.training:
+                self._tensors.set_shard(self.world.rank, self.world.size, first_sample)
+            self._tensors.start_epoch(epoch)
             return self._tensors
+        skip, rest = divmod(first_sample, self.batch_size * self.world.size)
+        if rest:
+            raise ConfigError(f"data position: sample {first_sample} of epoch {epoch} is not a whole number of "
+                              f"batches of {self.batch_size} x {self.world.size} processes: a checkpoint of another "
+                              "batch size or world size? (a torch Dataset or DataLoader resumes only at its own)")
         if self._generator is not None:  # the same order per (seed, epoch) as TensorBatches promises
             self._generator.manual_seed(self.seed * 1000003 + epoch)
         if self._sampler is not None:

@@ -3,6 +3,9 @@ a callback's stop (early stopping among them) or Ctrl-C; the out-of-memory retry
 each epoch's record, the resume from a checkpoint and what a checkpoint holds live here too."""
 from __future__ import annotations
 
+import contextlib
+import math
+import sys
 import warnings
 from typing import Any, List, Optional, Sequence
 
@@ -15,10 +18,12 @@ from . import distributed
 from . import oom
 from .callbacks import BestEpoch, Callback, EarlyStopping, FreezeBackbone, ModelCheckpoint, Monitor, call
 from .ema import VAL_EMA, monitored_weights
+from .engine_config import scaled_lr
 from .epoch_data import make_train_set
 from .progress import EpochProgress, print_epoch
 from .rng import rng_state, set_rng_state
 from .run_setup import Run
+from .step_checkpoints import StepCheckpoints
 
 # Counters the engine reports with the training metrics; they go into the record without a train_ prefix.
 _COUNTERS = ("lr", "loss_scale", "skipped_steps")
@@ -43,7 +48,11 @@ class FitLoop:
                 callback.trainer = self
         self.history: List[dict] = []
         self.epoch = self.start_epoch = 0
-        self.skip = 0  # batches of the current epoch already trained (a resume mid-epoch)
+        # Samples of the current epoch's order over all ranks trained before this pass over it (a resume
+        # mid-epoch, at this or another world size).
+        self.start_sample = 0
+        self.step_checkpoints = StepCheckpoints(run.run_dir.checkpoint_dir, config.checkpoint_every_n_steps,
+                                                config.checkpoint_every_minutes, run.world.is_main)
         self.batching = oom.Batching(config.batch_size, config.accumulate_grad_batches)  # halved on out of memory
         self.status = "completed"  # until a stop or Ctrl-C ends the run
         self.should_stop = False  # set by a callback: the run ends after this epoch, with status stop_status
@@ -60,6 +69,11 @@ class FitLoop:
         """Trains to the end; returns the status: completed, early_stopped, stopped or interrupted."""
         self.write_stats("running")
         self.run.run_dir.open_scalars(self.epoch + 1)
+        if self.run.world.launched and self.run.world.is_main:
+            batch = self.batch()
+            print(f"gpucore: batch {batch['per_process']} per process x {batch['processes']} processes x "
+                  f"accumulate {batch['accumulate_grad_batches']} = effective batch {batch['effective']}; lr "
+                  f"{batch['lr']:g} (lr_scaling {batch['lr_scaling']})", file=sys.stderr, flush=True)
         try:
             call(self.callbacks, "on_fit_start", self)
             while not self.done:
@@ -67,6 +81,8 @@ class FitLoop:
             call(self.callbacks, "on_fit_end", self)
         except BaseException as exc:
             run = self.run
+            with contextlib.suppress(TrainingError):  # no write outlives the run; the error in flight wins
+                self.step_checkpoints.wait()
             if run.group_store is not None and distributed.is_peer_failure(exc):
                 error = distributed.peer_failure_error(run.world, run.group_store, run.config.dist_timeout, exc)
                 self.write_stats("failed", str(error))
@@ -80,47 +96,57 @@ class FitLoop:
         """One epoch: train, validate, record, checkpoint. Ctrl-C keeps what is done in interrupted.pt."""
         run, config = self.run, self.run.config
         trained = False  # whether this epoch's optimizer steps are all done
-        progress = EpochProgress(config.progress and run.world.is_main,
-                                 run.steps_per_epoch - self.skip // self.batching.accumulate_grad_batches,
-                                 self.epoch + 1, config.epochs, config.log_every_n_steps)
+        source = run.train_set.epoch(self.epoch, self.start_sample)
+        windows = math.ceil(source.remaining() / self.batching.accumulate_grad_batches)  # steps in this pass
+        progress = EpochProgress(config.progress and run.world.is_main, windows, self.epoch + 1, config.epochs,
+                                 config.log_every_n_steps)
         try:
             run.module.train()
             call(self.callbacks, "on_epoch_start", self.epoch + 1)  # after train(): frozen norms go back to eval
             if run.device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(run.device)
-            stats = self._train_epoch(progress)
+            stats = self._train_epoch(progress, source, windows)
             progress.close()
             if stats is None:
                 return  # out of memory: the epoch starts over with half the batch
             trained = True
-            self.skip = 0
+            self.start_sample = 0
             self._end_epoch(self._record(stats))
         except KeyboardInterrupt:
             # Mid-epoch, the data position is the end of the last full optimizer step; after the epoch's
             # steps, the epoch counts as trained (its log row may be missing).
             progress.close()
-            position = self.skip + run.engine.windows_in_epoch() * self.batching.accumulate_grad_batches
-            run.run_dir.save_interrupted(self.payload(self.epoch + 1, 0) if trained else self.payload(self.epoch, position))
+            self.step_checkpoints.wait()  # interrupted.pt is then the newest file
+            run.run_dir.save_interrupted(self.payload(self.epoch + 1, 0) if trained else
+                                         self.payload(self.epoch, self._consumed(run.engine.windows_in_epoch())))
             self.status = "interrupted"
             return
         self.epoch += 1
         if self.should_stop:
             self.status = self.stop_status
 
-    def _train_epoch(self, progress: EpochProgress) -> Optional[dict]:
-        """The engine's statistics of one training epoch, or None when it ran out of memory and will be retried."""
+    def _train_epoch(self, progress: EpochProgress, source, windows: int) -> Optional[dict]:
+        """The engine's statistics of one pass over the epoch's `windows` optimizer steps from `source`, or None
+        when it ran out of memory and will be retried."""
         run, config = self.run, self.run.config
         engine, epoch = run.engine, self.epoch
         samples_per_step = self.batching.batch_size * self.batching.accumulate_grad_batches
+        steps_before = self.start_sample // self._samples_per_step()  # of the epoch, before this pass
 
         def on_log(metrics):
             progress.update(metrics, samples_per_step)
             call(self.callbacks, "on_step_end", engine.steps_taken(), dict(metrics, epoch=epoch + 1))
 
+        def on_step(done: int):  # the epoch's last step is followed by its end-of-epoch checkpoint instead
+            if done < windows and self.step_checkpoints.due(steps_before + done):
+                self.step_checkpoints.write(lambda: self.payload(epoch, self._consumed(done)))
+
         snapshot = oom.snapshot(run.module, engine, run.ema) if config.on_oom == "reduce_batch" else None
         try:
-            return engine.train_epoch(run.train_set.epoch(epoch, self.skip), run.forward, run.loss, on_log,
-                                      epoch=epoch, first_batch=self.skip)
+            # first_batch: this rank's batches of the epoch before this pass, where the mixup draws go on.
+            return engine.train_epoch(source, run.forward, run.loss, on_log, epoch=epoch,
+                                      first_batch=self.start_sample // (self.batching.batch_size * run.world.size),
+                                      on_step=on_step if self.step_checkpoints.enabled else None)
         except OutOfMemoryError as exc:
             progress.close()
             if snapshot is None or run.train_set.batch_size < 2 or run.train_set.fixed_batch_size:
@@ -141,7 +167,6 @@ class FitLoop:
         """Same samples per optimizer step, half of them per micro-batch; the epoch starts over."""
         if self.run.device.type == "cuda":
             torch.cuda.empty_cache()
-        self.skip *= 2  # the same samples, counted in the smaller batches
         self._set_batching(self.batching.halved())
         self.oom_reductions.append(dict(self.batching.to_dict(), epoch=self.epoch + 1))
         warnings.warn(f"CUDA ran out of memory in epoch {self.epoch + 1}; retrying it with batch_size "
@@ -190,17 +215,30 @@ class FitLoop:
         self.history.append(record)
         run.run_dir.write_history(self.history)
         run.run_dir.log_scalars(record)
+        self.step_checkpoints.wait()  # the epoch's checkpoints are then newer than its step.pt
         call(self.callbacks, "on_epoch_end", record["epoch"], record)  # early stopping, the user's, checkpoints
+        self.step_checkpoints.superseded()
+        self.step_checkpoints.restart_clock()
         self.write_stats("running")
         if run.config.progress and run.world.is_main:
             print_epoch(record, run.config.epochs)
 
     # ---- state --------------------------------------------------------------------------------
-    def payload(self, epoch: int, position: int) -> dict:
-        """What a checkpoint holds: enough to resume exactly at (epoch, position)."""
+    def _samples_per_step(self) -> int:
+        """Samples of the epoch's order all ranks together train in one optimizer step."""
+        return self.batching.batch_size * self.batching.accumulate_grad_batches * self.run.world.size
+
+    def _consumed(self, windows: int) -> int:
+        """Samples of the epoch's order over all ranks trained after `windows` optimizer steps of this pass."""
+        return self.start_sample + windows * self._samples_per_step()
+
+    def payload(self, epoch: int, samples_consumed: int) -> dict:
+        """What a checkpoint holds: enough to resume exactly after `samples_consumed` samples of epoch `epoch`'s
+        order over all ranks (at any world size)."""
         run = self.run
         payload = {"model": run.module.state_dict(), "engine": run.engine.state(), "rng": rng_state(), "epoch": epoch,
-                   "position": position, "batching": self.batching.to_dict(), "history": self.history,
+                   "samples_consumed": samples_consumed, "world_size": run.world.size,
+                   "batching": self.batching.to_dict(), "history": self.history,
                    "best": self.checkpoints.state_dict(),
                    "callbacks": {key: callback.state_dict() for key, callback in self.stateful.items()},
                    "config": run.config.to_dict(), "classes": run.classes, "input_shape": run.input_shape,
@@ -221,18 +259,24 @@ class FitLoop:
             run.module.load_state_dict(checkpoint["model"])
         except RuntimeError as exc:
             raise ConfigError(f"checkpoint '{path}' does not fit the model: {exc}") from exc
-        run.engine.load_state(checkpoint["engine"])
+        self.epoch = self.start_epoch = int(checkpoint["epoch"])
+        batching = oom.Batching(**checkpoint["batching"]) if "batching" in checkpoint else self.batching
+        if batching != self.batching:
+            self._set_batching(batching)
+        # Checkpoints before samples_consumed counted batches per rank and resume at their own world size.
+        saved_world = int(checkpoint.get("world_size", run.world.size))
+        self.start_sample = int(checkpoint["samples_consumed"] if "samples_consumed" in checkpoint else
+                                checkpoint["position"] * batching.batch_size * saved_world)
+        engine_state = dict(checkpoint["engine"])
+        if saved_world != run.world.size:
+            engine_state["counters.step"] = self._steps_at_this_world_size(path, saved_world, engine_state)
+        run.engine.load_state(engine_state)
         if run.ema is not None:
             if EMA_STATE not in checkpoint:
                 raise ConfigError(f"checkpoint '{path}' holds no EMA weights (its run had ema_decay 0); resume it "
                                   "with ema_decay 0, or start a new run")
             run.ema.load_state_dict(checkpoint[EMA_STATE])
         set_rng_state(checkpoint["rng"])
-        self.epoch = self.start_epoch = int(checkpoint["epoch"])
-        self.skip = int(checkpoint["position"])  # counted in the checkpoint's batches
-        batching = oom.Batching(**checkpoint["batching"]) if "batching" in checkpoint else self.batching
-        if batching != self.batching:
-            self._set_batching(batching)
         self.history = list(checkpoint["history"])
         # Checkpoints from before callback states kept only ModelCheckpoint's, which early stopping followed too.
         states = checkpoint.get("callbacks") or {key: checkpoint["best"] for key, callback in self.stateful.items()
@@ -242,10 +286,35 @@ class FitLoop:
                 callback.load_state_dict(states[key])
         call(self.callbacks, "on_load_checkpoint", checkpoint)
         run.run_dir.write_history(self.history)  # rows written after this checkpoint (a kill) are dropped
-        self.resumed = {"from": path, "epoch": self.epoch, "position": self.skip}
+        self.resumed = {"from": path, "epoch": self.epoch, "samples_consumed": self.start_sample,
+                        "world_size": saved_world}
+
+    def _steps_at_this_world_size(self, path: str, saved_world: int, engine_state: dict) -> torch.Tensor:
+        """The optimizer steps this world size takes to where the checkpoint of `saved_world` processes is: the
+        schedule (warmup, decay, milestones: counted in steps of an epoch at this world size) goes on from the same
+        point of the data, not from the other world size's step count."""
+        run = self.run
+        if not run.train_set.reshards:
+            raise ConfigError(f"checkpoint '{path}' was written by {saved_world} processes, this run has "
+                              f"{run.world.size}: a torch Dataset or DataLoader resumes only at its own world size "
+                              "(gpucore's tensor and image-file sources resume at any)")
+        steps = self.epoch * run.steps_per_epoch + self.start_sample // self._samples_per_step()
+        if run.world.is_main:
+            print(f"gpucore: resuming {saved_world} processes' checkpoint with {run.world.size}: epoch "
+                  f"{self.epoch + 1} goes on after {self.start_sample} of its samples, re-sharded; the schedule "
+                  f"from step {steps} of {run.config.epochs * run.steps_per_epoch}", file=sys.stderr, flush=True)
+        saved = engine_state["counters.step"]
+        return torch.full_like(saved, float(steps))
 
     def skipped_files(self) -> List[str]:
         return sorted(set().union(*(s.skipped_files() for s in (self.run.train_set, self.run.val_set) if s is not None)))
+
+    def batch(self) -> dict:
+        """The batch per process and over all processes, and the learning rate lr_scaling makes of it."""
+        config, world = self.run.config, self.run.world.size
+        return {"per_process": self.batching.batch_size, "accumulate_grad_batches": self.batching.accumulate_grad_batches,
+                "processes": world, "effective": self._samples_per_step(), "lr_scaling": config.lr_scaling,
+                "lr": scaled_lr(config, world)}
 
     def best(self) -> dict:
         """The best epoch for training_stats.json; with ema_decay also which weights it was (ema: the EMA's)."""
@@ -258,7 +327,8 @@ class FitLoop:
         run = self.run
         run.run_dir.write_stats(dict(run.summary(), **({"oom_reductions": self.oom_reductions}
                                                         if self.oom_reductions else {}),
-                                     status=status, error=error, epochs=self.history,
+                                     status=status, error=error, epochs=self.history, batch=self.batch(),
+                                     step_checkpoints=self.step_checkpoints.written,
                                      resume=dict(self.resumed or {}, asked=run.run_dir.resume,
                                                  implied_by_restart=run.run_dir.resume_implied),
                                      best=self.best(), steps=run.engine.steps_taken(),

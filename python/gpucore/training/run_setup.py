@@ -102,7 +102,7 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
     check_monitor(config, task, val_set is not None)
     steps_per_epoch = math.ceil(train_set.total_batches() / config.accumulate_grad_batches)
     engine = _C.Engine(param_groups(module, config),
-                       engine_config(config, task, device, policy, steps_per_epoch, channels_last),
+                       engine_config(config, task, device, policy, steps_per_epoch, channels_last, world.size),
                        *ema_tensors(module, ema))
     run_dir = RunDir(config, world)
     run_dir.create(config)

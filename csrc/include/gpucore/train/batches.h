@@ -40,8 +40,10 @@ struct AugmentConfig {
 // position in the epoch (for resuming mid-epoch).
 class EpochBatches : public BatchSource {
  public:
-  // Serve only this rank's equal share of each epoch (distributed training); takes effect at start_epoch.
-  void set_shard(int64_t rank, int64_t world_size);
+  // Serve only this rank's equal share of each epoch (distributed training), of the epoch's order from
+  // sample `first_sample` on (the samples all ranks of an earlier run consumed before a resume, at any
+  // world size); takes effect at start_epoch.
+  void set_shard(int64_t rank, int64_t world_size, int64_t first_sample = 0);
   // Starts `epoch`, skipping its first `skip_batches` batches (resume mid-epoch).
   virtual void start_epoch(int64_t epoch, int64_t skip_batches = 0);
   int64_t remaining() const override;
@@ -58,6 +60,8 @@ class EpochBatches : public BatchSource {
   EpochBatches(int64_t samples, const at::Tensor& targets, int64_t batch_size, bool shuffle, bool drop_last,
                uint64_t seed, const at::Device& device, AugmentConfig augment, const std::string& what);
   int64_t batch_begin(int64_t batch) const { return batch * batch_size_; }  // position in the epoch's order
+  // The most samples a batch holds: batch_size, or all of them when it is larger (buffers are sized by this).
+  int64_t longest_batch() const;
   int64_t batch_end(int64_t batch) const;
   // The input images' height and width (the transforms' parameters depend on them); before start_epoch.
   void set_image_size(int64_t height, int64_t width);
@@ -86,7 +90,7 @@ class EpochBatches : public BatchSource {
   int64_t samples_;
   bool shuffle_, drop_last_;
   uint64_t seed_;
-  int64_t rank_ = 0, world_size_ = 1;
+  int64_t rank_ = 0, world_size_ = 1, first_sample_ = 0;
 };
 
 // resident: the inputs are kept on the training device; otherwise they stay in host memory and each

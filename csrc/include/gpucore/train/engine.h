@@ -50,6 +50,9 @@ using ForwardFn = std::function<at::Tensor(const at::Tensor& inputs, bool sync_g
 using LossFn = std::function<at::Tensor(const at::Tensor& output, const at::Tensor& target)>;
 // Called at log intervals with the running metrics of the epoch and the step count.
 using LogFn = std::function<void(const std::map<std::string, double>& metrics)>;
+// Called after every optimizer step with the steps (windows) completed in this train_epoch, without a
+// host read: where step checkpoints are decided.
+using StepFn = std::function<void(int64_t windows_in_epoch)>;
 
 struct EpochStats {
   std::map<std::string, double> metrics;  // loss, accuracy, ... (see MetricTracker), lr, loss_scale
@@ -73,7 +76,7 @@ class Engine {
   // epoch and first_batch (the batches of the epoch trained before, on a resume) place each batch in the
   // epoch for the mixup draws.
   EpochStats train_epoch(BatchSource& batches, const ForwardFn& forward, const LossFn& loss, const LogFn& on_log,
-                         int64_t epoch = 0, int64_t first_batch = 0);
+                         int64_t epoch = 0, int64_t first_batch = 0, const StepFn& on_step = {});
   EpochStats evaluate(BatchSource& batches, const ForwardFn& forward, const LossFn& loss);
 
   // Totals since construction (or restored from a checkpoint).

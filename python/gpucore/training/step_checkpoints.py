@@ -1,0 +1,72 @@
+"""Mid-epoch checkpoints (config keys checkpoint_every_n_steps and checkpoint_every_minutes): rank 0 copies the
+state to the host at a step boundary and a background thread writes checkpoints/step.pt while training goes on.
+
+Only rank 0 decides and writes, and the write involves no collective, so the other ranks never wait for it
+and no rank needs to agree on the moment: the checkpoint is rank 0's state at one step boundary, which under
+DDP is every rank's. The next write (and every end-of-epoch checkpoint) first waits for the one under way, so
+files appear in the order of the states they hold, and the atomic rename replaces the previous step.pt only
+once the new one is complete: a kill at any moment leaves the last good one."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Callable, Optional
+
+from ..checkpoint import host_snapshot, write_snapshot
+from ..errors import TrainingError
+from ..run_files import STEP
+
+
+class StepCheckpoints:
+    def __init__(self, checkpoint_dir: str, every_n_steps: int, every_minutes: float, writes: bool):
+        self.path = os.path.join(checkpoint_dir, STEP)
+        self.every_n_steps, self.every_seconds = every_n_steps, every_minutes * 60
+        self.enabled = writes and (every_n_steps > 0 or every_minutes > 0)
+        self.written = 0  # step checkpoints this process wrote
+        self._last = time.monotonic()  # the last checkpoint of any kind
+        self._thread: Optional[threading.Thread] = None
+        self._error: Optional[BaseException] = None
+
+    def due(self, step_in_epoch: int) -> bool:
+        """Whether the state after optimizer step `step_in_epoch` of the epoch (counted from the epoch's start,
+        also in a resumed run) is to be checkpointed: every N steps, or once the minutes have passed."""
+        return self.enabled and (
+            (self.every_n_steps > 0 and step_in_epoch % self.every_n_steps == 0)
+            or (self.every_seconds > 0 and time.monotonic() - self._last >= self.every_seconds))
+
+    def write(self, payload: Callable[[], dict]) -> None:
+        """Copies `payload()` to the host now and writes it in the background."""
+        self.wait()
+        snapshot = host_snapshot(payload(), copy=True)
+        self._thread = threading.Thread(target=self._write, args=(snapshot,), name="gpucore-step-checkpoint")
+        self._thread.start()
+        self.written += 1
+        self.restart_clock()
+
+    def _write(self, snapshot: dict) -> None:
+        try:
+            write_snapshot(self.path, snapshot)
+        except BaseException as exc:  # raised in the training thread by wait()
+            self._error = exc
+
+    def wait(self) -> None:
+        """Until the write under way (if any) is complete; raises what made it fail."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise TrainingError(f"writing the step checkpoint '{self.path}' failed ({type(error).__name__}: "
+                                f"{error}); the previous one is intact") from error
+
+    def restart_clock(self) -> None:
+        """A checkpoint was written: the minutes count from now."""
+        self._last = time.monotonic()
+
+    def superseded(self) -> None:
+        """An end-of-epoch checkpoint holds all step.pt held and more: step.pt goes, after its write is done."""
+        if self.enabled:
+            self.wait()
+            if os.path.exists(self.path):
+                os.remove(self.path)
