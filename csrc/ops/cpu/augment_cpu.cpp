@@ -5,6 +5,8 @@
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
+#include <algorithm>
+
 #include "ops/augment.h"
 #include "ops/float_contiguous.h"
 
@@ -23,12 +25,28 @@ void augment_planes(const at::Tensor& images, const int64_t* offsets, const bool
       const bool flip = flips[image];
       const In* src = in + plane * h * w;
       Out* dst = out + plane * h * w;
+      const float a = scale[c], b = shift[c];
+      const Out padded = static_cast<Out>(0.0f * a + b);  // what a pixel outside the image becomes
+      // The columns whose source lies inside the image: sx = x + dx, or w - 1 - x + dx flipped.
+      const int64_t first = std::min(w, flip ? std::max<int64_t>(0, dx) : std::max<int64_t>(0, -dx));
+      const int64_t last = std::max(first, flip ? std::min(w, w + dx) : std::min(w, w - dx));
       for (int64_t y = 0; y < h; ++y) {
         const int64_t sy = y + dy;
-        for (int64_t x = 0; x < w; ++x) {
-          const int64_t sx = (flip ? w - 1 - x : x) + dx;
-          const float value = (sy >= 0 && sy < h && sx >= 0 && sx < w) ? static_cast<float>(src[sy * w + sx]) : 0.0f;
-          dst[y * w + x] = static_cast<Out>(value * scale[c] + shift[c]);
+        Out* row = dst + y * w;
+        if (sy < 0 || sy >= h) {
+          std::fill(row, row + w, padded);
+          continue;
+        }
+        std::fill(row, row + first, padded);
+        std::fill(row + last, row + w, padded);
+        // Branch-free runs over contiguous source pixels, so the compiler vectorises the plain (unflipped) case.
+        const In* line = src + sy * w;
+        if (flip) {
+          const In* from = line + w - 1 + dx;
+          for (int64_t x = first; x < last; ++x) row[x] = static_cast<Out>(static_cast<float>(from[-x]) * a + b);
+        } else {
+          const In* from = line + dx;
+          for (int64_t x = first; x < last; ++x) row[x] = static_cast<Out>(static_cast<float>(from[x]) * a + b);
         }
       }
     }
