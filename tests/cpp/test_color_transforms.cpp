@@ -9,10 +9,10 @@
 
 #include "gpucore/errors.h"
 #include "gpucore/train/transforms.h"
+#include "pipeline_error.h"
 #include "ops/color.h"
 #include "ops/color_math.h"
 
-using gpucore::ConfigError;
 using gpucore::TransformPipeline;
 using gpucore::TransformSpec;
 
@@ -25,15 +25,6 @@ std::vector<int64_t> one_pixel(std::vector<uint8_t> rgb, int64_t code, double ma
                                                  at::full({1, 1}, magnitude, at::kDouble));
   const at::Tensor values = out.flatten().to(at::kLong);
   return std::vector<int64_t>(values.data_ptr<int64_t>(), values.data_ptr<int64_t>() + 3);
-}
-
-std::string error_of(const std::vector<TransformSpec>& specs) {
-  try {
-    TransformPipeline pipeline(specs, {}, {});
-  } catch (const ConfigError& error) {
-    return error.what();
-  }
-  return "";
 }
 
 }  // namespace
@@ -92,12 +83,12 @@ TEST(ColorTransforms, RandomErasingFillsItsBoxAfterNormalize) {
 }
 
 TEST(ColorTransforms, BadArgumentsNameTheEntry) {
-  EXPECT_EQ(error_of({{"RandAugment", {{"magnitude", {40}}}, {}}}),
+  EXPECT_EQ(pipeline_error({{"RandAugment", {{"magnitude", {40}}}, {}}}),
             "transforms[0] RandAugment: argument 'magnitude' must be an integer in [0, num_magnitude_bins - 1] = "
             "[0, 30]");
-  EXPECT_EQ(error_of({{"RandomErasing", {}, {{"value", "noise"}}}}),
+  EXPECT_EQ(pipeline_error({{"RandomErasing", {}, {{"value", "noise"}}}}),
             "transforms[0] RandomErasing: argument 'value' is 'noise'; valid: random");
-  EXPECT_EQ(error_of({{"ColorJitter", {{"hue", {0.6}}}, {}}}),
+  EXPECT_EQ(pipeline_error({{"ColorJitter", {{"hue", {0.6}}}, {}}}),
             "transforms[0] ColorJitter: argument 'hue' values must be increasing and inside [-0.5, 0.5], got "
             "[-0.6, 0.6]");
 }

@@ -7,38 +7,25 @@
 
 #include "gpucore/errors.h"
 #include "gpucore/train/transforms.h"
+#include "pipeline_error.h"
 
-using gpucore::ConfigError;
 using gpucore::TransformPipeline;
 using gpucore::TransformSpec;
 
-namespace {
-
-std::string error_of(const std::vector<TransformSpec>& specs) {
-  try {
-    TransformPipeline pipeline(specs, {}, {});
-  } catch (const ConfigError& error) {
-    return error.what();
-  }
-  return "";
-}
-
-}  // namespace
-
 TEST(Transforms, UnknownNamesAndArgumentsNameTheEntryAndWhatIsValid) {
-  EXPECT_EQ(error_of({{"RandomHorizontalFlip", {}, {}}, {"Rezise", {}, {}}}),
+  EXPECT_EQ(pipeline_error({{"RandomHorizontalFlip", {}, {}}, {"Rezise", {}, {}}}),
             "transforms[1] Rezise: unknown transform; supported: AutoAugment, CenterCrop, ColorJitter, Normalize, "
             "RandAugment, RandomAdjustSharpness, RandomAffine, RandomAutocontrast, RandomCrop, RandomEqualize, "
             "RandomErasing, RandomGrayscale, RandomHorizontalFlip, RandomInvert, RandomPosterize, RandomResizedCrop, "
             "RandomRotation, RandomSolarize, RandomVerticalFlip, Resize, TrivialAugmentWide");
-  EXPECT_EQ(error_of({{"RandomHorizontalFlip", {{"q", {0.5}}}, {}}}),
+  EXPECT_EQ(pipeline_error({{"RandomHorizontalFlip", {{"q", {0.5}}}, {}}}),
             "transforms[0] RandomHorizontalFlip: unknown argument 'q'; valid arguments: p");
-  EXPECT_EQ(error_of({{"RandomHorizontalFlip", {{"p", {1.5}}}, {}}}),
+  EXPECT_EQ(pipeline_error({{"RandomHorizontalFlip", {{"p", {1.5}}}, {}}}),
             "transforms[0] RandomHorizontalFlip: argument 'p' must be in [0, 1], got 1.500000");
-  EXPECT_EQ(error_of({{"RandomResizedCrop", {}, {}}}),
+  EXPECT_EQ(pipeline_error({{"RandomResizedCrop", {}, {}}}),
             "transforms[0] RandomResizedCrop: argument 'size' is required: an output size, one integer or [height, "
             "width]");
-  EXPECT_EQ(error_of({{"Resize", {{"size", {8}}}, {{"interpolation", "lanczos"}}}}),
+  EXPECT_EQ(pipeline_error({{"Resize", {{"size", {8}}}, {{"interpolation", "lanczos"}}}}),
             "transforms[0] Resize: argument 'interpolation' is 'lanczos'; valid: nearest, bilinear");
 }
 
