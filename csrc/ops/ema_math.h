@@ -3,11 +3,7 @@
 // so nvcc compiles it.
 #include <cmath>
 
-#ifdef __CUDACC__
-#define GPUCORE_EMA_HOST_DEVICE __host__ __device__
-#else
-#define GPUCORE_EMA_HOST_DEVICE
-#endif
+#include "ops/host_device.h"
 
 namespace gpucore::ops {
 
@@ -20,7 +16,7 @@ struct EmaParams {
 
 // timm's ModelEmaV3.get_decay(updates) (update_after_step 0, min_decay 0): the first update copies the
 // weights (decay 0); with the warm-up the decay then rises as 1 - (1 + n / gamma)^-power up to `decay`.
-GPUCORE_EMA_HOST_DEVICE inline double ema_decay(const EmaParams& p, double updates) {
+GPUCORE_HOST_DEVICE inline double ema_decay(const EmaParams& p, double updates) {
   const double step = updates - 1.0;
   if (step <= 0.0) return 0.0;
   if (!p.warmup) return p.decay;
@@ -30,13 +26,13 @@ GPUCORE_EMA_HOST_DEVICE inline double ema_decay(const EmaParams& p, double updat
 
 // The model's weight in this step's update, read from the engine's counters (gpucore::count_step, after the
 // step was counted: [steps taken, skipped, skipped in a row]): 0 when the step was skipped.
-GPUCORE_EMA_HOST_DEVICE inline double ema_weight(const EmaParams& p, const float* counters) {
+GPUCORE_HOST_DEVICE inline double ema_weight(const EmaParams& p, const float* counters) {
   return counters[2] > 0.0f ? 0.0 : 1.0 - ema_decay(p, static_cast<double>(counters[0]));
 }
 
 // torch.lerp's formula (exact at weight 0 and 1), in the type `Math` the kernels compute in.
 template <typename Math>
-GPUCORE_EMA_HOST_DEVICE inline Math lerp_toward(Math average, Math value, Math weight) {
+GPUCORE_HOST_DEVICE inline Math lerp_toward(Math average, Math value, Math weight) {
   return weight < Math(0.5) ? average + weight * (value - average) : value - (value - average) * (Math(1) - weight);
 }
 

@@ -5,11 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define GPUCORE_HOST_DEVICE __host__ __device__ inline
-#else
-#define GPUCORE_HOST_DEVICE inline
-#endif
+#include "ops/host_device.h"
 
 namespace gpucore::ops::resample {
 
@@ -21,16 +17,16 @@ struct Taps {
   double center, inv_scale, total;
 };
 
-GPUCORE_HOST_DEVICE double triangle(double x) {
+GPUCORE_HOST_DEVICE inline double triangle(double x) {
   x = x < 0 ? -x : x;
   return x < 1.0 ? 1.0 - x : 0.0;
 }
 
-GPUCORE_HOST_DEVICE double tap_weight(const Taps& taps, int64_t j) {
+GPUCORE_HOST_DEVICE inline double tap_weight(const Taps& taps, int64_t j) {
   return triangle((static_cast<double>(j + taps.first) - taps.center + 0.5) * taps.inv_scale);
 }
 
-GPUCORE_HOST_DEVICE Taps bilinear_taps(int64_t i, int64_t in_size, int64_t out_size, bool antialias) {
+GPUCORE_HOST_DEVICE inline Taps bilinear_taps(int64_t i, int64_t in_size, int64_t out_size, bool antialias) {
   const double scale = static_cast<double>(in_size) / static_cast<double>(out_size);
   const bool widen = antialias && scale >= 1.0;
   const double support = widen ? scale : 1.0;
@@ -48,7 +44,7 @@ GPUCORE_HOST_DEVICE Taps bilinear_taps(int64_t i, int64_t in_size, int64_t out_s
 }
 
 // torch's "nearest" source index (upsample_nearest2d): floor(i * in / out) in float, the last pixel at most.
-GPUCORE_HOST_DEVICE int64_t nearest_source(int64_t i, int64_t in_size, int64_t out_size) {
+GPUCORE_HOST_DEVICE inline int64_t nearest_source(int64_t i, int64_t in_size, int64_t out_size) {
   if (in_size == out_size) return i;
   const float scale = static_cast<float>(in_size) / static_cast<float>(out_size);
   const int64_t source = static_cast<int64_t>(floorf(static_cast<float>(i) * scale));
@@ -58,7 +54,7 @@ GPUCORE_HOST_DEVICE int64_t nearest_source(int64_t i, int64_t in_size, int64_t o
 // Float products and sums rounded one at a time, never contracted into a fused multiply-add (nvcc contracts
 // by default; geometry_cpu.cpp is compiled -ffp-contract=off), with fmaf where a fused one is wanted: the
 // affine grid must round exactly where torch's CPU kernels round.
-GPUCORE_HOST_DEVICE float mul_rounded(float a, float b) {
+GPUCORE_HOST_DEVICE inline float mul_rounded(float a, float b) {
 #if defined(__CUDA_ARCH__)
   return __fmul_rn(a, b);
 #else
@@ -66,7 +62,7 @@ GPUCORE_HOST_DEVICE float mul_rounded(float a, float b) {
 #endif
 }
 
-GPUCORE_HOST_DEVICE float add_rounded(float a, float b) {
+GPUCORE_HOST_DEVICE inline float add_rounded(float a, float b) {
 #if defined(__CUDA_ARCH__)
   return __fadd_rn(a, b);
 #else
@@ -79,21 +75,21 @@ GPUCORE_HOST_DEVICE float add_rounded(float a, float b) {
 // plain kernel rounds each product and sums in order; above, the BLAS sgemm (MKL) rounds bx * a, fuses
 // by * b into that sum, then adds c (checked bit for bit against torch 2.13 CPU on every pixel of
 // hundreds of random grids of 1..70 pixels a side).
-GPUCORE_HOST_DEVICE float affine_grid_value(float bx, float by, float a, float b, float c, int64_t h, int64_t w) {
+GPUCORE_HOST_DEVICE inline float affine_grid_value(float bx, float by, float a, float b, float c, int64_t h, int64_t w) {
   if (h * w * 6 < 400) return add_rounded(add_rounded(mul_rounded(bx, a), mul_rounded(by, b)), c);
   return add_rounded(fmaf(by, b, mul_rounded(bx, a)), c);
 }
 
 // grid_sample's un-normalisation (align_corners=False) of grid value g along an axis of `size` pixels, as
 // torch's CPU kernel writes it: (g + 1) * (size / 2) - 0.5.
-GPUCORE_HOST_DEVICE float unnormalize(float g, int64_t size) {
+GPUCORE_HOST_DEVICE inline float unnormalize(float g, int64_t size) {
   return add_rounded(mul_rounded(add_rounded(g, 1.0f), 0.5f * static_cast<float>(size)), -0.5f);
 }
 
 // Input coordinates (pixel units, x then y) of output pixel (x, y) for an h x w image under `matrix`
 // (6 floats: the inverse map relative to the centre), as torchvision's _affine_grid computes the grid in
 // float32 (theta / (size / 2), then the bmm) and grid_sample (align_corners=False) un-normalises it.
-GPUCORE_HOST_DEVICE void affine_source(const float* matrix, int64_t x, int64_t y, int64_t h, int64_t w, float& sx,
+GPUCORE_HOST_DEVICE inline void affine_source(const float* matrix, int64_t x, int64_t y, int64_t h, int64_t w, float& sx,
                                        float& sy) {
   const float half_w = 0.5f * static_cast<float>(w), half_h = 0.5f * static_cast<float>(h);
   // pixel centres relative to the image centre: half-integers, exact in float like torch's linspace
@@ -108,7 +104,7 @@ GPUCORE_HOST_DEVICE void affine_source(const float* matrix, int64_t x, int64_t y
 // One output value of affine for the plane `plane` (h x w, row-major): grid_sample with zero padding,
 // then torchvision's fill through the sampled mask of ones (has_fill), as float.
 template <typename T>
-GPUCORE_HOST_DEVICE float affine_sample(const T* plane, int64_t h, int64_t w, float sx, float sy, bool bilinear,
+GPUCORE_HOST_DEVICE inline float affine_sample(const T* plane, int64_t h, int64_t w, float sx, float sy, bool bilinear,
                                         bool has_fill, float fill) {
   float value = 0.0f, mask = 0.0f;
   if (bilinear) {
@@ -134,7 +130,7 @@ GPUCORE_HOST_DEVICE float affine_sample(const T* plane, int64_t h, int64_t w, fl
 }
 
 // A float result as uint8 the way torchvision rounds (half to even), clamped to [0, 255].
-GPUCORE_HOST_DEVICE uint8_t to_uint8(float value) {
+GPUCORE_HOST_DEVICE inline uint8_t to_uint8(float value) {
   const float rounded = nearbyintf(value);
   return static_cast<uint8_t>(rounded < 0.0f ? 0.0f : (rounded > 255.0f ? 255.0f : rounded));
 }

@@ -4,11 +4,7 @@
 #include <cmath>
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define GPUCORE_HOST_DEVICE __host__ __device__
-#else
-#define GPUCORE_HOST_DEVICE
-#endif
+#include "ops/host_device.h"
 
 namespace gpucore::ops {
 
