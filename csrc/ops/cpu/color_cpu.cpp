@@ -15,6 +15,15 @@
 namespace gpucore::ops {
 namespace {
 
+// The per-pixel loops that call fmaf (grayscale, blends) also get a clone for x86-64-v3 CPUs, picked at load time:
+// there fmaf is one instruction, where the baseline build calls the C library's exact software version. Both
+// give the same, exactly rounded, results.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+#define GPUCORE_FMA_CLONES __attribute__((target_clones("default", "arch=x86-64-v3")))
+#else
+#define GPUCORE_FMA_CLONES
+#endif
+
 struct Image {
   uint8_t* data;
   int64_t channels, h, w;
@@ -34,7 +43,7 @@ void map_values(const Image& image, F f) {
 
 // adjust_contrast's blend target: the mean of the grayscale image (floored for 3 channels). The values are
 // integers, summed exactly here; torch's float32 sum is exact too up to 2^24 (images up to 65793 pixels).
-float contrast_mean(const Image& image) {
+GPUCORE_FMA_CLONES float contrast_mean(const Image& image) {
   int64_t sum = 0;
   const uint8_t* r = image.channel(0);
   for (int64_t i = 0; i < image.plane(); ++i) {
@@ -44,7 +53,7 @@ float contrast_mean(const Image& image) {
   return static_cast<float>(sum) / static_cast<float>(image.plane());
 }
 
-void blend_with_grayscale(const Image& image, double factor) {
+GPUCORE_FMA_CLONES void blend_with_grayscale(const Image& image, double factor) {
   if (image.channels != 3) return;  // saturation leaves one channel unchanged, as PIL
   const float ratio = static_cast<float>(factor), weight = blend_weight(factor);
   uint8_t *r = image.channel(0), *g = image.channel(1), *b = image.channel(2);
@@ -56,7 +65,7 @@ void blend_with_grayscale(const Image& image, double factor) {
   }
 }
 
-void sharpen_image(const Image& image, double factor, std::vector<uint8_t>& source) {
+GPUCORE_FMA_CLONES void sharpen_image(const Image& image, double factor, std::vector<uint8_t>& source) {
   const int64_t h = image.h, w = image.w;
   if (h <= 2 || w <= 2) return;
   const float weight = blend_weight(factor);
