@@ -20,12 +20,11 @@ import time
 
 import torch
 from torch.utils.data import DataLoader as TorchDataLoader
-from torch.utils.data import Dataset as TorchDataset
 
 import gpucore
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import device_label, import_torchvision, report, sync  # noqa: E402
+from common import PilImageFolder, device_label, import_torchvision, report, sync  # noqa: E402
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 HEIGHT, WIDTH = 256, 320
@@ -39,25 +38,6 @@ def torchvision_pipeline():
     from torchvision.transforms import v2
     return v2.Compose([v2.PILToTensor(), v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip(),
                        v2.ColorJitter(0.4, 0.4, 0.4), v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)])
-
-
-class PilFolder(TorchDataset):
-    """What a torchvision user writes: ImageFolder-style files, PIL decoding, the v2 pipeline per sample."""
-
-    def __init__(self, root):
-        self.items = [(os.path.join(root, c, f), i) for i, c in enumerate(sorted(os.listdir(root)))
-                      for f in sorted(os.listdir(os.path.join(root, c)))]
-        self.pipeline = torchvision_pipeline()
-
-    def __len__(self):
-        return len(self.items)
-
-    def __getitem__(self, index):
-        from PIL import Image
-
-        path, label = self.items[index]
-        with Image.open(path) as picture:
-            return self.pipeline(picture.convert("RGB")), label
 
 
 def write_photo_folder(root, images, image_format, classes=10):
@@ -118,7 +98,8 @@ def main(argv=None):
                                       shuffle=True)
 
         def theirs():
-            return TorchDataLoader(PilFolder(root), batch_size=args.batch_size, shuffle=True, num_workers=cores,
+            return TorchDataLoader(PilImageFolder(root, torchvision_pipeline()), batch_size=args.batch_size,
+                                   shuffle=True, num_workers=cores,
                                    pin_memory=device.type == "cuda", persistent_workers=True)
 
         for name, make in ((f"gpucore {args.format} folder streamed", lambda: ours("none")),

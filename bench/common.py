@@ -5,6 +5,7 @@ import platform
 import time
 
 import torch
+import torch.utils.data
 
 
 def sync(device: torch.device) -> None:
@@ -36,6 +37,27 @@ def result_json(result: dict, json_path=None) -> dict:
             json.dump(result, handle, indent=2)
     return result
 
+
+class PilImageFolder(torch.utils.data.Dataset):
+    """What a torchvision user writes: one subfolder per class (sorted names are the classes), each file decoded by
+    PIL as RGB, then `transform(picture)` per sample (torch's DataLoader workers run it)."""
+
+    def __init__(self, root, transform):
+        import os
+
+        self.items = [(os.path.join(root, c, f), i) for i, c in enumerate(sorted(os.listdir(root)))
+                      for f in sorted(os.listdir(os.path.join(root, c)))]
+        self.transform = transform
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, index):
+        from PIL import Image
+
+        path, label = self.items[index]
+        with Image.open(path) as picture:
+            return self.transform(picture.convert("RGB")), label
 
 def import_torchvision():
     """torchvision, also where its compiled ops cannot load (its PyPI wheel is built for a CUDA torch; on a

@@ -12,6 +12,7 @@ pinned ring, the path for data sets larger than memory, comparable with torch's 
 decodes every epoch). Not a test.
 """
 import argparse
+import functools
 import os
 import sys
 import tempfile
@@ -25,7 +26,7 @@ import gpucore
 from gpucore.data.png import encode_png
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import device_label, report, sync  # noqa: E402
+from common import PilImageFolder, device_label, report, sync  # noqa: E402
 
 MEAN, STD = [0.5, 0.5, 0.5], [0.25, 0.25, 0.25]
 
@@ -40,23 +41,11 @@ def transform(image: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     return (x - torch.tensor(MEAN)[:, None, None]) / torch.tensor(STD)[:, None, None]
 
 
-class PilFolder(TorchDataset):
-    def __init__(self, root):
-        self.items = [(os.path.join(root, c, f), i) for i, c in enumerate(sorted(os.listdir(root)))
-                      for f in sorted(os.listdir(os.path.join(root, c)))]
-        self.generator = torch.Generator().manual_seed(0)
+def pil_transform(picture, generator: torch.Generator) -> torch.Tensor:
+    """A PIL RGB image -> `transform` of its uint8 C x H x W tensor."""
+    import numpy as np
 
-    def __len__(self):
-        return len(self.items)
-
-    def __getitem__(self, index):
-        import numpy as np
-        from PIL import Image
-
-        path, label = self.items[index]
-        with Image.open(path) as picture:
-            image = torch.from_numpy(np.asarray(picture.convert("RGB")).copy()).permute(2, 0, 1)
-        return transform(image, self.generator), label
+    return transform(torch.from_numpy(np.asarray(picture).copy()).permute(2, 0, 1), generator)
 
 
 class TensorImages(TorchDataset):
@@ -147,7 +136,8 @@ def main(argv=None):
             return ours(cache="none")
 
         def theirs():
-            return TorchDataLoader(PilFolder(root), batch_size=args.batch_size, shuffle=True, num_workers=cores,
+            folder = PilImageFolder(root, functools.partial(pil_transform, generator=torch.Generator().manual_seed(0)))
+            return TorchDataLoader(folder, batch_size=args.batch_size, shuffle=True, num_workers=cores,
                                    pin_memory=device.type == "cuda", persistent_workers=True)
 
         for name, make in (("gpucore PNG folder", ours), ("gpucore PNG folder streamed", ours_streamed),
