@@ -97,7 +97,7 @@ class PolicySteps {
         matrices_(at::empty({samples, steps, 6}, at::TensorOptions().dtype(at::kFloat))),
         h_(h), w_(w) {
     float* m = matrices_.data_ptr<float>();
-    for (int64_t i = 0; i < samples * steps; ++i) store(m + 6 * i, identity());
+    for (int64_t i = 0; i < samples * steps; ++i) store_matrix(m + 6 * i, identity());
   }
   // _apply_image_or_video_transform's operation `op` with `magnitude` as step `index` (sample * steps + step).
   void set(int64_t index, PolicyOp op, double magnitude) {
@@ -106,17 +106,17 @@ class PolicySteps {
     const double corner_x = -0.5 * static_cast<double>(w_), corner_y = -0.5 * static_cast<double>(h_);
     switch (op) {
       case PolicyOp::kShearX:
-        return store(matrix, inverse_affine_matrix(corner_x, corner_y, 0.0, 0.0, 0.0, 1.0,
+        return store_matrix(matrix, inverse_affine_matrix(corner_x, corner_y, 0.0, 0.0, 0.0, 1.0,
                                                    std::atan(magnitude) * kDegreesPerRadian, 0.0));
       case PolicyOp::kShearY:
-        return store(matrix, inverse_affine_matrix(corner_x, corner_y, 0.0, 0.0, 0.0, 1.0, 0.0,
+        return store_matrix(matrix, inverse_affine_matrix(corner_x, corner_y, 0.0, 0.0, 0.0, 1.0, 0.0,
                                                    std::atan(magnitude) * kDegreesPerRadian));
       case PolicyOp::kTranslateX:  // translate=[int(magnitude), 0]
-        return store(matrix, inverse_affine_matrix(0.0, 0.0, 0.0, std::trunc(magnitude), 0.0, 1.0, 0.0, 0.0));
+        return store_matrix(matrix, inverse_affine_matrix(0.0, 0.0, 0.0, std::trunc(magnitude), 0.0, 1.0, 0.0, 0.0));
       case PolicyOp::kTranslateY:
-        return store(matrix, inverse_affine_matrix(0.0, 0.0, 0.0, 0.0, std::trunc(magnitude), 1.0, 0.0, 0.0));
+        return store_matrix(matrix, inverse_affine_matrix(0.0, 0.0, 0.0, 0.0, std::trunc(magnitude), 1.0, 0.0, 0.0));
       case PolicyOp::kRotate:  // rotate(angle): the affine map of -angle
-        return store(matrix, inverse_affine_matrix(0.0, 0.0, -magnitude, 0.0, 0.0, 1.0, 0.0, 0.0));
+        return store_matrix(matrix, inverse_affine_matrix(0.0, 0.0, -magnitude, 0.0, 0.0, 1.0, 0.0, 0.0));
       case PolicyOp::kBrightness:
         return color_.set(index, ops::kColorBrightness, 1.0 + magnitude);
       case PolicyOp::kColor:
@@ -143,9 +143,6 @@ class PolicySteps {
 
  private:
   static std::array<double, 6> identity() { return {1.0, 0.0, 0.0, 0.0, 1.0, 0.0}; }
-  static void store(float* row, const std::array<double, 6>& matrix) {
-    for (int k = 0; k < 6; ++k) row[k] = static_cast<float>(matrix[k]);
-  }
 
   ColorSteps color_;
   at::Tensor matrices_;

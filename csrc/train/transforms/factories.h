@@ -45,6 +45,11 @@ bool is_integer(double value);
 std::array<double, 6> inverse_affine_matrix(double cx, double cy, double angle, double tx, double ty, double scale,
                                             double shear_x, double shear_y);
 
+// `matrix` as gpucore::affine reads it: six float32 values at `row`.
+inline void store_matrix(float* row, const std::array<double, 6>& matrix) {
+  for (int k = 0; k < 6; ++k) row[k] = static_cast<float>(matrix[k]);
+}
+
 // What a transform is to gpucore::augment, whose one pass can also crop without resizing (zero fill) and flip
 // horizontally: a RandomCrop to the size of its h x w input with fill 0 (its offsets are augment's), a
 // RandomHorizontalFlip (its flips' column 1 is augment's), or neither. The pipeline runs such a tail of the

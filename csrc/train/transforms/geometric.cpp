@@ -271,6 +271,16 @@ class AffineTransform : public Transform {
   }
   bool is_random() const override { return true; }
   bool moves_pixels() const override { return true; }
+  std::vector<at::Tensor> sample(int64_t samples, int64_t h, int64_t w, at::Generator& generator) const override {
+    at::Tensor matrices = at::empty({samples, 6}, at::TensorOptions().dtype(at::kFloat));
+    float* row = matrices.data_ptr<float>();
+    const auto [cx, cy] = centre(h, w);
+    Draws draws(generator);
+    for (int64_t s = 0; s < samples; ++s, row += 6) {
+      store_matrix(row, draw_matrix(draws, cx, cy, h, w));
+    }
+    return {matrices};
+  }
   at::Tensor apply(const at::Tensor& images, const std::vector<at::Tensor>& params) const override {
     return ops::affine(images, params[0], interpolation_, fill_);
   }
@@ -283,9 +293,8 @@ class AffineTransform : public Transform {
   std::pair<double, double> centre(int64_t h, int64_t w) const {
     return has_center_ ? std::make_pair(center_[0] - w * 0.5, center_[1] - h * 0.5) : std::make_pair(0.0, 0.0);
   }
-  static void store(float* row, const std::array<double, 6>& matrix) {
-    for (int k = 0; k < 6; ++k) row[k] = static_cast<float>(matrix[k]);
-  }
+  // One sample's inverse affine matrix, its parameters drawn in torchvision's order.
+  virtual std::array<double, 6> draw_matrix(Draws& draws, double cx, double cy, int64_t h, int64_t w) const = 0;
 
   std::pair<double, double> degrees_;
   std::string interpolation_;
@@ -301,17 +310,10 @@ class RandomRotation final : public AffineTransform {
       arguments.fail("expand", "true is not supported by gpucore (a batch keeps one image size); use false");
     }
   }
-  std::vector<at::Tensor> sample(int64_t samples, int64_t h, int64_t w, at::Generator& generator) const override {
-    at::Tensor matrices = at::empty({samples, 6}, at::TensorOptions().dtype(at::kFloat));
-    float* row = matrices.data_ptr<float>();
-    const auto [cx, cy] = centre(h, w);
-    Draws draws(generator);
-    for (int64_t s = 0; s < samples; ++s, row += 6) {
-      // torchvision's rotate: the affine map of -angle (its angle is counter-clockwise).
-      const double angle = draws.uniform(degrees_.first, degrees_.second);
-      store(row, inverse_affine_matrix(cx, cy, -angle, 0.0, 0.0, 1.0, 0.0, 0.0));
-    }
-    return {matrices};
+  std::array<double, 6> draw_matrix(Draws& draws, double cx, double cy, int64_t, int64_t) const override {
+    // torchvision's rotate: the affine map of -angle (its angle is counter-clockwise).
+    const double angle = draws.uniform(degrees_.first, degrees_.second);
+    return inverse_affine_matrix(cx, cy, -angle, 0.0, 0.0, 1.0, 0.0, 0.0);
   }
 };
 
@@ -336,26 +338,19 @@ class RandomAffine final : public AffineTransform {
       }
     }
   }
-  std::vector<at::Tensor> sample(int64_t samples, int64_t h, int64_t w, at::Generator& generator) const override {
-    at::Tensor matrices = at::empty({samples, 6}, at::TensorOptions().dtype(at::kFloat));
-    float* row = matrices.data_ptr<float>();
-    const auto [cx, cy] = centre(h, w);
-    Draws draws(generator);
-    for (int64_t s = 0; s < samples; ++s, row += 6) {
-      // torchvision's make_params, in its order of draws.
-      const double angle = draws.uniform(degrees_.first, degrees_.second);
-      double tx = 0, ty = 0;
-      if (!translate_.empty()) {
-        const double max_dx = translate_[0] * w, max_dy = translate_[1] * h;
-        tx = static_cast<double>(round_half_even(draws.uniform(-max_dx, max_dx)));
-        ty = static_cast<double>(round_half_even(draws.uniform(-max_dy, max_dy)));
-      }
-      const double scale = draws.uniform(scale_.first, scale_.second);
-      const double shear_x = draws.uniform(shear_x_.first, shear_x_.second);
-      const double shear_y = has_shear_y_ ? draws.uniform(shear_y_.first, shear_y_.second) : 0.0;
-      store(row, inverse_affine_matrix(cx, cy, angle, tx, ty, scale, shear_x, shear_y));
+  std::array<double, 6> draw_matrix(Draws& draws, double cx, double cy, int64_t h, int64_t w) const override {
+    // torchvision's make_params, in its order of draws.
+    const double angle = draws.uniform(degrees_.first, degrees_.second);
+    double tx = 0, ty = 0;
+    if (!translate_.empty()) {
+      const double max_dx = translate_[0] * w, max_dy = translate_[1] * h;
+      tx = static_cast<double>(round_half_even(draws.uniform(-max_dx, max_dx)));
+      ty = static_cast<double>(round_half_even(draws.uniform(-max_dy, max_dy)));
     }
-    return {matrices};
+    const double scale = draws.uniform(scale_.first, scale_.second);
+    const double shear_x = draws.uniform(shear_x_.first, shear_x_.second);
+    const double shear_y = has_shear_y_ ? draws.uniform(shear_y_.first, shear_y_.second) : 0.0;
+    return inverse_affine_matrix(cx, cy, angle, tx, ty, scale, shear_x, shear_y);
   }
 
  private:
