@@ -37,16 +37,23 @@ enum ColorOpCode : int64_t {
   kColorOpCount = 12,
 };
 
-// float -> uint8 as torch's clamp_(0, 255) then .to(uint8) (truncation).
+// float -> uint8 as torch's clamp_(0, 255) then .to(uint8) (truncation). Truncated through int32, the same value,
+// because compilers vectorise float -> int32 but not float -> uint8.
 GPUCORE_HOST_DEVICE inline uint8_t clamp_to_uint8(float v) {
   v = v < 0.0f ? 0.0f : (v > 255.0f ? 255.0f : v);
-  return static_cast<uint8_t>(v);
+  return static_cast<uint8_t>(static_cast<int32_t>(v));
 }
 
 // _rgb_to_grayscale_image in float32: r * 0.2989, then add_(g, alpha=0.587) and add_(b, alpha=0.114), which torch's
 // CPU kernels compute as fused multiply-adds.
 GPUCORE_HOST_DEVICE inline float grayscale(float r, float g, float b) {
   return fmaf(b, 0.114f, fmaf(g, 0.587f, multiply(r, 0.2989f)));
+}
+
+// The grayscale value floored, as adjust_saturation and adjust_contrast's mean take it for uint8 images. It is
+// never negative, so truncating through int32 floors it; compilers vectorise that where floor of an fmaf is not.
+GPUCORE_HOST_DEVICE inline float floored_grayscale(float r, float g, float b) {
+  return static_cast<float>(static_cast<int32_t>(grayscale(r, g, b)));
 }
 
 // _blend's weight of the second image, 1 - factor, computed in double from the Python float as torchvision does,

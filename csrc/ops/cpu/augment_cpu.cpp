@@ -2,16 +2,41 @@
 // written in the requested dtype.
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
-#include <ATen/ops/empty.h>
 #include <torch/library.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "ops/augment.h"
+#include "ops/cpu/batch_memory.h"
+#include "ops/cpu/x86_64_v3_clones.h"
 #include "ops/float_contiguous.h"
 
 namespace gpucore::ops {
 namespace {
+
+// row[x] = from[x] * a + b for x in [0, count), or from[-x] for a flipped row. uint8 -> float32, the common case,
+// runs in the two cloned functions (32-byte vectors, reversed loads); the other dtypes in plain loops.
+GPUCORE_X86_64_V3_CLONES void scale_bytes(const uint8_t* __restrict from, float* __restrict row, int64_t count, float a,
+                                          float b) {
+  for (int64_t x = 0; x < count; ++x) row[x] = static_cast<float>(from[x]) * a + b;
+}
+
+GPUCORE_X86_64_V3_CLONES void scale_bytes_reversed(const uint8_t* __restrict from, float* __restrict row, int64_t count,
+                                                   float a, float b) {
+  for (int64_t x = 0; x < count; ++x) row[x] = static_cast<float>(from[-x]) * a + b;
+}
+
+template <typename In, typename Out>
+void scale_run(const In* from, Out* row, int64_t count, float a, float b, bool reversed) {
+  if constexpr (std::is_same_v<In, uint8_t> && std::is_same_v<Out, float>) {
+    reversed ? scale_bytes_reversed(from, row, count, a, b) : scale_bytes(from, row, count, a, b);
+  } else if (reversed) {
+    for (int64_t x = 0; x < count; ++x) row[x] = static_cast<Out>(static_cast<float>(from[-x]) * a + b);
+  } else {
+    for (int64_t x = 0; x < count; ++x) row[x] = static_cast<Out>(static_cast<float>(from[x]) * a + b);
+  }
+}
 
 template <typename In, typename Out>
 void augment_planes(const at::Tensor& images, const int64_t* offsets, const bool* flips, int64_t padding,
@@ -39,15 +64,9 @@ void augment_planes(const at::Tensor& images, const int64_t* offsets, const bool
         }
         std::fill(row, row + first, padded);
         std::fill(row + last, row + w, padded);
-        // Branch-free runs over contiguous source pixels, so the compiler vectorises the plain (unflipped) case.
+        // One branch-free run over contiguous source pixels.
         const In* line = src + sy * w;
-        if (flip) {
-          const In* from = line + w - 1 + dx;
-          for (int64_t x = first; x < last; ++x) row[x] = static_cast<Out>(static_cast<float>(from[-x]) * a + b);
-        } else {
-          const In* from = line + dx;
-          for (int64_t x = first; x < last; ++x) row[x] = static_cast<Out>(static_cast<float>(from[x]) * a + b);
-        }
+        scale_run(flip ? line + w - 1 + dx - first : line + dx + first, row + first, last - first, a, b, flip);
       }
     }
   });
@@ -61,7 +80,7 @@ at::Tensor augment_cpu(const at::Tensor& images, const at::Tensor& offsets, cons
   augment_affine(images, mean_values, std_values, scale, shift);
   const at::Tensor in = images.scalar_type() == at::kByte ? images.contiguous() : float_contiguous(images);
   const at::Tensor off = offsets.contiguous(), flip = flips.contiguous();
-  at::Tensor out = at::empty(images.sizes(), images.options().dtype(dtype));
+  at::Tensor out = empty_batch(images.sizes(), images.options().dtype(dtype));
   const int64_t* off_data = off.data_ptr<int64_t>();
   const bool* flip_data = flip.data_ptr<bool>();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "augment_cpu", [&] {

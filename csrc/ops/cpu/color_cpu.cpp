@@ -2,7 +2,6 @@
 // image per task); erase copies the batch and fills each sample's box.
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
-#include <ATen/ops/empty.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -11,18 +10,11 @@
 
 #include "ops/color.h"
 #include "ops/color_math.h"
+#include "ops/cpu/batch_memory.h"
+#include "ops/cpu/x86_64_v3_clones.h"
 
 namespace gpucore::ops {
 namespace {
-
-// The per-pixel loops that call fmaf (grayscale, blends) also get a clone for x86-64-v3 CPUs, picked at load time:
-// there fmaf is one instruction, where the baseline build calls the C library's exact software version. Both
-// give the same, exactly rounded, results.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
-#define GPUCORE_FMA_CLONES __attribute__((target_clones("default", "arch=x86-64-v3")))
-#else
-#define GPUCORE_FMA_CLONES
-#endif
 
 struct Image {
   uint8_t* data;
@@ -41,31 +33,44 @@ void map_values(const Image& image, F f) {
   for (int64_t i = 0; i < count; ++i) image.data[i] = table[image.data[i]];
 }
 
-// adjust_contrast's blend target: the mean of the grayscale image (floored for 3 channels). The values are
-// integers, summed exactly here; torch's float32 sum is exact too up to 2^24 (images up to 65793 pixels).
-GPUCORE_FMA_CLONES float contrast_mean(const Image& image) {
-  int64_t sum = 0;
-  const uint8_t* r = image.channel(0);
-  for (int64_t i = 0; i < image.plane(); ++i) {
-    sum += image.channels == 3 ? static_cast<int64_t>(std::floor(grayscale(r[i], image.channel(1)[i], image.channel(2)[i])))
-                               : r[i];
-  }
-  return static_cast<float>(sum) / static_cast<float>(image.plane());
+// adjust_brightness (other = 0, weight = 0: x * ratio, clamped) and adjust_contrast (other = the mean) on every
+// value: computed per value on 32-byte vectors, faster than a table's one lookup per value.
+GPUCORE_X86_64_V3_CLONES void blend_values(const Image& image, float other, float ratio, float weight) {
+  const int64_t count = image.channels * image.plane();
+  uint8_t* __restrict data = image.data;
+  for (int64_t i = 0; i < count; ++i) data[i] = blend(data[i], other, ratio, weight);
 }
 
-GPUCORE_FMA_CLONES void blend_with_grayscale(const Image& image, double factor) {
+// adjust_contrast's blend target: the mean of the grayscale image (floored for 3 channels). The values are
+// integers, summed exactly here; torch's float32 sum is exact too up to 2^24 (images up to 65793 pixels).
+GPUCORE_X86_64_V3_CLONES float contrast_mean(const Image& image) {
+  const int64_t count = image.plane();
+  const uint8_t *r = image.channel(0), *g = image.channel(image.channels == 3 ? 1 : 0),
+                *b = image.channel(image.channels == 3 ? 2 : 0);
+  int64_t sum = 0;
+  if (image.channels == 3) {
+    for (int64_t i = 0; i < count; ++i) sum += static_cast<int32_t>(floored_grayscale(r[i], g[i], b[i]));
+  } else {
+    for (int64_t i = 0; i < count; ++i) sum += r[i];
+  }
+  return static_cast<float>(sum) / static_cast<float>(count);
+}
+
+GPUCORE_X86_64_V3_CLONES void blend_with_grayscale(const Image& image, double factor) {
   if (image.channels != 3) return;  // saturation leaves one channel unchanged, as PIL
   const float ratio = static_cast<float>(factor), weight = blend_weight(factor);
-  uint8_t *r = image.channel(0), *g = image.channel(1), *b = image.channel(2);
-  for (int64_t i = 0; i < image.plane(); ++i) {
-    const float gray = std::floor(grayscale(r[i], g[i], b[i]));
+  // The count and the three planes held apart, so the compiler knows the stores change neither and vectorises.
+  const int64_t count = image.plane();
+  uint8_t *__restrict r = image.channel(0), *__restrict g = image.channel(1), *__restrict b = image.channel(2);
+  for (int64_t i = 0; i < count; ++i) {
+    const float gray = floored_grayscale(r[i], g[i], b[i]);
     r[i] = blend(r[i], gray, ratio, weight);
     g[i] = blend(g[i], gray, ratio, weight);
     b[i] = blend(b[i], gray, ratio, weight);
   }
 }
 
-GPUCORE_FMA_CLONES void sharpen_image(const Image& image, double factor, std::vector<uint8_t>& source) {
+GPUCORE_X86_64_V3_CLONES void sharpen_image(const Image& image, double factor, std::vector<uint8_t>& source) {
   const int64_t h = image.h, w = image.w;
   if (h <= 2 || w <= 2) return;
   const float weight = blend_weight(factor);
@@ -111,11 +116,9 @@ void apply(const Image& image, int64_t code, double magnitude, std::vector<uint8
   const float value = static_cast<float>(magnitude);  // a Python float as torch multiplies or compares it
   switch (code) {
     case kColorBrightness:
-      return map_values(image, [=](uint8_t x) { return clamp_to_uint8(static_cast<float>(x) * value); });
-    case kColorContrast: {
-      const float mean = contrast_mean(image), weight = blend_weight(magnitude);
-      return map_values(image, [=](uint8_t x) { return blend(x, mean, value, weight); });
-    }
+      return blend_values(image, 0.0f, value, 0.0f);
+    case kColorContrast:
+      return blend_values(image, contrast_mean(image), value, blend_weight(magnitude));
     case kColorSaturation:
       return blend_with_grayscale(image, magnitude);
     case kColorHue:
@@ -153,7 +156,8 @@ void apply(const Image& image, int64_t code, double magnitude, std::vector<uint8
 at::Tensor color_ops_cpu(const at::Tensor& images, const at::Tensor& codes, const at::Tensor& magnitudes) {
   check_color_ops_inputs(images, codes, magnitudes);
   check_color_values(codes, magnitudes);
-  at::Tensor out = images.contiguous().clone();
+  at::Tensor out = empty_batch(images.sizes(), images.options());
+  out.copy_(images);
   const at::Tensor code = codes.contiguous(), magnitude = magnitudes.contiguous();
   const int64_t n = out.size(0), steps = code.size(1);
   const int64_t channels = out.size(1), h = out.size(2), w = out.size(3);
@@ -202,7 +206,8 @@ void check_boxes_inside(const at::Tensor& boxes, int64_t h, int64_t w) {
 at::Tensor erase_cpu(const at::Tensor& images, const at::Tensor& boxes, const std::optional<at::Tensor>& fill,
                      const std::optional<at::Tensor>& noise_seeds) {
   check_erase_inputs(images, boxes, fill, noise_seeds);
-  at::Tensor out = images.contiguous().clone();
+  at::Tensor out = empty_batch(images.sizes(), images.options());
+  out.copy_(images);
   const at::Tensor box = boxes.contiguous();
   check_boxes_inside(box, out.size(2), out.size(3));
   const at::Tensor fill_values = fill ? fill->contiguous() : at::Tensor();

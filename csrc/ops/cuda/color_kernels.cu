@@ -41,7 +41,7 @@ __global__ void color_ops_kernel(uint8_t* images, uint8_t* scratch, const int64_
         unsigned long long local = 0;
         for (int64_t i = first; i < plane; i += stride) {
           local += channels == 3 ? static_cast<unsigned long long>(
-                                       floorf(grayscale(image[i], image[plane + i], image[2 * plane + i])))
+                                       floored_grayscale(image[i], image[plane + i], image[2 * plane + i]))
                                  : image[i];
         }
         atomicAdd(&total, local);
@@ -53,7 +53,7 @@ __global__ void color_ops_kernel(uint8_t* images, uint8_t* scratch, const int64_
       case kColorSaturation:
         if (channels != 3) break;
         for (int64_t i = first; i < plane; i += stride) {
-          const float gray = floorf(grayscale(image[i], image[plane + i], image[2 * plane + i]));
+          const float gray = floored_grayscale(image[i], image[plane + i], image[2 * plane + i]);
           const float weight = blend_weight(magnitude);
           for (int64_t c = 0; c < 3; ++c) image[c * plane + i] = blend(image[c * plane + i], gray, value, weight);
         }

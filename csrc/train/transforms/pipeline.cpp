@@ -88,21 +88,32 @@ std::vector<std::vector<at::Tensor>> TransformPipeline::sample(int64_t samples, 
 
 at::Tensor TransformPipeline::apply(const at::Tensor& images, const std::vector<std::vector<at::Tensor>>& params,
                                     at::ScalarType dtype, at::Tensor& masks) const {
-  // Each uint8 transform's input size, then the tail augment runs itself: a same-size RandomCrop, then a
-  // RandomHorizontalFlip (augment crops, then flips).
+  // Each uint8 transform's input size. The tail augment op runs two transforms itself: the last horizontal flip
+  // when only pixel-wise (color) transforms follow it, as those commute with a flip exactly, and a same-size
+  // RandomCrop that ends the stage or comes right before that flip at its end (augment crops, then flips).
   std::vector<std::array<int64_t, 2>> sizes{{images.size(2), images.size(3)}};
   for (const auto& transform : uint8_stage_) sizes.push_back(transform->output_size(sizes.back()[0], sizes.back()[1]));
-  size_t fused = uint8_stage_.size();
-  at::Tensor offsets, flips;
   const auto part = [&](size_t k) { return transforms::augment_part(*uint8_stage_[k], sizes[k][0], sizes[k][1]); };
-  if (fused > 0 && part(fused - 1) == transforms::AugmentPart::kHorizontalFlip) flips = params[--fused][1].select(1, 1);
-  if (fused > 0 && part(fused - 1) == transforms::AugmentPart::kCrop) offsets = params[--fused][0];
+  std::vector<bool> in_augment(uint8_stage_.size(), false);
+  at::Tensor offsets, flips;
+  size_t last_moving = uint8_stage_.size();
+  while (last_moving > 0 && !uint8_stage_[last_moving - 1]->moves_pixels()) --last_moving;
+  size_t tail = uint8_stage_.size();  // the crop may fuse only if nothing it does not commute with follows it
+  if (last_moving > 0 && part(last_moving - 1) == transforms::AugmentPart::kHorizontalFlip) {
+    in_augment[last_moving - 1] = true;
+    flips = params[last_moving - 1][1].select(1, 1);
+    if (last_moving == tail) --tail;
+  }
+  if (tail > 0 && part(tail - 1) == transforms::AugmentPart::kCrop) {
+    in_augment[tail - 1] = true;
+    offsets = params[tail - 1][0];
+  }
 
   at::Tensor x = images;
   size_t k = 0;
   for (; k < uint8_stage_.size(); ++k) {
     if (masks.defined() && uint8_stage_[k]->moves_pixels()) masks = uint8_stage_[k]->apply_to_mask(masks, params[k]);
-    if (k < fused) x = uint8_stage_[k]->apply(x, params[k]);
+    if (!in_augment[k]) x = uint8_stage_[k]->apply(x, params[k]);
   }
   const int64_t n = x.size(0);
   const auto on_device = at::TensorOptions().device(x.device());
