@@ -4,6 +4,7 @@
 #include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/index_select.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/randperm.h>
 #include <ATen/ops/zeros.h>
@@ -11,6 +12,7 @@
 #include <algorithm>
 
 #include "gpucore/errors.h"
+#include "ops/cpu/batch_memory.h"
 #include "ops/train_step.h"
 
 namespace gpucore {
@@ -21,6 +23,15 @@ namespace {
 at::Tensor to_device(at::Tensor host, const at::Device& device) {
   if (device.is_cuda()) host = host.pin_memory();
   return host.to(device, /*non_blocking=*/device.is_cuda());
+}
+
+// The rows `index` of resident data: on the CPU in memory reused from earlier batches (ops/cpu/batch_memory.h),
+// as a batch of large images would otherwise be mapped afresh and page-faulted every time.
+at::Tensor gather_rows(const at::Tensor& data, const at::Tensor& index) {
+  std::vector<int64_t> sizes = data.sizes().vec();
+  sizes[0] = index.size(0);
+  at::Tensor rows = ops::empty_batch(sizes, data.options());
+  return at::index_select_out(rows, data, 0, index);
 }
 
 // `host` into `buffer` on the device: in place when the buffer has its shape (every epoch after the
@@ -196,7 +207,7 @@ bool TensorBatches::next(at::Tensor& inputs, at::Tensor& targets) {
   if (position_ >= total_batches()) return false;
   const int64_t begin = batch_begin(position_), end = batch_end(position_);
   const at::Tensor index = next_index(position_);
-  const at::Tensor batch = resident_ ? inputs_.index_select(0, index)
+  const at::Tensor batch = resident_ ? gather_rows(inputs_, index)
                                      : to_device(inputs_.index_select(0, order_host_.slice(0, begin, end)), device_);
   finish_batch(batch, index, inputs, targets);
   ++position_;

@@ -9,7 +9,7 @@
 
 #include "ops/augment.h"
 #include "ops/cpu/batch_memory.h"
-#include "ops/cpu/x86_64_v3_clones.h"
+#include "ops/cpu/vector_clones.h"
 #include "ops/float_contiguous.h"
 
 namespace gpucore::ops {
@@ -17,12 +17,12 @@ namespace {
 
 // row[x] = from[x] * a + b for x in [0, count), or from[-x] for a flipped row. uint8 -> float32, the common case,
 // runs in the two cloned functions (32-byte vectors, reversed loads); the other dtypes in plain loops.
-GPUCORE_X86_64_V3_CLONES void scale_bytes(const uint8_t* __restrict from, float* __restrict row, int64_t count, float a,
+GPUCORE_VECTOR_CLONES void scale_bytes(const uint8_t* __restrict from, float* __restrict row, int64_t count, float a,
                                           float b) {
   for (int64_t x = 0; x < count; ++x) row[x] = static_cast<float>(from[x]) * a + b;
 }
 
-GPUCORE_X86_64_V3_CLONES void scale_bytes_reversed(const uint8_t* __restrict from, float* __restrict row, int64_t count,
+GPUCORE_VECTOR_CLONES void scale_bytes_reversed(const uint8_t* __restrict from, float* __restrict row, int64_t count,
                                                    float a, float b) {
   for (int64_t x = 0; x < count; ++x) row[x] = static_cast<float>(from[-x]) * a + b;
 }

@@ -11,7 +11,7 @@
 #include "ops/color.h"
 #include "ops/color_math.h"
 #include "ops/cpu/batch_memory.h"
-#include "ops/cpu/x86_64_v3_clones.h"
+#include "ops/cpu/vector_clones.h"
 
 namespace gpucore::ops {
 namespace {
@@ -35,7 +35,7 @@ void map_values(const Image& image, F f) {
 
 // adjust_brightness (other = 0, weight = 0: x * ratio, clamped) and adjust_contrast (other = the mean) on every
 // value: computed per value on 32-byte vectors, faster than a table's one lookup per value.
-GPUCORE_X86_64_V3_CLONES void blend_values(const Image& image, float other, float ratio, float weight) {
+GPUCORE_VECTOR_CLONES void blend_values(const Image& image, float other, float ratio, float weight) {
   const int64_t count = image.channels * image.plane();
   uint8_t* __restrict data = image.data;
   for (int64_t i = 0; i < count; ++i) data[i] = blend(data[i], other, ratio, weight);
@@ -43,7 +43,7 @@ GPUCORE_X86_64_V3_CLONES void blend_values(const Image& image, float other, floa
 
 // adjust_contrast's blend target: the mean of the grayscale image (floored for 3 channels). The values are
 // integers, summed exactly here; torch's float32 sum is exact too up to 2^24 (images up to 65793 pixels).
-GPUCORE_X86_64_V3_CLONES float contrast_mean(const Image& image) {
+GPUCORE_VECTOR_CLONES float contrast_mean(const Image& image) {
   const int64_t count = image.plane();
   const uint8_t *r = image.channel(0), *g = image.channel(image.channels == 3 ? 1 : 0),
                 *b = image.channel(image.channels == 3 ? 2 : 0);
@@ -56,7 +56,7 @@ GPUCORE_X86_64_V3_CLONES float contrast_mean(const Image& image) {
   return static_cast<float>(sum) / static_cast<float>(count);
 }
 
-GPUCORE_X86_64_V3_CLONES void blend_with_grayscale(const Image& image, double factor) {
+GPUCORE_VECTOR_CLONES void blend_with_grayscale(const Image& image, double factor) {
   if (image.channels != 3) return;  // saturation leaves one channel unchanged, as PIL
   const float ratio = static_cast<float>(factor), weight = blend_weight(factor);
   // The count and the three planes held apart, so the compiler knows the stores change neither and vectorises.
@@ -70,7 +70,7 @@ GPUCORE_X86_64_V3_CLONES void blend_with_grayscale(const Image& image, double fa
   }
 }
 
-GPUCORE_X86_64_V3_CLONES void sharpen_image(const Image& image, double factor, std::vector<uint8_t>& source) {
+GPUCORE_VECTOR_CLONES void sharpen_image(const Image& image, double factor, std::vector<uint8_t>& source) {
   const int64_t h = image.h, w = image.w;
   if (h <= 2 || w <= 2) return;
   const float weight = blend_weight(factor);

@@ -2,10 +2,12 @@
 // arithmetic shared with the CUDA kernels (ops/resample_math.h).
 #include <ATen/Parallel.h>
 #include <ATen/ops/_upsample_bilinear2d_aa.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/upsample_bilinear2d.h>
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "ops/cpu/batch_memory.h"
@@ -94,11 +96,20 @@ at::Tensor resized_crop_cpu(const at::Tensor& images, const at::Tensor& boxes, a
   if (mode == "bilinear") {
     // ATen's own vectorised resampling of each crop: what torchvision's resize runs on CPU images, so the results
     // are equal, and several times faster than the per-pixel taps the CUDA kernel uses. One image per task,
-    // written straight into its slice of the batch (ATen runs single-threaded inside a parallel region).
+    // written straight into its slice of the batch (ATen runs single-threaded inside a parallel region). The crop
+    // is copied out row by row first: ATen would make the strided view contiguous element by element, 4x slower.
+    const auto* source = static_cast<const char*>(in.data_ptr());
+    const int64_t item = in.element_size();
     at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
       for (int64_t image = begin; image < end; ++image) {
-        const int64_t* b = box_data + image * 4;
-        const at::Tensor crop = in.narrow(0, image, 1).narrow(2, b[0], b[2]).narrow(3, b[1], b[3]);
+        const int64_t top = box_data[image * 4], left = box_data[image * 4 + 1];
+        const int64_t bh = box_data[image * 4 + 2], bw = box_data[image * 4 + 3];
+        at::Tensor crop = at::empty({1, channels, bh, bw}, in.options());
+        auto* to = static_cast<char*>(crop.data_ptr());
+        for (int64_t row = 0; row < channels * bh; ++row) {
+          const int64_t c = row / bh, y = top + row % bh;
+          std::memcpy(to + row * bw * item, source + (((image * channels + c) * h + y) * w + left) * item, bw * item);
+        }
         at::Tensor slice = out.narrow(0, image, 1);
         if (antialias) {
           at::_upsample_bilinear2d_aa_out(slice, crop, {oh, ow}, false);
