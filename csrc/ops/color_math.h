@@ -66,13 +66,24 @@ GPUCORE_HOST_DEVICE inline uint8_t blend(uint8_t x, float other, float ratio, fl
   return clamp_to_uint8(fmaf(other, weight, multiply(static_cast<float>(x), ratio)));
 }
 
+// fmaxf / fminf for values that are never NaN (there they agree): compilers vectorise these, not the NaN-aware
+// library functions.
+GPUCORE_HOST_DEVICE inline float larger(float a, float b) { return a < b ? b : a; }
+GPUCORE_HOST_DEVICE inline float smaller(float a, float b) { return b < a ? b : a; }
+
+// floorf(x) for |x| < 2^31, through int32 truncation, which compilers vectorise where they do not floorf.
+GPUCORE_HOST_DEVICE inline float small_floor(float x) {
+  const float truncated = static_cast<float>(static_cast<int32_t>(x));
+  return truncated > x ? truncated - 1.0f : truncated;
+}
+
 // adjust_hue for one uint8 RGB pixel, in place: to [0, 1] floats, _rgb_to_hsv, hue shift, _hsv_to_rgb, back to
 // uint8 by multiplying with 255.999 (to_dtype_image's float -> uint8) and truncating.
 GPUCORE_HOST_DEVICE inline void shift_hue(uint8_t& red, uint8_t& green, uint8_t& blue, float hue) {
   const float unit = static_cast<float>(1.0 / 255.0);
   const float r = static_cast<float>(red) * unit, g = static_cast<float>(green) * unit,
               b = static_cast<float>(blue) * unit;
-  const float maxc = fmaxf(r, fmaxf(g, b)), minc = fminf(r, fminf(g, b));
+  const float maxc = larger(r, larger(g, b)), minc = smaller(r, smaller(g, b));
   const bool equal = maxc == minc;
   const float range = maxc - minc;
   const float s = range / (equal ? 1.0f : maxc);
@@ -80,35 +91,35 @@ GPUCORE_HOST_DEVICE inline void shift_hue(uint8_t& red, uint8_t& green, uint8_t&
   const float rc = (maxc - r) / divisor, gc = (maxc - g) / divisor, bc = (maxc - b) / divisor;
   const bool max_is_r = maxc == r, max_is_g = maxc == g;
   const float hr = max_is_r ? bc - gc : 0.0f;
-  const float hg = (max_is_g && !max_is_r) ? (rc + 2.0f) - bc : 0.0f;
-  const float hb = (!max_is_r && !max_is_g) ? (gc + 4.0f) - rc : 0.0f;
+  const float hg = max_is_r ? 0.0f : (max_is_g ? (rc + 2.0f) - bc : 0.0f);
+  const float hb = max_is_r ? 0.0f : (max_is_g ? 0.0f : (gc + 4.0f) - rc);
   float h = (hr + hg) + hb;
-  h = fmodf(h * static_cast<float>(1.0 / 6.0) + 1.0f, 1.0f);
+  // fmod(h / 6 + 1, 1): h lies in [-1, 5], so the argument is positive and below 2, where subtracting its floor
+  // is exact, the same value as fmodf (which compilers do not vectorise).
+  h = h * static_cast<float>(1.0 / 6.0) + 1.0f;
+  h = h - small_floor(h);
   h += hue;
-  h = h - floorf(h);  // torch.remainder(h, 1.0)
+  h = h - small_floor(h);  // torch.remainder(h, 1.0)
   const float h6 = h * 6.0f;
-  const float sector = floorf(h6);
+  const float sector = small_floor(h6);
   const float f = h6 - sector;
-  int i = static_cast<int>(sector) % 6;
-  if (i < 0) i += 6;
+  const float i = sector >= 6.0f ? 0.0f : sector;  // % 6: h6 is in [0, 6]
   const float sxf = s * f, one_minus_s = 1.0f - s;
-  const float q = fminf(fmaxf((1.0f - sxf) * maxc, 0.0f), 1.0f);
-  const float t = fminf(fmaxf((sxf + one_minus_s) * maxc, 0.0f), 1.0f);
-  const float p = fminf(fmaxf(one_minus_s * maxc, 0.0f), 1.0f);
+  const float q = smaller(larger((1.0f - sxf) * maxc, 0.0f), 1.0f);
+  const float t = smaller(larger((sxf + one_minus_s) * maxc, 0.0f), 1.0f);
+  const float p = smaller(larger(one_minus_s * maxc, 0.0f), 1.0f);
   const float v = maxc;
-  float out_r, out_g, out_b;
-  switch (i) {
-    case 0: out_r = v, out_g = t, out_b = p; break;
-    case 1: out_r = q, out_g = v, out_b = p; break;
-    case 2: out_r = p, out_g = v, out_b = t; break;
-    case 3: out_r = p, out_g = q, out_b = v; break;
-    case 4: out_r = t, out_g = p, out_b = v; break;
-    default: out_r = v, out_g = p, out_b = q; break;
-  }
+  // _hsv_to_rgb's table by sector, (v, t, p), (q, v, p), (p, v, t), (p, q, v), (t, p, v), (v, p, q), as sums with
+  // exactly one weight 1 and the others 0: the same values without branches, so the loop vectorises.
+  const float in0 = i == 0.0f ? 1.0f : 0.0f, in1 = i == 1.0f ? 1.0f : 0.0f, in2 = i == 2.0f ? 1.0f : 0.0f;
+  const float in3 = i == 3.0f ? 1.0f : 0.0f, in4 = i == 4.0f ? 1.0f : 0.0f, in5 = i == 5.0f ? 1.0f : 0.0f;
+  const float out_r = v * (in0 + in5) + q * in1 + p * (in2 + in3) + t * in4;
+  const float out_g = t * in0 + v * (in1 + in2) + q * in3 + p * (in4 + in5);
+  const float out_b = p * (in0 + in1) + t * in2 + v * (in3 + in4) + q * in5;
   const float to_uint8 = static_cast<float>(255.0 + 1.0 - 1e-3);
-  red = static_cast<uint8_t>(out_r * to_uint8);
-  green = static_cast<uint8_t>(out_g * to_uint8);
-  blue = static_cast<uint8_t>(out_b * to_uint8);
+  red = static_cast<uint8_t>(static_cast<int32_t>(out_r * to_uint8));
+  green = static_cast<uint8_t>(static_cast<int32_t>(out_g * to_uint8));
+  blue = static_cast<uint8_t>(static_cast<int32_t>(out_b * to_uint8));
 }
 
 // adjust_sharpness for one interior pixel: the 3 x 3 blur (1/13 around, 5/13 in the middle) rounded half to even,

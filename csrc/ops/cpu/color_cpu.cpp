@@ -70,6 +70,13 @@ GPUCORE_VECTOR_CLONES void blend_with_grayscale(const Image& image, double facto
   }
 }
 
+GPUCORE_VECTOR_CLONES void shift_image_hue(const Image& image, float hue) {
+  if (image.channels != 3) return;  // hue leaves one channel unchanged, as torchvision
+  const int64_t count = image.plane();
+  uint8_t *__restrict r = image.channel(0), *__restrict g = image.channel(1), *__restrict b = image.channel(2);
+  for (int64_t i = 0; i < count; ++i) shift_hue(r[i], g[i], b[i], hue);
+}
+
 GPUCORE_VECTOR_CLONES void sharpen_image(const Image& image, double factor, std::vector<uint8_t>& source) {
   const int64_t h = image.h, w = image.w;
   if (h <= 2 || w <= 2) return;
@@ -122,11 +129,7 @@ void apply(const Image& image, int64_t code, double magnitude, std::vector<uint8
     case kColorSaturation:
       return blend_with_grayscale(image, magnitude);
     case kColorHue:
-      if (image.channels != 3) return;
-      for (int64_t i = 0; i < image.plane(); ++i) {
-        shift_hue(image.channel(0)[i], image.channel(1)[i], image.channel(2)[i], value);
-      }
-      return;
+      return shift_image_hue(image, value);
     case kColorSharpness:
       return sharpen_image(image, magnitude, scratch);
     case kColorPosterize: {
