@@ -26,11 +26,14 @@ struct Image {
 // Per value: `f(value)` on every value of the image, through a table of f's 256 results, so each value costs one
 // lookup whatever f computes (and gets exactly f's result).
 template <typename F>
-void map_values(const Image& image, F f) {
+void map_values(uint8_t* data, int64_t count, F f) {
   std::array<uint8_t, 256> table;
   for (int v = 0; v < 256; ++v) table[v] = f(static_cast<uint8_t>(v));
-  const int64_t count = image.channels * image.plane();
-  for (int64_t i = 0; i < count; ++i) image.data[i] = table[image.data[i]];
+  for (int64_t i = 0; i < count; ++i) data[i] = table[data[i]];
+}
+template <typename F>
+void map_values(const Image& image, F f) {
+  map_values(image.data, image.channels * image.plane(), f);
 }
 
 // adjust_brightness (other = 0, weight = 0: x * ratio, clamped) and adjust_contrast (other = the mean) on every
@@ -84,22 +87,35 @@ GPUCORE_VECTOR_CLONES void sharpen_image(const Image& image, double factor, std:
   for (int64_t c = 0; c < image.channels; ++c) {
     uint8_t* plane = image.channel(c);
     source.assign(plane, plane + image.plane());
+    const uint8_t* __restrict from = source.data();
     for (int64_t y = 1; y < h - 1; ++y) {
+      uint8_t* __restrict row = plane + y * w;
       for (int64_t x = 1; x < w - 1; ++x) {
-        const uint8_t* centre = source.data() + y * w + x;
-        plane[y * w + x] = sharpen([&](int dy, int dx) { return centre[dy * w + dx]; }, weight);
+        row[x] = sharpen([&](int dy, int dx) { return from[(y + dy) * w + x + dx]; }, weight);
       }
     }
   }
 }
 
-void autocontrast_image(const Image& image) {
+GPUCORE_VECTOR_CLONES void autocontrast_image(const Image& image) {
+  const int64_t count = image.plane();
   for (int64_t c = 0; c < image.channels; ++c) {
     uint8_t* plane = image.channel(c);
-    const auto [lo, hi] = std::minmax_element(plane, plane + image.plane());
-    const Autocontrast params = autocontrast_params(*lo, *hi);
-    for (int64_t i = 0; i < image.plane(); ++i) plane[i] = autocontrast(plane[i], params);
+    uint8_t lo = 255, hi = 0;  // a plain min/max loop, which compilers vectorise (std::minmax_element they do not)
+    for (int64_t i = 0; i < count; ++i) {
+      lo = std::min(lo, plane[i]);
+      hi = std::max(hi, plane[i]);
+    }
+    const Autocontrast params = autocontrast_params(lo, hi);
+    map_values(plane, count, [=](uint8_t x) { return autocontrast(x, params); });
   }
+}
+
+GPUCORE_VECTOR_CLONES void grayscale_image(const Image& image) {
+  if (image.channels != 3) return;  // one channel is its own grayscale
+  const int64_t count = image.plane();
+  uint8_t *__restrict r = image.channel(0), *__restrict g = image.channel(1), *__restrict b = image.channel(2);
+  for (int64_t i = 0; i < count; ++i) r[i] = g[i] = b[i] = static_cast<uint8_t>(floored_grayscale(r[i], g[i], b[i]));
 }
 
 void equalize_image(const Image& image) {
@@ -145,12 +161,7 @@ void apply(const Image& image, int64_t code, double magnitude, std::vector<uint8
     case kColorInvert:
       return map_values(image, [](uint8_t x) { return static_cast<uint8_t>(255 - x); });
     case kColorGrayscale:
-      if (image.channels != 3) return;
-      for (int64_t i = 0; i < image.plane(); ++i) {
-        const auto gray = static_cast<uint8_t>(grayscale(image.channel(0)[i], image.channel(1)[i], image.channel(2)[i]));
-        image.channel(0)[i] = image.channel(1)[i] = image.channel(2)[i] = gray;
-      }
-      return;
+      return grayscale_image(image);
     default:
       return;  // kColorIdentity
   }
