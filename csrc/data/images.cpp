@@ -13,6 +13,7 @@
 #include <png.h>
 #endif
 
+#include <algorithm>
 #include <atomic>
 #include <csetjmp>
 #include <cstring>
@@ -133,9 +134,16 @@ void decode_jpeg(const std::vector<unsigned char>& bytes, int64_t channels, Pixe
   out.height = info.output_height;
   out.width = info.output_width;
   out.data.resize(static_cast<size_t>(out.height * out.width * channels));
+  // Up to 16 rows per call (a plain array: nothing with a destructor after setjmp), so libjpeg writes whole row
+  // groups straight into the image.
+  constexpr JDIMENSION kRows = 16;
   while (info.output_scanline < info.output_height) {
-    JSAMPROW row = out.data.data() + static_cast<size_t>(info.output_scanline) * out.width * channels;
-    jpeg_read_scanlines(&info, &row, 1);
+    JSAMPROW rows[kRows];
+    const JDIMENSION count = std::min(kRows, info.output_height - info.output_scanline);
+    for (JDIMENSION k = 0; k < count; ++k) {
+      rows[k] = out.data.data() + static_cast<size_t>(info.output_scanline + k) * out.width * channels;
+    }
+    jpeg_read_scanlines(&info, rows, count);
   }
   jpeg_finish_decompress(&info);
   jpeg_destroy_decompress(&info);
