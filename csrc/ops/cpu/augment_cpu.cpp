@@ -9,6 +9,7 @@
 
 #include "ops/augment.h"
 #include "ops/cpu/batch_memory.h"
+#include "ops/cpu/shifted_plane.h"
 #include "ops/cpu/vector_clones.h"
 #include "ops/float_contiguous.h"
 
@@ -52,22 +53,9 @@ void augment_planes(const at::Tensor& images, const int64_t* offsets, const bool
       Out* dst = out + plane * h * w;
       const float a = scale[c], b = shift[c];
       const Out padded = static_cast<Out>(0.0f * a + b);  // what a pixel outside the image becomes
-      // The columns whose source lies inside the image: sx = x + dx, or w - 1 - x + dx flipped.
-      const int64_t first = std::min(w, flip ? std::max<int64_t>(0, dx) : std::max<int64_t>(0, -dx));
-      const int64_t last = std::max(first, flip ? std::min(w, w + dx) : std::min(w, w - dx));
-      for (int64_t y = 0; y < h; ++y) {
-        const int64_t sy = y + dy;
-        Out* row = dst + y * w;
-        if (sy < 0 || sy >= h) {
-          std::fill(row, row + w, padded);
-          continue;
-        }
-        std::fill(row, row + first, padded);
-        std::fill(row + last, row + w, padded);
-        // One branch-free run over contiguous source pixels.
-        const In* line = src + sy * w;
-        scale_run(flip ? line + w - 1 + dx - first : line + dx + first, row + first, last - first, a, b, flip);
-      }
+      write_shifted_plane(h, w, h, w, dy, dx, false, flip, padded, dst, [&](int64_t offset, Out* row, int64_t count) {
+        scale_run(src + offset, row, count, a, b, flip);
+      });
     }
   });
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ops/cpu/batch_memory.h"
+#include "ops/cpu/shifted_plane.h"
 #include "ops/geometry.h"
 #include "ops/resample_math.h"
 
@@ -72,26 +73,15 @@ at::Tensor crop_cpu(const at::Tensor& images, const at::Tensor& offsets, const a
         const T* from = src + plane * h * w;
         T* to = dst + plane * oh * ow;
         const T outside = static_cast<T>(fills[c]);
-        // The columns whose source lies inside the image: sx = left + x, or left + ow - 1 - x flipped.
-        const int64_t first = std::clamp(horizontal ? left + ow - w : -left, int64_t{0}, ow);
-        const int64_t last = std::clamp(horizontal ? left + ow : w - left, first, ow);
-        for (int64_t y = 0; y < oh; ++y) {
-          const int64_t sy = top + (vertical ? oh - 1 - y : y);
-          T* row = to + y * ow;
-          if (sy < 0 || sy >= h) {
-            std::fill(row, row + ow, outside);
-            continue;
-          }
-          std::fill(row, row + first, outside);
-          std::fill(row + last, row + ow, outside);
-          // Branch-free runs over contiguous source pixels: a plain copy, or a reversed one.
-          if (horizontal) {
-            const T* source = from + sy * w + left + ow - 1;
-            for (int64_t x = first; x < last; ++x) row[x] = source[-x];
-          } else {
-            std::copy(from + sy * w + left + first, from + sy * w + left + last, row + first);
-          }
-        }
+        write_shifted_plane(h, w, oh, ow, top, left, vertical, horizontal, outside, to,
+                            [&](int64_t offset, T* row, int64_t count) {
+                              const T* source = from + offset;
+                              if (horizontal) {
+                                for (int64_t x = 0; x < count; ++x) row[x] = source[-x];
+                              } else {
+                                std::copy(source, source + count, row);
+                              }
+                            });
       }
     });
   });
