@@ -10,8 +10,8 @@ one of two tasks:
 
 Per seed, every recipe starts from the same initial weights and data order as plain (config key `seed`); the seeds
 differ in both and in the augmentation's draws. Reports the monitored held-out accuracy (the raw weights' for plain,
-the EMA's for a recipe; whole-captcha accuracy for captcha), the best over the epochs, per seed, with each run's wall
-time, the mean and the spread.
+the EMA's for a recipe; whole-captcha accuracy for captcha), the best over the epochs, per seed, with the raw weights'
+best beside an EMA's and each run's wall time, then the mean and the spread.
 
     python bench/recipe_accuracy.py --task fashion_mnist [--epochs 10] [--seeds 0 1 2] [--json out.json]
     python bench/recipe_accuracy.py --task captcha [--epochs 3] [--train-size 16000] [--seeds 0 1 2]
