@@ -2,16 +2,17 @@
 one of two tasks:
 
 - fashion_mnist: the real Fashion-MNIST (examples/configs/fashion_mnist.yaml), trained by gpucore.train as the config
-  says ("plain") and with recipes on top: a `transforms` list and an EMA of the weights, which `monitor` picks.
+  says ("plain") and with recipes on top: a `transforms` list and an EMA of the weights, which `monitor` picks, and
+  each half alone.
 - captcha: seed 002's recogniser of examples/captcha/captcha_train.py (CTC, the `captcha` package's images, random
   crops of 6 pixels) as the example ships it ("plain") and with a recipe for text images on top (small affine
   warps and brightness/contrast jitter, no flips, and an EMA). The images are generated once from --data-seed and
   cached in --cache-dir, so every seed and recipe trains on the same images.
 
 Per seed, every recipe starts from the same initial weights and data order as plain (config key `seed`); the seeds
-differ in both and in the augmentation's draws. Reports the monitored held-out accuracy (the raw weights' for plain,
-the EMA's for a recipe; whole-captcha accuracy for captcha), the best over the epochs, per seed, with the raw weights'
-best beside an EMA's and each run's wall time, then the mean and the spread.
+differ in both and in the augmentation's draws. Reports the monitored held-out accuracy (the EMA's where a recipe has
+one, else the raw weights'; whole-captcha accuracy for captcha), the best over the epochs, per seed, with the raw
+weights' best beside an EMA's and each run's wall time, then the mean and the spread.
 
     python bench/recipe_accuracy.py --task fashion_mnist [--epochs 10] [--seeds 0 1 2] [--json out.json]
     python bench/recipe_accuracy.py --task captcha [--epochs 3] [--train-size 16000] [--seeds 0 1 2]
@@ -48,6 +49,8 @@ RECIPES = {  # per task: recipe name -> config keys on top of plain's
     "fashion_mnist": {
         "plain": {},
         "crop+flip+ema": {"transforms": CROP_FLIP, **_ema("val_ema_accuracy")},
+        "crop+flip": {"transforms": CROP_FLIP},  # its two halves apart
+        "ema": _ema("val_ema_accuracy"),
         "crop+flip+erasing+ema": {"transforms": CROP_FLIP + [{"RandomErasing": {"p": 0.25, "scale": [0.02, 0.15]}}],
                                   **_ema("val_ema_accuracy")},
     },
