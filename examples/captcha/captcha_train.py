@@ -13,6 +13,7 @@ import argparse
 import os
 import sys
 import warnings
+from typing import Optional
 
 import torch
 from torch import nn
@@ -54,7 +55,7 @@ class CaptchaCRNN(nn.Module):
         return self.head(self.rnn(self.dropout(columns))[0])
 
 
-def main(argv=None) -> float:
+def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=64)
@@ -69,25 +70,43 @@ def main(argv=None) -> float:
     parser.add_argument("--length", type=int, default=4)
     parser.add_argument("--cache-dir", default="~/.cache/gpucore/captcha", help="where generated images are kept")
     parser.add_argument("--dir", default="runs")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the weights, order and augmentation")
+    parser.add_argument("--data-seed", type=int, help="seed of the generated images (default: --seed); several "
+                                                      "--seed values on one --data-seed share the cached images")
+    return parser
 
-    packaged = captcha_package_data(args.train_size, args.val_size, args.length, args.seed, args.cache_dir)
+
+def captcha_data(args) -> tuple:
+    """((x_train, y_train), (x_val, y_val)) from the captcha package (or, without it, the built-in generator)."""
+    data_seed = args.seed if args.data_seed is None else args.data_seed
+    packaged = captcha_package_data(args.train_size, args.val_size, args.length, data_seed, args.cache_dir)
     if packaged is None:
         warnings.warn("the captcha package is not installed (pip install captcha): training on gpucore's built-in "
                       "captcha generator instead, whose accuracy does not carry over to real captchas", RuntimeWarning)
-        packaged = synthetic_captcha(args.train_size, args.val_size, seed=args.seed, length=args.length)
-    (x_train, y_train), (x_val, y_val) = packaged
+        packaged = synthetic_captcha(args.train_size, args.val_size, seed=data_seed, length=args.length)
+    return packaged
+
+
+def train_captcha(args, data: tuple, overrides: Optional[dict] = None) -> gpucore.TrainResult:
+    """The recogniser trained on `data` as `args` say, config keys in `overrides` on top (bench/recipe_accuracy.py)."""
+    (x_train, y_train), (x_val, y_val) = data
     torch.manual_seed(args.seed)  # the model's initial weights
     model = CaptchaCRNN(width=args.width, in_channels=x_train.shape[1])
-    result = gpucore.train(
-        {"loss": "ctc", "epochs": args.epochs, "batch_size": args.batch_size,
-         "accumulate_grad_batches": args.grad_accum, "precision": "auto" if args.amp else "32", "lr": args.lr,
-         "schedule": "onecycle", "weight_decay": 0.05, "clip_grad_norm": 5.0, "crop_padding": args.crop_padding,
-         "monitor": "val_seq_accuracy", "seed": args.seed, "run_dir": args.dir, "name": "captcha"},
-        model=model, train_data=(x_train, y_train + 1), val_data=(x_val, y_val + 1))  # class 0 is CTC's blank
+    config = {"loss": "ctc", "epochs": args.epochs, "batch_size": args.batch_size,
+              "accumulate_grad_batches": args.grad_accum, "precision": "auto" if args.amp else "32", "lr": args.lr,
+              "schedule": "onecycle", "weight_decay": 0.05, "clip_grad_norm": 5.0, "crop_padding": args.crop_padding,
+              "monitor": "val_seq_accuracy", "seed": args.seed, "run_dir": args.dir, "name": "captcha",
+              **(overrides or {})}
+    return gpucore.train(config, model=model, train_data=(x_train, y_train + 1),
+                         val_data=(x_val, y_val + 1))  # class 0 is CTC's blank
+
+
+def main(argv=None) -> float:
+    args = arguments().parse_args(argv)
+    data = captcha_data(args)
+    result = train_captcha(args, data)
     last = result.history[-1]
-    print(f"captcha: whole-captcha accuracy {last['val_seq_accuracy']:.4f} on {len(y_val)} held-out images "
+    print(f"captcha: whole-captcha accuracy {last['val_seq_accuracy']:.4f} on {len(data[1][1])} held-out images "
           f"(training {last['train_seq_accuracy']:.4f}) after {len(result.history)} epochs on {result.device} "
           f"({result.precision})")
     return last["val_seq_accuracy"]
