@@ -6,6 +6,7 @@
 #include <c10/util/accumulate.h>
 
 #include <deque>
+#include <iterator>
 #include <mutex>
 
 namespace gpucore::ops {
@@ -24,10 +25,10 @@ class BufferPool {
   void* take(size_t bytes) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      for (auto it = free_.begin(); it != free_.end(); ++it) {
+      for (auto it = free_.rbegin(); it != free_.rend(); ++it) {  // the most recently freed first: warm in cache
         if (it->bytes == bytes) {
           void* data = it->data;
-          free_.erase(it);
+          free_.erase(std::next(it).base());
           return data;
         }
       }
