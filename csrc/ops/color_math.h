@@ -128,7 +128,9 @@ template <typename At>
 GPUCORE_HOST_DEVICE inline uint8_t sharpen(const At& at, float weight) {
   const float side = static_cast<float>(1.0 / 13.0), middle = static_cast<float>(5.0 / 13.0);
   // The nine taps summed row by row, left to right, written out so that compilers vectorise the pixel loop.
-  const auto tap = [&](int dy, int dx) { return multiply(static_cast<float>(at(dy, dx)), dy == 0 && dx == 0 ? middle : side); };
+  const auto tap = [&](int dy, int dx) {
+    return multiply(static_cast<float>(at(dy, dx)), dy == 0 && dx == 0 ? middle : side);
+  };
   float blur = tap(-1, -1);
   blur += tap(-1, 0);
   blur += tap(-1, 1);

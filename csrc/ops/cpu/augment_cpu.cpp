@@ -32,10 +32,8 @@ template <typename In, typename Out>
 void scale_run(const In* from, Out* row, int64_t count, float a, float b, bool reversed) {
   if constexpr (std::is_same_v<In, uint8_t> && std::is_same_v<Out, float>) {
     reversed ? scale_bytes_reversed(from, row, count, a, b) : scale_bytes(from, row, count, a, b);
-  } else if (reversed) {
-    for (int64_t x = 0; x < count; ++x) row[x] = static_cast<Out>(static_cast<float>(from[-x]) * a + b);
   } else {
-    for (int64_t x = 0; x < count; ++x) row[x] = static_cast<Out>(static_cast<float>(from[x]) * a + b);
+    for (int64_t x = 0; x < count; ++x) row[x] = static_cast<Out>(static_cast<float>(from[reversed ? -x : x]) * a + b);
   }
 }
 

@@ -75,4 +75,10 @@ at::Tensor empty_batch(at::IntArrayRef sizes, const at::TensorOptions& options) 
   return at::for_blob(buffer->data, sizes).context(buffer, &return_to_pool).options(options).make_tensor();
 }
 
+at::Tensor copy_batch(const at::Tensor& images) {
+  at::Tensor copy = empty_batch(images.sizes(), images.options());
+  copy.copy_(images);
+  return copy;
+}
+
 }  // namespace gpucore::ops

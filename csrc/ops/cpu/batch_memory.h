@@ -11,4 +11,7 @@ namespace gpucore::ops {
 // at::empty(sizes, options) for CPU tensors, its memory reused from and returned to the pool when large.
 at::Tensor empty_batch(at::IntArrayRef sizes, const at::TensorOptions& options);
 
+// A contiguous copy of `images` in such memory: the output of the kernels that change a batch in place.
+at::Tensor copy_batch(const at::Tensor& images);
+
 }  // namespace gpucore::ops

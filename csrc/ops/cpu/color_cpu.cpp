@@ -48,10 +48,10 @@ GPUCORE_VECTOR_CLONES void blend_values(const Image& image, float other, float r
 // integers, summed exactly here; torch's float32 sum is exact too up to 2^24 (images up to 65793 pixels).
 GPUCORE_VECTOR_CLONES float contrast_mean(const Image& image) {
   const int64_t count = image.plane();
-  const uint8_t *r = image.channel(0), *g = image.channel(image.channels == 3 ? 1 : 0),
-                *b = image.channel(image.channels == 3 ? 2 : 0);
+  const uint8_t* r = image.channel(0);
   int64_t sum = 0;
   if (image.channels == 3) {
+    const uint8_t *g = image.channel(1), *b = image.channel(2);
     for (int64_t i = 0; i < count; ++i) sum += static_cast<int32_t>(floored_grayscale(r[i], g[i], b[i]));
   } else {
     for (int64_t i = 0; i < count; ++i) sum += r[i];
@@ -170,8 +170,7 @@ void apply(const Image& image, int64_t code, double magnitude, std::vector<uint8
 at::Tensor color_ops_cpu(const at::Tensor& images, const at::Tensor& codes, const at::Tensor& magnitudes) {
   check_color_ops_inputs(images, codes, magnitudes);
   check_color_values(codes, magnitudes);
-  at::Tensor out = empty_batch(images.sizes(), images.options());
-  out.copy_(images);
+  at::Tensor out = copy_batch(images);
   const at::Tensor code = codes.contiguous(), magnitude = magnitudes.contiguous();
   const int64_t n = out.size(0), steps = code.size(1);
   const int64_t channels = out.size(1), h = out.size(2), w = out.size(3);
@@ -220,8 +219,7 @@ void check_boxes_inside(const at::Tensor& boxes, int64_t h, int64_t w) {
 at::Tensor erase_cpu(const at::Tensor& images, const at::Tensor& boxes, const std::optional<at::Tensor>& fill,
                      const std::optional<at::Tensor>& noise_seeds) {
   check_erase_inputs(images, boxes, fill, noise_seeds);
-  at::Tensor out = empty_batch(images.sizes(), images.options());
-  out.copy_(images);
+  at::Tensor out = copy_batch(images);
   const at::Tensor box = boxes.contiguous();
   check_boxes_inside(box, out.size(2), out.size(3));
   const at::Tensor fill_values = fill ? fill->contiguous() : at::Tensor();
