@@ -11,8 +11,8 @@
 namespace gpucore::ops {
 namespace {
 
-// The codes' and magnitudes' values are not checked here (reading them would wait for the device); the kernel
-// asserts them in debug builds and treats an unknown code as the identity otherwise.
+// The codes' values are not checked here (reading them would wait for the device): the kernel checks them, in
+// release builds too (GPUCORE_KERNEL_ASSERT), and an unknown code fails the launch with a device-side assert.
 at::Tensor color_ops_cuda(const at::Tensor& images, const at::Tensor& codes, const at::Tensor& magnitudes) {
   check_color_ops_inputs(images, codes, magnitudes);
   const c10::cuda::CUDAGuard guard(images.device());
