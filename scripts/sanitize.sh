@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # An AddressSanitizer + UndefinedBehaviorSanitizer build of the core, gpucore._C and the GoogleTest
-# binary (CPU only, in build/sanitize), then ctest and the seeded corrupt-file corpus
+# binaries (CPU only, in build/sanitize), then ctest (gpucore_kernel_tests runs every CUDA kernel on the
+# emulated grid of csrc/ops/cuda/emulator, so its accesses are checked too) and the seeded corrupt-file corpus
 # (tests/python/corrupt_files.py) through the sanitized module. Any report stops the process that
 # made it, so the corpus runner counts it as a crash. Then a plain build without libpng (in build/nopng)
 # and the tests that only such a build runs: a PNG file is refused naming the library to install.

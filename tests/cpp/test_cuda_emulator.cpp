@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "ops/color_math.h"
+#include "ops/cuda/color_kernels.h"
 #include "ops/cuda/kernel_launch.h"
 
 namespace {
@@ -69,7 +71,9 @@ TEST(CudaEmulator, SyncthreadsIsABarrierThatExitedThreadsLeave) {
       for (unsigned t = 0; t < kActive; ++t) next[t] = values[t] + values[(t + 1) % kActive];
       values = next;
     }
-    for (unsigned t = 0; t < kActive; ++t) ASSERT_EQ(output[b * kThreads + t], values[t]) << "block " << b << " thread " << t;
+    for (unsigned t = 0; t < kActive; ++t) {
+      ASSERT_EQ(output[b * kThreads + t], values[t]) << "block " << b << " thread " << t;
+    }
   }
 }
 
@@ -134,7 +138,8 @@ TEST(CudaEmulator, HalfAndBfloat16ConvertAsCuda) {
                                std::numeric_limits<float>::denorm_min()};
   for (int i = 0; i < 200000; ++i) {
     values.push_back(std::bit_cast<float>(static_cast<uint32_t>(engine())));  // every exponent
-    values.push_back(std::bit_cast<float>(0x33000000u + static_cast<uint32_t>(engine() % 0x14800000u)));  // half's range
+    // Half's range, from below its smallest subnormal to past its largest value.
+    values.push_back(std::bit_cast<float>(0x33000000u + static_cast<uint32_t>(engine() % 0x14800000u)));
   }
   for (const float value : values) {
     if (std::isnan(value)) continue;
@@ -167,6 +172,25 @@ TEST(CudaEmulator, RefusedLaunchesAndFailedChecksEndInCudaErrors) {
   GPUCORE_LAUNCH(checked_kernel, 8, 32, 0, nullptr, bad.data(), &blocks_run);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorAssert);
   EXPECT_LT(blocks_run, 8);  // the grid ends at the failed check
+}
+
+// The colour and erase kernels check the values their ops cannot read without waiting for the device, in release
+// builds too (this binary is one): a wrong one fails the launch with a device-side assert, nothing is written past
+// the image.
+TEST(CudaEmulator, ColorAndEraseKernelsCheckTheirValuesInReleaseBuilds) {
+  std::vector<uint8_t> image(3 * 4 * 4, 7), scratch(image.size());
+  const std::vector<int64_t> codes = {gpucore::ops::kColorInvert, gpucore::ops::kColorOpCount};
+  const std::vector<double> magnitudes = {0.0, 0.0};
+  gpucore::ops::cuda::launch_color_ops(image.data(), scratch.data(), codes.data(), magnitudes.data(), 1, 2, 3, 4, 4,
+                                       nullptr);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorAssert);
+
+  std::vector<float> images(2 * 4 * 4);
+  const std::vector<int64_t> boxes = {0, 0, 4, 4, 2, 1, 3, 2};  // the second box reaches past the bottom
+  const std::vector<float> fill = {1.0f, 2.0f};
+  gpucore::ops::cuda::launch_erase(images.data(), gpucore::ops::cuda::EraseType::kFloat32, boxes.data(), fill.data(),
+                                   nullptr, 2, 1, 4, 4, nullptr);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorAssert);
 }
 
 }  // namespace

@@ -363,6 +363,8 @@ TEST(KernelsAgainstCpu, EmaUpdate) {
       }
       chunk.count = static_cast<int>(averages.size());
       const DeviceCopy counter(counters);
+      cuda::launch_ema_update(cuda::EmaChunk{}, group.type, counter.get<float>(), params, nullptr);  // no tensors
+      expect_ran();
       cuda::launch_ema_update(chunk, group.type, counter.get<float>(), params, nullptr);
       expect_ran();
       ema_update(averages, sources, counters, params);
@@ -399,15 +401,17 @@ TEST(KernelsAgainstCpu, Crop) {
       SCOPED_TRACE(shape_name(c.shape) + " to " + shape_name(c.size) + " " + c10::toString(dtype));
       const int64_t n = c.shape[0], channels = c.shape[1], h = c.shape[2], w = c.shape[3];
       // Offsets reaching past every side, so the fill shows.
-      const at::Tensor offsets = at::stack({random.integers({n}, -c.size[0], h + 1), random.integers({n}, -c.size[1], w + 1)}, 1);
+      const at::Tensor offsets =
+          at::stack({random.integers({n}, -c.size[0], h + 1), random.integers({n}, -c.size[1], w + 1)}, 1);
       const at::Tensor flips = random.integers({n, 2}, 0, 2, at::kBool);
       std::vector<double> fill;
       for (int64_t i = 0; i < channels; ++i) fill.push_back(static_cast<double>(random.integer(0, 256)));
       const at::Tensor images = random.images(c.shape, dtype);
       const at::Tensor expected = crop(images, offsets, flips, c.size, fill);
-      const DeviceCopy in(images), offset(offsets), flip(flips), out(at::empty({n, channels, c.size[0], c.size[1]}, dtype));
-      cuda::launch_crop(in.get(), dtype == at::kByte, offset.get<int64_t>(), flip.get<bool>(), out.get(), n, channels, h,
-                        w, c.size[0], c.size[1], channel_fill(fill, channels), nullptr);
+      const DeviceCopy in(images), offset(offsets), flip(flips),
+          out(at::empty({n, channels, c.size[0], c.size[1]}, dtype));
+      cuda::launch_crop(in.get(), dtype == at::kByte, offset.get<int64_t>(), flip.get<bool>(), out.get(), n, channels,
+                        h, w, c.size[0], c.size[1], channel_fill(fill, channels), nullptr);
       expect_ran();
       expect_bitwise_equal(out.host(), expected);
     }
@@ -457,9 +461,12 @@ TEST(KernelsAgainstCpu, Affine) {
           const int64_t n = c.shape[0], channels = c.shape[1];
           // Rotation, scale, shear and translation as torchvision's inverse matrices: anything invertible.
           const at::Tensor angles = random.uniform({n}, -3.2, 3.2), scales = random.uniform({n}, 0.5, 1.6);
-          const at::Tensor matrices = at::stack({scales * angles.cos(), -scales * angles.sin() + random.uniform({n}, -0.3, 0.3),
-                                                 random.uniform({n}, -4.0, 4.0), scales * angles.sin(),
-                                                 scales * angles.cos(), random.uniform({n}, -4.0, 4.0)}, 1).contiguous();
+          const at::Tensor shear = random.uniform({n}, -0.3, 0.3);
+          const at::Tensor matrices =
+              at::stack({scales * angles.cos(), -scales * angles.sin() + shear, random.uniform({n}, -4.0, 4.0),
+                         scales * angles.sin(), scales * angles.cos(), random.uniform({n}, -4.0, 4.0)},
+                        1)
+                  .contiguous();
           std::vector<double> fill;
           if (has_fill) {
             for (int64_t i = 0; i < channels; ++i) fill.push_back(static_cast<double>(random.integer(0, 256)));
@@ -483,7 +490,8 @@ TEST(KernelsAgainstCpu, Affine) {
 at::Tensor mix_params(int64_t n, int64_t h, int64_t w, Random& random) {
   at::Tensor params = at::empty({n, kMixParams});
   for (int64_t i = 0; i < n; ++i) {
-    const float lam = random.uniform({}, 0.0, 1.0).item<float>(), target_lam = random.uniform({}, 0.0, 1.0).item<float>();
+    const float lam = random.uniform({}, 0.0, 1.0).item<float>();
+    const float target_lam = random.uniform({}, 0.0, 1.0).item<float>();
     const int64_t y0 = random.integer(0, h + 1), x0 = random.integer(0, w + 1);
     const bool whole = i % 3 == 0;
     params[i] = at::tensor({lam, 1.0f - lam, target_lam, 1.0f - target_lam, whole ? 0.0f : static_cast<float>(y0),

@@ -21,7 +21,7 @@
 #define __host__
 #define __constant__
 // One variable per kernel (or device function), shared by the threads of the block that runs: blocks run one at a
-// time. Unlike a GPU's shared memory it starts zeroed, so a read before the first write goes unnoticed.
+// time. It holds zeros or the previous block's values, not a GPU's garbage: a read before the first write can pass.
 #define __shared__ static
 
 struct uint3 {
