@@ -677,7 +677,7 @@ TEST(KernelsAgainstCpu, EveryDeclaredLauncherHasATest) {
     }
   }
   const std::set<std::string> tested = matches(GPUCORE_KERNEL_TEST_SOURCE, std::regex(R"(\bcuda::(launch_\w+)\()"));
-  EXPECT_GE(declared.size(), 15u);
+  EXPECT_GE(declared.size(), 17u) << "fewer launchers than the headers declared: the pattern no longer reads them";
   for (const std::string& launcher : declared) EXPECT_TRUE(tested.count(launcher) > 0) << launcher << " has no test";
 }
 
