@@ -13,8 +13,30 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def cpu_description() -> str:
+    """The CPU's model and the vector units that decide torch's kernels and `precision: auto` (e.g.
+    "AMD EPYC: AVX2, AVX-512, AVX512-BF16; torch kernels AVX512"): the machines differ from run to run."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    model = value.strip()
+                elif key.strip() == "flags":
+                    flags = set(value.split())
+                    break
+    except OSError:
+        pass
+    units = [name for flag, name in (("avx2", "AVX2"), ("avx512f", "AVX-512"), ("avx512_bf16", "AVX512-BF16"),
+                                     ("amx_tile", "AMX")) if flag in flags]
+    return f"{model}: {', '.join(units) or 'no AVX2'}; torch kernels {torch.backends.cpu.get_cpu_capability()}"
+
+
 def device_label(device: torch.device) -> str:
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"CPU {cpu_description()} ({torch.get_num_threads()} threads)"
 
 
 def report(title: str, unit: str, rates: dict, reference: str, facts: dict, json_path=None) -> dict:
@@ -31,7 +53,7 @@ def report(title: str, unit: str, rates: dict, reference: str, facts: dict, json
 def result_json(result: dict, json_path=None) -> dict:
     """`result` with the date and versions, written to `json_path` when given."""
     result = dict(result, date=datetime.date.today().isoformat(), torch=torch.__version__,
-                  python=platform.python_version())
+                  python=platform.python_version(), cpu=cpu_description())
     if json_path:
         with open(json_path, "w") as handle:
             json.dump(result, handle, indent=2)

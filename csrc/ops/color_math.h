@@ -44,26 +44,32 @@ GPUCORE_HOST_DEVICE inline uint8_t clamp_to_uint8(float v) {
   return static_cast<uint8_t>(static_cast<int32_t>(v));
 }
 
-// _rgb_to_grayscale_image in float32: r * 0.2989, then add_(g, alpha=0.587) and add_(b, alpha=0.114), which torch's
-// CPU kernels compute as fused multiply-adds.
-GPUCORE_HOST_DEVICE inline float grayscale(float r, float g, float b) {
-  return fmaf(b, 0.114f, fmaf(g, 0.587f, multiply(r, 0.2989f)));
+// torch's add_(other, alpha), c + a * b, as its kernels round it: one fused multiply-add on CUDA and in its CPU
+// kernels built for AVX2 and AVX-512 (Vectorized's fmadd), the product rounded first in its baseline CPU kernels
+// (a CPU without AVX2, or ATEN_CPU_CAPABILITY=default). `fused` says which; the CPU kernels ask torch
+// (color_cpu.cpp).
+GPUCORE_HOST_DEVICE inline float multiply_add(float a, float b, float c, bool fused) {
+  return fused ? fmaf(a, b, c) : multiply(a, b) + c;
+}
+
+// _rgb_to_grayscale_image in float32: r * 0.2989, then add_(g, alpha=0.587) and add_(b, alpha=0.114).
+GPUCORE_HOST_DEVICE inline float grayscale(float r, float g, float b, bool fused = true) {
+  return multiply_add(b, 0.114f, multiply_add(g, 0.587f, multiply(r, 0.2989f), fused), fused);
 }
 
 // The grayscale value floored, as adjust_saturation and adjust_contrast's mean take it for uint8 images. It is
 // never negative, so truncating through int32 floors it; compilers vectorise that where floor of an fmaf is not.
-GPUCORE_HOST_DEVICE inline float floored_grayscale(float r, float g, float b) {
-  return static_cast<float>(static_cast<int32_t>(grayscale(r, g, b)));
+GPUCORE_HOST_DEVICE inline float floored_grayscale(float r, float g, float b, bool fused = true) {
+  return static_cast<float>(static_cast<int32_t>(grayscale(r, g, b, fused)));
 }
 
 // _blend's weight of the second image, 1 - factor, computed in double from the Python float as torchvision does,
 // then float32 (the factor itself multiplies as float32).
 GPUCORE_HOST_DEVICE inline float blend_weight(double factor) { return static_cast<float>(1.0 - factor); }
 
-// _blend(x, other, ratio) for one uint8 value: x * ratio, then add_(other, alpha=1 - ratio) (a fused multiply-add in
-// torch's CPU kernel), clamped, truncated.
-GPUCORE_HOST_DEVICE inline uint8_t blend(uint8_t x, float other, float ratio, float weight) {
-  return clamp_to_uint8(fmaf(other, weight, multiply(static_cast<float>(x), ratio)));
+// _blend(x, other, ratio) for one uint8 value: x * ratio, then add_(other, alpha=1 - ratio), clamped, truncated.
+GPUCORE_HOST_DEVICE inline uint8_t blend(uint8_t x, float other, float ratio, float weight, bool fused = true) {
+  return clamp_to_uint8(multiply_add(other, weight, multiply(static_cast<float>(x), ratio), fused));
 }
 
 // fmaxf / fminf for values that are never NaN (there they agree): compilers vectorise these, not the NaN-aware
@@ -125,7 +131,7 @@ GPUCORE_HOST_DEVICE inline void shift_hue(uint8_t& red, uint8_t& green, uint8_t&
 // adjust_sharpness for one interior pixel: the 3 x 3 blur (1/13 around, 5/13 in the middle) rounded half to even,
 // then x + (1 - factor) * (blur - x), clamped and truncated. `at(dy, dx)` reads the neighbour of the source image.
 template <typename At>
-GPUCORE_HOST_DEVICE inline uint8_t sharpen(const At& at, float weight) {
+GPUCORE_HOST_DEVICE inline uint8_t sharpen(const At& at, float weight, bool fused = true) {
   const float side = static_cast<float>(1.0 / 13.0), middle = static_cast<float>(5.0 / 13.0);
   // The nine taps summed row by row, left to right, written out so that compilers vectorise the pixel loop.
   const auto tap = [&](int dy, int dx) {
@@ -141,7 +147,7 @@ GPUCORE_HOST_DEVICE inline uint8_t sharpen(const At& at, float weight) {
   blur += tap(1, 0);
   blur += tap(1, 1);
   const float x = static_cast<float>(at(0, 0));
-  return clamp_to_uint8(fmaf(rintf(blur) - x, weight, x));
+  return clamp_to_uint8(multiply_add(rintf(blur) - x, weight, x, fused));
 }
 
 GPUCORE_HOST_DEVICE inline uint8_t posterize(uint8_t x, int bits) {

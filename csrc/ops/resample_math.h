@@ -52,8 +52,8 @@ GPUCORE_HOST_DEVICE inline int64_t nearest_source(int64_t i, int64_t in_size, in
 }
 
 // Float products and sums rounded one at a time, never contracted into a fused multiply-add (nvcc contracts
-// by default; geometry_cpu.cpp is compiled -ffp-contract=off), with fmaf where a fused one is wanted: the
-// affine grid must round exactly where torch's CPU kernels round.
+// by default; geometry_cpu.cpp is compiled -ffp-contract=off): grid_sample's un-normalisation must round
+// exactly where torch's kernel rounds.
 GPUCORE_HOST_DEVICE inline float mul_rounded(float a, float b) {
 #if defined(__CUDA_ARCH__)
   return __fmul_rn(a, b);
@@ -71,13 +71,11 @@ GPUCORE_HOST_DEVICE inline float add_rounded(float a, float b) {
 }
 
 // torchvision's grid value bx * a + by * b + c (base grid row (bx, by, 1) times the rescaled theta column
-// (a, b, c)) as torch's float32 bmm computes it for an h x w grid: below 400 multiply-adds (h * w * 3 * 2) its
-// plain kernel rounds each product and sums in order; above, the BLAS sgemm (MKL) rounds bx * a, fuses
-// by * b into that sum, then adds c (checked bit for bit against torch 2.13 CPU on every pixel of
-// hundreds of random grids of 1..70 pixels a side).
-GPUCORE_HOST_DEVICE inline float affine_grid_value(float bx, float by, float a, float b, float c, int64_t h, int64_t w) {
-  if (h * w * 6 < 400) return add_rounded(add_rounded(mul_rounded(bx, a), mul_rounded(by, b)), c);
-  return add_rounded(fmaf(by, b, mul_rounded(bx, a)), c);
+// (a, b, c)), each product and sum rounded on its own in order: what the CUDA kernel computes. The CPU kernel
+// takes the grid from torch's own bmm instead (geometry_cpu.cpp): how the CPU's float32 bmm rounds depends on
+// the machine (MKL's sgemm fuses a product into the sum on AVX-512 CPUs and rounds each one on AVX2 CPUs).
+GPUCORE_HOST_DEVICE inline float affine_grid_value(float bx, float by, float a, float b, float c) {
+  return add_rounded(add_rounded(mul_rounded(bx, a), mul_rounded(by, b)), c);
 }
 
 // grid_sample's un-normalisation (align_corners=False) of grid value g along an axis of `size` pixels, as
@@ -90,15 +88,13 @@ GPUCORE_HOST_DEVICE inline float unnormalize(float g, int64_t size) {
 // (6 floats: the inverse map relative to the centre), as torchvision's _affine_grid computes the grid in
 // float32 (theta / (size / 2), then the bmm) and grid_sample (align_corners=False) un-normalises it.
 GPUCORE_HOST_DEVICE inline void affine_source(const float* matrix, int64_t x, int64_t y, int64_t h, int64_t w, float& sx,
-                                       float& sy) {
+                                              float& sy) {
   const float half_w = 0.5f * static_cast<float>(w), half_h = 0.5f * static_cast<float>(h);
   // pixel centres relative to the image centre: half-integers, exact in float like torch's linspace
   const float bx = static_cast<float>(x) - (static_cast<float>(w) - 1.0f) * 0.5f;
   const float by = static_cast<float>(y) - (static_cast<float>(h) - 1.0f) * 0.5f;
-  const float gx = affine_grid_value(bx, by, matrix[0] / half_w, matrix[1] / half_w, matrix[2] / half_w, h, w);
-  const float gy = affine_grid_value(bx, by, matrix[3] / half_h, matrix[4] / half_h, matrix[5] / half_h, h, w);
-  sx = unnormalize(gx, w);
-  sy = unnormalize(gy, h);
+  sx = unnormalize(affine_grid_value(bx, by, matrix[0] / half_w, matrix[1] / half_w, matrix[2] / half_w), w);
+  sy = unnormalize(affine_grid_value(bx, by, matrix[3] / half_h, matrix[4] / half_h, matrix[5] / half_h), h);
 }
 
 // One output value of affine for the plane `plane` (h x w, row-major): grid_sample with zero padding,

@@ -34,32 +34,41 @@ void def_batches(py::module_& m) {
     const auto size = pipeline.output_size(height, width);
     return std::make_pair(size[0], size[1]);
   }, py::arg("specs"), py::arg("height") = 0, py::arg("width") = 0);
-  // The parameters the list draws for `samples` height x width images from the generator seeded `seed` (as
-  // apply_transforms draws them), per transform in pipeline order: tests compare them with torchvision's.
+  // The parameters the list draws for `samples` height x width images (as apply_transforms draws them for a
+  // batch of that many), per transform in pipeline order: tests compare their distributions with torchvision's.
   m.def("sample_transforms", [](const std::vector<TransformSpec>& specs, int64_t samples, int64_t height,
-                                int64_t width, uint64_t seed) {
+                                int64_t width, uint64_t seed, int64_t epoch) {
     const TransformPipeline pipeline(specs, {}, {});
-    at::Generator generator = at::detail::createCPUGenerator(seed);
+    at::Generator generator = at::detail::createCPUGenerator(transform_seed(seed, epoch));
     return pipeline.sample(samples, height, width, generator);
-  }, py::arg("specs"), py::arg("samples"), py::arg("height"), py::arg("width"), py::arg("seed") = 0);
-  // The list applied to N x C x H x W images as one training batch (parameters drawn from `seed`),
-  // normalised by mean/std unless the list has a Normalize, as float32: evaluation and prediction use it
-  // with the list's deterministic form.
+  }, py::arg("specs"), py::arg("samples"), py::arg("height"), py::arg("width"), py::arg("seed") = 0,
+        py::arg("epoch") = 0);
+  // The list applied to N x C x H x W images as one training batch: the parameters training draws for the first N
+  // samples of epoch `epoch` of a run seeded `seed`, normalised by mean/std unless the list has a Normalize, as
+  // `dtype`. Returns the batch and the drawn parameters (per transform, in names' order). gpucore.transforms.Compose
+  // and evaluation (the list's deterministic form) use it.
   m.def("apply_transforms", [](const at::Tensor& images, const std::vector<TransformSpec>& specs,
-                               std::vector<double> mean, std::vector<double> std, uint64_t seed) {
+                               std::vector<double> mean, std::vector<double> std, uint64_t seed, int64_t epoch,
+                               at::ScalarType dtype) {
     if (images.dim() != 4) {
       throw ConfigError("transforms need N x C x H x W images, got shape " + c10::str(images.sizes()));
     }
+    if (epoch < 0) throw ConfigError("transforms: epoch must be >= 0, got " + std::to_string(epoch));
     const TransformPipeline pipeline(specs, std::move(mean), std::move(std));
-    at::Generator generator = at::detail::createCPUGenerator(seed);
-    auto params = pipeline.sample(images.size(0), images.size(2), images.size(3), generator);
+    at::Generator generator = at::detail::createCPUGenerator(transform_seed(seed, epoch));
+    const auto drawn = pipeline.sample(images.size(0), images.size(2), images.size(3), generator);
+    auto params = drawn;
     for (auto& tensors : params) {
       for (auto& tensor : tensors) tensor = tensor.to(images.device());
     }
     at::Tensor masks;
-    return pipeline.apply(images, params, at::kFloat, masks);
-  }, py::arg("images"), py::arg("specs"), py::arg("mean"), py::arg("std"), py::arg("seed") = 0,
-        py::call_guard<py::gil_scoped_release>());
+    return std::make_pair(pipeline.apply(images, params, dtype, masks), drawn);
+  }, py::arg("images"), py::arg("specs"), py::arg("mean"), py::arg("std"), py::arg("seed") = 0, py::arg("epoch") = 0,
+        py::arg("dtype") = at::kFloat, py::call_guard<py::gil_scoped_release>());
+  // The names of the list's transforms in the order they run and draw (Normalize is not one).
+  m.def("transform_order", [](const std::vector<TransformSpec>& specs) {
+    return TransformPipeline(specs, {}, {}).names();
+  });
   py::class_<AugmentConfig>(m, "AugmentConfig")
       .def(py::init<>())
       .def_readwrite("enabled", &AugmentConfig::enabled)

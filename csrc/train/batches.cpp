@@ -96,7 +96,7 @@ void EpochBatches::start_epoch(int64_t epoch, int64_t skip_batches) {
   order_host_ = order.contiguous();
   refill(order_, order_host_, device_);
   if (augment_.enabled) {
-    at::Generator draws = at::detail::createCPUGenerator(epoch_seed ^ 0x9E3779B97F4A7C15ULL);
+    at::Generator draws = at::detail::createCPUGenerator(transform_seed(seed_, epoch));
     const auto params = pipeline_.sample(n, image_height_, image_width_, draws);
     transform_params_.resize(params.size());
     for (size_t i = 0; i < params.size(); ++i) {

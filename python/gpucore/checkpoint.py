@@ -6,17 +6,20 @@ of tensors and numbers written with torch.save, so `torch.load(path, weights_onl
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import numbers
 import os
+import shutil
 import signal
 import threading
-from typing import Any, Callable, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 import torch
 
-from .errors import ConfigError
+from .errors import ConfigError, TrainingError
+from .run_files import RESUME_CANDIDATES
 
 FORMAT = "gpucore-checkpoint"
 VERSION = 1
@@ -50,12 +53,19 @@ def _interrupts_deferred():
             raise KeyboardInterrupt
 
 
-def atomic_write(path: str, write: Callable[[Any], None], binary: bool = True) -> None:
+def atomic_write(path: str, write: Callable[[Any], None], binary: bool = True, size: Optional[int] = None) -> None:
+    """`write(handle)` into a temporary beside `path`, then renamed over it. A full disk raises TrainingError
+    saying so (`size`: the bytes the file needs about, for the message); the previous file is left as it was."""
     with _interrupts_deferred():
-        _atomic_write(path, write, binary)
+        _atomic_write(path, write, binary, size)
 
 
-def _atomic_write(path: str, write: Callable[[Any], None], binary: bool) -> None:
+# Below this much free space a failed write is taken for a full disk: torch.save reports a short write as
+# "unexpected pos", without the errno.
+_NEARLY_FULL = 1 << 20
+
+
+def _atomic_write(path: str, write: Callable[[Any], None], binary: bool, size: Optional[int]) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     temporary = f"{path}.tmp-{os.getpid()}"
@@ -65,11 +75,60 @@ def _atomic_write(path: str, write: Callable[[Any], None], binary: bool) -> None
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as exc:
+        full = _is_disk_full(exc, directory)  # measured while the temporary still takes its space
         if os.path.exists(temporary):
             os.remove(temporary)
+        if full:
+            raise TrainingError(_disk_full_message(path, size)) from exc
         raise
     _fsync_directory(directory)
+
+
+def _is_disk_full(exc: BaseException, directory: str) -> bool:
+    cause: Optional[BaseException] = exc
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    if not isinstance(exc, (OSError, RuntimeError)):
+        return False
+    try:
+        return shutil.disk_usage(directory).free < _NEARLY_FULL
+    except OSError:
+        return False
+
+
+def _amount(count: int) -> str:
+    return f"{count / 1e6:.1f} MB" if count >= 1e6 else f"{count / 1e3:.1f} kB"
+
+
+def _disk_full_message(path: str, size: Optional[int]) -> str:
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        free = _amount(shutil.disk_usage(directory).free)
+    except OSError:
+        free = "an unknown amount"
+    needs = f"it needs about {_amount(size)}, " if size else ""
+    name = os.path.basename(path)
+    kept = f"the previous {name} is intact" if os.path.exists(path) else f"there is no earlier {name}"
+    complete = sorted((os.path.join(directory, name) for name in RESUME_CANDIDATES
+                       if os.path.isfile(os.path.join(directory, name))), key=os.path.getmtime)
+    newest = (f"; resume: auto goes on from {complete[-1]}, the newest complete checkpoint" if complete
+              else "; no checkpoint to resume from is complete yet")
+    return (f"no space left on the device writing '{path}': {needs}{free} free in {directory}. Nothing was "
+            f"overwritten: {kept}{newest}. Free some space (or set run_dir elsewhere), then run again with "
+            "resume: auto")
+
+
+def _tensor_bytes(value: Any) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, dict):
+        return sum(_tensor_bytes(item) for item in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_tensor_bytes(item) for item in value)
+    return 0
 
 
 def _to_host(value: Any, copy: bool) -> Any:
@@ -99,7 +158,7 @@ def host_snapshot(payload: dict, copy: bool = False) -> dict:
 
 def write_snapshot(path: str, snapshot: dict) -> None:
     """A host_snapshot to `path`, atomically."""
-    atomic_write(path, lambda handle: torch.save(snapshot, handle))
+    atomic_write(path, lambda handle: torch.save(snapshot, handle), size=_tensor_bytes(snapshot))
 
 
 def save_checkpoint(path: str, payload: dict) -> None:

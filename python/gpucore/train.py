@@ -14,7 +14,7 @@ from typing import Any, Callable, List, Optional, Sequence
 import torch
 from torch import nn
 
-from .checkpoint import load_checkpoint
+from .checkpoint import EMA_STATE, load_checkpoint
 from .config import load_config
 from .errors import ConfigError
 from .evaluation.run_report import report_after_training
@@ -46,6 +46,8 @@ class TrainResult:
     host_syncs: int
     model: nn.Module = field(repr=False)
     skipped_files: List[str] = field(default_factory=list)  # unreadable files left out (on_error: skip)
+    # The model's exponential moving average after the last step (config key ema_decay), None without one.
+    model_ema: Optional[nn.Module] = field(default=None, repr=False)
 
 
 def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any = None, val_data: Any = None,
@@ -87,7 +89,7 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
         stats_path=run.run_dir.stats_path, metrics_path=run.run_dir.metrics_path, device=str(run.device),
         precision=run.policy.precision, samples_per_second=_samples_per_second(history),
         steps=run.engine.steps_taken(), skipped_steps=run.engine.steps_skipped(), host_syncs=run.engine.host_syncs(),
-        model=run.module, skipped_files=loop.skipped_files(),
+        model=run.module, skipped_files=loop.skipped_files(), model_ema=run.ema,
     )
 
 
@@ -109,12 +111,18 @@ def _train_in_processes(config) -> TrainResult:
     with open(stats_path, encoding="utf-8") as handle:
         stats = json.load(handle)
     checkpoint_dir = os.path.join(summary["run_dir"], CHECKPOINTS)
-    module = build_model(config.model, config.model_kwargs)
-    module.load_state_dict(load_checkpoint(os.path.join(checkpoint_dir, LAST))["model"])
+    module = build_model(config.model, config.model_kwargs, config.pretrained)
+    last = load_checkpoint(os.path.join(checkpoint_dir, LAST))
+    module.load_state_dict(last["model"])
+    ema = None
+    if EMA_STATE in last:
+        ema = build_model(config.model, config.model_kwargs, config.pretrained).eval().requires_grad_(False)
+        ema.load_state_dict(last[EMA_STATE])
     history = stats["epochs"]
     return TrainResult(
         history=history, best_metric=stats["best"]["metric"], best_epoch=stats["best"]["epoch"],
         monitor=stats["best"]["monitor"] or "", status=stats["status"], run_dir=summary["run_dir"],
         checkpoint_dir=checkpoint_dir, stats_path=stats_path, metrics_path=os.path.join(summary["run_dir"], METRICS),
         device=stats["device"], precision=stats["precision"]["precision"], samples_per_second=_samples_per_second(history),
-        steps=stats["steps"], skipped_steps=stats["skipped_steps"], host_syncs=stats["host_syncs"], model=module)
+        steps=stats["steps"], skipped_steps=stats["skipped_steps"], host_syncs=stats["host_syncs"], model=module,
+        skipped_files=stats.get("skipped_files", []), model_ema=ema)

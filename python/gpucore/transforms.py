@@ -5,10 +5,19 @@ defaults and validity rules are torchvision's, and the C++ registry checks them.
 
 crop_padding: p and hflip: true are shorthands for `RandomCrop: {size: the image size, padding: p}` and
 `RandomHorizontalFlip`, prepended to the list. Validation, evaluation and prediction use the deterministic
-form (validation_form)."""
+form (validation_form).
+
+`Compose` applies such a list to a batch in your own loop, with the kernels training uses:
+
+    >>> t = gpucore.transforms.Compose(["RandomHorizontalFlip", {"RandomResizedCrop": {"size": 24}}])
+    >>> out = t(images, seed=0, epoch=3)          # uint8 N x C x H x W in, uint8 N x C x 24 x 24 out
+    >>> out, params = t(images, seed=0, return_params=True)
+"""
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
+
+import torch
 
 from . import _C
 from .errors import ConfigError
@@ -113,4 +122,73 @@ def apply(images, value: Any, stats: Optional[Tuple[list, list]]):
     """N x C x H x W images through a `transforms` list (the deterministic form, for evaluation and prediction),
     normalised with `stats` (mean, std) unless the list has a Normalize, as float32."""
     mean, std = stats if stats else ([], [])
-    return _C.apply_transforms(images, specs(value), list(mean), list(std))
+    return _C.apply_transforms(images, specs(value), list(mean), list(std))[0]
+
+
+class Compose:
+    """A `transforms` list (the config key's syntax: names and torchvision's arguments) as a batch transform, run
+    by the same C++ kernels as training.
+
+    Args:
+        transforms: the list, e.g. ``["RandomHorizontalFlip", {"ColorJitter": {"brightness": 0.4}}]``.
+        mean, std: normalisation (one value per channel, or one for all) applied when the list has no Normalize;
+            None: none.
+
+    Calling it on a batch (N x C x H x W, or one C x H x W image) on any device returns the batch in the input's
+    dtype: uint8 images (0..255) stay uint8 unless the list normalises (Normalize, RandomErasing, mean/std), which
+    gives float32; floating-point images (values in [0, 1]) stay in their dtype and take only the transforms that
+    move pixels before Normalize (crops, flips, resizes, rotations, affine) since the colour transforms work on uint8.
+
+    The per-sample parameters are drawn on the host from ``seed`` and ``epoch`` exactly as training draws those of the
+    first N samples of that epoch (a run with that seed, in its epoch order).
+
+    Raises:
+        ConfigError: a malformed list (naming the entry and argument), images of the wrong rank, a colour transform
+            on float images, a negative epoch.
+    """
+
+    def __init__(self, transforms: Sequence[Any], mean: Optional[Sequence[float]] = None,
+                 std: Optional[Sequence[float]] = None):
+        if (mean is None) != (std is None):
+            raise ConfigError("Compose: give mean and std together, or neither")
+        self.transforms = list(transforms)
+        self.mean, self.std = list(mean or []), list(std or [])
+        self._specs = specs(self.transforms)
+        self.names = _C.transform_order(self._specs)  # the order they run and draw in; checks every entry
+
+    def __repr__(self) -> str:
+        stats = f", mean={self.mean}, std={self.std}" if self.mean else ""
+        return f"Compose({self.transforms!r}{stats})"
+
+    def output_size(self, height: int, width: int) -> Tuple[int, int]:
+        """(height, width) of height x width images after the list."""
+        return tuple(_C.check_transforms(self._specs, height, width))
+
+    def validation_form(self) -> "Compose":
+        """The deterministic form evaluation uses (see validation_form)."""
+        return Compose(validation_form(self.transforms), self.mean or None, self.std or None)
+
+    def __call__(self, images: torch.Tensor, seed: int = 0, epoch: int = 0, return_params: bool = False):
+        """The batch through the list; with return_params, also the drawn parameters: a list of
+        (name, [tensors]) in the order the transforms run, each tensor's first dimension the sample."""
+        if not isinstance(images, torch.Tensor):
+            raise ConfigError(f"Compose: images must be a torch.Tensor, got {type(images).__name__}")
+        if int(seed) < 0 or int(epoch) < 0:
+            raise ConfigError(f"Compose: seed and epoch must be >= 0, got seed {seed}, epoch {epoch}")
+        single = images.dim() == 3
+        batch = images.unsqueeze(0) if single else images
+        if batch.dim() != 4:
+            raise ConfigError(f"Compose: images must be N x C x H x W or C x H x W, got shape {tuple(images.shape)}")
+        if batch.dtype == torch.uint8:
+            normalises = bool(self.mean) or any(name in ("Normalize", "RandomErasing") for name, _ in
+                                                entries(self.transforms))
+            dtype = torch.float32 if normalises else torch.uint8
+        elif batch.is_floating_point():
+            dtype, batch = batch.dtype, batch.float()
+        else:
+            raise ConfigError(f"Compose: images must be uint8 (0..255) or floating point (0..1), got {batch.dtype}")
+        out, drawn = _C.apply_transforms(batch, self._specs, self.mean, self.std, int(seed), int(epoch), dtype)
+        out = out[0] if single else out
+        if not return_params:
+            return out
+        return out, list(zip(self.names, drawn))

@@ -93,6 +93,16 @@ def fake_machine(monkeypatch):
     return FakeMachine(monkeypatch)
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """Every in-process run of the module on one thread, as its subprocesses (OMP_NUM_THREADS=1): runs compared
+    bitwise must be made with the same thread count, since a reduction split over more threads rounds otherwise."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 

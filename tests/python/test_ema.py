@@ -173,6 +173,10 @@ def test_val_ema_metrics_are_those_of_the_ema_weights(tmp_path):
     saved = torch.load(os.path.join(result.checkpoint_dir, "last.pt"), weights_only=True)
     ema = bn_mlp().eval()
     ema.load_state_dict(saved["model_ema"])
+    # TrainResult.model_ema: the EMA after the last step, as last.pt keeps it
+    assert not result.model_ema.training and not any(p.requires_grad for p in result.model_ema.parameters())
+    for name, value in result.model_ema.state_dict().items():
+        assert torch.equal(value, saved["model_ema"][name]), name
     loss, accuracy = plain_metrics(ema, xv, yv)
     assert record["val_ema_loss"] == pytest.approx(loss, rel=1e-6)
     assert record["val_ema_accuracy"] == accuracy

@@ -99,6 +99,27 @@ def test_segformer_weights_from_a_model_folder_replace_only_the_head(tmp_path):
     assert own["decode_head.classifier.weight"].shape == (1, 32, 1, 1)
 
 
+@needs_transformers
+def test_segformer_pretrained_folder_without_a_config_takes_the_folders_architecture(tmp_path):
+    # pretrained: FOLDER and no model_kwargs config: built from the folder's config.json (as from_pretrained(folder,
+    # num_labels=1, ignore_mismatched_sizes=True) does), not from the class's default mit-b0 layout.
+    torch.manual_seed(1)
+    source = build_model("transformers:SegformerForSemanticSegmentation", {"num_labels": 150, **SEGFORMER})
+    source.save_pretrained(tmp_path / "ade")
+    generator = torch.Generator().manual_seed(2)
+    images = torch.randint(0, 256, (8, 3, 32, 32), dtype=torch.uint8, generator=generator)
+    masks = (images.float().mean(1) > 127).float()
+    result = gpucore.train({"model": "transformers:SegformerForSemanticSegmentation", "model_kwargs": {"num_labels": 1},
+                            "pretrained": str(tmp_path / "ade"), "loss": "dice_bce", "epochs": 1, "batch_size": 4,
+                            "device": "cpu", "precision": "32", "freeze": "backbone", "freeze_epochs": 1,
+                            "run_dir": str(tmp_path / "runs"), "progress": False, "report": False},
+                           train_data=(images, masks))
+    assert result.model.config.hidden_sizes == SEGFORMER["hidden_sizes"]  # from the folder, not mit-b0's 32..256
+    own, theirs = result.model.state_dict(), source.state_dict()
+    encoder = [name for name in own if name.startswith("segformer.")]
+    assert encoder and all(torch.equal(own[name], theirs[name]) for name in encoder)  # loaded, frozen in epoch 1
+
+
 @needs_smp
 def test_smp_unet_encoder_is_the_backbone_and_the_head_is_the_segmentation_head():
     model = build_model("smp:Unet", {"encoder_name": "resnet18", "encoder_depth": 3, "decoder_channels": [32, 16, 8],

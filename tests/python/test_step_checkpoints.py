@@ -4,6 +4,7 @@ A step checkpoint holds the state after one optimizer step, written in the backg
 bitwise where an uninterrupted run ends (CPU). Its data position is the samples consumed of the epoch's order over
 all ranks, so a run checkpointed by 2 gloo processes goes on with 1 (and 1 with 2), each sample of the epoch
 trained exactly once. Longer random kill trials: `python tests/python/kill_runs.py --step-checkpoints 2`."""
+import errno
 import json
 import os
 import random
@@ -11,18 +12,22 @@ import subprocess
 import sys
 import textwrap
 import time
+import types
 
 import pytest
 import torch
 from torch import nn
 
 import gpucore
-from gpucore import _C
+from gpucore import _C, checkpoint
+from gpucore.errors import TrainingError
 from gpucore.training import distributed
 
 import kill_runs
 
 SAMPLES, BATCH = 256, 8
+# The kill tests compare subprocess runs (OMP_NUM_THREADS=1) with the in-process `uninterrupted` run.
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tensors(samples=SAMPLES, ids=False):
@@ -75,7 +80,7 @@ def assert_bitwise(model, reference):
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
+def uninterrupted(tmp_path_factory, one_thread):
     return gpucore.train(config(tmp_path_factory.mktemp("uninterrupted")), model=mlp(), train_data=tensors())
 
 
@@ -355,3 +360,67 @@ def test_random_kills_with_step_checkpoints_end_bitwise(tmp_path):
         workdir = tmp_path / f"trial{index}"
         workdir.mkdir()
         assert kill_runs.trial(str(workdir), reference, rng, 2, longest, settings) == []
+
+
+def _filling_save(monkeypatch, file_name, failure, fail_at):
+    """torch.save that fills the disk on the `fail_at`-th write of checkpoints/`file_name`: some bytes, then the
+    error a full disk gives (OSError ENOSPC, or torch's short-write RuntimeError with the disk reported full)."""
+    real_save, writes = torch.save, []
+
+    def save(obj, handle, *args, **kwargs):
+        if os.path.basename(getattr(handle, "name", "")).startswith(file_name + ".tmp-"):
+            writes.append(file_name)
+            if len(writes) == fail_at:
+                handle.write(b"\0" * 4096)
+                if failure == "enospc":
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                monkeypatch.setattr(checkpoint.shutil, "disk_usage", lambda path: types.SimpleNamespace(free=1234))
+                raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 845248 vs 845148")
+        return real_save(obj, handle, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", save)
+
+
+@pytest.mark.parametrize("failure", ["enospc", "short_write"])
+def test_a_full_disk_writing_last_pt_says_so_loses_nothing_and_resumes_bitwise(tmp_path, monkeypatch, failure,
+                                                                               uninterrupted):
+    settings = config(tmp_path)
+    _filling_save(monkeypatch, "last.pt", failure, fail_at=2)  # epoch 2's last.pt
+    checkpoints = tmp_path / "run" / "checkpoints"
+    with pytest.raises(TrainingError, match=r"no space left on the device writing '.*last\.pt': it needs about "
+                                            r"\d+\.\d kB, .* [kM]B free in .*checkpoints\. Nothing was overwritten: "
+                                            r"the previous last\.pt is intact; resume: auto goes on from .*last\.pt"):
+        gpucore.train(settings, model=mlp(), train_data=tensors())
+    monkeypatch.undo()
+    assert sorted(os.listdir(checkpoints)) == ["best.pt", "last.pt"]  # no temporary left behind
+    assert torch.load(checkpoints / "last.pt", weights_only=True)["epoch"] == 1
+    stats = json.load(open(tmp_path / "run" / "training_stats.json"))
+    assert stats["status"] == "failed" and "no space left on the device writing" in stats["error"]
+    resumed = gpucore.train(dict(settings, resume="auto"), model=mlp(), train_data=tensors())
+    assert_bitwise(resumed.model, uninterrupted.model)
+    rows = [json.loads(line) for line in open(resumed.metrics_path) if '"epoch"' in line and '"step"' not in line]
+    assert [row["epoch"] for row in rows] == [1, 2]  # no duplicated row for the failed epoch
+
+
+def test_a_full_disk_writing_a_step_checkpoint_in_the_background_says_so(tmp_path, monkeypatch):
+    _filling_save(monkeypatch, "step.pt", "enospc", fail_at=1)
+    with pytest.raises(TrainingError, match=r"writing the step checkpoint .* failed \(TrainingError: no space left on "
+                                            r"the device writing '.*step\.pt'.*there is no earlier step\.pt"):
+        gpucore.train(config(tmp_path, checkpoint_every_n_steps=5), model=mlp(), train_data=tensors())
+    stats = json.load(open(tmp_path / "run" / "training_stats.json"))
+    assert stats["status"] == "failed" and "no space left on the device writing" in stats["error"]
+
+
+def test_training_stats_give_the_write_times_and_the_steps_a_kill_can_lose(tmp_path, monkeypatch):
+    real_write = checkpoint.write_snapshot
+
+    def slow_write(path, snapshot):  # a slow disk: the loop trains on while the step checkpoint is written
+        time.sleep(0.3)
+        real_write(path, snapshot)
+
+    monkeypatch.setattr(sys.modules["gpucore.training.step_checkpoints"], "write_snapshot", slow_write)
+    result = gpucore.train(config(tmp_path, epochs=1, checkpoint_every_n_steps=5), model=mlp(), train_data=tensors())
+    writes = json.load(open(result.stats_path))["step_checkpoint_writes"]
+    assert writes["written"] == 6 and writes["write_s_max"] >= 0.3 and writes["write_s_mean"] >= 0.3
+    assert writes["most_steps_during_a_write"] >= 1  # the next write waits: at most 5 steps train meanwhile
+    assert writes["most_steps_lost"] == 5 + writes["most_steps_during_a_write"] <= 10

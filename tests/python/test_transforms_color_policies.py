@@ -29,9 +29,8 @@ def sample(entry, n, h, w, seed=0):
 
 
 def run(images, entry, seed=0):
-    """uint8 images through the one-entry list as a training batch (parameters from `seed`), back as uint8."""
-    out = _C.apply_transforms(images, transforms.specs([entry]), [], [], seed)
-    return (out * 255).round().to(torch.uint8)
+    """uint8 images through the one-entry list as a training batch (parameters from `seed`), as uint8."""
+    return transforms.Compose([entry])(images, seed=seed)
 
 
 def chi_square(observed_keys, expected):
@@ -272,7 +271,7 @@ def test_random_erasing_after_normalize_equals_torchvision_erase(value):
     entry = {"RandomErasing": {"p": 0.8, "value": value}}
     mean, std = [0.5, 0.4, 0.3], [0.2, 0.25, 0.3]
     specs = transforms.specs([{"Normalize": {"mean": mean, "std": std}}, entry])
-    out = _C.apply_transforms(images, specs, [], [], 13)
+    out = _C.apply_transforms(images, specs, [], [], 13)[0]
     boxes, fill = _C.sample_transforms(specs, 8, 12, 16, 13)[0]
     normalized = F.normalize(images.float() / 255, mean, std)
     values = torch.tensor(value if isinstance(value, list) else [value], dtype=torch.float32)
@@ -285,7 +284,7 @@ def test_random_erasing_after_normalize_equals_torchvision_erase(value):
 def test_random_erasing_random_value_is_standard_normal_in_the_box():
     images = torch.full((16, 3, 32, 32), 128, dtype=torch.uint8)
     entry = {"RandomErasing": {"p": 1.0, "value": "random", "scale": [0.2, 0.3]}}
-    out = _C.apply_transforms(images, transforms.specs([entry]), [], [], 21)
+    out = _C.apply_transforms(images, transforms.specs([entry]), [], [], 21)[0]
     boxes, seeds = sample(entry, 16, 32, 32, seed=21)
     assert len(set(seeds.tolist())) == 16
     inside = torch.cat([out[n, :, i:i + h, j:j + w].flatten() for n, (i, j, h, w) in enumerate(boxes.tolist())])

@@ -11,6 +11,7 @@
 #include "ops/color.h"
 #include "ops/color_math.h"
 #include "ops/cpu/batch_memory.h"
+#include "ops/cpu/torch_capability.h"
 #include "ops/cpu/vector_clones.h"
 
 namespace gpucore::ops {
@@ -38,38 +39,38 @@ void map_values(const Image& image, F f) {
 
 // adjust_brightness (other = 0, weight = 0: x * ratio, clamped) and adjust_contrast (other = the mean) on every
 // value: computed per value on 32-byte vectors, faster than a table's one lookup per value.
-GPUCORE_VECTOR_CLONES void blend_values(const Image& image, float other, float ratio, float weight) {
+GPUCORE_VECTOR_CLONES void blend_values(const Image& image, float other, float ratio, float weight, bool fused) {
   const int64_t count = image.channels * image.plane();
   uint8_t* __restrict data = image.data;
-  for (int64_t i = 0; i < count; ++i) data[i] = blend(data[i], other, ratio, weight);
+  for (int64_t i = 0; i < count; ++i) data[i] = blend(data[i], other, ratio, weight, fused);
 }
 
 // adjust_contrast's blend target: the mean of the grayscale image (floored for 3 channels). The values are
 // integers, summed exactly here; torch's float32 sum is exact too up to 2^24 (images up to 65793 pixels).
-GPUCORE_VECTOR_CLONES float contrast_mean(const Image& image) {
+GPUCORE_VECTOR_CLONES float contrast_mean(const Image& image, bool fused) {
   const int64_t count = image.plane();
   const uint8_t* r = image.channel(0);
   int64_t sum = 0;
   if (image.channels == 3) {
     const uint8_t *g = image.channel(1), *b = image.channel(2);
-    for (int64_t i = 0; i < count; ++i) sum += static_cast<int32_t>(floored_grayscale(r[i], g[i], b[i]));
+    for (int64_t i = 0; i < count; ++i) sum += static_cast<int32_t>(floored_grayscale(r[i], g[i], b[i], fused));
   } else {
     for (int64_t i = 0; i < count; ++i) sum += r[i];
   }
   return static_cast<float>(sum) / static_cast<float>(count);
 }
 
-GPUCORE_VECTOR_CLONES void blend_with_grayscale(const Image& image, double factor) {
+GPUCORE_VECTOR_CLONES void blend_with_grayscale(const Image& image, double factor, bool fused) {
   if (image.channels != 3) return;  // saturation leaves one channel unchanged, as PIL
   const float ratio = static_cast<float>(factor), weight = blend_weight(factor);
   // The count and the three planes held apart, so the compiler knows the stores change neither and vectorises.
   const int64_t count = image.plane();
   uint8_t *__restrict r = image.channel(0), *__restrict g = image.channel(1), *__restrict b = image.channel(2);
   for (int64_t i = 0; i < count; ++i) {
-    const float gray = floored_grayscale(r[i], g[i], b[i]);
-    r[i] = blend(r[i], gray, ratio, weight);
-    g[i] = blend(g[i], gray, ratio, weight);
-    b[i] = blend(b[i], gray, ratio, weight);
+    const float gray = floored_grayscale(r[i], g[i], b[i], fused);
+    r[i] = blend(r[i], gray, ratio, weight, fused);
+    g[i] = blend(g[i], gray, ratio, weight, fused);
+    b[i] = blend(b[i], gray, ratio, weight, fused);
   }
 }
 
@@ -80,7 +81,7 @@ GPUCORE_VECTOR_CLONES void shift_image_hue(const Image& image, float hue) {
   for (int64_t i = 0; i < count; ++i) shift_hue(r[i], g[i], b[i], hue);
 }
 
-GPUCORE_VECTOR_CLONES void sharpen_image(const Image& image, double factor, std::vector<uint8_t>& source) {
+GPUCORE_VECTOR_CLONES void sharpen_image(const Image& image, double factor, std::vector<uint8_t>& source, bool fused) {
   const int64_t h = image.h, w = image.w;
   if (h <= 2 || w <= 2) return;
   const float weight = blend_weight(factor);
@@ -91,7 +92,7 @@ GPUCORE_VECTOR_CLONES void sharpen_image(const Image& image, double factor, std:
     for (int64_t y = 1; y < h - 1; ++y) {
       uint8_t* __restrict row = plane + y * w;
       for (int64_t x = 1; x < w - 1; ++x) {
-        row[x] = sharpen([&](int dy, int dx) { return from[(y + dy) * w + x + dx]; }, weight);
+        row[x] = sharpen([&](int dy, int dx) { return from[(y + dy) * w + x + dx]; }, weight, fused);
       }
     }
   }
@@ -111,11 +112,13 @@ GPUCORE_VECTOR_CLONES void autocontrast_image(const Image& image) {
   }
 }
 
-GPUCORE_VECTOR_CLONES void grayscale_image(const Image& image) {
+GPUCORE_VECTOR_CLONES void grayscale_image(const Image& image, bool fused) {
   if (image.channels != 3) return;  // one channel is its own grayscale
   const int64_t count = image.plane();
   uint8_t *__restrict r = image.channel(0), *__restrict g = image.channel(1), *__restrict b = image.channel(2);
-  for (int64_t i = 0; i < count; ++i) r[i] = g[i] = b[i] = static_cast<uint8_t>(floored_grayscale(r[i], g[i], b[i]));
+  for (int64_t i = 0; i < count; ++i) {
+    r[i] = g[i] = b[i] = static_cast<uint8_t>(floored_grayscale(r[i], g[i], b[i], fused));
+  }
 }
 
 void equalize_image(const Image& image) {
@@ -135,19 +138,19 @@ void equalize_image(const Image& image) {
   }
 }
 
-void apply(const Image& image, int64_t code, double magnitude, std::vector<uint8_t>& scratch) {
+void apply(const Image& image, int64_t code, double magnitude, std::vector<uint8_t>& scratch, bool fused) {
   const float value = static_cast<float>(magnitude);  // a Python float as torch multiplies or compares it
   switch (code) {
     case kColorBrightness:
-      return blend_values(image, 0.0f, value, 0.0f);
+      return blend_values(image, 0.0f, value, 0.0f, fused);
     case kColorContrast:
-      return blend_values(image, contrast_mean(image), value, blend_weight(magnitude));
+      return blend_values(image, contrast_mean(image, fused), value, blend_weight(magnitude), fused);
     case kColorSaturation:
-      return blend_with_grayscale(image, magnitude);
+      return blend_with_grayscale(image, magnitude, fused);
     case kColorHue:
       return shift_image_hue(image, value);
     case kColorSharpness:
-      return sharpen_image(image, magnitude, scratch);
+      return sharpen_image(image, magnitude, scratch, fused);
     case kColorPosterize: {
       const int bits = static_cast<int>(magnitude);
       return map_values(image, [=](uint8_t x) { return posterize(x, bits); });
@@ -161,7 +164,7 @@ void apply(const Image& image, int64_t code, double magnitude, std::vector<uint8
     case kColorInvert:
       return map_values(image, [](uint8_t x) { return static_cast<uint8_t>(255 - x); });
     case kColorGrayscale:
-      return grayscale_image(image);
+      return grayscale_image(image, fused);
     default:
       return;  // kColorIdentity
   }
@@ -177,11 +180,14 @@ at::Tensor color_ops_cpu(const at::Tensor& images, const at::Tensor& codes, cons
   uint8_t* data = out.data_ptr<uint8_t>();
   const int64_t* code_data = code.data_ptr<int64_t>();
   const double* magnitude_data = magnitude.data_ptr<double>();
+  const bool fused = torch_runs_vector_kernels();  // they fuse add_(other, alpha) (color_math.h's multiply_add)
   at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
     std::vector<uint8_t> scratch;
     for (int64_t s = begin; s < end; ++s) {
       const Image image{data + s * channels * h * w, channels, h, w};
-      for (int64_t k = 0; k < steps; ++k) apply(image, code_data[s * steps + k], magnitude_data[s * steps + k], scratch);
+      for (int64_t k = 0; k < steps; ++k) {
+        apply(image, code_data[s * steps + k], magnitude_data[s * steps + k], scratch, fused);
+      }
     }
   });
   return out;

@@ -2,7 +2,10 @@
 // arithmetic shared with the CUDA kernels (ops/resample_math.h).
 #include <ATen/Parallel.h>
 #include <ATen/ops/_upsample_bilinear2d_aa.h>
+#include <ATen/ops/bmm.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/linspace.h>
+#include <ATen/ops/round.h>
 #include <ATen/ops/upsample_bilinear2d.h>
 #include <torch/library.h>
 
@@ -12,6 +15,7 @@
 
 #include "ops/cpu/batch_memory.h"
 #include "ops/cpu/shifted_plane.h"
+#include "ops/cpu/torch_capability.h"
 #include "ops/geometry.h"
 #include "ops/resample_math.h"
 
@@ -109,6 +113,13 @@ at::Tensor resized_crop_cpu(const at::Tensor& images, const at::Tensor& boxes, a
     // are equal, and several times faster than the per-pixel taps the CUDA kernel uses. One image per task,
     // written straight into its slice of the batch (ATen runs single-threaded inside a parallel region). The box
     // is copied out row by row first: ATen would make a strided view contiguous element by element, 4x slower.
+    // torchvision resizes uint8 natively only where torch runs its vector kernels; elsewhere it goes through
+    // float32 (interpolate, round half to even), and so does this.
+    const bool through_float = in.scalar_type() == at::kByte && !torch_runs_vector_kernels();
+    const auto resize = [&](const at::Tensor& crop) {
+      return antialias ? at::_upsample_bilinear2d_aa(crop, {oh, ow}, false)
+                       : at::upsample_bilinear2d(crop, {oh, ow}, false);
+    };
     at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
       for (int64_t image = begin; image < end; ++image) {
         const int64_t* b = box_data + image * 4;
@@ -118,7 +129,9 @@ at::Tensor resized_crop_cpu(const at::Tensor& images, const at::Tensor& boxes, a
           copy_box(from, source.sizes(), source.strides(), b, to);
         });
         at::Tensor slice = out.narrow(0, image, 1);
-        if (antialias) {
+        if (through_float) {
+          slice.copy_(resize(crop.to(at::kFloat)).round_());
+        } else if (antialias) {
           at::_upsample_bilinear2d_aa_out(slice, crop, {oh, ow}, false);
         } else {
           at::upsample_bilinear2d_out(slice, crop, {oh, ow}, false);
@@ -145,6 +158,30 @@ at::Tensor resized_crop_cpu(const at::Tensor& images, const at::Tensor& boxes, a
   return out;
 }
 
+// torchvision's _affine_grid for each image: the base grid of pixel centres times the rescaled theta through
+// torch's own bmm, with torchvision's shapes and strides, so the grid rounds as torchvision's does on this
+// machine (MKL's sgemm fuses a product into the sum on some CPUs and not on others). n x (h * w) x 2.
+at::Tensor affine_grids(const float* matrices, int64_t n, int64_t h, int64_t w) {
+  const at::TensorOptions options = at::TensorOptions().dtype(at::kFloat);
+  at::Tensor base = at::empty({1, h, w, 3}, options);
+  base.select(3, 0).copy_(at::linspace((1.0 - static_cast<double>(w)) * 0.5, (static_cast<double>(w) - 1.0) * 0.5, w,
+                                       options));
+  base.select(3, 1).copy_(
+      at::linspace((1.0 - static_cast<double>(h)) * 0.5, (static_cast<double>(h) - 1.0) * 0.5, h, options).unsqueeze(-1));
+  base.select(3, 2).fill_(1);
+  base = base.view({1, h * w, 3});
+  at::Tensor half_size = at::empty({2}, options);
+  half_size.data_ptr<float>()[0] = 0.5f * static_cast<float>(w);
+  half_size.data_ptr<float>()[1] = 0.5f * static_cast<float>(h);
+  at::Tensor grids = at::empty({n, h * w, 2}, options);
+  for (int64_t i = 0; i < n; ++i) {
+    at::Tensor theta = at::empty({1, 2, 3}, options);
+    std::copy(matrices + i * 6, matrices + i * 6 + 6, theta.data_ptr<float>());
+    grids[i].copy_(base.bmm(theta.transpose(1, 2).div_(half_size))[0]);
+  }
+  return grids;
+}
+
 at::Tensor affine_cpu(const at::Tensor& images, const at::Tensor& matrices, c10::string_view interpolation,
                       at::ArrayRef<double> fill) {
   const std::string mode(interpolation);
@@ -152,22 +189,21 @@ at::Tensor affine_cpu(const at::Tensor& images, const at::Tensor& matrices, c10:
   const at::Tensor in = images.contiguous(), matrix = matrices.contiguous();
   const int64_t n = in.size(0), channels = in.size(1), h = in.size(2), w = in.size(3);
   at::Tensor out = empty_batch(in.sizes(), in.options());
+  if (out.numel() == 0) return out;
   const std::vector<float> fills = fill_per_channel(fill, channels);
   const bool bilinear = mode == "bilinear", has_fill = !fill.empty();
-  const float* matrix_data = matrix.data_ptr<float>();
+  const at::Tensor grids = affine_grids(matrix.data_ptr<float>(), n, h, w);
+  const float* grid_data = grids.data_ptr<float>();
   for_element_type(in, out, [&](const auto* src, auto* dst) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(src)>>;
     at::parallel_for(0, n * channels, 1, [&](int64_t begin, int64_t end) {
       for (int64_t plane = begin; plane < end; ++plane) {
-        const int64_t image = plane / channels, c = plane % channels;
-        const float* m = matrix_data + image * 6;
-        for (int64_t y = 0; y < h; ++y) {
-          for (int64_t x = 0; x < w; ++x) {
-            float sx, sy;
-            resample::affine_source(m, x, y, h, w, sx, sy);
-            dst[(plane * h + y) * w + x] =
-                store<T>(resample::affine_sample(src + plane * h * w, h, w, sx, sy, bilinear, has_fill, fills[c]));
-          }
+        const int64_t c = plane % channels;
+        const float* grid = grid_data + (plane / channels) * h * w * 2;
+        for (int64_t p = 0; p < h * w; ++p) {
+          const float sx = resample::unnormalize(grid[2 * p], w), sy = resample::unnormalize(grid[2 * p + 1], h);
+          dst[plane * h * w + p] =
+              store<T>(resample::affine_sample(src + plane * h * w, h, w, sx, sy, bilinear, has_fill, fills[c]));
         }
       }
     });

@@ -41,7 +41,7 @@ class RandomErasing final : public Transform {
     at::Tensor seeds = at::empty({random_ ? samples : 0}, at::TensorOptions().dtype(at::kLong));
     int64_t* box = boxes.data_ptr<int64_t>();
     const double area = static_cast<double>(h * w);
-    const double log_low = std::log(ratio_.first), log_high = std::log(ratio_.second);
+    const auto [log_low, log_high] = float32_log(ratio_);
     Draws draws(generator);
     for (int64_t s = 0; s < samples; ++s, box += 4) {
       if (random_) seeds.data_ptr<int64_t>()[s] = draws.below(std::numeric_limits<int64_t>::max());
@@ -49,7 +49,7 @@ class RandomErasing final : public Transform {
       // make_params: ten tries of an area fraction and a log-uniform aspect ratio; none fits: no erasing.
       for (int attempt = 0; attempt < 10; ++attempt) {
         const double erase_area = area * draws.uniform(scale_.first, scale_.second);
-        const double aspect = std::exp(draws.uniform(log_low, log_high));
+        const double aspect = draws.exp_uniform(log_low, log_high);
         const int64_t eh = round_half_even(std::sqrt(erase_area * aspect));
         const int64_t ew = round_half_even(std::sqrt(erase_area / aspect));
         if (!(eh < h && ew < w)) continue;

@@ -10,8 +10,9 @@
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
+#include <optional>
 
 #include "gpucore/errors.h"
 #include "ops/geometry.h"
@@ -221,7 +222,7 @@ class RandomResizedCrop final : public ResizeTransform {
     at::Tensor boxes = at::empty({samples, 4}, kHostLong);
     int64_t* box = boxes.data_ptr<int64_t>();
     const double area = static_cast<double>(h * w);
-    const double log_low = std::log(ratio_.first), log_high = std::log(ratio_.second);
+    const auto [log_low, log_high] = float32_log(ratio_);
     Draws draws(generator);
     for (int64_t s = 0; s < samples; ++s, box += 4) {
       // torchvision's make_params: ten tries of an area fraction and a log-uniform aspect ratio, then the
@@ -229,7 +230,7 @@ class RandomResizedCrop final : public ResizeTransform {
       bool found = false;
       for (int attempt = 0; attempt < 10 && !found; ++attempt) {
         const double target = area * draws.uniform(scale_.first, scale_.second);
-        const double aspect = std::exp(draws.uniform(log_low, log_high));
+        const double aspect = draws.exp_uniform(log_low, log_high);
         const int64_t cw = round_half_even(std::sqrt(target * aspect)), ch = round_half_even(std::sqrt(target / aspect));
         if (0 < cw && cw <= w && 0 < ch && ch <= h) {
           box[0] = draws.below(h - ch + 1);
@@ -327,7 +328,8 @@ class RandomAffine final : public AffineTransform {
       }
     }
     if (arguments.has("scale")) scale_ = arguments.ordered_pair("scale", {1.0, 1.0}, positive, "both > 0");
-    if (arguments.has("shear")) {
+    has_shear_ = arguments.has("shear");
+    if (has_shear_) {
       const std::vector<double> shear = arguments.numbers("shear", {}, {1, 2, 4});
       if (shear.size() == 1 && shear[0] < 0) arguments.fail("shear", "as a single number must be >= 0");
       shear_x_ = shear.size() == 1 ? std::make_pair(-shear[0], shear[0]) : std::make_pair(shear[0], shear[1]);
@@ -347,16 +349,18 @@ class RandomAffine final : public AffineTransform {
       tx = static_cast<double>(round_half_even(draws.uniform(-max_dx, max_dx)));
       ty = static_cast<double>(round_half_even(draws.uniform(-max_dy, max_dy)));
     }
-    const double scale = draws.uniform(scale_.first, scale_.second);
-    const double shear_x = draws.uniform(shear_x_.first, shear_x_.second);
+    // scale and shear are drawn only when given, as torchvision draws them
+    const double scale = scale_ ? draws.uniform(scale_->first, scale_->second) : 1.0;
+    const double shear_x = has_shear_ ? draws.uniform(shear_x_.first, shear_x_.second) : 0.0;
     const double shear_y = has_shear_y_ ? draws.uniform(shear_y_.first, shear_y_.second) : 0.0;
     return inverse_affine_matrix(cx, cy, angle, tx, ty, scale, shear_x, shear_y);
   }
 
  private:
   std::vector<double> translate_;
-  std::pair<double, double> scale_{1.0, 1.0}, shear_x_{0.0, 0.0}, shear_y_{0.0, 0.0};
-  bool has_shear_y_ = false;
+  std::optional<std::pair<double, double>> scale_;
+  std::pair<double, double> shear_x_{0.0, 0.0}, shear_y_{0.0, 0.0};
+  bool has_shear_ = false, has_shear_y_ = false;
 };
 
 }  // namespace

@@ -45,10 +45,12 @@ TransformPipeline::TransformPipeline(const std::vector<TransformSpec>& specs, st
       if (transform->after_normalize()) {
         normalized = true;  // what follows works on normalised float images too
         float_stage_.push_back(std::move(transform));
+        float_names_.push_back(spec.name);
       } else if (normalized) {
         throw ConfigError(spec.name + ": works on uint8 images, so it must come before Normalize and RandomErasing");
       } else {
         uint8_stage_.push_back(std::move(transform));
+        uint8_names_.push_back(spec.name);
       }
     } catch (const ConfigError& error) {
       throw ConfigError(entry + error.what());
@@ -64,6 +66,16 @@ bool TransformPipeline::moves_pixels() const {
     if (transform->moves_pixels()) return true;
   }
   return false;
+}
+
+std::vector<std::string> TransformPipeline::names() const {
+  std::vector<std::string> names = uint8_names_;
+  names.insert(names.end(), float_names_.begin(), float_names_.end());
+  return names;
+}
+
+uint64_t transform_seed(uint64_t seed, int64_t epoch) {
+  return (seed * 1000003ULL + static_cast<uint64_t>(epoch)) ^ 0x9E3779B97F4A7C15ULL;
 }
 
 std::array<int64_t, 2> TransformPipeline::output_size(int64_t h, int64_t w) const {
@@ -88,17 +100,32 @@ std::vector<std::vector<at::Tensor>> TransformPipeline::sample(int64_t samples, 
 
 at::Tensor TransformPipeline::apply(const at::Tensor& images, const std::vector<std::vector<at::Tensor>>& params,
                                     at::ScalarType dtype, at::Tensor& masks) const {
+  const bool to_uint8 = dtype == at::kByte;
+  if (to_uint8 && (!mean_.empty() || !float_stage_.empty())) {
+    throw ConfigError("a uint8 result needs a transforms list that does not normalise (no Normalize, no "
+                      "RandomErasing, no mean/std given); ask for a float dtype instead");
+  }
+  if (to_uint8 && images.scalar_type() != at::kByte) {
+    throw ConfigError("a uint8 result needs uint8 images, got " + std::string(c10::toString(images.scalar_type())));
+  }
+  for (size_t k = 0; k < uint8_stage_.size(); ++k) {
+    if (images.scalar_type() != at::kByte && !uint8_stage_[k]->moves_pixels()) {
+      throw ConfigError(uint8_names_[k] + ": works on uint8 images (0..255), got " +
+                        std::string(c10::toString(images.scalar_type())) + " images; pass them as uint8");
+    }
+  }
   // Each uint8 transform's input size. The tail augment op runs two transforms itself: the last horizontal flip
   // when only pixel-wise (color) transforms follow it, as those commute with a flip exactly, and a same-size
   // RandomCrop that ends the stage or comes right before that flip at its end (augment crops, then flips).
+  // A uint8 result has no augment op: every transform runs on its own.
   std::vector<std::array<int64_t, 2>> sizes{{images.size(2), images.size(3)}};
   for (const auto& transform : uint8_stage_) sizes.push_back(transform->output_size(sizes.back()[0], sizes.back()[1]));
   const auto part = [&](size_t k) { return transforms::augment_part(*uint8_stage_[k], sizes[k][0], sizes[k][1]); };
   std::vector<bool> in_augment(uint8_stage_.size(), false);
   at::Tensor offsets, flips;
-  size_t last_moving = uint8_stage_.size();
+  size_t last_moving = to_uint8 ? 0 : uint8_stage_.size();
   while (last_moving > 0 && !uint8_stage_[last_moving - 1]->moves_pixels()) --last_moving;
-  size_t tail = uint8_stage_.size();  // the crop may fuse only if nothing it does not commute with follows it
+  size_t tail = to_uint8 ? 0 : uint8_stage_.size();  // the crop may fuse only if nothing it does not commute with follows it
   if (last_moving > 0 && part(last_moving - 1) == transforms::AugmentPart::kHorizontalFlip) {
     in_augment[last_moving - 1] = true;
     flips = params[last_moving - 1][1].select(1, 1);
@@ -115,6 +142,7 @@ at::Tensor TransformPipeline::apply(const at::Tensor& images, const std::vector<
     if (masks.defined() && uint8_stage_[k]->moves_pixels()) masks = uint8_stage_[k]->apply_to_mask(masks, params[k]);
     if (!in_augment[k]) x = uint8_stage_[k]->apply(x, params[k]);
   }
+  if (to_uint8) return x;
   const int64_t n = x.size(0);
   const auto on_device = at::TensorOptions().device(x.device());
   if (!offsets.defined()) offsets = at::zeros({n, 2}, on_device.dtype(at::kLong));

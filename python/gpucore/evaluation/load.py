@@ -103,7 +103,8 @@ def from_payload(payload: dict, path: str, device: torch.device, module: Optiona
     checkpoint's config, or is a copy of `module` (a model the config cannot name, e.g. the one a training process
     was given) that takes the checkpoint's weights."""
     config = load_config(payload["config"])
-    model = build_model(config.model, config.model_kwargs) if module is None else copy.deepcopy(module)
+    model = (build_model(config.model, config.model_kwargs, config.pretrained) if module is None
+             else copy.deepcopy(module))
     model.float()
     state, weights = model_state(payload)
     try:

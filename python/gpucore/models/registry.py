@@ -73,14 +73,16 @@ _INSTALL = {
 _LISTED_BY = {"torchvision": "torchvision.models.list_models()", "timm": "timm.list_models()"}
 
 
-def build_model(name: str, kwargs: dict) -> nn.Module:
+def build_model(name: str, kwargs: dict, pretrained: Optional[str] = None) -> nn.Module:
     """A built-in model by name, a torchvision or timm model (`torchvision:NAME`, `timm:NAME`, randomly
-    initialised: config key `pretrained` loads weights), or `package.module:factory` called with `kwargs`."""
+    initialised: config key `pretrained` loads weights), or `package.module:factory` called with `kwargs`.
+    pretrained (config key pretrained): a transformers model folder there also gives the architecture when
+    model_kwargs names no config, as from_pretrained(folder) takes it."""
     library, _, library_name = name.partition(":")
     if library in LIBRARIES:
         return _library_model(library, library_name, kwargs)
     if library in segmentation_models.LIBRARIES:
-        return segmentation_models.build_library_model(library, library_name, kwargs, import_library)
+        return segmentation_models.build_library_model(library, library_name, kwargs, import_library, pretrained)
     if ":" in name:
         module_name, _, attribute = name.partition(":")
         try:

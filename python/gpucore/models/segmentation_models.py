@@ -59,15 +59,21 @@ def with_tensor_output(model: nn.Module) -> nn.Module:
     return model
 
 
-def build_library_model(library: str, name: str, kwargs: dict, import_library) -> nn.Module:
+def build_library_model(library: str, name: str, kwargs: dict, import_library,
+                        pretrained: Optional[str] = None) -> nn.Module:
     """`transformers:CLASS` or `smp:ARCH` with `kwargs` (config key model_kwargs), randomly initialised, with a tensor
-    output. import_library: models.import_library (an optional package, or a ConfigError saying how to install it)."""
+    output. import_library: models.import_library (an optional package, or a ConfigError saying how to install it).
+    pretrained: config key pretrained; a transformers model folder there is the config when model_kwargs has none."""
     full_name = f"{library}:{name}"
     refuse_downloads(library, full_name, kwargs)
     module = import_library("segmentation_models_pytorch" if library == "smp" else "transformers",
                             f"config key 'model': '{full_name}'")
+    kwargs = dict(kwargs)
+    if library == "transformers" and "config" not in kwargs and pretrained is not None and \
+            os.path.isfile(os.path.join(str(pretrained), "config.json")):
+        kwargs["config"] = pretrained  # the architecture of the weights' own folder, as from_pretrained(folder)
     build = _transformers_model if library == "transformers" else _smp_model
-    return with_tensor_output(build(module, name, dict(kwargs), full_name))
+    return with_tensor_output(build(module, name, kwargs, full_name))
 
 
 def _unknown(library: str, name: str, names, what: str) -> ConfigError:

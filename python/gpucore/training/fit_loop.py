@@ -329,6 +329,7 @@ class FitLoop:
                                                         if self.oom_reductions else {}),
                                      status=status, error=error, epochs=self.history, batch=self.batch(),
                                      step_checkpoints=self.step_checkpoints.written,
+                                     step_checkpoint_writes=self.step_checkpoints.summary(),
                                      resume=dict(self.resumed or {}, asked=run.run_dir.resume,
                                                  implied_by_restart=run.run_dir.resume_implied),
                                      best=self.best(), steps=run.engine.steps_taken(),

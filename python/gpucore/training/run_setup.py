@@ -85,7 +85,7 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
     policy = resolve_precision(config.precision, choice.device, tf32=config.tf32, cudnn_benchmark=config.cudnn_benchmark)
     policy.apply()
 
-    module = model if model is not None else build_model(config.model, config.model_kwargs)
+    module = model if model is not None else build_model(config.model, config.model_kwargs, config.pretrained)
     if not isinstance(module, nn.Module):
         raise ConfigError(f"model must be a torch.nn.Module, got {type(module).__name__}")
     pretrained = _load_pretrained(module, config, world)

@@ -5,13 +5,16 @@ Only rank 0 decides and writes, and the write involves no collective, so the oth
 and no rank needs to agree on the moment: the checkpoint is rank 0's state at one step boundary, which under
 DDP is every rank's. The next write (and every end-of-epoch checkpoint) first waits for the one under way, so
 files appear in the order of the states they hold, and the atomic rename replaces the previous step.pt only
-once the new one is complete: a kill at any moment leaves the last good one."""
+once the new one is complete: a kill at any moment leaves the last good one.
+
+So a kill loses at most N steps plus the steps trained while the newest write was still under way (a kill then
+leaves the one before it): summary() measures that bound and the write times for training_stats.json."""
 from __future__ import annotations
 
 import os
 import threading
 import time
-from typing import Callable, Optional
+from typing import Callable, List, Optional
 
 from ..checkpoint import host_snapshot, write_snapshot
 from ..errors import TrainingError
@@ -27,10 +30,16 @@ class StepCheckpoints:
         self._last = time.monotonic()  # the last checkpoint of any kind
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
+        self._write_seconds: List[float] = []
+        self._steps_during_write = 0  # optimizer steps trained while the newest write was under way
+        self._most_steps_during_write = 0
 
     def due(self, step_in_epoch: int) -> bool:
         """Whether the state after optimizer step `step_in_epoch` of the epoch (counted from the epoch's start,
         also in a resumed run) is to be checkpointed: every N steps, or once the minutes have passed."""
+        if self._thread is not None and self._thread.is_alive():
+            self._steps_during_write += 1
+            self._most_steps_during_write = max(self._most_steps_during_write, self._steps_during_write)
         return self.enabled and (
             (self.every_n_steps > 0 and step_in_epoch % self.every_n_steps == 0)
             or (self.every_seconds > 0 and time.monotonic() - self._last >= self.every_seconds))
@@ -39,16 +48,28 @@ class StepCheckpoints:
         """Copies `payload()` to the host now and writes it in the background."""
         self.wait()
         snapshot = host_snapshot(payload(), copy=True)
+        self._steps_during_write = 0
         self._thread = threading.Thread(target=self._write, args=(snapshot,), name="gpucore-step-checkpoint")
         self._thread.start()
         self.written += 1
         self.restart_clock()
 
     def _write(self, snapshot: dict) -> None:
+        start = time.monotonic()
         try:
             write_snapshot(self.path, snapshot)
         except BaseException as exc:  # raised in the training thread by wait()
             self._error = exc
+        self._write_seconds.append(time.monotonic() - start)
+
+    def summary(self) -> dict:
+        """The writes' times and the most optimizer steps a kill could lose (N plus the most steps trained while a
+        write was under way; None on the minutes' rule alone), for training_stats.json."""
+        times = self._write_seconds
+        return {"written": self.written, "write_s_max": max(times, default=0.0),
+                "write_s_mean": sum(times) / len(times) if times else 0.0,
+                "most_steps_during_a_write": self._most_steps_during_write,
+                "most_steps_lost": self.every_n_steps + self._most_steps_during_write if self.every_n_steps else None}
 
     def wait(self) -> None:
         """Until the write under way (if any) is complete; raises what made it fail."""

@@ -44,6 +44,10 @@ class Transform {
 std::unique_ptr<Transform> make_transform(const TransformSpec& spec);
 std::vector<std::string> transform_names();  // every name the `transforms` list takes, Normalize included
 
+// The seed of the generator an epoch's transform parameters are drawn from: training (EpochBatches) draws sample
+// i of the epoch's order as row i; gpucore.transforms.Compose draws a batch as rows 0..N-1.
+uint64_t transform_seed(uint64_t seed, int64_t epoch);
+
 // The whole list as a batch transform. Normalize is not a Transform: its mean and std go to the fused
 // augment op between the two stages; a list without one uses the data set's statistics when given.
 class TransformPipeline {
@@ -54,19 +58,23 @@ class TransformPipeline {
   TransformPipeline(const std::vector<TransformSpec>& specs, std::vector<double> mean, std::vector<double> std);
 
   bool moves_pixels() const;
+  // The transforms' names in the order they run (sample()'s order): the uint8 stage, then the float stage.
+  std::vector<std::string> names() const;
   const std::vector<double>& mean() const { return mean_; }
   const std::vector<double>& std() const { return std_; }
   std::array<int64_t, 2> output_size(int64_t h, int64_t w) const;
   // Every transform's parameters for `samples` samples of H x W input images, in list order.
   std::vector<std::vector<at::Tensor>> sample(int64_t samples, int64_t h, int64_t w, at::Generator& generator) const;
-  // The batch `images` (N x C x H x W, uint8 or float) through the list, as `dtype`; `params`: sample()'s
+  // The batch `images` (N x C x H x W, uint8 or float32) through the list, as `dtype`; `params`: sample()'s
   // rows of this batch's samples on the images' device. `masks` (N x H x W class ids, or undefined)
-  // follow the geometric transforms.
+  // follow the geometric transforms. dtype uint8 (a uint8 batch in) needs a list that does not normalise;
+  // a float32 batch (values in [0, 1]) takes only the transforms that move pixels before Normalize.
   at::Tensor apply(const at::Tensor& images, const std::vector<std::vector<at::Tensor>>& params, at::ScalarType dtype,
                    at::Tensor& masks) const;
 
  private:
   std::vector<std::unique_ptr<Transform>> uint8_stage_, float_stage_;
+  std::vector<std::string> uint8_names_, float_names_;
   std::vector<double> mean_, std_;
 };
 
