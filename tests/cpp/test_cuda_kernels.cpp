@@ -12,6 +12,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <cuda_runtime_api.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -76,7 +77,7 @@ void expect_bitwise_equal(const at::Tensor& actual, const at::Tensor& expected) 
   ASSERT_EQ(actual.sizes(), expected.sizes());
   ASSERT_EQ(actual.scalar_type(), expected.scalar_type());
   const at::Tensor a = actual.contiguous(), e = expected.contiguous();
-  if (std::memcmp(a.data_ptr(), e.data_ptr(), a.nbytes()) == 0) return;
+  if (a.numel() == 0 || std::memcmp(a.data_ptr(), e.data_ptr(), a.nbytes()) == 0) return;
   const at::Tensor differ = a.ne(e).logical_and(a.isnan().logical_and(e.isnan()).logical_not()).flatten();
   const int64_t first = differ.nonzero().numel() > 0 ? differ.nonzero()[0].item<int64_t>() : -1;
   ADD_FAILURE() << differ.sum().item<int64_t>() << " of " << a.numel() << " values differ; first at flat index "
