@@ -1,7 +1,8 @@
 """Logger tensorboard: event files in the run directory's tensorboard/ folder: each number of an epoch's row of
 metrics.jsonl as a scalar at that epoch, and at the end the hyperparameters (the config, flattened) with the last
-epoch's numbers as the HParams view's metrics, in the same folder as the scalars. A resumed run hides the scalars an
-earlier, killed start logged for the epochs it trains again (purge_step), so each epoch shows once."""
+epoch's numbers as the HParams view's metrics, in the same folder as the scalars. A resumed run, or one started again
+in the directory of a run killed before its first checkpoint, hides the scalars an earlier start logged for the
+epochs it trains again (purge_step), so each epoch shows once."""
 from __future__ import annotations
 
 import os
@@ -25,8 +26,7 @@ class TensorBoardLogger(Logger):
         except ImportError as exc:
             raise ImportError("the tensorboard package is not installed (pip install tensorboard; or leave tensorboard "
                               "out of config key loggers)") from exc
-        first_epoch = trainer.epoch + 1
-        self.writer = SummaryWriter(self.path, purge_step=first_epoch if first_epoch > 1 else None)
+        self.writer = SummaryWriter(self.path, purge_step=trainer.epoch + 1)
 
     def log_epoch(self, step: int, record: dict) -> None:
         for key, value in numbers_of(record).items():
