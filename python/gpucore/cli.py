@@ -89,7 +89,7 @@ def _runs(args: argparse.Namespace) -> int:
     from .runs import find_runs, format_table
 
     rows = find_runs(args.folder)
-    print(format_table(rows) if rows else f"no runs in '{args.folder}' (no training_stats.json in it or below it)")
+    print(format_table(rows) if rows else f"no runs in '{args.folder}' (none of its folders holds a training_stats.json)")
     return 0
 
 

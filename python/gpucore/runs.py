@@ -13,16 +13,15 @@ COLUMNS = ("name", "status", "epochs", "best", "device", "time")
 
 
 def find_runs(folder: str) -> List[Dict[str, str]]:
-    """A row per run directory (a folder with training_stats.json) in `folder` or below it, in name order."""
+    """A row per run directory (a folder with training_stats.json) in `folder` (config key run_dir: the runs are its
+    subfolders), in name order; `folder` itself when it is a run directory."""
     if not os.path.isdir(folder):
         raise ConfigError(f"'{folder}' is not a folder; name the folder that holds the run directories (config key "
                           "run_dir, default runs)")
-    rows = []
-    for path, subfolders, files in os.walk(folder):
-        if STATS in files:
-            rows.append(run_row(path, os.path.relpath(path, folder) if path != folder else os.path.basename(path)))
-            subfolders.clear()  # a run's own folders (checkpoints, plots) hold no runs
-    return sorted(rows, key=lambda row: row["name"])
+    if os.path.isfile(os.path.join(folder, STATS)):
+        return [run_row(folder, os.path.basename(os.path.abspath(folder)))]
+    names = sorted(name for name in os.listdir(folder) if os.path.isfile(os.path.join(folder, name, STATS)))
+    return [run_row(os.path.join(folder, name), name) for name in names]
 
 
 def run_row(path: str, name: str) -> Dict[str, str]:

@@ -107,7 +107,7 @@ def straight(tmp_path_factory):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             result = gpucore.train(dict(SMALL, run_dir=str(run_dir), mlflow_log_model=True), callbacks=[seen])
-    assert not [str(w.message) for w in caught if "logger" in str(w.message)]
+    assert not [str(w.message) for w in caught if str(w.message).startswith("logger '")]
     return result, seen
 
 
@@ -146,7 +146,7 @@ def test_mlflow_holds_the_config_every_logged_metric_and_the_run_files(straight)
         assert (artifacts / name).read_bytes() == (run_dir / name).read_bytes(), name
     assert json.loads((run_dir / "mlflow_run.json").read_text())["run_id"] == run.info.run_id
     last = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
-    assert last["callbacks"]["MLflowLogger"]["run_id"] == run.info.run_id
+    assert last["callbacks"]["logger:mlflow"]["run_id"] == run.info.run_id
 
 
 def test_metrics_csv_has_a_row_per_logged_step_and_per_epoch(straight):
@@ -252,7 +252,7 @@ def test_a_tracking_server_that_cannot_be_reached_is_one_warning_and_the_run_fin
     with pytest.warns(RuntimeWarning) as caught:
         result = gpucore.train(dict(SMALL, epochs=1, loggers=["mlflow", "csv"], mlflow_tracking_uri=url,
                                     run_dir=str(tmp_path)))
-    messages = [str(warning.message) for warning in caught if "logger" in str(warning.message)]
+    messages = [str(warning.message) for warning in caught if str(warning.message).startswith("logger '")]
     assert len(messages) == 1 and messages[0].startswith("logger 'mlflow' is off for the rest of this run: ")
     assert "127.0.0.1" in messages[0] and messages[0].endswith("training goes on")
     assert result.status == "completed" and len(result.history) == 1
@@ -260,12 +260,13 @@ def test_a_tracking_server_that_cannot_be_reached_is_one_warning_and_the_run_fin
 
 
 def test_a_tracker_that_is_not_installed_is_one_warning_each(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "mlflow", None)  # import mlflow raises ImportError
-    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
+    for package in ("mlflow", "torch.utils.tensorboard"):  # importing them, or a module of theirs, raises ImportError
+        for name in [package, *(name for name in sys.modules if name.startswith(f"{package}."))]:
+            monkeypatch.setitem(sys.modules, name, None)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = gpucore.train(dict(SMALL, epochs=1, run_dir=str(tmp_path)))
-    messages = sorted(str(warning.message) for warning in caught if "logger" in str(warning.message))
+    messages = sorted(str(warning.message) for warning in caught if str(warning.message).startswith("logger '"))
     assert [message.split(":")[0] for message in messages] == [
         "logger 'mlflow' is off for the rest of this run", "logger 'tensorboard' is off for the rest of this run"]
     assert "pip install 'gpucore[mlflow]'" in messages[0] and "pip install tensorboard" in messages[1]
@@ -291,6 +292,8 @@ def test_gpucore_runs_lists_the_runs_of_a_folder(straight, tmp_path, capsys):
     assert re.split(r"\s{2,}", row) == ["tiny", "completed", "3/3", f"val_accuracy {best['metric']:.4f} (epoch "
                                          f"{best['epoch']})", "cpu", f"{round(seconds)}s"]
     assert main(["runs", str(tmp_path)]) == 0
-    assert capsys.readouterr().out == f"no runs in '{tmp_path}' (no training_stats.json in it or below it)\n"
+    assert capsys.readouterr().out == f"no runs in '{tmp_path}' (none of its folders holds a training_stats.json)\n"
+    assert main(["runs", result.run_dir]) == 0  # a run directory itself: its row
+    assert capsys.readouterr().out.splitlines()[1] == row
     assert main(["runs", str(tmp_path / "missing")]) == 2
     assert "is not a folder" in capsys.readouterr().err

@@ -18,9 +18,9 @@ from . import distributed
 from . import oom
 from .callbacks import BestEpoch, Callback, EarlyStopping, FreezeBackbone, ModelCheckpoint, Monitor, call
 from .ema import VAL_EMA, monitored_weights
-from .loggers import make_loggers
 from .engine_config import scaled_lr
 from .epoch_data import make_train_set
+from .loggers import make_loggers
 from .progress import EpochProgress, print_epoch
 from .rng import rng_state, set_rng_state
 from .run_setup import Run
@@ -216,7 +216,7 @@ class FitLoop:
         self.history.append(record)
         run.run_dir.write_history(self.history)
         self.step_checkpoints.wait()  # the epoch's checkpoints are then newer than its step.pt
-        call(self.callbacks, "on_epoch_end", record["epoch"], record)  # early stopping, the user's, checkpoints
+        call(self.callbacks, "on_epoch_end", record["epoch"], record)  # early stopping, loggers, the user's, checkpoints
         self.step_checkpoints.superseded()
         self.step_checkpoints.restart_clock()
         self.write_stats("running")

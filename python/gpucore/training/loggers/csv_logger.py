@@ -11,7 +11,7 @@ from typing import List
 
 from ...checkpoint import atomic_write
 from ...run_files import METRICS_CSV
-from . import Logger, numbers_of, step_metrics
+from .base import Logger, numbers_of, step_metrics
 
 _FIRST = ("epoch", "step")  # the columns a new file starts with, before the metrics in name order
 

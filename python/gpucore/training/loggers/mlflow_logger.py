@@ -12,8 +12,8 @@ and the status: FINISHED, KILLED after Ctrl-C, FAILED after an error.
 
 The MLflow run's id is kept in every checkpoint (this callback's state) and in the run directory (mlflow_run.json),
 so a resume, or a torchrun restart before the first checkpoint, continues the same MLflow run. MLflow keeps every
-value it is given, so what an earlier, killed start already logged for a step is not logged again: each metric
-has one value per step."""
+value it is given, so a metric goes on after the last step an earlier, killed start logged for it: each metric has
+one value per step, in the order of the steps."""
 from __future__ import annotations
 
 import contextlib
@@ -21,14 +21,14 @@ import json
 import os
 import pathlib
 import time
-from typing import Dict, Optional, Set
+from typing import Dict, Optional
 
 import torch
 
 from ... import _build_info
 from ...checkpoint import write_json
 from ...run_files import BEST, CHECKPOINTS, CONFIG, MLFLOW_RUN, PER_CLASS, PLOTS, REPORT, STATS
-from . import Logger, flat_config, numbers_of, step_metrics
+from .base import Logger, flat_config, numbers_of, step_metrics
 
 DATABASE = "mlflow.db"  # the default store, in config key run_dir
 ARTIFACTS = "mlartifacts"  # beside a SQLite store: where the experiments gpucore creates keep their artifacts
@@ -52,7 +52,7 @@ class MLflowLogger(Logger):
                      "gpucore.version": _build_info.GPUCORE_VERSION, "torch.version": torch.__version__}
         self.run_id: Optional[str] = None
         self.client = None
-        self.logged: Dict[str, Set[int]] = {}  # the steps of each metric an earlier start of this run logged
+        self.logged_up_to: Dict[str, int] = {}  # the last step of each metric an earlier start of this run logged
 
     def state_dict(self) -> dict:
         return {"run_id": self.run_id, "tracking_uri": self.tracking_uri}
@@ -82,8 +82,8 @@ class MLflowLogger(Logger):
                 client.log_batch(run_id, params=params[first:first + _BATCH])
         else:
             client.update_run(run_id, status="RUNNING")
-            self.logged = {key: {metric.step for metric in client.get_metric_history(run_id, key)}
-                           for key in client.get_run(run_id).data.metrics}
+            self.logged_up_to = {key: max(metric.step for metric in client.get_metric_history(run_id, key))
+                                 for key in client.get_run(run_id).data.metrics}
         client.log_batch(run_id, tags=[RunTag(key, value) for key, value in self.tags.items()])
         self.client, self.run_id = client, run_id
         write_json(os.path.join(self.run_dir, MLFLOW_RUN), self.state_dict())
@@ -114,7 +114,7 @@ class MLflowLogger(Logger):
 
         timestamp = int(time.time() * 1000)
         metrics = [Metric(key, float(value), timestamp, step) for key, value in values.items()
-                   if step not in self.logged.get(key, ())]
+                   if step > self.logged_up_to.get(key, -1)]
         if metrics:
             self.client.log_batch(self.run_id, metrics=metrics)
 

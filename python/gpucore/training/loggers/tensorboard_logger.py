@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 from ...run_files import TENSORBOARD
-from . import Logger, flat_config, numbers_of
+from .base import Logger, flat_config, numbers_of
 
 
 class TensorBoardLogger(Logger):
