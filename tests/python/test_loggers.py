@@ -62,9 +62,14 @@ def flat(config, prefix=""):
     return params
 
 
+def tracking_uri(run_dir):
+    """The default store of the runs in `run_dir`; the other tests log to the straight run's, each to an experiment
+    of its own (a new SQLite store takes seconds to create)."""
+    return f"sqlite:///{run_dir}/mlflow.db"
+
+
 def mlflow_client(run_dir):
-    tracking = require("mlflow.tracking")
-    return tracking.MlflowClient(f"sqlite:///{run_dir}/mlflow.db")
+    return require("mlflow.tracking").MlflowClient(tracking_uri(run_dir))
 
 
 def only_run(client, experiment="tiny"):
@@ -193,31 +198,30 @@ def test_tensorboard_shows_the_scalars_and_the_hyperparameters(straight):
 
 
 @pytest.mark.parametrize("killed_in", [1, 2])
-def test_a_killed_and_resumed_run_is_one_mlflow_run_with_the_uninterrupted_histories(straight, tmp_path, monkeypatch,
-                                                                                      killed_in):
+def test_a_killed_and_resumed_run_is_one_mlflow_run_with_the_uninterrupted_histories(straight, tmp_path, killed_in):
     """Killed in epoch 2: resumed from epoch 1's checkpoint (the run id from it); in epoch 1: no checkpoint yet, the
     run starts again in the same directory (the run id from mlflow_run.json). Epoch `killed_in` was logged before
     the kill and is trained again: MLflow keeps one value per step, metrics.csv and TensorBoard too."""
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     result, _ = straight
-    config = dict(SMALL, run_dir=str(tmp_path))
+    store, experiment = os.path.dirname(result.run_dir), f"killed-in-{killed_in}"
+    config = dict(SMALL, run_dir=str(tmp_path), mlflow_tracking_uri=tracking_uri(store), mlflow_experiment=experiment)
     with pytest.raises(RuntimeError, match=f"killed in epoch {killed_in}"):
         gpucore.train(config, callbacks=[KilledAfterLogging(killed_in)])
-    client = mlflow_client(tmp_path)
-    assert only_run(client).info.status == "FAILED"
+    client = mlflow_client(store)
+    assert only_run(client, experiment).info.status == "FAILED"
     resumed = gpucore.train(dict(config, resume="auto"))
     assert resumed.status == "completed" and resumed.run_dir == str(tmp_path / "tiny")
 
-    run, uninterrupted = only_run(client), only_run(mlflow_client(pathlib.Path(result.run_dir).parent))
+    run, uninterrupted = only_run(client, experiment), only_run(client)
     assert run.info.status == "FINISHED"
-    logged, expected = histories(client, run), histories(mlflow_client(pathlib.Path(result.run_dir).parent),
-                                                         uninterrupted)
+    logged, expected = histories(client, run), histories(client, uninterrupted)
     assert set(logged) == set(expected)
     for key in expected:
         assert [step for step, _ in logged[key]] == [step for step, _ in expected[key]], key
         if key not in TIMINGS:
             assert logged[key] == expected[key], key
-    assert run.data.params == flat(json.loads((tmp_path / "tiny" / "config.json").read_text()))
+    # the config of the run's first start; the resume's (resume: auto) is in its config.json and artifact
+    assert run.data.params == flat(dict(json.loads((tmp_path / "tiny" / "config.json").read_text()), resume=None))
 
     columns, rows = csv_rows(tmp_path / "tiny" / "metrics.csv")
     straight_columns, straight_rows = csv_rows(os.path.join(result.run_dir, "metrics.csv"))
@@ -230,13 +234,13 @@ def test_a_killed_and_resumed_run_is_one_mlflow_run_with_the_uninterrupted_histo
         [(row["epoch"], pytest.approx(row["val_loss"], rel=1e-6)) for row in jsonl(result.metrics_path)]
 
 
-def test_two_gloo_processes_log_once(tmp_path, monkeypatch):
-    require("mlflow")
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    result = gpucore.train(dict(SMALL, devices=2, epochs=2, loggers=["csv", "mlflow"], run_dir=str(tmp_path)))
+def test_two_gloo_processes_log_once(straight, tmp_path):
+    store = os.path.dirname(straight[0].run_dir)
+    result = gpucore.train(dict(SMALL, devices=2, epochs=2, loggers=["csv", "mlflow"], run_dir=str(tmp_path),
+                                mlflow_tracking_uri=tracking_uri(store), mlflow_experiment="gloo"))
     assert result.status == "completed" and result.steps == 2 * 4  # 256 samples over 2 ranks in batches of 32
-    client = mlflow_client(tmp_path)
-    run = only_run(client)
+    client = mlflow_client(store)
+    run = only_run(client, "gloo")
     logged = histories(client, run)
     for key, value in jsonl(result.metrics_path)[0].items():
         if value is not None:
