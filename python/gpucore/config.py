@@ -50,6 +50,10 @@ _PADDING_LIMIT = 2**16
 _BATCH_RANGE = "> 0 and < 2^31 (samples)"
 
 
+# Config key loggers' values (training/loggers/ has a logger of each name).
+LOGGERS = ("csv", "tensorboard", "mlflow")
+
+
 def _batch(value):
     return 0 < value < 2**31
 
@@ -168,6 +172,10 @@ KEYS = [
     Key("checkpoint_every_minutes", float, 0.0, "also checkpoint mid-epoch once this many minutes passed since the last checkpoint, to checkpoints/step.pt (0: off)", check=lambda v: 0 <= v < 1e9, valid=">= 0 and < 1e9 (minutes)"),
     Key("log_every_n_steps", int, 50, "optimizer steps between host reads of the running metrics (progress bar, on_step_end)", check=_positive, valid="> 0"),
     Key("progress", bool, True, "show a progress bar (tqdm when installed, else a line per epoch)"),
+    Key("loggers", list, ["csv", "tensorboard"], "where rank 0 records the run besides metrics.jsonl: csv (metrics.csv, a row per logged step and per epoch), tensorboard (scalars per epoch and the hyperparameters in tensorboard/; needs the tensorboard package), mlflow (params, metrics per step and epoch, artifacts; needs gpucore's mlflow extra); a logger that fails is one warning and training goes on (see README: Experiment tracking)", check=lambda v: all(name in LOGGERS for name in v) and len(set(v)) == len(v), valid=f"a list of {', '.join(LOGGERS)}, each at most once"),
+    Key("mlflow_tracking_uri", str, None, "loggers mlflow: the tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///RUN_DIR/mlflow.db, a SQLite database beside the run directories)", optional=True),
+    Key("mlflow_experiment", str, "", "loggers mlflow: the experiment (default: the config's name)"),
+    Key("mlflow_log_model", bool, False, "loggers mlflow: also log checkpoints/best.pt as an artifact at the end"),
     Key("report", bool, True, "at the end of training write report.html, plots/ and per_class.json in the run directory (curves, confusion matrices, predictions, top losses with Grad-CAM, a training batch); see gpucore report"),
     Key("report_cam_layer", str, "auto", "the report's Grad-CAM layer: a dotted module name such as layer4 or features.7 (auto: the last layer with a spatial output before the head)"),
     Key("resume", str, None, "auto (the run's last checkpoint, if any) or a checkpoint path", optional=True),
