@@ -263,7 +263,7 @@ def test_augment_op_matches_pytorch(dtype):
         torch.ops.gpucore.augment(x, offsets, flips, 3, [0.5], [0.5], torch.float32)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.needs_cuda
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
 def test_augment_op_on_cuda_matches_the_cpu(dtype):
     # images (3 channels, normalised) and masks (1 channel, no mean/std), into float32 and bfloat16

@@ -87,6 +87,7 @@ def test_classifier_gradcam_scripts_and_notebook(tmp_path, monkeypatch):
             compile("".join(cell["source"]), "gradcam.ipynb", "exec")
 
 
+@pytest.mark.slow
 def test_bench_runner_quick_runs_every_benchmark(tmp_path):
     import json
     import subprocess

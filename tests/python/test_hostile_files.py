@@ -207,6 +207,7 @@ def test_seeded_corrupt_file_corpus_no_crash_no_hang_every_error_names_its_file(
     assert summary["ok"] + summary["error"] >= len(corrupt_files.edge_cases()) + 8 * 4
 
 
+@pytest.mark.slow
 def test_random_sigkills_lose_nothing_and_leave_nothing(capsys):
     # Two trials here; `python tests/python/kill_runs.py --trials 100` by hand. The seed fixes each kill's moment as
     # a fraction of an uninterrupted run's time, measured here (so the kills land alike on slower machines).

@@ -19,6 +19,7 @@ from gpucore.data.builtin import CLASS_NAMES, synthetic_fashion
 from conftest import require
 
 Image = require("PIL.Image")
+pytestmark = pytest.mark.draws_report
 
 DATA = {"train_size": 512, "val_size": 200}
 RUN = dict(data="synthetic_fashion", data_kwargs=DATA, epochs=2, batch_size=64, progress=False, device="cpu")

@@ -239,6 +239,7 @@ def _attempt(script, out, name, processes, stop_step):
     return [json.load(open(out / f"trained_{name}_{rank}.json")) for rank in range(processes)], errors
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("before, after", [(2, 1), (1, 2)])
 def test_a_run_checkpointed_by_n_processes_goes_on_with_m_each_sample_once(tmp_path, before, after):
     script = tmp_path / "worker.py"
@@ -323,6 +324,7 @@ def _kill_mid_write_worker(tmp_path):
     return script
 
 
+@pytest.mark.slow
 def test_killed_while_writing_a_step_checkpoint_the_previous_one_resumes_bitwise(tmp_path, uninterrupted):
     script = _kill_mid_write_worker(tmp_path)
     out = tmp_path / "out"
@@ -344,6 +346,7 @@ def test_killed_while_writing_a_step_checkpoint_the_previous_one_resumes_bitwise
     assert not [name for name in os.listdir(checkpoints) if ".tmp-" in name]
 
 
+@pytest.mark.slow
 def test_random_kills_with_step_checkpoints_end_bitwise(tmp_path):
     """kill_runs.py's trials (SIGKILL at random moments, restarted until done) with a step checkpoint every 2 steps:
     two trials here, more with `python tests/python/kill_runs.py --step-checkpoints 2 --trials 30`."""

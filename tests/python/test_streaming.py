@@ -206,7 +206,7 @@ def test_segmentation_masks_follow_the_crop_and_flip():
     assert moved > 0  # the transform did move pixels
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.needs_cuda
 def test_cuda_streaming_pinned_ring_side_stream_matches_the_cpu(tmp_path):
     root = str(image_folder(tmp_path / "train", per_class=30, size=(16, 16)))
     options = dict(batch_size=8, seed=2, crop_padding=2, hflip=True)

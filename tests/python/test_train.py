@@ -32,6 +32,7 @@ def plain(tmp_path, **overrides):
     return base
 
 
+@pytest.mark.slow
 def test_default_config_learns_the_real_fashion_mnist(tmp_path):
     """The default data is the real Fashion-MNIST (here its first 4,000 training and 1,000 test images); where its
     files are nowhere, the synthetic set stands in with a warning."""
@@ -381,10 +382,9 @@ def test_ctc_sequence_model_learns(tmp_path):
     assert result.best_metric >= 0.9, result.history[-1]
 
 
-requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
-@requires_cuda
+@pytest.mark.needs_cuda
 @pytest.mark.parametrize("precision", ["auto", "16-mixed", "32"])
 def test_cuda_training_learns(tmp_path, precision):
     result = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=2, device="cuda", precision=precision,
@@ -394,7 +394,7 @@ def test_cuda_training_learns(tmp_path, precision):
     assert result.history[-1]["gpu_memory_peak_bytes"] > 0
 
 
-@requires_cuda
+@pytest.mark.needs_cuda
 def test_cuda_steps_do_not_synchronise_with_the_host():
     # Under torch's sync debugger an epoch of 90 steps syncs as often as one of 30: no step syncs.
     import subprocess
@@ -406,6 +406,7 @@ def test_cuda_steps_do_not_synchronise_with_the_host():
     assert result.stdout.strip().endswith(": 0 per step"), result.stdout
 
 
+@pytest.mark.slow
 def test_a_run_killed_before_its_first_checkpoint_is_resumed_in_the_same_directory(tmp_path):
     # What a kill before the first checkpoint leaves: the run directory with an empty checkpoints folder,
     # and a half-written checkpoint of the dead process.

@@ -10,6 +10,7 @@
 namespace gpucore {
 
 enum class ScheduleKind { kConstant, kStep, kMultiStep, kCosine, kOneCycle };
+std::vector<std::string> schedule_names();
 ScheduleKind parse_schedule(const std::string& name);  // constant, step, multistep, cosine, onecycle
 std::string to_string(ScheduleKind kind);
 
