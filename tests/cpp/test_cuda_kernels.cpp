@@ -12,6 +12,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -34,6 +35,7 @@
 #include "ops/ema.h"
 #include "ops/geometry.h"
 #include "ops/mixup.h"
+#include "ops/resample_math.h"
 #include "ops/train_step.h"
 
 namespace gpucore::ops {
@@ -451,6 +453,26 @@ TEST(KernelsAgainstCpu, ResizedCrop) {
   }
 }
 
+// Whether the CPU kernel's grid (torch's bmm) equals the CUDA kernel's, which rounds each product: on every CPU seen but
+// those where MKL fuses a product into the sum.
+bool grids_agree(const at::Tensor& matrices, int64_t h, int64_t w) {
+  const at::Tensor grids = affine_grids(matrices.data_ptr<float>(), matrices.size(0), h, w);
+  const float* m = matrices.data_ptr<float>();
+  const float* g = grids.data_ptr<float>();
+  for (int64_t i = 0; i < matrices.size(0); ++i, m += 6) {
+    for (int64_t p = 0; p < h * w; ++p, g += 2) {
+      const float bx = static_cast<float>(p % w) - (static_cast<float>(w) - 1.0f) * 0.5f;
+      const float by = static_cast<float>(p / w) - (static_cast<float>(h) - 1.0f) * 0.5f;
+      const float half_w = 0.5f * static_cast<float>(w), half_h = 0.5f * static_cast<float>(h);
+      if (g[0] != resample::affine_grid_value(bx, by, m[0] / half_w, m[1] / half_w, m[2] / half_w) ||
+          g[1] != resample::affine_grid_value(bx, by, m[3] / half_h, m[4] / half_h, m[5] / half_h)) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
 TEST(KernelsAgainstCpu, Affine) {
   Random random(11);
   for (const at::ScalarType dtype : {at::kByte, at::kFloat}) {
@@ -478,7 +500,13 @@ TEST(KernelsAgainstCpu, Affine) {
           cuda::launch_affine(in.get(), dtype == at::kByte, matrix.get<float>(), out.get(), n, channels, c.shape[2],
                               c.shape[3], interpolation == "bilinear", has_fill, channel_fill(fill, channels), nullptr);
           expect_ran();
-          expect_bitwise_equal(out.host(), expected);
+          if (grids_agree(matrices, c.shape[2], c.shape[3])) {
+            expect_bitwise_equal(out.host(), expected);
+          } else if (interpolation == "bilinear") {  // a grid one bit apart moves the weights by as little
+            expect_close(out.host(), expected, 1e-5, dtype == at::kByte ? 1.0 : 1e-5);
+          } else {  // a nearest pick may flip where a source coordinate is a tie: a few values only
+            EXPECT_LT(out.host().ne(expected).sum().item<int64_t>(), std::max<int64_t>(2, images.numel() / 100));
+          }
         }
       }
     }
