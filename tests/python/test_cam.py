@@ -331,6 +331,7 @@ def test_ops_pass_opcheck():
                           (torch.randint(0, 256, (2, 5, 6, 3), dtype=torch.uint8), torch.rand(2, 5, 6), 0.5))
 
 
+@pytest.mark.slow
 def test_memory_is_flat_over_200_calls():
     # 200 calls may grow the process by a quarter CAM each: keeping every call's CAM (8 KB) alive fails.
     from conftest import resident_bytes as rss

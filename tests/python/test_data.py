@@ -303,6 +303,7 @@ def test_augmentation_depends_on_sample_and_epoch_not_batch_size():
     assert any(not torch.equal(small[k], other[k]) for k in range(20))
 
 
+@pytest.mark.slow
 def test_training_with_crop_and_flip_resumes_exactly(tmp_path):
     class Stop:
         def on_epoch_end(self, epoch, record):

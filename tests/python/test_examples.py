@@ -8,6 +8,8 @@ import torch
 import gpucore
 from conftest import require
 
+pytestmark = pytest.mark.slow  # trains several runs, seconds each
+
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 
 

@@ -21,6 +21,8 @@ from gpucore.training import distributed
 
 from conftest import require
 
+pytestmark = pytest.mark.slow  # trains several runs, seconds each
+
 SMALL = dict(data="synthetic_fashion", data_kwargs={"train_size": 256, "val_size": 64, "seed": 3}, progress=False,
              batch_size=32, epochs=3, seed=5, device="cpu", precision="32", log_every_n_steps=3, name="tiny",
              loggers=["csv", "tensorboard", "mlflow"])
