@@ -108,7 +108,7 @@ std::vector<std::string> reported_metrics(const LossConfig& loss, int64_t top_k)
       break;
     case LossKind::kBCEWithLogits:
     case LossKind::kDiceBCE:
-      names.insert(names.end(), {"iou", "dice"});
+      names.insert(names.end(), {"accuracy", "iou", "dice"});  // accuracy: of the labels or pixels
       break;
   }
   return names;

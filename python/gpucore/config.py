@@ -164,8 +164,8 @@ KEYS = [
     Key("dist_timeout", int, 600, "seconds a collective (or the whole devices > 1 job) may wait before the job stops with an error", check=lambda v: 0 < v < 2**31, valid="> 0 and < 2^31 (seconds)"),
     Key("seed", int, 42, "seed for weights, data order and augmentation", check=_non_negative, valid=">= 0"),
     # evaluation, checkpoints, logs
-    Key("monitor", str, "auto", "metric for best-model tracking and early stopping, e.g. val_accuracy, val_loss, val_ema_accuracy (auto: val_accuracy, val_seq_accuracy or val_iou when reported, else val_loss)"),
-    Key("mode", str, "auto", "min or max for the monitored metric (auto: min for losses, max otherwise)", choices=["auto", "min", "max"]),
+    Key("monitor", str, "auto", "metric for best-model tracking and early stopping, e.g. val_accuracy, val_loss, val_ema_accuracy (auto: the task's primary metric on the validation data: val_accuracy, of the pixels for segmentation, val_seq_accuracy for sequences, val_loss for multilabel_soft_margin without heads; else val_loss, else train_loss)"),
+    Key("mode", str, "auto", "min or max for the monitored metric (auto: the task's: min for the loss, max for the others)", choices=["auto", "min", "max"]),
     Key("patience", int, 0, "early stopping: epochs without improvement before stopping (0: off)", check=_non_negative, valid=">= 0"),
     Key("min_delta", float, 0.0, "early stopping: smallest change that counts as improvement", check=_non_negative, valid=">= 0"),
     Key("run_dir", str, "runs", "parent folder of run directories"),

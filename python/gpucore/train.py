@@ -49,6 +49,19 @@ class TrainResult:
     # The model's exponential moving average after the last step (config key ema_decay), None without one.
     model_ema: Optional[nn.Module] = field(default=None, repr=False)
 
+    @classmethod
+    def from_stats(cls, stats: dict, model: nn.Module, model_ema: Optional[nn.Module]) -> "TrainResult":
+        """The result of the run whose training_stats.json is `stats`, with its model and EMA."""
+        run_dir, history, best = stats["run_dir"], stats["epochs"], stats["best"]
+        return cls(
+            history=history, best_metric=best["metric"], best_epoch=best["epoch"], monitor=best["monitor"] or "",
+            status=stats["status"], run_dir=run_dir, checkpoint_dir=os.path.join(run_dir, CHECKPOINTS),
+            stats_path=os.path.join(run_dir, STATS), metrics_path=os.path.join(run_dir, METRICS),
+            device=stats["device"], precision=stats["precision"]["precision"],
+            samples_per_second=_samples_per_second(history), steps=stats["steps"],
+            skipped_steps=stats["skipped_steps"], host_syncs=stats["host_syncs"], model=model,
+            skipped_files=stats["skipped_files"], model_ema=model_ema)
+
 
 def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any = None, val_data: Any = None,
           loss: Optional[Callable] = None, callbacks: Optional[Sequence[Any]] = None, **overrides) -> TrainResult:
@@ -82,16 +95,7 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
         loop.teardown()
         run.close()
 
-    history = loop.history
-    best = loop.checkpoints.state_dict()
-    return TrainResult(
-        history=history, best_metric=best["metric"], best_epoch=best["epoch"], monitor=best["monitor"] or "",
-        status=status, run_dir=run.run_dir.path, checkpoint_dir=run.run_dir.checkpoint_dir,
-        stats_path=run.run_dir.stats_path, metrics_path=run.run_dir.metrics_path, device=str(run.device),
-        precision=run.policy.precision, samples_per_second=_samples_per_second(history),
-        steps=run.engine.steps_taken(), skipped_steps=run.engine.steps_skipped(), host_syncs=run.engine.host_syncs(),
-        model=run.module, skipped_files=loop.skipped_files(), model_ema=run.ema,
-    )
+    return TrainResult.from_stats(loop.stats(status), run.module, run.ema)
 
 
 def _samples_per_second(history: List[dict]) -> float:
@@ -108,22 +112,13 @@ def _train_in_processes(config) -> TrainResult:
                           f"device(s); set devices to at most {gpus}, or device: cpu for {config.devices} CPU "
                           "processes")
     summary = distributed.launch(config, config.devices, config.dist_timeout)
-    stats_path = os.path.join(summary["run_dir"], STATS)
-    with open(stats_path, encoding="utf-8") as handle:
+    with open(os.path.join(summary["run_dir"], STATS), encoding="utf-8") as handle:
         stats = json.load(handle)
-    checkpoint_dir = os.path.join(summary["run_dir"], CHECKPOINTS)
     module = build_model(config.model, config.model_kwargs, config.pretrained)
-    last = load_checkpoint(os.path.join(checkpoint_dir, LAST))
+    last = load_checkpoint(os.path.join(summary["run_dir"], CHECKPOINTS, LAST))
     module.load_state_dict(last["model"])
     ema = None
     if EMA_STATE in last:
         ema = build_model(config.model, config.model_kwargs, config.pretrained).eval().requires_grad_(False)
         ema.load_state_dict(last[EMA_STATE])
-    history = stats["epochs"]
-    return TrainResult(
-        history=history, best_metric=stats["best"]["metric"], best_epoch=stats["best"]["epoch"],
-        monitor=stats["best"]["monitor"] or "", status=stats["status"], run_dir=summary["run_dir"],
-        checkpoint_dir=checkpoint_dir, stats_path=stats_path, metrics_path=os.path.join(summary["run_dir"], METRICS),
-        device=stats["device"], precision=stats["precision"]["precision"], samples_per_second=_samples_per_second(history),
-        steps=stats["steps"], skipped_steps=stats["skipped_steps"], host_syncs=stats["host_syncs"], model=module,
-        skipped_files=stats.get("skipped_files", []), model_ema=ema)
+    return TrainResult.from_stats(stats, module, ema)

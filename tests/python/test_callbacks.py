@@ -17,10 +17,10 @@ class StopAtAccuracy(gpucore.Callback):
     def __init__(self, threshold):
         self.threshold, self.seen = threshold, []
 
-    def on_epoch_end(self, epoch, record):
+    def on_epoch_end(self, trainer, epoch, record):
         self.seen.append(record["val_accuracy"])
         if record["val_accuracy"] >= self.threshold:
-            self.trainer.should_stop = True
+            trainer.should_stop = True
 
     def state_dict(self):
         return {"seen": list(self.seen)}
@@ -57,16 +57,16 @@ def test_hooks_are_called_in_order_and_early_stopping_keeps_its_state(tmp_path):
         def on_fit_start(self, trainer):
             calls.append(("fit_start", trainer.epoch))
 
-        def on_epoch_start(self, epoch):
+        def on_epoch_start(self, trainer, epoch):
             calls.append(("epoch_start", epoch))
 
-        def on_step_end(self, step, metrics):
+        def on_step_end(self, trainer, step, metrics):
             calls.append(("step_end", metrics["epoch"]))
 
-        def on_epoch_end(self, epoch, record):
+        def on_epoch_end(self, trainer, epoch, record):
             calls.append(("epoch_end", epoch))
 
-        def on_save_checkpoint(self, checkpoint):
+        def on_save_checkpoint(self, trainer, checkpoint):
             checkpoint["hooks_saw"] = checkpoint["epoch"]
             calls.append(("save", checkpoint["epoch"]))
 
@@ -93,6 +93,49 @@ def test_hooks_are_called_in_order_and_early_stopping_keeps_its_state(tmp_path):
 
     with pytest.raises(gpucore.ConfigError, match=r"two callbacks keep their state under '\S*Twin'"):
         gpucore.train(dict(config, run_dir=str(tmp_path / "twins")), callbacks=[Twin(), Twin()])
+
+
+def test_hooks_without_the_trainer_are_still_called_with_a_deprecation_warning(tmp_path):
+    """The signatures of before (no trainer) work for one more release, on Callbacks and on duck-typed objects."""
+    calls = []
+
+    class OldCallback(gpucore.Callback):
+        def on_epoch_start(self, epoch):
+            calls.append(("epoch_start", epoch, self.trainer.epoch))  # self.trainer: where the old hooks found it
+
+        def on_epoch_end(self, epoch, record):
+            calls.append(("epoch_end", epoch, record["epoch"]))
+
+        def on_save_checkpoint(self, checkpoint):
+            calls.append(("save", checkpoint["epoch"]))
+
+    class OldDuck:
+        def on_step_end(self, step, metrics):
+            calls.append(("step_end", step, metrics["epoch"]))
+
+        def on_load_checkpoint(self, checkpoint):
+            calls.append(("load", checkpoint["epoch"]))
+
+    class Current(gpucore.Callback):
+        def on_epoch_end(self, trainer, epoch, record):
+            calls.append(("current", epoch, trainer.epoch))
+
+    config = dict(SMALL, run_dir=str(tmp_path), epochs=1, log_every_n_steps=8)
+    with pytest.warns(DeprecationWarning) as warned:
+        gpucore.train(config, callbacks=[OldCallback(), OldDuck(), Current()])
+    messages = sorted(str(w.message) for w in warned if issubclass(w.category, DeprecationWarning))
+    assert [m.split(" without")[0] for m in messages] == [
+        "callback OldCallback: on_epoch_end(epoch, record)", "callback OldCallback: on_epoch_start(epoch)",
+        "callback OldCallback: on_save_checkpoint(checkpoint)", "callback OldDuck: on_load_checkpoint(checkpoint)",
+        "callback OldDuck: on_step_end(step, metrics)"]
+    assert all("stops working in the next release" in message for message in messages)
+    assert not hasattr(Current(), "trainer")
+    assert calls == [("epoch_start", 1, 0), ("step_end", 8, 1), ("epoch_end", 1, 1), ("current", 1, 0), ("save", 1)]
+
+    calls.clear()
+    with pytest.warns(DeprecationWarning):
+        gpucore.train(dict(config, epochs=2, resume="auto"), callbacks=[OldCallback(), OldDuck(), Current()])
+    assert calls[:2] == [("load", 1), ("epoch_start", 2, 1)]
 
 
 @pytest.mark.slow

@@ -306,7 +306,7 @@ def test_augmentation_depends_on_sample_and_epoch_not_batch_size():
 @pytest.mark.slow
 def test_training_with_crop_and_flip_resumes_exactly(tmp_path):
     class Stop:
-        def on_epoch_end(self, epoch, record):
+        def on_epoch_end(self, trainer, epoch, record):
             if epoch == 1:
                 raise KeyboardInterrupt
 

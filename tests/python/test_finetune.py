@@ -35,7 +35,7 @@ class Snapshots:
     def __init__(self, model):
         self.model, self.states = model, [{k: v.clone() for k, v in model.state_dict().items()}]
 
-    def on_epoch_end(self, epoch, record):
+    def on_epoch_end(self, trainer, epoch, record):
         self.states.append({k: v.clone() for k, v in self.model.state_dict().items()})
 
 
@@ -74,7 +74,7 @@ class StopAtEpochEnd:
     def __init__(self, epoch):
         self.epoch = epoch
 
-    def on_epoch_end(self, epoch, record):
+    def on_epoch_end(self, trainer, epoch, record):
         if epoch == self.epoch:
             raise KeyboardInterrupt
 
@@ -83,7 +83,7 @@ class StopMidEpoch:
     def __init__(self, epoch):
         self.epoch = epoch
 
-    def on_step_end(self, step, metrics):
+    def on_step_end(self, trainer, step, metrics):
         if metrics["epoch"] == self.epoch:
             raise KeyboardInterrupt
 

@@ -36,7 +36,7 @@ class StepsSeen(gpucore.Callback):
     def __init__(self):
         self.steps = []
 
-    def on_step_end(self, step, metrics):
+    def on_step_end(self, trainer, step, metrics):
         self.steps.append((step, dict(metrics)))
 
 
@@ -47,7 +47,7 @@ class KilledAfterLogging(gpucore.Callback):
     def __init__(self, epoch):
         self.epoch = epoch
 
-    def on_epoch_end(self, epoch, record):
+    def on_epoch_end(self, trainer, epoch, record):
         if epoch == self.epoch:
             raise RuntimeError(f"killed in epoch {epoch}")
 

@@ -60,7 +60,7 @@ class Positions(gpucore.Callback):
     def __init__(self):
         self.saved = []
 
-    def on_save_checkpoint(self, payload):
+    def on_save_checkpoint(self, trainer, payload):
         self.saved.append((payload["epoch"], payload["samples_consumed"]))
 
 
@@ -70,7 +70,7 @@ class StopAt(gpucore.Callback):
     def __init__(self, step):
         self.step = step
 
-    def on_step_end(self, step, metrics):
+    def on_step_end(self, trainer, step, metrics):
         if step == self.step:
             raise RuntimeError("stopped by the test")
 
@@ -191,10 +191,10 @@ WORKER = textwrap.dedent("""
     epoch = [0]
 
     class Track(gpucore.Callback):
-        def on_epoch_start(self, number):
+        def on_epoch_start(self, trainer, number):
             epoch[0] = number - 1
 
-        def on_step_end(self, step, metrics):
+        def on_step_end(self, trainer, step, metrics):
             if step == stop_step:
                 raise RuntimeError("stopped by the test")
 

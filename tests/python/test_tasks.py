@@ -6,7 +6,7 @@ from torch import nn
 
 import gpucore
 from gpucore import _C
-from gpucore.tasks import CTCSequence, Classification, MultiHead, MultiLabel, Segmentation, task_for
+from gpucore.tasks import CTCSequence, Classification, Metric, MultiHead, MultiLabel, Segmentation, task_for
 
 
 def engine_metrics(task, output, target, top_k=0):
@@ -59,7 +59,7 @@ def test_classification_agrees_with_the_engine():
     task = task_for("cross_entropy", label_smoothing=0.1)
     output, target = torch.randn(96, 10), torch.randint(0, 10, (96,))
     metrics = engine_metrics(task, output, target, top_k=3)
-    assert task.metric_names(3) == ["loss", "accuracy", "top3_accuracy"]
+    assert task.metrics(3) == [Metric("loss", "min"), Metric("accuracy", "max"), Metric("top3_accuracy", "max")]
     predicted = task.decode(output)
     assert task.correct(predicted, target).float().mean().item() == pytest.approx(metrics["accuracy"])
     assert task.sample_losses(output, target).mean().item() == pytest.approx(metrics["loss"], rel=1e-5)
@@ -132,3 +132,21 @@ def test_segmentation_agrees_with_the_engine():
     assert (predicted == mask.long()).float().mean().item() == pytest.approx(metrics["accuracy"])
     right = task.correct(predicted, mask.unsqueeze(1))  # (N, 1, H, W) targets as the data may hold them
     assert right[:2].all() and right.tolist() == [bool((p == m.long()).all()) for p, m in zip(predicted, mask)]
+
+
+@pytest.mark.parametrize("loss, heads, output, target, primary", [
+    ("cross_entropy", 0, torch.randn(16, 10), torch.randint(0, 10, (16,)), "accuracy"),
+    ("multilabel_soft_margin", 3, torch.randn(16, 3 * 4), torch.randint(0, 4, (16, 3)), "seq_accuracy"),
+    ("ctc", 0, torch.randn(16, 6, 5), torch.randint(1, 5, (16, 3)), "seq_accuracy"),
+    ("bce_with_logits", 0, torch.randn(16, 6), (torch.rand(16, 6) > 0.5).float(), "accuracy"),
+    ("multilabel_soft_margin", 0, torch.randn(16, 6), (torch.rand(16, 6) > 0.5).float(), "loss"),
+    ("dice_bce", 0, torch.randn(4, 1, 8, 8), (torch.rand(4, 8, 8) > 0.5).float(), "accuracy"),
+])
+def test_a_tasks_table_of_metrics_is_what_the_engine_reports(loss, heads, output, target, primary):
+    task = task_for(loss, heads)
+    reported = engine_metrics(task, output, target, top_k=3)
+    assert sorted(metric.name for metric in task.metrics(3)) == sorted(reported)
+    assert task.primary_metric == primary
+    assert {metric.name: metric.mode for metric in task.metrics(3)} == \
+        {name: "min" if name == "loss" else "max" for name in reported}
+    assert task.metric_modes(3, ("train", "val"))["val_loss"] == "min"

@@ -148,7 +148,7 @@ def test_a_second_run_never_overwrites_the_first(tmp_path):
 @pytest.mark.slow
 def test_resume_is_bitwise_exact(tmp_path):
     class StopAfterEpoch2:
-        def on_epoch_end(self, epoch, record):
+        def on_epoch_end(self, trainer, epoch, record):
             if epoch == 2:
                 raise KeyboardInterrupt
 
@@ -166,7 +166,7 @@ def test_resume_is_bitwise_exact(tmp_path):
 @pytest.mark.slow
 def test_interrupt_saves_and_resume_finishes(tmp_path):
     class StopInEpoch2:
-        def on_step_end(self, step, metrics):
+        def on_step_end(self, trainer, step, metrics):
             if metrics["epoch"] == 2:
                 raise KeyboardInterrupt
 
@@ -241,7 +241,7 @@ def test_callbacks_and_monitor(tmp_path):
     seen = []
 
     class Recorder:
-        def on_epoch_end(self, epoch, record):
+        def on_epoch_end(self, trainer, epoch, record):
             seen.append((epoch, record["val_loss"]))
 
     result = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=2, monitor="val_loss"), callbacks=[Recorder()])
@@ -294,7 +294,7 @@ def test_out_of_memory_halving_then_a_mid_epoch_resume_serves_every_sample_once(
     trained = []  # the ids of the samples each successful training forward saw
 
     class StopAfterFirstStep:
-        def on_step_end(self, step, metrics):
+        def on_step_end(self, trainer, step, metrics):
             raise KeyboardInterrupt
 
     x, y = tensors(128)
@@ -323,7 +323,7 @@ def test_channels_last_and_deterministic_run(tmp_path, restores_determinism):
     seen = []
 
     class Switches:
-        def on_epoch_start(self, epoch):
+        def on_epoch_start(self, trainer, epoch):
             seen.append((torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic))
 
     torch.use_deterministic_algorithms(False)
@@ -534,7 +534,7 @@ def step_lrs(tmp_path, **config):
     seen = []
 
     class Recorder:
-        def on_step_end(self, step, metrics):
+        def on_step_end(self, trainer, step, metrics):
             seen.append(metrics["lr"])
 
     x, y = tensors(128)
@@ -574,7 +574,7 @@ def test_progress_bar_counts_steps_and_shows_the_logged_loss(tmp_path, capsys):
     losses = []
 
     class Recorder:
-        def on_step_end(self, step, metrics):
+        def on_step_end(self, trainer, step, metrics):
             losses.append(metrics["loss"])
 
     x, y = tensors(128)

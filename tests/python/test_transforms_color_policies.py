@@ -329,7 +329,7 @@ def test_training_with_color_transforms_resumes_bitwise(tmp_path):
     import gpucore
 
     class Stop:
-        def on_epoch_end(self, epoch, record):
+        def on_epoch_end(self, trainer, epoch, record):
             if epoch == 1:
                 raise KeyboardInterrupt
 

@@ -22,9 +22,9 @@ from ..errors import ConfigError
 from ..tasks import Task
 from ..tasks.sequences import pad_sequences
 from ..training import distributed
-from ..training.engine_config import engine_config
+from ..training.engine_config import forward_config
 from ..training.epoch_data import EpochData, make_train_set, make_val_set
-from ..training.run_setup import resolve_channels_last
+from ..training.run_setup import place_model
 
 
 @dataclass
@@ -87,11 +87,8 @@ def evaluation_pass(module: nn.Module, config, task: Task, data: EpochData, devi
     top_k and channels-last as the run had them) and `task` (its loss and decoding); the module itself is left as
     it was."""
     policy = resolve_precision(config.precision, device, tf32=config.tf32, cudnn_benchmark=config.cudnn_benchmark)
-    channels_last = resolve_channels_last(config.channels_last, device, module)
-    module = copy.deepcopy(module).to(device=device, dtype=policy.param_dtype).eval()
-    if channels_last:
-        module.to(memory_format=torch.channels_last)
-    settings = engine_config(config, task, str(device), policy, 1, channels_last)  # 1: no epoch, no schedule
+    module = copy.deepcopy(module).eval()
+    settings = forward_config(config, task, str(device), policy, place_model(module, config, device, policy))
     outputs, decoded = [], []
     rules = [task]  # the task's rules for outputs of the shape the model gives, settled by the first batch
 

@@ -1,11 +1,12 @@
 """What kind of model a run trains, decided once from config keys loss and heads: one class per kind
 (classification.py, sequences.py: multi-head and CTC, multi_label.py, segmentation.py), each owning its
-decoding, correctness, confidence, per-sample losses, prediction rows, report sections and metric names.
+decoding, correctness, confidence, per-sample losses, prediction rows, report sections and metrics (names,
+directions, the primary one).
 A new loss or kind of model is one class here, listed in TASKS."""
 from __future__ import annotations
 
 from ..errors import ConfigError
-from .base import Task
+from .base import Metric, Task
 from .classification import Classification
 from .multi_label import MultiLabel
 from .segmentation import Segmentation
@@ -32,5 +33,5 @@ def task_of(config) -> Task:
     return task_for(config.loss, config.heads, config.label_smoothing)
 
 
-__all__ = ["CTCSequence", "Classification", "MultiHead", "MultiLabel", "Segmentation", "SequenceTask", "TASKS",
-           "Task", "task_for", "task_of"]
+__all__ = ["CTCSequence", "Classification", "Metric", "MultiHead", "MultiLabel", "Segmentation", "SequenceTask",
+           "TASKS", "Task", "task_for", "task_of"]

@@ -1,15 +1,24 @@
 """What every kind of model a run can train answers: how its outputs decode into predictions (by the rules the
 engine's metrics score with), which predictions are right and how confident, per-sample losses, the columns of
-`gpucore predict`'s rows, which of the report's sections apply and which metrics the engine reports. One
-subclass per kind; tasks/__init__.py picks the one for a config."""
+`gpucore predict`'s rows, which of the report's sections apply, which metrics the engine reports and which way
+each is better. One subclass per kind; tasks/__init__.py picks the one for a config."""
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence
 
 import torch
 
 from .. import _C
 from ..errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One number the engine reports for a task (without the split prefix: loss, accuracy, iou, ...)."""
+
+    name: str
+    mode: str  # "min": lower is better; "max": higher is better
 
 
 class Task:
@@ -20,6 +29,7 @@ class Task:
     reports_top_k = False  # the engine also reports top-k accuracy (config key top_k)
     labels_from_folders = False  # predict: the true class of inputs in class subfolders
     predicts_masks = False  # predict: one mask PNG per input
+    primary_metric = "loss"  # what config key monitor: auto follows, on the validation data when there is some
 
     def __init__(self, loss: str, heads: int = 0, label_smoothing: float = 0.0):
         self.loss, self.heads, self.label_smoothing = loss, heads, label_smoothing
@@ -43,9 +53,15 @@ class Task:
         loss.heads = self.heads
         return loss
 
-    def metric_names(self, top_k: int) -> List[str]:
-        """What the engine may report for this task (loss, accuracy, ...), without the split prefix."""
-        return list(_C.reported_metrics(self.loss_config(), top_k))
+    def metrics(self, top_k: int) -> List[Metric]:
+        """What the engine may report for this task, in its order; the names are the C++ engine's
+        (_C.reported_metrics). The loss is the one number minimised: the others are shares of what is right."""
+        return [Metric(name, "min" if name == "loss" else "max")
+                for name in _C.reported_metrics(self.loss_config(), top_k)]
+
+    def metric_modes(self, top_k: int, splits: Sequence[str]) -> Dict[str, str]:
+        """Each metric as an epoch's record names it (SPLIT_NAME: train_loss, val_accuracy, ...) and its mode."""
+        return {f"{split}_{metric.name}": metric.mode for split in splits for metric in self.metrics(top_k)}
 
     # ---- predictions -----------------------------------------------------------------------------
     def decode(self, outputs: torch.Tensor) -> torch.Tensor:

@@ -15,6 +15,7 @@ class Classification(Task):
     report_sections = "classification"
     reports_top_k = True
     labels_from_folders = True
+    primary_metric = "accuracy"
 
     def decode(self, outputs: torch.Tensor) -> torch.Tensor:
         self.expect_dims(outputs, 2, "N x classes")

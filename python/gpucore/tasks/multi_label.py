@@ -11,6 +11,11 @@ class MultiLabel(Task):
     name = "multi-label classification"
     losses = ("bce_with_logits", "multilabel_soft_margin")
 
+    @property
+    def primary_metric(self) -> str:
+        """The labels' accuracy; multilabel_soft_margin without heads reports only its loss."""
+        return "accuracy" if self.loss == "bce_with_logits" else "loss"
+
     def for_outputs(self, outputs: torch.Tensor) -> Task:
         """Per-pixel outputs (N x K x H x W) are masks: segmentation's rules and rows."""
         from .segmentation import Segmentation

@@ -14,6 +14,7 @@ class Segmentation(Task):
     report_sections = "segmentation"
     keeps_outputs = False
     predicts_masks = True
+    primary_metric = "accuracy"  # of the pixels
 
     def decode(self, outputs: torch.Tensor) -> torch.Tensor:
         self.expect_dims(outputs, 4, "N x K x H x W")

@@ -16,6 +16,7 @@ class SequenceTask(Task):
     """What multi-head and CTC share: text per input, per-character confusion in the report."""
 
     report_sections = "sequences"
+    primary_metric = "seq_accuracy"  # whole sequences right
 
     def class_count(self, outputs: torch.Tensor) -> int:
         """The classes each position chooses among."""

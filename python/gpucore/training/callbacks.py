@@ -1,16 +1,18 @@
 """The fit loop's callbacks, with the hooks Lightning users know. `Callback` is the base class: every hook the
-loop calls, in the order a run calls them, each a no-op until overridden; epochs count from 1. A callback's
-`state_dict()` is saved in every checkpoint (under its `state_key`) and given back to `load_state_dict` on
-resume. Setting `trainer.should_stop = True` in any hook ends the run after the current epoch (its checkpoint
-written), with status "stopped" (EarlyStopping: "early_stopped").
+loop calls, in the order a run calls them, each a no-op until overridden; every hook is given the trainer (the fit
+loop) first; epochs count from 1. A callback's `state_dict()` is saved in every checkpoint (under its
+`state_key`) and given back to `load_state_dict` on resume. Setting `trainer.should_stop = True` in any hook ends
+the run after the current epoch (its checkpoint written), with status "stopped" (EarlyStopping: "early_stopped").
 
 The built-in ones: ModelCheckpoint (last/best/every-N checkpoints; state: the best metric and epoch),
 EarlyStopping (config key patience; state: the best metric and epoch) and FreezeBackbone (config key freeze; no
 state: frozen or not follows from the epoch, which the checkpoint restores). Objects that are not Callbacks but
-have some of the hook methods are called too, as before."""
+have some of the hook methods are called too (`CallbackList`)."""
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence
+import inspect
+import warnings
+from typing import Any, Dict, List, Optional, Sequence
 
 from torch import nn
 
@@ -21,10 +23,8 @@ from .run_dir import RunDir
 
 
 class Callback:
-    """Override the hooks you need. `self.trainer` is the fit loop (set before on_fit_start): its `epoch`,
-    `history`, `run` (model, engine, config) and `should_stop`."""
-
-    trainer: Any = None
+    """Override the hooks you need. `trainer`, every hook's first argument, is the fit loop: its `epoch`,
+    `history`, `run` (model, engine, config), `should_stop` and `status`."""
 
     @property
     def state_key(self) -> str:
@@ -34,19 +34,19 @@ class Callback:
     def on_fit_start(self, trainer) -> None:
         """Before the first epoch (after a resume restored the state)."""
 
-    def on_epoch_start(self, epoch: int) -> None:
+    def on_epoch_start(self, trainer, epoch: int) -> None:
         """Before epoch `epoch` trains, after the model is put in training mode."""
 
-    def on_step_end(self, step: int, metrics: dict) -> None:
+    def on_step_end(self, trainer, step: int, metrics: dict) -> None:
         """Every log_every_n_steps optimizer steps: the step count and the running metrics (and the epoch)."""
 
-    def on_epoch_end(self, epoch: int, record: dict) -> None:
+    def on_epoch_end(self, trainer, epoch: int, record: dict) -> None:
         """After the epoch's validation: its row of metrics.jsonl."""
 
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
+    def on_save_checkpoint(self, trainer, checkpoint: dict) -> None:
         """A checkpoint is about to be written: its contents, which the callback may add to."""
 
-    def on_load_checkpoint(self, checkpoint: dict) -> None:
+    def on_load_checkpoint(self, trainer, checkpoint: dict) -> None:
         """A resume read `checkpoint`; called after load_state_dict."""
 
     def on_fit_end(self, trainer) -> None:
@@ -62,32 +62,84 @@ class Callback:
         """Takes back what state_dict returned."""
 
 
-def call(callbacks: Sequence[Any], method: str, *args) -> None:
-    for callback in callbacks:
-        hook = getattr(callback, method, None)
-        if hook is not None:
-            hook(*args)
+# The hooks that took no trainer before this release, with their arguments then: a callback whose hook still
+# takes only these is called so, with a DeprecationWarning, until the next release.
+_WITHOUT_TRAINER = {"on_epoch_start": "epoch", "on_step_end": "step, metrics", "on_epoch_end": "epoch, record",
+                    "on_save_checkpoint": "checkpoint", "on_load_checkpoint": "checkpoint"}
+
+
+class CallbackList:
+    """A run's callbacks in the order they are called, each hook given `trainer` and the hook's arguments."""
+
+    def __init__(self, callbacks: Sequence[Any], trainer):
+        self.callbacks: List[Any] = list(callbacks)
+        self.trainer = trainer
+        self.without_trainer = {(id(callback), hook) for callback in self.callbacks for hook in _WITHOUT_TRAINER
+                                if _takes_no_trainer(callback, hook)}
+        for callback in self.callbacks:
+            if any((id(callback), hook) in self.without_trainer for hook in _WITHOUT_TRAINER):
+                callback.trainer = trainer  # where the old hooks read the loop from
+
+    def __iter__(self):
+        return iter(self.callbacks)
+
+    def call(self, hook: str, *args) -> None:
+        for callback in self.callbacks:
+            method = getattr(callback, hook, None)
+            if method is None:
+                continue
+            if (id(callback), hook) in self.without_trainer:
+                method(*args)
+            else:
+                method(self.trainer, *args)
+
+
+def _takes_no_trainer(callback: Any, hook: str) -> bool:
+    """Whether `callback`'s `hook` has the signature of before this release (no trainer); warns if so."""
+    method = getattr(callback, hook, None)
+    if method is None:
+        return False
+    try:
+        signature = inspect.signature(method)
+    except (TypeError, ValueError):  # no signature to read (a builtin): called the current way
+        return False
+    arguments = _WITHOUT_TRAINER[hook].split(", ")
+    if _binds(signature, len(arguments) + 1) or not _binds(signature, len(arguments)):
+        return False
+    warnings.warn(f"callback {type(callback).__name__}: {hook}({_WITHOUT_TRAINER[hook]}) without the trainer is "
+                  f"deprecated and stops working in the next release; define {hook}(self, trainer, "
+                  f"{_WITHOUT_TRAINER[hook]})", DeprecationWarning, stacklevel=2)
+    return True
+
+
+def _binds(signature: inspect.Signature, count: int) -> bool:
+    try:
+        signature.bind(*range(count))
+    except TypeError:
+        return False
+    return True
 
 
 class Monitor:
-    """The metric that decides "better" (config keys monitor, mode, min_delta); `auto` is settled by the
-    first epoch's record: the validation accuracy (or IoU, or loss) when there is validation data."""
+    """The metric that decides "better" (config keys monitor, mode, min_delta). `auto` is settled by the first
+    epoch's record: the task's primary metric on the validation data, else the validation loss, else the training
+    loss; mode `auto` is the metric's own (`modes`: the task's metrics by record name, Task.metric_modes)."""
 
-    AUTO_ORDER = ("val_accuracy", "val_seq_accuracy", "val_iou", "val_loss", "train_loss")
-
-    def __init__(self, name: str, mode: str, min_delta: float):
+    def __init__(self, name: str, mode: str, min_delta: float, modes: Dict[str, str], primary_metric: str):
         self.name = None if name == "auto" else name
         self.mode = None if mode == "auto" else mode
         self.min_delta = min_delta
+        self.modes = modes
+        self.auto_order = (f"val_{primary_metric}", "val_loss")
 
     def value(self, record: dict) -> Optional[float]:
         if self.name is None:
-            self.name = next((n for n in self.AUTO_ORDER if n in record), "train_loss")
+            self.name = next((n for n in self.auto_order if n in record), "train_loss")
         if self.name not in record:
             raise ConfigError(f"config key 'monitor': '{self.name}' is not reported; reported: "
                               f"{', '.join(sorted(k for k in record if k != 'epoch'))}")
         if self.mode is None:
-            self.mode = "min" if "loss" in self.name else "max"
+            self.mode = self.modes[self.name]
         return record[self.name]
 
     def improved(self, value: Optional[float], best: Optional[float]) -> bool:
@@ -132,11 +184,11 @@ class EarlyStopping(BestEpoch):
         super().__init__(monitor)
         self.patience = patience
 
-    def on_epoch_end(self, epoch: int, record: dict) -> None:
+    def on_epoch_end(self, trainer, epoch: int, record: dict) -> None:
         self.update(epoch, record)
         if epoch - (self.best_epoch or 0) >= self.patience:
-            self.trainer.should_stop = True
-            self.trainer.stop_status = "early_stopped"
+            trainer.should_stop = True
+            trainer.stop_status = "early_stopped"
 
 
 class ModelCheckpoint(BestEpoch):
@@ -144,15 +196,14 @@ class ModelCheckpoint(BestEpoch):
     every `save_every_n_epochs` epochs, keeping the newest `keep_last_k`. The loop calls it after the other
     callbacks, so that the checkpoint holds their state after the epoch."""
 
-    def __init__(self, monitor: Monitor, run_dir: RunDir, payload: Callable[[int], dict], save_every_n_epochs: int,
-                 keep_last_k: int):
+    def __init__(self, monitor: Monitor, run_dir: RunDir, checkpointing, save_every_n_epochs: int, keep_last_k: int):
         super().__init__(monitor)
-        self.run_dir, self.payload = run_dir, payload
+        self.run_dir, self.checkpointing = run_dir, checkpointing  # checkpointing.Checkpointing: what it saves
         self.save_every_n_epochs, self.keep_last_k = save_every_n_epochs, keep_last_k
 
-    def on_epoch_end(self, epoch: int, record: dict) -> None:
+    def on_epoch_end(self, trainer, epoch: int, record: dict) -> None:
         improved = self.update(epoch, record)
-        payload = self.payload(epoch)
+        payload = self.checkpointing.payload(epoch, 0)
         self.run_dir.save(LAST, payload)
         if improved:
             self.run_dir.save(BEST, payload)
@@ -176,7 +227,7 @@ class FreezeBackbone(Callback):
                       if isinstance(module, nn.modules.batchnorm._BatchNorm) and not split.in_head(name)]
         self.freeze_epochs = freeze_epochs
 
-    def on_epoch_start(self, epoch: int) -> None:
+    def on_epoch_start(self, trainer, epoch: int) -> None:
         frozen = epoch <= self.freeze_epochs
         for param in self.params:
             param.requires_grad_(not frozen)

@@ -13,6 +13,7 @@ from torch import nn
 from ..errors import ConfigError
 
 VAL_EMA = "val_ema"  # the prefix of the EMA's validation metrics: val_ema_accuracy, val_ema_loss, ...
+SPLITS = ("train", "val", VAL_EMA)  # the prefixes of an epoch record's metrics
 
 
 def make_ema(module: nn.Module, config) -> Optional[nn.Module]:

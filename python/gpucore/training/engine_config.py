@@ -1,5 +1,7 @@
-"""The C++ engine's settings from a TrainConfig: optimizer, schedule, loss, loss scaling, parameter groups;
-and what the engine will report, checked against config key `monitor` before anything trains."""
+"""The C++ engine's settings from a TrainConfig, in two parts: the forward pass's (device, precision, memory
+format, loss, top_k: all an evaluation needs) and the optimizer's (accumulation, clipping, optimizer, schedule,
+loss scaling, mixing, EMA, parameter groups); and what the engine will report, checked against config key
+`monitor` before anything trains."""
 from __future__ import annotations
 
 import math
@@ -55,20 +57,27 @@ def scaled_lr(config, world_size: int) -> float:
     return {"none": config.lr, "linear": config.lr * ratio, "sqrt": config.lr * math.sqrt(ratio)}[config.lr_scaling]
 
 
-def engine_config(config, task: Task, device: str, policy, steps_per_epoch: int, channels_last: bool,
-                  world_size: int = 1) -> _C.EngineConfig:
+def forward_config(config, task: Task, device: str, policy, channels_last: bool) -> _C.EngineConfig:
+    """The forward pass's settings and its metrics': what an evaluation (_C.evaluate) reads."""
     engine = _C.EngineConfig()
     engine.device = torch.device(device)
     engine.autocast_dtype = policy.autocast_dtype
     engine.param_dtype = policy.param_dtype
+    engine.channels_last = channels_last
+    engine.top_k = config.top_k
+    engine.loss = task.loss_config()
+    return engine
+
+
+def engine_config(config, task: Task, device: str, policy, steps_per_epoch: int, channels_last: bool,
+                  world_size: int = 1) -> _C.EngineConfig:
+    """The forward pass's settings and the optimizer's: what training (_C.Engine) reads."""
+    engine = forward_config(config, task, device, policy, channels_last)
     engine.accumulate_grad_batches = config.accumulate_grad_batches
     engine.clip_grad_norm = config.clip_grad_norm
     engine.clip_grad_value = config.clip_grad_value
-    engine.channels_last = channels_last
     engine.log_every_n_steps = config.log_every_n_steps
     engine.max_nonfinite_steps = config.max_nonfinite_steps
-    engine.top_k = config.top_k
-    engine.loss = task.loss_config()
     optimizer = _C.OptimizerConfig()
     optimizer.kind = config.optimizer
     optimizer.momentum, optimizer.nesterov = config.momentum, config.nesterov
@@ -118,7 +127,7 @@ def check_monitor(config, task: Task, has_val: bool) -> None:
     if config.monitor == "auto":
         return
     splits = ("train", "val", *((VAL_EMA,) if config.ema_decay else ())) if has_val else ("train",)
-    names = [f"{split}_{name}" for split in splits for name in task.metric_names(config.top_k)]
+    names = list(task.metric_modes(config.top_k, splits))
     if config.monitor not in names:
         raise ConfigError(f"config key 'monitor': '{config.monitor}' is never reported with loss '{config.loss}'"
                           f"{'' if has_val else ' and no validation data'}"

@@ -1,6 +1,7 @@
 """The epoch loop of a training run: `fit()` trains epoch after epoch (`advance()`) until the last epoch,
 a callback's stop (early stopping among them) or Ctrl-C; the out-of-memory retry, the first-batch diagnosis,
-each epoch's record, the resume from a checkpoint and what a checkpoint holds live here too."""
+each epoch's record and training_stats.json live here too. What a checkpoint holds and the resume from one:
+checkpointing.py."""
 from __future__ import annotations
 
 import contextlib
@@ -11,18 +12,17 @@ from typing import Any, List, Optional, Sequence
 
 import torch
 
-from ..checkpoint import EMA_STATE, WEIGHTS, load_checkpoint
 from ..config import KEY_BY_NAME
 from ..errors import ConfigError, OutOfMemoryError, TrainingError
 from . import distributed
 from . import oom
-from .callbacks import BestEpoch, Callback, EarlyStopping, FreezeBackbone, ModelCheckpoint, Monitor, call
-from .ema import VAL_EMA, monitored_weights
+from .callbacks import CallbackList, EarlyStopping, FreezeBackbone, ModelCheckpoint, Monitor
+from .checkpointing import Checkpointing
+from .ema import SPLITS, VAL_EMA, monitored_weights
 from .engine_config import scaled_lr
 from .epoch_data import make_train_set
 from .loggers import make_loggers
 from .progress import EpochProgress, print_epoch
-from .rng import rng_state, set_rng_state
 from .run_setup import Run
 from .step_checkpoints import StepCheckpoints
 
@@ -35,18 +35,17 @@ class FitLoop:
     def __init__(self, run: Run, callbacks: Sequence[Any] = ()):
         config = run.config
         self.run = run
-        monitor = Monitor(config.monitor, config.mode, config.min_delta)
-        self.checkpoints = ModelCheckpoint(monitor, run.run_dir, lambda epoch: self.payload(epoch, 0),
+        self.metric_modes = run.task.metric_modes(config.top_k, SPLITS)  # the task's metrics by record name
+        monitor = Monitor(config.monitor, config.mode, config.min_delta, self.metric_modes, run.task.primary_metric)
+        self.checkpointing = Checkpointing(self)
+        self.checkpoints = ModelCheckpoint(monitor, run.run_dir, self.checkpointing,
                                            config.save_every_n_epochs, config.keep_last_k)
         built_in = [EarlyStopping(monitor, config.patience)] if config.patience else []
         if config.freeze == "backbone":
             built_in.append(FreezeBackbone(run.module, config.freeze_epochs))
         # ModelCheckpoint last, as in Lightning: a checkpoint holds every other callback's state after the epoch.
-        self.callbacks = [*built_in, *make_loggers(run), *callbacks, self.checkpoints]
+        self.callbacks = CallbackList([*built_in, *make_loggers(run), *callbacks, self.checkpoints], self)
         self.stateful = _stateful(self.callbacks)
-        for callback in self.callbacks:
-            if isinstance(callback, Callback):
-                callback.trainer = self
         self.history: List[dict] = []
         self.epoch = self.start_epoch = 0
         # Samples of the current epoch's order over all ranks trained before this pass over it (a resume
@@ -75,10 +74,10 @@ class FitLoop:
                   f"accumulate {batch['accumulate_grad_batches']} = effective batch {batch['effective']}; lr "
                   f"{batch['lr']:g} (lr_scaling {batch['lr_scaling']})", file=sys.stderr, flush=True)
         try:
-            call(self.callbacks, "on_fit_start", self)
+            self.callbacks.call("on_fit_start")
             while not self.done:
                 self.advance()
-            call(self.callbacks, "on_fit_end", self)
+            self.callbacks.call("on_fit_end")
         except BaseException as exc:
             run = self.run
             self.status = "failed"
@@ -103,7 +102,7 @@ class FitLoop:
                                  config.log_every_n_steps)
         try:
             run.module.train()
-            call(self.callbacks, "on_epoch_start", self.epoch + 1)  # after train(): frozen norms go back to eval
+            self.callbacks.call("on_epoch_start", self.epoch + 1)  # after train(): frozen norms go back to eval
             if run.device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(run.device)
             stats = self._train_epoch(progress, source, windows)
@@ -118,8 +117,9 @@ class FitLoop:
             # steps, the epoch counts as trained (its log row may be missing).
             progress.close()
             self.step_checkpoints.wait()  # interrupted.pt is then the newest file
-            run.run_dir.save_interrupted(self.payload(self.epoch + 1, 0) if trained else
-                                         self.payload(self.epoch, self._consumed(run.engine.windows_in_epoch())))
+            payload = self.checkpointing.payload
+            run.run_dir.save_interrupted(payload(self.epoch + 1, 0) if trained else
+                                         payload(self.epoch, self._consumed(run.engine.windows_in_epoch())))
             self.status = "interrupted"
             return
         self.epoch += 1
@@ -132,15 +132,15 @@ class FitLoop:
         run, config = self.run, self.run.config
         engine, epoch = run.engine, self.epoch
         samples_per_step = self.batching.batch_size * self.batching.accumulate_grad_batches
-        steps_before = self.start_sample // self._samples_per_step()  # of the epoch, before this pass
+        steps_before = self.start_sample // self.samples_per_step()  # of the epoch, before this pass
 
         def on_log(metrics):
             progress.update(metrics, samples_per_step)
-            call(self.callbacks, "on_step_end", engine.steps_taken(), dict(metrics, epoch=epoch + 1))
+            self.callbacks.call("on_step_end", engine.steps_taken(), dict(metrics, epoch=epoch + 1))
 
         def on_step(done: int):  # the epoch's last step is followed by its end-of-epoch checkpoint instead
             if done < windows and self.step_checkpoints.due(steps_before + done):
-                self.step_checkpoints.write(lambda: self.payload(epoch, self._consumed(done)))
+                self.step_checkpoints.write(lambda: self.checkpointing.payload(epoch, self._consumed(done)))
 
         snapshot = oom.snapshot(run.module, engine, run.ema) if config.on_oom == "reduce_batch" else None
         try:
@@ -168,13 +168,13 @@ class FitLoop:
         """Same samples per optimizer step, half of them per micro-batch; the epoch starts over."""
         if self.run.device.type == "cuda":
             torch.cuda.empty_cache()
-        self._set_batching(self.batching.halved())
+        self.set_batching(self.batching.halved())
         self.oom_reductions.append(dict(self.batching.to_dict(), epoch=self.epoch + 1))
         warnings.warn(f"CUDA ran out of memory in epoch {self.epoch + 1}; retrying it with batch_size "
                       f"{self.batching.batch_size} and accumulate_grad_batches {self.batching.accumulate_grad_batches} "
                       "(same effective batch)", RuntimeWarning, stacklevel=2)
 
-    def _set_batching(self, batching: "oom.Batching") -> None:
+    def set_batching(self, batching: "oom.Batching") -> None:
         run = self.run
         self.batching = batching
         run.engine.set_accumulate_grad_batches(batching.accumulate_grad_batches)
@@ -216,99 +216,29 @@ class FitLoop:
         self.history.append(record)
         run.run_dir.write_history(self.history)
         self.step_checkpoints.wait()  # the epoch's checkpoints are then newer than its step.pt
-        call(self.callbacks, "on_epoch_end", record["epoch"], record)  # early stopping, loggers, the user's, checkpoints
+        self.callbacks.call("on_epoch_end", record["epoch"], record)  # early stopping, loggers, the user's, checkpoints
         self.step_checkpoints.superseded()
         self.step_checkpoints.restart_clock()
         self.write_stats("running")
         if run.config.progress and run.world.is_main:
-            print_epoch(record, run.config.epochs)
+            print_epoch(record, run.config.epochs, self.metric_modes)
 
     def teardown(self) -> None:
         """The callbacks' last hook, after the report; also after an error."""
-        call(self.callbacks, "teardown", self)
+        self.callbacks.call("teardown")
 
     # ---- state --------------------------------------------------------------------------------
-    def _samples_per_step(self) -> int:
+    def samples_per_step(self) -> int:
         """Samples of the epoch's order all ranks together train in one optimizer step."""
         return self.batching.batch_size * self.batching.accumulate_grad_batches * self.run.world.size
 
     def _consumed(self, windows: int) -> int:
         """Samples of the epoch's order over all ranks trained after `windows` optimizer steps of this pass."""
-        return self.start_sample + windows * self._samples_per_step()
-
-    def payload(self, epoch: int, samples_consumed: int) -> dict:
-        """What a checkpoint holds: enough to resume exactly after `samples_consumed` samples of epoch `epoch`'s
-        order over all ranks (at any world size)."""
-        run = self.run
-        payload = {"model": run.module.state_dict(), "engine": run.engine.state(), "rng": rng_state(), "epoch": epoch,
-                   "samples_consumed": samples_consumed, "world_size": run.world.size,
-                   "batching": self.batching.to_dict(), "history": self.history,
-                   "best": self.checkpoints.state_dict(),
-                   "callbacks": {key: callback.state_dict() for key, callback in self.stateful.items()},
-                   "config": run.config.to_dict(), "classes": run.classes, "input_shape": run.input_shape,
-                   "input_stats": ({"mean": run.normalization[0], "std": run.normalization[1]}
-                                   if run.normalization else None)}
-        if run.ema is not None:
-            # The weights gpucore.load and the report use: the EMA's when the monitored metric is one of its.
-            payload.update({EMA_STATE: run.ema.state_dict(),
-                            WEIGHTS: monitored_weights(self.checkpoints.monitor.name)})
-        call(self.callbacks, "on_save_checkpoint", payload)
-        return payload
+        return self.start_sample + windows * self.samples_per_step()
 
     def resume(self, path: str) -> None:
-        """Restores the model, engine, RNGs, position, history and callbacks from checkpoint `path`."""
-        run = self.run
-        checkpoint = load_checkpoint(path, map_location=run.device)
-        try:
-            run.module.load_state_dict(checkpoint["model"])
-        except RuntimeError as exc:
-            raise ConfigError(f"checkpoint '{path}' does not fit the model: {exc}") from exc
-        self.epoch = self.start_epoch = int(checkpoint["epoch"])
-        batching = oom.Batching(**checkpoint["batching"]) if "batching" in checkpoint else self.batching
-        if batching != self.batching:
-            self._set_batching(batching)
-        # Checkpoints before samples_consumed counted batches per rank and resume at their own world size.
-        saved_world = int(checkpoint.get("world_size", run.world.size))
-        self.start_sample = int(checkpoint["samples_consumed"] if "samples_consumed" in checkpoint else
-                                checkpoint["position"] * batching.batch_size * saved_world)
-        engine_state = dict(checkpoint["engine"])
-        if saved_world != run.world.size:
-            engine_state["counters.step"] = self._steps_at_this_world_size(path, saved_world, engine_state)
-        run.engine.load_state(engine_state)
-        if run.ema is not None:
-            if EMA_STATE not in checkpoint:
-                raise ConfigError(f"checkpoint '{path}' holds no EMA weights (its run had ema_decay 0); resume it "
-                                  "with ema_decay 0, or start a new run")
-            run.ema.load_state_dict(checkpoint[EMA_STATE])
-        set_rng_state(checkpoint["rng"])
-        self.history = list(checkpoint["history"])
-        # Checkpoints from before callback states kept only ModelCheckpoint's, which early stopping followed too.
-        states = checkpoint.get("callbacks") or {key: checkpoint["best"] for key, callback in self.stateful.items()
-                                                 if isinstance(callback, BestEpoch)}
-        for key, callback in self.stateful.items():
-            if key in states:
-                callback.load_state_dict(states[key])
-        call(self.callbacks, "on_load_checkpoint", checkpoint)
-        run.run_dir.write_history(self.history)  # rows written after this checkpoint (a kill) are dropped
-        self.resumed = {"from": path, "epoch": self.epoch, "samples_consumed": self.start_sample,
-                        "world_size": saved_world}
-
-    def _steps_at_this_world_size(self, path: str, saved_world: int, engine_state: dict) -> torch.Tensor:
-        """The optimizer steps this world size takes to where the checkpoint of `saved_world` processes is: the
-        schedule (warmup, decay, milestones: counted in steps of an epoch at this world size) goes on from the same
-        point of the data, not from the other world size's step count."""
-        run = self.run
-        if not run.train_set.reshards:
-            raise ConfigError(f"checkpoint '{path}' was written by {saved_world} processes, this run has "
-                              f"{run.world.size}: a torch Dataset or DataLoader resumes only at its own world size "
-                              "(gpucore's tensor and image-file sources resume at any)")
-        steps = self.epoch * run.steps_per_epoch + self.start_sample // self._samples_per_step()
-        if run.world.is_main:
-            print(f"gpucore: resuming {saved_world} processes' checkpoint with {run.world.size}: epoch "
-                  f"{self.epoch + 1} goes on after {self.start_sample} of its samples, re-sharded; the schedule "
-                  f"from step {steps} of {run.config.epochs * run.steps_per_epoch}", file=sys.stderr, flush=True)
-        saved = engine_state["counters.step"]
-        return torch.full_like(saved, float(steps))
+        """Restores the run and this loop from checkpoint `path` (checkpointing.py)."""
+        self.resumed = self.checkpointing.resume(path)
 
     def skipped_files(self) -> List[str]:
         return sorted(set().union(*(s.skipped_files() for s in (self.run.train_set, self.run.val_set) if s is not None)))
@@ -317,7 +247,7 @@ class FitLoop:
         """The batch per process and over all processes, and the learning rate lr_scaling makes of it."""
         config, world = self.run.config, self.run.world.size
         return {"per_process": self.batching.batch_size, "accumulate_grad_batches": self.batching.accumulate_grad_batches,
-                "processes": world, "effective": self._samples_per_step(), "lr_scaling": config.lr_scaling,
+                "processes": world, "effective": self.samples_per_step(), "lr_scaling": config.lr_scaling,
                 "lr": scaled_lr(config, world)}
 
     def best(self) -> dict:
@@ -327,18 +257,21 @@ class FitLoop:
             return best
         return dict(best, weights=monitored_weights(best["monitor"]))
 
-    def write_stats(self, status: str, error: Optional[str] = None) -> None:
+    def stats(self, status: str, error: Optional[str] = None) -> dict:
+        """training_stats.json: the run's facts, its status and history, the best epoch and the engine's counts."""
         run = self.run
-        run.run_dir.write_stats(dict(run.summary(), **({"oom_reductions": self.oom_reductions}
-                                                        if self.oom_reductions else {}),
-                                     status=status, error=error, epochs=self.history, batch=self.batch(),
-                                     step_checkpoints=self.step_checkpoints.written,
-                                     step_checkpoint_writes=self.step_checkpoints.summary(),
-                                     resume=dict(self.resumed or {}, asked=run.run_dir.resume,
-                                                 implied_by_restart=run.run_dir.resume_implied),
-                                     best=self.best(), steps=run.engine.steps_taken(),
-                                     skipped_steps=run.engine.steps_skipped(), host_syncs=run.engine.host_syncs(),
-                                     skipped_files=self.skipped_files()))
+        return dict(run.summary(), **({"oom_reductions": self.oom_reductions} if self.oom_reductions else {}),
+                    status=status, error=error, epochs=self.history, batch=self.batch(),
+                    step_checkpoints=self.step_checkpoints.written,
+                    step_checkpoint_writes=self.step_checkpoints.summary(),
+                    resume=dict(self.resumed or {}, asked=run.run_dir.resume,
+                                implied_by_restart=run.run_dir.resume_implied),
+                    best=self.best(), steps=run.engine.steps_taken(),
+                    skipped_steps=run.engine.steps_skipped(), host_syncs=run.engine.host_syncs(),
+                    skipped_files=self.skipped_files())
+
+    def write_stats(self, status: str, error: Optional[str] = None) -> None:
+        self.run.run_dir.write_stats(self.stats(status, error))
 
 
 def _memory(device: torch.device) -> dict:

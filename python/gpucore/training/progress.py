@@ -1,6 +1,7 @@
 """The progress bar of one training epoch (tqdm, when installed), and the line printed after it."""
 import sys
 import time
+from typing import Collection
 
 
 class EpochProgress:
@@ -30,7 +31,8 @@ class EpochProgress:
             self.bar.close()
 
 
-def print_epoch(record: dict, epochs: int) -> None:
-    shown = {k: v for k, v in record.items() if k.endswith(("loss", "accuracy", "iou", "dice"))}
+def print_epoch(record: dict, epochs: int, metrics: Collection[str]) -> None:
+    """The epoch's `metrics` (the task's, by record name) and its speed."""
+    shown = {k: v for k, v in record.items() if k in metrics}
     print(f"epoch {record['epoch']}/{epochs} " + " ".join(f"{k}={v:.4f}" for k, v in shown.items())
           + f" ({record['samples_per_s']:.0f} samples/s)", file=sys.stderr)

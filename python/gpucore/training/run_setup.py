@@ -88,8 +88,8 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
     if not isinstance(module, nn.Module):
         raise ConfigError(f"model must be a torch.nn.Module, got {type(module).__name__}")
     pretrained = _load_pretrained(module, config, world)
-    channels_last = resolve_channels_last(config.channels_last, choice.device, module)
-    forward = _place_model(module, config, choice.device, policy, channels_last, world)
+    channels_last = place_model(module, config, choice.device, policy)
+    forward = _wrap_for_training(module, config, choice.device, world)
     ema = make_ema(module, config)
     given = train_data
     train_data, val_data = _training_data(config, train_data, val_data)
@@ -135,12 +135,18 @@ def resolve_channels_last(setting: str, device: torch.device, module: nn.Module)
     return device.type == "cpu" and any(isinstance(m, nn.Conv2d) for m in module.modules())
 
 
-def _place_model(module: nn.Module, config, device: torch.device, policy: PrecisionPolicy, channels_last: bool,
-                 world: distributed.World):
-    """The model on its device in its dtype and memory format; returns what the engine calls."""
+def place_model(module: nn.Module, config, device: torch.device, policy: PrecisionPolicy) -> bool:
+    """Moves `module` to `device`, in the policy's parameter dtype and config key channels_last's memory format;
+    returns channels_last as resolved (the engine's settings need it). Training and evaluation alike."""
+    channels_last = resolve_channels_last(config.channels_last, device, module)
     module.to(device=device, dtype=policy.param_dtype)
     if channels_last:
         module.to(memory_format=torch.channels_last)
+    return channels_last
+
+
+def _wrap_for_training(module: nn.Module, config, device: torch.device, world: distributed.World):
+    """What the engine calls: the placed module, wrapped for DDP and torch.compile as asked."""
     forward = module
     if world.launched:
         # A frozen backbone has no gradients to reduce: DDP must not wait for them.

@@ -25,7 +25,7 @@ class MetricTracker {
   // them without autograd.
   void update(const at::Tensor& output, const at::Tensor& target, const at::Tensor& loss);
   // Host read: "loss" always; "accuracy" and "top{k}_accuracy" (cross_entropy); "char_accuracy" and
-  // "seq_accuracy" (multi-head); "iou" and "dice" (bce_with_logits, dice_bce).
+  // "seq_accuracy" (multi-head); "accuracy", "iou" and "dice" (bce_with_logits, dice_bce).
   std::map<std::string, double> read() const;
   int64_t samples_seen_on_host() const { return samples_host_; }
   const at::Tensor& sums() const { return sums_; }

@@ -43,11 +43,11 @@ class Logger(Callback):
         self._guarded(self.start, trainer)
         self.started = not self.off
 
-    def on_step_end(self, step: int, metrics: dict) -> None:
+    def on_step_end(self, trainer, step: int, metrics: dict) -> None:
         self._guarded(self.log_step, step, metrics)
 
-    def on_epoch_end(self, epoch: int, record: dict) -> None:
-        self._guarded(self.log_epoch, self.trainer.run.engine.steps_taken(), record)
+    def on_epoch_end(self, trainer, epoch: int, record: dict) -> None:
+        self._guarded(self.log_epoch, trainer.run.engine.steps_taken(), record)
 
     def teardown(self, trainer) -> None:
         if self.started:
