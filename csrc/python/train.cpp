@@ -129,10 +129,8 @@ void def_train(py::module_& m) {
       .def_readwrite("div_factor", &ScheduleConfig::div_factor)
       .def_readwrite("final_div_factor", &ScheduleConfig::final_div_factor);
   def_kind(schedule, &ScheduleConfig::kind, &parse_schedule);
-  m.def("learning_rate", [](const ScheduleConfig& c, const at::Tensor& step) {
-    validate(c);
-    return learning_rate(c, step);
-  });
+  m.def("pack_schedule", &pack_schedule);
+  m.def("learning_rate", &learning_rate);
 
   py::class_<GradScalerConfig>(m, "GradScalerConfig")
       .def(py::init<>())

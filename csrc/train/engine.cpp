@@ -74,7 +74,8 @@ Engine::Engine(std::vector<ParamGroup> groups, EngineConfig config, std::vector<
       scaler_(config_.scaler, device_),
       params_(flatten(groups)),
       train_metrics_(config_.loss, config_.top_k, device_),
-      mixer_(config_.mixup, config_.loss.label_smoothing, device_) {
+      mixer_(config_.mixup, config_.loss.label_smoothing, device_),
+      schedule_(pack_schedule(config_.schedule)) {
   if (params_.empty()) throw ConfigError("the model has no trainable parameters (all requires_grad=False?)");
   const auto counter = at::TensorOptions().dtype(at::kFloat).device(device_);
   counters_ = at::zeros({3}, counter);
@@ -83,7 +84,7 @@ Engine::Engine(std::vector<ParamGroup> groups, EngineConfig config, std::vector<
   consecutive_ = counters_.select(0, 2);
   found_inf_ = at::zeros({}, counter);
   lr_ = at::empty({}, counter);
-  ops::learning_rate(config_.schedule, step_, lr_);
+  ops::learning_rate(step_, lr_, schedule_);
   ema_ = WeightAverage(config_.ema, std::move(ema_averages), std::move(ema_sources), counters_);
 }
 
@@ -206,7 +207,7 @@ void Engine::optimizer_step() {
   scaler_.update(found_inf_);
   ops::count_step(counters_, found_inf_);  // also zeroes found_inf_ for the next step
   ema_.update();                           // reads the counters: a skipped step leaves the average
-  ops::learning_rate(config_.schedule, step_, lr_);
+  ops::learning_rate(step_, lr_, schedule_);
   for (auto& param : params_) param.mutable_grad().reset();
 }
 
@@ -274,7 +275,7 @@ void Engine::load_state(const std::vector<std::pair<std::string, at::Tensor>>& s
     target.copy_(it->second);
   }
   found_inf_.zero_();  // a step that failed part-way may have left it set
-  ops::learning_rate(config_.schedule, step_, lr_);
+  ops::learning_rate(step_, lr_, schedule_);
 }
 
 }  // namespace gpucore

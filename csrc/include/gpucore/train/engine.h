@@ -110,6 +110,7 @@ class Engine {
   std::vector<at::Tensor> params_;
   MetricTracker train_metrics_;  // the running metrics of the epoch, reset in place
   BatchMixer mixer_;
+  at::Tensor schedule_;      // the learning_rate op's parameters, packed once (pack_schedule)
   at::Tensor counters_;      // float32 [steps taken, skipped, skipped in a row] (gpucore::count_step)
   at::Tensor step_;          // optimizer steps taken: counters_[0]
   at::Tensor skipped_;       // steps skipped: counters_[1]
