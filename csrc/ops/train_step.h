@@ -12,7 +12,7 @@
 //   count_step(Tensor(a!) counters, Tensor(b!) found_inf) -> ()
 //       counters: float32 [steps taken, steps skipped, skipped in a row]; found_inf: float32 0-dim, 1 when
 //       this optimizer step was skipped. Advances the counters as the step went, then zeroes found_inf
-//       for the next step's non-finite check.
+//       for the next step's non-finite check. Exact up to kMaxCountedSteps.
 //   learning_rate(Tensor step, Tensor(a!) lr, Tensor schedule) -> ()
 //       lr (float32 0-dim) = the schedule's rate at `step` (a 0-dim count), see step_math.h. schedule: the
 //       ScheduleParams as pack_schedule_params made them, a CPU tensor read on the host by either kernel.
@@ -24,6 +24,11 @@
 #include "ops/step_math.h"
 
 namespace gpucore::ops {
+
+// float32 holds every integer up to 2^24 exactly, so count_step's counters (and the step count that
+// learning_rate and ema_update read from them) are exact for this many optimizer steps; the engine
+// refuses a longer run.
+constexpr int64_t kMaxCountedSteps = int64_t{1} << 24;
 
 void check_metrics_inputs(const at::Tensor& sums, const at::Tensor& output, const std::optional<at::Tensor>& target,
                           const at::Tensor& loss, int64_t top_k);

@@ -52,6 +52,13 @@ void check_config(const EngineConfig& c) {
     throw ConfigError("max_nonfinite_steps must be >= 1, got " + std::to_string(c.max_nonfinite_steps));
   }
   validate(c.schedule);
+  if (c.schedule.total_steps > ops::kMaxCountedSteps) {
+    throw ConfigError("a run of " + std::to_string(c.schedule.total_steps) +
+                      " optimizer steps (epochs x steps per epoch) is longer than the engine counts exactly: at most " +
+                      std::to_string(ops::kMaxCountedSteps) +
+                      " (2^24; its step counters are float32). Train fewer epochs, or fewer steps per epoch (a "
+                      "larger batch_size or accumulate_grad_batches)");
+  }
   if (c.mixup.enabled() && (c.loss.kind != LossKind::kCrossEntropy || c.loss.heads != 0)) {
     throw ConfigError("mixup and CutMix (config keys mixup_alpha, cutmix_alpha, cutmix_minmax) need single-label "
                       "classification (loss cross_entropy without heads), got loss " + to_string(c.loss.kind) +
