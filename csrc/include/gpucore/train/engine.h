@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "gpucore/train/batches.h"
+#include "gpucore/batches/batches.h"
 #include "gpucore/train/ema.h"
 #include "gpucore/train/grad_scaler.h"
 #include "gpucore/train/losses.h"
