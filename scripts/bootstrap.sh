@@ -93,6 +93,10 @@ if [ "$TESTS" = 1 ]; then
       ttach tqdm matplotlib scipy \
     || echo "bootstrap: grad-cam could not be installed; the pytorch-grad-cam cross-checks will skip"
   "$PY" -m pip install -q captcha || echo "bootstrap: captcha could not be installed; the captcha example's test will skip"
+  # The loggers' trackers (config key loggers): gpucore's mlflow extra (the tests read a real SQLite store back) and
+  # tensorboard (its event reader), torch pinned (neither needs it). Optional: without them those tests skip.
+  "$PY" -m pip install -q -c <(echo "torch==$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])')") \
+    "mlflow>=2.0" tensorboard || echo "bootstrap: mlflow/tensorboard could not be installed; the loggers' tests will skip"
   # The segmentation models' libraries (model: transformers:..., smp:...): transformers with torch pinned (it needs
   # none), segmentation-models-pytorch without its dependencies (it names torch; the rest are installed above).
   # Optional: without them those tests skip.

@@ -18,15 +18,18 @@ namespace {
 const Choices<Precision> kPrecisions = {{"auto", Precision::kAuto}, {"bf16-mixed", Precision::kBF16Mixed},
                                         {"16-mixed", Precision::kFP16Mixed}, {"32", Precision::kFP32},
                                         {"64", Precision::kFP64}};
+const Choices<Toggle> kToggles = {{"auto", Toggle::kAuto}, {"true", Toggle::kOn}, {"false", Toggle::kOff}};
 }  // namespace
 
 Precision parse_precision(const std::string& name) { return parse_choice("precision", name, kPrecisions); }
 
 std::string to_string(Precision precision) { return choice_name(precision, kPrecisions); }
+std::vector<std::string> precision_names() { return choice_names(kPrecisions); }
 
 Toggle parse_toggle(const std::string& key, const std::string& value) {
-  return parse_choice<Toggle>(key, value, {{"auto", Toggle::kAuto}, {"true", Toggle::kOn}, {"false", Toggle::kOff}});
+  return parse_choice(key, value, kToggles);
 }
+std::vector<std::string> toggle_names() { return choice_names(kToggles); }
 
 namespace {
 

@@ -4,6 +4,7 @@
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
+#include "gpucore/device/precision.h"
 #include "gpucore/errors.h"
 #include "gpucore/train/ema.h"
 #include "gpucore/train/engine.h"
@@ -106,6 +107,13 @@ void def_train(py::module_& m) {
       .def_readwrite("heads", &LossConfig::heads);
   def_kind(loss, &LossConfig::kind, &parse_loss);
   m.def("reported_metrics", &reported_metrics, py::arg("loss"), py::arg("top_k"));
+  // The choices of the config keys whose values the core parses, from the core's own tables: config.py offers these.
+  m.def("config_choices", [] {
+    return std::map<std::string, std::vector<std::string>>{
+        {"loss", loss_names()},           {"mixup_mode", mix_mode_names()}, {"optimizer", optimizer_names()},
+        {"schedule", schedule_names()},   {"precision", precision_names()}, {"tf32", toggle_names()},
+        {"cudnn_benchmark", toggle_names()}};
+  });
 
   py::class_<OptimizerConfig> optimizer(m, "OptimizerConfig");
   optimizer.def(py::init<>())

@@ -60,9 +60,12 @@ void check_config(const EngineConfig& c) {
                       "larger batch_size or accumulate_grad_batches)");
   }
   if (c.mixup.enabled() && (c.loss.kind != LossKind::kCrossEntropy || c.loss.heads != 0)) {
-    throw ConfigError("mixup and CutMix (config keys mixup_alpha, cutmix_alpha, cutmix_minmax) need single-label "
-                      "classification (loss cross_entropy without heads), got loss " + to_string(c.loss.kind) +
-                      (c.loss.heads != 0 ? " with " + std::to_string(c.loss.heads) + " heads" : std::string()));
+    const std::string key = c.mixup.mixup_alpha > 0 ? "mixup_alpha" : c.mixup.cutmix_alpha > 0 ? "cutmix_alpha"
+                                                                                             : "cutmix_minmax";
+    throw ConfigError("config key '" + key + "' mixes one-hot class targets, for single-label classification (loss "
+                      "cross_entropy without heads); this run's loss is " + to_string(c.loss.kind) +
+                      (c.loss.heads != 0 ? " with " + std::to_string(c.loss.heads) + " heads" : std::string()) +
+                      ": set " + key + " to its default");
   }
   validate(c.ema);
 }

@@ -34,6 +34,7 @@ const Choices<LossKind> kLosses = {{"cross_entropy", LossKind::kCrossEntropy},
 
 LossKind parse_loss(const std::string& name) { return parse_choice("loss", name, kLosses, ", or pass a loss callable"); }
 std::string to_string(LossKind kind) { return choice_name(kind, kLosses); }
+std::vector<std::string> loss_names() { return choice_names(kLosses); }
 
 at::Tensor prepare_target(const LossConfig& config, const at::Tensor& output, const at::Tensor& target) {
   switch (config.kind) {

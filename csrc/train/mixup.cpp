@@ -129,6 +129,7 @@ void check_share(const char* key, double value) {
 
 MixMode parse_mix_mode(const std::string& name) { return parse_choice("mixup_mode", name, kMixModes); }
 std::string to_string(MixMode mode) { return choice_name(mode, kMixModes); }
+std::vector<std::string> mix_mode_names() { return choice_names(kMixModes); }
 
 void validate(const MixupConfig& config) {
   if (!(config.mixup_alpha >= 0)) throw ConfigError("config key 'mixup_alpha' is " + number(config.mixup_alpha) + "; it must be >= 0 (0: off)");

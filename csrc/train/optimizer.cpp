@@ -27,6 +27,7 @@ const Choices<OptimizerKind> kOptimizers = {
 
 OptimizerKind parse_optimizer(const std::string& name) { return parse_choice("optimizer", name, kOptimizers); }
 std::string to_string(OptimizerKind kind) { return choice_name(kind, kOptimizers); }
+std::vector<std::string> optimizer_names() { return choice_names(kOptimizers); }
 
 FusedOptimizer::FusedOptimizer(std::vector<ParamGroup> groups, OptimizerConfig config)
     : groups_(std::move(groups)), config_(config) {

@@ -20,6 +20,7 @@ const Choices<ScheduleKind> kSchedules = {{"constant", ScheduleKind::kConstant},
 
 ScheduleKind parse_schedule(const std::string& name) { return parse_choice("schedule", name, kSchedules); }
 std::string to_string(ScheduleKind kind) { return choice_name(kind, kSchedules); }
+std::vector<std::string> schedule_names() { return choice_names(kSchedules); }
 
 void validate(const ScheduleConfig& c) {
   auto fail = [](const std::string& message) { throw ConfigError(message); };

@@ -84,6 +84,15 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _runs(args: argparse.Namespace) -> int:
+    """`gpucore runs [DIR]`: a table of the runs under DIR."""
+    from .runs import find_runs, format_table
+
+    rows = find_runs(args.folder)
+    print(format_table(rows) if rows else f"no runs in '{args.folder}' (none of its folders holds a training_stats.json)")
+    return 0
+
+
 def _evaluate(args: argparse.Namespace) -> int:
     from .evaluation.evaluate import evaluate
 
@@ -163,6 +172,11 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("run_dir", help="the run's directory (holds training_stats.json and checkpoints/)")
     report.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
     report.set_defaults(run=_report)
+
+    runs = commands.add_parser("runs", help="a table of the runs under a folder: name, status, epochs, best metric, "
+                               "device, time (from their training_stats.json)")
+    runs.add_argument("folder", nargs="?", default="runs", help="the folder of the run directories (default runs)")
+    runs.set_defaults(run=_runs)
 
     evaluate = commands.add_parser("evaluate", help="metrics and the report's plots of a checkpoint on a data set")
     evaluate.add_argument("checkpoint", help="a gpucore checkpoint (best.pt, last.pt)")

@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from . import _C
 from . import transforms as transforms_list
 from .errors import ConfigError
 from .values import is_int, is_number
@@ -51,6 +52,10 @@ _PADDING_LIMIT = 2**16
 _BATCH_RANGE = "> 0 and < 2^31 (samples)"
 
 
+# Config key loggers' values (training/loggers/ has a logger of each name).
+LOGGERS = ("csv", "tensorboard", "mlflow")
+
+
 def _batch(value):
     return 0 < value < 2**31
 
@@ -70,6 +75,9 @@ def _non_negative(value):
 def _fraction(value):
     return 0 <= value < 1
 
+
+# The choices of the keys whose values the C++ core parses, read from its own tables (one list, not two).
+CORE_CHOICES = _C.config_choices()
 
 KEYS = [
     # model and data
@@ -98,19 +106,19 @@ KEYS = [
     Key("accumulate_grad_batches", int, 1, "micro-batches per optimizer step (effective batch = batch_size x this)", check=_positive, valid="> 0"),
     Key("shuffle", bool, True, "reshuffle the training data every epoch (order depends only on seed and epoch)"),
     Key("drop_last", bool, False, "drop the last incomplete training batch"),
-    Key("loss", str, "cross_entropy", "built-in loss", choices=["cross_entropy", "multilabel_soft_margin", "bce_with_logits", "dice_bce", "ctc"]),
+    Key("loss", str, "cross_entropy", "built-in loss", choices=CORE_CHOICES["loss"]),
     Key("label_smoothing", float, 0.0, "cross_entropy label smoothing", check=_fraction, valid="in [0, 1)"),
     Key("mixup_alpha", float, 0.0, "mixup, as timm's Mixup: each training batch blended with its reversed order by lambda ~ Beta(alpha, alpha), the targets one-hot (with label_smoothing) and blended alike, the loss their soft-target cross-entropy; accuracy still counts the true labels (single-label classification only; 0: off)", check=_non_negative, valid=">= 0"),
     Key("cutmix_alpha", float, 0.0, "CutMix, as timm's: a box of the reversed batch pasted in, lambda ~ Beta(alpha, alpha) its complement's share of the image (4-D image inputs; 0: off)", check=_non_negative, valid=">= 0"),
     Key("cutmix_minmax", list, None, "CutMix box sides drawn in [min, max] shares of the image's sides instead of from lambda (turns CutMix on, with alpha 1)", check=lambda v: len(v) == 2 and all(is_number(b) for b in v) and 0 < v[0] < v[1] <= 1, valid="two numbers, 0 < min < max <= 1", optional=True),
     Key("mixup_prob", float, 1.0, "chance that a batch (pair, sample: mixup_mode) is mixed at all", check=lambda v: 0 <= v <= 1, valid="in [0, 1]"),
     Key("mixup_switch_prob", float, 0.5, "with mixup_alpha and cutmix_alpha both on: chance of CutMix instead of mixup", check=lambda v: 0 <= v <= 1, valid="in [0, 1]"),
-    Key("mixup_mode", str, "batch", "one lambda (and box) per batch, per pair of samples i and N-1-i, or per sample (elem)", choices=["batch", "pair", "elem"]),
+    Key("mixup_mode", str, "batch", "one lambda (and box) per batch, per pair of samples i and N-1-i, or per sample (elem)", choices=CORE_CHOICES["mixup_mode"]),
     Key("cutmix_correct_lam", bool, True, "CutMix's lambda from the box's area after clipping at the image border"),
     Key("heads", int, 0, "multi-head outputs (captcha: characters per image); targets are (N, heads) class indices", check=_non_negative, valid=">= 0"),
     Key("top_k", int, 5, "also report top-k accuracy for classification (0: off)", check=_non_negative, valid=">= 0"),
     # optimizer
-    Key("optimizer", str, "adamw", "fused optimizer", choices=["sgd", "adam", "adamw"]),
+    Key("optimizer", str, "adamw", "fused optimizer", choices=CORE_CHOICES["optimizer"]),
     Key("lr", float, 1e-3, "learning rate (peak rate for onecycle)", check=_positive, valid="> 0"),
     Key("lr_scaling", str, "none", "scale lr with the effective batch size relative to base_batch_size", choices=["none", "linear", "sqrt"]),
     Key("base_batch_size", int, 256, "the batch size lr was tuned for (lr_scaling)", check=_positive, valid="> 0"),
@@ -121,7 +129,7 @@ KEYS = [
     Key("betas", list, [0.9, 0.999], "Adam(W) betas", check=lambda v: len(v) == 2 and all(is_number(b) and 0 <= b < 1 for b in v), valid="two numbers in [0, 1)"),
     Key("eps", float, 1e-8, "Adam(W) epsilon", check=_positive, valid="> 0"),
     # schedule
-    Key("schedule", str, "cosine", "learning-rate schedule", choices=["constant", "step", "multistep", "cosine", "onecycle"]),
+    Key("schedule", str, "cosine", "learning-rate schedule", choices=CORE_CHOICES["schedule"]),
     Key("warmup_epochs", float, 0.0, "linear warm-up, in epochs (may be fractional)", check=lambda v: 0 <= v < _EPOCHS_LIMIT, valid=f">= 0 and < 2^31 ({_IN_EPOCHS})"),
     Key("step_size", int, 10, "step: epochs between decays", check=_epochs, valid=f"> 0 and < 2^31 ({_IN_EPOCHS})"),
     Key("gamma", float, 0.1, "step/multistep: decay factor", check=_positive, valid="> 0"),
@@ -146,9 +154,9 @@ KEYS = [
     Key("no_cuda", bool, False, "never use CUDA in auto"),
     Key("no_mps", bool, False, "never use MPS in auto"),
     Key("use_cuda", bool, True, "false = no_cuda (the key classifier projects' config.yaml files use)"),
-    Key("precision", str, "auto", "auto, bf16-mixed, 16-mixed, 32 or 64", choices=["auto", "bf16-mixed", "16-mixed", "32", "64"]),
-    Key("tf32", str, "auto", "TF32 matmul/cuDNN on Ampere and newer", choices=["auto", "true", "false"]),
-    Key("cudnn_benchmark", str, "auto", "cuDNN autotuning on CUDA", choices=["auto", "true", "false"]),
+    Key("precision", str, "auto", "auto, bf16-mixed, 16-mixed, 32 or 64", choices=CORE_CHOICES["precision"]),
+    Key("tf32", str, "auto", "TF32 matmul/cuDNN on Ampere and newer", choices=CORE_CHOICES["tf32"]),
+    Key("cudnn_benchmark", str, "auto", "cuDNN autotuning on CUDA", choices=CORE_CHOICES["cudnn_benchmark"]),
     Key("channels_last", str, "auto", "channels-last memory format for the model and 4-D inputs; auto: on for conv nets on the CPU, where oneDNN's convolutions run faster in it", choices=["auto", "true", "false"]),
     Key("compile", bool, False, "torch.compile the model first"),
     Key("cuda_graphs", bool, False, "capture the whole step in a CUDA graph (not implemented yet)"),
@@ -169,6 +177,10 @@ KEYS = [
     Key("checkpoint_every_minutes", float, 0.0, "also checkpoint mid-epoch once this many minutes passed since the last checkpoint, to checkpoints/step.pt (0: off)", check=lambda v: 0 <= v < 1e9, valid=">= 0 and < 1e9 (minutes)"),
     Key("log_every_n_steps", int, 50, "optimizer steps between host reads of the running metrics (progress bar, on_step_end)", check=_positive, valid="> 0"),
     Key("progress", bool, True, "show a progress bar (tqdm when installed, else a line per epoch)"),
+    Key("loggers", list, ["csv", "tensorboard"], "where rank 0 records the run besides metrics.jsonl: csv (metrics.csv, a row per logged step and per epoch), tensorboard (scalars per epoch and the hyperparameters in tensorboard/; needs the tensorboard package), mlflow (params, metrics per step and epoch, artifacts; needs gpucore's mlflow extra); a logger that fails is one warning and training goes on (see README: Experiment tracking)", check=lambda v: all(name in LOGGERS for name in v) and len(set(v)) == len(v), valid=f"a list of {', '.join(LOGGERS)}, each at most once"),
+    Key("mlflow_tracking_uri", str, None, "loggers mlflow: the tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///RUN_DIR/mlflow.db, a SQLite database beside the run directories)", optional=True),
+    Key("mlflow_experiment", str, "", "loggers mlflow: the experiment (default: the config's name)"),
+    Key("mlflow_log_model", bool, False, "loggers mlflow: also log checkpoints/best.pt as an artifact at the end"),
     Key("report", bool, True, "at the end of training write report.html, plots/ and per_class.json in the run directory (curves, confusion matrices, predictions, top losses with Grad-CAM, a training batch); see gpucore report"),
     Key("report_cam_layer", str, "auto", "the report's Grad-CAM layer: a dotted module name such as layer4 or features.7 (auto: the last layer with a spatial output before the head)"),
     Key("resume", str, None, "auto (the run's last checkpoint, if any) or a checkpoint path", optional=True),

@@ -11,7 +11,9 @@ REPORT_CHECKPOINTS = (BEST, LAST, INTERRUPTED)  # the report shows the first of 
 CONFIG = "config.json"
 STATS = "training_stats.json"
 METRICS = "metrics.jsonl"
+METRICS_CSV = "metrics.csv"  # config key loggers: csv
 TENSORBOARD = "tensorboard"
+MLFLOW_RUN = "mlflow_run.json"  # config key loggers: mlflow: the MLflow run this run directory logs to
 
 REPORT = "report.html"
 PLOTS = "plots"

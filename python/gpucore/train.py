@@ -79,6 +79,7 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
         if config.report and world.is_main:
             report_after_training(run)
     finally:
+        loop.teardown()
         run.close()
 
     history = loop.history

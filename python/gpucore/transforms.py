@@ -23,11 +23,6 @@ from . import _C
 from .errors import ConfigError
 from .values import is_number
 
-# The random transforms validation replaces by their deterministic counterparts; every other random one is
-# dropped there.
-_DETERMINISTIC = ("Resize", "CenterCrop", "Normalize")
-
-
 def entries(value: Any) -> List[Tuple[str, dict]]:
     """The list as (name, arguments) pairs; a ConfigError names a malformed entry."""
     if value is None:
@@ -98,18 +93,15 @@ def training_form(value: Any, crop_padding: int, hflip: bool, image_size: Tuple[
 
 
 def validation_form(value: Any) -> List[dict]:
-    """The deterministic part, as a `transforms` list: Resize, CenterCrop and Normalize kept;
-    RandomResizedCrop(size) becomes Resize(size) + CenterCrop(size) (its interpolation and antialias kept),
-    RandomCrop(size) CenterCrop(size); every other random transform is dropped."""
+    """The deterministic part, as a `transforms` list, as the C++ registry gives it (each transform knows whether it
+    is random): Resize, CenterCrop and Normalize kept; RandomResizedCrop(size) becomes Resize(size) +
+    CenterCrop(size) (its interpolation and antialias kept), RandomCrop(size) CenterCrop(size); every other random
+    transform is dropped. The arguments kept are the user's values, as given."""
     result = []
-    for name, arguments in entries(value):
-        if name in _DETERMINISTIC:
-            result.append({name: arguments})
-        elif name == "RandomResizedCrop":
-            resize = {key: arguments[key] for key in ("size", "interpolation", "antialias") if key in arguments}
-            result += [{"Resize": resize}, {"CenterCrop": {"size": arguments.get("size")}}]
-        elif name == "RandomCrop":
-            result.append({"CenterCrop": {"size": arguments.get("size")}})
+    for (_, arguments), replacement in zip(entries(value), _C.validation_form(specs(value))):
+        for spec in replacement:
+            kept = set(spec.numbers) | set(spec.words)
+            result.append({spec.name: {key: item for key, item in arguments.items() if key in kept}})
     return result
 
 

@@ -72,11 +72,15 @@ def test_hooks_are_called_in_order_and_early_stopping_keeps_its_state(tmp_path):
         def on_fit_end(self, trainer):
             calls.append(("fit_end", trainer.status))
 
+        def teardown(self, trainer):
+            calls.append(("teardown", trainer.status))
+
     config = dict(SMALL, run_dir=str(tmp_path), epochs=2, log_every_n_steps=4, patience=5)
     result = gpucore.train(config, callbacks=[Hooks()])
     steps = [("step_end", 1), ("step_end", 1)]  # 8 steps an epoch, a read every 4
     assert calls == [("fit_start", 0), ("epoch_start", 1), *steps, ("epoch_end", 1), ("save", 1), ("epoch_start", 2),
-                     ("step_end", 2), ("step_end", 2), ("epoch_end", 2), ("save", 2), ("fit_end", "completed")]
+                     ("step_end", 2), ("step_end", 2), ("epoch_end", 2), ("save", 2), ("fit_end", "completed"),
+                     ("teardown", "completed")]
     last = torch.load(os.path.join(result.checkpoint_dir, "last.pt"), weights_only=True)
     assert last["hooks_saw"] == 2
     assert last["callbacks"]["EarlyStopping"] == last["callbacks"]["ModelCheckpoint"] == last["best"]

@@ -3,6 +3,7 @@
 Two gloo processes on the CPU. A restarted job must end bitwise where an uninterrupted two-process run ends. The
 upstream failure in plain PyTorch, which these restarts would meet without gpucore's prefix per restart attempt,
 is stale_rendezvous_repro.py (a script: it fails in only some trials, slowly)."""
+import importlib.util
 import json
 import os
 import subprocess
@@ -55,10 +56,15 @@ WORKER = textwrap.dedent("""
     if attempt == 1 and rank == 1:
         # Rank 0 of the restarted group reads the store first, where the dead attempt's keys still are.
         time.sleep(2)
+    # The killed runs also log to MLflow, a store beside OUT ($MLFLOW_TRACKING_URI), an experiment named after OUT.
+    tracked = kill in ("mid_epoch", "checkpoint_write")
+    os.environ["MLFLOW_TRACKING_URI"] = "sqlite:///" + os.path.join(os.path.dirname(os.path.abspath(out)), "mlflow.db")
     config = dict(epochs=%(epochs)d, batch_size=16, optimizer="sgd", momentum=0.9, lr=0.05, schedule="cosine",
                   shuffle=True, normalize=False, progress=False, run_dir=out, name="elastic", val_fraction=0.0,
                   device="cpu", precision="32", log_every_n_steps=1, report=False,
-                  dist_timeout=%(hang_timeout)d if kill == "sigstop" else 60)
+                  dist_timeout=%(hang_timeout)d if kill == "sigstop" else 60,
+                  loggers=["csv", "tensorboard", "mlflow"] if tracked else ["csv", "tensorboard"],
+                  mlflow_experiment=os.path.basename(out))
     generator = torch.Generator().manual_seed(1)
     x, y = torch.randn(256, 1, 8, 8, generator=generator), torch.randint(0, 10, (256,), generator=generator)
     result = gpucore.train(config, model=mlp(), train_data=(x, y), callbacks=[KillMidEpoch()])
@@ -154,6 +160,22 @@ def test_a_rank_killed_under_torchrun_restarts_and_ends_bitwise_like_an_uninterr
     assert sorted(os.listdir(out)) == ["elastic", "weights_0.pt", "weights_1.pt"]  # one run directory
     leftovers = [name for _, _, names in os.walk(out) for name in names if ".tmp-" in name]
     assert leftovers == []  # the killed write's temporary file was removed by the restart
+    # The restart goes on logging to the killed attempt's MLflow run: every step once, the epochs as metrics.jsonl has
+    # them (the steps the restart trained again keep the killed attempt's values, bitwise the same here).
+    if importlib.util.find_spec("mlflow") is not None:  # bootstrap.sh --tests installs it
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(f"sqlite:///{worker.parent}/mlflow.db")
+        (run,) = client.search_runs([client.get_experiment_by_name(kill).experiment_id])
+        assert run.info.status == "FINISHED" and run.info.run_name == "elastic"
+
+        def history(key):
+            return [(metric.step, metric.value) for metric in
+                    sorted(client.get_metric_history(run.info.run_id, key), key=lambda metric: metric.step)]
+
+        assert [step for step, _ in history("step/loss")] == list(range(1, EPOCHS * STEPS_PER_EPOCH + 1))
+        for key in ("epoch", "train_loss", "train_accuracy", "lr"):
+            assert history(key) == [(row["epoch"] * STEPS_PER_EPOCH, row[key]) for row in rows], key
 
 
 def test_two_srun_tasks_train_like_torchrun_from_slurm_variables_alone(worker, uninterrupted):

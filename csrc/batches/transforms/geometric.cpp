@@ -59,6 +59,17 @@ class CropTransform : public Transform {
   std::vector<double> fill_;
 };
 
+// The entry `name` with the arguments `kept` of `spec` that it has: a random crop's deterministic counterpart.
+TransformSpec counterpart(const std::string& name, const TransformSpec& spec, const std::vector<std::string>& kept) {
+  TransformSpec out;
+  out.name = name;
+  for (const std::string& argument : kept) {
+    if (const auto number = spec.numbers.find(argument); number != spec.numbers.end()) out.numbers.insert(*number);
+    if (const auto word = spec.words.find(argument); word != spec.words.end()) out.words.insert(*word);
+  }
+  return out;
+}
+
 class RandomCrop final : public CropTransform {
  public:
   explicit RandomCrop(const Arguments& arguments) : size_(arguments.size("size")) {
@@ -81,6 +92,9 @@ class RandomCrop final : public CropTransform {
     }
   }
   bool is_random() const override { return true; }
+  std::vector<TransformSpec> validation_form(const TransformSpec& spec) const override {
+    return {counterpart("CenterCrop", spec, {"size"})};
+  }
   std::array<int64_t, 2> output_size(int64_t, int64_t) const override { return size_; }
   bool keeps_size_with_zero_fill(int64_t h, int64_t w) const {
     return size_[0] == h && size_[1] == w && std::all_of(fill_.begin(), fill_.end(), [](double v) { return v == 0; });
@@ -217,6 +231,9 @@ class RandomResizedCrop final : public ResizeTransform {
         scale_(arguments.ordered_pair("scale", {0.08, 1.0}, positive, "both > 0")),
         ratio_(arguments.ordered_pair("ratio", {3.0 / 4.0, 4.0 / 3.0}, positive, "both > 0")) {}
   bool is_random() const override { return true; }
+  std::vector<TransformSpec> validation_form(const TransformSpec& spec) const override {
+    return {counterpart("Resize", spec, {"size", "interpolation", "antialias"}), counterpart("CenterCrop", spec, {"size"})};
+  }
   std::array<int64_t, 2> output_size(int64_t, int64_t) const override { return size_; }
   std::vector<at::Tensor> sample(int64_t samples, int64_t h, int64_t w, at::Generator& generator) const override {
     at::Tensor boxes = at::empty({samples, 4}, kHostLong);

@@ -156,6 +156,20 @@ at::Tensor Transform::apply_to_mask(const at::Tensor& masks, const std::vector<a
   return masks;  // a transform that moves no pixel leaves the mask as it is
 }
 
+std::vector<TransformSpec> Transform::validation_form(const TransformSpec& spec) const {
+  if (is_random()) return {};
+  return {spec};
+}
+
+std::vector<std::vector<TransformSpec>> validation_form(const std::vector<TransformSpec>& specs) {
+  const TransformPipeline checked(specs, {}, {});  // every entry valid, named in the error otherwise
+  std::vector<std::vector<TransformSpec>> form;
+  for (const TransformSpec& spec : specs) {
+    form.push_back(spec.name == "Normalize" ? std::vector<TransformSpec>{spec} : make_transform(spec)->validation_form(spec));
+  }
+  return form;
+}
+
 std::unique_ptr<Transform> make_transform(const TransformSpec& spec) {
   const auto& rows = transforms::table();
   const auto row = std::find_if(rows.begin(), rows.end(), [&](const auto& r) { return spec.name == r.name; });

@@ -4,6 +4,7 @@
 #include <initializer_list>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "gpucore/errors.h"
 
@@ -20,6 +21,14 @@ Enum parse_choice(const std::string& key, const std::string& value, Choices<Enum
     valid += (valid.empty() ? "" : ", ") + std::string(name);
   }
   throw ConfigError(key + " '" + value + "' is not valid; use one of " + valid + also);
+}
+
+// The names of a table, in its order: what the Python config offers as the key's choices (_C.config_choices).
+template <typename Enum>
+std::vector<std::string> choice_names(Choices<Enum> choices) {
+  std::vector<std::string> names;
+  for (const auto& [name, choice] : choices) names.emplace_back(name);
+  return names;
 }
 
 template <typename Enum>

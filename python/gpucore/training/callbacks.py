@@ -52,6 +52,9 @@ class Callback:
     def on_fit_end(self, trainer) -> None:
         """After the last epoch, early stopping, a stop or Ctrl-C (trainer.status says which)."""
 
+    def teardown(self, trainer) -> None:
+        """At the very end, after report.html is written; also after an error (trainer.status is then failed)."""
+
     def state_dict(self) -> dict:
         return {}
 

@@ -10,7 +10,7 @@ from torch import nn
 from .. import _C
 from ..errors import ConfigError
 from ..models.registry import backbone_split
-from ..tasks import Classification, Task
+from ..tasks import Task
 from .ema import VAL_EMA, is_ema_metric
 
 
@@ -92,7 +92,7 @@ def engine_config(config, task: Task, device: str, policy, steps_per_epoch: int,
     scaler.init_scale = config.init_scale
     scaler.growth_interval = config.growth_interval
     engine.scaler = scaler
-    engine.mixup = mixup_config(config, task)
+    engine.mixup = mixup_config(config)
     ema = _C.EmaConfig()
     ema.decay, ema.warmup = config.ema_decay, config.ema_warmup
     ema.warmup_gamma, ema.warmup_power = config.ema_warmup_gamma, config.ema_warmup_power
@@ -100,10 +100,7 @@ def engine_config(config, task: Task, device: str, policy, steps_per_epoch: int,
     return engine
 
 
-MIXUP_KEYS = ("mixup_alpha", "cutmix_alpha", "cutmix_minmax")  # any of them turns mixing on
-
-
-def mixup_config(config, task: Task) -> "_C.MixupConfig":
+def mixup_config(config) -> "_C.MixupConfig":
     """Config keys mixup_alpha, cutmix_alpha, cutmix_minmax, mixup_prob, mixup_switch_prob, mixup_mode and
     cutmix_correct_lam as the engine's; mixing needs one class per input (the engine mixes one-hot targets)."""
     mixup = _C.MixupConfig()
@@ -113,12 +110,7 @@ def mixup_config(config, task: Task) -> "_C.MixupConfig":
     mixup.mode = config.mixup_mode
     mixup.correct_lam = config.cutmix_correct_lam
     mixup.seed = config.seed
-    if mixup.enabled and not isinstance(task, Classification):
-        key = next(name for name in MIXUP_KEYS if getattr(config, name))
-        raise ConfigError(f"config key '{key}' mixes one-hot class targets, for single-label classification (loss "
-                          f"cross_entropy, heads 0); this run trains {task.name} (loss '{task.loss}', heads "
-                          f"{task.heads}): set {key} to its default")
-    return mixup
+    return mixup  # the Engine checks that the loss is single-label classification
 
 
 def check_monitor(config, task: Task, has_val: bool) -> None:

@@ -20,6 +20,7 @@ from .callbacks import BestEpoch, Callback, EarlyStopping, FreezeBackbone, Model
 from .ema import VAL_EMA, monitored_weights
 from .engine_config import scaled_lr
 from .epoch_data import make_train_set
+from .loggers import make_loggers
 from .progress import EpochProgress, print_epoch
 from .rng import rng_state, set_rng_state
 from .run_setup import Run
@@ -41,7 +42,7 @@ class FitLoop:
         if config.freeze == "backbone":
             built_in.append(FreezeBackbone(run.module, config.freeze_epochs))
         # ModelCheckpoint last, as in Lightning: a checkpoint holds every other callback's state after the epoch.
-        self.callbacks = [*built_in, *callbacks, self.checkpoints]
+        self.callbacks = [*built_in, *make_loggers(run), *callbacks, self.checkpoints]
         self.stateful = _stateful(self.callbacks)
         for callback in self.callbacks:
             if isinstance(callback, Callback):
@@ -54,7 +55,7 @@ class FitLoop:
         self.step_checkpoints = StepCheckpoints(run.run_dir.checkpoint_dir, config.checkpoint_every_n_steps,
                                                 config.checkpoint_every_minutes, run.world.is_main)
         self.batching = oom.Batching(config.batch_size, config.accumulate_grad_batches)  # halved on out of memory
-        self.status = "completed"  # until a stop or Ctrl-C ends the run
+        self.status = "completed"  # until a stop, Ctrl-C or an error ends the run
         self.should_stop = False  # set by a callback: the run ends after this epoch, with status stop_status
         self.stop_status = "stopped"
         self.oom_reductions: List[dict] = []  # each out-of-memory retry: epoch, new batch_size, accumulation
@@ -68,7 +69,6 @@ class FitLoop:
     def fit(self) -> str:
         """Trains to the end; returns the status: completed, early_stopped, stopped or interrupted."""
         self.write_stats("running")
-        self.run.run_dir.open_scalars(self.epoch + 1)
         if self.run.world.launched and self.run.world.is_main:
             batch = self.batch()
             print(f"gpucore: batch {batch['per_process']} per process x {batch['processes']} processes x "
@@ -81,6 +81,7 @@ class FitLoop:
             call(self.callbacks, "on_fit_end", self)
         except BaseException as exc:
             run = self.run
+            self.status = "failed"
             with contextlib.suppress(TrainingError):  # no write outlives the run; the error in flight wins
                 self.step_checkpoints.wait()
             if run.group_store is not None and distributed.is_peer_failure(exc):
@@ -214,14 +215,17 @@ class FitLoop:
         run = self.run
         self.history.append(record)
         run.run_dir.write_history(self.history)
-        run.run_dir.log_scalars(record)
         self.step_checkpoints.wait()  # the epoch's checkpoints are then newer than its step.pt
-        call(self.callbacks, "on_epoch_end", record["epoch"], record)  # early stopping, the user's, checkpoints
+        call(self.callbacks, "on_epoch_end", record["epoch"], record)  # early stopping, loggers, the user's, checkpoints
         self.step_checkpoints.superseded()
         self.step_checkpoints.restart_clock()
         self.write_stats("running")
         if run.config.progress and run.world.is_main:
             print_epoch(record, run.config.epochs)
+
+    def teardown(self) -> None:
+        """The callbacks' last hook, after the report; also after an error."""
+        call(self.callbacks, "teardown", self)
 
     # ---- state --------------------------------------------------------------------------------
     def _samples_per_step(self) -> int:

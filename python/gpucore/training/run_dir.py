@@ -1,6 +1,6 @@
 """A run's directory and its files: where a new run goes and where a resume is found, config.json,
-training_stats.json, metrics.jsonl, TensorBoard events and the checkpoint files. Rank 0 writes; the
-other ranks of a data-parallel run only wait where they must."""
+training_stats.json, metrics.jsonl and the checkpoint files (the loggers of config key loggers write theirs
+themselves: training/loggers/). Rank 0 writes; the other ranks of a data-parallel run only wait where they must."""
 from __future__ import annotations
 
 import itertools
@@ -10,7 +10,7 @@ from typing import List, Optional
 
 from ..checkpoint import remove_stale_temporaries, save_checkpoint, write_json, write_jsonl
 from ..errors import ConfigError
-from ..run_files import CHECKPOINTS, CONFIG, INTERRUPTED, METRICS, RESUME_CANDIDATES, STATS, TENSORBOARD
+from ..run_files import CHECKPOINTS, CONFIG, INTERRUPTED, METRICS, RESUME_CANDIDATES, STATS
 from . import distributed
 
 
@@ -34,7 +34,6 @@ class RunDir:
         self.checkpoint_dir = os.path.join(path, CHECKPOINTS)
         self.stats_path = os.path.join(path, STATS)
         self.metrics_path = os.path.join(path, METRICS)
-        self._tensorboard = None
 
     def create(self, config) -> None:
         """The folders, without what killed writes of an earlier start left, and config.json."""
@@ -48,18 +47,6 @@ class RunDir:
         for folder in (self.path, self.checkpoint_dir):
             remove_stale_temporaries(folder)
         write_json(os.path.join(self.path, CONFIG), config.to_dict())
-
-    def open_scalars(self, first_epoch: int) -> None:
-        """TensorBoard's writer, from epoch `first_epoch` on: events an earlier, killed start logged for that
-        epoch or later are hidden (purge_step), so a resumed run shows each epoch once."""
-        if not self.world.is_main:
-            return
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:
-            return
-        self._tensorboard = SummaryWriter(os.path.join(self.path, TENSORBOARD),
-                                          purge_step=first_epoch if first_epoch > 1 else None)
 
     def save(self, name: str, payload: dict) -> None:
         """Writes checkpoints/NAME atomically; every rank waits until it is complete."""
@@ -88,19 +75,9 @@ class RunDir:
         if self.world.is_main:
             write_jsonl(self.metrics_path, history)
 
-    def log_scalars(self, record: dict) -> None:
-        if self._tensorboard is not None:
-            for key, value in record.items():
-                if isinstance(value, (int, float)) and key != "epoch":
-                    self._tensorboard.add_scalar(key, value, record["epoch"])
-
     def write_stats(self, stats: dict) -> None:
         if self.world.is_main:
             write_json(self.stats_path, stats)
-
-    def close(self) -> None:
-        if self._tensorboard is not None:
-            self._tensorboard.close()
 
 
 def has_checkpoints(run_dir: str) -> bool:

@@ -64,7 +64,6 @@ class Run:
                 "pretrained": self.pretrained.to_dict() if self.pretrained else None}
 
     def close(self) -> None:
-        self.run_dir.close()
         if self.group_store is not None:
             torch.distributed.destroy_process_group()
 

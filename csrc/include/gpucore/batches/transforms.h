@@ -38,11 +38,17 @@ class Transform {
   virtual at::Tensor apply(const at::Tensor& images, const std::vector<at::Tensor>& params) const = 0;
   // Geometric transforms only: the same geometry on an N x H x W integer mask, nearest, fill 0.
   virtual at::Tensor apply_to_mask(const at::Tensor& masks, const std::vector<at::Tensor>& params) const;
+  // What validation and evaluation run instead of the entry `spec` that built this transform: the entry itself
+  // when it is deterministic, nothing when it is random, unless a deterministic counterpart exists.
+  virtual std::vector<TransformSpec> validation_form(const TransformSpec& spec) const;
 };
 
 // Registry: torchvision name -> factory; unknown names/arguments throw ConfigError listing what is valid.
 std::unique_ptr<Transform> make_transform(const TransformSpec& spec);
 std::vector<std::string> transform_names();  // every name the `transforms` list takes, Normalize included
+// The list's deterministic form for validation, evaluation and prediction: per entry, in list order, what replaces it
+// (its validation_form; Normalize kept; empty: dropped).
+std::vector<std::vector<TransformSpec>> validation_form(const std::vector<TransformSpec>& specs);
 
 // The seed of the generator an epoch's transform parameters are drawn from: training (EpochBatches) draws sample
 // i of the epoch's order as row i; gpucore.transforms.Compose draws a batch as rows 0..N-1.

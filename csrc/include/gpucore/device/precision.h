@@ -1,6 +1,7 @@
 #pragma once
 // Precision policy: which autocast dtype, loss scaling, TF32 and cuDNN settings a device gets.
 #include <string>
+#include <vector>
 
 #include "gpucore/device/arch_compat.h"
 
@@ -15,11 +16,13 @@ enum class Precision { kAuto, kBF16Mixed, kFP16Mixed, kFP32, kFP64 };
 
 // Accepts "auto", "bf16-mixed", "16-mixed", "32", "64"; throws ConfigError listing them otherwise.
 Precision parse_precision(const std::string& name);
+std::vector<std::string> precision_names();
 std::string to_string(Precision precision);
 
 // A setting that is on, off, or left to the policy.
 enum class Toggle { kAuto, kOn, kOff };
 Toggle parse_toggle(const std::string& key, const std::string& value);  // "auto", "true", "false"
+std::vector<std::string> toggle_names();
 
 // What the policy needs to know about the device.
 struct DeviceCaps {

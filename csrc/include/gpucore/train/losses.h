@@ -4,10 +4,12 @@
 #include <ATen/core/Tensor.h>
 
 #include <string>
+#include <vector>
 
 namespace gpucore {
 
 enum class LossKind { kCrossEntropy, kMultiLabelSoftMargin, kBCEWithLogits, kDiceBCE, kCTC };
+std::vector<std::string> loss_names();
 LossKind parse_loss(const std::string& name);  // cross_entropy, multilabel_soft_margin, bce_with_logits, dice_bce, ctc
 std::string to_string(LossKind kind);
 

@@ -14,6 +14,7 @@ namespace gpucore {
 
 // batch: one lambda and box for the whole batch; pair: one per pair (i, N-1-i); elem: one per sample.
 enum class MixMode { kBatch, kPair, kElem };
+std::vector<std::string> mix_mode_names();
 MixMode parse_mix_mode(const std::string& name);  // batch, pair, elem
 std::string to_string(MixMode mode);
 

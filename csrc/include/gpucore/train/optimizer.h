@@ -11,6 +11,7 @@
 namespace gpucore {
 
 enum class OptimizerKind { kSGD, kAdam, kAdamW };
+std::vector<std::string> optimizer_names();
 OptimizerKind parse_optimizer(const std::string& name);  // "sgd", "adam", "adamw"
 std::string to_string(OptimizerKind kind);
 

@@ -13,6 +13,7 @@ namespace gpucore {
 
 // The kinds are the op's (ops/step_math.h: its math, free of torch for nvcc, switches on them).
 using ops::ScheduleKind;
+std::vector<std::string> schedule_names();
 ScheduleKind parse_schedule(const std::string& name);  // constant, step, multistep, cosine, onecycle
 std::string to_string(ScheduleKind kind);
 
