@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # An AddressSanitizer + UndefinedBehaviorSanitizer build of the core, gpucore._C and the GoogleTest
-# binary (CPU only, in build/sanitize), then ctest and the seeded corrupt-file corpus
-# (tests/python/corrupt_files.py) through the sanitized module. Any report stops the process that
+# binaries (CPU only, in build/sanitize), then ctest (gpucore_kernel_tests runs every CUDA kernel on the
+# emulated grid of csrc/ops/cuda/emulator, so its accesses are checked too) and the seeded corrupt-file corpus
+# (tests/trials/corrupt_files.py) through the sanitized module. Any report stops the process that
 # made it, so the corpus runner counts it as a crash. Then a plain build without libpng (in build/nopng)
 # and the tests that only such a build runs: a PNG file is refused naming the library to install.
 # Needs the venv of scripts/bootstrap.sh.
@@ -35,7 +36,7 @@ stage() {
 }
 stage "$BUILD"
 LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libstdc++.so)" PYTHONPATH=$BUILD/python \
-  "$PY" "$ROOT/tests/python/corrupt_files.py" "$@"
+  "$PY" "$ROOT/tests/trials/corrupt_files.py" "$@"
 
 # The configuration without libpng (as on a machine without libpng-dev): the tests that skip in every build
 # with it. CMAKE_DISABLE_FIND_PACKAGE_PNG hides the library from find_package.

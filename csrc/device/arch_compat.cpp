@@ -86,6 +86,17 @@ std::string describe_arch_list(const std::vector<std::string>& arch_list) {
   return out.str();
 }
 
+std::string missing_kernel_message(const std::string& op, const std::string& device, const ComputeCapability& cc,
+                                   const std::vector<std::string>& arch_list) {
+  std::string message = op + " cannot run on " + device + ", compute capability " + cc.str() +
+                        ": gpucore's CUDA kernels were built for " + describe_arch_list(arch_list) +
+                        ", none of which runs on it. Rebuild gpucore for this GPU (TORCH_CUDA_ARCH_LIST=\"" +
+                        cc.str() + "\" pip install --force-reinstall --no-deps --no-cache-dir <gpucore source>";
+  // CUDA 13 compiles for compute capability 7.5 and newer only.
+  if (cc.major * 10 + cc.minor < 75) message += ", with a CUDA 12 toolkit: CUDA 13 no longer compiles for it";
+  return message + ") or run on the CPU; `gpucore doctor` checks the GPU against the build.";
+}
+
 std::string torch_build_advice(const ComputeCapability& cc, const std::vector<std::string>& arch_list) {
   const std::string number = arch_number(cc);
   const std::string from_source =

@@ -34,6 +34,10 @@ void check_resized_crop_inputs(const at::Tensor& images, const at::Tensor& boxes
                                const std::string& interpolation);
 void check_affine_inputs(const at::Tensor& images, const at::Tensor& matrices, const std::string& interpolation,
                          at::ArrayRef<double> fill);
+// The CPU affine kernel's grids: torchvision's _affine_grid of each of n matrices (6 floats each) for h x w images,
+// through torch's own bmm with torchvision's shapes, n x (h * w) x 2. The CUDA kernel rounds each product instead
+// (resample_math.h's affine_grid_value), which equals this except where the CPU's BLAS fuses (MKL on some CPUs).
+at::Tensor affine_grids(const float* matrices, int64_t n, int64_t h, int64_t w);
 // fill as one value per channel of `channels` (empty fill: zeros).
 std::vector<float> fill_per_channel(at::ArrayRef<double> fill, int64_t channels);
 

@@ -85,6 +85,21 @@ TEST(ArchCompat, MalformedEntriesNameThemselves) {
   }
 }
 
+TEST(ArchCompat, MissingKernelMessageNamesTheOpTheGpuAndTheBuildsArchList) {
+  const std::vector<std::string> build = {"sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "compute_90"};
+  const std::string m40 = missing_kernel_message("gpucore::augment", "cuda:0 (Tesla M40)", {5, 2}, build);
+  for (const char* part : {"gpucore::augment cannot run on cuda:0 (Tesla M40), compute capability 5.2",
+                           "built for sm_75, sm_80, sm_86, sm_89, sm_90, compute_90", "TORCH_CUDA_ARCH_LIST=\"5.2\"",
+                           "CUDA 12 toolkit", "gpucore doctor"}) {
+    EXPECT_NE(m40.find(part), std::string::npos) << "no '" << part << "' in: " << m40;
+  }
+  // A GPU that CUDA 13 still compiles for (a build for sm_90 only, an A100) needs no older toolkit.
+  const std::string a100 = missing_kernel_message("gpucore::crop", "cuda:1 (NVIDIA A100)", {8, 0}, {"sm_90"});
+  EXPECT_NE(a100.find("built for sm_90, none of which"), std::string::npos) << a100;
+  EXPECT_NE(a100.find("TORCH_CUDA_ARCH_LIST=\"8.0\""), std::string::npos) << a100;
+  EXPECT_EQ(a100.find("CUDA 12"), std::string::npos) << a100;
+}
+
 TEST(ArchCompat, AdviceForOldGpuPointsAtBuildsWithOldKernels) {
   const std::string advice = torch_build_advice({5, 2}, kCu130);
   EXPECT_NE(advice.find("sm_5x"), std::string::npos) << advice;

@@ -1,5 +1,4 @@
 import pathlib
-import runpy
 import sys
 
 import pytest
@@ -10,12 +9,13 @@ from gpucore.device import select as gdevice
 
 
 # torchvision (and timm, which imports it) for the tests that use their models, also where torchvision's compiled
-# ops cannot load next to this torch (a CPU-only torch 2.13): bench/common.py's import_torchvision defines the two
-# op schemas its import needs. Kept referenced here: its torch.library.Library must live as long as the tests.
-IMPORT_TORCHVISION = runpy.run_path(str(pathlib.Path(__file__).resolve().parents[2] / "bench" / "common.py"))[
-    "import_torchvision"]
+# ops cannot load next to this torch (a CPU-only torch 2.13): bench.common's import_torchvision (the benchmarks need it
+# too) defines the two op schemas its import needs, in a torch.library.Library that lives as long as the process.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))  # the checkout's root, for the bench package
+from bench.common import import_torchvision  # noqa: E402
+
 try:
-    IMPORT_TORCHVISION()
+    import_torchvision()
 except ImportError:
     pass  # not installed: the tests that need it skip
 
@@ -103,12 +103,14 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("needs_cuda") is not None and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU: this machine has no CUDA device")
 
 
 @pytest.fixture(autouse=True)
-def _run_report_only_where_tested(request, monkeypatch):
-    """Drawing a run's report takes seconds per run: only the report's own tests (test_report*.py) draw it,
+def _draw_reports_only_where_asked(request, monkeypatch):
+    """Drawing a run's report takes seconds per run: only tests marked draws_report (the report's own) draw it,
     the other tests' training runs skip it (config key report stays true for them)."""
-    if not request.module.__name__.startswith("test_report"):
+    if request.node.get_closest_marker("draws_report") is None:
         monkeypatch.setattr(sys.modules["gpucore.train"], "report_after_training", lambda run: None)

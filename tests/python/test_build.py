@@ -11,9 +11,9 @@ import torch
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     shutil.which("cmake") is None or not (ROOT / "CMakeLists.txt").exists(), reason="needs cmake and the source tree"
-)
+)]
 
 
 def cmake_binary():

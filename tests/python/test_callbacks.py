@@ -29,6 +29,7 @@ class StopAtAccuracy(gpucore.Callback):
         self.seen = list(state["seen"])
 
 
+@pytest.mark.slow
 def test_a_callback_stops_at_a_threshold_and_the_resumed_run_goes_on_with_its_state(tmp_path):
     straight = gpucore.train(dict(SMALL, run_dir=str(tmp_path / "a")))
     accuracies = [row["val_accuracy"] for row in straight.history]
@@ -94,6 +95,7 @@ def test_hooks_are_called_in_order_and_early_stopping_keeps_its_state(tmp_path):
         gpucore.train(dict(config, run_dir=str(tmp_path / "twins")), callbacks=[Twin(), Twin()])
 
 
+@pytest.mark.slow
 def test_a_checkpoint_from_before_callback_states_resumes_with_its_best_epoch(tmp_path):
     from gpucore.checkpoint import save_checkpoint
 

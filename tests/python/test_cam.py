@@ -10,7 +10,6 @@ from gpucore import cam as gcam
 from gpucore.models import FashionMnistCNN
 from conftest import require
 
-requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
 class Block(nn.Module):
@@ -332,6 +331,7 @@ def test_ops_pass_opcheck():
                           (torch.randint(0, 256, (2, 5, 6, 3), dtype=torch.uint8), torch.rand(2, 5, 6), 0.5))
 
 
+@pytest.mark.slow
 def test_memory_is_flat_over_200_calls():
     # 200 calls may grow the process by a quarter CAM each: keeping every call's CAM (8 KB) alive fails.
     from conftest import resident_bytes as rss
@@ -348,7 +348,7 @@ def test_memory_is_flat_over_200_calls():
     assert all(not m._forward_hooks and not m._backward_hooks for m in model.modules())
 
 
-@requires_cuda
+@pytest.mark.needs_cuda
 @pytest.mark.parametrize("method", gcam.METHODS)
 def test_cuda_kernels_match_cpu(method):
     model = make_model()
@@ -362,6 +362,7 @@ def test_cuda_kernels_match_cpu(method):
                        gcam.CamResult(cpu.cuda(), method, []).overlay(images.cuda()).cpu())
 
 
+@pytest.mark.slow
 def test_cli_gradcam_on_a_trained_checkpoint(tmp_path):
     import json
     import subprocess

@@ -213,6 +213,7 @@ def run_cli(*args, cwd=None):
                           cwd=cwd)
 
 
+@pytest.mark.slow
 def test_cli_train_and_resume(tmp_path):
     config = tmp_path / "tiny.yaml"
     config.write_text(
@@ -229,6 +230,7 @@ def test_cli_train_and_resume(tmp_path):
     assert [row["epoch"] for row in history] == [1, 2]
 
 
+@pytest.mark.slow
 def test_cli_train_errors_exit_2(tmp_path):
     result = run_cli("train", "--set", "epocs=1")
     assert result.returncode == 2

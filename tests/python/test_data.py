@@ -263,7 +263,7 @@ def test_augment_op_matches_pytorch(dtype):
         torch.ops.gpucore.augment(x, offsets, flips, 3, [0.5], [0.5], torch.float32)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.needs_cuda
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
 def test_augment_op_on_cuda_matches_the_cpu(dtype):
     # images (3 channels, normalised) and masks (1 channel, no mean/std), into float32 and bfloat16
@@ -303,6 +303,7 @@ def test_augmentation_depends_on_sample_and_epoch_not_batch_size():
     assert any(not torch.equal(small[k], other[k]) for k in range(20))
 
 
+@pytest.mark.slow
 def test_training_with_crop_and_flip_resumes_exactly(tmp_path):
     class Stop:
         def on_epoch_end(self, epoch, record):

@@ -6,7 +6,7 @@ import torch
 import gpucore
 from gpucore import _C
 
-from conftest import make_facts, make_gpu, requires_cuda
+from conftest import make_facts, make_gpu
 
 CU130 = ("sm_75", "sm_80", "sm_86", "sm_90")
 
@@ -130,7 +130,7 @@ def test_device_facts_are_json_ready():
     assert facts["cpu"]["threads"] >= 1
 
 
-@requires_cuda
+@pytest.mark.needs_cuda
 def test_live_cuda_selection_and_facts():
     choice = gpucore.select_device("cuda:0")
     props = torch.cuda.get_device_properties(0)

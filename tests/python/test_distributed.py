@@ -11,6 +11,8 @@ import torch
 import gpucore
 from gpucore.training import distributed
 
+pytestmark = pytest.mark.slow  # spawns processes
+
 MODELS = textwrap.dedent("""
     import os
     import torch
@@ -159,7 +161,7 @@ def test_devices_with_objects_from_python_is_refused():
         gpucore.train(dict(devices=2), model=torch.nn.Linear(2, 2))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.needs_cuda
 def test_nccl_on_one_gpu_world_size_1(workdir):
     # The same launched one-process run with gloo on the CPU is the reference (float32, TF32 off on the GPU).
     keys = {"tf32": "false"}

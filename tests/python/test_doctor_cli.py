@@ -11,6 +11,8 @@ from gpucore.cli import main
 
 from conftest import make_facts, make_gpu
 
+pytestmark = pytest.mark.slow  # spawns processes
+
 
 def run_cli(*args, env=None):
     return subprocess.run(
@@ -102,7 +104,7 @@ def test_console_script_is_installed():
     assert "devices" in result.stdout
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.needs_cuda
 def test_doctor_runs_gpucore_kernels_on_the_gpu():
     report = gpucore.doctor("cuda", smoke_test=False)
     kernels = report["gpucore_kernels"]

@@ -17,6 +17,8 @@ import torch
 import gpucore
 from gpucore.training import distributed
 
+pytestmark = pytest.mark.slow  # spawns processes
+
 EPOCHS, STEPS_PER_EPOCH = 4, 8  # 256 samples over 2 ranks in batches of 16
 HANG_TIMEOUT = 5  # dist_timeout of the run whose rank 1 is SIGSTOPped
 

@@ -206,6 +206,7 @@ def test_monitor_picks_the_ema_and_load_and_report_use_its_weights(tmp_path):
     assert "its EMA weights" in facts["model shown"]
 
 
+@pytest.mark.slow
 def test_resume_mid_epoch_and_at_an_epoch_boundary_is_bitwise_exact(tmp_path):
     class Stop:
         def __init__(self, epoch, step_in_epoch):
@@ -234,6 +235,7 @@ def test_resume_mid_epoch_and_at_an_epoch_boundary_is_bitwise_exact(tmp_path):
                 assert torch.equal(saved[part][key], value), f"{name}: {part}.{key}"
 
 
+@pytest.mark.slow
 def test_resuming_a_run_without_ema_with_ema_decay_is_an_error(tmp_path):
     gpucore.train(dict(TINY, run_dir=str(tmp_path), name="plain", epochs=1))
     last = os.path.join(str(tmp_path), "plain", "checkpoints", "last.pt")

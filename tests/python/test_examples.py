@@ -8,6 +8,8 @@ import torch
 import gpucore
 from conftest import require
 
+pytestmark = pytest.mark.slow  # trains several runs, seconds each
+
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 
 
@@ -87,6 +89,7 @@ def test_classifier_gradcam_scripts_and_notebook(tmp_path, monkeypatch):
             compile("".join(cell["source"]), "gradcam.ipynb", "exec")
 
 
+@pytest.mark.slow
 def test_bench_runner_quick_runs_every_benchmark(tmp_path):
     import json
     import subprocess

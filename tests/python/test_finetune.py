@@ -88,6 +88,7 @@ class StopMidEpoch:
             raise KeyboardInterrupt
 
 
+@pytest.mark.slow
 def test_resume_before_at_and_after_the_unfreeze_is_bitwise_exact(tmp_path):
     # Frozen in epochs 1-2 with a slower backbone afterwards: stopped after epoch 1 (frozen), after epoch 2 (the
     # last frozen one) and in the middle of epoch 3 (unfrozen), each resumed run equals the uninterrupted one.

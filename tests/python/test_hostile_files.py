@@ -12,7 +12,7 @@ import torch
 import gpucore
 from gpucore import _C, data
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "trials"))  # the long trials' scripts
 import corrupt_files  # noqa: E402
 from conftest import require
 
@@ -200,15 +200,16 @@ def test_streaming_source_refuses_a_position_past_the_epoch(tmp_path):
 
 
 def test_seeded_corrupt_file_corpus_no_crash_no_hang_every_error_names_its_file(tmp_path):
-    # A small corpus here; `python tests/python/corrupt_files.py --count 2000` by hand.
+    # A small corpus here; `python tests/trials/corrupt_files.py --count 2000` by hand.
     seed = 202
     summary = corrupt_files.run(corrupt_files.write_corpus(str(tmp_path), count=8, seed=seed), chunk=60)
     assert summary["failures"] == [], f"corpus seed {seed}:\n" + "\n".join(summary["failures"])
     assert summary["ok"] + summary["error"] >= len(corrupt_files.edge_cases()) + 8 * 4
 
 
+@pytest.mark.slow
 def test_random_sigkills_lose_nothing_and_leave_nothing(capsys):
-    # Two trials here; `python tests/python/kill_runs.py --trials 100` by hand. The seed fixes each kill's moment as
+    # Two trials here; `python tests/trials/kill_runs.py --trials 100` by hand. The seed fixes each kill's moment as
     # a fraction of an uninterrupted run's time, measured here (so the kills land alike on slower machines).
     import kill_runs
 

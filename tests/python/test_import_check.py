@@ -3,9 +3,13 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 import gpucore
 from gpucore import _build_info
 from gpucore._version_check import check_torch_version
+
+pytestmark = pytest.mark.slow  # spawns processes
 
 
 def import_with_torch_version(version):

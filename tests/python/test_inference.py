@@ -40,6 +40,7 @@ def test_inputs_of_the_wrong_shape_and_bad_checkpoints_are_named(tmp_path):
         gpucore.load(tmp_path / "junk.pt")
 
 
+@pytest.mark.slow
 def test_decoded_predictions_score_what_the_engine_reported(tmp_path):
     """The task's decoding follows the engine's metric rules: its whole-captcha accuracy equals val_seq_accuracy."""
     kwargs = {"train_size": 256, "val_size": 64, "seed": 2}

@@ -141,7 +141,7 @@ def test_step_buffers_keep_their_addresses_across_epochs():
     assert eng.step_buffers()["counters"].tolist() == [10.0, 0.0, 0.0]  # 2 epochs of 5 steps, none skipped
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="host syncs are CUDA's: this machine has no CUDA device")
+@pytest.mark.needs_cuda  # host syncs are CUDA's
 def test_training_steps_do_not_sync_with_the_host():
     """An epoch of 12 steps syncs as often as one of 4: only the end-of-epoch read syncs, no step does."""
     device = torch.device("cuda")

@@ -21,6 +21,8 @@ from gpucore.training import distributed
 
 from conftest import require
 
+pytestmark = pytest.mark.slow  # trains several runs, seconds each
+
 SMALL = dict(data="synthetic_fashion", data_kwargs={"train_size": 256, "val_size": 64, "seed": 3}, progress=False,
              batch_size=32, epochs=3, seed=5, device="cpu", precision="32", log_every_n_steps=3, name="tiny",
              loggers=["csv", "tensorboard", "mlflow"])
@@ -197,6 +199,7 @@ def test_tensorboard_shows_the_scalars_and_the_hyperparameters(straight):
     assert all(entry.is_file() for entry in os.scandir(os.path.join(result.run_dir, "tensorboard")))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("killed_in", [1, 2])
 def test_a_killed_and_resumed_run_is_one_mlflow_run_with_the_uninterrupted_histories(straight, tmp_path, killed_in):
     """Killed in epoch 2: resumed from epoch 1's checkpoint (the run id from it); in epoch 1: no checkpoint yet, the
@@ -237,6 +240,7 @@ def test_a_killed_and_resumed_run_is_one_mlflow_run_with_the_uninterrupted_histo
         [(row["epoch"], pytest.approx(row["val_loss"], rel=1e-6)) for row in jsonl(result.metrics_path)]
 
 
+@pytest.mark.slow
 def test_two_gloo_processes_log_once(straight, tmp_path):
     store = os.path.dirname(straight[0].run_dir)
     result = gpucore.train(dict(SMALL, devices=2, epochs=2, loggers=["csv", "mlflow"], run_dir=str(tmp_path),

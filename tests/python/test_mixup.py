@@ -193,6 +193,7 @@ def test_mix_ops_pass_opcheck():
     torch.library.opcheck(torch.ops.gpucore.mix_targets, (torch.randint(0, 4, (6,)), rows, 4, 0.1))
 
 
+@pytest.mark.slow
 def test_a_mixed_run_with_accumulation_and_bf16_resumes_bitwise_mid_epoch(tmp_path):
     class StopInEpoch2:
         def on_step_end(self, step, metrics):
@@ -260,6 +261,7 @@ def test_engine_checks_of_what_it_can_only_see_in_the_batch():
     train(mix_config(mixup_alpha=1.0), torch.randn(4, 4))  # mixup alone mixes any floating-point inputs
 
 
+@pytest.mark.slow
 def test_two_data_parallel_ranks_mix_their_shards_and_agree(tmp_path):
     from test_distributed import MODELS, WORKER, run_workers
 

@@ -3,7 +3,7 @@ import torch
 
 import gpucore
 
-from conftest import make_facts, make_gpu, requires_cuda
+from conftest import make_facts, make_gpu
 
 
 @pytest.mark.parametrize("isa", ["", "AVX512-BF16", "AMX"])
@@ -86,7 +86,7 @@ def restores_backend_switches():
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = before
 
 
-@requires_cuda
+@pytest.mark.needs_cuda
 def test_live_cuda_policy_applies(restores_backend_switches):
     policy = gpucore.resolve_precision("auto", "cuda:0")
     policy.apply()
@@ -105,7 +105,7 @@ def test_memory_stats_cpu():
     del block
 
 
-@requires_cuda
+@pytest.mark.needs_cuda
 def test_memory_stats_cuda():
     before = gpucore.memory_stats("cuda:0")
     block = torch.empty(256 << 20, dtype=torch.uint8, device="cuda:0")

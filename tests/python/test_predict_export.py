@@ -17,6 +17,8 @@ from gpucore.models import build_model
 from gpucore.data.png import encode_png
 from conftest import require
 
+pytestmark = pytest.mark.slow  # trains several runs, seconds each
+
 KWARGS = {"train_size": 512, "val_size": 200, "seed": 5}
 
 

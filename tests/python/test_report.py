@@ -19,6 +19,7 @@ from gpucore.data.builtin import CLASS_NAMES, synthetic_fashion
 from conftest import require
 
 Image = require("PIL.Image")
+pytestmark = pytest.mark.draws_report
 
 DATA = {"train_size": 512, "val_size": 200}
 RUN = dict(data="synthetic_fashion", data_kwargs=DATA, epochs=2, batch_size=64, progress=False, device="cpu")
@@ -171,6 +172,7 @@ def test_a_failing_figure_is_a_warning_and_the_rest_is_written(run, tmp_path, mo
     assert "Not drawn" in page and "no ink" in page and "confusion_matrix.png" in page
 
 
+@pytest.mark.slow
 def test_captcha_report_shows_strings_and_per_character_confusion(tmp_path):
     kwargs = {"train_size": 128, "val_size": 24, "seed": 2}
     result = gpucore.train({"model": "captcha_cnn", "loss": "multilabel_soft_margin"}, run_dir=str(tmp_path),
@@ -225,6 +227,7 @@ def test_segmentation_report_shows_masks_with_their_iou(tmp_path):
     _png(os.path.join(result.run_dir, "plots", "train_batch.png"))
 
 
+@pytest.mark.slow
 def test_report_cam_layer_is_the_layer_of_the_top_losses_grad_cam(tmp_path, monkeypatch):
     from gpucore import cam as gcam
     from gpucore.report import sections
@@ -250,6 +253,7 @@ def test_report_cam_layer_is_the_layer_of_the_top_losses_grad_cam(tmp_path, monk
     assert (auto - calls[0][3]).abs().max() > 0.05  # not the automatic layer's maps
 
 
+@pytest.mark.slow
 def test_report_of_a_streamed_fine_tuned_run_counts_the_folders_images(tmp_path):
     """An image folder read batch by batch (cache: none) into a fine-tuned model (pretrained weights, frozen
     backbone): the report's per-class support is the folder's count of validation images per class, and its

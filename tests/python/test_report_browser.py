@@ -14,7 +14,8 @@ from conftest import require
 
 Image = require("PIL.Image")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (scripts/bootstrap.sh installs it)")
+pytestmark = [pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (scripts/bootstrap.sh installs it)"),
+              pytest.mark.draws_report, pytest.mark.slow]
 
 # Run after the page's load event: what the test reads back from the dumped DOM.
 CHECK = """<script>window.addEventListener("load", () => {

@@ -197,6 +197,7 @@ def test_fashion_mnist_foreground_masks_are_the_pasted_garments():
 
 @needs_transformers
 @needs_smp
+@pytest.mark.slow
 @pytest.mark.parametrize("name, kwargs", BY_NAME)
 def test_segmentation_models_by_name_load_predict_masks_and_export_to_onnx(tmp_path, name, kwargs):
     require("onnxruntime")

@@ -3,7 +3,7 @@
 A step checkpoint holds the state after one optimizer step, written in the background; a run resumed from it ends
 bitwise where an uninterrupted run ends (CPU). Its data position is the samples consumed of the epoch's order over
 all ranks, so a run checkpointed by 2 gloo processes goes on with 1 (and 1 with 2), each sample of the epoch
-trained exactly once. Longer random kill trials: `python tests/python/kill_runs.py --step-checkpoints 2`."""
+trained exactly once. Longer random kill trials: `python tests/trials/kill_runs.py --step-checkpoints 2`."""
 import errno
 import json
 import os
@@ -23,7 +23,8 @@ from gpucore import _C, checkpoint
 from gpucore.errors import TrainingError
 from gpucore.training import distributed
 
-import kill_runs
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "trials"))  # the long trials' scripts
+import kill_runs  # noqa: E402
 
 SAMPLES, BATCH = 256, 8
 # The kill tests compare subprocess runs (OMP_NUM_THREADS=1) with the in-process `uninterrupted` run.
@@ -239,6 +240,7 @@ def _attempt(script, out, name, processes, stop_step):
     return [json.load(open(out / f"trained_{name}_{rank}.json")) for rank in range(processes)], errors
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("before, after", [(2, 1), (1, 2)])
 def test_a_run_checkpointed_by_n_processes_goes_on_with_m_each_sample_once(tmp_path, before, after):
     script = tmp_path / "worker.py"
@@ -323,6 +325,7 @@ def _kill_mid_write_worker(tmp_path):
     return script
 
 
+@pytest.mark.slow
 def test_killed_while_writing_a_step_checkpoint_the_previous_one_resumes_bitwise(tmp_path, uninterrupted):
     script = _kill_mid_write_worker(tmp_path)
     out = tmp_path / "out"
@@ -344,9 +347,10 @@ def test_killed_while_writing_a_step_checkpoint_the_previous_one_resumes_bitwise
     assert not [name for name in os.listdir(checkpoints) if ".tmp-" in name]
 
 
+@pytest.mark.slow
 def test_random_kills_with_step_checkpoints_end_bitwise(tmp_path):
     """kill_runs.py's trials (SIGKILL at random moments, restarted until done) with a step checkpoint every 2 steps:
-    two trials here, more with `python tests/python/kill_runs.py --step-checkpoints 2 --trials 30`."""
+    two trials here, more with `python tests/trials/kill_runs.py --step-checkpoints 2 --trials 30`."""
     settings = dict(kill_runs.CONFIG, checkpoint_every_n_steps=2, epochs=2,
                     data_kwargs={"train_size": 384, "val_size": 64, "seed": 5})
     reference_dir = tmp_path / "reference"

@@ -122,6 +122,7 @@ def test_streaming_resumes_mid_epoch_and_shards_cover_every_sample(tmp_path):
     assert torch.cat(seen).unique(dim=0).shape[0] == 30
 
 
+@pytest.mark.slow
 def test_streaming_memory_is_flat_and_freed(tmp_path):
     # One epoch's batches are 3.3 MB (120 x 3 x 48 x 48 float32). 8 epochs may grow the process by a quarter of
     # one epoch: keeping one batch per epoch alive (8 x 442 KB) fails. Five loaders dropped after one batch may
@@ -206,7 +207,7 @@ def test_segmentation_masks_follow_the_crop_and_flip():
     assert moved > 0  # the transform did move pixels
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.needs_cuda
 def test_cuda_streaming_pinned_ring_side_stream_matches_the_cpu(tmp_path):
     root = str(image_folder(tmp_path / "train", per_class=30, size=(16, 16)))
     options = dict(batch_size=8, seed=2, crop_padding=2, hflip=True)

@@ -32,6 +32,7 @@ def plain(tmp_path, **overrides):
     return base
 
 
+@pytest.mark.slow
 def test_default_config_learns_the_real_fashion_mnist(tmp_path):
     """The default data is the real Fashion-MNIST (here its first 4,000 training and 1,000 test images); where its
     files are nowhere, the synthetic set stands in with a warning."""
@@ -117,6 +118,7 @@ def test_lr_scaling_and_no_decay_groups(tmp_path):
     assert result.history[0]["lr"] == pytest.approx(0.05)
 
 
+@pytest.mark.slow
 def test_run_directory_files(tmp_path):
     result = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=2, save_every_n_epochs=1, keep_last_k=1))
     names = sorted(os.listdir(result.checkpoint_dir))
@@ -135,6 +137,7 @@ def test_run_directory_files(tmp_path):
     assert set(checkpoint["model"]) == set(result.model.state_dict())
 
 
+@pytest.mark.slow
 def test_a_second_run_never_overwrites_the_first(tmp_path):
     first = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=1))
     second = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=1))
@@ -142,6 +145,7 @@ def test_a_second_run_never_overwrites_the_first(tmp_path):
     assert os.path.exists(os.path.join(first.checkpoint_dir, "last.pt"))
 
 
+@pytest.mark.slow
 def test_resume_is_bitwise_exact(tmp_path):
     class StopAfterEpoch2:
         def on_epoch_end(self, epoch, record):
@@ -159,6 +163,7 @@ def test_resume_is_bitwise_exact(tmp_path):
     assert resumed.history[-1]["train_loss"] == straight.history[-1]["train_loss"]
 
 
+@pytest.mark.slow
 def test_interrupt_saves_and_resume_finishes(tmp_path):
     class StopInEpoch2:
         def on_step_end(self, step, metrics):
@@ -212,6 +217,7 @@ def test_nonfinite_losses_stop_with_an_error_and_keep_the_last_good_checkpoint(t
     assert stats["status"] == "failed" and "non-finite" in stats["error"]
 
 
+@pytest.mark.slow
 def test_early_stopping(tmp_path):
     result = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=5, patience=1, min_delta=1.0))
     assert result.status == "early_stopped"
@@ -219,6 +225,7 @@ def test_early_stopping(tmp_path):
     assert result.best_epoch == 1
 
 
+@pytest.mark.slow
 def test_early_stopping_counts_on_across_a_resume(tmp_path):
     # min_delta 1.0: only epoch 1 is a best. Two epochs, then a resume: patience 2 is used up after epoch 3.
     config = dict(SMALL, run_dir=str(tmp_path), patience=2, min_delta=1.0)
@@ -229,6 +236,7 @@ def test_early_stopping_counts_on_across_a_resume(tmp_path):
     assert [row["epoch"] for row in resumed.history] == [1, 2, 3] and resumed.best_epoch == 1
 
 
+@pytest.mark.slow
 def test_callbacks_and_monitor(tmp_path):
     seen = []
 
@@ -381,10 +389,9 @@ def test_ctc_sequence_model_learns(tmp_path):
     assert result.best_metric >= 0.9, result.history[-1]
 
 
-requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
-@requires_cuda
+@pytest.mark.needs_cuda
 @pytest.mark.parametrize("precision", ["auto", "16-mixed", "32"])
 def test_cuda_training_learns(tmp_path, precision):
     result = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=2, device="cuda", precision=precision,
@@ -394,7 +401,7 @@ def test_cuda_training_learns(tmp_path, precision):
     assert result.history[-1]["gpu_memory_peak_bytes"] > 0
 
 
-@requires_cuda
+@pytest.mark.needs_cuda
 def test_cuda_steps_do_not_synchronise_with_the_host():
     # Under torch's sync debugger an epoch of 90 steps syncs as often as one of 30: no step syncs.
     import subprocess
@@ -406,6 +413,7 @@ def test_cuda_steps_do_not_synchronise_with_the_host():
     assert result.stdout.strip().endswith(": 0 per step"), result.stdout
 
 
+@pytest.mark.slow
 def test_a_run_killed_before_its_first_checkpoint_is_resumed_in_the_same_directory(tmp_path):
     # What a kill before the first checkpoint leaves: the run directory with an empty checkpoints folder,
     # and a half-written checkpoint of the dead process.
@@ -421,6 +429,7 @@ def test_a_run_killed_before_its_first_checkpoint_is_resumed_in_the_same_directo
     assert again.run_dir == str(run_dir) and [r["epoch"] for r in again.history] == [1, 2]
 
 
+@pytest.mark.slow
 def test_metrics_jsonl_agrees_with_the_checkpoint_after_a_resume(tmp_path):
     config = dict(SMALL, run_dir=str(tmp_path), epochs=2)
     first = gpucore.train(dict(config, epochs=1))
@@ -456,6 +465,7 @@ def test_ctrl_c_during_a_checkpoint_write_waits_for_the_write_then_interrupts(tm
     assert [f for f in os.listdir(result.checkpoint_dir) if ".tmp-" in f] == []
 
 
+@pytest.mark.slow
 def test_compile_on_the_cpu_trains_like_eager(tmp_path):
     # torch.compile (inductor, with the machine's C++ compiler) under the C++ engine: the same losses as eager
     # (no dropout: compiled code draws its random numbers differently).

@@ -158,30 +158,6 @@ at::Tensor resized_crop_cpu(const at::Tensor& images, const at::Tensor& boxes, a
   return out;
 }
 
-// torchvision's _affine_grid for each image: the base grid of pixel centres times the rescaled theta through
-// torch's own bmm, with torchvision's shapes and strides, so the grid rounds as torchvision's does on this
-// machine (MKL's sgemm fuses a product into the sum on some CPUs and not on others). n x (h * w) x 2.
-at::Tensor affine_grids(const float* matrices, int64_t n, int64_t h, int64_t w) {
-  const at::TensorOptions options = at::TensorOptions().dtype(at::kFloat);
-  at::Tensor base = at::empty({1, h, w, 3}, options);
-  base.select(3, 0).copy_(at::linspace((1.0 - static_cast<double>(w)) * 0.5, (static_cast<double>(w) - 1.0) * 0.5, w,
-                                       options));
-  base.select(3, 1).copy_(
-      at::linspace((1.0 - static_cast<double>(h)) * 0.5, (static_cast<double>(h) - 1.0) * 0.5, h, options).unsqueeze(-1));
-  base.select(3, 2).fill_(1);
-  base = base.view({1, h * w, 3});
-  at::Tensor half_size = at::empty({2}, options);
-  half_size.data_ptr<float>()[0] = 0.5f * static_cast<float>(w);
-  half_size.data_ptr<float>()[1] = 0.5f * static_cast<float>(h);
-  at::Tensor grids = at::empty({n, h * w, 2}, options);
-  for (int64_t i = 0; i < n; ++i) {
-    at::Tensor theta = at::empty({1, 2, 3}, options);
-    std::copy(matrices + i * 6, matrices + i * 6 + 6, theta.data_ptr<float>());
-    grids[i].copy_(base.bmm(theta.transpose(1, 2).div_(half_size))[0]);
-  }
-  return grids;
-}
-
 at::Tensor affine_cpu(const at::Tensor& images, const at::Tensor& matrices, c10::string_view interpolation,
                       at::ArrayRef<double> fill) {
   const std::string mode(interpolation);
@@ -212,6 +188,27 @@ at::Tensor affine_cpu(const at::Tensor& images, const at::Tensor& matrices, c10:
 }
 
 }  // namespace
+
+at::Tensor affine_grids(const float* matrices, int64_t n, int64_t h, int64_t w) {
+  const at::TensorOptions options = at::TensorOptions().dtype(at::kFloat);
+  at::Tensor base = at::empty({1, h, w, 3}, options);
+  base.select(3, 0).copy_(at::linspace((1.0 - static_cast<double>(w)) * 0.5, (static_cast<double>(w) - 1.0) * 0.5, w,
+                                       options));
+  base.select(3, 1).copy_(
+      at::linspace((1.0 - static_cast<double>(h)) * 0.5, (static_cast<double>(h) - 1.0) * 0.5, h, options).unsqueeze(-1));
+  base.select(3, 2).fill_(1);
+  base = base.view({1, h * w, 3});
+  at::Tensor half_size = at::empty({2}, options);
+  half_size.data_ptr<float>()[0] = 0.5f * static_cast<float>(w);
+  half_size.data_ptr<float>()[1] = 0.5f * static_cast<float>(h);
+  at::Tensor grids = at::empty({n, h * w, 2}, options);
+  for (int64_t i = 0; i < n; ++i) {
+    at::Tensor theta = at::empty({1, 2, 3}, options);
+    std::copy(matrices + i * 6, matrices + i * 6 + 6, theta.data_ptr<float>());
+    grids[i].copy_(base.bmm(theta.transpose(1, 2).div_(half_size))[0]);
+  }
+  return grids;
+}
 
 TORCH_LIBRARY_IMPL(gpucore, CPU, m) {
   m.impl("crop", &crop_cpu);

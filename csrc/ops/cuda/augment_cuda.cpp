@@ -1,6 +1,5 @@
 // CUDA side of the augment op: checks, contiguous inputs, device guard and stream, then the kernel.
 #include <ATen/ops/empty.h>
-#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
@@ -8,6 +7,7 @@
 #include "ops/augment.h"
 #include "ops/float_contiguous.h"
 #include "ops/cuda/augment_kernels.h"
+#include "ops/cuda/kernel_launch_check.h"
 
 namespace gpucore::ops {
 namespace {
@@ -38,7 +38,7 @@ at::Tensor augment_cuda(const at::Tensor& images, const at::Tensor& offsets, con
   cuda::launch_augment(in.data_ptr(), is_uint8, off.data_ptr<int64_t>(), flip.data_ptr<bool>(), out.data_ptr(), out_type,
                        in.size(0), in.size(1), in.size(2), in.size(3), padding, affine,
                        c10::cuda::getCurrentCUDAStream().stream());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  check_kernel_launch("gpucore::augment");
   return out;
 }
 

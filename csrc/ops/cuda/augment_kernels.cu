@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include "ops/cuda/augment_kernels.h"
+#include "ops/cuda/kernel_launch.h"
 
 namespace gpucore::ops::cuda {
 namespace {
@@ -31,11 +32,11 @@ void launch_for(const void* images, bool is_uint8, const int64_t* offsets, const
   const unsigned blocks = static_cast<unsigned>((total + threads - 1) / threads);
   Out* typed_out = static_cast<Out*>(out);
   if (is_uint8) {
-    augment_kernel<<<blocks, threads, 0, stream>>>(static_cast<const uint8_t*>(images), offsets, flips, typed_out,
-                                                   total, channels, h, w, padding, affine);
+    GPUCORE_LAUNCH(augment_kernel, blocks, threads, 0, stream, static_cast<const uint8_t*>(images), offsets, flips,
+                   typed_out, total, channels, h, w, padding, affine);
   } else {
-    augment_kernel<<<blocks, threads, 0, stream>>>(static_cast<const float*>(images), offsets, flips, typed_out,
-                                                   total, channels, h, w, padding, affine);
+    GPUCORE_LAUNCH(augment_kernel, blocks, threads, 0, stream, static_cast<const float*>(images), offsets, flips,
+                   typed_out, total, channels, h, w, padding, affine);
   }
 }
 

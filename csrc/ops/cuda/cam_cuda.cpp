@@ -2,7 +2,6 @@
 // then the kernels of cam_kernels.cu.
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
-#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
@@ -10,6 +9,7 @@
 #include "ops/cam.h"
 #include "ops/float_contiguous.h"
 #include "ops/cuda/cam_kernels.h"
+#include "ops/cuda/kernel_launch_check.h"
 
 namespace gpucore::ops {
 namespace {
@@ -24,7 +24,7 @@ at::Tensor cam_weights_cuda(const at::Tensor& activations, const at::Tensor& gra
   at::Tensor out = at::empty({a.size(0), a.size(1)}, a.options());
   cuda::launch_cam_weights(a.data_ptr<float>(), g.data_ptr<float>(), out.data_ptr<float>(), a.size(0) * a.size(1),
                            a.size(2) * a.size(3), method_index, current_stream());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  check_kernel_launch("gpucore::cam_weights");
   return out;
 }
 
@@ -35,7 +35,7 @@ at::Tensor cam_weighted_sum_cuda(const at::Tensor& activations, const at::Tensor
   at::Tensor out = at::empty({a.size(0), a.size(2), a.size(3)}, a.options());
   cuda::launch_cam_weighted_sum(a.data_ptr<float>(), w.data_ptr<float>(), out.data_ptr<float>(), a.size(0), a.size(1),
                                 a.size(2) * a.size(3), w.dim() == 4, current_stream());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  check_kernel_launch("gpucore::cam_weighted_sum");
   return out;
 }
 
@@ -47,7 +47,7 @@ at::Tensor cam_normalize_cuda(const at::Tensor& cams, at::IntArrayRef size) {
   at::Tensor out = at::empty({c.size(0), out_h, out_w}, c.options());
   cuda::launch_cam_normalize(c.data_ptr<float>(), out.data_ptr<float>(), c.size(0), c.size(1), c.size(2), out_h, out_w,
                              current_stream());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  check_kernel_launch("gpucore::cam_normalize");
   return out;
 }
 
@@ -59,7 +59,7 @@ at::Tensor cam_overlay_cuda(const at::Tensor& images, const at::Tensor& cams, do
   at::Tensor out = at::empty_like(img);
   cuda::launch_cam_overlay(img.data_ptr<uint8_t>(), c.data_ptr<float>(), out.data_ptr<uint8_t>(), img.size(0),
                            img.size(1) * img.size(2), static_cast<float>(alpha), current_stream());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  check_kernel_launch("gpucore::cam_overlay");
   return out;
 }
 

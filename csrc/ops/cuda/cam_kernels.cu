@@ -3,6 +3,7 @@
 #include <cfloat>
 
 #include "ops/cuda/cam_kernels.h"
+#include "ops/cuda/kernel_launch.h"
 #include "ops/jet_colormap.h"
 
 namespace gpucore::ops::cuda {
@@ -17,7 +18,7 @@ __device__ float block_sum(float value) {
   __shared__ float partial[kThreads];
   partial[threadIdx.x] = value;
   __syncthreads();
-  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+  for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
     if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
     __syncthreads();
   }
@@ -30,7 +31,7 @@ __device__ float block_reduce_max(float value) {
   __shared__ float partial[kThreads];
   partial[threadIdx.x] = value;
   __syncthreads();
-  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+  for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
     if (threadIdx.x < stride) partial[threadIdx.x] = fmaxf(partial[threadIdx.x], partial[threadIdx.x + stride]);
     __syncthreads();
   }
@@ -137,7 +138,8 @@ __global__ void cam_overlay_kernel(const uint8_t* images, const float* cams, uin
 void launch_cam_weights(const float* activations, const float* gradients, float* out, int64_t channels, int64_t area,
                         int method, cudaStream_t stream) {
   if (channels == 0) return;
-  cam_weights_kernel<<<static_cast<unsigned>(channels), kThreads, 0, stream>>>(activations, gradients, out, area, method);
+  GPUCORE_LAUNCH(cam_weights_kernel, static_cast<unsigned>(channels), kThreads, 0, stream, activations, gradients, out,
+                 area, method);
 }
 
 void launch_cam_weighted_sum(const float* activations, const float* weights, float* out, int64_t n, int64_t channels,
@@ -145,19 +147,20 @@ void launch_cam_weighted_sum(const float* activations, const float* weights, flo
   const int64_t total = n * area;
   if (total == 0) return;
   const unsigned blocks = static_cast<unsigned>((total + kThreads - 1) / kThreads);
-  cam_weighted_sum_kernel<<<blocks, kThreads, 0, stream>>>(activations, weights, out, n, channels, area, elementwise);
+  GPUCORE_LAUNCH(cam_weighted_sum_kernel, blocks, kThreads, 0, stream, activations, weights, out, n, channels, area,
+                 elementwise);
 }
 
 void launch_cam_normalize(const float* cams, float* out, int64_t n, int64_t h, int64_t w, int64_t out_h, int64_t out_w,
                           cudaStream_t stream) {
   if (n == 0) return;
-  cam_normalize_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(cams, out, h, w, out_h, out_w);
+  GPUCORE_LAUNCH(cam_normalize_kernel, static_cast<unsigned>(n), kThreads, 0, stream, cams, out, h, w, out_h, out_w);
 }
 
 void launch_cam_overlay(const uint8_t* images, const float* cams, uint8_t* out, int64_t n, int64_t pixels, float alpha,
                         cudaStream_t stream) {
   if (n == 0) return;
-  cam_overlay_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(images, cams, out, pixels, alpha);
+  GPUCORE_LAUNCH(cam_overlay_kernel, static_cast<unsigned>(n), kThreads, 0, stream, images, cams, out, pixels, alpha);
 }
 
 }  // namespace gpucore::ops::cuda

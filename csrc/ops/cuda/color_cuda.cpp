@@ -1,18 +1,18 @@
 // CUDA side of the color ops: checks, contiguous inputs, device guard and stream, then the kernels.
 #include <ATen/ops/empty_like.h>
-#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
 #include "ops/color.h"
 #include "ops/cuda/color_kernels.h"
+#include "ops/cuda/kernel_launch_check.h"
 
 namespace gpucore::ops {
 namespace {
 
-// The codes' and magnitudes' values are not checked here (reading them would wait for the device); the kernel
-// asserts them in debug builds and treats an unknown code as the identity otherwise.
+// The codes' values are not checked here (reading them would wait for the device): the kernel checks them, in
+// release builds too (GPUCORE_KERNEL_ASSERT), and an unknown code fails the launch with a device-side assert.
 at::Tensor color_ops_cuda(const at::Tensor& images, const at::Tensor& codes, const at::Tensor& magnitudes) {
   check_color_ops_inputs(images, codes, magnitudes);
   const c10::cuda::CUDAGuard guard(images.device());
@@ -22,7 +22,7 @@ at::Tensor color_ops_cuda(const at::Tensor& images, const at::Tensor& codes, con
   cuda::launch_color_ops(out.data_ptr<uint8_t>(), scratch.data_ptr<uint8_t>(), code.data_ptr<int64_t>(),
                          magnitude.data_ptr<double>(), out.size(0), code.size(1), out.size(1), out.size(2), out.size(3),
                          c10::cuda::getCurrentCUDAStream().stream());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  check_kernel_launch("gpucore::color_ops");
   return out;
 }
 
@@ -52,7 +52,7 @@ at::Tensor erase_cuda(const at::Tensor& images, const at::Tensor& boxes, const s
   cuda::launch_erase(out.data_ptr(), erase_type(out.scalar_type()), box.data_ptr<int64_t>(),
                      fill ? fill_values.data_ptr<float>() : nullptr, noise_seeds ? seeds.data_ptr<int64_t>() : nullptr,
                      out.size(0), out.size(1), out.size(2), out.size(3), c10::cuda::getCurrentCUDAStream().stream());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  check_kernel_launch("gpucore::erase");
   return out;
 }
 

@@ -2,10 +2,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <cassert>
-
 #include "ops/color_math.h"
 #include "ops/cuda/color_kernels.h"
+#include "ops/cuda/kernel_launch.h"
 
 namespace gpucore::ops::cuda {
 namespace {
@@ -28,7 +27,7 @@ __global__ void color_ops_kernel(uint8_t* images, uint8_t* scratch, const int64_
     const int64_t code = codes[sample * steps + k];
     const double magnitude = magnitudes[sample * steps + k];
     const float value = static_cast<float>(magnitude);  // a Python float as torch multiplies or compares it
-    assert(code >= 0 && code < kColorOpCount);
+    GPUCORE_KERNEL_ASSERT(code >= 0 && code < kColorOpCount);
     switch (code) {
       case kColorBrightness:
         for (int64_t i = first; i < channels * plane; i += stride) {
@@ -150,7 +149,7 @@ __global__ void erase_kernel(T* images, const int64_t* boxes, const float* fill,
   const int64_t sample = blockIdx.x;
   const int64_t top = boxes[sample * 4], left = boxes[sample * 4 + 1], height = boxes[sample * 4 + 2],
                 width = boxes[sample * 4 + 3];
-  assert(top >= 0 && left >= 0 && height >= 0 && width >= 0 && top + height <= h && left + width <= w);
+  GPUCORE_KERNEL_ASSERT(top >= 0 && left >= 0 && height >= 0 && width >= 0 && top + height <= h && left + width <= w);
   const int64_t count = channels * height * width;
   for (int64_t e = threadIdx.x; e < count; e += blockDim.x) {
     const int64_t c = e / (height * width), y = (e / width) % height, x = e % width;
@@ -162,8 +161,8 @@ __global__ void erase_kernel(T* images, const int64_t* boxes, const float* fill,
 template <typename T>
 void launch_erase_for(void* images, const int64_t* boxes, const float* fill, const int64_t* noise_seeds, int64_t n,
                       int64_t channels, int64_t h, int64_t w, cudaStream_t stream) {
-  erase_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(static_cast<T*>(images), boxes, fill, noise_seeds,
-                                                                   channels, h, w);
+  GPUCORE_LAUNCH(erase_kernel, static_cast<unsigned>(n), kThreads, 0, stream, static_cast<T*>(images), boxes, fill,
+                 noise_seeds, channels, h, w);
 }
 
 }  // namespace
@@ -171,8 +170,8 @@ void launch_erase_for(void* images, const int64_t* boxes, const float* fill, con
 void launch_color_ops(uint8_t* images, uint8_t* scratch, const int64_t* codes, const double* magnitudes, int64_t n,
                       int64_t steps, int64_t channels, int64_t h, int64_t w, cudaStream_t stream) {
   if (n == 0 || steps == 0 || h * w == 0) return;
-  color_ops_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(images, scratch, codes, magnitudes, steps,
-                                                                       channels, h, w);
+  GPUCORE_LAUNCH(color_ops_kernel, static_cast<unsigned>(n), kThreads, 0, stream, images, scratch, codes, magnitudes,
+                 steps, channels, h, w);
 }
 
 void launch_erase(void* images, EraseType type, const int64_t* boxes, const float* fill, const int64_t* noise_seeds,

@@ -1,10 +1,10 @@
 // CUDA side of gpucore::ema_update: checks, device guard and stream, then the tensors in chunks of one type.
-#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
 #include "ops/cuda/ema_kernels.h"
+#include "ops/cuda/kernel_launch_check.h"
 #include "ops/ema.h"
 
 namespace gpucore::ops {
@@ -42,12 +42,12 @@ void ema_update_cuda(at::TensorList averages, at::TensorList sources, const at::
           type == cuda::EmaType::kBytes ? averages[i].numel() * averages[i].element_size() : averages[i].numel();
       if (++chunk.count == cuda::kEmaChunkSize) {
         cuda::launch_ema_update(chunk, type, counters.data_ptr<float>(), params, stream);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
+        check_kernel_launch("gpucore::ema_update");
         chunk.count = 0;
       }
     }
     cuda::launch_ema_update(chunk, type, counters.data_ptr<float>(), params, stream);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    check_kernel_launch("gpucore::ema_update");
   }
 }
 

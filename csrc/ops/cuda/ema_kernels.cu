@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include "ops/cuda/ema_kernels.h"
+#include "ops/cuda/kernel_launch.h"
 
 namespace gpucore::ops::cuda {
 namespace {
@@ -59,15 +60,15 @@ void launch_ema_update(const EmaChunk& chunk, EmaType type, const float* counter
                   static_cast<unsigned>(chunk.count));
   switch (type) {
     case EmaType::kFloat32:
-      return ema_lerp_kernel<float><<<grid, kThreads, 0, stream>>>(chunk, counters, params);
+      return GPUCORE_LAUNCH(ema_lerp_kernel<float>, grid, kThreads, 0, stream, chunk, counters, params);
     case EmaType::kFloat64:
-      return ema_lerp_kernel<double><<<grid, kThreads, 0, stream>>>(chunk, counters, params);
+      return GPUCORE_LAUNCH(ema_lerp_kernel<double>, grid, kThreads, 0, stream, chunk, counters, params);
     case EmaType::kFloat16:
-      return ema_lerp_kernel<__half><<<grid, kThreads, 0, stream>>>(chunk, counters, params);
+      return GPUCORE_LAUNCH(ema_lerp_kernel<__half>, grid, kThreads, 0, stream, chunk, counters, params);
     case EmaType::kBFloat16:
-      return ema_lerp_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(chunk, counters, params);
+      return GPUCORE_LAUNCH(ema_lerp_kernel<__nv_bfloat16>, grid, kThreads, 0, stream, chunk, counters, params);
     case EmaType::kBytes:
-      return ema_copy_kernel<<<grid, kThreads, 0, stream>>>(chunk, counters);
+      return GPUCORE_LAUNCH(ema_copy_kernel, grid, kThreads, 0, stream, chunk, counters);
   }
 }
 

@@ -1,11 +1,11 @@
 // CUDA side of the geometric ops: checks, contiguous inputs, device guard and stream, then the kernels.
 #include <ATen/ops/empty.h>
-#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
 #include "ops/cuda/geometry_kernels.h"
+#include "ops/cuda/kernel_launch_check.h"
 #include "ops/geometry.h"
 
 namespace gpucore::ops {
@@ -30,7 +30,7 @@ at::Tensor crop_cuda(const at::Tensor& images, const at::Tensor& offsets, const 
   cuda::launch_crop(in.data_ptr(), in.scalar_type() == at::kByte, off.data_ptr<int64_t>(), flip.data_ptr<bool>(),
                     out.data_ptr(), in.size(0), in.size(1), in.size(2), in.size(3), size[0], size[1], values,
                     c10::cuda::getCurrentCUDAStream().stream());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  check_kernel_launch("gpucore::crop");
   return out;
 }
 
@@ -44,7 +44,7 @@ at::Tensor resized_crop_cuda(const at::Tensor& images, const at::Tensor& boxes, 
   cuda::launch_resized_crop(in.data_ptr(), in.scalar_type() == at::kByte, box.data_ptr<int64_t>(), out.data_ptr(),
                             in.size(0), in.size(1), in.size(2), in.size(3), size[0], size[1], mode == "bilinear",
                             antialias, c10::cuda::getCurrentCUDAStream().stream());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  check_kernel_launch("gpucore::resized_crop");
   return out;
 }
 
@@ -59,7 +59,7 @@ at::Tensor affine_cuda(const at::Tensor& images, const at::Tensor& matrices, c10
   cuda::launch_affine(in.data_ptr(), in.scalar_type() == at::kByte, matrix.data_ptr<float>(), out.data_ptr(),
                       in.size(0), in.size(1), in.size(2), in.size(3), mode == "bilinear", !fill.empty(), values,
                       c10::cuda::getCurrentCUDAStream().stream());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  check_kernel_launch("gpucore::affine");
   return out;
 }
 

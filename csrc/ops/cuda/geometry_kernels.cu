@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include "ops/cuda/geometry_kernels.h"
+#include "ops/cuda/kernel_launch.h"
 #include "ops/resample_math.h"
 
 namespace gpucore::ops::cuda {
@@ -76,13 +77,11 @@ void launch_crop(const void* images, bool is_uint8, const int64_t* offsets, cons
   const int64_t total = n * channels * out_h * out_w;
   if (total == 0) return;
   if (is_uint8) {
-    crop_kernel<<<blocks_for(total), kThreads, 0, stream>>>(static_cast<const uint8_t*>(images), offsets, flips,
-                                                            static_cast<uint8_t*>(out), total, channels, h, w, out_h,
-                                                            out_w, fill);
+    GPUCORE_LAUNCH(crop_kernel, blocks_for(total), kThreads, 0, stream, static_cast<const uint8_t*>(images), offsets,
+                   flips, static_cast<uint8_t*>(out), total, channels, h, w, out_h, out_w, fill);
   } else {
-    crop_kernel<<<blocks_for(total), kThreads, 0, stream>>>(static_cast<const float*>(images), offsets, flips,
-                                                            static_cast<float*>(out), total, channels, h, w, out_h,
-                                                            out_w, fill);
+    GPUCORE_LAUNCH(crop_kernel, blocks_for(total), kThreads, 0, stream, static_cast<const float*>(images), offsets,
+                   flips, static_cast<float*>(out), total, channels, h, w, out_h, out_w, fill);
   }
 }
 
@@ -92,13 +91,11 @@ void launch_resized_crop(const void* images, bool is_uint8, const int64_t* boxes
   const int64_t total = n * channels * out_h * out_w;
   if (total == 0) return;
   if (is_uint8) {
-    resized_crop_kernel<<<blocks_for(total), kThreads, 0, stream>>>(static_cast<const uint8_t*>(images), boxes,
-                                                                    static_cast<uint8_t*>(out), total, channels, h, w,
-                                                                    out_h, out_w, bilinear, antialias);
+    GPUCORE_LAUNCH(resized_crop_kernel, blocks_for(total), kThreads, 0, stream, static_cast<const uint8_t*>(images),
+                   boxes, static_cast<uint8_t*>(out), total, channels, h, w, out_h, out_w, bilinear, antialias);
   } else {
-    resized_crop_kernel<<<blocks_for(total), kThreads, 0, stream>>>(static_cast<const float*>(images), boxes,
-                                                                    static_cast<float*>(out), total, channels, h, w,
-                                                                    out_h, out_w, bilinear, antialias);
+    GPUCORE_LAUNCH(resized_crop_kernel, blocks_for(total), kThreads, 0, stream, static_cast<const float*>(images),
+                   boxes, static_cast<float*>(out), total, channels, h, w, out_h, out_w, bilinear, antialias);
   }
 }
 
@@ -107,13 +104,11 @@ void launch_affine(const void* images, bool is_uint8, const float* matrices, voi
   const int64_t total = n * channels * h * w;
   if (total == 0) return;
   if (is_uint8) {
-    affine_kernel<<<blocks_for(total), kThreads, 0, stream>>>(static_cast<const uint8_t*>(images), matrices,
-                                                              static_cast<uint8_t*>(out), total, channels, h, w,
-                                                              bilinear, has_fill, fill);
+    GPUCORE_LAUNCH(affine_kernel, blocks_for(total), kThreads, 0, stream, static_cast<const uint8_t*>(images), matrices,
+                   static_cast<uint8_t*>(out), total, channels, h, w, bilinear, has_fill, fill);
   } else {
-    affine_kernel<<<blocks_for(total), kThreads, 0, stream>>>(static_cast<const float*>(images), matrices,
-                                                              static_cast<float*>(out), total, channels, h, w,
-                                                              bilinear, has_fill, fill);
+    GPUCORE_LAUNCH(affine_kernel, blocks_for(total), kThreads, 0, stream, static_cast<const float*>(images), matrices,
+                   static_cast<float*>(out), total, channels, h, w, bilinear, has_fill, fill);
   }
 }
 

@@ -1,12 +1,12 @@
 // CUDA side of the mix ops: checks, device guard and stream, then the kernels (ops/mixup.h).
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
-#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
 #include "ops/cuda/mixup_kernels.h"
+#include "ops/cuda/kernel_launch_check.h"
 #include "ops/mixup.h"
 
 namespace gpucore::ops {
@@ -37,7 +37,7 @@ at::Tensor mix_inputs_cuda(const at::Tensor& inputs, const at::Tensor& params) {
   }
   cuda::launch_mix_inputs(images.const_data_ptr(), out.mutable_data_ptr(), type, shape, rows.const_data_ptr<float>(),
                           c10::cuda::getCurrentCUDAStream().stream());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  check_kernel_launch("gpucore::mix_inputs");
   return out;
 }
 
@@ -51,7 +51,7 @@ at::Tensor mix_targets_cuda(const at::Tensor& targets, const at::Tensor& params,
   const auto on = static_cast<float>(1.0 - smoothing + smoothing / static_cast<double>(num_classes));
   cuda::launch_mix_targets(labels.const_data_ptr<int64_t>(), rows.const_data_ptr<float>(), out.mutable_data_ptr<float>(),
                            labels.size(0), num_classes, on, off, c10::cuda::getCurrentCUDAStream().stream());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  check_kernel_launch("gpucore::mix_targets");
   return out;
 }
 

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include "ops/cuda/mixup_kernels.h"
+#include "ops/cuda/kernel_launch.h"
 #include "ops/mix_params.h"
 
 namespace gpucore::ops::cuda {
@@ -64,8 +65,8 @@ void launch_for(const void* images, void* out, const MixShape& shape, const floa
   if (total == 0) return;
   constexpr int threads = 256;
   const unsigned blocks = static_cast<unsigned>((total + threads - 1) / threads);
-  mix_inputs_kernel<<<blocks, threads, 0, stream>>>(static_cast<const T*>(images), static_cast<T*>(out), shape, params,
-                                                    total);
+  GPUCORE_LAUNCH(mix_inputs_kernel, blocks, threads, 0, stream, static_cast<const T*>(images), static_cast<T*>(out),
+                 shape, params, total);
 }
 
 }  // namespace
@@ -86,7 +87,7 @@ void launch_mix_targets(const int64_t* labels, const float* params, float* out, 
   if (total == 0) return;
   constexpr int threads = 256;
   const unsigned blocks = static_cast<unsigned>((total + threads - 1) / threads);
-  mix_targets_kernel<<<blocks, threads, 0, stream>>>(labels, params, out, n, classes, on, off);
+  GPUCORE_LAUNCH(mix_targets_kernel, blocks, threads, 0, stream, labels, params, out, n, classes, on, off);
 }
 
 }  // namespace gpucore::ops::cuda

@@ -1,10 +1,10 @@
 // CUDA side of the train-step ops: checks, contiguous inputs, device guard and stream, then the kernels.
-#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
 #include "ops/cuda/train_step_kernels.h"
+#include "ops/cuda/kernel_launch_check.h"
 #include "ops/train_step.h"
 
 namespace gpucore::ops {
@@ -38,7 +38,7 @@ void accumulate_metrics_cuda(const at::Tensor& sums, const at::Tensor& output, c
   cuda::launch_accumulate_metrics(sums.data_ptr<double>(), loss_value.data_ptr<float>(), out.data_ptr(),
                                   output_type(out.scalar_type()), target ? labels.data_ptr<int64_t>() : nullptr, n,
                                   classes, spatial, top_k, c10::cuda::getCurrentCUDAStream().stream());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  check_kernel_launch("gpucore::accumulate_metrics");
 }
 
 void count_step_cuda(const at::Tensor& counters, const at::Tensor& found_inf) {
@@ -46,7 +46,7 @@ void count_step_cuda(const at::Tensor& counters, const at::Tensor& found_inf) {
   const c10::cuda::CUDAGuard guard(counters.device());
   cuda::launch_count_step(counters.data_ptr<float>(), found_inf.data_ptr<float>(),
                           c10::cuda::getCurrentCUDAStream().stream());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  check_kernel_launch("gpucore::count_step");
 }
 
 void learning_rate_cuda(const at::Tensor& step, const at::Tensor& lr, const at::Tensor& schedule) {
@@ -55,7 +55,7 @@ void learning_rate_cuda(const at::Tensor& step, const at::Tensor& lr, const at::
   const at::Tensor count = step.to(at::kFloat).contiguous();
   cuda::launch_learning_rate(count.data_ptr<float>(), lr.data_ptr<float>(), params,
                              c10::cuda::getCurrentCUDAStream().stream());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  check_kernel_launch("gpucore::learning_rate");
 }
 
 void next_indices_cuda(const at::Tensor& order, const at::Tensor& cursor, const at::Tensor& index) {
@@ -63,7 +63,7 @@ void next_indices_cuda(const at::Tensor& order, const at::Tensor& cursor, const 
   const c10::cuda::CUDAGuard guard(order.device());
   cuda::launch_next_indices(order.data_ptr<int64_t>(), cursor.data_ptr<int64_t>(), index.data_ptr<int64_t>(),
                             index.numel(), c10::cuda::getCurrentCUDAStream().stream());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  check_kernel_launch("gpucore::next_indices");
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include "ops/cuda/train_step_kernels.h"
+#include "ops/cuda/kernel_launch.h"
 
 namespace gpucore::ops::cuda {
 namespace {
@@ -76,8 +77,8 @@ void launch_metrics(double* sums, const float* loss, const void* output, const i
                     int64_t classes, int64_t spatial, int64_t top_k, cudaStream_t stream) {
   const int64_t rows = targets != nullptr ? n * spatial : 1;
   const unsigned blocks = static_cast<unsigned>((rows + kThreads - 1) / kThreads);
-  accumulate_metrics_kernel<<<blocks > 0 ? blocks : 1, kThreads, 0, stream>>>(
-      sums, loss, static_cast<const T*>(output), targets, n, classes, spatial, top_k);
+  GPUCORE_LAUNCH(accumulate_metrics_kernel, blocks > 0 ? blocks : 1, kThreads, 0, stream, sums, loss,
+                 static_cast<const T*>(output), targets, n, classes, spatial, top_k);
 }
 
 }  // namespace
@@ -98,18 +99,18 @@ void launch_accumulate_metrics(double* sums, const float* loss, const void* outp
 }
 
 void launch_count_step(float* counters, float* found_inf, cudaStream_t stream) {
-  count_step_kernel<<<1, 1, 0, stream>>>(counters, found_inf);
+  GPUCORE_LAUNCH(count_step_kernel, 1, 1, 0, stream, counters, found_inf);
 }
 
 void launch_next_indices(const int64_t* order, int64_t* cursor, int64_t* index, int64_t count, cudaStream_t stream) {
   if (count == 0) return;
   const unsigned blocks = static_cast<unsigned>((count + kThreads - 1) / kThreads);
-  gather_indices_kernel<<<blocks, kThreads, 0, stream>>>(order, cursor, index, count);
-  advance_cursor_kernel<<<1, 1, 0, stream>>>(cursor, count);
+  GPUCORE_LAUNCH(gather_indices_kernel, blocks, kThreads, 0, stream, order, cursor, index, count);
+  GPUCORE_LAUNCH(advance_cursor_kernel, 1, 1, 0, stream, cursor, count);
 }
 
 void launch_learning_rate(const float* step, float* lr, const ScheduleParams& params, cudaStream_t stream) {
-  learning_rate_kernel<<<1, 1, 0, stream>>>(step, lr, params);
+  GPUCORE_LAUNCH(learning_rate_kernel, 1, 1, 0, stream, step, lr, params);
 }
 
 }  // namespace gpucore::ops::cuda

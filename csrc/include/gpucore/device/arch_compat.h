@@ -47,4 +47,10 @@ std::string torch_build_advice(const ComputeCapability& cc, const std::vector<st
 // "sm_75, sm_80, compute_90" or "no CUDA code (CPU-only build)".
 std::string describe_arch_list(const std::vector<std::string>& arch_list);
 
+// What an op says when gpucore's CUDA kernel cannot run on its device (the launch failed with
+// cudaErrorNoKernelImageForDevice): the op, the device ("cuda:0 (Tesla M40)") and its capability, the
+// architectures gpucore was built for (`arch_list`), and how to rebuild gpucore for this GPU.
+std::string missing_kernel_message(const std::string& op, const std::string& device, const ComputeCapability& cc,
+                                   const std::vector<std::string>& arch_list);
+
 }  // namespace gpucore

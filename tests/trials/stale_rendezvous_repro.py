@@ -1,7 +1,7 @@
 """The upstream failure gpucore works around, in plain PyTorch: a gloo group restarted by torchrun on the store
 torchrun keeps across restarts (pytorch issue 167288), with and without a prefix per restart attempt.
 
-    python tests/python/stale_rendezvous_repro.py --trials 5
+    python tests/trials/stale_rendezvous_repro.py --trials 5
 
 Each trial runs `torchrun --nproc_per_node=2 --max-restarts=1` twice on this file: rank 1 is SIGKILLed after the
 first all-reduce, torchrun restarts both ranks, and rank 1 joins the restarted group 2 s after rank 0. Without the

@@ -1,6 +1,6 @@
 """Runs checkpointed by N gloo processes, stopped mid-epoch, resumed by M: every sample of the epoch trained.
 
-    python tests/python/world_size_resumes.py [--pairs 2:1 1:2 2:3 3:2] [--stops 4 7 11]
+    python tests/trials/world_size_resumes.py [--pairs 2:1 1:2 2:3 3:2] [--stops 4 7 11]
 
 Each case runs test_step_checkpoints.py's worker (a step checkpoint every 3 steps, stopped after step STOP of
 epoch 1) with N processes, then resumes it with M. It checks that epoch 1's samples trained up to the checkpoint

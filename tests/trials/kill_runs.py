@@ -1,6 +1,6 @@
 """Random SIGKILLs during short training runs: nothing on disk may be lost, torn or left behind.
 
-    python tests/python/kill_runs.py --trials 100 [--seed 0] [--step-checkpoints N]
+    python tests/trials/kill_runs.py --trials 100 [--seed 0] [--step-checkpoints N]
 
 Each trial starts `gpucore train` (CPU, checkpoints every epoch, with --step-checkpoints also every N
 optimizer steps mid-epoch, resume: auto), kills it with SIGKILL

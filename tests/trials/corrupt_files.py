@@ -1,6 +1,6 @@
 """A seeded corpus of corrupt files for gpucore's readers, and a runner that reads each one.
 
-    python tests/python/corrupt_files.py --count 2000 [--seed 0] [--dir DIR]
+    python tests/trials/corrupt_files.py --count 2000 [--seed 0] [--dir DIR]
 
 writes `count` mutated files of each kind (PNG, JPEG, IDX, .npy, .npz: bit flips, truncations, overwritten
 header fields, on top of hand-made edge cases), then reads every file in a child process, `--chunk`

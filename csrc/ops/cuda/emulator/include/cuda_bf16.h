@@ -1,0 +1,3 @@
+#pragma once
+// The emulated build's cuda_bf16.h: see ../cuda_emulator.h.
+#include "ops/cuda/emulator/cuda_emulator.h"
