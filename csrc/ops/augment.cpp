@@ -1,7 +1,8 @@
-// The augment op's checks and its C++ entry point through the dispatcher (its schema is in library.cpp).
+// The augment op's checks and its C++ entry point through the dispatcher.
 #include "ops/augment.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
 
 namespace gpucore::ops {
 
@@ -43,6 +44,13 @@ at::Tensor augment(const at::Tensor& images, const at::Tensor& offsets, const at
                              .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t,
                                                at::ArrayRef<double>, at::ArrayRef<double>, at::ScalarType)>();
   return op.call(images, offsets, flips, padding, mean, std, dtype);
+}
+
+// The schemas (kernels in cpu/ and cuda/; fake kernels in the Python module named here).
+TORCH_LIBRARY_FRAGMENT(gpucore, m) {
+  m.set_python_module("gpucore.ops");
+  m.def("augment(Tensor images, Tensor offsets, Tensor flips, int padding, float[] mean, float[] std, "
+        "ScalarType dtype) -> Tensor");
 }
 
 }  // namespace gpucore::ops

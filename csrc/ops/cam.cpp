@@ -1,7 +1,8 @@
-// The checks shared by the CPU and CUDA kernels of the CAM ops (their schemas are in library.cpp).
+// The checks shared by the CPU and CUDA kernels of the CAM ops.
 #include "ops/cam.h"
 
 #include <c10/util/Exception.h>
+#include <torch/library.h>
 
 #include "gpucore/choices.h"
 #include "gpucore/errors.h"
@@ -51,6 +52,15 @@ void check_overlay_inputs(const at::Tensor& images, const at::Tensor& cams, doub
               "cam_overlay: cams ", cams.sizes(), " must be N x H x W of the images ", images.sizes());
   TORCH_CHECK(images.device() == cams.device(), "cam_overlay: images on ", images.device(), ", cams on ", cams.device());
   TORCH_CHECK(alpha >= 0.0 && alpha <= 1.0, "cam_overlay: alpha must be in [0, 1], got ", alpha);
+}
+
+// The schemas (kernels in cpu/ and cuda/; fake kernels in the Python module named here).
+TORCH_LIBRARY_FRAGMENT(gpucore, m) {
+  m.set_python_module("gpucore.ops");
+  m.def("cam_weights(Tensor activations, Tensor gradients, str method) -> Tensor");
+  m.def("cam_weighted_sum(Tensor activations, Tensor weights) -> Tensor");
+  m.def("cam_normalize(Tensor cams, int[] size) -> Tensor");
+  m.def("cam_overlay(Tensor images, Tensor cams, float alpha) -> Tensor");
 }
 
 }  // namespace gpucore::ops

@@ -1,7 +1,8 @@
-// The color ops' checks and their C++ entry points through the dispatcher (schemas in library.cpp).
+// The color ops' checks and their C++ entry points through the dispatcher.
 #include "ops/color.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
 
 #include "ops/color_math.h"
 
@@ -91,6 +92,13 @@ at::Tensor erase(const at::Tensor& images, const at::Tensor& boxes, const std::o
           .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
                             const std::optional<at::Tensor>&)>();
   return op.call(images, boxes, fill, noise_seeds);
+}
+
+// The schemas (kernels in cpu/ and cuda/; fake kernels in the Python module named here).
+TORCH_LIBRARY_FRAGMENT(gpucore, m) {
+  m.set_python_module("gpucore.ops");
+  m.def("color_ops(Tensor images, Tensor codes, Tensor magnitudes) -> Tensor");
+  m.def("erase(Tensor images, Tensor boxes, Tensor? fill, Tensor? noise_seeds) -> Tensor");
 }
 
 }  // namespace gpucore::ops

@@ -1,6 +1,6 @@
 #pragma once
 // The photometric transforms as torch ops (namespace gpucore), CPU and CUDA kernels, applied per sample to a
-// batch with per-sample parameters drawn on the host (the transforms in train/transforms draw them):
+// batch with per-sample parameters drawn on the host (the transforms in batches/transforms draw them):
 //
 //   color_ops(Tensor images, Tensor codes, Tensor magnitudes) -> Tensor
 //       images: uint8 N x C x H x W, C 1 or 3. codes: int64 N x K, magnitudes: float64 N x K (the functionals' Python floats). For each

@@ -1,6 +1,7 @@
 #include "ops/ema.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
 
 namespace gpucore::ops {
 
@@ -35,6 +36,13 @@ void ema_update(at::TensorList averages, at::TensorList sources, const at::Tenso
           .findSchemaOrThrow("gpucore::ema_update", "")
           .typed<void(at::TensorList, at::TensorList, const at::Tensor&, double, bool, double, double)>();
   op.call(averages, sources, counters, params.decay, params.warmup, params.warmup_gamma, params.warmup_power);
+}
+
+// The schemas (kernels in cpu/ and cuda/; fake kernels in the Python module named here).
+TORCH_LIBRARY_FRAGMENT(gpucore, m) {
+  m.set_python_module("gpucore.ops");
+  m.def("ema_update(Tensor(a!)[] averages, Tensor[] sources, Tensor counters, float decay, bool warmup, "
+        "float warmup_gamma, float warmup_power) -> ()");
 }
 
 }  // namespace gpucore::ops

@@ -1,7 +1,8 @@
-// The geometric ops' checks and their C++ entry points through the dispatcher (schemas in library.cpp).
+// The geometric ops' checks and their C++ entry points through the dispatcher.
 #include "ops/geometry.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
 
 namespace gpucore::ops {
 namespace {
@@ -86,6 +87,14 @@ at::Tensor affine(const at::Tensor& images, const at::Tensor& matrices, const st
   static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("gpucore::affine", "").typed<at::Tensor(
       const at::Tensor&, const at::Tensor&, c10::string_view, at::ArrayRef<double>)>();
   return op.call(images, matrices, interpolation, fill);
+}
+
+// The schemas (kernels in cpu/ and cuda/; fake kernels in the Python module named here).
+TORCH_LIBRARY_FRAGMENT(gpucore, m) {
+  m.set_python_module("gpucore.ops");
+  m.def("crop(Tensor images, Tensor offsets, Tensor flips, int[] size, float[] fill) -> Tensor");
+  m.def("resized_crop(Tensor images, Tensor boxes, int[] size, str interpolation, bool antialias) -> Tensor");
+  m.def("affine(Tensor images, Tensor matrices, str interpolation, float[] fill) -> Tensor");
 }
 
 }  // namespace gpucore::ops

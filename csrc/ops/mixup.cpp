@@ -1,7 +1,8 @@
-// The mix ops' checks and their C++ entry points through the dispatcher (schemas in library.cpp).
+// The mix ops' checks and their C++ entry points through the dispatcher.
 #include "ops/mixup.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
 
 namespace gpucore::ops {
 
@@ -44,6 +45,13 @@ at::Tensor mix_targets(const at::Tensor& targets, const at::Tensor& params, int6
                              .findSchemaOrThrow("gpucore::mix_targets", "")
                              .typed<at::Tensor(const at::Tensor&, const at::Tensor&, int64_t, double)>();
   return op.call(targets, params, num_classes, smoothing);
+}
+
+// The schemas (kernels in cpu/ and cuda/; fake kernels in the Python module named here).
+TORCH_LIBRARY_FRAGMENT(gpucore, m) {
+  m.set_python_module("gpucore.ops");
+  m.def("mix_inputs(Tensor inputs, Tensor params) -> Tensor");
+  m.def("mix_targets(Tensor targets, Tensor params, int num_classes, float smoothing) -> Tensor");
 }
 
 }  // namespace gpucore::ops

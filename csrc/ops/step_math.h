@@ -28,10 +28,12 @@ GPUCORE_HOST_DEVICE inline int64_t classes_beating(const Value& value, int64_t c
 }
 
 // The learning-rate schedules as one function of the step count, computed in double and rounded to
-// float32 once, as torch's schedulers compute in Python floats.
-// The values of gpucore::ScheduleConfig (train/schedule.h), kind in ScheduleKind's order.
+// float32 once, as torch's schedulers compute in Python floats. The engine builds the parameters once from
+// its gpucore::ScheduleConfig (train/schedule.h), which names its kind from this enum.
+enum class ScheduleKind { kConstant, kStep, kMultiStep, kCosine, kOneCycle };
+
 struct ScheduleParams {
-  int kind;  // 0 constant, 1 step, 2 multistep, 3 cosine, 4 onecycle
+  ScheduleKind kind;
   double base_lr;
   int64_t warmup_steps, total_steps, step_size;
   double gamma;
@@ -53,21 +55,21 @@ GPUCORE_HOST_DEVICE inline double scheduled_lr(const ScheduleParams& p, double s
   const double after_warmup = fmax(step - static_cast<double>(p.warmup_steps), 0.0);
   double lr = p.base_lr;
   switch (p.kind) {
-    case 1:
+    case ScheduleKind::kStep:
       lr = pow(p.gamma, floor(after_warmup / static_cast<double>(p.step_size))) * p.base_lr;
       break;
-    case 2: {
+    case ScheduleKind::kMultiStep: {
       int passed = 0;
       for (int i = 0; i < p.milestone_count; ++i) passed += after_warmup >= static_cast<double>(p.milestones[i]);
       lr = pow(p.gamma, static_cast<double>(passed)) * p.base_lr;
       break;
     }
-    case 3: {
+    case ScheduleKind::kCosine: {
       const double span = static_cast<double>(p.total_steps - p.warmup_steps > 1 ? p.total_steps - p.warmup_steps : 1);
       lr = cosine_anneal(p.base_lr, p.min_lr, clamp_unit(after_warmup / span));
       break;
     }
-    case 4: {
+    case ScheduleKind::kOneCycle: {
       const double initial = p.base_lr / p.div_factor;
       const double final_lr = initial / p.final_div_factor;
       const double peak = fmax(p.pct_start * static_cast<double>(p.total_steps) - 1.0, 1.0);
@@ -76,10 +78,10 @@ GPUCORE_HOST_DEVICE inline double scheduled_lr(const ScheduleParams& p, double s
                         : cosine_anneal(p.base_lr, final_lr, clamp_unit((step - peak) / (end - peak)));
       break;
     }
-    default:
+    case ScheduleKind::kConstant:
       break;
   }
-  if (p.warmup_steps > 0 && p.kind != 4) lr *= fmin((step + 1.0) / static_cast<double>(p.warmup_steps), 1.0);
+  if (p.warmup_steps > 0 && p.kind != ScheduleKind::kOneCycle) lr *= fmin((step + 1.0) / static_cast<double>(p.warmup_steps), 1.0);
   return lr;
 }
 

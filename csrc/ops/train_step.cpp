@@ -1,7 +1,12 @@
-// The train-step ops' checks and their C++ entry points through the dispatcher (schemas in library.cpp).
+// The train-step ops' checks and their C++ entry points through the dispatcher.
 #include "ops/train_step.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include <cstring>
+#include <type_traits>
 
 namespace gpucore::ops {
 
@@ -53,34 +58,30 @@ void check_next_indices_inputs(const at::Tensor& order, const at::Tensor& cursor
               "next_indices: order, cursor and index must be on one device");
 }
 
-ScheduleParams schedule_params(const at::Tensor& step, const at::Tensor& lr, c10::string_view schedule, double base_lr,
-                               int64_t warmup_steps, int64_t total_steps, int64_t step_size, double gamma,
-                               at::IntArrayRef milestones, double min_lr, double pct_start, double div_factor,
-                               double final_div_factor) {
+static_assert(std::is_trivially_copyable_v<ScheduleParams>, "ScheduleParams travels as its bytes");
+
+at::Tensor pack_schedule_params(const ScheduleParams& params) {
+  at::Tensor packed = at::empty({static_cast<int64_t>(sizeof(ScheduleParams))}, at::TensorOptions().dtype(at::kByte));
+  std::memcpy(packed.data_ptr<uint8_t>(), &params, sizeof(ScheduleParams));
+  return packed;
+}
+
+ScheduleParams schedule_params(const at::Tensor& step, const at::Tensor& lr, const at::Tensor& schedule) {
   TORCH_CHECK(step.numel() == 1, "learning_rate: step must be one value, got ", step.sizes());
   TORCH_CHECK(lr.numel() == 1 && lr.scalar_type() == at::kFloat, "learning_rate: lr must be one float32 value, got ",
               lr.scalar_type(), " ", lr.sizes());
   TORCH_CHECK(step.device() == lr.device(), "learning_rate: step on ", step.device(), ", lr on ", lr.device());
-  TORCH_CHECK(static_cast<int64_t>(milestones.size()) <= kMaxMilestones, "learning_rate: at most ", kMaxMilestones,
-              " milestones, got ", milestones.size());
-  ScheduleParams p{};
-  p.kind = static_cast<int>(parse_schedule(std::string(schedule)));
-  p.base_lr = base_lr;
-  p.warmup_steps = warmup_steps;
-  p.total_steps = total_steps;
-  p.step_size = step_size;
-  p.gamma = gamma;
-  for (size_t i = 0; i < milestones.size(); ++i) p.milestones[i] = milestones[i];
-  p.milestone_count = static_cast<int>(milestones.size());
-  p.min_lr = min_lr;
-  p.pct_start = pct_start;
-  p.div_factor = div_factor;
-  p.final_div_factor = final_div_factor;
-  return p;
+  TORCH_CHECK(schedule.device().is_cpu() && schedule.scalar_type() == at::kByte && schedule.is_contiguous() &&
+                  schedule.numel() == static_cast<int64_t>(sizeof(ScheduleParams)),
+              "learning_rate: schedule must be the ", sizeof(ScheduleParams),
+              " bytes of pack_schedule_params on the CPU, got ", schedule.scalar_type(), " ", schedule.sizes(),
+              " on ", schedule.device());
+  ScheduleParams params;
+  std::memcpy(&params, schedule.data_ptr<uint8_t>(), sizeof(ScheduleParams));
+  TORCH_CHECK(params.milestone_count >= 0 && params.milestone_count <= kMaxMilestones, "learning_rate: at most ",
+              kMaxMilestones, " milestones, got ", params.milestone_count);
+  return params;
 }
-static_assert(static_cast<int>(ScheduleKind::kStep) == 1 && static_cast<int>(ScheduleKind::kMultiStep) == 2 &&
-                  static_cast<int>(ScheduleKind::kCosine) == 3 && static_cast<int>(ScheduleKind::kOneCycle) == 4,
-              "step_math.h numbers the schedules in ScheduleKind's order");
 
 void accumulate_metrics(const at::Tensor& sums, const at::Tensor& output, const std::optional<at::Tensor>& target,
                         const at::Tensor& loss, int64_t top_k) {
@@ -99,14 +100,11 @@ void count_step(const at::Tensor& counters, const at::Tensor& found_inf) {
   op.call(counters, found_inf);
 }
 
-void learning_rate(const ScheduleConfig& c, const at::Tensor& step, const at::Tensor& lr) {
-  static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("gpucore::learning_rate", "")
-          .typed<void(const at::Tensor&, const at::Tensor&, c10::string_view, double, int64_t, int64_t, int64_t,
-                      double, at::IntArrayRef, double, double, double, double)>();
-  op.call(step, lr, to_string(c.kind), c.base_lr, c.warmup_steps, c.total_steps, c.step_size, c.gamma, c.milestones,
-          c.min_lr, c.pct_start, c.div_factor, c.final_div_factor);
+void learning_rate(const at::Tensor& step, const at::Tensor& lr, const at::Tensor& schedule) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("gpucore::learning_rate", "")
+                             .typed<void(const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
+  op.call(step, lr, schedule);
 }
 
 void next_indices(const at::Tensor& order, const at::Tensor& cursor, const at::Tensor& index) {
@@ -114,6 +112,15 @@ void next_indices(const at::Tensor& order, const at::Tensor& cursor, const at::T
                              .findSchemaOrThrow("gpucore::next_indices", "")
                              .typed<void(const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
   op.call(order, cursor, index);
+}
+
+// The schemas (kernels in cpu/ and cuda/; fake kernels in the Python module named here).
+TORCH_LIBRARY_FRAGMENT(gpucore, m) {
+  m.set_python_module("gpucore.ops");
+  m.def("accumulate_metrics(Tensor(a!) sums, Tensor output, Tensor? target, Tensor loss, int top_k) -> ()");
+  m.def("count_step(Tensor(a!) counters, Tensor(b!) found_inf) -> ()");
+  m.def("learning_rate(Tensor step, Tensor(a!) lr, Tensor schedule) -> ()");
+  m.def("next_indices(Tensor order, Tensor(a!) cursor, Tensor(b!) index) -> ()");
 }
 
 }  // namespace gpucore::ops

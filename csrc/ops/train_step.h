@@ -12,36 +12,38 @@
 //   count_step(Tensor(a!) counters, Tensor(b!) found_inf) -> ()
 //       counters: float32 [steps taken, steps skipped, skipped in a row]; found_inf: float32 0-dim, 1 when
 //       this optimizer step was skipped. Advances the counters as the step went, then zeroes found_inf
-//       for the next step's non-finite check.
-//   learning_rate(Tensor step, Tensor(a!) lr, str schedule, float base_lr, int warmup_steps, int total_steps,
-//                 int step_size, float gamma, int[] milestones, float min_lr, float pct_start,
-//                 float div_factor, float final_div_factor) -> ()
-//       lr (float32 0-dim) = the schedule's rate at `step` (a 0-dim count), see step_math.h.
+//       for the next step's non-finite check. Exact up to kMaxCountedSteps.
+//   learning_rate(Tensor step, Tensor(a!) lr, Tensor schedule) -> ()
+//       lr (float32 0-dim) = the schedule's rate at `step` (a 0-dim count), see step_math.h. schedule: the
+//       ScheduleParams as pack_schedule_params made them, a CPU tensor read on the host by either kernel.
 //   next_indices(Tensor order, Tensor(a!) cursor, Tensor(b!) index) -> ()
 //       The epoch's next batch of sample indices from a device-side cursor: index[i] = order[cursor + i]
 //       for i < index.numel(), then cursor += index.numel(). order, index: int64 vectors; cursor: one int64.
 #include <ATen/core/Tensor.h>
 
-#include "gpucore/train/schedule.h"
 #include "ops/step_math.h"
 
 namespace gpucore::ops {
+
+// float32 holds every integer up to 2^24 exactly, so count_step's counters (and the step count that
+// learning_rate and ema_update read from them) are exact for this many optimizer steps; the engine
+// refuses a longer run.
+constexpr int64_t kMaxCountedSteps = int64_t{1} << 24;
 
 void check_metrics_inputs(const at::Tensor& sums, const at::Tensor& output, const std::optional<at::Tensor>& target,
                           const at::Tensor& loss, int64_t top_k);
 void check_count_step_inputs(const at::Tensor& counters, const at::Tensor& found_inf);
 void check_next_indices_inputs(const at::Tensor& order, const at::Tensor& cursor, const at::Tensor& index);
-// The kernels' parameters from the op's arguments (milestones beyond kMaxMilestones: an error).
-ScheduleParams schedule_params(const at::Tensor& step, const at::Tensor& lr, c10::string_view schedule, double base_lr,
-                               int64_t warmup_steps, int64_t total_steps, int64_t step_size, double gamma,
-                               at::IntArrayRef milestones, double min_lr, double pct_start, double div_factor,
-                               double final_div_factor);
+// The schedule's parameters as the learning_rate op takes them: their bytes in a CPU uint8 tensor, made once.
+at::Tensor pack_schedule_params(const ScheduleParams& params);
+// The kernels' parameters from the op's arguments, checked.
+ScheduleParams schedule_params(const at::Tensor& step, const at::Tensor& lr, const at::Tensor& schedule);
 
 // The ops through the dispatcher (CPU or CUDA kernel by the tensors' device).
 void accumulate_metrics(const at::Tensor& sums, const at::Tensor& output, const std::optional<at::Tensor>& target,
                         const at::Tensor& loss, int64_t top_k);
 void count_step(const at::Tensor& counters, const at::Tensor& found_inf);
-void learning_rate(const ScheduleConfig& config, const at::Tensor& step, const at::Tensor& lr);
+void learning_rate(const at::Tensor& step, const at::Tensor& lr, const at::Tensor& schedule);
 void next_indices(const at::Tensor& order, const at::Tensor& cursor, const at::Tensor& index);
 
 }  // namespace gpucore::ops

@@ -4,9 +4,9 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
-#include "gpucore/data/file_batches.h"
+#include "gpucore/batches/batches.h"
+#include "gpucore/batches/file_batches.h"
 #include "gpucore/errors.h"
-#include "gpucore/train/batches.h"
 #include "python/module.h"
 #include "python/python_batches.h"
 

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "gpucore/train/batches.h"
+#include "gpucore/batches/batches.h"
 
 namespace gpucore::python {
 

@@ -29,14 +29,26 @@ at::Tensor as_tensor(const py::object& value, const char* what) {
   return value.cast<at::Tensor>();
 }
 
-// Calls a Python nn.Module (or any callable) with the GIL held for the call only. For a
-// DistributedDataParallel model, require_backward_grad_sync is what its no_sync() context toggles.
+// Calls a Python nn.Module (or any callable) with the GIL held for the call only. DistributedDataParallel
+// decides in its forward whether the backward that follows all-reduces, so a forward without gradient sync
+// runs inside the model's public no_sync() context; the engine's backward after it then stays local.
 ForwardFn python_forward(const py::object& model) {
-  const bool data_parallel = py::hasattr(model, "require_backward_grad_sync");
+  const bool data_parallel =
+      py::isinstance(model, py::module_::import("torch.nn.parallel").attr("DistributedDataParallel"));
   return [model, data_parallel](const at::Tensor& inputs, bool sync_gradients) {
     py::gil_scoped_acquire gil;
-    if (data_parallel) model.attr("require_backward_grad_sync") = sync_gradients;
-    return as_tensor(model(inputs), "the model");
+    if (sync_gradients || !data_parallel) return as_tensor(model(inputs), "the model");
+    const py::object no_sync = model.attr("no_sync")();
+    no_sync.attr("__enter__")();
+    py::object output;
+    try {
+      output = model(inputs);
+    } catch (...) {
+      no_sync.attr("__exit__")(py::none(), py::none(), py::none());
+      throw;
+    }
+    no_sync.attr("__exit__")(py::none(), py::none(), py::none());
+    return as_tensor(output, "the model");
   };
 }
 
@@ -125,10 +137,8 @@ void def_train(py::module_& m) {
       .def_readwrite("div_factor", &ScheduleConfig::div_factor)
       .def_readwrite("final_div_factor", &ScheduleConfig::final_div_factor);
   def_kind(schedule, &ScheduleConfig::kind, &parse_schedule);
-  m.def("learning_rate", [](const ScheduleConfig& c, const at::Tensor& step) {
-    validate(c);
-    return learning_rate(c, step);
-  });
+  m.def("pack_schedule", &pack_schedule);
+  m.def("learning_rate", &learning_rate);
 
   py::class_<GradScalerConfig>(m, "GradScalerConfig")
       .def(py::init<>())

@@ -52,6 +52,13 @@ void check_config(const EngineConfig& c) {
     throw ConfigError("max_nonfinite_steps must be >= 1, got " + std::to_string(c.max_nonfinite_steps));
   }
   validate(c.schedule);
+  if (c.schedule.total_steps > ops::kMaxCountedSteps) {
+    throw ConfigError("a run of " + std::to_string(c.schedule.total_steps) +
+                      " optimizer steps (epochs x steps per epoch) is longer than the engine counts exactly: at most " +
+                      std::to_string(ops::kMaxCountedSteps) +
+                      " (2^24; its step counters are float32). Train fewer epochs, or fewer steps per epoch (a "
+                      "larger batch_size or accumulate_grad_batches)");
+  }
   if (c.mixup.enabled() && (c.loss.kind != LossKind::kCrossEntropy || c.loss.heads != 0)) {
     const std::string key = c.mixup.mixup_alpha > 0 ? "mixup_alpha" : c.mixup.cutmix_alpha > 0 ? "cutmix_alpha"
                                                                                              : "cutmix_minmax";
@@ -77,7 +84,8 @@ Engine::Engine(std::vector<ParamGroup> groups, EngineConfig config, std::vector<
       scaler_(config_.scaler, device_),
       params_(flatten(groups)),
       train_metrics_(config_.loss, config_.top_k, device_),
-      mixer_(config_.mixup, config_.loss.label_smoothing, device_) {
+      mixer_(config_.mixup, config_.loss.label_smoothing, device_),
+      schedule_(pack_schedule(config_.schedule)) {
   if (params_.empty()) throw ConfigError("the model has no trainable parameters (all requires_grad=False?)");
   const auto counter = at::TensorOptions().dtype(at::kFloat).device(device_);
   counters_ = at::zeros({3}, counter);
@@ -86,7 +94,7 @@ Engine::Engine(std::vector<ParamGroup> groups, EngineConfig config, std::vector<
   consecutive_ = counters_.select(0, 2);
   found_inf_ = at::zeros({}, counter);
   lr_ = at::empty({}, counter);
-  ops::learning_rate(config_.schedule, step_, lr_);
+  ops::learning_rate(step_, lr_, schedule_);
   ema_ = WeightAverage(config_.ema, std::move(ema_averages), std::move(ema_sources), counters_);
 }
 
@@ -209,7 +217,7 @@ void Engine::optimizer_step() {
   scaler_.update(found_inf_);
   ops::count_step(counters_, found_inf_);  // also zeroes found_inf_ for the next step
   ema_.update();                           // reads the counters: a skipped step leaves the average
-  ops::learning_rate(config_.schedule, step_, lr_);
+  ops::learning_rate(step_, lr_, schedule_);
   for (auto& param : params_) param.mutable_grad().reset();
 }
 
@@ -277,7 +285,7 @@ void Engine::load_state(const std::vector<std::pair<std::string, at::Tensor>>& s
     target.copy_(it->second);
   }
   found_inf_.zero_();  // a step that failed part-way may have left it set
-  ops::learning_rate(config_.schedule, step_, lr_);
+  ops::learning_rate(step_, lr_, schedule_);
 }
 
 }  // namespace gpucore

@@ -2,6 +2,8 @@
 
 #include <ATen/ops/empty.h>
 
+#include <algorithm>
+
 #include "gpucore/choices.h"
 #include "gpucore/errors.h"
 #include "ops/train_step.h"
@@ -45,9 +47,27 @@ void validate(const ScheduleConfig& c) {
   if (c.min_lr < 0 || c.min_lr > c.base_lr) fail("min_lr must be in [0, lr], got " + std::to_string(c.min_lr));
 }
 
+at::Tensor pack_schedule(const ScheduleConfig& c) {
+  validate(c);
+  ops::ScheduleParams params{};
+  params.kind = c.kind;
+  params.base_lr = c.base_lr;
+  params.warmup_steps = c.warmup_steps;
+  params.total_steps = c.total_steps;
+  params.step_size = c.step_size;
+  params.gamma = c.gamma;
+  std::copy(c.milestones.begin(), c.milestones.end(), params.milestones);
+  params.milestone_count = static_cast<int>(c.milestones.size());
+  params.min_lr = c.min_lr;
+  params.pct_start = c.pct_start;
+  params.div_factor = c.div_factor;
+  params.final_div_factor = c.final_div_factor;
+  return ops::pack_schedule_params(params);
+}
+
 at::Tensor learning_rate(const ScheduleConfig& c, const at::Tensor& step) {
   at::Tensor lr = at::empty({}, step.options().dtype(at::kFloat));
-  ops::learning_rate(c, step, lr);
+  ops::learning_rate(step, lr, pack_schedule(c));
   return lr;
 }
 

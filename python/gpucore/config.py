@@ -39,7 +39,8 @@ _INT64_LIMIT = 2**63  # integer keys reach C++ as int64
 
 
 # Keys counted in epochs reach the engine as optimizer steps (int64): epochs x steps per epoch. Below 2^31
-# epochs leaves room for 2^32 steps per epoch.
+# epochs leaves room for 2^32 steps per epoch. The engine's step counters are float32, exact to 2^24 steps:
+# it refuses a longer run (epochs x steps per epoch) when it is made.
 _EPOCHS_LIMIT = 2**31
 _IN_EPOCHS = "the engine counts them in int64 optimizer steps"
 # A crop padded by more pixels than this is no longer a crop of the image; the augment kernel's index

@@ -1,5 +1,5 @@
 """The `transforms` config list: torchvision.transforms.v2 names and arguments, applied per sample to image
-batches by gpucore's C++ pipeline (csrc/train/transforms). Each entry is a name alone (`RandomHorizontalFlip`)
+batches by gpucore's C++ pipeline (csrc/batches/transforms). Each entry is a name alone (`RandomHorizontalFlip`)
 or a one-key mapping of the name to its arguments (`RandomResizedCrop: {size: 224}`); argument names,
 defaults and validity rules are torchvision's, and the C++ registry checks them.
 

@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "gpucore/batches/transforms.h"
 #include "gpucore/errors.h"
-#include "gpucore/train/transforms.h"
 
 inline std::string pipeline_error(const std::vector<gpucore::TransformSpec>& specs) {
   try {

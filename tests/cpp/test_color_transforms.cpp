@@ -7,11 +7,11 @@
 
 #include <algorithm>
 
+#include "gpucore/batches/transforms.h"
 #include "gpucore/errors.h"
-#include "gpucore/train/transforms.h"
-#include "pipeline_error.h"
 #include "ops/color.h"
 #include "ops/color_math.h"
+#include "pipeline_error.h"
 
 using gpucore::TransformPipeline;
 using gpucore::TransformSpec;

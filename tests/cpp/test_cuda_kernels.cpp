@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "gpucore/train/schedule.h"
 #include "ops/augment.h"
 #include "ops/color.h"
 #include "ops/color_math.h"
@@ -669,12 +670,10 @@ TEST(KernelsAgainstCpu, LearningRate) {
     for (const float step : {0.0f, 1.0f, 7.0f, 8.0f, 10.0f, 29.0f, 30.0f, 55.0f, 99.0f, 150.0f}) {
       SCOPED_TRACE(to_string(config.kind) + " step " + std::to_string(step));
       const at::Tensor count = at::full({}, step), lr = at::zeros({});
-      const ScheduleParams params =
-          schedule_params(count, lr, to_string(config.kind), config.base_lr, config.warmup_steps, config.total_steps,
-                          config.step_size, config.gamma, config.milestones, config.min_lr, config.pct_start,
-                          config.div_factor, config.final_div_factor);
+      const at::Tensor schedule = pack_schedule(config);
+      const ScheduleParams params = schedule_params(count, lr, schedule);
       const DeviceCopy device_count(count), device_lr(lr);
-      learning_rate(config, count, lr);
+      learning_rate(count, lr, schedule);
       cuda::launch_learning_rate(device_count.get<float>(), device_lr.get<float>(), params, nullptr);
       expect_ran();
       expect_bitwise_equal(device_lr.host(), lr);

@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "gpucore/data/file_batches.h"
+#include "gpucore/batches/batches.h"
+#include "gpucore/batches/file_batches.h"
 #include "gpucore/data/readers.h"
 #include "gpucore/errors.h"
-#include "gpucore/train/batches.h"
 
 namespace gpucore {
 namespace {

@@ -3,8 +3,8 @@
 
 #include <ATen/ATen.h>
 
+#include "gpucore/batches/batches.h"
 #include "gpucore/errors.h"
-#include "gpucore/train/batches.h"
 #include "gpucore/train/engine.h"
 #include "gpucore/train/grad_scaler.h"
 #include "gpucore/train/optimizer.h"

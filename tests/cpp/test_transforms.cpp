@@ -5,8 +5,8 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "gpucore/batches/transforms.h"
 #include "gpucore/errors.h"
-#include "gpucore/train/transforms.h"
 #include "pipeline_error.h"
 
 using gpucore::TransformPipeline;

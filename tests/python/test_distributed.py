@@ -171,3 +171,34 @@ def test_nccl_on_one_gpu_world_size_1(workdir):
     assert sorted(weights) == sorted(gloo)
     for name in gloo:
         torch.testing.assert_close(weights[name].cpu(), gloo[name], rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
+
+
+def test_forwards_without_gradient_sync_run_in_ddps_no_sync(tmp_path):
+    # The engine runs a DDP model's forwards inside its public no_sync() for all but the last micro-batch of an
+    # accumulation window; a communication hook counts the buckets DDP all-reduces: one per optimizer step.
+    # This fails when torch renames no_sync() or no longer decides the backward's sync in the forward.
+    torch.distributed.init_process_group("gloo", store=torch.distributed.FileStore(str(tmp_path / "store"), 1),
+                                         rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 3))
+        reduced = []
+
+        def count_all_reduce(state, bucket):
+            reduced.append(bucket.index())
+            done = torch.futures.Future()
+            done.set_result(bucket.buffer())
+            return done
+
+        model.register_comm_hook(None, count_all_reduce)
+        config = gpucore._C.EngineConfig()
+        config.device = torch.device("cpu")
+        config.accumulate_grad_batches = 2
+        engine = gpucore._C.Engine([gpucore._C.ParamGroup(list(model.parameters()))], config)
+        x, y = torch.randn(16, 4), torch.randint(0, 3, (16,))
+        batches = gpucore._C.TensorBatches(x, y, 4, False, False, 0, torch.device("cpu"))
+        stats = engine.train_epoch(batches, model, None, None)
+        assert stats["optimizer_steps"] == 2
+        assert reduced == [0, 0]
+    finally:
+        torch.distributed.destroy_process_group()

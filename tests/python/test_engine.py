@@ -283,6 +283,20 @@ def test_engine_config_takes_torch_dtypes_and_devices():
         _C.Engine([_C.ParamGroup(params)], config)
 
 
+def test_step_counters_are_exact_to_2_24_steps_and_a_longer_run_is_refused():
+    # float32 counters hold every step count up to 2^24; one more step than that would round back down.
+    limit = 2**24
+    counters = torch.tensor([limit - 1.0, 0.0, 0.0])
+    torch.ops.gpucore.count_step(counters, torch.tensor(0.0))
+    assert counters[0].item() == limit
+    config = _C.EngineConfig()
+    config.schedule = schedule("cosine", total_steps=limit)
+    _C.Engine([_C.ParamGroup([nn.Parameter(torch.zeros(2))])], config)
+    config.schedule = schedule("cosine", total_steps=limit + 1)
+    with pytest.raises(_C.ConfigError, match=r"a run of 16777217 optimizer steps .* at most 16777216 \(2\^24"):
+        _C.Engine([_C.ParamGroup([nn.Parameter(torch.zeros(2))])], config)
+
+
 def test_init_scale_and_growth_interval_reach_the_engines_scaler():
     # Loss scaling is on for 16-mixed on a GPU; here the CPU engine with the scaler on, built from config keys:
     # after 7 good steps the scale is init_scale doubled once per growth_interval (3) good steps.

@@ -1,5 +1,6 @@
 """The lean training step: the train-step ops (gpucore::accumulate_metrics, count_step, learning_rate)
 against plain PyTorch, and the step's buffers keeping their addresses across epochs."""
+import math
 import warnings
 
 import pytest
@@ -71,12 +72,20 @@ def test_count_step_advances_the_counters_and_clears_found_inf():
 def test_learning_rate_op_writes_the_schedule_in_place():
     lr = torch.empty(())
     address = lr.data_ptr()
-    args = ("cosine", 0.1, 3, 50, 1, 0.1, [], 0.001, 0.3, 25.0, 1e4)
-    config = schedule("cosine", base_lr=0.1, warmup_steps=3, total_steps=50, min_lr=0.001)
+    packed = _C.pack_schedule(schedule("cosine", base_lr=0.1, warmup_steps=3, total_steps=50, min_lr=0.001))
     for step in (0.0, 2.0, 17.0, 60.0):
-        torch.ops.gpucore.learning_rate(torch.tensor(step), lr, *args)
+        torch.ops.gpucore.learning_rate(torch.tensor(step), lr, packed)
         assert lr.data_ptr() == address
-        assert lr.item() == _C.learning_rate(config, torch.tensor(step)).item()
+        # Cosine from 0.1 to 0.001 over the 47 steps after the warm-up, times the warm-up's ramp, in double.
+        fraction = min(max(step - 3, 0.0) / 47, 1.0)
+        expected = ((math.cos(fraction * math.pi) + 1) * ((0.1 - 0.001) / 2) + 0.001) * min((step + 1) / 3, 1.0)
+        assert lr.item() == torch.tensor(expected, dtype=torch.float32).item()
+
+
+def test_learning_rate_op_refuses_what_pack_schedule_did_not_make():
+    packed = _C.pack_schedule(schedule("constant"))
+    with pytest.raises(RuntimeError, match="bytes of pack_schedule_params"):
+        torch.ops.gpucore.learning_rate(torch.tensor(0.0), torch.empty(()), packed[1:])
 
 
 def test_train_step_ops_pass_opcheck():
@@ -87,8 +96,7 @@ def test_train_step_ops_pass_opcheck():
                           (torch.zeros(SLOTS, dtype=torch.float64), output, None, torch.rand(()), 0))
     torch.library.opcheck(torch.ops.gpucore.count_step, (torch.tensor([3.0, 1.0, 0.0]), torch.tensor(1.0)))
     torch.library.opcheck(torch.ops.gpucore.learning_rate,
-                          (torch.tensor(4.0), torch.empty(()), "onecycle", 0.1, 0, 20, 1, 0.1, [], 0.0, 0.3, 25.0,
-                           1e4))
+                          (torch.tensor(4.0), torch.empty(()), _C.pack_schedule(schedule("onecycle", total_steps=20))))
 
 
 def test_next_indices_reads_the_order_from_the_cursor_and_advances_it():

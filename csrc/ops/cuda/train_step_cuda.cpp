@@ -49,12 +49,8 @@ void count_step_cuda(const at::Tensor& counters, const at::Tensor& found_inf) {
   check_kernel_launch("gpucore::count_step");
 }
 
-void learning_rate_cuda(const at::Tensor& step, const at::Tensor& lr, c10::string_view schedule, double base_lr,
-                        int64_t warmup_steps, int64_t total_steps, int64_t step_size, double gamma,
-                        at::IntArrayRef milestones, double min_lr, double pct_start, double div_factor,
-                        double final_div_factor) {
-  const ScheduleParams params = schedule_params(step, lr, schedule, base_lr, warmup_steps, total_steps, step_size,
-                                                gamma, milestones, min_lr, pct_start, div_factor, final_div_factor);
+void learning_rate_cuda(const at::Tensor& step, const at::Tensor& lr, const at::Tensor& schedule) {
+  const ScheduleParams params = schedule_params(step, lr, schedule);
   const c10::cuda::CUDAGuard guard(lr.device());
   const at::Tensor count = step.to(at::kFloat).contiguous();
   cuda::launch_learning_rate(count.data_ptr<float>(), lr.data_ptr<float>(), params,

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "gpucore/train/batches.h"
+#include "gpucore/batches/batches.h"
 #include "gpucore/train/ema.h"
 #include "gpucore/train/grad_scaler.h"
 #include "gpucore/train/losses.h"
@@ -110,6 +110,7 @@ class Engine {
   std::vector<at::Tensor> params_;
   MetricTracker train_metrics_;  // the running metrics of the epoch, reset in place
   BatchMixer mixer_;
+  at::Tensor schedule_;      // the learning_rate op's parameters, packed once (pack_schedule)
   at::Tensor counters_;      // float32 [steps taken, skipped, skipped in a row] (gpucore::count_step)
   at::Tensor step_;          // optimizer steps taken: counters_[0]
   at::Tensor skipped_;       // steps skipped: counters_[1]

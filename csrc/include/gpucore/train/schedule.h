@@ -7,9 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "ops/step_math.h"
+
 namespace gpucore {
 
-enum class ScheduleKind { kConstant, kStep, kMultiStep, kCosine, kOneCycle };
+// The kinds are the op's (ops/step_math.h: its math, free of torch for nvcc, switches on them).
+using ops::ScheduleKind;
 std::vector<std::string> schedule_names();
 ScheduleKind parse_schedule(const std::string& name);  // constant, step, multistep, cosine, onecycle
 std::string to_string(ScheduleKind kind);
@@ -31,8 +34,11 @@ struct ScheduleConfig {
 // Throws ConfigError for inconsistent settings (warm-up longer than the run, onecycle with warm-up, ...).
 void validate(const ScheduleConfig& config);
 
-// The rate at step `step` (0-dim float32, any device), as a 0-dim float32 tensor on that device, by the
-// op gpucore::learning_rate (ops/train_step.h), which the engine also runs into its own lr tensor.
+// The parameters of the op gpucore::learning_rate (ops/train_step.h) as it takes them (ConfigError as
+// validate): the engine packs them once and runs the op into its own lr tensor after every optimizer step.
+at::Tensor pack_schedule(const ScheduleConfig& config);
+
+// The rate at step `step` (0-dim float32, any device), as a 0-dim float32 tensor on that device.
 at::Tensor learning_rate(const ScheduleConfig& config, const at::Tensor& step);
 
 }  // namespace gpucore

@@ -1,4 +1,4 @@
-#include "gpucore/train/batches.h"
+#include "gpucore/batches/batches.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/arange.h>

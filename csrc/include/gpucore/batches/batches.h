@@ -3,7 +3,7 @@
 // (seed, epoch) alone, so batches never depend on the device, the thread count or the source:
 //  - TensorBatches serves in-memory tensors (kept on the training device when they fit): each step is
 //    a slice of the epoch's permutation, a gather and the fused transform, with no host work.
-//  - FileBatches (data/file_batches.h) decodes image files on reader threads while training runs.
+//  - FileBatches (file_batches.h) decodes image files on reader threads while training runs.
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "gpucore/train/transforms.h"
+#include "gpucore/batches/transforms.h"
 
 namespace gpucore {
 

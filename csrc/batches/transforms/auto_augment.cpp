@@ -12,10 +12,10 @@
 #include <cmath>
 #include <optional>
 
+#include "batches/transforms/color.h"
 #include "ops/color.h"
 #include "ops/color_math.h"
 #include "ops/geometry.h"
-#include "train/transforms/color.h"
 
 namespace gpucore::transforms {
 namespace {

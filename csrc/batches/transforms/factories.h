@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "gpucore/train/transforms.h"
+#include "gpucore/batches/transforms.h"
 
 namespace gpucore::transforms {
 

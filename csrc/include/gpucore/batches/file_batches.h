@@ -24,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include "gpucore/train/batches.h"
+#include "gpucore/batches/batches.h"
 
 namespace gpucore {
 

@@ -14,9 +14,9 @@
 #include <cmath>
 #include <optional>
 
+#include "batches/transforms/sampling.h"
 #include "gpucore/errors.h"
 #include "ops/geometry.h"
-#include "train/transforms/sampling.h"
 
 namespace gpucore::transforms {
 namespace {

@@ -5,8 +5,8 @@
 #include <functional>
 #include <sstream>
 
+#include "batches/transforms/factories.h"
 #include "gpucore/errors.h"
-#include "train/transforms/factories.h"
 
 namespace gpucore {
 

@@ -2,10 +2,10 @@
 // batch dtype in the fused augment op, float stage in list order; masks follow the geometric transforms.
 #include <ATen/ops/zeros.h>
 
+#include "batches/transforms/factories.h"
+#include "gpucore/batches/transforms.h"
 #include "gpucore/errors.h"
-#include "gpucore/train/transforms.h"
 #include "ops/augment.h"
-#include "train/transforms/factories.h"
 
 namespace gpucore {
 

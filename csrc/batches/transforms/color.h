@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "train/transforms/sampling.h"
+#include "batches/transforms/sampling.h"
 
 namespace gpucore::transforms {
 

@@ -9,9 +9,9 @@
 #include <optional>
 #include <sstream>
 
+#include "batches/transforms/color.h"
 #include "ops/color.h"
 #include "ops/color_math.h"
-#include "train/transforms/color.h"
 
 namespace gpucore::transforms {
 

@@ -1,4 +1,4 @@
-#include "gpucore/data/file_batches.h"
+#include "gpucore/batches/file_batches.h"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/tensor.h>

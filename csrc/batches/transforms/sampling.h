@@ -15,7 +15,7 @@
 #include <string>
 #include <utility>
 
-#include "train/transforms/factories.h"
+#include "batches/transforms/factories.h"
 
 namespace gpucore::transforms {
 

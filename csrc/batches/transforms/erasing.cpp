@@ -9,9 +9,9 @@
 #include <cmath>
 #include <limits>
 
+#include "batches/transforms/color.h"
 #include "gpucore/errors.h"
 #include "ops/color.h"
-#include "train/transforms/color.h"
 
 namespace gpucore::transforms {
 namespace {
