@@ -102,21 +102,23 @@ template <typename T>
 T atomicAdd(T* address, T value) {
   return std::atomic_ref<T>(*address).fetch_add(value);
 }
-template <typename T>
-T atomicMin(T* address, T value) {
+// Stores `value` at `address` while it beats what is there (`beats(value, seen)`); returns the old value, as CUDA's
+// atomicMin and atomicMax do.
+template <typename T, typename Beats>
+T atomic_store_if(T* address, T value, Beats beats) {
   std::atomic_ref<T> target(*address);
   T seen = target.load();
-  while (value < seen && !target.compare_exchange_weak(seen, value)) {
+  while (beats(value, seen) && !target.compare_exchange_weak(seen, value)) {
   }
   return seen;
 }
 template <typename T>
+T atomicMin(T* address, T value) {
+  return atomic_store_if(address, value, [](T a, T b) { return a < b; });
+}
+template <typename T>
 T atomicMax(T* address, T value) {
-  std::atomic_ref<T> target(*address);
-  T seen = target.load();
-  while (seen < value && !target.compare_exchange_weak(seen, value)) {
-  }
-  return seen;
+  return atomic_store_if(address, value, [](T a, T b) { return b < a; });
 }
 
 namespace gpucore::cuda_emulator {
