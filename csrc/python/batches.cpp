@@ -4,6 +4,8 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <optional>
+
 #include "gpucore/batches/batches.h"
 #include "gpucore/batches/file_batches.h"
 #include "gpucore/errors.h"
@@ -46,11 +48,12 @@ void def_batches(py::module_& m) {
         py::arg("epoch") = 0);
   // The list applied to N x C x H x W images as one training batch: the parameters training draws for the first N
   // samples of epoch `epoch` of a run seeded `seed`, normalised by mean/std unless the list has a Normalize, as
-  // `dtype`. Returns the batch and the drawn parameters (per transform, in names' order). gpucore.transforms.Compose
-  // and evaluation (the list's deterministic form) use it.
+  // `dtype` (None: uint8 images stay uint8 unless the list normalises, then float32; float images stay float32).
+  // Returns the batch and the drawn parameters (per transform, in names' order). gpucore.transforms.Compose and
+  // evaluation (the list's deterministic form) use it.
   m.def("apply_transforms", [](const at::Tensor& images, const std::vector<TransformSpec>& specs,
                                std::vector<double> mean, std::vector<double> std, uint64_t seed, int64_t epoch,
-                               at::ScalarType dtype) {
+                               std::optional<at::ScalarType> dtype) {
     if (images.dim() != 4) {
       throw ConfigError("transforms need N x C x H x W images, got shape " + c10::str(images.sizes()));
     }
@@ -63,9 +66,11 @@ void def_batches(py::module_& m) {
       for (auto& tensor : tensors) tensor = tensor.to(images.device());
     }
     at::Tensor masks;
-    return std::make_pair(pipeline.apply(images, params, dtype, masks), drawn);
+    const at::ScalarType out = dtype.value_or(images.scalar_type() == at::kByte && !pipeline.normalizes() ? at::kByte
+                                                                                                      : at::kFloat);
+    return std::make_pair(pipeline.apply(images, params, out, masks), drawn);
   }, py::arg("images"), py::arg("specs"), py::arg("mean"), py::arg("std"), py::arg("seed") = 0, py::arg("epoch") = 0,
-        py::arg("dtype") = at::kFloat, py::call_guard<py::gil_scoped_release>());
+        py::arg("dtype") = py::none(), py::call_guard<py::gil_scoped_release>());
   // The names of the list's transforms in the order they run and draw (Normalize is not one).
   m.def("transform_order", [](const std::vector<TransformSpec>& specs) {
     return TransformPipeline(specs, {}, {}).names();

@@ -80,7 +80,7 @@ def _atomic_write(path: str, write: Callable[[Any], None], binary: bool, size: O
         if os.path.exists(temporary):
             os.remove(temporary)
         if full:
-            raise TrainingError(_disk_full_message(path, size)) from exc
+            raise TrainingError(_disk_full_message(path, directory, size)) from exc
         raise
     _fsync_directory(directory)
 
@@ -103,8 +103,7 @@ def _amount(count: int) -> str:
     return f"{count / 1e6:.1f} MB" if count >= 1e6 else f"{count / 1e3:.1f} kB"
 
 
-def _disk_full_message(path: str, size: Optional[int]) -> str:
-    directory = os.path.dirname(os.path.abspath(path))
+def _disk_full_message(path: str, directory: str, size: Optional[int]) -> str:
     try:
         free = _amount(shutil.disk_usage(directory).free)
     except OSError:
@@ -112,8 +111,8 @@ def _disk_full_message(path: str, size: Optional[int]) -> str:
     needs = f"it needs about {_amount(size)}, " if size else ""
     name = os.path.basename(path)
     kept = f"the previous {name} is intact" if os.path.exists(path) else f"there is no earlier {name}"
-    complete = sorted((os.path.join(directory, name) for name in RESUME_CANDIDATES
-                       if os.path.isfile(os.path.join(directory, name))), key=os.path.getmtime)
+    complete = sorted((os.path.join(directory, candidate) for candidate in RESUME_CANDIDATES
+                       if os.path.isfile(os.path.join(directory, candidate))), key=os.path.getmtime)
     newest = (f"; resume: auto goes on from {complete[-1]}, the newest complete checkpoint" if complete
               else "; no checkpoint to resume from is complete yet")
     return (f"no space left on the device writing '{path}': {needs}{free} free in {directory}. Nothing was "

@@ -23,6 +23,7 @@ from . import _C
 from .errors import ConfigError
 from .values import is_number
 
+
 def entries(value: Any) -> List[Tuple[str, dict]]:
     """The list as (name, arguments) pairs; a ConfigError names a malformed entry."""
     if value is None:
@@ -114,7 +115,7 @@ def apply(images, value: Any, stats: Optional[Tuple[list, list]]):
     """N x C x H x W images through a `transforms` list (the deterministic form, for evaluation and prediction),
     normalised with `stats` (mean, std) unless the list has a Normalize, as float32."""
     mean, std = stats if stats else ([], [])
-    return _C.apply_transforms(images, specs(value), list(mean), list(std))[0]
+    return _C.apply_transforms(images, specs(value), list(mean), list(std), dtype=torch.float32)[0]
 
 
 class Compose:
@@ -172,9 +173,7 @@ class Compose:
         if batch.dim() != 4:
             raise ConfigError(f"Compose: images must be N x C x H x W or C x H x W, got shape {tuple(images.shape)}")
         if batch.dtype == torch.uint8:
-            normalises = bool(self.mean) or any(name in ("Normalize", "RandomErasing") for name, _ in
-                                                entries(self.transforms))
-            dtype = torch.float32 if normalises else torch.uint8
+            dtype = None  # uint8, or float32 where the list normalises: the C++ pipeline knows which
         elif batch.is_floating_point():
             dtype, batch = batch.dtype, batch.float()
         else:

@@ -33,7 +33,7 @@ def test_a_flip_before_color_transforms_equals_torchvision_in_list_order(padding
                  {"RandomAdjustSharpness": {"sharpness_factor": 3, "p": 0.5}}, {"RandomEqualize": {"p": 0.5}}]
     specs = transforms.specs(spec_list)
     params = _C.sample_transforms(specs, n, h, w, 11)
-    batch = as_uint8(_C.apply_transforms(images, specs, [], [], 11)[0])
+    batch = as_uint8(_C.apply_transforms(images, specs, [], [], 11, dtype=torch.float32)[0])  # the fused path
     (offsets, _), (_, flips) = params[0], params[1]
     assert 0 < int(flips[:, 1].sum()) < n, "the seed should flip some samples and not others"
     for i in range(n):

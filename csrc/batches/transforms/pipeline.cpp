@@ -101,7 +101,7 @@ std::vector<std::vector<at::Tensor>> TransformPipeline::sample(int64_t samples, 
 at::Tensor TransformPipeline::apply(const at::Tensor& images, const std::vector<std::vector<at::Tensor>>& params,
                                     at::ScalarType dtype, at::Tensor& masks) const {
   const bool to_uint8 = dtype == at::kByte;
-  if (to_uint8 && (!mean_.empty() || !float_stage_.empty())) {
+  if (to_uint8 && normalizes()) {
     throw ConfigError("a uint8 result needs a transforms list that does not normalise (no Normalize, no "
                       "RandomErasing, no mean/std given); ask for a float dtype instead");
   }

@@ -64,9 +64,10 @@ class StepCheckpoints:
 
     def summary(self) -> dict:
         """The writes' times and the most optimizer steps a kill could lose (N plus the most steps trained while a
-        write was under way; None on the minutes' rule alone), for training_stats.json."""
+        write was under way; None on the minutes' rule alone), for training_stats.json (beside `step_checkpoints`,
+        the count written)."""
         times = self._write_seconds
-        return {"written": self.written, "write_s_max": max(times, default=0.0),
+        return {"write_s_max": max(times, default=0.0),
                 "write_s_mean": sum(times) / len(times) if times else 0.0,
                 "most_steps_during_a_write": self._most_steps_during_write,
                 "most_steps_lost": self.every_n_steps + self._most_steps_during_write if self.every_n_steps else None}

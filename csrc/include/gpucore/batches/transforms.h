@@ -64,6 +64,8 @@ class TransformPipeline {
   TransformPipeline(const std::vector<TransformSpec>& specs, std::vector<double> mean, std::vector<double> std);
 
   bool moves_pixels() const;
+  // Whether the result is normalised floats: a Normalize (or mean/std given) or a float-stage transform.
+  bool normalizes() const { return !mean_.empty() || !float_stage_.empty(); }
   // The transforms' names in the order they run (sample()'s order): the uint8 stage, then the float stage.
   std::vector<std::string> names() const;
   const std::vector<double>& mean() const { return mean_; }
