@@ -3,15 +3,15 @@
 #   1. what the machine has (GPU, driver, python, torch, nvcc, cmake, the libraries the build needs)
 #   2. installs only what is missing, from the bundle of scripts/gpu/bundle.sh (no network)
 #   3. builds gpucore with its CUDA kernels for this GPU's architecture, and the GoogleTest binary
-#   4. ctest, the whole pytest suite (CUDA tests included), `gpucore doctor --json`, one torchrun process
-#      (NCCL), the host syncs of training steps, `python -m bench all --device cuda` (the training sweep with
+#   4. ctest, `gpucore doctor --json`, one torchrun process (NCCL), the host syncs of training steps, the
+#      whole pytest suite (CUDA tests included), `python -m bench all --device cuda` (the training sweep with
 #      its CUDA-graph and torch.compile rows, ops per step, Grad-CAM, data loading, Fashion-MNIST)
 # Under $OUT (default build/gpu-verify), 8 files: setup.log, build/ctest/pytest/doctor logs (the doctor's
 # holds its JSON), checks.log (torchrun, syncs, benchmarks), bench.json and results.md; the table is printed last.
 #
 #   GPUCORE_BUNDLE  the bundle folder (default .gpu-bundle)    PYTHON  the interpreter (default python3)
 #   GPUCORE_VERIFY_STEPS  the steps to run (default "build ctest pytest doctor ddp syncs bench")
-#   GPUCORE_PYTEST_ARGS   extra pytest arguments (e.g. "-k cuda")
+#   GPUCORE_PYTEST_ARGS   what pytest runs, instead of tests/python (e.g. "tests/python -k cuda")
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -26,19 +26,18 @@ RESULTS=$OUT/results.md
 printf '| step | result | seconds | detail |\n|---|---|---|---|\n' >"$RESULTS"
 START=$SECONDS
 
-# step NAME DETAIL_COMMAND -- COMMAND...: runs COMMAND with its output in $OUT/NAME.log, then adds a
-# row with the exit status, the time and the last line DETAIL_COMMAND prints (it reads the log).
+# step NAME DETAIL_COMMAND -- COMMAND...: runs COMMAND with its output streamed into $OUT/NAME.log (so a
+# call cut off at its time limit still brings back what ran), then adds a row with the exit status, the
+# time and the last line DETAIL_COMMAND prints of this step's output.
 # STEP_LOG=NAME appends to $OUT/NAME.log instead (the device tool brings back 8 files at most).
 step() {
   local name=$1 detail=$2; shift 3
-  local t0=$SECONDS rc detail_text log="$OUT/${STEP_LOG:-$name}.log" output
-  echo "== $name: $*"
-  output=$(mktemp)
-  "$@" >"$output" 2>&1
+  local t0=$SECONDS rc detail_text log="$OUT/${STEP_LOG:-$name}.log" first_line
+  echo "== $name: $*" | tee -a "$log"
+  first_line=$(($(wc -l <"$log") + 1))
+  "$@" >>"$log" 2>&1
   rc=$?
-  { [ -z "${STEP_LOG:-}" ] || echo "== $name: $*"; cat "$output"; } >>"$log"
-  detail_text=$(eval "$detail" <"$output" 2>/dev/null | tail -n 1 | tr '|' '/' | cut -c1-160)
-  rm -f "$output"
+  detail_text=$(tail -n +"$first_line" "$log" | eval "$detail" 2>/dev/null | tail -n 1 | tr '|' '/' | cut -c1-160)
   printf '| %s | %s | %d | %s |\n' "$name" "$([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)")" \
     $((SECONDS - t0)) "$detail_text" >>"$RESULTS"
   [ $rc -eq 0 ] || { echo "-- $name failed ($rc); end of its log:"; tail -n 40 "$log"; }
@@ -107,13 +106,13 @@ if wants build; then
 fi
 
 # ---- 4. tests, doctor, benchmarks -------------------------------------------------------------------
-PYTEST_OPTS=()  # 8 workers; a test that hangs fails after 300 s instead of eating the lease
-"$PY" -c "import xdist" 2>/dev/null && PYTEST_OPTS=(-n 8)
+# 8 workers of 2 torch threads each: 12 workers of 16 threads each spun one another out on 16 cores (the first
+# H100 run, 2026-11-24, had not finished in 8 min). -v names each test as it ends, so a log cut off at the
+# lease's limit still says what passed and failed; a test that hangs fails after 300 s.
+PYTEST_OPTS=(-v)
+"$PY" -c "import xdist" 2>/dev/null && PYTEST_OPTS+=(-n 8)
 "$PY" -c "import pytest_timeout" 2>/dev/null && PYTEST_OPTS+=(--timeout 300)
 wants ctest && step ctest "grep -E 'tests passed|tests failed'" -- ctest --test-dir "$BUILD_DIR" -j 8 --output-on-failure
-# shellcheck disable=SC2086  # GPUCORE_PYTEST_ARGS is a list of arguments
-wants pytest && step pytest "grep -E '(passed|failed|error)'" -- \
-  "$PY" -m pytest -q -rfEs --durations=12 "${PYTEST_OPTS[@]}" tests/python ${GPUCORE_PYTEST_ARGS:-}
 wants doctor && step doctor "$PY -c 'import json,sys; d=json.load(sys.stdin); k=d[\"gpucore_kernels\"] or {}; s=d[\"smoke_test\"] or {}; print(d[\"selected\"][\"device\"], d[\"precision\"][\"precision\"] if d[\"precision\"] else None, \"kernels\", k.get(\"ok\"), \"smoke\", s.get(\"ok\"), d[\"advice\"])'" -- \
   "$PY" -m gpucore doctor --json
 # One process under torchrun: NCCL, rank-0 writes and the launcher's environment, on the GPU.
@@ -122,6 +121,9 @@ wants ddp && STEP_LOG=checks step ddp "grep -E 'best_metric|Error'" -- \
   --set device=cuda --set progress=false --set run_dir=/tmp/gpucore-verify-ddp --set data=synthetic_fashion \
   --set "data_kwargs={train_size: 4096, val_size: 512}"
 wants syncs && STEP_LOG=checks step syncs "grep 'per step'" -- "$PY" scripts/gpu/count_syncs.py
+# shellcheck disable=SC2086  # GPUCORE_PYTEST_ARGS is a list of arguments
+wants pytest && step pytest "grep -E '(passed|failed|error)'" -- env OMP_NUM_THREADS=2 \
+  "$PY" -m pytest -rfEs --durations=12 "${PYTEST_OPTS[@]}" ${GPUCORE_PYTEST_ARGS:-tests/python}
 wants bench && STEP_LOG=checks step bench "tail -n 1" -- "$PY" -m bench all --device cuda --json "$OUT/bench.json"
 
 echo
