@@ -222,13 +222,13 @@ def lightning_loop(data, device, precision, epochs, batch_size):
 
 def gpucore_train(data, device, precision, epochs, batch_size, cuda_graphs=False):
     """gpucore.train with the data in memory (normalised), no validation, no mid-epoch host reads."""
-    if cuda_graphs:
-        raise Skip("gpucore has no cuda_graphs option yet (the next issue)")
+    if cuda_graphs and device.type != "cuda":
+        raise Skip("CUDA only")
     with tempfile.TemporaryDirectory() as run_dir:
         result = gpucore.train(
             dict(epochs=epochs, batch_size=batch_size, lr=1e-3, device=str(device), run_dir=run_dir, progress=False,
                  schedule="constant", weight_decay=0.0, normalize=False, seed=0, precision=precision,
-                 val_fraction=0.0, log_every_n_steps=10**6, report=False),
+                 val_fraction=0.0, log_every_n_steps=10**6, report=False, cuda_graphs=cuda_graphs),
             train_data=(data.x, data.labels))
     return [row["epoch_time_s"] for row in result.history]
 

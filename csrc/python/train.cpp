@@ -195,7 +195,9 @@ void def_train(py::module_& m) {
       .def_readwrite("schedule", &EngineConfig::schedule)
       .def_readwrite("scaler", &EngineConfig::scaler)
       .def_readwrite("mixup", &EngineConfig::mixup)
-      .def_readwrite("ema", &EngineConfig::ema);
+      .def_readwrite("ema", &EngineConfig::ema)
+      .def_readwrite("cuda_graphs", &EngineConfig::cuda_graphs)
+      .def_readwrite("graph_warmup_steps", &EngineConfig::graph_warmup_steps);
 
   py::class_<ParamGroup>(m, "ParamGroup")
       .def(py::init([](std::vector<at::Tensor> params, double weight_decay, double lr_scale) {
@@ -257,6 +259,17 @@ void def_train(py::module_& m) {
       .def("steps_taken", &Engine::steps_taken)
       .def("steps_skipped", &Engine::steps_skipped)
       .def("host_syncs", &Engine::host_syncs)
+      .def("graph_stats",
+           [](const Engine& self) {
+             const GraphStats& g = self.graph_stats();
+             py::dict stats;
+             stats["captured"] = g.captured;
+             stats["replays"] = g.replays;
+             stats["eager_steps"] = g.eager_steps;
+             stats["reason"] = g.reason.empty() ? py::object(py::none()) : py::object(py::str(g.reason));
+             return stats;
+           },
+           "cuda_graphs: steps captured, replayed and run eagerly, and why steps went eager after a failed capture")
       .def("windows_in_epoch", &Engine::windows_in_epoch)
       .def("set_accumulate_grad_batches", &Engine::set_accumulate_grad_batches, py::arg("accumulate_grad_batches"))
       .def("current_lr", &Engine::current_lr)

@@ -68,6 +68,16 @@ void check_config(const EngineConfig& c) {
                       ": set " + key + " to its default");
   }
   validate(c.ema);
+  if (c.cuda_graphs) {
+    if (c.device.type() != at::kCUDA) {
+      throw ConfigError("cuda_graphs captures CUDA steps; this engine's device is " + c.device.str());
+    }
+    if (c.mixup.enabled()) throw ConfigError("cuda_graphs cannot capture mixup/CutMix: each batch's draw is made on the host");
+    if (c.graph_warmup_steps < 1) {
+      throw ConfigError("graph_warmup_steps must be >= 1 (cuDNN's autotuning syncs), got " +
+                        std::to_string(c.graph_warmup_steps));
+    }
+  }
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -85,7 +95,8 @@ Engine::Engine(std::vector<ParamGroup> groups, EngineConfig config, std::vector<
       params_(flatten(groups)),
       train_metrics_(config_.loss, config_.top_k, device_),
       mixer_(config_.mixup, config_.loss.label_smoothing, device_),
-      schedule_(pack_schedule(config_.schedule)) {
+      schedule_(pack_schedule(config_.schedule)),
+      graph_warmup_left_(config_.graph_warmup_steps) {
   if (params_.empty()) throw ConfigError("the model has no trainable parameters (all requires_grad=False?)");
   const auto counter = at::TensorOptions().dtype(at::kFloat).device(device_);
   counters_ = at::zeros({3}, counter);
@@ -128,6 +139,27 @@ at::Tensor checked_output(const at::Tensor& output) {
 
 }  // namespace
 
+void Engine::micro_batch(const at::Tensor& inputs, const at::Tensor& targets, const ForwardFn& forward,
+                         const LossFn& loss, int64_t window_len, bool last_in_window, int64_t epoch, int64_t batch) {
+  const bool mixing = mixer_.enabled();
+  at::Tensor output;
+  {
+    AutocastGuard autocast(device_.type(), config_.autocast_dtype);
+    const at::Tensor x = prepare_inputs(inputs, config_);
+    output = checked_output(forward(mixing ? mixer_.inputs(x, epoch, batch) : x, last_in_window));
+  }
+  at::Tensor value;
+  if (mixing) {
+    LossConfig soft_loss = config_.loss;
+    soft_loss.label_smoothing = 0.0;  // the mixed targets carry it
+    value = loss_of(soft_loss, output, mixer_.targets(targets, output), loss);
+  } else {
+    value = loss_of(config_.loss, output, targets, loss);
+  }
+  train_metrics_.update(output, targets, value);  // accuracy on the hard labels, also when mixed
+  torch::autograd::backward({scaler_.scale(window_len == 1 ? value : value / static_cast<double>(window_len))});
+}
+
 EpochStats Engine::train_epoch(BatchSource& batches, const ForwardFn& forward, const LossFn& loss, const LogFn& on_log,
                                int64_t epoch, int64_t first_batch, const StepFn& on_step) {
   const auto start = std::chrono::steady_clock::now();
@@ -137,27 +169,20 @@ EpochStats Engine::train_epoch(BatchSource& batches, const ForwardFn& forward, c
   const int64_t total = batches.remaining();
   const int64_t k = config_.accumulate_grad_batches;
   windows_in_epoch_ = 0;
-  const bool mixing = mixer_.enabled();
-  LossConfig soft_loss = config_.loss;
-  soft_loss.label_smoothing = 0.0;  // the mixed targets carry it
   at::Tensor inputs, targets;
   for (int64_t index = 0; index < total && batches.next(inputs, targets); ++index) {
     // The last window of an epoch may be short; dividing by its real length keeps the step equal
     // to one big batch of the same samples.
     const int64_t window_len = std::min(k, total - (index / k) * k);
     const bool last_in_window = (index + 1) % k == 0 || index + 1 == total;
-    at::Tensor output;
-    {
-      AutocastGuard autocast(device_.type(), config_.autocast_dtype);
-      const at::Tensor x = prepare_inputs(inputs, config_);
-      output = checked_output(forward(mixing ? mixer_.inputs(x, epoch, first_batch + index) : x, last_in_window));
+    const bool graphed = config_.cuda_graphs && k == 1 &&
+                         graph_step(inputs, targets, forward, loss, epoch, first_batch + index);
+    if (!graphed) {
+      micro_batch(inputs, targets, forward, loss, window_len, last_in_window, epoch, first_batch + index);
+      if (last_in_window) optimizer_step();
+      if (last_in_window && config_.cuda_graphs) ++graph_stats_.eager_steps;
     }
-    const at::Tensor value = mixing ? loss_of(soft_loss, output, mixer_.targets(targets, output), loss)
-                                    : loss_of(config_.loss, output, targets, loss);
-    tracker.update(output, targets, value);  // accuracy on the hard labels, also when mixed
-    torch::autograd::backward({scaler_.scale(window_len == 1 ? value : value / static_cast<double>(window_len))});
     if (last_in_window) {
-      optimizer_step();
       ++stats.optimizer_steps;
       ++windows_in_epoch_;
       if (on_step) on_step(windows_in_epoch_);  // first: a callback that stops the run in on_log keeps this step
@@ -168,6 +193,74 @@ EpochStats Engine::train_epoch(BatchSource& batches, const ForwardFn& forward, c
   stats.samples = tracker.samples_seen_on_host();
   stats.seconds = seconds_since(start);
   return stats;
+}
+
+namespace {
+
+// What a captured step depends on besides the batch size: the shapes past the first, dtypes and memory layout of
+// inputs and targets, and which parameters train (freezing changes the gradients the optimizer steps).
+std::vector<int64_t> graph_key(const at::Tensor& inputs, const at::Tensor& targets, const std::vector<at::Tensor>& params) {
+  std::vector<int64_t> key;
+  for (const at::Tensor& t : {inputs, targets}) {
+    key.push_back(t.dim());
+    key.insert(key.end(), t.sizes().begin() + std::min<int64_t>(t.dim(), 1), t.sizes().end());
+    key.push_back(static_cast<int64_t>(t.scalar_type()));
+    key.push_back(static_cast<int64_t>(t.suggest_memory_format()));
+  }
+  for (const at::Tensor& param : params) key.push_back(param.requires_grad());
+  return key;
+}
+
+}  // namespace
+
+bool Engine::graph_step(const at::Tensor& inputs, const at::Tensor& targets, const ForwardFn& forward,
+                        const LossFn& loss, int64_t epoch, int64_t batch) {
+  if (!graph_stats_.reason.empty()) return false;  // a capture failed: eager from then on
+  const std::vector<int64_t> key = graph_key(inputs, targets, params_);
+  const int64_t batch_size = inputs.dim() > 0 ? inputs.size(0) : 1;
+  if (graph_.captured() && key == graph_key_) {
+    if (batch_size < graph_batch_size_) return false;  // the short last batch of an epoch runs eagerly
+    if (batch_size == graph_batch_size_) {
+      graph_inputs_.copy_(inputs);
+      graph_targets_.copy_(targets);
+      const int64_t seen = train_metrics_.samples_seen_on_host();
+      graph_.replay();
+      train_metrics_.set_samples_seen_on_host(seen + batch_size);
+      ++graph_stats_.replays;
+      return true;
+    }
+  }
+  if (graph_.captured()) {  // what the step does changed (frozen parameters, another shape): capture it again
+    graph_.reset();
+    graph_warmup_left_ = config_.graph_warmup_steps;
+    graph_batch_size_ = 0;
+  }
+  // Warm-up: eager steps of the shape to capture (cuDNN's autotuning, lazily made handles and state); a batch
+  // smaller than one seen before is an epoch's short last batch, never the one to capture.
+  if (graph_warmup_left_ > 0 || batch_size < graph_batch_size_) {
+    if (batch_size >= graph_batch_size_) --graph_warmup_left_;
+    graph_batch_size_ = std::max(graph_batch_size_, batch_size);
+    return false;
+  }
+  graph_inputs_ = inputs.clone();
+  graph_targets_ = targets.clone();
+  const int64_t seen = train_metrics_.samples_seen_on_host();
+  const std::string failure = graph_.capture([&] {
+    micro_batch(graph_inputs_, graph_targets_, forward, loss, 1, true, epoch, batch);
+    optimizer_step();
+  });
+  if (!failure.empty()) {  // nothing ran: undo what the recording did on the host, and step eagerly
+    train_metrics_.set_samples_seen_on_host(seen);
+    for (auto& param : params_) param.mutable_grad().reset();
+    graph_stats_.reason = "the step could not be captured: " + failure;
+    graph_inputs_ = graph_targets_ = at::Tensor();
+    return false;
+  }
+  graph_key_ = key;
+  graph_batch_size_ = batch_size;
+  ++graph_stats_.captured;
+  graph_.replay();  // the captured step itself
+  return true;
 }
 
 EpochStats Engine::evaluate(BatchSource& batches, const ForwardFn& forward, const LossFn& loss) {
@@ -243,6 +336,9 @@ std::map<std::string, double> Engine::read_metrics(const MetricTracker& tracker)
 void Engine::set_accumulate_grad_batches(int64_t accumulate_grad_batches) {
   check_accumulate_grad_batches(accumulate_grad_batches);
   config_.accumulate_grad_batches = accumulate_grad_batches;
+  graph_.reset();  // the captured step took one micro-batch of the old size
+  graph_warmup_left_ = config_.graph_warmup_steps;
+  graph_batch_size_ = 0;
 }
 
 int64_t Engine::steps_taken() const { return static_cast<int64_t>(step_.item<float>()); }

@@ -159,7 +159,7 @@ KEYS = [
     Key("cudnn_benchmark", str, "auto", "cuDNN autotuning on CUDA", choices=CORE_CHOICES["cudnn_benchmark"]),
     Key("channels_last", str, "auto", "channels-last memory format for the model and 4-D inputs; auto: on for conv nets on the CPU, where oneDNN's convolutions run faster in it", choices=["auto", "true", "false"]),
     Key("compile", bool, False, "torch.compile the model first"),
-    Key("cuda_graphs", bool, False, "capture the whole step in a CUDA graph (not implemented yet)"),
+    Key("cuda_graphs", str, "false", "capture each optimizer step (forward, loss, backward, clipping, optimizer, loss scale, schedule, metrics, EMA) as one CUDA graph after 3 eager warm-up steps and replay it: true (warns when a run cannot: another device, compile, devices > 1, mixup/CutMix, accumulate_grad_batches > 1, loss ctc, a model that syncs with the host), auto (the same, silently), false. The short last batch and validation run eagerly; training_stats.json's cuda_graphs says what ran", choices=["auto", "true", "false"]),
     Key("deterministic", bool, False, "deterministic algorithms only (torch.use_deterministic_algorithms)"),
     Key("devices", int, 1, "processes for data-parallel training on this machine (one per GPU; gloo on CPU); >1 starts them itself, like torchrun --nproc_per_node", check=_positive, valid="> 0"),
     Key("dist_timeout", int, 600, "seconds a collective (or the whole devices > 1 job) may wait before the job stops with an error", check=lambda v: 0 < v < 2**31, valid="> 0 and < 2^31 (seconds)"),

@@ -80,8 +80,6 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
                               "callbacks from this one: name the model and data in the config, or run your "
                               "script under torchrun --nproc_per_node=N")
         return _train_in_processes(config)
-    if config.cuda_graphs:
-        raise NotImplementedError("config key 'cuda_graphs' is not implemented yet; set cuda_graphs: false")
 
     run = build_run(config, world, model, train_data, val_data, loss)
     loop = FitLoop(run, list(callbacks or []))

@@ -58,7 +58,7 @@ def test_idx_data_set_and_training_on_an_idx_folder(tmp_path):
     assert torch.equal(dataset.inputs, images) and torch.equal(dataset.targets, labels)
     result = gpucore.train(dict(data=str(tmp_path), epochs=1, progress=False, run_dir=str(tmp_path / "runs")))
     # validation ran on the t10k files: the trained model's accuracy on them, computed here, is what was reported
-    model = result.model.eval()
+    model = result.model.eval().cpu()  # trained wherever device auto chose
     stats = gpucore.data.tensor_inputs.input_stats(images)
     mean, std = torch.tensor(stats[0])[:, None, None], torch.tensor(stats[1])[:, None, None]
     with torch.no_grad():

@@ -214,7 +214,7 @@ def policy_reference(policy, images, params, interpolation, fill):
         for step in range(params[0].shape[1]):
             key = drawn_keys([p[n:n + 1] for p in params], step)[0]
             name, magnitude = outcomes[key][1]
-            image = policy._apply_image_or_video_transform(image, name, magnitude, interpolation=interpolation,
+            image = policy._apply_image_or_video_transform(image, name, magnitude, interpolation=v2.InterpolationMode(interpolation),
                                                            fill=policy._fill)
         out.append(image)
     return torch.stack(out)

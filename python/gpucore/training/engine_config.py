@@ -5,6 +5,7 @@ loss scaling, mixing, EMA, parameter groups); and what the engine will report, c
 from __future__ import annotations
 
 import math
+from typing import Optional, Tuple
 
 import torch
 from torch import nn
@@ -69,10 +70,38 @@ def forward_config(config, task: Task, device: str, policy, channels_last: bool)
     return engine
 
 
+def cuda_graphs_plan(config, device: str, world_size: int = 1) -> Tuple[bool, Optional[str]]:
+    """Config key cuda_graphs resolved: whether the engine captures its steps as CUDA graphs, and when it will not
+    although asked (true or auto), why. What the engine can find only by trying (a model that syncs with the host)
+    it reports itself: Engine.graph_stats()."""
+    if config.cuda_graphs == "false":
+        return False, None
+    reason = _why_steps_stay_eager(config, torch.device(device), world_size)
+    return reason is None, reason
+
+
+def _why_steps_stay_eager(config, device: torch.device, world_size: int) -> Optional[str]:
+    if device.type != "cuda":
+        return f"CUDA graphs capture CUDA steps; this run trains on {device}"
+    if config.compile:
+        return "compile: true (torch.compile makes graphs of its own: its mode reduce-overhead)"
+    if world_size > 1:
+        return "data-parallel training (DDP's gradient all-reduce inside a captured step is not verified yet)"
+    if mixup_config(config).enabled:
+        return "mixup/CutMix (each batch's mixing is drawn on the host)"
+    if config.accumulate_grad_batches > 1:
+        return "accumulate_grad_batches > 1 (a captured step holds one micro-batch so far)"
+    if config.loss == "ctc":
+        return "loss ctc (torch's CTC loss reads the target lengths on the host)"
+    return None
+
+
 def engine_config(config, task: Task, device: str, policy, steps_per_epoch: int, channels_last: bool,
-                  world_size: int = 1) -> _C.EngineConfig:
-    """The forward pass's settings and the optimizer's: what training (_C.Engine) reads."""
+                  world_size: int = 1, cuda_graphs: bool = False) -> _C.EngineConfig:
+    """The forward pass's settings and the optimizer's: what training (_C.Engine) reads; cuda_graphs as
+    cuda_graphs_plan resolved it."""
     engine = forward_config(config, task, device, policy, channels_last)
+    engine.cuda_graphs = cuda_graphs
     engine.accumulate_grad_batches = config.accumulate_grad_batches
     engine.clip_grad_norm = config.clip_grad_norm
     engine.clip_grad_value = config.clip_grad_value

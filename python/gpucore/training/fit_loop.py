@@ -58,6 +58,7 @@ class FitLoop:
         self.should_stop = False  # set by a callback: the run ends after this epoch, with status stop_status
         self.stop_status = "stopped"
         self.oom_reductions: List[dict] = []  # each out-of-memory retry: epoch, new batch_size, accumulation
+        self.warned_on_capture = False  # cuda_graphs: a failed capture is warned about once
         self.resumed: Optional[dict] = None  # the checkpoint a resume read, its epoch and data position
 
     # ---- the loop -----------------------------------------------------------------------------
@@ -145,9 +146,11 @@ class FitLoop:
         snapshot = oom.snapshot(run.module, engine, run.ema) if config.on_oom == "reduce_batch" else None
         try:
             # first_batch: this rank's batches of the epoch before this pass, where the mixup draws go on.
-            return engine.train_epoch(source, run.forward, run.loss, on_log, epoch=epoch,
-                                      first_batch=self.start_sample // (self.batching.batch_size * run.world.size),
-                                      on_step=on_step if self.step_checkpoints.enabled else None)
+            stats = engine.train_epoch(source, run.forward, run.loss, on_log, epoch=epoch,
+                                       first_batch=self.start_sample // (self.batching.batch_size * run.world.size),
+                                       on_step=on_step if self.step_checkpoints.enabled else None)
+            self._warn_on_failed_capture()
+            return stats
         except OutOfMemoryError as exc:
             progress.close()
             if snapshot is None or run.train_set.batch_size < 2 or run.train_set.fixed_batch_size:
@@ -163,6 +166,22 @@ class FitLoop:
                 f"the model failed on the first training batch ({run.train_set.description}): {exc}\nCheck that "
                 "the model fits the data: input channels, image size, number of classes (config keys "
                 "model, model_kwargs, data, data_kwargs)") from exc
+
+    def _warn_on_failed_capture(self) -> None:
+        """cuda_graphs: true and the engine found, by trying, a step it could not capture: say so once."""
+        reason = self.run.engine.graph_stats()["reason"]
+        if reason and self.run.config.cuda_graphs == "true" and not self.warned_on_capture:
+            self.warned_on_capture = True
+            warnings.warn(f"cuda_graphs: true, but the steps run eagerly from here on: {reason}", stacklevel=2)
+
+    def graph_stats(self) -> dict:
+        """training_stats.json's cuda_graphs: what config key cuda_graphs asked, the steps captured (each also a
+        step), replayed and run eagerly, and why steps ran eagerly (None: none did for a reason)."""
+        run = self.run
+        stats = dict(run.engine.graph_stats(), asked=run.config.cuda_graphs)
+        if run.graphs_reason:  # the engine was never asked to capture: every step ran eagerly
+            stats.update(reason=run.graphs_reason, eager_steps=run.engine.steps_taken() + run.engine.steps_skipped())
+        return stats
 
     def _halve_batch(self) -> None:
         """Same samples per optimizer step, half of them per micro-batch; the epoch starts over."""
@@ -268,6 +287,7 @@ class FitLoop:
                                 implied_by_restart=run.run_dir.resume_implied),
                     best=self.best(), steps=run.engine.steps_taken(),
                     skipped_steps=run.engine.steps_skipped(), host_syncs=run.engine.host_syncs(),
+                    cuda_graphs=self.graph_stats(),
                     skipped_files=self.skipped_files())
 
     def write_stats(self, status: str, error: Optional[str] = None) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional
@@ -23,7 +24,7 @@ from ..models.registry import build_model
 from ..tasks import Task, task_of
 from . import distributed
 from .ema import ema_tensors, make_ema
-from .engine_config import check_monitor, engine_config, param_groups
+from .engine_config import check_monitor, cuda_graphs_plan, engine_config, param_groups
 from .epoch_data import EpochData, make_train_set, make_val_set, normalization_of
 from .rng import seed_everything
 from .run_dir import RunDir
@@ -50,6 +51,7 @@ class Run:
     steps_per_epoch: int
     channels_last: bool  # config key channels_last, resolved
     engine: Any
+    graphs_reason: Optional[str]  # config key cuda_graphs true or auto, but steps run eagerly: why
     ema: Optional[nn.Module]  # config key ema_decay: the model's moving average, which the engine updates
     run_dir: RunDir
     group_store: Optional[Any]  # the store of the process group this run created (None: it created none)
@@ -72,6 +74,8 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
     task = task_of(config)
     seed_everything(config.seed)
     if config.deterministic:
+        # cuBLAS is deterministic only with a fixed workspace, which torch otherwise refuses to run without.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True)
         torch.backends.cudnn.deterministic = True
     preference = config.device
@@ -100,8 +104,12 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
     val_set = make_val_set(val_data, config, device, normalization)
     check_monitor(config, task, val_set is not None)
     steps_per_epoch = math.ceil(train_set.total_batches() / config.accumulate_grad_batches)
+    graphs, graphs_reason = cuda_graphs_plan(config, device, world.size)
+    if graphs_reason and config.cuda_graphs == "true":
+        warnings.warn(f"cuda_graphs: true, but this run's steps run eagerly: {graphs_reason}", stacklevel=3)
     engine = _C.Engine(param_groups(module, config),
-                       engine_config(config, task, device, policy, steps_per_epoch, channels_last, world.size),
+                       engine_config(config, task, device, policy, steps_per_epoch, channels_last, world.size,
+                                     cuda_graphs=graphs),
                        *ema_tensors(module, ema))
     run_dir = RunDir(config, world)
     run_dir.create(config)
@@ -109,8 +117,7 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
                module=module, forward=forward, loss=loss, train_data=train_data, normalization=normalization,
                classes=classes, input_shape=_input_shape(train_data), pretrained=pretrained,
                train_set=train_set, val_set=val_set, steps_per_epoch=steps_per_epoch, channels_last=channels_last,
-               engine=engine, ema=ema, run_dir=run_dir,
-               group_store=group_store)
+               engine=engine, graphs_reason=graphs_reason, ema=ema, run_dir=run_dir, group_store=group_store)
 
 
 def _load_pretrained(module: nn.Module, config, world: distributed.World) -> Optional[LoadReport]:

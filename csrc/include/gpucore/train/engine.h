@@ -21,6 +21,7 @@
 #include "gpucore/train/mixup.h"
 #include "gpucore/train/optimizer.h"
 #include "gpucore/train/schedule.h"
+#include "gpucore/train/step_graph.h"
 
 namespace gpucore {
 
@@ -41,6 +42,19 @@ struct EngineConfig {
   GradScalerConfig scaler;
   MixupConfig mixup;  // off unless mixup_alpha, cutmix_alpha or cutmix_minmax is set; cross_entropy only
   EmaConfig ema;                                 // decay 0: no weight average
+  // Capture each optimizer step as a CUDA graph after graph_warmup_steps eager steps of the same shape, and
+  // replay it (CUDA, one micro-batch per step; the caller rules out what cannot be captured: step_graph.h).
+  bool cuda_graphs = false;
+  int64_t graph_warmup_steps = 3;
+};
+
+// What cuda_graphs did: steps captured (each capture is also a step), replayed and run eagerly, and why the
+// steps went eager after a capture failed (empty while none failed).
+struct GraphStats {
+  int64_t captured = 0;
+  int64_t replays = 0;
+  int64_t eager_steps = 0;
+  std::string reason;
 };
 
 // The model's forward. sync_gradients is false for all but the last micro-batch of an accumulation
@@ -89,6 +103,7 @@ class Engine {
   // Micro-batches per step from now on (on_oom: reduce_batch doubles it as the batch halves).
   void set_accumulate_grad_batches(int64_t accumulate_grad_batches);
   double current_lr() const;           // host read
+  const GraphStats& graph_stats() const { return graph_stats_; }
   double loss_scale() const;           // host read
 
   // The tensors every training step reads or writes besides the model's and the optimizer's (metric sums,
@@ -100,7 +115,14 @@ class Engine {
   void load_state(const std::vector<std::pair<std::string, at::Tensor>>& state);
 
  private:
+  // Forward under autocast, loss, metrics and the scaled backward of one micro-batch.
+  void micro_batch(const at::Tensor& inputs, const at::Tensor& targets, const ForwardFn& forward, const LossFn& loss,
+                   int64_t window_len, bool last_in_window, int64_t epoch, int64_t batch);
   void optimizer_step();
+  // cuda_graphs: the whole step of (inputs, targets) by replaying the captured graph, or by capturing it (then
+  // replaying it); false when this step must run eagerly (warm-up, a short batch, a failed capture).
+  bool graph_step(const at::Tensor& inputs, const at::Tensor& targets, const ForwardFn& forward, const LossFn& loss,
+                  int64_t epoch, int64_t batch);
   std::map<std::string, double> read_metrics(const MetricTracker& tracker);
 
   EngineConfig config_;
@@ -120,6 +142,12 @@ class Engine {
   int64_t host_syncs_ = 0;
   int64_t windows_in_epoch_ = 0;
   WeightAverage ema_;        // off unless config.ema.decay > 0
+  StepGraph graph_;          // cuda_graphs: the captured step
+  std::vector<int64_t> graph_key_;       // the captured step's input and target shapes and trainable parameters
+  at::Tensor graph_inputs_, graph_targets_;  // the captured step's static inputs, refilled before each replay
+  int64_t graph_warmup_left_ = 0;        // eager steps before the next capture
+  int64_t graph_batch_size_ = 0;         // the captured step's batch size (while warming up: the largest seen)
+  GraphStats graph_stats_;
 };
 
 }  // namespace gpucore

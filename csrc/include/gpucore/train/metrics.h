@@ -28,6 +28,8 @@ class MetricTracker {
   // "seq_accuracy" (multi-head); "accuracy", "iou" and "dice" (bce_with_logits, dice_bce).
   std::map<std::string, double> read() const;
   int64_t samples_seen_on_host() const { return samples_host_; }
+  // A replayed CUDA graph updates the sums without update() running on the host: the Engine counts its batches.
+  void set_samples_seen_on_host(int64_t samples) { samples_host_ = samples; }
   const at::Tensor& sums() const { return sums_; }
 
  private:

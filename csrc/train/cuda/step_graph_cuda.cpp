@@ -1,0 +1,80 @@
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <exception>
+#include <stdexcept>
+
+#include "gpucore/train/step_graph.h"
+
+namespace gpucore {
+
+struct StepGraph::Graph {
+  at::cuda::CUDAGraph graph;
+};
+
+namespace {
+
+// `waiting` runs what is queued on it after what is queued on `done` now.
+void wait_for(const c10::cuda::CUDAStream& waiting, const c10::cuda::CUDAStream& done) {
+  cudaEvent_t event = nullptr;
+  C10_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  C10_CUDA_CHECK(cudaEventRecord(event, done.stream()));
+  C10_CUDA_CHECK(cudaStreamWaitEvent(waiting.stream(), event, 0));
+  C10_CUDA_CHECK(cudaEventDestroy(event));  // released once the wait is done
+}
+
+}  // namespace
+
+StepGraph::StepGraph() = default;
+StepGraph::~StepGraph() = default;
+
+std::string StepGraph::capture(const std::function<void()>& step) {
+  reset();
+  // Capture needs a stream of its own; it starts after what the current stream has queued (the static
+  // inputs' copies) and the current stream waits for it, as torch.cuda.graph does.
+  const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream();
+  const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+  wait_for(side, current);
+  auto graph = std::make_unique<Graph>();
+  std::string failure;
+  {
+    const c10::cuda::CUDAStreamGuard on_side(side);
+    try {
+      // A private pool of its own; thread-local mode: only this thread's calls that cannot be captured fail,
+      // not a data or checkpoint thread's copies and allocations meanwhile.
+      graph->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+      try {
+        step();
+      } catch (...) {
+        try {
+          graph->graph.capture_end();  // ends the (invalidated) capture, as torch.cuda.graph's exit does
+        } catch (const std::exception&) {
+        }
+        throw;
+      }
+      graph->graph.capture_end();
+    } catch (const std::exception& error) {
+      failure = error.what();
+    }
+  }
+  if (!failure.empty()) {
+    (void)cudaGetLastError();  // a refused call during capture is not sticky; clear it for the eager steps
+    return failure.substr(0, failure.find('\n'));
+  }
+  wait_for(current, side);
+  graph_ = std::move(graph);
+  return {};
+}
+
+void StepGraph::replay() {
+  if (!graph_) throw std::logic_error("StepGraph::replay: no step was captured");
+  graph_->graph.replay();
+}
+
+void StepGraph::reset() { graph_.reset(); }
+
+bool StepGraph::captured() const { return graph_ != nullptr; }
+
+}  // namespace gpucore
