@@ -17,8 +17,15 @@ from gpucore.training.engine_config import cuda_graphs_plan
 
 # 100 full batches and a short one per epoch: the short one runs eagerly.
 DATA = {"train_size": 64 * 100 + 24, "val_size": 256, "seed": 5}
-# Reproducible kernels on both sides: what differs between the runs is only how the steps are launched.
-EXACT = {"precision": "32", "tf32": "false", "cudnn_benchmark": "false", "deterministic": True}
+# The same kernels on both sides (float32, no autotuning; deterministic cuDNN algorithms: the fixture below): what
+# differs between the runs is how the steps are launched. cuBLAS may still sum in another order on the capture's
+# stream, so runs are compared by relative error, not bitwise.
+EXACT = {"precision": "32", "tf32": "false", "cudnn_benchmark": "false"}
+
+
+@pytest.fixture(autouse=True)
+def _deterministic_cudnn(monkeypatch):
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
 
 
 def run_config(tmp_path, name, **keys):
@@ -78,15 +85,18 @@ def test_the_engine_refuses_what_it_cannot_capture():
 
 # ---- on a GPU ---------------------------------------------------------------------------------------------
 
-def assert_states_close(a: dict, b: dict, rtol: float, atol: float):
+def assert_states_close(a: dict, b: dict, tolerance: float = 1e-3):
+    """Every tensor of the two states within `tolerance` of relative error ||a - b|| / ||b||."""
     assert a.keys() == b.keys()
     for name in a:
-        assert torch.allclose(a[name].float(), b[name].float(), rtol=rtol, atol=atol), name
+        mine, theirs = a[name].double(), b[name].double()
+        error = (mine - theirs).norm() / theirs.norm().clamp_min(1e-12)
+        assert error <= tolerance, f"{name}: relative error {error.item():.3g}"
 
 
 @pytest.mark.needs_cuda
 @pytest.mark.parametrize("keys", [
-    # 303 steps: clipping, onecycle, EMA, channels-last
+    # 303 steps: clipping, onecycle, EMA
     {"epochs": 3, "clip_grad_norm": 0.5, "schedule": "onecycle", "lr": 3e-3, "ema_decay": 0.99},
     # float16 with a loss scale that grows into overflow every few steps: skipped steps inside the replays
     {"epochs": 2, "precision": "16-mixed", "init_scale": 2.0 ** 20, "growth_interval": 4, "optimizer": "sgd",
@@ -106,12 +116,12 @@ def test_graphed_training_equals_eager_training(tmp_path, keys):
     assert graphed.steps == eager.steps == epochs * 101 and graphed.skipped_steps == eager.skipped_steps
     if "init_scale" in keys:
         assert graphed.skipped_steps > 10  # the overflows happened, and inside the replays too
-    assert_states_close(graphed.model.state_dict(), eager.model.state_dict(), rtol=1e-4, atol=1e-5)
+    assert_states_close(graphed.model.state_dict(), eager.model.state_dict())
     if graphed.model_ema is not None:
-        assert_states_close(graphed.model_ema.state_dict(), eager.model_ema.state_dict(), rtol=1e-4, atol=1e-5)
+        assert_states_close(graphed.model_ema.state_dict(), eager.model_ema.state_dict())
     for mine, theirs in zip(graphed.history, eager.history):
         for name in ("train_loss", "train_accuracy", "val_loss", "val_accuracy", "lr"):
-            assert mine[name] == pytest.approx(theirs[name], rel=1e-4, abs=1e-5), name
+            assert mine[name] == pytest.approx(theirs[name], rel=1e-3, abs=1e-4), name
 
 
 @pytest.mark.needs_cuda
@@ -124,7 +134,7 @@ def test_freezing_and_unfreezing_capture_the_step_again(tmp_path):
     graphed = gpucore.train(dict(config, name="graphed", cuda_graphs=True), model=FashionMnistCNN())
     graphs = stats_of(graphed)["cuda_graphs"]
     assert graphs["captured"] == 2 and graphs["eager_steps"] == 6 and graphs["replays"] == 60 - 8
-    assert_states_close(graphed.model.state_dict(), eager.model.state_dict(), rtol=1e-4, atol=1e-5)
+    assert_states_close(graphed.model.state_dict(), eager.model.state_dict())
 
 
 class SyncingNet(FashionMnistCNN):
@@ -147,7 +157,7 @@ def test_a_model_that_syncs_falls_back_to_eager_steps_with_a_warning(tmp_path):
         graphed = gpucore.train(dict(config, name="graphed", cuda_graphs=True), model=SyncingNet())
     graphs = stats_of(graphed)["cuda_graphs"]
     assert graphs["captured"] == 0 and graphs["replays"] == 0 and graphs["eager_steps"] == 20
-    assert_states_close(graphed.model.state_dict(), eager.model.state_dict(), rtol=1e-4, atol=1e-5)
+    assert_states_close(graphed.model.state_dict(), eager.model.state_dict())
 
 
 @pytest.mark.needs_cuda
@@ -159,8 +169,8 @@ def test_a_resumed_graphed_run_ends_as_the_uninterrupted_one(tmp_path):
     assert stopped.status == "stopped" and stopped.steps == 31
     resumed = gpucore.train(dict(config, name="halves", resume="auto"))
     assert resumed.steps == whole.steps == 62
-    for name, value in whole.model.state_dict().items():
-        assert torch.equal(value, resumed.model.state_dict()[name]), name
+    assert stats_of(resumed)["cuda_graphs"]["captured"] == 1  # the resumed run warmed up and captured again
+    assert_states_close(resumed.model.state_dict(), whole.model.state_dict())
 
 
 class StopAfterEpochs:
