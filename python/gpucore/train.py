@@ -93,7 +93,9 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
         loop.teardown()
         run.close()
 
-    return TrainResult.from_stats(loop.stats(status), run.module, run.ema)
+    result = TrainResult.from_stats(loop.stats(status), run.module, run.ema)
+    run.release_engine()
+    return result
 
 
 def _samples_per_second(history: List[dict]) -> float:

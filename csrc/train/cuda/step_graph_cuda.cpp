@@ -1,7 +1,10 @@
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+
+#include <unistd.h>
 
 #include <exception>
 #include <stdexcept>
@@ -12,9 +15,27 @@ namespace gpucore {
 
 struct StepGraph::Graph {
   at::cuda::CUDAGraph graph;
+  pid_t owner = getpid();  // a process forked after the capture (a DataLoader worker) must not destroy it
 };
 
 namespace {
+
+// torch's sync debug mode set to error while the step is recorded: a host sync in the step (an .item() or .cpu()
+// in the model or loss) raises before it reaches CUDA, so the capture ends cleanly and is dropped. A sync that
+// reached CUDA would invalidate the capture, and torch 2.11's random number generator stays in capture mode after
+// an invalidated capture, failing every later dropout.
+class SyncsRaise {
+ public:
+  SyncsRaise() : previous_(c10::cuda::warning_state().get_sync_debug_mode()) {
+    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+  }
+  ~SyncsRaise() { c10::cuda::warning_state().set_sync_debug_mode(previous_); }
+  SyncsRaise(const SyncsRaise&) = delete;
+  SyncsRaise& operator=(const SyncsRaise&) = delete;
+
+ private:
+  c10::cuda::SyncDebugMode previous_;
+};
 
 // `waiting` runs what is queued on it after what is queued on `done` now.
 void wait_for(const c10::cuda::CUDAStream& waiting, const c10::cuda::CUDAStream& done) {
@@ -28,7 +49,8 @@ void wait_for(const c10::cuda::CUDAStream& waiting, const c10::cuda::CUDAStream&
 }  // namespace
 
 StepGraph::StepGraph() = default;
-StepGraph::~StepGraph() = default;
+
+StepGraph::~StepGraph() { reset(); }
 
 std::string StepGraph::capture(const std::function<void()>& step) {
   reset();
@@ -46,6 +68,7 @@ std::string StepGraph::capture(const std::function<void()>& step) {
       // not a data or checkpoint thread's copies and allocations meanwhile.
       graph->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
       try {
+        const SyncsRaise syncs_raise;
         step();
       } catch (...) {
         try {
@@ -73,7 +96,12 @@ void StepGraph::replay() {
   graph_->graph.replay();
 }
 
-void StepGraph::reset() { graph_.reset(); }
+void StepGraph::reset() {
+  if (graph_ && graph_->owner != getpid()) {
+    (void)graph_.release();  // the parent's CUDA context is not this process's: leave its graph alone
+  }
+  graph_.reset();
+}
 
 bool StepGraph::captured() const { return graph_ != nullptr; }
 

@@ -65,6 +65,11 @@ class Run:
                 "restart": self.world.restart,  # TORCHELASTIC_RESTART_COUNT
                 "pretrained": self.pretrained.to_dict() if self.pretrained else None}
 
+    def release_engine(self) -> None:
+        """Frees the engine (optimizer state, gradients, the captured CUDA graph) now rather than at a later garbage
+        collection, which a process forked meanwhile (a DataLoader worker) could run, touching CUDA in the child."""
+        self.engine = None
+
     def close(self) -> None:
         if self.group_store is not None:
             torch.distributed.destroy_process_group()
