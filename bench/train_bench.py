@@ -15,6 +15,7 @@ per step (torch.cuda.set_sync_debug_mode; CUDA only). A row that cannot run here
 run it on purpose and quote the numbers with the device.
 """
 import argparse
+import gc
 import os
 import statistics
 import sys
@@ -309,6 +310,7 @@ def main(argv=None):
             for name, (train, precision) in table.items():
                 if name in skipped:
                     continue
+                gc.collect()  # the last row's cyclic garbage (CUDA graphs, tensors) freed here, not in a forked worker
                 try:
                     times = train(train_data, device, precision, args.epochs, batch_size)
                 except Skip as reason:
