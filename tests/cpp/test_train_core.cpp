@@ -9,12 +9,32 @@
 #include "gpucore/train/grad_scaler.h"
 #include "gpucore/train/optimizer.h"
 #include "gpucore/train/schedule.h"
+#include "gpucore/train/step_graph.h"
 
 namespace gpucore {
 namespace {
 
 double lr_at(const ScheduleConfig& config, double step) {
   return learning_rate(config, at::scalar_tensor(step, at::kFloat)).item<double>();
+}
+
+TEST(StepGraph, ABuildOrDeviceWithoutCudaCapturesNothingAndSaysWhy) {
+  at::Tensor target = at::zeros({3});
+  StepGraph graph;
+  bool ran = false;
+  const std::string reason = graph.capture([&] {
+    ran = true;
+    target.add_(1);
+  });
+  if (!at::hasCUDA()) {  // a CPU-only build, or no GPU: the step is neither run nor recorded
+    EXPECT_FALSE(reason.empty());
+    EXPECT_FALSE(ran);
+  }
+  if (!reason.empty()) {
+    EXPECT_FALSE(graph.captured());
+    EXPECT_THROW(graph.replay(), std::logic_error);
+    EXPECT_TRUE(target.eq(0).all().item<bool>());  // a failed capture leaves the state as it was
+  }
 }
 
 TEST(Schedule, WarmupRisesLinearlyToTheBaseRate) {

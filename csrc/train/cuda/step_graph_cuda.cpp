@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <exception>
+#include <memory>
 #include <stdexcept>
 
 #include "gpucore/train/step_graph.h"
@@ -54,16 +55,15 @@ StepGraph::~StepGraph() { reset(); }
 
 std::string StepGraph::capture(const std::function<void()>& step) {
   reset();
-  // Capture needs a stream of its own; it starts after what the current stream has queued (the static
-  // inputs' copies) and the current stream waits for it, as torch.cuda.graph does.
-  const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream();
-  const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
-  wait_for(side, current);
-  auto graph = std::make_unique<Graph>();
-  std::string failure;
-  {
-    const c10::cuda::CUDAStreamGuard on_side(side);
-    try {
+  try {
+    // Capture needs a stream of its own; it starts after what the current stream has queued (the static
+    // inputs' copies) and the current stream waits for it, as torch.cuda.graph does.
+    const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream();
+    const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+    wait_for(side, current);
+    auto graph = std::make_unique<Graph>();
+    {
+      const c10::cuda::CUDAStreamGuard on_side(side);
       // A private pool of its own; thread-local mode: only this thread's calls that cannot be captured fail,
       // not a data or checkpoint thread's copies and allocations meanwhile.
       graph->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
@@ -72,23 +72,21 @@ std::string StepGraph::capture(const std::function<void()>& step) {
         step();
       } catch (...) {
         try {
-          graph->graph.capture_end();  // ends the (invalidated) capture, as torch.cuda.graph's exit does
+          graph->graph.capture_end();  // ends the capture, as torch.cuda.graph's exit does; the graph is dropped
         } catch (const std::exception&) {
         }
         throw;
       }
       graph->graph.capture_end();
-    } catch (const std::exception& error) {
-      failure = error.what();
     }
-  }
-  if (!failure.empty()) {
+    wait_for(current, side);
+    graph_ = std::move(graph);
+    return {};
+  } catch (const std::exception& error) {
     (void)cudaGetLastError();  // a refused call during capture is not sticky; clear it for the eager steps
-    return failure.substr(0, failure.find('\n'));
+    const std::string message = error.what();
+    return message.substr(0, message.find('\n'));
   }
-  wait_for(current, side);
-  graph_ = std::move(graph);
-  return {};
 }
 
 void StepGraph::replay() {
