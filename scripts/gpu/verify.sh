@@ -3,14 +3,14 @@
 #   1. what the machine has (GPU, driver, python, torch, nvcc, cmake, the libraries the build needs)
 #   2. installs only what is missing, from the bundle of scripts/gpu/bundle.sh (no network)
 #   3. builds gpucore with its CUDA kernels for this GPU's architecture, and the GoogleTest binary
-#   4. ctest, `gpucore doctor --json`, one torchrun process (NCCL), the host syncs of training steps, the
-#      whole pytest suite (CUDA tests included), `python -m bench all --device cuda` (the training sweep with
+#   4. ctest, `gpucore doctor --json`, one torchrun process (NCCL), the host syncs of training steps, a user's
+#      workflow on the real Fashion-MNIST (scripts/gpu/real_run.py), the whole pytest suite (CUDA tests included), `python -m bench all --device cuda` (the training sweep with
 #      its CUDA-graph and torch.compile rows, ops per step, Grad-CAM, data loading, Fashion-MNIST)
 # Under $OUT (default build/gpu-verify), 8 files: setup.log, build/ctest/pytest/doctor logs (the doctor's
 # holds its JSON), checks.log (torchrun, syncs, benchmarks), bench.json and results.md; the table is printed last.
 #
 #   GPUCORE_BUNDLE  the bundle folder (default .gpu-bundle)    PYTHON  the interpreter (default python3)
-#   GPUCORE_VERIFY_STEPS  the steps to run (default "build ctest pytest doctor ddp syncs bench")
+#   GPUCORE_VERIFY_STEPS  the steps to run (default "build ctest doctor ddp syncs realrun pytest bench")
 #   GPUCORE_PYTEST_ARGS   what pytest runs, instead of tests/python (e.g. "tests/python -k cuda")
 set -uo pipefail
 
@@ -19,7 +19,7 @@ cd "$ROOT"
 OUT=${OUT:-$ROOT/build/gpu-verify}
 BUNDLE=${GPUCORE_BUNDLE:-$ROOT/.gpu-bundle}
 PY=${PYTHON:-python3}
-STEPS=" ${GPUCORE_VERIFY_STEPS:-build ctest pytest doctor ddp syncs bench} "
+STEPS=" ${GPUCORE_VERIFY_STEPS:-build ctest doctor ddp syncs realrun pytest bench} "
 BUILD_DIR=$ROOT/build/gpu
 mkdir -p "$OUT"
 RESULTS=$OUT/results.md
@@ -121,6 +121,8 @@ wants ddp && STEP_LOG=checks step ddp "grep -E 'best_metric|Error'" -- \
   --set device=cuda --set progress=false --set run_dir=/tmp/gpucore-verify-ddp --set data=synthetic_fashion \
   --set "data_kwargs={train_size: 4096, val_size: 512}"
 wants syncs && STEP_LOG=checks step syncs "grep 'per step'" -- "$PY" scripts/gpu/count_syncs.py
+# A user's workflow on the real Fashion-MNIST: transforms, mixup, EMA, cuda_graphs, report, evaluate, export, SegFormer.
+wants realrun && STEP_LOG=checks step realrun "tail -n 1" -- "$PY" scripts/gpu/real_run.py --out /tmp/gpucore-real
 # shellcheck disable=SC2086  # GPUCORE_PYTEST_ARGS is a list of arguments
 wants pytest && step pytest "grep -E '(passed|failed|error)'" -- env OMP_NUM_THREADS=2 \
   "$PY" -m pytest -rfEs --durations=12 "${PYTEST_OPTS[@]}" ${GPUCORE_PYTEST_ARGS:-tests/python}
