@@ -129,9 +129,9 @@ TEST(KernelsAgainstCpu, Augment) {
   Random random(1);
   const std::vector<std::vector<int64_t>> shapes = {{3, 3, 17, 13}, {1, 1, 1, 1}, {0, 3, 8, 8}, {2, 8, 9, 7}};
   for (const at::ScalarType in_type : {at::kByte, at::kFloat}) {
-    for (const auto& [out_type, launch_type] : {std::pair{at::kFloat, cuda::AugmentOut::kFloat32},
-                                                {at::kHalf, cuda::AugmentOut::kFloat16},
-                                                {at::kBFloat16, cuda::AugmentOut::kBFloat16}}) {
+    for (const auto& [out_type, launch_type] : {std::pair{at::kFloat, cuda::KernelDtype::kFloat32},
+                                                {at::kHalf, cuda::KernelDtype::kFloat16},
+                                                {at::kBFloat16, cuda::KernelDtype::kBFloat16}}) {
       for (const auto& shape : shapes) {
         SCOPED_TRACE(shape_name(shape) + " " + c10::toString(in_type) + " to " + c10::toString(out_type));
         const int64_t n = shape[0], channels = shape[1], padding = shape[2] / 3;
@@ -291,10 +291,10 @@ TEST(KernelsAgainstCpu, ColorOps) {
 TEST(KernelsAgainstCpu, Erase) {
   Random random(7);
   const std::vector<std::vector<int64_t>> shapes = {{3, 3, 13, 11}, {1, 1, 1, 1}, {2, 2, 40, 30}, {0, 3, 4, 4}};
-  for (const auto& [dtype, launch_type] : {std::pair{at::kFloat, cuda::EraseType::kFloat32},
-                                           {at::kDouble, cuda::EraseType::kFloat64},
-                                           {at::kHalf, cuda::EraseType::kFloat16},
-                                           {at::kBFloat16, cuda::EraseType::kBFloat16}}) {
+  for (const auto& [dtype, launch_type] : {std::pair{at::kFloat, cuda::KernelDtype::kFloat32},
+                                           {at::kDouble, cuda::KernelDtype::kFloat64},
+                                           {at::kHalf, cuda::KernelDtype::kFloat16},
+                                           {at::kBFloat16, cuda::KernelDtype::kBFloat16}}) {
     for (const bool noise : {false, true}) {
       for (const auto& shape : shapes) {
         SCOPED_TRACE(shape_name(shape) + " " + c10::toString(dtype) + (noise ? " noise" : " fill"));
@@ -332,18 +332,18 @@ TEST(KernelsAgainstCpu, EmaUpdate) {
   const std::vector<std::vector<float>> counter_states = {{5, 1, 0}, {1, 0, 0}, {5, 2, 1}};
   struct Group {
     at::ScalarType dtype;
-    cuda::EmaType type;
+    cuda::KernelDtype type;
     std::vector<int64_t> sizes;
   };
   std::vector<int64_t> full_chunk(cuda::kEmaChunkSize);  // a launch of kEmaChunkSize tensors (grid.y at its most)
   for (size_t i = 0; i < full_chunk.size(); ++i) full_chunk[i] = 1 + static_cast<int64_t>(i) * 13;
   // 300,000 values: more than the 1,024 blocks of 256 threads a tensor gets, so the grid-stride loop goes round.
-  const std::vector<Group> groups = {{at::kFloat, cuda::EmaType::kFloat32, {1, 255, 256, 257, 1000, 300000}},
-                                     {at::kDouble, cuda::EmaType::kFloat64, {3, 700}},
-                                     {at::kHalf, cuda::EmaType::kFloat16, {1, 513}},
-                                     {at::kBFloat16, cuda::EmaType::kBFloat16, full_chunk},
-                                     {at::kLong, cuda::EmaType::kBytes, {1, 33}},
-                                     {at::kByte, cuda::EmaType::kBytes, {7, 300}}};
+  const std::vector<Group> groups = {{at::kFloat, cuda::KernelDtype::kFloat32, {1, 255, 256, 257, 1000, 300000}},
+                                     {at::kDouble, cuda::KernelDtype::kFloat64, {3, 700}},
+                                     {at::kHalf, cuda::KernelDtype::kFloat16, {1, 513}},
+                                     {at::kBFloat16, cuda::KernelDtype::kBFloat16, full_chunk},
+                                     {at::kLong, cuda::KernelDtype::kBytes, {1, 33}},
+                                     {at::kByte, cuda::KernelDtype::kBytes, {7, 300}}};
   for (const auto& counter_values : counter_states) {
     const at::Tensor counters = at::tensor(counter_values);
     for (const Group& group : groups) {
@@ -362,7 +362,7 @@ TEST(KernelsAgainstCpu, EmaUpdate) {
         device_sources.push_back(std::make_unique<DeviceCopy>(sources[i]));
         chunk.averages[i] = device_averages[i]->get();
         chunk.sources[i] = device_sources[i]->get();
-        chunk.sizes[i] = group.type == cuda::EmaType::kBytes ? static_cast<int64_t>(averages[i].nbytes())
+        chunk.sizes[i] = group.type == cuda::KernelDtype::kBytes ? static_cast<int64_t>(averages[i].nbytes())
                                                              : averages[i].numel();
       }
       chunk.count = static_cast<int>(averages.size());
@@ -546,10 +546,10 @@ TEST(KernelsAgainstCpu, MixInputs) {
   // N x C x H x W in both layouts, N x D and N x H x W, one sample (its own partner), none.
   const std::vector<Case> cases = {{{4, 3, 7, 9}, false}, {{3, 3, 5, 6}, true}, {{5, 37}, false},
                                    {{2, 11, 13}, false},  {{1, 2, 3, 3}, false}, {{0, 3, 4, 4}, false}};
-  for (const auto& [dtype, launch_type] : {std::pair{at::kFloat, cuda::MixType::kFloat32},
-                                           {at::kDouble, cuda::MixType::kFloat64},
-                                           {at::kHalf, cuda::MixType::kFloat16},
-                                           {at::kBFloat16, cuda::MixType::kBFloat16}}) {
+  for (const auto& [dtype, launch_type] : {std::pair{at::kFloat, cuda::KernelDtype::kFloat32},
+                                           {at::kDouble, cuda::KernelDtype::kFloat64},
+                                           {at::kHalf, cuda::KernelDtype::kFloat16},
+                                           {at::kBFloat16, cuda::KernelDtype::kBFloat16}}) {
     for (const Case& c : cases) {
       SCOPED_TRACE(shape_name(c.shape) + " " + c10::toString(dtype) + (c.channels_last ? " channels-last" : ""));
       at::Tensor inputs = random.uniform(c.shape, -2.0, 2.0, dtype);
@@ -604,10 +604,10 @@ TEST(KernelsAgainstCpu, AccumulateMetrics) {
   // Classification, segmentation (N x C x H x W), rows past a block, one sample, none, loss and count only.
   const std::vector<Case> cases = {{{37, 5}, true}, {{3, 4, 7, 9}, true}, {{300, 3}, true},
                                    {{1, 1}, true},  {{0, 6}, true},       {{9, 5}, false}};
-  for (const auto& [dtype, launch_type] : {std::pair{at::kFloat, cuda::OutputType::kFloat32},
-                                           {at::kDouble, cuda::OutputType::kFloat64},
-                                           {at::kHalf, cuda::OutputType::kFloat16},
-                                           {at::kBFloat16, cuda::OutputType::kBFloat16}}) {
+  for (const auto& [dtype, launch_type] : {std::pair{at::kFloat, cuda::KernelDtype::kFloat32},
+                                           {at::kDouble, cuda::KernelDtype::kFloat64},
+                                           {at::kHalf, cuda::KernelDtype::kFloat16},
+                                           {at::kBFloat16, cuda::KernelDtype::kBFloat16}}) {
     for (const int64_t top_k : {0, 1, 3}) {
       for (const Case& c : cases) {
         SCOPED_TRACE(shape_name(c.output_shape) + " " + c10::toString(dtype) + " top " + std::to_string(top_k) +
