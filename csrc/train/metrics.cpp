@@ -10,6 +10,9 @@
 #include <ATen/ops/stack.h>
 #include <ATen/ops/zeros.h>
 
+#include <functional>
+#include <optional>
+
 #include "ops/train_step.h"
 
 namespace gpucore {
@@ -93,24 +96,60 @@ void MetricTracker::update(const at::Tensor& output, const at::Tensor& target, c
   sums_.add_(at::stack(add));
 }
 
-std::vector<std::string> reported_metrics(const LossConfig& loss, int64_t top_k) {
-  std::vector<std::string> names{"loss"};
+namespace {
+
+// A metric read() reports: its name, and its value from the host sums, or none when the batches gave it nothing
+// to count (no labels for accuracy, no output with more than top_k classes for top-k). Every name lives here, so
+// reported_metrics and read() cannot disagree.
+struct Metric {
+  std::string name;
+  std::function<std::optional<double>(const double* s, bool top_k_computed)> value;
+};
+
+// num / den where the sums counted something (den > 0), else `empty`.
+std::function<std::optional<double>(const double*, bool)> share(Slot num, Slot den,
+                                                                  std::optional<double> empty = std::nullopt) {
+  return [=](const double* s, bool) { return s[den] > 0 ? std::optional<double>(s[num] / s[den]) : empty; };
+}
+
+std::vector<Metric> metrics_of(const LossConfig& loss, int64_t top_k) {
+  std::vector<Metric> metrics{{"loss", share(kLossSum, kCount)}};
   switch (loss.kind) {
     case LossKind::kCrossEntropy:
-      names.push_back("accuracy");
-      if (top_k > 0) names.push_back("top" + std::to_string(top_k) + "_accuracy");
+      metrics.push_back({"accuracy", share(kCorrect, kAccTotal)});  // soft labels: none
+      if (top_k > 0) {
+        metrics.push_back({"top" + std::to_string(top_k) + "_accuracy", [](const double* s, bool computed) {
+                             return computed ? std::optional<double>(s[kCorrectTopK] / s[kCount]) : std::nullopt;
+                           }});
+      }
       break;
     case LossKind::kCTC:
-      names.push_back("seq_accuracy");
+      metrics.push_back({"seq_accuracy", share(kSeqCorrect, kCount)});
       break;
     case LossKind::kMultiLabelSoftMargin:
-      if (loss.heads > 0) names.insert(names.end(), {"char_accuracy", "seq_accuracy"});
+      if (loss.heads > 0) {
+        metrics.push_back({"char_accuracy", share(kCharCorrect, kCharTotal)});
+        metrics.push_back({"seq_accuracy", [](const double* s, bool) {
+                             return s[kCharTotal] > 0 ? std::optional<double>(s[kSeqCorrect] / s[kCount])
+                                                      : std::nullopt;
+                           }});
+      }
       break;
     case LossKind::kBCEWithLogits:
     case LossKind::kDiceBCE:
-      names.insert(names.end(), {"accuracy", "iou", "dice"});  // accuracy: of the labels or pixels
+      metrics.push_back({"accuracy", share(kCorrect, kAccTotal)});  // of the labels or pixels
+      metrics.push_back({"iou", share(kInter, kUnion, 1.0)});      // nothing predicted or true: a perfect 1
+      metrics.push_back({"dice", share(kDiceNum, kDiceDen, 1.0)});
       break;
   }
+  return metrics;
+}
+
+}  // namespace
+
+std::vector<std::string> reported_metrics(const LossConfig& loss, int64_t top_k) {
+  std::vector<std::string> names;
+  for (const Metric& metric : metrics_of(loss, top_k)) names.push_back(metric.name);
   return names;
 }
 
@@ -119,20 +158,8 @@ std::map<std::string, double> MetricTracker::read() const {
   const double* s = host.data_ptr<double>();
   std::map<std::string, double> metrics;
   if (s[kCount] == 0) return metrics;
-  metrics["loss"] = s[kLossSum] / s[kCount];
-  if (s[kAccTotal] > 0) metrics["accuracy"] = s[kCorrect] / s[kAccTotal];
-  if (top_k_computed_) {
-    metrics["top" + std::to_string(top_k_) + "_accuracy"] = s[kCorrectTopK] / s[kCount];
-  }
-  if (loss_.kind == LossKind::kCTC) {
-    metrics["seq_accuracy"] = s[kSeqCorrect] / s[kCount];
-  } else if (s[kCharTotal] > 0) {
-    metrics["char_accuracy"] = s[kCharCorrect] / s[kCharTotal];
-    metrics["seq_accuracy"] = s[kSeqCorrect] / s[kCount];
-  }
-  if (loss_.kind == LossKind::kBCEWithLogits || loss_.kind == LossKind::kDiceBCE) {
-    metrics["iou"] = s[kUnion] > 0 ? s[kInter] / s[kUnion] : 1.0;
-    metrics["dice"] = s[kDiceDen] > 0 ? s[kDiceNum] / s[kDiceDen] : 1.0;
+  for (const Metric& metric : metrics_of(loss_, top_k_)) {
+    if (const std::optional<double> value = metric.value(s, top_k_computed_)) metrics[metric.name] = *value;
   }
   return metrics;
 }

@@ -188,7 +188,7 @@ TEST(CudaEmulator, ColorAndEraseKernelsCheckTheirValuesInReleaseBuilds) {
   std::vector<float> images(2 * 4 * 4);
   const std::vector<int64_t> boxes = {0, 0, 4, 4, 2, 1, 3, 2};  // the second box reaches past the bottom
   const std::vector<float> fill = {1.0f, 2.0f};
-  gpucore::ops::cuda::launch_erase(images.data(), gpucore::ops::cuda::EraseType::kFloat32, boxes.data(), fill.data(),
+  gpucore::ops::cuda::launch_erase(images.data(), gpucore::ops::cuda::KernelDtype::kFloat32, boxes.data(), fill.data(),
                                    nullptr, 2, 1, 4, 4, nullptr);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorAssert);
 }

@@ -20,6 +20,8 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "gpucore/train/schedule.h"
@@ -31,6 +33,7 @@
 #include "ops/cuda/color_kernels.h"
 #include "ops/cuda/ema_kernels.h"
 #include "ops/cuda/geometry_kernels.h"
+#include "ops/cuda/kernel_launch_check.h"
 #include "ops/cuda/mixup_kernels.h"
 #include "ops/cuda/train_step_kernels.h"
 #include "ops/ema.h"
@@ -117,6 +120,19 @@ class Random {
   at::Generator generator_;
 };
 
+// A test's dtypes: a tensor's, and the one its launcher takes (as kernel_dtype maps it).
+using DtypePairs = std::vector<std::pair<at::ScalarType, cuda::KernelDtype>>;
+
+// A launcher's test runs every dtype its header lists (KernelDtypes<...>::values), each as kernel_dtype maps it.
+void expect_every_listed_dtype(const DtypePairs& tested, c10::ArrayRef<cuda::KernelDtype> listed) {
+  std::set<cuda::KernelDtype> launched;
+  for (const auto& [dtype, launch_type] : tested) {
+    launched.insert(launch_type);
+    EXPECT_EQ(kernel_dtype(dtype, listed, "op", "input"), launch_type) << dtype;
+  }
+  EXPECT_EQ(launched, std::set<cuda::KernelDtype>(listed.begin(), listed.end()));
+}
+
 std::string shape_name(at::IntArrayRef sizes) {
   std::ostringstream out;
   out << sizes;
@@ -128,10 +144,12 @@ std::string shape_name(at::IntArrayRef sizes) {
 TEST(KernelsAgainstCpu, Augment) {
   Random random(1);
   const std::vector<std::vector<int64_t>> shapes = {{3, 3, 17, 13}, {1, 1, 1, 1}, {0, 3, 8, 8}, {2, 8, 9, 7}};
+  const DtypePairs out_types = {{at::kFloat, cuda::KernelDtype::kFloat32},
+                                {at::kHalf, cuda::KernelDtype::kFloat16},
+                                {at::kBFloat16, cuda::KernelDtype::kBFloat16}};
+  expect_every_listed_dtype(out_types, cuda::AugmentOutDtypes::values);
   for (const at::ScalarType in_type : {at::kByte, at::kFloat}) {
-    for (const auto& [out_type, launch_type] : {std::pair{at::kFloat, cuda::AugmentOut::kFloat32},
-                                                {at::kHalf, cuda::AugmentOut::kFloat16},
-                                                {at::kBFloat16, cuda::AugmentOut::kBFloat16}}) {
+    for (const auto& [out_type, launch_type] : out_types) {
       for (const auto& shape : shapes) {
         SCOPED_TRACE(shape_name(shape) + " " + c10::toString(in_type) + " to " + c10::toString(out_type));
         const int64_t n = shape[0], channels = shape[1], padding = shape[2] / 3;
@@ -291,10 +309,12 @@ TEST(KernelsAgainstCpu, ColorOps) {
 TEST(KernelsAgainstCpu, Erase) {
   Random random(7);
   const std::vector<std::vector<int64_t>> shapes = {{3, 3, 13, 11}, {1, 1, 1, 1}, {2, 2, 40, 30}, {0, 3, 4, 4}};
-  for (const auto& [dtype, launch_type] : {std::pair{at::kFloat, cuda::EraseType::kFloat32},
-                                           {at::kDouble, cuda::EraseType::kFloat64},
-                                           {at::kHalf, cuda::EraseType::kFloat16},
-                                           {at::kBFloat16, cuda::EraseType::kBFloat16}}) {
+  const DtypePairs dtypes = {{at::kFloat, cuda::KernelDtype::kFloat32},
+                             {at::kDouble, cuda::KernelDtype::kFloat64},
+                             {at::kHalf, cuda::KernelDtype::kFloat16},
+                             {at::kBFloat16, cuda::KernelDtype::kBFloat16}};
+  expect_every_listed_dtype(dtypes, cuda::EraseDtypes::values);
+  for (const auto& [dtype, launch_type] : dtypes) {
     for (const bool noise : {false, true}) {
       for (const auto& shape : shapes) {
         SCOPED_TRACE(shape_name(shape) + " " + c10::toString(dtype) + (noise ? " noise" : " fill"));
@@ -332,18 +352,21 @@ TEST(KernelsAgainstCpu, EmaUpdate) {
   const std::vector<std::vector<float>> counter_states = {{5, 1, 0}, {1, 0, 0}, {5, 2, 1}};
   struct Group {
     at::ScalarType dtype;
-    cuda::EmaType type;
+    cuda::KernelDtype type;
     std::vector<int64_t> sizes;
   };
   std::vector<int64_t> full_chunk(cuda::kEmaChunkSize);  // a launch of kEmaChunkSize tensors (grid.y at its most)
   for (size_t i = 0; i < full_chunk.size(); ++i) full_chunk[i] = 1 + static_cast<int64_t>(i) * 13;
   // 300,000 values: more than the 1,024 blocks of 256 threads a tensor gets, so the grid-stride loop goes round.
-  const std::vector<Group> groups = {{at::kFloat, cuda::EmaType::kFloat32, {1, 255, 256, 257, 1000, 300000}},
-                                     {at::kDouble, cuda::EmaType::kFloat64, {3, 700}},
-                                     {at::kHalf, cuda::EmaType::kFloat16, {1, 513}},
-                                     {at::kBFloat16, cuda::EmaType::kBFloat16, full_chunk},
-                                     {at::kLong, cuda::EmaType::kBytes, {1, 33}},
-                                     {at::kByte, cuda::EmaType::kBytes, {7, 300}}};
+  const std::vector<Group> groups = {{at::kFloat, cuda::KernelDtype::kFloat32, {1, 255, 256, 257, 1000, 300000}},
+                                     {at::kDouble, cuda::KernelDtype::kFloat64, {3, 700}},
+                                     {at::kHalf, cuda::KernelDtype::kFloat16, {1, 513}},
+                                     {at::kBFloat16, cuda::KernelDtype::kBFloat16, full_chunk},
+                                     {at::kLong, cuda::KernelDtype::kBytes, {1, 33}},
+                                     {at::kByte, cuda::KernelDtype::kBytes, {7, 300}}};
+  DtypePairs dtypes;
+  for (const Group& group : groups) dtypes.emplace_back(group.dtype, group.type);
+  expect_every_listed_dtype(dtypes, cuda::EmaDtypes::values);
   for (const auto& counter_values : counter_states) {
     const at::Tensor counters = at::tensor(counter_values);
     for (const Group& group : groups) {
@@ -362,7 +385,7 @@ TEST(KernelsAgainstCpu, EmaUpdate) {
         device_sources.push_back(std::make_unique<DeviceCopy>(sources[i]));
         chunk.averages[i] = device_averages[i]->get();
         chunk.sources[i] = device_sources[i]->get();
-        chunk.sizes[i] = group.type == cuda::EmaType::kBytes ? static_cast<int64_t>(averages[i].nbytes())
+        chunk.sizes[i] = group.type == cuda::KernelDtype::kBytes ? static_cast<int64_t>(averages[i].nbytes())
                                                              : averages[i].numel();
       }
       chunk.count = static_cast<int>(averages.size());
@@ -546,10 +569,12 @@ TEST(KernelsAgainstCpu, MixInputs) {
   // N x C x H x W in both layouts, N x D and N x H x W, one sample (its own partner), none.
   const std::vector<Case> cases = {{{4, 3, 7, 9}, false}, {{3, 3, 5, 6}, true}, {{5, 37}, false},
                                    {{2, 11, 13}, false},  {{1, 2, 3, 3}, false}, {{0, 3, 4, 4}, false}};
-  for (const auto& [dtype, launch_type] : {std::pair{at::kFloat, cuda::MixType::kFloat32},
-                                           {at::kDouble, cuda::MixType::kFloat64},
-                                           {at::kHalf, cuda::MixType::kFloat16},
-                                           {at::kBFloat16, cuda::MixType::kBFloat16}}) {
+  const DtypePairs dtypes = {{at::kFloat, cuda::KernelDtype::kFloat32},
+                             {at::kDouble, cuda::KernelDtype::kFloat64},
+                             {at::kHalf, cuda::KernelDtype::kFloat16},
+                             {at::kBFloat16, cuda::KernelDtype::kBFloat16}};
+  expect_every_listed_dtype(dtypes, cuda::MixDtypes::values);
+  for (const auto& [dtype, launch_type] : dtypes) {
     for (const Case& c : cases) {
       SCOPED_TRACE(shape_name(c.shape) + " " + c10::toString(dtype) + (c.channels_last ? " channels-last" : ""));
       at::Tensor inputs = random.uniform(c.shape, -2.0, 2.0, dtype);
@@ -604,10 +629,12 @@ TEST(KernelsAgainstCpu, AccumulateMetrics) {
   // Classification, segmentation (N x C x H x W), rows past a block, one sample, none, loss and count only.
   const std::vector<Case> cases = {{{37, 5}, true}, {{3, 4, 7, 9}, true}, {{300, 3}, true},
                                    {{1, 1}, true},  {{0, 6}, true},       {{9, 5}, false}};
-  for (const auto& [dtype, launch_type] : {std::pair{at::kFloat, cuda::OutputType::kFloat32},
-                                           {at::kDouble, cuda::OutputType::kFloat64},
-                                           {at::kHalf, cuda::OutputType::kFloat16},
-                                           {at::kBFloat16, cuda::OutputType::kBFloat16}}) {
+  const DtypePairs dtypes = {{at::kFloat, cuda::KernelDtype::kFloat32},
+                             {at::kDouble, cuda::KernelDtype::kFloat64},
+                             {at::kHalf, cuda::KernelDtype::kFloat16},
+                             {at::kBFloat16, cuda::KernelDtype::kBFloat16}};
+  expect_every_listed_dtype(dtypes, cuda::MetricsOutputDtypes::values);
+  for (const auto& [dtype, launch_type] : dtypes) {
     for (const int64_t top_k : {0, 1, 3}) {
       for (const Case& c : cases) {
         SCOPED_TRACE(shape_name(c.output_shape) + " " + c10::toString(dtype) + " top " + std::to_string(top_k) +
@@ -684,6 +711,57 @@ TEST(KernelsAgainstCpu, LearningRate) {
       expect_bitwise_equal(device_lr.host(), lr);
     }
   }
+}
+
+// ---- the kernels' dtypes ------------------------------------------------------------------------------------
+
+// What KernelDtypes<...>::dispatch called: the element type's size and whether it is a float, or nothing.
+template <typename Dtypes>
+std::vector<std::pair<size_t, bool>> dispatched(cuda::KernelDtype dtype) {
+  std::vector<std::pair<size_t, bool>> calls;
+  Dtypes::dispatch(dtype, [&](auto element) {
+    using T = typename decltype(element)::type;
+    calls.emplace_back(sizeof(T), std::is_floating_point_v<T>);
+  });
+  return calls;
+}
+
+TEST(KernelDtypes, DispatchCallsOnceWithTheElementTypeOfAListedDtype) {
+  using Calls = std::vector<std::pair<size_t, bool>>;
+  static_assert(std::is_same_v<cuda::KernelElement<cuda::KernelDtype::kFloat16>::type, __half>);
+  static_assert(std::is_same_v<cuda::KernelElement<cuda::KernelDtype::kBFloat16>::type, __nv_bfloat16>);
+  EXPECT_EQ(dispatched<cuda::EmaDtypes>(cuda::KernelDtype::kFloat32), (Calls{{4, true}}));
+  EXPECT_EQ(dispatched<cuda::EmaDtypes>(cuda::KernelDtype::kFloat64), (Calls{{8, true}}));
+  EXPECT_EQ(dispatched<cuda::EmaDtypes>(cuda::KernelDtype::kFloat16), (Calls{{2, false}}));
+  EXPECT_EQ(dispatched<cuda::EmaDtypes>(cuda::KernelDtype::kBFloat16), (Calls{{2, false}}));
+  EXPECT_EQ(dispatched<cuda::EmaDtypes>(cuda::KernelDtype::kBytes), (Calls{{1, false}}));
+  // A dtype the list lacks calls nothing (the launcher's callers refused it with kernel_dtype).
+  EXPECT_EQ(dispatched<cuda::AugmentOutDtypes>(cuda::KernelDtype::kFloat64), Calls{});
+  EXPECT_EQ(dispatched<cuda::FloatingKernelDtypes>(cuda::KernelDtype::kBytes), Calls{});
+}
+
+std::string kernel_dtype_error(at::ScalarType dtype, c10::ArrayRef<cuda::KernelDtype> valid) {
+  try {
+    kernel_dtype(dtype, valid, "some_op", "images");
+  } catch (const c10::Error& error) {
+    return error.what_without_backtrace();
+  }
+  return "no error";
+}
+
+TEST(KernelDtypes, KernelDtypeMapsScalarTypesAndNamesTheOpAndTheValidDtypesOtherwise) {
+  EXPECT_EQ(kernel_dtype(at::kHalf, cuda::FloatingKernelDtypes::values, "op", "x"), cuda::KernelDtype::kFloat16);
+  EXPECT_EQ(kernel_dtype(at::kLong, cuda::EmaDtypes::values, "op", "x"), cuda::KernelDtype::kBytes);
+  EXPECT_EQ(kernel_dtype(at::kBool, cuda::EmaDtypes::values, "op", "x"), cuda::KernelDtype::kBytes);
+  EXPECT_EQ(kernel_dtype(at::kComplexFloat, cuda::EmaDtypes::values, "op", "x"), cuda::KernelDtype::kBytes);
+  EXPECT_EQ(kernel_dtype_error(at::kInt, cuda::FloatingKernelDtypes::values),
+            "some_op on CUDA: images must be float32, float64, float16 or bfloat16, got Int");
+  EXPECT_EQ(kernel_dtype_error(at::kDouble, cuda::AugmentOutDtypes::values),
+            "some_op on CUDA: images must be float32, float16 or bfloat16, got Double");
+  // A floating-point dtype no kernel computes in is not copied as bytes either.
+  EXPECT_EQ(kernel_dtype_error(at::kFloat8_e4m3fn, cuda::EmaDtypes::values),
+            "some_op on CUDA: images must be float32, float64, float16, bfloat16 or any dtype that is not "
+            "floating-point (copied as bytes), got Float8_e4m3fn");
 }
 
 // ---- every launcher is tested ---------------------------------------------------------------------------------

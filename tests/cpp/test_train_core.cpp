@@ -1,12 +1,17 @@
-// The training core without Python: schedules, loss scaling, the fused optimizer's skip, batches.
+// The training core without Python: schedules, loss scaling, the fused optimizer's skip, batches, metrics.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+
+#include <map>
+#include <string>
+#include <vector>
 
 #include "gpucore/batches/batches.h"
 #include "gpucore/errors.h"
 #include "gpucore/train/engine.h"
 #include "gpucore/train/grad_scaler.h"
+#include "gpucore/train/metrics.h"
 #include "gpucore/train/optimizer.h"
 #include "gpucore/train/schedule.h"
 #include "gpucore/train/step_graph.h"
@@ -209,6 +214,121 @@ TEST(Engine, AccumulationEqualsOneBigBatchWithoutPython) {
     return w.detach();
   };
   EXPECT_LE((run(16, 4) - run(64, 1)).abs().max().item<float>(), 1e-6);
+}
+
+
+// ---- metrics ------------------------------------------------------------------------------------------------
+
+LossConfig loss_of(LossKind kind, int64_t heads = 0) {
+  LossConfig loss;
+  loss.kind = kind;
+  loss.heads = heads;
+  return loss;
+}
+
+// The names of a read.
+std::vector<std::string> names_of(const std::map<std::string, double>& metrics) {
+  std::vector<std::string> names;
+  for (const auto& [name, value] : metrics) names.push_back(name);
+  return names;
+}
+
+std::vector<std::string> sorted(std::vector<std::string> names) {
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+double share_of(const at::Tensor& hits) { return hits.to(at::kDouble).mean().item<double>(); }
+
+// Two batches of 6 and 3 samples (the loss a weighted mean of theirs) through a tracker; read() against the
+// reported names and against each value computed here from the outputs.
+struct TrackedRun {
+  std::map<std::string, double> metrics;
+  at::Tensor output, target;  // both batches, concatenated
+};
+
+TrackedRun track(const LossConfig& loss, int64_t top_k, const at::Tensor& output, const at::Tensor& target) {
+  MetricTracker tracker(loss, top_k, at::kCPU);
+  EXPECT_TRUE(tracker.read().empty()) << "nothing counted yet";
+  tracker.update(output.slice(0, 0, 6), target.slice(0, 0, 6), at::scalar_tensor(0.5, at::kFloat));
+  tracker.update(output.slice(0, 6), target.slice(0, 6), at::scalar_tensor(1.25, at::kFloat));
+  const std::map<std::string, double> metrics = tracker.read();
+  EXPECT_DOUBLE_EQ(metrics.at("loss"), (0.5 * 6 + 1.25 * 3) / 9);
+  tracker.reset();
+  EXPECT_TRUE(tracker.read().empty()) << "after reset";
+  return {metrics, output, target};
+}
+
+TEST(MetricTracker, ReadReportsExactlyTheReportedNamesWithTheirValues) {
+  at::manual_seed(3);
+  for (const int64_t top_k : {0, 1, 3}) {
+    SCOPED_TRACE("cross_entropy top " + std::to_string(top_k));
+    const LossConfig loss = loss_of(LossKind::kCrossEntropy);
+    const TrackedRun run = track(loss, top_k, at::randn({9, 5}), at::randint(0, 5, {9}));
+    EXPECT_EQ(names_of(run.metrics), sorted(reported_metrics(loss, top_k)));
+    EXPECT_DOUBLE_EQ(run.metrics.at("accuracy"), share_of(run.output.argmax(1) == run.target));
+    if (top_k > 0) {
+      const at::Tensor in_top_k = (std::get<1>(run.output.topk(top_k)) == run.target.unsqueeze(1)).any(1);
+      EXPECT_DOUBLE_EQ(run.metrics.at("top" + std::to_string(top_k) + "_accuracy"), share_of(in_top_k));
+    }
+  }
+  {
+    SCOPED_TRACE("ctc");
+    const LossConfig loss = loss_of(LossKind::kCTC);
+    // Greedy paths over 5 steps (repeats collapse, blank 0 dropped) and targets padded with -1: 6 of 9 right.
+    const std::vector<std::vector<int64_t>> paths = {{1, 1, 0, 2, 2}, {3, 0, 3, 0, 0}, {0, 0, 0, 0, 0},
+                                                     {1, 2, 3, 3, 3}, {2, 0, 0, 0, 1}, {4, 4, 4, 4, 4},
+                                                     {1, 1, 0, 2, 2}, {3, 0, 3, 0, 0}, {2, 2, 2, 2, 2}};
+    const at::Tensor target = at::tensor({1, 2, -1, 3, 3, -1, 1, -1, -1, 1, 2, 3, 2, 1, -1, 4, -1, -1,
+                                          1, 2, -1, 3, -1, -1, 2, 2, -1}, at::kLong).reshape({9, 3});
+    at::Tensor output = at::zeros({9, 5, 5});
+    for (int64_t i = 0; i < 9; ++i) {
+      for (int64_t t = 0; t < 5; ++t) output[i][t][paths[i][t]] = 1.0;
+    }
+    const TrackedRun run = track(loss, 0, output, target);
+    EXPECT_EQ(names_of(run.metrics), sorted(reported_metrics(loss, 0)));
+    EXPECT_DOUBLE_EQ(run.metrics.at("seq_accuracy"), 6.0 / 9);  // wrong: samples 2 (empty), 7 ([3, 3]), 8 ([2])
+  }
+  {
+    SCOPED_TRACE("multilabel_soft_margin, 3 heads of 4 classes");
+    const LossConfig loss = loss_of(LossKind::kMultiLabelSoftMargin, 3);
+    const TrackedRun run = track(loss, 0, at::randn({9, 12}), at::randint(0, 4, {9, 3}));
+    EXPECT_EQ(names_of(run.metrics), sorted(reported_metrics(loss, 0)));
+    const at::Tensor hits = run.output.reshape({9, 3, 4}).argmax(-1) == run.target;
+    EXPECT_DOUBLE_EQ(run.metrics.at("char_accuracy"), share_of(hits));
+    EXPECT_DOUBLE_EQ(run.metrics.at("seq_accuracy"), share_of(hits.all(1)));
+  }
+  for (const LossKind kind : {LossKind::kBCEWithLogits, LossKind::kDiceBCE}) {
+    SCOPED_TRACE(to_string(kind));
+    const LossConfig loss = loss_of(kind);
+    const TrackedRun run = track(loss, 3, at::randn({9, 1, 4, 4}), (at::rand({9, 1, 4, 4}) > 0.5).to(at::kFloat));
+    EXPECT_EQ(names_of(run.metrics), sorted(reported_metrics(loss, 3)));
+    const at::Tensor predicted = run.output > 0, truth = run.target > 0.5;
+    const double inter = (predicted & truth).sum().item<double>();
+    EXPECT_DOUBLE_EQ(run.metrics.at("accuracy"), share_of(predicted == truth));
+    EXPECT_DOUBLE_EQ(run.metrics.at("iou"), inter / (predicted | truth).sum().item<double>());
+    EXPECT_DOUBLE_EQ(run.metrics.at("dice"), 2 * inter / (predicted.sum() + truth.sum()).item<double>());
+  }
+}
+
+// What reported_metrics lists is what read() may report: a metric the batches gave nothing to count is left out.
+TEST(MetricTracker, ReadLeavesOutWhatTheBatchesCouldNotCount) {
+  at::manual_seed(4);
+  // Top-5 of 5 classes: not computed.
+  EXPECT_EQ(names_of(track(loss_of(LossKind::kCrossEntropy), 5, at::randn({9, 5}), at::randint(0, 5, {9})).metrics),
+            (std::vector<std::string>{"accuracy", "loss"}));
+  // Soft labels: no accuracy.
+  EXPECT_EQ(names_of(track(loss_of(LossKind::kCrossEntropy), 3, at::randn({9, 5}), at::rand({9, 5})).metrics),
+            (std::vector<std::string>{"loss"}));
+  // Multi-label without heads: the loss only, as listed.
+  const LossConfig no_heads = loss_of(LossKind::kMultiLabelSoftMargin);
+  EXPECT_EQ(names_of(track(no_heads, 0, at::randn({9, 6}), (at::rand({9, 6}) > 0.5).to(at::kFloat)).metrics),
+            reported_metrics(no_heads, 0));
+  // Nothing predicted and nothing true: IoU and Dice of an empty mask are 1.
+  const TrackedRun empty = track(loss_of(LossKind::kDiceBCE), 0, -at::rand({9, 1, 4, 4}) - 1, at::zeros({9, 1, 4, 4}));
+  EXPECT_EQ(empty.metrics.at("iou"), 1.0);
+  EXPECT_EQ(empty.metrics.at("dice"), 1.0);
+  EXPECT_EQ(empty.metrics.at("accuracy"), 1.0);
 }
 
 }  // namespace

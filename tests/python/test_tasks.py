@@ -144,9 +144,10 @@ def test_segmentation_agrees_with_the_engine():
 ])
 def test_a_tasks_table_of_metrics_is_what_the_engine_reports(loss, heads, output, target, primary):
     task = task_for(loss, heads)
-    reported = engine_metrics(task, output, target, top_k=3)
-    assert sorted(metric.name for metric in task.metrics(3)) == sorted(reported)
+    for top_k in (0, 3):  # the top-k accuracy listed and reported only when asked for (cross_entropy)
+        reported = engine_metrics(task, output, target, top_k=top_k)
+        assert sorted(metric.name for metric in task.metrics(top_k)) == sorted(reported)
+        assert {metric.name: metric.mode for metric in task.metrics(top_k)} == \
+            {name: "min" if name == "loss" else "max" for name in reported}
     assert task.primary_metric == primary
-    assert {metric.name: metric.mode for metric in task.metrics(3)} == \
-        {name: "min" if name == "loss" else "max" for name in reported}
     assert task.metric_modes(3, ("train", "val"))["val_loss"] == "min"

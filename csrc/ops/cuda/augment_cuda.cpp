@@ -29,11 +29,8 @@ at::Tensor augment_cuda(const at::Tensor& images, const at::Tensor& offsets, con
   const bool is_uint8 = images.scalar_type() == at::kByte;
   const at::Tensor in = is_uint8 ? images.contiguous() : float_contiguous(images);
   const at::Tensor off = offsets.contiguous(), flip = flips.contiguous();
-  TORCH_CHECK(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16,
-              "augment on CUDA writes float32, float16 or bfloat16, got ", dtype);
-  const cuda::AugmentOut out_type = dtype == at::kFloat  ? cuda::AugmentOut::kFloat32
-                                    : dtype == at::kHalf ? cuda::AugmentOut::kFloat16
-                                                         : cuda::AugmentOut::kBFloat16;
+  const cuda::KernelDtype out_type =
+      kernel_dtype(dtype, cuda::AugmentOutDtypes::values, "augment", "the output dtype");
   at::Tensor out = at::empty(images.sizes(), images.options().dtype(dtype));
   cuda::launch_augment(in.data_ptr(), is_uint8, off.data_ptr<int64_t>(), flip.data_ptr<bool>(), out.data_ptr(), out_type,
                        in.size(0), in.size(1), in.size(2), in.size(3), padding, affine,

@@ -43,19 +43,14 @@ void launch_for(const void* images, bool is_uint8, const int64_t* offsets, const
 }  // namespace
 
 void launch_augment(const void* images, bool is_uint8, const int64_t* offsets, const bool* flips, void* out,
-                    AugmentOut out_type, int64_t n, int64_t channels, int64_t h, int64_t w, int64_t padding,
+                    KernelDtype out_type, int64_t n, int64_t channels, int64_t h, int64_t w, int64_t padding,
                     ChannelAffine affine, cudaStream_t stream) {
   const int64_t total = n * channels * h * w;
   if (total == 0) return;
-  switch (out_type) {
-    case AugmentOut::kFloat32:
-      return launch_for<float>(images, is_uint8, offsets, flips, out, total, channels, h, w, padding, affine, stream);
-    case AugmentOut::kFloat16:
-      return launch_for<__half>(images, is_uint8, offsets, flips, out, total, channels, h, w, padding, affine, stream);
-    case AugmentOut::kBFloat16:
-      return launch_for<__nv_bfloat16>(images, is_uint8, offsets, flips, out, total, channels, h, w, padding, affine,
-                                       stream);
-  }
+  AugmentOutDtypes::dispatch(out_type, [&](auto element) {
+    launch_for<typename decltype(element)::type>(images, is_uint8, offsets, flips, out, total, channels, h, w, padding,
+                                                 affine, stream);
+  });
 }
 
 }  // namespace gpucore::ops::cuda

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "ops/cuda/kernel_dtype.h"
+
 namespace gpucore::ops::cuda {
 
 constexpr int kAugmentMaxChannels = 8;
@@ -13,12 +15,12 @@ struct ChannelAffine {
   float shift[kAugmentMaxChannels];
 };
 
-enum class AugmentOut { kFloat32, kFloat16, kBFloat16 };
+using AugmentOutDtypes = KernelDtypes<KernelDtype::kFloat32, KernelDtype::kFloat16, KernelDtype::kBFloat16>;
 
-// images: uint8 (is_uint8) or float32 N x C x H x W contiguous; out: `out_type`, same shape (computed in
-// float32, rounded to nearest even once).
+// images: uint8 (is_uint8) or float32 N x C x H x W contiguous; out: `out_type` (one of AugmentOutDtypes),
+// same shape (computed in float32, rounded to nearest even once).
 void launch_augment(const void* images, bool is_uint8, const int64_t* offsets, const bool* flips, void* out,
-                    AugmentOut out_type, int64_t n,
+                    KernelDtype out_type, int64_t n,
                     int64_t channels, int64_t h, int64_t w, int64_t padding, ChannelAffine affine, cudaStream_t stream);
 
 }  // namespace gpucore::ops::cuda

@@ -26,21 +26,6 @@ at::Tensor color_ops_cuda(const at::Tensor& images, const at::Tensor& codes, con
   return out;
 }
 
-cuda::EraseType erase_type(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kFloat:
-      return cuda::EraseType::kFloat32;
-    case at::kDouble:
-      return cuda::EraseType::kFloat64;
-    case at::kHalf:
-      return cuda::EraseType::kFloat16;
-    case at::kBFloat16:
-      return cuda::EraseType::kBFloat16;
-    default:
-      TORCH_CHECK(false, "erase on CUDA: images must be float32, float64, float16 or bfloat16, got ", dtype);
-  }
-}
-
 at::Tensor erase_cuda(const at::Tensor& images, const at::Tensor& boxes, const std::optional<at::Tensor>& fill,
                       const std::optional<at::Tensor>& noise_seeds) {
   check_erase_inputs(images, boxes, fill, noise_seeds);
@@ -49,7 +34,8 @@ at::Tensor erase_cuda(const at::Tensor& images, const at::Tensor& boxes, const s
   const at::Tensor box = boxes.contiguous();
   const at::Tensor fill_values = fill ? fill->contiguous() : at::Tensor();
   const at::Tensor seeds = noise_seeds ? noise_seeds->contiguous() : at::Tensor();
-  cuda::launch_erase(out.data_ptr(), erase_type(out.scalar_type()), box.data_ptr<int64_t>(),
+  const cuda::KernelDtype type = kernel_dtype(out.scalar_type(), cuda::EraseDtypes::values, "erase", "images");
+  cuda::launch_erase(out.data_ptr(), type, box.data_ptr<int64_t>(),
                      fill ? fill_values.data_ptr<float>() : nullptr, noise_seeds ? seeds.data_ptr<int64_t>() : nullptr,
                      out.size(0), out.size(1), out.size(2), out.size(3), c10::cuda::getCurrentCUDAStream().stream());
   check_kernel_launch("gpucore::erase");

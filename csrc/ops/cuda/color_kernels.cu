@@ -174,19 +174,12 @@ void launch_color_ops(uint8_t* images, uint8_t* scratch, const int64_t* codes, c
                  steps, channels, h, w);
 }
 
-void launch_erase(void* images, EraseType type, const int64_t* boxes, const float* fill, const int64_t* noise_seeds,
+void launch_erase(void* images, KernelDtype type, const int64_t* boxes, const float* fill, const int64_t* noise_seeds,
                   int64_t n, int64_t channels, int64_t h, int64_t w, cudaStream_t stream) {
   if (n == 0) return;
-  switch (type) {
-    case EraseType::kFloat32:
-      return launch_erase_for<float>(images, boxes, fill, noise_seeds, n, channels, h, w, stream);
-    case EraseType::kFloat64:
-      return launch_erase_for<double>(images, boxes, fill, noise_seeds, n, channels, h, w, stream);
-    case EraseType::kFloat16:
-      return launch_erase_for<__half>(images, boxes, fill, noise_seeds, n, channels, h, w, stream);
-    case EraseType::kBFloat16:
-      return launch_erase_for<__nv_bfloat16>(images, boxes, fill, noise_seeds, n, channels, h, w, stream);
-  }
+  EraseDtypes::dispatch(type, [&](auto element) {
+    launch_erase_for<typename decltype(element)::type>(images, boxes, fill, noise_seeds, n, channels, h, w, stream);
+  });
 }
 
 }  // namespace gpucore::ops::cuda

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "ops/cuda/kernel_dtype.h"
+
 namespace gpucore::ops::cuda {
 
 // images: uint8 N x C x H x W contiguous, adjusted in place; scratch: a buffer of the same size (sharpness reads
@@ -11,11 +13,11 @@ namespace gpucore::ops::cuda {
 void launch_color_ops(uint8_t* images, uint8_t* scratch, const int64_t* codes, const double* magnitudes, int64_t n,
                       int64_t steps, int64_t channels, int64_t h, int64_t w, cudaStream_t stream);
 
-enum class EraseType { kFloat32, kFloat64, kFloat16, kBFloat16 };
+using EraseDtypes = FloatingKernelDtypes;
 
-// images: `type` N x C x H x W contiguous, erased in place; boxes int64 N x 4; fill float32 N x C or null, then
-// noise_seeds int64 N.
-void launch_erase(void* images, EraseType type, const int64_t* boxes, const float* fill, const int64_t* noise_seeds,
+// images: `type` (one of EraseDtypes) N x C x H x W contiguous, erased in place; boxes int64 N x 4; fill float32
+// N x C or null, then noise_seeds int64 N.
+void launch_erase(void* images, KernelDtype type, const int64_t* boxes, const float* fill, const int64_t* noise_seeds,
                   int64_t n, int64_t channels, int64_t h, int64_t w, cudaStream_t stream);
 
 }  // namespace gpucore::ops::cuda

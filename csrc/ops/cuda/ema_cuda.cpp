@@ -10,20 +10,8 @@
 namespace gpucore::ops {
 namespace {
 
-cuda::EmaType ema_type(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kFloat:
-      return cuda::EmaType::kFloat32;
-    case at::kDouble:
-      return cuda::EmaType::kFloat64;
-    case at::kHalf:
-      return cuda::EmaType::kFloat16;
-    case at::kBFloat16:
-      return cuda::EmaType::kBFloat16;
-    default:
-      TORCH_CHECK(!at::isFloatingType(dtype), "ema_update on CUDA: no kernel averages ", dtype);
-      return cuda::EmaType::kBytes;
-  }
+cuda::KernelDtype ema_type(at::ScalarType dtype) {
+  return kernel_dtype(dtype, cuda::EmaDtypes::values, "ema_update", "averages");
 }
 
 void ema_update_cuda(at::TensorList averages, at::TensorList sources, const at::Tensor& counters, double decay,
@@ -31,15 +19,14 @@ void ema_update_cuda(at::TensorList averages, at::TensorList sources, const at::
   const EmaParams params = ema_params(averages, sources, counters, decay, warmup, warmup_gamma, warmup_power);
   const c10::cuda::CUDAGuard guard(counters.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
-  for (const cuda::EmaType type : {cuda::EmaType::kFloat32, cuda::EmaType::kFloat64, cuda::EmaType::kFloat16,
-                                   cuda::EmaType::kBFloat16, cuda::EmaType::kBytes}) {
+  for (const cuda::KernelDtype type : cuda::EmaDtypes::values) {
     cuda::EmaChunk chunk{};
     for (size_t i = 0; i < averages.size(); ++i) {
       if (ema_type(averages[i].scalar_type()) != type || averages[i].numel() == 0) continue;
       chunk.averages[chunk.count] = averages[i].data_ptr();
       chunk.sources[chunk.count] = sources[i].data_ptr();
       chunk.sizes[chunk.count] =
-          type == cuda::EmaType::kBytes ? averages[i].numel() * averages[i].element_size() : averages[i].numel();
+          type == cuda::KernelDtype::kBytes ? averages[i].numel() * averages[i].element_size() : averages[i].numel();
       if (++chunk.count == cuda::kEmaChunkSize) {
         cuda::launch_ema_update(chunk, type, counters.data_ptr<float>(), params, stream);
         check_kernel_launch("gpucore::ema_update");

@@ -2,6 +2,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "ops/cuda/ema_kernels.h"
 #include "ops/cuda/kernel_launch.h"
 
@@ -50,7 +52,7 @@ __global__ void ema_copy_kernel(EmaChunk chunk, const float* counters) {
 
 }  // namespace
 
-void launch_ema_update(const EmaChunk& chunk, EmaType type, const float* counters, const EmaParams& params,
+void launch_ema_update(const EmaChunk& chunk, KernelDtype type, const float* counters, const EmaParams& params,
                        cudaStream_t stream) {
   if (chunk.count == 0) return;
   int64_t largest = 1;
@@ -58,18 +60,14 @@ void launch_ema_update(const EmaChunk& chunk, EmaType type, const float* counter
   const int64_t wanted = (largest + kThreads - 1) / kThreads;
   const dim3 grid(static_cast<unsigned>(wanted < kMaxBlocksPerTensor ? wanted : kMaxBlocksPerTensor),
                   static_cast<unsigned>(chunk.count));
-  switch (type) {
-    case EmaType::kFloat32:
-      return GPUCORE_LAUNCH(ema_lerp_kernel<float>, grid, kThreads, 0, stream, chunk, counters, params);
-    case EmaType::kFloat64:
-      return GPUCORE_LAUNCH(ema_lerp_kernel<double>, grid, kThreads, 0, stream, chunk, counters, params);
-    case EmaType::kFloat16:
-      return GPUCORE_LAUNCH(ema_lerp_kernel<__half>, grid, kThreads, 0, stream, chunk, counters, params);
-    case EmaType::kBFloat16:
-      return GPUCORE_LAUNCH(ema_lerp_kernel<__nv_bfloat16>, grid, kThreads, 0, stream, chunk, counters, params);
-    case EmaType::kBytes:
-      return GPUCORE_LAUNCH(ema_copy_kernel, grid, kThreads, 0, stream, chunk, counters);
-  }
+  EmaDtypes::dispatch(type, [&](auto element) {
+    using T = typename decltype(element)::type;
+    if constexpr (std::is_same_v<T, KernelElement<KernelDtype::kBytes>::type>) {
+      GPUCORE_LAUNCH(ema_copy_kernel, grid, kThreads, 0, stream, chunk, counters);
+    } else {
+      GPUCORE_LAUNCH(ema_lerp_kernel<T>, grid, kThreads, 0, stream, chunk, counters, params);
+    }
+  });
 }
 
 }  // namespace gpucore::ops::cuda

@@ -12,20 +12,11 @@
 namespace gpucore::ops {
 namespace {
 
-cuda::MixType mix_type(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kFloat: return cuda::MixType::kFloat32;
-    case at::kDouble: return cuda::MixType::kFloat64;
-    case at::kHalf: return cuda::MixType::kFloat16;
-    case at::kBFloat16: return cuda::MixType::kBFloat16;
-    default: TORCH_CHECK(false, "mix_inputs on CUDA takes float32, float64, float16 or bfloat16, got ", dtype);
-  }
-}
-
 at::Tensor mix_inputs_cuda(const at::Tensor& inputs, const at::Tensor& params) {
   const at::Tensor images = mix_images_view(inputs);
   check_mix_params(inputs, params, "mix_inputs");
-  const cuda::MixType type = mix_type(inputs.scalar_type());
+  const cuda::KernelDtype type =
+      kernel_dtype(inputs.scalar_type(), cuda::MixDtypes::values, "mix_inputs", "inputs");
   const c10::cuda::CUDAGuard guard(inputs.device());
   at::Tensor out = at::empty_like(inputs);
   const at::Tensor out_images = mix_images_view(out), rows = params.contiguous();

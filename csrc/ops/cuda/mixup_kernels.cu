@@ -71,14 +71,11 @@ void launch_for(const void* images, void* out, const MixShape& shape, const floa
 
 }  // namespace
 
-void launch_mix_inputs(const void* images, void* out, MixType type, const MixShape& shape, const float* params,
+void launch_mix_inputs(const void* images, void* out, KernelDtype type, const MixShape& shape, const float* params,
                        cudaStream_t stream) {
-  switch (type) {
-    case MixType::kFloat32: return launch_for<float>(images, out, shape, params, stream);
-    case MixType::kFloat64: return launch_for<double>(images, out, shape, params, stream);
-    case MixType::kFloat16: return launch_for<__half>(images, out, shape, params, stream);
-    case MixType::kBFloat16: return launch_for<__nv_bfloat16>(images, out, shape, params, stream);
-  }
+  MixDtypes::dispatch(type, [&](auto element) {
+    launch_for<typename decltype(element)::type>(images, out, shape, params, stream);
+  });
 }
 
 void launch_mix_targets(const int64_t* labels, const float* params, float* out, int64_t n, int64_t classes, float on,

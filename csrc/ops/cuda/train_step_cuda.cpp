@@ -10,33 +10,19 @@
 namespace gpucore::ops {
 namespace {
 
-cuda::OutputType output_type(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kFloat:
-      return cuda::OutputType::kFloat32;
-    case at::kDouble:
-      return cuda::OutputType::kFloat64;
-    case at::kHalf:
-      return cuda::OutputType::kFloat16;
-    case at::kBFloat16:
-      return cuda::OutputType::kBFloat16;
-    default:
-      TORCH_CHECK(false, "accumulate_metrics on CUDA: output must be float32, float64, float16 or bfloat16, got ",
-                  dtype);
-  }
-}
-
 void accumulate_metrics_cuda(const at::Tensor& sums, const at::Tensor& output, const std::optional<at::Tensor>& target,
                              const at::Tensor& loss, int64_t top_k) {
   check_metrics_inputs(sums, output, target, loss, top_k);
   const c10::cuda::CUDAGuard guard(sums.device());
+  const cuda::KernelDtype type =
+      kernel_dtype(output.scalar_type(), cuda::MetricsOutputDtypes::values, "accumulate_metrics", "output");
   const at::Tensor out = output.contiguous(), loss_value = loss.contiguous();
   const at::Tensor labels = target ? target->to(at::kLong).contiguous() : at::Tensor();
   const int64_t n = out.size(0);
   const int64_t classes = target ? out.size(1) : 0;
   const int64_t spatial = target && n > 0 ? labels.numel() / n : 0;
   cuda::launch_accumulate_metrics(sums.data_ptr<double>(), loss_value.data_ptr<float>(), out.data_ptr(),
-                                  output_type(out.scalar_type()), target ? labels.data_ptr<int64_t>() : nullptr, n,
+                                  type, target ? labels.data_ptr<int64_t>() : nullptr, n,
                                   classes, spatial, top_k, c10::cuda::getCurrentCUDAStream().stream());
   check_kernel_launch("gpucore::accumulate_metrics");
 }

@@ -83,19 +83,12 @@ void launch_metrics(double* sums, const float* loss, const void* output, const i
 
 }  // namespace
 
-void launch_accumulate_metrics(double* sums, const float* loss, const void* output, OutputType type,
+void launch_accumulate_metrics(double* sums, const float* loss, const void* output, KernelDtype type,
                                const int64_t* targets, int64_t n, int64_t classes, int64_t spatial, int64_t top_k,
                                cudaStream_t stream) {
-  switch (type) {
-    case OutputType::kFloat32:
-      return launch_metrics<float>(sums, loss, output, targets, n, classes, spatial, top_k, stream);
-    case OutputType::kFloat64:
-      return launch_metrics<double>(sums, loss, output, targets, n, classes, spatial, top_k, stream);
-    case OutputType::kFloat16:
-      return launch_metrics<__half>(sums, loss, output, targets, n, classes, spatial, top_k, stream);
-    case OutputType::kBFloat16:
-      return launch_metrics<__nv_bfloat16>(sums, loss, output, targets, n, classes, spatial, top_k, stream);
-  }
+  MetricsOutputDtypes::dispatch(type, [&](auto element) {
+    launch_metrics<typename decltype(element)::type>(sums, loss, output, targets, n, classes, spatial, top_k, stream);
+  });
 }
 
 void launch_count_step(float* counters, float* found_inf, cudaStream_t stream) {

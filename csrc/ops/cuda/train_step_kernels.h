@@ -4,15 +4,16 @@
 
 #include <cstdint>
 
+#include "ops/cuda/kernel_dtype.h"
 #include "ops/step_math.h"
 
 namespace gpucore::ops::cuda {
 
-enum class OutputType { kFloat32, kFloat64, kFloat16, kBFloat16 };
+using MetricsOutputDtypes = FloatingKernelDtypes;
 
 // sums: float64 (slots as accumulate_metrics); loss: one float32; output: contiguous N x C x spatial of
-// `type`; targets: int64 N x spatial, or null for loss and count only.
-void launch_accumulate_metrics(double* sums, const float* loss, const void* output, OutputType type,
+// `type` (one of MetricsOutputDtypes); targets: int64 N x spatial, or null for loss and count only.
+void launch_accumulate_metrics(double* sums, const float* loss, const void* output, KernelDtype type,
                                const int64_t* targets, int64_t n, int64_t classes, int64_t spatial, int64_t top_k,
                                cudaStream_t stream);
 void launch_count_step(float* counters, float* found_inf, cudaStream_t stream);
