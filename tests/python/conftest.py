@@ -114,3 +114,50 @@ def _draw_reports_only_where_asked(request, monkeypatch):
     the other tests' training runs skip it (config key report stays true for them)."""
     if request.node.get_closest_marker("draws_report") is None:
         monkeypatch.setattr(sys.modules["gpucore.train"], "report_after_training", lambda run: None)
+
+
+# ---- shared checks: bitwise states, resumed runs ---------------------------------------------------------------------
+
+def assert_states_equal(actual, expected, keys=None, label=None):
+    """Bitwise equality of two state dicts (or modules: their state_dict()): the same names, and under each name a
+    tensor of the same dtype that torch.equal finds equal to the other's. Fails naming the first tensor that differs
+    and how many of its values differ. keys: compare only these names (each must be in both). label: what the states
+    are, put before the failure's message. Tests import it with `from conftest import assert_states_equal`."""
+    actual = actual.state_dict() if isinstance(actual, torch.nn.Module) else actual
+    expected = expected.state_dict() if isinstance(expected, torch.nn.Module) else expected
+    prefix = f"{label}: " if label else ""
+    if keys is None:
+        missing = [name for name in expected if name not in actual]
+        unexpected = [name for name in actual if name not in expected]
+        assert not missing and not unexpected, f"{prefix}the names differ: missing {missing}, unexpected {unexpected}"
+        keys = list(expected)
+    for name in keys:
+        assert name in actual and name in expected, f"{prefix}{name!r} is not in both states"
+        ours, theirs = actual[name], expected[name]
+        if not isinstance(ours, torch.Tensor) or not isinstance(theirs, torch.Tensor):
+            assert ours == theirs, f"{prefix}{name}: {ours!r} != {theirs!r}"
+            continue
+        if ours.dtype == theirs.dtype and torch.equal(ours, theirs):
+            continue
+        if ours.shape != theirs.shape:
+            detail = f"shape {tuple(ours.shape)} != {tuple(theirs.shape)}"
+        elif ours.dtype != theirs.dtype:
+            detail = f"dtype {ours.dtype} != {theirs.dtype}"
+        else:
+            detail = f"{int((ours != theirs).sum())} of {ours.numel()} values differ"
+        raise AssertionError(f"{prefix}{name}: {detail}")
+
+
+def assert_resume_matches(tmp_path, config, stop, straight=None, name="b"):
+    """The resume check: gpucore.train(config) uninterrupted in run_dir tmp_path/a (or `straight`, that run, when
+    given), then in tmp_path/`name` stopped by the callback `stop` (the run must end "interrupted") and resumed with
+    resume: auto; the resumed model must equal the uninterrupted one bitwise. Returns (straight, stopped, resumed)."""
+    import gpucore
+
+    if straight is None:
+        straight = gpucore.train(dict(config, run_dir=str(tmp_path / "a")))
+    stopped = gpucore.train(dict(config, run_dir=str(tmp_path / name)), callbacks=[stop])
+    assert stopped.status == "interrupted", f"{name}: the stopped run ended {stopped.status!r}"
+    resumed = gpucore.train(dict(config, run_dir=str(tmp_path / name), resume="auto"))
+    assert_states_equal(resumed.model, straight.model, label=f"{name}: resumed != uninterrupted")
+    return straight, stopped, resumed

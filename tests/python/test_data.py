@@ -10,7 +10,7 @@ import torch
 import gpucore
 from gpucore import _C, data, transforms
 from gpucore.data.png import encode_png
-from conftest import require
+from conftest import assert_resume_matches, require
 
 
 def write_idx(path, array, compress=False):
@@ -312,11 +312,7 @@ def test_training_with_crop_and_flip_resumes_exactly(tmp_path):
 
     config = dict(data="synthetic_fashion", data_kwargs={"train_size": 512, "val_size": 128}, epochs=2,
                   crop_padding=2, hflip=True, progress=False, batch_size=64)
-    straight = gpucore.train(dict(config, run_dir=str(tmp_path / "a")))
-    gpucore.train(dict(config, run_dir=str(tmp_path / "b")), callbacks=[Stop()])
-    resumed = gpucore.train(dict(config, run_dir=str(tmp_path / "b"), resume="auto"))
-    for name, tensor in straight.model.state_dict().items():
-        assert torch.equal(tensor, resumed.model.state_dict()[name]), name
+    assert_resume_matches(tmp_path, config, Stop())
     with pytest.raises(gpucore.ConfigError, match="crop_padding, hflip and transforms need N x C x H x W"):
         gpucore.train(dict(progress=False, run_dir=str(tmp_path / "c"), hflip=True),
                       model=torch.nn.Linear(4, 2), train_data=(torch.randn(8, 4), torch.randint(0, 2, (8,))))
