@@ -116,7 +116,7 @@ def _draw_reports_only_where_asked(request, monkeypatch):
         monkeypatch.setattr(sys.modules["gpucore.train"], "report_after_training", lambda run: None)
 
 
-# ---- shared checks: bitwise states, resumed runs ---------------------------------------------------------------------
+# ---- shared checks: bitwise states, resumed runs, memory growth ------------------------------------------------------
 
 def assert_states_equal(actual, expected, keys=None, label=None):
     """Bitwise equality of two state dicts (or modules: their state_dict()): the same names, and under each name a
@@ -161,3 +161,21 @@ def assert_resume_matches(tmp_path, config, stop, straight=None, name="b"):
     resumed = gpucore.train(dict(config, run_dir=str(tmp_path / name), resume="auto"))
     assert_states_equal(resumed.model, straight.model, label=f"{name}: resumed != uninterrupted")
     return straight, stopped, resumed
+
+
+def assert_no_growth(action, repeats, tolerance_bytes, warmup=0, what="", each=True):
+    """The leak check: runs action() `warmup` times (what the first calls leave for good: caches, the C library's
+    arenas), then `repeats` times, and fails when the process's memory in use (resident_bytes) grew by
+    tolerance_bytes or more over the repeats. each: measured after every repeat (all shown on failure), else after
+    the last only. `what` ends the failure's message. Returns the growth measured (bytes)."""
+    for _ in range(warmup):
+        action()
+    before = resident_bytes()
+    grown = []
+    for index in range(repeats):
+        action()
+        if each or index == repeats - 1:
+            grown.append(resident_bytes() - before)
+    shown = grown if each else grown[-1]
+    assert grown[-1] < tolerance_bytes, f"resident set grew by {shown} bytes {what}"
+    return grown

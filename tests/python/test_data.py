@@ -10,7 +10,7 @@ import torch
 import gpucore
 from gpucore import _C, data, transforms
 from gpucore.data.png import encode_png
-from conftest import assert_resume_matches, require
+from conftest import assert_no_growth, assert_resume_matches, require
 
 
 def write_idx(path, array, compress=False):
@@ -376,20 +376,14 @@ def test_dataloader_resumes_mid_epoch_exactly():
 def test_dataloader_memory_is_flat_across_epochs():
     # One epoch's batches are 7.4 MB (600 x 3 x 32 x 32 float32); 8 epochs may grow the process by a quarter
     # of one epoch: keeping even one batch per epoch alive (8 x 614 KB) fails, as does keeping an epoch.
-    from conftest import resident_bytes as rss
-
     loader = gpucore.DataLoader(image_set(600, size=32), batch_size=50, device="cpu", crop_padding=2, hflip=True)
     epoch_bytes = sum(x.nbytes + y.nbytes for x, y in loader)
-    for _ in range(2):
+
+    def epoch():
         for _ in loader:
             pass
-    before = rss()
-    grown = []
-    for _ in range(8):
-        for _ in loader:
-            pass
-        grown.append(rss() - before)
-    assert grown[-1] < epoch_bytes // 4, f"resident set grew by {grown} bytes after each epoch of {epoch_bytes} bytes"
+
+    assert_no_growth(epoch, 8, epoch_bytes // 4, warmup=2, what=f"after each epoch of {epoch_bytes} bytes")
 
 
 @pytest.mark.parametrize("save", [np.savez, np.savez_compressed])
