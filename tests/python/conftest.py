@@ -116,6 +116,45 @@ def _draw_reports_only_where_asked(request, monkeypatch):
         monkeypatch.setattr(sys.modules["gpucore.train"], "report_after_training", lambda run: None)
 
 
+# ---- the C++ engine built from its pieces (the engine tests, test_ema, test_train_step_ops) --------------------------
+
+def schedule(kind, **values):
+    config = _C.ScheduleConfig()
+    config.kind = kind
+    for name, value in values.items():
+        setattr(config, name, value)
+    return config
+
+
+def engine(params, *, lr=1.0, scaler=False, clip=0.0, kind="sgd", accumulate=1, loss="cross_entropy", heads=0,
+           label_smoothing=0.0):
+    config = _C.EngineConfig()
+    config.device = torch.device("cpu")
+    config.accumulate_grad_batches = accumulate
+    config.clip_grad_norm = clip
+    config.log_every_n_steps = 1
+    config.max_nonfinite_steps = 100
+    loss_config = _C.LossConfig()
+    loss_config.kind = loss
+    loss_config.heads = heads
+    loss_config.label_smoothing = label_smoothing
+    config.loss = loss_config
+    optimizer = _C.OptimizerConfig()
+    optimizer.kind = kind
+    optimizer.momentum = 0.0
+    config.optimizer = optimizer
+    config.schedule = schedule("step", base_lr=lr, total_steps=100, step_size=1, gamma=0.5)
+    scaler_config = _C.GradScalerConfig()
+    scaler_config.enabled = scaler
+    scaler_config.growth_interval = 2
+    config.scaler = scaler_config
+    return _C.Engine([_C.ParamGroup(params)], config)
+
+
+def batches(x, y, batch_size):
+    return _C.TensorBatches(x, y, batch_size, False, False, 0, torch.device("cpu"))
+
+
 # ---- shared checks: bitwise states, resumed runs, memory growth ------------------------------------------------------
 
 def assert_states_equal(actual, expected, keys=None, label=None):

@@ -14,8 +14,7 @@ from gpucore.config import load_config
 from gpucore.models.pretrained import read_state_dict
 from gpucore.training.ema import ema_tensors, make_ema
 
-from conftest import assert_resume_matches, assert_states_equal, require
-from test_engine import batches, schedule
+from conftest import assert_resume_matches, assert_states_equal, batches, require, schedule
 
 TINY = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 192, "val_size": 64, "seed": 3}, "progress": False,
         "batch_size": 32, "device": "cpu", "precision": "32", "seed": 5}

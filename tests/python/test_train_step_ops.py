@@ -10,8 +10,7 @@ from torch import nn
 import gpucore  # noqa: F401  (registers the ops' fake kernels)
 from gpucore import _C
 
-from test_engine import engine, schedule
-from conftest import assert_states_equal
+from conftest import assert_states_equal, engine, schedule
 
 SLOTS = 12  # the engine's metric sums; the op owns the first five
 
