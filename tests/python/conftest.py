@@ -1,10 +1,14 @@
+import gzip
 import pathlib
+import struct
 import sys
 
+import numpy as np
 import pytest
 import torch
 
 from gpucore import _C
+from gpucore.data.png import encode_png
 from gpucore.device import select as gdevice
 
 
@@ -114,6 +118,22 @@ def _draw_reports_only_where_asked(request, monkeypatch):
     the other tests' training runs skip it (config key report stays true for them)."""
     if request.node.get_closest_marker("draws_report") is None:
         monkeypatch.setattr(sys.modules["gpucore.train"], "report_after_training", lambda run: None)
+
+
+# ---- files for the readers and data sets (test_data_readers, test_datasets) ------------------------------------------
+
+def write_idx(path, array, compress=False):
+    codes = {np.uint8: 0x08, np.int8: 0x09, np.int16: 0x0B, np.int32: 0x0C, np.float32: 0x0D, np.float64: 0x0E}
+    header = struct.pack(">BBBB", 0, 0, codes[array.dtype.type], array.ndim)
+    header += b"".join(struct.pack(">I", d) for d in array.shape)
+    payload = header + array.astype(array.dtype.newbyteorder(">")).tobytes()
+    with (gzip.open if compress else open)(path, "wb") as handle:
+        handle.write(payload)
+
+
+def write_png(path, image):
+    with open(path, "wb") as handle:
+        handle.write(encode_png(image))
 
 
 # ---- the C++ engine built from its pieces (the engine tests, test_ema, test_train_step_ops) --------------------------
