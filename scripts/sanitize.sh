@@ -47,5 +47,5 @@ cmake --build "$NOPNG" --target _C
 stage "$NOPNG"
 PYTHONPATH=$NOPNG/python "$PY" -c 'import gpucore, sys; formats = gpucore._build_info.IMAGE_FORMATS
 sys.exit(f"build/nopng has the PNG reader: {formats}" if "png" in formats else 0)'
-PYTHONPATH=$NOPNG/python "$PY" -m pytest -q -p no:cacheprovider "$ROOT/tests/python/test_data.py" \
+PYTHONPATH=$NOPNG/python "$PY" -m pytest -q -p no:cacheprovider "$ROOT/tests/python/test_data_readers.py" \
   -k "without_libpng or built_without_its_library" -rs

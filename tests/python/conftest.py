@@ -1,10 +1,14 @@
+import gzip
 import pathlib
+import struct
 import sys
 
+import numpy as np
 import pytest
 import torch
 
 from gpucore import _C
+from gpucore.data.png import encode_png
 from gpucore.device import select as gdevice
 
 
@@ -114,3 +118,123 @@ def _draw_reports_only_where_asked(request, monkeypatch):
     the other tests' training runs skip it (config key report stays true for them)."""
     if request.node.get_closest_marker("draws_report") is None:
         monkeypatch.setattr(sys.modules["gpucore.train"], "report_after_training", lambda run: None)
+
+
+# ---- files for the readers and data sets (test_data_readers, test_datasets) ------------------------------------------
+
+def write_idx(path, array, compress=False):
+    codes = {np.uint8: 0x08, np.int8: 0x09, np.int16: 0x0B, np.int32: 0x0C, np.float32: 0x0D, np.float64: 0x0E}
+    header = struct.pack(">BBBB", 0, 0, codes[array.dtype.type], array.ndim)
+    header += b"".join(struct.pack(">I", d) for d in array.shape)
+    payload = header + array.astype(array.dtype.newbyteorder(">")).tobytes()
+    with (gzip.open if compress else open)(path, "wb") as handle:
+        handle.write(payload)
+
+
+def write_png(path, image):
+    with open(path, "wb") as handle:
+        handle.write(encode_png(image))
+
+
+# ---- the C++ engine built from its pieces (the engine tests, test_ema, test_train_step_ops) --------------------------
+
+def schedule(kind, **values):
+    config = _C.ScheduleConfig()
+    config.kind = kind
+    for name, value in values.items():
+        setattr(config, name, value)
+    return config
+
+
+def engine(params, *, lr=1.0, scaler=False, clip=0.0, kind="sgd", accumulate=1, loss="cross_entropy", heads=0,
+           label_smoothing=0.0):
+    config = _C.EngineConfig()
+    config.device = torch.device("cpu")
+    config.accumulate_grad_batches = accumulate
+    config.clip_grad_norm = clip
+    config.log_every_n_steps = 1
+    config.max_nonfinite_steps = 100
+    loss_config = _C.LossConfig()
+    loss_config.kind = loss
+    loss_config.heads = heads
+    loss_config.label_smoothing = label_smoothing
+    config.loss = loss_config
+    optimizer = _C.OptimizerConfig()
+    optimizer.kind = kind
+    optimizer.momentum = 0.0
+    config.optimizer = optimizer
+    config.schedule = schedule("step", base_lr=lr, total_steps=100, step_size=1, gamma=0.5)
+    scaler_config = _C.GradScalerConfig()
+    scaler_config.enabled = scaler
+    scaler_config.growth_interval = 2
+    config.scaler = scaler_config
+    return _C.Engine([_C.ParamGroup(params)], config)
+
+
+def batches(x, y, batch_size):
+    return _C.TensorBatches(x, y, batch_size, False, False, 0, torch.device("cpu"))
+
+
+# ---- shared checks: bitwise states, resumed runs, memory growth ------------------------------------------------------
+
+def assert_states_equal(actual, expected, keys=None, label=None):
+    """Bitwise equality of two state dicts (or modules: their state_dict()): the same names, and under each name a
+    tensor of the same dtype that torch.equal finds equal to the other's. Fails naming the first tensor that differs
+    and how many of its values differ. keys: compare only these names (each must be in both). label: what the states
+    are, put before the failure's message. Tests import it with `from conftest import assert_states_equal`."""
+    actual = actual.state_dict() if isinstance(actual, torch.nn.Module) else actual
+    expected = expected.state_dict() if isinstance(expected, torch.nn.Module) else expected
+    prefix = f"{label}: " if label else ""
+    if keys is None:
+        missing = [name for name in expected if name not in actual]
+        unexpected = [name for name in actual if name not in expected]
+        assert not missing and not unexpected, f"{prefix}the names differ: missing {missing}, unexpected {unexpected}"
+        keys = list(expected)
+    for name in keys:
+        assert name in actual and name in expected, f"{prefix}{name!r} is not in both states"
+        ours, theirs = actual[name], expected[name]
+        if not isinstance(ours, torch.Tensor) or not isinstance(theirs, torch.Tensor):
+            assert ours == theirs, f"{prefix}{name}: {ours!r} != {theirs!r}"
+            continue
+        if ours.dtype == theirs.dtype and torch.equal(ours, theirs):
+            continue
+        if ours.shape != theirs.shape:
+            detail = f"shape {tuple(ours.shape)} != {tuple(theirs.shape)}"
+        elif ours.dtype != theirs.dtype:
+            detail = f"dtype {ours.dtype} != {theirs.dtype}"
+        else:
+            detail = f"{int((ours != theirs).sum())} of {ours.numel()} values differ"
+        raise AssertionError(f"{prefix}{name}: {detail}")
+
+
+def assert_resume_matches(tmp_path, config, stop, straight=None, name="b"):
+    """The resume check: gpucore.train(config) uninterrupted in run_dir tmp_path/a (or `straight`, that run, when
+    given), then in tmp_path/`name` stopped by the callback `stop` (the run must end "interrupted") and resumed with
+    resume: auto; the resumed model must equal the uninterrupted one bitwise. Returns (straight, stopped, resumed)."""
+    import gpucore
+
+    if straight is None:
+        straight = gpucore.train(dict(config, run_dir=str(tmp_path / "a")))
+    stopped = gpucore.train(dict(config, run_dir=str(tmp_path / name)), callbacks=[stop])
+    assert stopped.status == "interrupted", f"{name}: the stopped run ended {stopped.status!r}"
+    resumed = gpucore.train(dict(config, run_dir=str(tmp_path / name), resume="auto"))
+    assert_states_equal(resumed.model, straight.model, label=f"{name}: resumed != uninterrupted")
+    return straight, stopped, resumed
+
+
+def assert_no_growth(action, repeats, tolerance_bytes, warmup=0, what="", each=True):
+    """The leak check: runs action() `warmup` times (what the first calls leave for good: caches, the C library's
+    arenas), then `repeats` times, and fails when the process's memory in use (resident_bytes) grew by
+    tolerance_bytes or more over the repeats. each: measured after every repeat (all shown on failure), else after
+    the last only. `what` ends the failure's message. Returns the growth measured (bytes)."""
+    for _ in range(warmup):
+        action()
+    before = resident_bytes()
+    grown = []
+    for index in range(repeats):
+        action()
+        if each or index == repeats - 1:
+            grown.append(resident_bytes() - before)
+    shown = grown if each else grown[-1]
+    assert grown[-1] < tolerance_bytes, f"resident set grew by {shown} bytes {what}"
+    return grown

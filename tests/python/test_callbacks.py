@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import gpucore
+from conftest import assert_states_equal
 
 SMALL = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 512, "val_size": 128, "seed": 3},
          "progress": False, "batch_size": 64, "epochs": 4, "seed": 5, "device": "cpu"}
@@ -46,8 +47,7 @@ def test_a_callback_stops_at_a_threshold_and_the_resumed_run_goes_on_with_its_st
     resumed = gpucore.train(dict(SMALL, run_dir=str(tmp_path / "b"), resume="auto"), callbacks=[going_on])
     assert resumed.status == "completed" and [row["epoch"] for row in resumed.history] == [1, 2, 3, 4]
     assert going_on.seen == accuracies  # the first epochs' values came back from the checkpoint
-    for name, tensor in straight.model.state_dict().items():
-        assert torch.equal(tensor, resumed.model.state_dict()[name]), name
+    assert_states_equal(resumed.model, straight.model)
 
 
 def test_hooks_are_called_in_order_and_early_stopping_keeps_its_state(tmp_path):

@@ -8,7 +8,7 @@ from torch import nn
 import gpucore
 from gpucore import cam as gcam
 from gpucore.models import FashionMnistCNN
-from conftest import require
+from conftest import assert_no_growth, require
 
 
 
@@ -334,17 +334,11 @@ def test_ops_pass_opcheck():
 @pytest.mark.slow
 def test_memory_is_flat_over_200_calls():
     # 200 calls may grow the process by a quarter CAM each: keeping every call's CAM (8 KB) alive fails.
-    from conftest import resident_bytes as rss
-
     model = make_model()
     x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(311))
-    for _ in range(20):
-        cam_bytes = gpucore.gradcam(model, "layer3", x).cams.nbytes
-    before = rss()
-    for _ in range(200):
-        gpucore.gradcam(model, "layer3", x)
-    grown = rss() - before
-    assert grown < 200 * cam_bytes // 4, f"resident set grew by {grown} bytes over 200 calls of {cam_bytes}-byte CAMs"
+    cam_bytes = gpucore.gradcam(model, "layer3", x).cams.nbytes  # with the 19 more: 20 calls before measuring
+    assert_no_growth(lambda: gpucore.gradcam(model, "layer3", x), 200, 200 * cam_bytes // 4, warmup=19, each=False,
+                     what=f"over 200 calls of {cam_bytes}-byte CAMs")
     assert all(not m._forward_hooks and not m._backward_hooks for m in model.modules())
 
 

@@ -6,7 +6,7 @@ import torch
 
 from gpucore import _C, transforms
 
-from conftest import require
+from conftest import assert_states_equal, require
 from test_transforms_color import REFERENCE, random_images
 
 F = require("torchvision.transforms.v2.functional")
@@ -98,5 +98,5 @@ def test_threaded_kernels_equal_one_thread():
         several = run_all()
     finally:
         torch.set_num_threads(threads)
-    for name, a, b in zip(["color_ops", "resized_crop", "crop", "affine", "augment"], one, several):
-        assert torch.equal(a, b), f"{name}: threads changed the result"
+    names = ["color_ops", "resized_crop", "crop", "affine", "augment"]
+    assert_states_equal(dict(zip(names, several)), dict(zip(names, one)), label="threads changed the result")

@@ -10,6 +10,7 @@ import torch
 
 import gpucore
 from gpucore.training import distributed
+from conftest import assert_states_equal
 
 pytestmark = pytest.mark.slow  # spawns processes
 
@@ -92,8 +93,7 @@ def run_workers(workdir, out, world, batch, accumulate, launched=None, device="c
 
 def test_two_ranks_agree_and_equal_one_process_with_the_same_global_batch(workdir):
     two = run_workers(workdir, workdir / "two", 2, batch=16, accumulate=2)
-    for name in two[0]:
-        assert torch.equal(two[0][name], two[1][name]), name
+    assert_states_equal(two[1], two[0])
     (one,) = run_workers(workdir, workdir / "one", 1, batch=32, accumulate=2)
     for name in one:
         torch.testing.assert_close(two[0][name], one[name], rtol=1e-5, atol=1e-6)
@@ -107,8 +107,8 @@ def test_two_ranks_fine_tune_a_frozen_backbone_like_one_process(workdir):
     keys = {"model": "ddp_models:Headed", "freeze": "backbone", "freeze_epochs": 1, "lr_backbone": 0.5}
     two = run_workers(workdir, workdir / "two", 2, batch=16, accumulate=2, keys=keys)
     (one,) = run_workers(workdir, workdir / "one", 1, batch=32, accumulate=2, keys=keys)
+    assert_states_equal(two[1], two[0], keys=list(one))
     for name in one:
-        assert torch.equal(two[0][name], two[1][name]), name
         torch.testing.assert_close(two[0][name], one[name], rtol=1e-5, atol=1e-6)
     torch.manual_seed(0)
     initial = torch.nn.Linear(64, 32)

@@ -16,6 +16,7 @@ import torch
 
 import gpucore
 from gpucore.training import distributed
+from conftest import assert_states_equal
 
 pytestmark = pytest.mark.slow  # spawns processes
 
@@ -118,8 +119,7 @@ def _rows(out):
 
 def _assert_bitwise(weights, reference):
     for rank_weights in weights:
-        for name, tensor in reference.items():
-            assert torch.equal(rank_weights[name], tensor), name
+        assert_states_equal(rank_weights, reference)
 
 
 @pytest.fixture(scope="module")

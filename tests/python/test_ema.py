@@ -14,8 +14,7 @@ from gpucore.config import load_config
 from gpucore.models.pretrained import read_state_dict
 from gpucore.training.ema import ema_tensors, make_ema
 
-from conftest import require
-from test_engine import batches, schedule
+from conftest import assert_resume_matches, assert_states_equal, batches, require, schedule
 
 TINY = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 192, "val_size": 64, "seed": 3}, "progress": False,
         "batch_size": 32, "device": "cpu", "precision": "32", "seed": 5}
@@ -175,8 +174,7 @@ def test_val_ema_metrics_are_those_of_the_ema_weights(tmp_path):
     ema.load_state_dict(saved["model_ema"])
     # TrainResult.model_ema: the EMA after the last step, as last.pt keeps it
     assert not result.model_ema.training and not any(p.requires_grad for p in result.model_ema.parameters())
-    for name, value in result.model_ema.state_dict().items():
-        assert torch.equal(value, saved["model_ema"][name]), name
+    assert_states_equal(saved["model_ema"], result.model_ema, keys=list(result.model_ema.state_dict()))
     loss, accuracy = plain_metrics(ema, xv, yv)
     assert record["val_ema_loss"] == pytest.approx(loss, rel=1e-6)
     assert record["val_ema_accuracy"] == accuracy
@@ -195,11 +193,11 @@ def test_monitor_picks_the_ema_and_load_and_report_use_its_weights(tmp_path):
     assert json.load(open(result.stats_path))["best"]["weights"] == "ema"
     loaded = gpucore.load(best, device="cpu")
     assert loaded.weights == "ema" and "EMA weights" in repr(loaded)
-    for name, value in loaded.module.state_dict().items():
-        assert torch.equal(value, saved["model_ema"][name]), name
+    assert_states_equal(saved["model_ema"], loaded.module, keys=list(loaded.module.state_dict()))
     assert not all(torch.equal(value, saved["model_ema"][name]) for name, value in saved["model"].items())
     # config key pretrained takes the same weights from it
-    assert all(torch.equal(value, saved["model_ema"][name]) for name, value in read_state_dict(best).items())
+    ema_weights = read_state_dict(best)
+    assert_states_equal(saved["model_ema"], ema_weights, keys=list(ema_weights))
     # the report shows the EMA weights and says so
     from gpucore.evaluation.run_report import _facts
     facts = dict(_facts({}, "best.pt", saved["epoch"], loaded.weights))
@@ -224,15 +222,12 @@ def test_resume_mid_epoch_and_at_an_epoch_boundary_is_bitwise_exact(tmp_path):
     straight = gpucore.train(dict(config, run_dir=str(tmp_path / "straight")))
     expected = torch.load(os.path.join(straight.checkpoint_dir, "last.pt"), weights_only=True)
     for name, stop in (("mid", Stop(2, 4)), ("boundary", Stop(2, None))):
-        folder = str(tmp_path / name)
-        assert gpucore.train(dict(config, run_dir=folder), callbacks=[stop]).status == "interrupted"
-        resumed = gpucore.train(dict(config, run_dir=folder, resume="auto"))
+        _, _, resumed = assert_resume_matches(tmp_path, config, stop, straight=straight, name=name)
         assert resumed.status == "completed"
         saved = torch.load(os.path.join(resumed.checkpoint_dir, "last.pt"), weights_only=True)
         for part in ("model", "model_ema", "engine"):
             assert list(saved[part]) == list(expected[part])
-            for key, value in expected[part].items():
-                assert torch.equal(saved[part][key], value), f"{name}: {part}.{key}"
+            assert_states_equal(saved[part], expected[part], label=f"{name}: {part}")
 
 
 @pytest.mark.slow

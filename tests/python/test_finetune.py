@@ -13,6 +13,7 @@ import gpucore
 from gpucore.training import engine_config
 from gpucore.models import FashionMnistCNN, backbone_split, build_model, classifier_head
 from gpucore.models.pretrained import load_pretrained, read_state_dict, resolve_weights_path
+from conftest import assert_resume_matches, assert_states_equal
 
 SMALL = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 512, "val_size": 128, "seed": 3}, "progress": False,
          "batch_size": 64, "device": "cpu", "precision": "32"}
@@ -62,14 +63,6 @@ def test_frozen_backbone_and_its_batchnorm_statistics_stay_bitwise_unchanged_the
     assert result.model.features[1].training is False  # left in eval by validation, as every layer
 
 
-def _resume_run(tmp_path, name, config, stop=None):
-    first = gpucore.train(dict(config, run_dir=str(tmp_path / name)), callbacks=[stop] if stop else None)
-    if stop is None:
-        return first
-    assert first.status == "interrupted"
-    return gpucore.train(dict(config, run_dir=str(tmp_path / name), resume="auto"))
-
-
 class StopAtEpochEnd:
     def __init__(self, epoch):
         self.epoch = epoch
@@ -93,12 +86,10 @@ def test_resume_before_at_and_after_the_unfreeze_is_bitwise_exact(tmp_path):
     # Frozen in epochs 1-2 with a slower backbone afterwards: stopped after epoch 1 (frozen), after epoch 2 (the
     # last frozen one) and in the middle of epoch 3 (unfrozen), each resumed run equals the uninterrupted one.
     config = dict(SMALL, epochs=3, seed=5, freeze="backbone", freeze_epochs=2, lr_backbone=0.1, log_every_n_steps=3)
-    straight = _resume_run(tmp_path, "straight", config)
+    straight = gpucore.train(dict(config, run_dir=str(tmp_path / "straight")))
     for name, stop in (("after1", StopAtEpochEnd(1)), ("after2", StopAtEpochEnd(2)), ("in3", StopMidEpoch(3))):
-        resumed = _resume_run(tmp_path, name, config, stop)
+        _, _, resumed = assert_resume_matches(tmp_path, config, stop, straight=straight, name=name)
         assert [r["epoch"] for r in resumed.history] == [1, 2, 3], name
-        for key, tensor in straight.model.state_dict().items():
-            assert torch.equal(tensor, resumed.model.state_dict()[key]), (name, key)
         if name != "in3":  # a run resumed mid-epoch averages that epoch's loss over the steps it trained
             assert resumed.history[-1]["train_loss"] == straight.history[-1]["train_loss"], name
 
@@ -240,9 +231,9 @@ def test_pretrained_from_a_gpucore_checkpoint_and_a_safetensors_file_then_bad_fi
                                 freeze="backbone"))
     stats = gpucore.checkpoint.load_checkpoint(os.path.join(result.checkpoint_dir, "last.pt"))
     assert stats["config"]["pretrained"] == checkpoint
-    for name, tensor in first.model.state_dict().items():  # frozen for its one epoch: the backbone is the file's
-        if not name.startswith("classifier.4"):
-            assert torch.equal(tensor, result.model.state_dict()[name]), name
+    # frozen for its one epoch: the backbone is the file's
+    backbone = [name for name in first.model.state_dict() if not name.startswith("classifier.4")]
+    assert_states_equal(result.model, first.model, keys=backbone)
     report = json.load(open(result.stats_path))["pretrained"]
     assert report["loaded"] == len(first.model.state_dict()) and report["head"] == [] and report["missing"] == []
     (tmp_path / "junk.pth").write_bytes(b"not a pickle")

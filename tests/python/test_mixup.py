@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 import gpucore
-from conftest import require
+from conftest import assert_resume_matches, assert_states_equal, require
 from gpucore import _C
 from gpucore.config import load_config
 from gpucore.training.engine_config import mixup_config
@@ -204,13 +204,8 @@ def test_a_mixed_run_with_accumulation_and_bf16_resumes_bitwise_mid_epoch(tmp_pa
                   progress=False, report=False, batch_size=32, epochs=2, seed=7, log_every_n_steps=1,
                   accumulate_grad_batches=2, precision="bf16-mixed", channels_last="true", mixup_alpha=0.4,
                   cutmix_alpha=1.0, label_smoothing=0.1, device="cpu")
-    straight = gpucore.train(dict(config, run_dir=str(tmp_path / "a")))
-    stopped = gpucore.train(dict(config, run_dir=str(tmp_path / "b")), callbacks=[StopInEpoch2()])
-    assert stopped.status == "interrupted"
-    resumed = gpucore.train(dict(config, run_dir=str(tmp_path / "b"), resume="auto"))
+    straight, _, resumed = assert_resume_matches(tmp_path, config, StopInEpoch2())
     assert resumed.status == "completed"
-    for name, tensor in straight.model.state_dict().items():
-        assert torch.equal(tensor, resumed.model.state_dict()[name]), name
     # Mixed batches: a different model than without mixup, with the true labels' accuracy reported.
     plain = gpucore.train(dict(config, run_dir=str(tmp_path / "c"), mixup_alpha=0.0, cutmix_alpha=0.0))
     first = next(iter(plain.model.state_dict()))
@@ -271,8 +266,7 @@ def test_two_data_parallel_ranks_mix_their_shards_and_agree(tmp_path):
     two = run_workers(tmp_path, tmp_path / "two", 2, batch=16, accumulate=2, keys=keys)
     # Unmixed, one process with the same global batch trains as the two ranks do to 1e-5 (test_distributed).
     (plain,) = run_workers(tmp_path, tmp_path / "plain", 1, batch=32, accumulate=2)
-    for name in two[0]:
-        assert torch.equal(two[0][name], two[1][name]), name
+    assert_states_equal(two[1], two[0])
     assert not torch.allclose(two[0]["1.weight"], plain["1.weight"], rtol=1e-3, atol=1e-4)
     stats = json.load(open(tmp_path / "two" / "ddp" / "training_stats.json"))
     assert stats["status"] == "completed" and "train_accuracy" in stats["epochs"][-1]

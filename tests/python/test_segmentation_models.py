@@ -11,7 +11,7 @@ import gpucore
 from gpucore.models import backbone_split, build_model, classifier_head
 from gpucore.models.pretrained import load_pretrained
 from gpucore.models.segmentation_models import logits_of
-from conftest import require
+from conftest import assert_states_equal, require
 
 # Skipped where the library is not installed at all; a broken install fails loudly instead of skipping.
 needs_transformers = pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs transformers")
@@ -95,7 +95,7 @@ def test_segformer_weights_from_a_model_folder_replace_only_the_head(tmp_path):
     assert sorted(report.head) == ["decode_head.classifier.bias", "decode_head.classifier.weight"]
     assert report.problems == [] and report.loaded == len(model.state_dict()) - 2
     own, theirs = model.state_dict(), source.state_dict()
-    assert all(torch.equal(own[name], theirs[name]) for name in own if not name.startswith("decode_head.classifier"))
+    assert_states_equal(own, theirs, keys=[name for name in own if not name.startswith("decode_head.classifier")])
     assert own["decode_head.classifier.weight"].shape == (1, 32, 1, 1)
 
 
@@ -117,7 +117,8 @@ def test_segformer_pretrained_folder_without_a_config_takes_the_folders_architec
     assert result.model.config.hidden_sizes == SEGFORMER["hidden_sizes"]  # from the folder, not mit-b0's 32..256
     own, theirs = result.model.state_dict(), source.state_dict()
     encoder = [name for name in own if name.startswith("segformer.")]
-    assert encoder and all(torch.equal(own[name], theirs[name]) for name in encoder)  # loaded, frozen in epoch 1
+    assert encoder
+    assert_states_equal(own, theirs, keys=encoder)  # loaded, frozen in epoch 1
 
 
 @needs_smp

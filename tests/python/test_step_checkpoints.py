@@ -25,6 +25,7 @@ from gpucore.training import distributed
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "trials"))  # the long trials' scripts
 import kill_runs  # noqa: E402
+from conftest import assert_states_equal
 
 SAMPLES, BATCH = 256, 8
 # The kill tests compare subprocess runs (OMP_NUM_THREADS=1) with the in-process `uninterrupted` run.
@@ -75,11 +76,6 @@ class StopAt(gpucore.Callback):
             raise RuntimeError("stopped by the test")
 
 
-def assert_bitwise(model, reference):
-    for name, tensor in reference.state_dict().items():
-        assert torch.equal(model.state_dict()[name], tensor), name
-
-
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory, one_thread):
     return gpucore.train(config(tmp_path_factory.mktemp("uninterrupted")), model=mlp(), train_data=tensors())
@@ -97,7 +93,7 @@ def test_every_n_steps_a_step_checkpoint_then_the_epochs_checkpoint_replaces_it(
     stats = json.load(open(result.stats_path))
     assert stats["step_checkpoints"] == 12
     assert sorted(os.listdir(result.checkpoint_dir)) == ["best.pt", "last.pt"]  # step.pt superseded by last.pt
-    assert_bitwise(result.model, uninterrupted.model)  # checkpoints change nothing in training
+    assert_states_equal(result.model, uninterrupted.model)  # checkpoints change nothing in training
 
 
 def test_every_minutes_on_the_clock_of_rank_0(tmp_path):
@@ -116,7 +112,7 @@ def test_a_crash_mid_epoch_resumes_from_the_step_checkpoint_bitwise(tmp_path, un
     saved = torch.load(os.path.join(checkpoints, "step.pt"), weights_only=True)
     assert (saved["epoch"], saved["samples_consumed"], saved["world_size"]) == (1, 10 * BATCH, 1)
     resumed = gpucore.train(dict(settings, resume="auto"), model=mlp(), train_data=tensors())
-    assert_bitwise(resumed.model, uninterrupted.model)
+    assert_states_equal(resumed.model, uninterrupted.model)
     stats = json.load(open(resumed.stats_path))
     assert stats["resume"]["from"].endswith("step.pt") and stats["resume"]["samples_consumed"] == 80
     assert stats["steps"] == uninterrupted.steps == 64
@@ -137,7 +133,7 @@ def test_a_checkpoint_of_an_older_gpucore_counting_batches_per_rank_still_resume
     torch.save(old, old_path)
     resumed = gpucore.train(dict(settings, name="old", resume=old_path), model=mlp(), train_data=tensors())
     assert json.load(open(resumed.stats_path))["resume"]["samples_consumed"] == 7 * BATCH
-    assert_bitwise(resumed.model, uninterrupted.model)
+    assert_states_equal(resumed.model, uninterrupted.model)
 
 
 @pytest.mark.parametrize("world_size, first_sample", [(1, 0), (1, 37), (2, 0), (2, 48), (2, 50), (3, 37), (3, 49)])
@@ -296,7 +292,7 @@ def test_a_batch_size_beyond_the_data_trains_on_all_of_it_at_once(tmp_path):
     whole = gpucore.train(config(tmp_path / "a", batch_size=SAMPLES), model=mlp(), train_data=tensors())
     larger = gpucore.train(config(tmp_path / "b", batch_size=2**31 - 1), model=mlp(), train_data=tensors())
     assert larger.steps == whole.steps == 2
-    assert_bitwise(larger.model, whole.model)
+    assert_states_equal(larger.model, whole.model)
 
 
 def _kill_mid_write_worker(tmp_path):
@@ -340,8 +336,7 @@ def test_killed_while_writing_a_step_checkpoint_the_previous_one_resumes_bitwise
                               text=True, timeout=240)
     assert finished.returncode == 0, finished.stderr[-3000:]
     weights = torch.load(out / "weights.pt", weights_only=True)
-    for name, tensor in uninterrupted.model.state_dict().items():
-        assert torch.equal(weights[name], tensor), name
+    assert_states_equal(weights, uninterrupted.model)
     stats = json.load(open(out / "run" / "training_stats.json"))
     assert stats["resume"]["from"].endswith("step.pt") and stats["resume"]["samples_consumed"] == 80
     assert not [name for name in os.listdir(checkpoints) if ".tmp-" in name]
@@ -401,7 +396,7 @@ def test_a_full_disk_writing_last_pt_says_so_loses_nothing_and_resumes_bitwise(t
     stats = json.load(open(tmp_path / "run" / "training_stats.json"))
     assert stats["status"] == "failed" and "no space left on the device writing" in stats["error"]
     resumed = gpucore.train(dict(settings, resume="auto"), model=mlp(), train_data=tensors())
-    assert_bitwise(resumed.model, uninterrupted.model)
+    assert_states_equal(resumed.model, uninterrupted.model)
     rows = [json.loads(line) for line in open(resumed.metrics_path) if '"epoch"' in line and '"step"' not in line]
     assert [row["epoch"] for row in rows] == [1, 2]  # no duplicated row for the failed epoch
 

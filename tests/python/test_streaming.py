@@ -10,7 +10,7 @@ import torch.nn.functional as F
 import gpucore
 from gpucore import _C, data
 from gpucore.data.png import encode_png
-from conftest import require
+from conftest import assert_no_growth, require
 
 
 def write_png(path, image):
@@ -129,32 +129,21 @@ def test_streaming_memory_is_flat_and_freed(tmp_path):
     # too: one loader left alive with its 8 prefetched batches (3.5 MB) fails.
     root = str(image_folder(tmp_path / "train", per_class=40, size=(48, 48)))
 
-    from conftest import resident_bytes as rss
-
     loader = gpucore.DataLoader(data.read_image_folder(root), batch_size=16, device="cpu", cache="none", hflip=True)
     epoch_bytes = sum(x.nbytes + y.nbytes for x, y in loader)
-    for _ in range(2):
-        list(loader)
-    before = rss()
-    grown = []
-    for _ in range(8):
+
+    def epoch():
         for _ in loader:
             pass
-        grown.append(rss() - before)
-    assert grown[-1] < epoch_bytes // 4, f"resident set grew by {grown} bytes after each epoch of {epoch_bytes} bytes"
+
+    assert_no_growth(epoch, 8, epoch_bytes // 4, warmup=2, what=f"after each epoch of {epoch_bytes} bytes")
 
     def one_batch_of_a_new_loader():
         loader = gpucore.DataLoader(data.read_image_folder(root), batch_size=16, device="cpu", cache="none", prefetch=8)
         next(iter(loader))
 
-    for _ in range(3):  # the first loaders' threads each leave the C library an arena (about 0.5 MB)
-        one_batch_of_a_new_loader()
-    before = rss()
-    grown = []
-    for _ in range(6):
-        one_batch_of_a_new_loader()
-        grown.append(rss() - before)
-    assert grown[-1] < epoch_bytes // 4, f"resident set grew by {grown} bytes after each new loader"
+    # warm-up: the first loaders' threads each leave the C library an arena (about 0.5 MB)
+    assert_no_growth(one_batch_of_a_new_loader, 6, epoch_bytes // 4, warmup=3, what="after each new loader")
 
 
 def test_cache_choices_and_errors(tmp_path):

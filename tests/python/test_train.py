@@ -10,6 +10,7 @@ from torch import nn
 import gpucore
 from gpucore import checkpoint as gcheckpoint
 from gpucore.config import load_config
+from conftest import assert_resume_matches, assert_states_equal
 
 SMALL = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 1024, "val_size": 256, "seed": 3}, "progress": False,
          "batch_size": 64}
@@ -153,13 +154,9 @@ def test_resume_is_bitwise_exact(tmp_path):
                 raise KeyboardInterrupt
 
     config = dict(SMALL, epochs=4, seed=7)
-    straight = gpucore.train(dict(config, run_dir=str(tmp_path / "a")))
-    stopped = gpucore.train(dict(config, run_dir=str(tmp_path / "b")), callbacks=[StopAfterEpoch2()])
-    assert stopped.status == "interrupted" and len(stopped.history) == 2
-    resumed = gpucore.train(dict(config, run_dir=str(tmp_path / "b"), resume="auto"))
+    straight, stopped, resumed = assert_resume_matches(tmp_path, config, StopAfterEpoch2())
+    assert len(stopped.history) == 2
     assert [r["epoch"] for r in resumed.history] == [1, 2, 3, 4]
-    for name, tensor in straight.model.state_dict().items():
-        assert torch.equal(tensor, resumed.model.state_dict()[name]), name
     assert resumed.history[-1]["train_loss"] == straight.history[-1]["train_loss"]
 
 
@@ -338,7 +335,7 @@ def test_channels_last_and_deterministic_run(tmp_path, restores_determinism):
         if weight.dim() == 4:  # the convolutions' weights were trained in the channels-last layout
             assert weight.is_contiguous(memory_format=torch.channels_last), name
             assert weight.shape[1] == 1 or not weight.is_contiguous(), name  # (one input channel: both layouts)
-        assert torch.equal(weight, again.model.state_dict()[name]), name  # two runs, the same weights bitwise
+    assert_states_equal(again.model, result.model)  # two runs, the same weights bitwise
     assert [(r["train_loss"], r["val_loss"]) for r in result.history] == \
         [(r["train_loss"], r["val_loss"]) for r in again.history]
 

@@ -10,7 +10,7 @@ from torch import nn
 import gpucore  # noqa: F401  (registers the ops' fake kernels)
 from gpucore import _C
 
-from test_engine import engine, schedule
+from conftest import assert_states_equal, engine, schedule
 
 SLOTS = 12  # the engine's metric sums; the op owns the first five
 
@@ -135,8 +135,7 @@ def test_step_buffers_keep_their_addresses_across_epochs():
     # refilled, not stale: epoch 1's draws are those of a fresh source started at epoch 1
     fresh = _C.TensorBatches(x, y, 8, True, False, 3, torch.device("cpu"), transform)
     fresh.start_epoch(1)
-    for name in ("order", *draws):
-        assert torch.equal(source.step_buffers()[name], fresh.step_buffers()[name]), name
+    assert_states_equal(source.step_buffers(), fresh.step_buffers(), keys=["order", *draws])
     # the cursor is the epoch's position on the device; index holds the last batch served
     assert source.step_buffers()["cursor"].item() == 40
     assert torch.equal(source.step_buffers()["index"], fresh.step_buffers()["order"][32:40])

@@ -11,7 +11,7 @@ import torch
 from gpucore import _C, transforms
 from gpucore.errors import ConfigError
 
-from conftest import require
+from conftest import assert_resume_matches, require
 from test_transforms_color import REFERENCE, assert_within_one_level, captcha_images, random_images
 
 v2 = require("torchvision.transforms.v2")
@@ -337,11 +337,7 @@ def test_training_with_color_transforms_resumes_bitwise(tmp_path):
               {"RandomErasing": {"p": 0.5}}]
     config = dict(data="synthetic_fashion", data_kwargs={"train_size": 256, "val_size": 64}, epochs=2,
                   progress=False, batch_size=64, seed=3, transforms=listed)
-    straight = gpucore.train(dict(config, run_dir=str(tmp_path / "a")))
-    gpucore.train(dict(config, run_dir=str(tmp_path / "b")), callbacks=[Stop()])
-    resumed = gpucore.train(dict(config, run_dir=str(tmp_path / "b"), resume="auto"))
-    for name, tensor in straight.model.state_dict().items():
-        assert torch.equal(tensor, resumed.model.state_dict()[name]), name
+    straight, _, _ = assert_resume_matches(tmp_path, config, Stop())
     plain = gpucore.train(dict(config, run_dir=str(tmp_path / "c"), transforms=[]))
     assert any(not torch.equal(tensor, plain.model.state_dict()[name])
                for name, tensor in straight.model.state_dict().items())

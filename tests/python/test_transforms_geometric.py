@@ -13,7 +13,7 @@ from torch import nn
 import gpucore
 from gpucore import _C, data, transforms
 from gpucore.evaluation import load
-from conftest import require
+from conftest import assert_resume_matches, require
 
 tv = require("torchvision")
 F = require("torchvision.transforms.v2.functional")
@@ -463,9 +463,4 @@ def test_training_with_transforms_resumes_bitwise_mid_epoch(tmp_path):
                   progress=False, batch_size=32, device="cpu", log_every_n_steps=1, crop_padding=2,
                   transforms=[{"RandomResizedCrop": {"size": 28, "scale": [0.5, 1.0]}},
                               {"RandomAffine": {"degrees": 15, "translate": [0.1, 0.1]}}, "RandomVerticalFlip"])
-    straight = gpucore.train(dict(config, run_dir=str(tmp_path / "a")))
-    stopped = gpucore.train(dict(config, run_dir=str(tmp_path / "b")), callbacks=[StopAtStep3()])
-    assert stopped.status == "interrupted"
-    resumed = gpucore.train(dict(config, run_dir=str(tmp_path / "b"), resume="auto"))
-    for name, tensor in straight.model.state_dict().items():
-        assert torch.equal(tensor, resumed.model.state_dict()[name]), name
+    assert_resume_matches(tmp_path, config, StopAtStep3())

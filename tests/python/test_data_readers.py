@@ -1,0 +1,155 @@
+"""The native readers (IDX, NPY, NPZ, PNG, JPEG): round trips with files written here, every corrupt case, errors
+that name the file, a format built without its library."""
+import numpy as np
+import pytest
+import torch
+
+import gpucore
+from gpucore import _C, data
+from gpucore.data.png import encode_png
+from conftest import require, write_idx, write_png
+
+
+@pytest.mark.parametrize("compress", [False, True])
+@pytest.mark.parametrize("dtype", [np.uint8, np.int32, np.float32, np.float64, np.int16])
+def test_idx_round_trip(tmp_path, compress, dtype):
+    array = (np.random.default_rng(0).random((5, 4, 3)) * 100).astype(dtype)
+    path = str(tmp_path / ("a.idx.gz" if compress else "a.idx"))
+    write_idx(path, array, compress)
+    assert np.array_equal(_C.read_idx(path).numpy(), array)
+
+
+def test_idx_errors_name_the_file(tmp_path):
+    good = tmp_path / "good.idx"
+    write_idx(str(good), np.zeros((3, 2, 2), np.uint8))
+    payload = good.read_bytes()
+    cases = {"truncated.idx": payload[:-2], "extra.idx": payload + b"\x00", "magic.idx": b"\x01\x02" + payload[2:],
+             "type.idx": payload[:2] + b"\x07" + payload[3:], "header.idx": payload[:6]}
+    messages = {"truncated.idx": "truncated", "extra.idx": "more data", "magic.idx": "not an IDX file",
+                "type.idx": "unknown data type", "header.idx": "truncated in its header"}
+    for name, content in cases.items():
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(gpucore.ConfigError, match=messages[name]) as info:
+            _C.read_idx(str(tmp_path / name))
+        assert name in str(info.value)
+    with pytest.raises(gpucore.ConfigError, match="cannot open"):
+        _C.read_idx(str(tmp_path / "missing.idx"))
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int64, np.float32, np.float64, np.bool_, np.int16])
+def test_npy_round_trip(tmp_path, dtype):
+    array = (np.random.default_rng(0).random((3, 5)) * 10).astype(dtype)
+    np.save(tmp_path / "a.npy", array)
+    assert np.array_equal(_C.read_npy(str(tmp_path / "a.npy")).numpy(), array)
+
+
+def test_npy_errors(tmp_path):
+    np.save(tmp_path / "a.npy", np.zeros((4, 4), np.float32))
+    content = (tmp_path / "a.npy").read_bytes()
+    (tmp_path / "cut.npy").write_bytes(content[:-8])
+    with pytest.raises(gpucore.ConfigError, match="cut.npy' is truncated"):
+        _C.read_npy(str(tmp_path / "cut.npy"))
+    (tmp_path / "bad.npy").write_bytes(b"not numpy at all")
+    with pytest.raises(gpucore.ConfigError, match="bad.npy' is not a .npy file"):
+        _C.read_npy(str(tmp_path / "bad.npy"))
+    np.save(tmp_path / "complex.npy", np.zeros(3, np.complex64))
+    with pytest.raises(gpucore.ConfigError, match="complex.npy' holds dtype c8"):
+        _C.read_npy(str(tmp_path / "complex.npy"))
+    np.save(tmp_path / "fortran.npy", np.asfortranarray(np.zeros((3, 2), np.float32)))
+    with pytest.raises(gpucore.ConfigError, match="Fortran order"):
+        _C.read_npy(str(tmp_path / "fortran.npy"))
+
+
+def test_png_round_trip_grey_and_rgb(tmp_path):
+    rgb = torch.randint(0, 256, (9, 13, 3), dtype=torch.uint8)
+    grey = torch.randint(0, 256, (9, 13), dtype=torch.uint8)
+    write_png(tmp_path / "rgb.png", rgb)
+    write_png(tmp_path / "grey.png", grey)
+    assert torch.equal(_C.decode_image(str(tmp_path / "rgb.png"), 3), rgb)
+    assert torch.equal(_C.decode_image(str(tmp_path / "grey.png"), 1)[..., 0], grey)
+    assert torch.equal(_C.decode_image(str(tmp_path / "grey.png"), 3), grey[..., None].expand(9, 13, 3))
+
+
+def test_jpeg_matches_pillow(tmp_path):
+    Image = require("PIL.Image")
+    pixels = np.random.default_rng(0).integers(0, 256, (16, 20, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(tmp_path / "a.jpg", quality=90)
+    ours = _C.decode_image(str(tmp_path / "a.jpg"), 3).numpy().astype(int)
+    theirs = np.asarray(Image.open(tmp_path / "a.jpg").convert("RGB")).astype(int)
+    assert np.abs(ours - theirs).max() <= 1  # same libjpeg family; IDCT rounding may differ by one
+
+
+def test_corrupt_images_name_the_file_or_are_skipped(tmp_path):
+    folder = tmp_path / "cls"
+    folder.mkdir()
+    for i in range(4):
+        write_png(folder / f"{i}.png", torch.full((6, 6, 3), i * 40, dtype=torch.uint8))
+    good = (folder / "0.png").read_bytes()
+    (folder / "4_cut.png").write_bytes(good[:40])
+    (folder / "5_text.png").write_bytes(b"hello")
+    paths = sorted(str(p) for p in folder.iterdir())
+    with pytest.raises(gpucore.ConfigError, match=r"4_cut.png' \(index 4\): corrupt PNG"):
+        _C.decode_images(paths, 3, 2, False)
+    images, kept, skipped = _C.decode_images(paths, 3, 2, True)
+    assert images.shape == (4, 6, 6, 3) and kept == [0, 1, 2, 3]
+    assert len(skipped) == 2 and "neither PNG nor JPEG" in skipped[1]
+
+
+def test_a_format_built_without_its_library_fails_before_decoding_naming_the_library(tmp_path, monkeypatch):
+    write_png(tmp_path / "a.png", torch.zeros(6, 6, 3, dtype=torch.uint8))
+    Image = require("PIL.Image")
+    Image.fromarray(np.zeros((6, 6, 3), dtype=np.uint8)).save(tmp_path / "b.jpg")
+    has_jpeg = "jpeg" in gpucore._build_info.IMAGE_FORMATS
+    monkeypatch.setattr(gpucore._build_info, "IMAGE_FORMATS", ("jpeg",) if has_jpeg else ())
+    # A readable JPEG first (where this build reads JPEGs): the PNG after it is still refused up front.
+    files = ([str(tmp_path / "b.jpg")] if has_jpeg else []) + [str(tmp_path / "a.png")]
+    for on_error in ("raise", "skip"):  # a missing reader is never a file to skip
+        with pytest.raises(gpucore.ConfigError, match=r"a.png' is a PNG file, but gpucore was built without libpng"
+                                                      r"[\s\S]*apt-get install libpng-dev"):
+            data.read_files(files, list(range(len(files))), on_error=on_error)
+    if has_jpeg:  # the other format still reads
+        assert data.read_files([str(tmp_path / "b.jpg")], [0]).inputs.shape == (1, 3, 6, 6)
+
+
+@pytest.mark.skipif("png" in gpucore._build_info.IMAGE_FORMATS, reason="this build has the PNG reader")
+def test_native_reader_without_libpng_names_the_library(tmp_path):
+    (tmp_path / "a.png").write_bytes(encode_png(torch.zeros(4, 4, 3, dtype=torch.uint8)))
+    for call in (lambda: _C.decode_image(str(tmp_path / "a.png"), 3),
+                 lambda: _C.decode_images([str(tmp_path / "a.png")], 3, 2, True)):
+        with pytest.raises(gpucore.ConfigError, match=r"a.png' is a PNG file, but gpucore was built without libpng"):
+            call()
+
+
+def test_mixed_sizes_are_an_error(tmp_path):
+    write_png(tmp_path / "a.png", torch.zeros(6, 6, 3, dtype=torch.uint8))
+    write_png(tmp_path / "b.png", torch.zeros(7, 6, 3, dtype=torch.uint8))
+    with pytest.raises(gpucore.ConfigError, match=r"b.png' is 7x6 but .*a.png' is 6x6"):
+        _C.decode_images([str(tmp_path / "a.png"), str(tmp_path / "b.png")], 3, 1, False)
+
+
+@pytest.mark.parametrize("save", [np.savez, np.savez_compressed])
+def test_npz_round_trip_and_corrupt_archives(tmp_path, save):
+    rng = np.random.default_rng(0)
+    arrays = {"x_train": rng.integers(0, 256, (7, 5, 4), dtype=np.uint8), "y_train": rng.integers(0, 9, 7),
+              "scale": rng.random(3).astype(np.float32)}
+    save(tmp_path / "a.npz", **arrays)
+    loaded = _C.read_npz(str(tmp_path / "a.npz"))
+    assert list(loaded) == list(arrays)
+    for name, array in arrays.items():
+        assert np.array_equal(loaded[name].numpy(), array)
+    dataset = data.read_npz(str(tmp_path / "a.npz"), "x_train", "y_train")
+    assert dataset.inputs.shape == (7, 1, 5, 4) and dataset.targets.dtype == torch.long
+    with pytest.raises(gpucore.ConfigError, match="has no array 'x'; it holds"):
+        data.read_npz(str(tmp_path / "a.npz"))
+    content = (tmp_path / "a.npz").read_bytes()
+    (tmp_path / "cut.npz").write_bytes(content[: len(content) // 2])
+    with pytest.raises(gpucore.ConfigError, match="cut.npz' is not a .npz file"):
+        _C.read_npz(str(tmp_path / "cut.npz"))
+    flipped = bytearray(content)
+    first_data = 30 + int.from_bytes(content[26:28], "little") + int.from_bytes(content[28:30], "little")
+    flipped[first_data + 100] ^= 0xFF  # inside x_train's array (or its compressed stream)
+    (tmp_path / "flipped.npz").write_bytes(bytes(flipped))
+    with pytest.raises(gpucore.ConfigError, match=r"flipped.npz:x_train.npy' is corrupt"):
+        _C.read_npz(str(tmp_path / "flipped.npz"))
+    with pytest.raises(gpucore.ConfigError, match="cannot open .npz file"):
+        _C.read_npz(str(tmp_path / "missing.npz"))
