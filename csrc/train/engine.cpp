@@ -72,7 +72,6 @@ void check_config(const EngineConfig& c) {
     if (c.device.type() != at::kCUDA) {
       throw ConfigError("cuda_graphs captures CUDA steps; this engine's device is " + c.device.str());
     }
-    if (c.mixup.enabled()) throw ConfigError("cuda_graphs cannot capture mixup/CutMix: each batch's draw is made on the host");
     if (c.graph_warmup_steps < 1) {
       throw ConfigError("graph_warmup_steps must be >= 1 (cuDNN's autotuning syncs), got " +
                         std::to_string(c.graph_warmup_steps));
@@ -140,13 +139,13 @@ at::Tensor checked_output(const at::Tensor& output) {
 }  // namespace
 
 void Engine::micro_batch(const at::Tensor& inputs, const at::Tensor& targets, const ForwardFn& forward,
-                         const LossFn& loss, int64_t window_len, bool last_in_window, int64_t epoch, int64_t batch) {
-  const bool mixing = mixer_.enabled();
+                         const LossFn& loss, int64_t window_len, bool last_in_window) {
+  const bool mixing = mixer_.enabled();  // by the draw made for this batch before (outside a captured step)
   at::Tensor output;
   {
     AutocastGuard autocast(device_.type(), config_.autocast_dtype);
     const at::Tensor x = prepare_inputs(inputs, config_);
-    output = checked_output(forward(mixing ? mixer_.inputs(x, epoch, batch) : x, last_in_window));
+    output = checked_output(forward(mixing ? mixer_.mix(x) : x, last_in_window));
   }
   at::Tensor value;
   if (mixing) {
@@ -178,7 +177,8 @@ EpochStats Engine::train_epoch(BatchSource& batches, const ForwardFn& forward, c
     const bool graphed = config_.cuda_graphs && k == 1 &&
                          graph_step(inputs, targets, forward, loss, epoch, first_batch + index);
     if (!graphed) {
-      micro_batch(inputs, targets, forward, loss, window_len, last_in_window, epoch, first_batch + index);
+      if (mixer_.enabled()) mixer_.draw(inputs, epoch, first_batch + index);
+      micro_batch(inputs, targets, forward, loss, window_len, last_in_window);
       if (last_in_window) optimizer_step();
       if (last_in_window && config_.cuda_graphs) ++graph_stats_.eager_steps;
     }
@@ -223,6 +223,7 @@ bool Engine::graph_step(const at::Tensor& inputs, const at::Tensor& targets, con
     if (batch_size == graph_batch_size_) {
       graph_inputs_.copy_(inputs);
       graph_targets_.copy_(targets);
+      if (mixer_.enabled()) mixer_.draw(inputs, epoch, batch);  // into the buffer the graph reads
       const int64_t seen = train_metrics_.samples_seen_on_host();
       graph_.replay();
       train_metrics_.set_samples_seen_on_host(seen + batch_size);
@@ -244,9 +245,10 @@ bool Engine::graph_step(const at::Tensor& inputs, const at::Tensor& targets, con
   }
   graph_inputs_ = inputs.clone();
   graph_targets_ = targets.clone();
+  if (mixer_.enabled()) mixer_.draw(inputs, epoch, batch);  // on the host, outside the graph
   const int64_t seen = train_metrics_.samples_seen_on_host();
   const std::string failure = graph_.capture([&] {
-    micro_batch(graph_inputs_, graph_targets_, forward, loss, 1, true, epoch, batch);
+    micro_batch(graph_inputs_, graph_targets_, forward, loss, 1, true);
     optimizer_step();
   });
   if (!failure.empty()) {  // nothing ran: undo what the recording did on the host, and step eagerly

@@ -174,7 +174,7 @@ at::Tensor draw_mix(const MixupConfig& config, int64_t epoch, int64_t batch, int
 BatchMixer::BatchMixer(MixupConfig config, double label_smoothing, at::Device device)
     : config_((validate(config), std::move(config))), label_smoothing_(label_smoothing), device_(device) {}
 
-at::Tensor BatchMixer::inputs(const at::Tensor& inputs, int64_t epoch, int64_t batch) {
+void BatchMixer::draw(const at::Tensor& inputs, int64_t epoch, int64_t batch) {
   if (!inputs.is_floating_point()) {
     throw ConfigError("mixup and CutMix (config keys mixup_alpha, cutmix_alpha) mix floating-point inputs, got " +
                       std::string(c10::toString(inputs.scalar_type())));
@@ -188,11 +188,20 @@ at::Tensor BatchMixer::inputs(const at::Tensor& inputs, int64_t epoch, int64_t b
     throw ConfigError("mixup (config key mixup_alpha) mixes inputs of up to 4 dimensions, got shape " + c10::str(inputs.sizes()));
   }
   const at::Tensor view = ops::mix_images_view(inputs);  // the box covers the op's H x W
-  at::Tensor host = draw_mix(config_, epoch, batch, inputs.size(0), view.size(2), view.size(3));
-  // Pinned, so the copy is asynchronous and the host never waits for the device.
-  params_ = device_.is_cuda() ? host.pin_memory().to(device_, /*non_blocking=*/true) : host;
-  return ops::mix_inputs(inputs, params_);
+  const at::Tensor host = draw_mix(config_, epoch, batch, inputs.size(0), view.size(2), view.size(3));
+  if (!device_.is_cuda()) {
+    params_ = host;
+    return;
+  }
+  // Into the first rows of one device buffer, made anew only for a larger batch: a captured step (cuda_graphs)
+  // reads its address. Pinned, so the copy is asynchronous and the host never waits for the device.
+  const int64_t n = host.size(0);
+  if (!buffer_.defined() || buffer_.size(0) < n) buffer_ = at::empty(host.sizes(), host.options().device(device_));
+  params_ = buffer_.narrow(0, 0, n);
+  params_.copy_(host.pin_memory(), /*non_blocking=*/true);
 }
+
+at::Tensor BatchMixer::mix(const at::Tensor& inputs) const { return ops::mix_inputs(inputs, params_); }
 
 at::Tensor BatchMixer::targets(const at::Tensor& targets, const at::Tensor& output) const {
   if (output.dim() != 2 || targets.dim() != 1 || targets.is_floating_point()) {

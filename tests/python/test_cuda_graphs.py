@@ -62,11 +62,10 @@ def test_on_the_cpu_true_warns_and_trains_exactly_as_eager(tmp_path):
 @pytest.mark.parametrize("keys, world_size, reason", [
     ({"compile": True}, 1, "compile: true (torch.compile makes graphs of its own: its mode reduce-overhead)"),
     ({}, 2, "data-parallel training (DDP's gradient all-reduce inside a captured step is not verified yet)"),
-    ({"mixup_alpha": 0.2}, 1, "mixup/CutMix (each batch's mixing is drawn on the host)"),
-    ({"cutmix_minmax": [0.2, 0.8]}, 1, "mixup/CutMix (each batch's mixing is drawn on the host)"),
     ({"accumulate_grad_batches": 2}, 1, "accumulate_grad_batches > 1 (a captured step holds one micro-batch so far)"),
     ({"loss": "ctc", "heads": 4}, 1, "loss ctc (torch's CTC loss reads the target lengths on the host)"),
     ({}, 1, None),
+    ({"mixup_alpha": 0.2, "cutmix_alpha": 1.0}, 1, None),  # drawn on the host, copied in before each replay
 ])
 def test_what_rules_out_a_capture_is_named(keys, world_size, reason):
     for asked in ("true", "auto"):
@@ -98,6 +97,8 @@ def assert_states_close(a: dict, b: dict, tolerance: float = 1e-3):
 @pytest.mark.parametrize("keys", [
     # 303 steps: clipping, onecycle, EMA
     {"epochs": 3, "clip_grad_norm": 0.5, "schedule": "onecycle", "lr": 3e-3, "ema_decay": 0.99},
+    # mixup and CutMix by batch and by sample: the draws copied in before each replay
+    {"epochs": 2, "mixup_alpha": 0.4, "cutmix_alpha": 1.0, "mixup_mode": "elem"},
     # float16 with a loss scale that grows into overflow every few steps: skipped steps inside the replays
     {"epochs": 2, "precision": "16-mixed", "init_scale": 2.0 ** 20, "growth_interval": 4, "optimizer": "sgd",
      "lr": 0.05, "schedule": "step", "step_size": 1},

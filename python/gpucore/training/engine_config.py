@@ -87,8 +87,6 @@ def _why_steps_stay_eager(config, device: torch.device, world_size: int) -> Opti
         return "compile: true (torch.compile makes graphs of its own: its mode reduce-overhead)"
     if world_size > 1:
         return "data-parallel training (DDP's gradient all-reduce inside a captured step is not verified yet)"
-    if mixup_config(config).enabled:
-        return "mixup/CutMix (each batch's mixing is drawn on the host)"
     if config.accumulate_grad_batches > 1:
         return "accumulate_grad_batches > 1 (a captured step holds one micro-batch so far)"
     if config.loss == "ctc":

@@ -115,9 +115,10 @@ class Engine {
   void load_state(const std::vector<std::pair<std::string, at::Tensor>>& state);
 
  private:
-  // Forward under autocast, loss, metrics and the scaled backward of one micro-batch.
+  // Forward under autocast (mixed by the mixer's last draw, with mixup), loss, metrics and the scaled backward of one
+  // micro-batch.
   void micro_batch(const at::Tensor& inputs, const at::Tensor& targets, const ForwardFn& forward, const LossFn& loss,
-                   int64_t window_len, bool last_in_window, int64_t epoch, int64_t batch);
+                   int64_t window_len, bool last_in_window);
   void optimizer_step();
   // cuda_graphs: the whole step of (inputs, targets) by replaying the captured graph, or by capturing it (then
   // replaying it); false when this step must run eagerly (warm-up, a short batch, a failed capture).

@@ -42,8 +42,11 @@ class BatchMixer {
   // label_smoothing: the loss's, applied to the one-hot targets before they are mixed.
   BatchMixer(MixupConfig config, double label_smoothing, at::Device device);
   bool enabled() const { return config_.enabled(); }
-  // The inputs mixed by the draws of (epoch, batch), which targets() then uses.
-  at::Tensor inputs(const at::Tensor& inputs, int64_t epoch, int64_t batch);
+  // Draws the mixing of (epoch, batch) for `inputs` on the host and copies it to the device buffer that mix() and
+  // targets() read (the same buffer from batch to batch of one size: a captured step reads it too).
+  void draw(const at::Tensor& inputs, int64_t epoch, int64_t batch);
+  // `inputs` mixed by the last draw.
+  at::Tensor mix(const at::Tensor& inputs) const;
   // The last mixed batch's soft targets for `output` (N x classes): float32, label smoothing included.
   at::Tensor targets(const at::Tensor& targets, const at::Tensor& output) const;
 
@@ -51,7 +54,8 @@ class BatchMixer {
   MixupConfig config_;
   double label_smoothing_;
   at::Device device_;
-  at::Tensor params_;  // the last batch's draws, on the device
+  at::Tensor params_;  // the last batch's draws, on the device: the first rows of buffer_ on CUDA
+  at::Tensor buffer_;  // CUDA: the draws' device memory, as many rows as the largest batch
 };
 
 }  // namespace gpucore
