@@ -174,10 +174,10 @@ EpochStats Engine::train_epoch(BatchSource& batches, const ForwardFn& forward, c
     // to one big batch of the same samples.
     const int64_t window_len = std::min(k, total - (index / k) * k);
     const bool last_in_window = (index + 1) % k == 0 || index + 1 == total;
-    const bool graphed = config_.cuda_graphs && k == 1 &&
-                         graph_step(inputs, targets, forward, loss, epoch, first_batch + index);
+    // Mixup draws on the host, outside a captured step, into the buffer the step (eager or replayed) reads.
+    if (mixer_.enabled()) mixer_.draw(inputs, epoch, first_batch + index);
+    const bool graphed = config_.cuda_graphs && k == 1 && graph_step(inputs, targets, forward, loss);
     if (!graphed) {
-      if (mixer_.enabled()) mixer_.draw(inputs, epoch, first_batch + index);
       micro_batch(inputs, targets, forward, loss, window_len, last_in_window);
       if (last_in_window) optimizer_step();
       if (last_in_window && config_.cuda_graphs) ++graph_stats_.eager_steps;
@@ -214,7 +214,7 @@ std::vector<int64_t> graph_key(const at::Tensor& inputs, const at::Tensor& targe
 }  // namespace
 
 bool Engine::graph_step(const at::Tensor& inputs, const at::Tensor& targets, const ForwardFn& forward,
-                        const LossFn& loss, int64_t epoch, int64_t batch) {
+                        const LossFn& loss) {
   if (!graph_stats_.reason.empty()) return false;  // a capture failed: eager from then on
   const std::vector<int64_t> key = graph_key(inputs, targets, params_);
   const int64_t batch_size = inputs.dim() > 0 ? inputs.size(0) : 1;
@@ -223,7 +223,6 @@ bool Engine::graph_step(const at::Tensor& inputs, const at::Tensor& targets, con
     if (batch_size == graph_batch_size_) {
       graph_inputs_.copy_(inputs);
       graph_targets_.copy_(targets);
-      if (mixer_.enabled()) mixer_.draw(inputs, epoch, batch);  // into the buffer the graph reads
       const int64_t seen = train_metrics_.samples_seen_on_host();
       graph_.replay();
       train_metrics_.set_samples_seen_on_host(seen + batch_size);
@@ -231,11 +230,7 @@ bool Engine::graph_step(const at::Tensor& inputs, const at::Tensor& targets, con
       return true;
     }
   }
-  if (graph_.captured()) {  // what the step does changed (frozen parameters, another shape): capture it again
-    graph_.reset();
-    graph_warmup_left_ = config_.graph_warmup_steps;
-    graph_batch_size_ = 0;
-  }
+  if (graph_.captured()) drop_graph();  // what the step does changed (frozen parameters, another shape)
   // Warm-up: eager steps of the shape to capture (cuDNN's autotuning, lazily made handles and state); a batch
   // smaller than one seen before is an epoch's short last batch, never the one to capture.
   if (graph_warmup_left_ > 0 || batch_size < graph_batch_size_) {
@@ -245,7 +240,6 @@ bool Engine::graph_step(const at::Tensor& inputs, const at::Tensor& targets, con
   }
   graph_inputs_ = inputs.clone();
   graph_targets_ = targets.clone();
-  if (mixer_.enabled()) mixer_.draw(inputs, epoch, batch);  // on the host, outside the graph
   const int64_t seen = train_metrics_.samples_seen_on_host();
   const std::string failure = graph_.capture([&] {
     micro_batch(graph_inputs_, graph_targets_, forward, loss, 1, true);
@@ -338,7 +332,11 @@ std::map<std::string, double> Engine::read_metrics(const MetricTracker& tracker)
 void Engine::set_accumulate_grad_batches(int64_t accumulate_grad_batches) {
   check_accumulate_grad_batches(accumulate_grad_batches);
   config_.accumulate_grad_batches = accumulate_grad_batches;
-  graph_.reset();  // the captured step took one micro-batch of the old size
+  drop_graph();  // the captured step took one micro-batch of the old size
+}
+
+void Engine::drop_graph() {
+  graph_.reset();
   graph_warmup_left_ = config_.graph_warmup_steps;
   graph_batch_size_ = 0;
 }

@@ -122,8 +122,9 @@ class Engine {
   void optimizer_step();
   // cuda_graphs: the whole step of (inputs, targets) by replaying the captured graph, or by capturing it (then
   // replaying it); false when this step must run eagerly (warm-up, a short batch, a failed capture).
-  bool graph_step(const at::Tensor& inputs, const at::Tensor& targets, const ForwardFn& forward, const LossFn& loss,
-                  int64_t epoch, int64_t batch);
+  bool graph_step(const at::Tensor& inputs, const at::Tensor& targets, const ForwardFn& forward, const LossFn& loss);
+  // Forgets the captured step; the next capture follows a new warm-up.
+  void drop_graph();
   std::map<std::string, double> read_metrics(const MetricTracker& tracker);
 
   EngineConfig config_;
