@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from . import _C
 from . import transforms as transforms_list
 from .errors import ConfigError
+from .models.tta import TTA_CHOICES
 from .values import is_int, is_number
 
 
@@ -115,6 +116,7 @@ KEYS = [
     Key("mixup_switch_prob", float, 0.5, "with mixup_alpha and cutmix_alpha both on: chance of CutMix instead of mixup", check=lambda v: 0 <= v <= 1, valid="in [0, 1]"),
     Key("mixup_mode", str, "batch", "one lambda (and box) per batch, per pair of samples i and N-1-i, or per sample (elem)", choices=CORE_CHOICES["mixup_mode"]),
     Key("cutmix_correct_lam", bool, True, "CutMix's lambda from the box's area after clipping at the image border"),
+    Key("tta", str, "none", "test-time augmentation of validation, the report, gpucore evaluate, predict and the ONNX export (training is unchanged): hflip averages the model's outputs on each image and its horizontal mirror (segmentation outputs mirrored back first), as airbench does; images only", choices=TTA_CHOICES),
     Key("heads", int, 0, "multi-head outputs (captcha: characters per image); targets are (N, heads) class indices", check=_non_negative, valid=">= 0"),
     Key("top_k", int, 5, "also report top-k accuracy for classification (0: off)", check=_non_negative, valid=">= 0"),
     # optimizer

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional, Sequence
 
@@ -81,8 +82,10 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
                               "script under torchrun --nproc_per_node=N")
         return _train_in_processes(config)
 
+    started = time.perf_counter()
     run = build_run(config, world, model, train_data, val_data, loss)
     loop = FitLoop(run, list(callbacks or []))
+    loop.setup_seconds = time.perf_counter() - started
     try:
         if run.run_dir.resume_from is not None:
             loop.resume(run.run_dir.resume_from)

@@ -40,6 +40,7 @@ def _png(path):
 def test_the_run_writes_its_report_with_a_hand_counted_confusion_matrix(run):
     stats = json.load(open(run.stats_path))
     assert stats["report"] == os.path.join(run.run_dir, "report.html")
+    assert 0 < stats["seconds"]["report"] < 600 and stats["seconds"]["training"] > 0
     loaded = gpucore.load(os.path.join(run.checkpoint_dir, "best.pt"), device="cpu")
     _, (x_val, y_val) = synthetic_fashion(**DATA)
     guesses = loaded(x_val).argmax(1)

@@ -132,6 +132,12 @@ def test_run_directory_files(tmp_path):
         assert key in stats["epochs"][0]
     rows = [json.loads(line) for line in open(result.metrics_path)]
     assert rows == stats["epochs"]
+    # where the wall time went: the epochs' steps and validations add up to the parts of seconds
+    seconds = stats["seconds"]
+    assert seconds["training"] == pytest.approx(sum(e["epoch_time_s"] for e in rows))
+    assert seconds["validation"] == pytest.approx(sum(e["val_time_s"] for e in rows))
+    assert all(0 < e["val_time_s"] < e["epoch_time_s"] * 10 for e in rows)
+    assert 0 < seconds["setup"] < 60 and "report" not in seconds  # this test's runs draw no report (conftest)
     assert json.load(open(os.path.join(result.run_dir, "config.json")))["epochs"] == 2
     checkpoint = torch.load(os.path.join(result.checkpoint_dir, "last.pt"), weights_only=True)
     assert checkpoint["epoch"] == 2 and checkpoint["format"] == "gpucore-checkpoint"

@@ -19,6 +19,7 @@ from torch import nn
 from .. import _C
 from ..device.select import resolve_precision
 from ..errors import ConfigError
+from ..models.tta import with_tta
 from ..tasks import Task
 from ..tasks.sequences import pad_sequences
 from ..training import distributed
@@ -89,11 +90,12 @@ def evaluation_pass(module: nn.Module, config, task: Task, data: EpochData, devi
     policy = resolve_precision(config.precision, device, tf32=config.tf32, cudnn_benchmark=config.cudnn_benchmark)
     module = copy.deepcopy(module).eval()
     settings = forward_config(config, task, str(device), policy, place_model(module, config, device, policy))
+    evaluated = with_tta(module, config.tta)
     outputs, decoded = [], []
     rules = [task]  # the task's rules for outputs of the shape the model gives, settled by the first batch
 
     def forward(inputs: torch.Tensor) -> torch.Tensor:
-        output = module(inputs)
+        output = evaluated(inputs)
         scores = output.detach().float()
         if not decoded:
             rules[0] = task.for_outputs(scores)

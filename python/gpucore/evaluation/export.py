@@ -1,12 +1,13 @@
 """A trained checkpoint for other runtimes: `gpucore.export(checkpoint, "onnx" | "safetensors")` and `gpucore export`.
 
-ONNX: the model as torch.onnx exports it (torch.export, opset 18, a dynamic batch dimension), taking inputs
+ONNX: the model as torch.onnx exports it (torch.export, opset 18, a dynamic batch dimension), under its run's
+test-time augmentation (config key tta: hflip exports the mean over each image and its mirror), taking inputs
 already preprocessed (float32, standardised); the preprocessing is not baked in: it is in the model's
 metadata (key `gpucore.preprocessing`) and in a JSON file beside it. The file is checked by running it
 with onnxruntime against PyTorch on fresh random inputs; the largest absolute difference is reported and
 must be at most 1e-4 (float32).
 
-safetensors: the weights only (the model's state_dict), the preprocessing and the model's name and
+safetensors: the weights only (the model's state_dict; `tta` in the JSON says what evaluation ran), the preprocessing and the model's name and
 arguments in a JSON file beside it (`NAME.json`), also stored as the file's metadata.
 """
 from __future__ import annotations
@@ -32,6 +33,7 @@ def preprocessing(model: LoadedModel) -> dict:
     return {
         "model": model.config.model, "model_kwargs": model.config.model_kwargs, "loss": model.config.loss,
         "heads": model.config.heads, "input_shape": model.model_input_shape, "classes": model.classes,
+        "tta": model.config.tta,
         "mean": stats.get("mean"), "std": stats.get("std"),
         "transforms": transforms.validation_form(model.config.transforms),
         "scaling": ("uint8 images go through `transforms` (torchvision.transforms.v2 names), are divided by 255, then "
@@ -83,7 +85,7 @@ def _onnx(model: LoadedModel, out: str, info: dict, opset: int, seed: int) -> di
     generator = torch.Generator().manual_seed(seed)
     example = torch.randn(2, *model.model_input_shape, generator=generator)
     try:
-        program = torch.onnx.export(model.module, (example,), dynamo=True, verbose=False, opset_version=opset,
+        program = torch.onnx.export(model.inference_module, (example,), dynamo=True, verbose=False, opset_version=opset,
                                     input_names=["inputs"], output_names=["outputs"],
                                     dynamic_shapes=({0: torch.export.Dim("batch")},))
     except Exception as exc:  # torch.export and the ONNX translation raise many kinds
@@ -99,7 +101,7 @@ def _onnx(model: LoadedModel, out: str, info: dict, opset: int, seed: int) -> di
     session = onnxruntime.InferenceSession(out, providers=["CPUExecutionProvider"])
     theirs = torch.from_numpy(session.run(None, {session.get_inputs()[0].name: fresh.numpy()})[0])
     with torch.no_grad():
-        ours = model.module(fresh)
+        ours = model.inference_module(fresh)
     ours = ours[0] if isinstance(ours, (tuple, list)) else ours
     if theirs.shape != ours.shape:
         raise ExportError(f"the ONNX model's outputs are {tuple(theirs.shape)}, PyTorch's {tuple(ours.shape)}")

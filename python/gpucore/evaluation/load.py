@@ -18,6 +18,7 @@ from ..data.tensor_inputs import as_images, model_inputs, prepare_inputs
 from ..device.select import select_device
 from .. import transforms
 from ..errors import ConfigError
+from ..models.tta import with_tta
 from ..models.registry import build_model
 from ..tasks import task_of
 
@@ -76,14 +77,21 @@ class LoadedModel:
                               "and size")
         return model_inputs(images.to(self.device), self.input_stats, transforms.validation_form(self.config.transforms))
 
+    @property
+    def inference_module(self) -> nn.Module:
+        """What predictions and the ONNX export run: the module, under its run's test-time augmentation (config
+        key tta)."""
+        return with_tta(self.module, self.config.tta)
+
     def __call__(self, inputs: torch.Tensor, batch_size: Optional[int] = None) -> torch.Tensor:
         """The model's outputs for raw `inputs` (see preprocess), in batches of `batch_size` (default: the run's
-        eval_batch_size)."""
+        eval_batch_size), under the run's test-time augmentation (config key tta)."""
         size = batch_size or self.config.eval_batch_size
         outputs = []
+        module = self.inference_module
         with torch.no_grad():
             for start in range(0, inputs.shape[0], size):
-                output = self.module(self.preprocess(inputs[start:start + size]))
+                output = module(self.preprocess(inputs[start:start + size]))
                 outputs.append((output[0] if isinstance(output, (tuple, list)) else output).float())
         if not outputs:
             raise ConfigError("no inputs given")

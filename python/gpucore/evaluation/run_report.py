@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import warnings
 from typing import List, Optional
 
@@ -36,6 +37,7 @@ def write_report(run_dir: str, device: str = "auto", module: Optional[nn.Module]
     """report.html, plots/ and per_class.json in `run_dir`, from its files (training_stats.json, metrics.jsonl,
     the best checkpoint, the config's data); returns the page's path. In a training process, `module` (the run's
     model, to take the checkpoint's weights) and `data` ((train, val) as the run read them) save rebuilding them."""
+    started = time.perf_counter()
     run_dir = os.path.abspath(run_dir)
     stats_path = os.path.join(run_dir, STATS)
     if not os.path.isfile(stats_path):
@@ -67,6 +69,7 @@ def write_report(run_dir: str, device: str = "auto", module: Optional[nn.Module]
         write_json(os.path.join(run_dir, PER_CLASS), rows)
     path = page.write(f"gpucore run {os.path.basename(run_dir)}")
     stats["report"] = path
+    stats.setdefault("seconds", {})["report"] = time.perf_counter() - started  # beside the run's own phases
     write_json(stats_path, stats)
     return path
 

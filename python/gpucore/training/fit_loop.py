@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import math
 import sys
+import time
 import warnings
 from typing import Any, List, Optional, Sequence
 
@@ -14,6 +15,7 @@ import torch
 
 from ..config import KEY_BY_NAME
 from ..errors import ConfigError, OutOfMemoryError, TrainingError
+from ..models.tta import with_tta
 from . import distributed
 from . import oom
 from .callbacks import CallbackList, EarlyStopping, FreezeBackbone, ModelCheckpoint, Monitor
@@ -60,6 +62,9 @@ class FitLoop:
         self.oom_reductions: List[dict] = []  # each out-of-memory retry: epoch, new batch_size, accumulation
         self.warned_on_capture = False  # cuda_graphs: a failed capture is warned about once
         self.resumed: Optional[dict] = None  # the checkpoint a resume read, its epoch and data position
+        # training_stats.json's seconds.setup, which gpucore.train measures: reading the data, building the model and
+        # the engine (the report adds seconds.report).
+        self.setup_seconds: Optional[float] = None
 
     # ---- the loop -----------------------------------------------------------------------------
     @property
@@ -214,12 +219,14 @@ class FitLoop:
                           f"top-{config.top_k} accuracy is always 1 and is not reported; set top_k below the "
                           "number of classes, or 0", RuntimeWarning, stacklevel=2)
         if run.val_set is not None:
+            started = time.perf_counter()
             run.module.eval()
-            val_stats = run.engine.evaluate(run.val_set.epoch(self.epoch), run.forward, run.loss)
+            val_stats = run.engine.evaluate(run.val_set.epoch(self.epoch), with_tta(run.forward, config.tta), run.loss)
             record.update({f"val_{k}": v for k, v in val_stats["metrics"].items()})
             if run.ema is not None:
-                ema_stats = run.engine.evaluate(run.val_set.epoch(self.epoch), run.ema, run.loss)
+                ema_stats = run.engine.evaluate(run.val_set.epoch(self.epoch), with_tta(run.ema, config.tta), run.loss)
                 record.update({f"{VAL_EMA}_{k}": v for k, v in ema_stats["metrics"].items()})
+            record["val_time_s"] = time.perf_counter() - started  # the metrics are on the host: the work is done
         record.update({
             "lr": stats["metrics"].get("lr"), "loss_scale": stats["metrics"].get("loss_scale"),
             "skipped_steps": int(stats["metrics"].get("skipped_steps", 0)),
@@ -287,8 +294,13 @@ class FitLoop:
                                 implied_by_restart=run.run_dir.resume_implied),
                     best=self.best(), steps=run.engine.steps_taken(),
                     skipped_steps=run.engine.steps_skipped(), host_syncs=run.engine.host_syncs(),
-                    cuda_graphs=self.graph_stats(),
+                    cuda_graphs=self.graph_stats(), seconds=self.seconds(),
                     skipped_files=self.skipped_files())
+
+    def seconds(self) -> dict:
+        """training_stats.json's seconds: where the run's wall time went (the epochs of this process's pass)."""
+        return {"setup": self.setup_seconds, "training": sum(r["epoch_time_s"] for r in self.history),
+                "validation": sum(r.get("val_time_s", 0.0) for r in self.history)}
 
     def write_stats(self, status: str, error: Optional[str] = None) -> None:
         self.run.run_dir.write_stats(self.stats(status, error))
