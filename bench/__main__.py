@@ -1,7 +1,7 @@
 """Runs the benchmarks side by side in one run and writes one JSON with the device, versions and date.
 
     python -m bench all [--device auto] [--json out.json] [--quick]
-    python -m bench train|ops|cam|data|fashion_mnist|transforms|augment|checkpoint [...]
+    python -m bench train|ops|cam|data|fashion_mnist|transforms|augment|checkpoint|speedrun [...]
 
 --quick uses tiny sizes: a smoke test of the runner (CI runs it), not a measurement.
 """
@@ -23,6 +23,8 @@ BENCHES = {
     "transforms": ("transforms_bench.py", [], ["--images", "16", "--size", "16", "--batch", "8"]),
     "augment": ("augment_bench.py", [], ["--images", "16", "--epochs", "2", "--batch-size", "8"]),
     "checkpoint": ("checkpoint_bench.py", [], ["--params-millions", "0.1", "--rounds", "1"]),
+    "speedrun": ("speedrun_bench.py", [], ["--seeds", "0", "--epochs", "1", "--train-size", "2048",
+                                           "--test-size", "500"]),
 }
 
 

@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from . import _C
 from . import transforms as transforms_list
 from .errors import ConfigError
+from .models.registry import BUILTIN
 from .models.tta import TTA_CHOICES
 from .values import is_int, is_number
 
@@ -82,7 +83,7 @@ CORE_CHOICES = _C.config_choices()
 
 KEYS = [
     # model and data
-    Key("model", str, "fashion_mnist_cnn", "built-in model (fashion_mnist_cnn, captcha_cnn), a model of torchvision or timm by name ('torchvision:resnet18', 'timm:convnext_tiny'), a segmentation model ('transformers:SegformerForSemanticSegmentation', 'smp:Unet'), or 'package.module:factory'"),
+    Key("model", str, "fashion_mnist_cnn", f"built-in model ({', '.join(BUILTIN)}), a model of torchvision or timm by name ('torchvision:resnet18', 'timm:convnext_tiny'), a segmentation model ('transformers:SegformerForSemanticSegmentation', 'smp:Unet'), or 'package.module:factory'"),
     Key("model_kwargs", dict, {}, "keyword arguments for the model factory; torchvision and timm models take num_classes (a new classifier head) and in_channels (a new first conv; pretrained RGB weights summed for 1 channel, as timm does)"),
     # fine-tuning
     Key("pretrained", str, None, "weights to start from: a file (.pth, .pt, .bin: a torchvision or timm state dict, or a gpucore checkpoint; .safetensors) or a Hugging Face model folder, read with weights_only; or true: a torchvision:/timm: model's own weights from that library's local cache (nothing is downloaded). What did not load is reported; the replaced head is expected", optional=True),

@@ -102,7 +102,7 @@ def test_bench_runner_quick_runs_every_benchmark(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
     assert set(report["results"]) == {"train", "ops", "cam", "data", "fashion_mnist", "transforms", "augment",
-                                      "checkpoint"}
+                                      "checkpoint", "speedrun"}
     assert report["quick"] is True
     checkpoint = report["results"]["checkpoint"]  # 0.1 M parameters and AdamW's two moments: over 1 MB written
     assert checkpoint["file_bytes"] > 3 * 4 * checkpoint["parameters"] and 0 < checkpoint["training_thread_share"] < 1
@@ -111,6 +111,11 @@ def test_bench_runner_quick_runs_every_benchmark(tmp_path):
     # one epoch on 256 images, tested on 256 (chance: 0.1): measured 0.63 and 0.55 on the CPU, bf16 and float32
     assert all(0.3 < value <= 1 for value in accuracy.values()), accuracy
     assert abs(accuracy["gpucore.train"] - accuracy["PyTorch loop"]) < 0.2, accuracy  # the same model, data, seed
+    speedrun = report["results"]["speedrun"]["runs"]  # one epoch of the speedrun recipe on 2,048 images
+    for name in ("gpucore.train", "PyTorch loop"):
+        (run,) = speedrun[name]
+        (seconds, reached), = run["curve"]
+        assert seconds > 0 and 0.3 < reached <= 1 and reached == pytest.approx(run["final_accuracy_checked"], abs=0.02)
 
 
 def test_sequence_ctc_example_learns(tmp_path):

@@ -8,7 +8,7 @@ import difflib
 import functools
 import importlib
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -58,7 +58,35 @@ class CaptchaCNN(nn.Module):
         return self.classifier(self.pool(self.features(x)))
 
 
-BUILTIN = {"fashion_mnist_cnn": FashionMnistCNN, "captcha_cnn": CaptchaCNN}
+class FastCNN(nn.Module):
+    """The speedrun's network (examples/configs/fashion_mnist_speedrun.yaml): one block per width, each a 3x3
+    convolution, a 2x2 max-pool, then BatchNorm and ReLU (airbench's order: the norm and the activation run on a
+    quarter of the pixels, and pooling first is the same as pooling after a ReLU), then `extra[i]` more 3x3
+    conv-BN-ReLU layers at the pooled size; a global max-pool and a linear head. 28x28 in: 14, 7, 3 pixels wide."""
+
+    def __init__(self, num_classes: int = 10, in_channels: int = 1, widths: Sequence[int] = (32, 64, 128),
+                 extra: Sequence[int] = (0, 1, 0)):
+        super().__init__()
+        if len(widths) != len(extra) or not widths or not all(is_int(n) and n > 0 for n in widths) \
+                or not all(is_int(n) and n >= 0 for n in extra):
+            raise ConfigError(f"model_kwargs of fast_cnn: widths (positive integers, one per block) and extra (as many "
+                              f"integers >= 0) are needed, got widths {list(widths)} and extra {list(extra)}")
+        layers, channels = [], in_channels
+        for width, more in zip(widths, extra):
+            layers += [nn.Conv2d(channels, width, 3, padding=1, bias=False), nn.MaxPool2d(2), nn.BatchNorm2d(width),
+                       nn.ReLU(inplace=True)]
+            for _ in range(more):
+                layers += [nn.Conv2d(width, width, 3, padding=1, bias=False), nn.BatchNorm2d(width),
+                           nn.ReLU(inplace=True)]
+            channels = width
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Sequential(nn.AdaptiveMaxPool2d(1), nn.Flatten(), nn.Linear(channels, num_classes))
+
+    def forward(self, x):
+        return self.classifier(self.features(x))
+
+
+BUILTIN = {"fashion_mnist_cnn": FashionMnistCNN, "fast_cnn": FastCNN, "captcha_cnn": CaptchaCNN}
 
 # Model names of the libraries users already have: `torchvision:resnet18`, `timm:convnext_tiny`.
 LIBRARIES = ("torchvision", "timm")
