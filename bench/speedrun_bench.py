@@ -4,7 +4,8 @@ user would, and by PyTorch Lightning, over several seeds, interleaved (seed 0 in
 
     python -m bench speedrun [--seeds 0 1 2 3 4] [--target 0.925] [--only NAME] [--json out.json]
 
-Per seed the three train the config's network from the same initial weights on the same uint8 images held in
+Each trainer first trains one untimed epoch on 2,048 images (a warm process for all three); per seed, each goes
+first in turn. Per seed the three train the config's network from the same initial weights on the same uint8 images held in
 memory, standardised with the training set's mean and std, in the precision and memory layout gpucore's config picks
 on this machine (bf16 autocast and channels-last on a CPU with native bf16, float32 otherwise), with the config's
 recipe: AdamW (no decay on biases and norm weights), the one-cycle schedule stepped per batch, label-smoothed
@@ -16,7 +17,8 @@ evaluated on the 10,000 test images (the test-time flip of config key tta includ
 Reports per trainer: the final test accuracy (the last epoch's, never the best one) as mean, spread and minimum, the
 training seconds (the epochs' steps only: reading the data, set-up and evaluation are not in it) and samples/s, and
 the training seconds until the first epoch at or above --target, with how many seeds got there; then the ratios of
-gpucore's time to target to the others'. --epochs, --train-size and --test-size shrink the run (the quick smoke test).
+gpucore's time to target to the others'. --epochs, --train-size and --test-size shrink the run (the quick smoke test);
+--precision 32 trains all three in float32.
 """
 import argparse
 import copy
@@ -53,7 +55,8 @@ class Recipe:
     """What every trainer shares for one seed: the config, the data, the initial weights, precision and layout."""
 
     def __init__(self, args, device: torch.device):
-        self.config = load_config(args.config, {"epochs": args.epochs} if args.epochs else {})
+        overrides = {"epochs": args.epochs} if args.epochs else {}
+        self.config = load_config(args.config, dict(overrides, precision=args.precision) if args.precision else overrides)
         for key, value in REPRODUCED.items():
             if getattr(self.config, key) != value:
                 raise SystemExit(f"{args.config}: config key {key} is {getattr(self.config, key)!r}; this benchmark's "
@@ -76,6 +79,14 @@ class Recipe:
         recipe.seed = seed
         torch.manual_seed(seed)
         recipe.initial = copy.deepcopy(self.new_model().state_dict())
+        return recipe
+
+    def warm_up(self) -> "Recipe":
+        """One epoch on the first 2,048 images: what each trainer runs once, untimed, before the seeds (oneDNN's
+        kernel creation and the allocator's first growth would otherwise land on whichever trainer runs first)."""
+        recipe = self.for_seed(self.seed)
+        recipe.config = load_config(self.config, {"epochs": 1})
+        recipe.images, recipe.labels = self.images[:2048], self.labels[:2048]
         return recipe
 
     def model(self) -> nn.Module:
@@ -247,6 +258,8 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--target", type=float, default=0.925)
     parser.add_argument("--epochs", type=int, help="default: the config's")
+    parser.add_argument("--precision", choices=["auto", "32"], help="default: the config's (32: float32 for all three, "
+                        "e.g. with ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 to time an AVX2-only CPU's kernels)")
     parser.add_argument("--train-size", type=int, help="the first N training images (default: all 60,000)")
     parser.add_argument("--test-size", type=int, help="the first N test images (default: all 10,000)")
     parser.add_argument("--only", action="append", choices=list(TRAINERS), help="train only these (repeatable)")
@@ -255,18 +268,17 @@ def main(argv=None):
 
     device = gpucore.select_device(args.device).device
     recipe = Recipe(args, device)
-    names = args.only or list(TRAINERS)
+    names = []
+    for name in args.only or TRAINERS:
+        if TRAINERS[name](recipe.warm_up()) is None:
+            print(f"{name}: not installed, left out", flush=True)
+        else:
+            names.append(name)
     runs = {name: [] for name in names}
-    for seed in args.seeds:
+    for index, seed in enumerate(args.seeds):
         seeded = recipe.for_seed(seed)
-        for name in names:
-            trained = TRAINERS[name](seeded)
-            if trained is None:
-                print(f"{name}: not installed, left out", flush=True)
-                names.remove(name)
-                del runs[name]
-                continue
-            model, curve = trained
+        for name in names[index % len(names):] + names[:index % len(names)]:  # each trainer first in turn
+            model, curve = TRAINERS[name](seeded)
             seconds = sum(s for s, _ in curve)
             run = {"seed": seed, "curve": curve, "seconds_to_target": seconds_to(curve, args.target),
                    "samples_per_s": len(recipe.labels) * len(curve) / seconds,
