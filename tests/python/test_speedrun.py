@@ -70,5 +70,5 @@ def test_speedrun_config_learns_the_real_fashion_mnist(tmp_path):
     result = gpucore.train(SPEEDRUN, run_dir=str(tmp_path), progress=False, report=False, loggers=[],
                            data_kwargs={"train_size": 6000, "val_size": 1000})
     accuracy = [row["val_accuracy"] for row in result.history]
-    assert accuracy[-1] >= 0.82, accuracy  # measured 0.00 on the 2-core CPU (bf16)
+    assert accuracy[-1] >= 0.85, accuracy  # measured 0.885 on the 2-core CPU (bf16-mixed)
     assert accuracy[-1] > accuracy[0], accuracy
