@@ -124,8 +124,9 @@ class Compose:
 
     Args:
         transforms: the list, e.g. ``["RandomHorizontalFlip", {"ColorJitter": {"brightness": 0.4}}]``.
-        mean, std: normalisation (one value per channel, or one for all) applied when the list has no Normalize;
+        mean: normalisation mean (one value per channel, or one for all) applied when the list has no Normalize;
             None: none.
+        std: normalisation standard deviation, as `mean`.
 
     Calling it on a batch (N x C x H x W, or one C x H x W image) on any device returns the batch in the input's
     dtype: uint8 images (0..255) stay uint8 unless the list normalises (Normalize, RandomErasing, mean/std), which
