@@ -192,6 +192,15 @@ def _annotation(key: Key):
     return Optional[key.type] if key.optional else key.type
 
 
+def _config_to_dict(self) -> dict:
+    """The configuration as a dict of its keys (a copy), as config.json holds it.
+
+    Returns:
+        {key: value} for every key.
+    """
+    return dataclasses.asdict(self)
+
+
 TrainConfig = dataclasses.make_dataclass(
     "TrainConfig",
     [(key.name, _annotation(key), dataclasses.field(default_factory=(lambda d=key.default: json.loads(json.dumps(d)))))
@@ -199,9 +208,10 @@ TrainConfig = dataclasses.make_dataclass(
     frozen=True,
     namespace={"__doc__": "A checked gpucore training configuration (load_config makes one); every field is a key of "
                           "KEYS, of that key's type. Frozen: dataclasses.replace(config, key=value) gives a changed "
-                          "copy, unchecked; load_config(config, {key: value}) a checked one.",
+                          "copy, unchecked; load_config(config, {key: value}) a checked one.\n\nAttributes:\n"
+                          + "\n".join(f"    {key.name}: {key.doc}" for key in KEYS),
                "__module__": __name__,
-               "to_dict": lambda self: dataclasses.asdict(self)},
+               "to_dict": _config_to_dict},
 )
 
 
@@ -431,7 +441,19 @@ def _set_entry(values: dict, dotted: str, value: Any, where: str) -> None:
 
 
 def load_config(source: Any = None, overrides: Optional[Mapping[str, Any]] = None):
-    """Build a checked TrainConfig from a path, dict or TrainConfig (None: the defaults) and overrides."""
+    """Build a checked TrainConfig from a path, a dict or a TrainConfig, and overrides.
+
+    Args:
+        source: a .yaml/.yml/.json path, a dict of keys, a TrainConfig, or None for the defaults.
+        overrides: keys to set on top (`{"lr": 0.01}`; a dotted key such as `data_kwargs.train_size` sets one entry
+            of a mapping key).
+
+    Returns:
+        The frozen, checked TrainConfig.
+
+    Raises:
+        ConfigError: an unknown key (naming the closest valid one), a wrong type or range, an unreadable file.
+    """
     name_hint = ""
     if source is None:
         data, where = {}, "defaults"

@@ -57,6 +57,10 @@ def test_the_site_builds_strict_with_every_page(site):
     for page in ["index.html", "guides/getting-started.html", "reference/config.html", "reference/transforms.html",
                  "reference/api.html", "benchmarks.html", "architecture.html", "changelog.html"]:
         assert (site / page).is_file(), page
+    assert not (site / "hooks").exists()
+    for page in site.rglob("*.html"):  # nothing fetched from the internet: servers have none
+        remote = re.findall(r'<(?:script|link|img)[^>]+(?:src|href)="((?:https?:)?//[^"]+)"', page.read_text("utf-8"))
+        assert not remote, (page.relative_to(site), remote)
     api = (site / "reference" / "api.html").read_text(encoding="utf-8")
     for name in ["gpucore.train", "gpucore.Callback", "gpucore.data.read_idx", "gpucore.DataLoader",
                  "gpucore.transforms.Compose", "gpucore.gradcam", "gpucore.select_device"]:
@@ -136,3 +140,129 @@ def test_the_version_is_the_latest_release_in_the_changelog():
     assert released and released[0] == gpucore.__version__, (released[:1], gpucore.__version__)
     assert re.search(rf"^## \[{re.escape(gpucore.__version__)}\] - \d{{4}}-\d{{2}}-\d{{2}}$", changelog, re.M)
     assert "Unreleased" not in headings[1:], "## [Unreleased] goes on top"
+
+
+def public_objects():
+    """(name, object) of every public function and class: gpucore.__all__, gpucore.data.__all__, Compose, and the
+    public methods of the classes among them (Callback's hooks included)."""
+    names = [("gpucore." + name, getattr(gpucore, name)) for name in gpucore.__all__
+             if name not in ("__version__", "data")]
+    names += [("gpucore.data." + name, getattr(gpucore.data, name)) for name in gpucore.data.__all__]
+    names.append(("gpucore.transforms.Compose", gpucore.transforms.Compose))
+    objects = [(name, value) for name, value in names if inspect.isfunction(value) or inspect.isclass(value)]
+    for name, value in list(objects):
+        if inspect.isclass(value) and not issubclass(value, BaseException):
+            objects += [(f"{name}.{member}", function) for member, function in vars(value).items()
+                        if not member.startswith("_") and inspect.isfunction(function)]
+    return objects
+
+
+def documented_parameters(docstring):
+    """The parameter names of a Google-style docstring's Args (or Attributes, for a class's fields) sections, as
+    mkdocstrings reads them (griffe's parser)."""
+    griffe = require("griffe")
+    sections = griffe.Docstring(docstring).parse("google", warnings=False)
+    return {parameter.name for section in sections if section.kind.value in ("parameters", "attributes")
+            for parameter in section.value}
+
+
+def signature_parameters(value):
+    try:
+        signature = inspect.signature(value)
+    except (TypeError, ValueError):
+        return []
+    return [name for name, parameter in signature.parameters.items()
+            if name not in ("self", "cls") and parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)]
+
+
+@pytest.mark.parametrize("name, value", [pytest.param(name, value, id=name) for name, value in public_objects()])
+def test_every_public_function_and_class_documents_its_arguments(name, value):
+    docstring = inspect.getdoc(value)
+    assert docstring and len(docstring) > 20, f"{name} has no docstring"
+    if inspect.isclass(value) and issubclass(value, BaseException):
+        return
+    if inspect.isclass(value) and "__init__" not in vars(value) and not hasattr(value, "__dataclass_fields__"):
+        return  # constructed without arguments of its own (a Callback subclass's __init__ is the user's)
+    parameters = signature_parameters(value)
+    if parameters:
+        missing = set(parameters) - documented_parameters(docstring)
+        assert not missing, f"{name}: the docstring's Args section lacks {sorted(missing)}"
+    if inspect.isfunction(value) and inspect.signature(value).return_annotation not in (None, "None"):
+        text = inspect.getdoc(value)
+        assert re.search(r"^(Returns|Yields):", text, re.M), f"{name}: the docstring has no Returns section"
+
+
+# Put first in <head>: records every error the page raises (scripts, failed loads, console.error, rejections).
+ERRORS = """<script>window.__errors = [];
+window.addEventListener("error", e => __errors.push(e.message || ("failed to load " + (e.target.src || e.target.href))), true);
+window.addEventListener("unhandledrejection", e => __errors.push("unhandled rejection: " + e.reason));
+const __consoleError = console.error; console.error = (...a) => { __errors.push(a.join(" ")); __consoleError(...a); };
+</script>"""
+# Before </body>: after load (and the scripts' first work), what the page shows.
+CHECK = """<script>window.addEventListener("load", () => setTimeout(() => {
+  const facts = {errors: window.__errors, title: document.title,
+                 nav_links: document.querySelectorAll("nav.md-nav--primary a.md-nav__link").length,
+                 search_box: document.querySelectorAll("input[data-md-component=search-query]").length,
+                 headings: document.querySelectorAll("article h1").length};
+  const out = document.createElement("pre"); out.id = "check"; out.textContent = JSON.stringify(facts);
+  document.body.appendChild(out);
+}, 2000));</script>"""
+
+
+@pytest.fixture(scope="module")
+def served_site(site):
+    """The built site over HTTP on this machine (its search runs in a web worker, which file:// pages may not start),
+    and the paths the browser asked for."""
+    import functools
+    import http.server
+    import threading
+
+    requested = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            requested.append(self.path)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(site)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield site, f"http://127.0.0.1:{server.server_address[1]}", requested
+    server.shutdown()
+
+
+def page_facts(site, url, page, tmp_path, inject=""):
+    """Opens a copy of `page` with the error recorder and the check in headless chromium; what the check saw."""
+    html = (site / page).read_text(encoding="utf-8")
+    checked = page.replace(".html", ".checked.html")
+    (site / checked).write_text(html.replace("<head>", "<head>" + ERRORS, 1).replace("</body>", inject + CHECK + "</body>"),
+                                encoding="utf-8")
+    run = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--user-data-dir=" + str(tmp_path),
+                          "--virtual-time-budget=15000", "--dump-dom", f"{url}/{checked}"],
+                         capture_output=True, text=True, timeout=180)
+    found = re.search(r'<pre id="check">(.*?)</pre>', run.stdout)
+    assert found, run.stderr[-3000:]
+    return json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (scripts/bootstrap.sh installs it)")
+@pytest.mark.parametrize("page", ["index.html", "guides/training.html"])
+def test_pages_render_with_navigation_and_search_and_no_errors(served_site, page, tmp_path):
+    site, url, requested = served_site
+    requested.clear()
+    facts = page_facts(site, url, page, tmp_path)
+    assert facts["errors"] == [], facts
+    assert facts["nav_links"] >= 15, facts  # every guide and reference page in the navigation
+    assert facts["headings"] == 1, facts
+    assert facts["search_box"] == 1, facts
+    assert "/search/search_index.json" in requested, requested  # the search loaded its index
+    index = json.loads((site / "search" / "search_index.json").read_text(encoding="utf-8"))
+    assert any("cuda_graphs" in entry["text"] for entry in index["docs"]  # a key is found by its name
+               if entry["location"].startswith("reference/config.html"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (scripts/bootstrap.sh installs it)")
+def test_a_script_error_on_a_page_is_seen(served_site, tmp_path):
+    site, url, _ = served_site
+    facts = page_facts(site, url, "index.html", tmp_path, inject="<script>no_such_function();</script>")
+    assert any("no_such_function" in error for error in facts["errors"]), facts

@@ -104,8 +104,16 @@ def run_shell(code, folder):
                           capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.parametrize("block", [pytest.param(block, marks=[pytest.mark.draws_report] if block.page in PAGES_DRAWING_REPORTS
-                                                 else []) for block in BLOCKS], ids=[block.name for block in BLOCKS])
+def marks(block):
+    """draws_report where the page talks about the report; slow (pyproject's markers) for the blocks that spawn
+    processes (shell) or train for more than a few seconds (drawing reports)."""
+    drawing = block.page in PAGES_DRAWING_REPORTS
+    return ([pytest.mark.draws_report] if drawing else []) + ([pytest.mark.slow]
+                                                              if drawing or block.language == "shell" else [])
+
+
+@pytest.mark.parametrize("block", [pytest.param(block, marks=marks(block)) for block in BLOCKS],
+                         ids=[block.name for block in BLOCKS])
 def test_code_block_runs(block, page_state, monkeypatch):
     if block.skip_reason:
         pytest.skip(f"{block.name}: {block.skip_reason}")
