@@ -266,3 +266,21 @@ def test_a_script_error_on_a_page_is_seen(served_site, tmp_path):
     site, url, _ = served_site
     facts = page_facts(site, url, "index.html", tmp_path, inject="<script>no_such_function();</script>")
     assert any("no_such_function" in error for error in facts["errors"]), facts
+
+
+@pytest.mark.parametrize("page", ["README.md", "CHANGELOG.md"])
+def test_the_links_of_the_pages_outside_the_site_resolve(site, page):
+    """README.md and CHANGELOG.md are read on the repository's web page: each relative link names a file of the
+    checkout, and a link into docs/ an anchor its built page has."""
+    links = re.findall(r"\]\(([^)\s]+)\)|src=\"([^\"]+)\"", (ROOT / page).read_text(encoding="utf-8"))
+    checked = 0
+    for link in (a or b for a, b in links):
+        if re.match(r"[a-z]+://", link):
+            continue
+        path, _, anchor = link.partition("#")
+        assert (ROOT / path).exists(), f"{page}: {link}: no such file"
+        if anchor and path.startswith("docs/") and path.endswith(".md"):
+            built = site / path[len("docs/"):].replace(".md", ".html")
+            assert f'id="{anchor}"' in built.read_text(encoding="utf-8"), f"{page}: {link}: no such anchor"
+        checked += 1
+    assert checked >= 3
