@@ -62,7 +62,7 @@ def test_the_site_builds_strict_with_every_page(site):
         remote = re.findall(r'<(?:script|link|img)[^>]+(?:src|href)="((?:https?:)?//[^"]+)"', page.read_text("utf-8"))
         assert not remote, (page.relative_to(site), remote)
     api = (site / "reference" / "api.html").read_text(encoding="utf-8")
-    for name in ["gpucore.train", "gpucore.Callback", "gpucore.data.read_idx", "gpucore.DataLoader",
+    for name in ["gpucore.train.train", "gpucore.Callback", "gpucore.data.read_idx", "gpucore.DataLoader",
                  "gpucore.transforms.Compose", "gpucore.gradcam", "gpucore.select_device"]:
         assert f'id="{name}"' in api, name
 
