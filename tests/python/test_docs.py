@@ -135,7 +135,6 @@ def test_a_wrong_default_would_be_caught():
 def test_the_version_is_the_latest_release_in_the_changelog():
     changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
     headings = re.findall(r"^## \[([^\]]+)\]", changelog, re.M)
-    assert headings and headings[0] in ("Unreleased", headings[0])
     released = [heading for heading in headings if heading != "Unreleased"]
     assert released and released[0] == gpucore.__version__, (released[:1], gpucore.__version__)
     assert re.search(rf"^## \[{re.escape(gpucore.__version__)}\] - \d{{4}}-\d{{2}}-\d{{2}}$", changelog, re.M)
