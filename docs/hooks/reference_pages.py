@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mkdocs.structure.files import File
-
 CONFIG_PAGE = "reference/config.md"
 TRANSFORMS_PAGE = "reference/transforms.md"
 CHANGELOG_PAGE = "changelog.md"
@@ -125,6 +123,8 @@ def changelog_page(root: Path) -> str:
 
 
 def on_files(files, config):
+    from mkdocs.structure.files import File  # here: the page functions above are used without mkdocs (test_config)
+
     root = Path(config.config_file_path).parent
     pages = ((CONFIG_PAGE, config_page), (TRANSFORMS_PAGE, transforms_page),
              (CHANGELOG_PAGE, lambda: changelog_page(root)))
