@@ -2,7 +2,7 @@
 # Installs what gpucore needs on a fresh Debian/Ubuntu machine, reusing whatever is already there:
 # build tools and the image libraries (apt), a virtualenv (.venv), torch, then gpucore itself with a plain
 # `pip install .` into that environment. With --tests (scripts/run_tests.sh) also what only the tests need:
-# GoogleTest and the C++ test binary (in build/), chromium, and the test and export Python packages.
+# GoogleTest and the C++ test binary (in build/), chromium, the test, export and docs Python packages.
 #
 #   bootstrap.sh [--tests]
 #
@@ -72,6 +72,10 @@ if [ "$TESTS" = 1 ]; then
   # nbclient + ipykernel (the Grad-CAM notebook is executed in a real kernel), scikit-learn (the reference for
   # the report's per-class metrics).
   "$PY" -m pip install -q "pytest>=7" numpy opencv-python-headless pillow nbclient ipykernel scikit-learn
+  # The documentation site, which the tests build (mkdocs build --strict) and open in chromium: gpucore's docs extra,
+  # pinned (pyproject.toml), torch pinned (none of them needs it).
+  "$PY" -m pip install -q -c <(echo "torch==$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])')") \
+    "mkdocs==1.6.1" "mkdocs-material==9.7.6" "mkdocstrings==1.0.8" "mkdocstrings-python==2.0.11"
   # Export extras (gpucore export and its tests; none of them pulls torch): ONNX through onnxscript, checked with
   # onnxruntime, and safetensors. Optional: without them the export tests skip and say why.
   "$PY" -m pip install -q "onnx>=1.16" "onnxscript>=0.3" "onnxruntime>=1.18" "safetensors>=0.4" \

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set-up command 2: install gpucore and everything its tests need (bootstrap.sh --tests: GoogleTest and the C++
 # test binary, chromium, the test and export packages), then run all tests: GoogleTest (ctest), then pytest, then the
-# transforms and resume tests again under ATEN_CPU_CAPABILITY=default.
+# transforms and resume tests again under ATEN_CPU_CAPABILITY=default. pytest also builds the docs site (mkdocs build --strict)
+# and runs the code blocks of the README and the docs (tests/python/test_docs*.py).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bash "$ROOT/scripts/bootstrap.sh" --tests

@@ -25,6 +25,7 @@ void def_batches(py::module_& m) {
       .def_readwrite("numbers", &TransformSpec::numbers)
       .def_readwrite("words", &TransformSpec::words);
   m.def("transform_names", &transform_names);
+  m.def("transform_arguments", &transform_arguments);  // the docs' transforms reference
   m.def("validation_form", &validation_form, py::arg("specs"));
   // Builds the list as training would (a ConfigError names a bad entry); returns the output (height, width)
   // of height x width input images, drawing one set of parameters to check they can be drawn.

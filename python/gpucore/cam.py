@@ -181,7 +181,19 @@ def _projection(matrix: torch.Tensor) -> torch.Tensor:
 
 
 class CAM:
-    """A reusable CAM for one model and target layer(s): `cam(inputs, targets)` -> CamResult."""
+    """A reusable CAM for one model and its target layer(s): `cam(inputs, targets)` returns a CamResult.
+
+    Args:
+        model: the model.
+        target_layers: a module, a dotted name, several of them (averaged), or "auto".
+        method: gradcam, gradcam++, xgradcam, hirescam, layercam, eigencam, eigengradcam or scorecam.
+        reshape_transform: turns token outputs (vision transformers) into N x C x H x W.
+        batch_size: split the inputs into batches of this size (None: all at once).
+        scorecam_memory_bytes: scorecam: memory budget of its masked forward passes, chunked to fit.
+
+    Raises:
+        ConfigError: an unknown method or layer, a batch_size below 1, no target layer.
+    """
 
     def __init__(self, model: nn.Module, target_layers: Union[str, nn.Module, Sequence[Union[str, nn.Module]]],
                  method: str = "gradcam", *, reshape_transform: Optional[Callable] = None,
@@ -311,12 +323,24 @@ METHODS = tuple(_METHODS)
 def gradcam(model: nn.Module, target_layer: Union[str, nn.Module, Sequence[Union[str, nn.Module]]],
             inputs: torch.Tensor, targets: Any = None, *, method: str = "gradcam", batch_size: Optional[int] = None,
             reshape_transform: Optional[Callable] = None) -> "CamResult":
-    """Class activation maps of `inputs` (N x C x H x W) for `targets` at `target_layer` (a module, a dotted
-    name, several of them, or 'auto': see find_target_layer).
+    """Class activation maps of `inputs` for `targets` at `target_layer`.
 
-    targets: None (each sample's top class), an int, one int per sample, or a callable on the model's
-    output returning one score per sample (see segmentation_target, head_target). method: one of
-    gradcam, gradcam++, xgradcam, hirescam, layercam, eigencam, eigengradcam, scorecam.
+    Args:
+        model: the model (its train/eval mode is restored and its hooks removed afterwards, also on an error).
+        target_layer: a module, a dotted name ("layer4", "features.7"), several of them (averaged), or "auto": the
+            last module with a spatial output before the head.
+        inputs: N x C x H x W, as the model takes them.
+        targets: None (each sample's top class), an int, one int per sample, or a callable on the model's output
+            returning one score per sample (gpucore.cam.segmentation_target, gpucore.cam.head_target).
+        method: gradcam, gradcam++, xgradcam, hirescam, layercam, eigencam, eigengradcam or scorecam.
+        batch_size: split the inputs into batches of this size (None: all at once).
+        reshape_transform: turns token outputs (vision transformers) into N x C x H x W.
+
+    Returns:
+        A CamResult: the maps (N x H x W in [0, 1]), overlays, PNG files, notebook display.
+
+    Raises:
+        ConfigError: an unknown method or layer name (listing the closest), targets that do not fit the inputs.
     """
     return CAM(model, target_layer, method, reshape_transform=reshape_transform, batch_size=batch_size)(inputs, targets)
 
@@ -343,7 +367,13 @@ def _as_rgb_uint8(images: torch.Tensor, size) -> torch.Tensor:
 
 
 class CamResult:
-    """CAMs (N x H x W float32 in [0, 1], on the input's device) with overlays, PNG files and notebook display."""
+    """CAMs with overlays, PNG files and notebook display (a grid of the maps or overlays).
+
+    Args:
+        cams: N x H x W float32 in [0, 1], on the input's device.
+        method: the CAM method that made them.
+        layers: the names of the target layers.
+    """
 
     def __init__(self, cams: torch.Tensor, method: str, layers: Sequence[str]):
         self.cams, self.method, self.layers = cams, method, list(layers)
@@ -356,15 +386,36 @@ class CamResult:
         return f"CamResult({self.method} at {', '.join(self.layers)}: {len(self)} maps of {tuple(self.cams.shape[1:])})"
 
     def numpy(self):
+        """The maps as a NumPy array.
+
+        Returns:
+            N x H x W float32 in [0, 1], on the host.
+        """
         return self.cams.detach().to("cpu").numpy()
 
     def heatmaps(self) -> torch.Tensor:
-        """The CAMs in JET colours, N x H x W x 3 uint8."""
+        """The maps in JET colours (OpenCV's table).
+
+        Returns:
+            N x H x W x 3 uint8 RGB.
+        """
         blank = torch.zeros(*self.cams.shape, 3, dtype=torch.uint8, device=self.cams.device)
         return _ops.cam_overlay(blank, self.cams, 1.0)
 
     def overlay(self, images: torch.Tensor, colormap: str = "jet", alpha: float = 0.5) -> torch.Tensor:
-        """CAMs blended onto `images` (the heatmap weighs `alpha`), N x H x W x 3 uint8 RGB, as show_cam_on_image."""
+        """The maps blended onto `images`, as pytorch-grad-cam's show_cam_on_image.
+
+        Args:
+            images: the images the maps are of, N x C x H x W (uint8, or float in [0, 1]), at the maps' size.
+            colormap: "jet", the only one.
+            alpha: the heatmap's weight in the blend.
+
+        Returns:
+            N x H x W x 3 uint8 RGB.
+
+        Raises:
+            ConfigError: another colormap, images of another size than the maps.
+        """
         if colormap != "jet":
             raise ConfigError(f"colormap '{colormap}' is not supported; use 'jet'")
         rgb = _as_rgb_uint8(images.to(self.cams.device), self.cams.shape[1:])
@@ -373,8 +424,20 @@ class CamResult:
 
     def save(self, directory: str, images: Optional[torch.Tensor] = None, prefix: str = "cam",
              names: Optional[Sequence[str]] = None) -> List[str]:
-        """One PNG per map (over `images` when given) in `directory`, named NAME.png for `names` (default
-        PREFIX_0000.png, ...); returns the paths."""
+        """One PNG per map, over `images` when given.
+
+        Args:
+            directory: the folder to write to (made when missing).
+            images: the images to overlay (as overlay() takes them); None: the bare heatmaps.
+            prefix: file names PREFIX_0000.png, ... when `names` is None.
+            names: one file name (without .png) per map.
+
+        Returns:
+            The paths written.
+
+        Raises:
+            ConfigError: as many names as maps are needed.
+        """
         if names is not None and len(names) != len(self):
             raise ConfigError(f"save: {len(names)} names for {len(self)} maps")
         os.makedirs(directory, exist_ok=True)

@@ -100,7 +100,7 @@ KEYS = [
     Key("normalize", bool, True, "standardise inputs with the training set's mean and std, per channel for images (uint8 images are scaled to [0, 1] first)"),
     Key("crop_padding", int, 0, "images: random crop of the image padded by this many pixels, each epoch (training only; 0: off)", check=lambda v: 0 <= v < _PADDING_LIMIT, valid=f">= 0 and < {_PADDING_LIMIT} (pixels)"),
     Key("hflip", bool, False, "images: random horizontal flip, each epoch (training only)"),
-    Key("transforms", list, [], "images: torchvision.transforms.v2 names with their arguments, applied per sample on the device (a name, or a one-key mapping of the name to its arguments: [RandomResizedCrop: {size: 224}, RandomHorizontalFlip]); crop_padding and hflip are prepended as RandomCrop and RandomHorizontalFlip, normalize is the Normalize of a list without one; validation uses the deterministic form (see README: Transforms)", check=transforms_list.check, valid="a list of supported transforms"),
+    Key("transforms", list, [], "images: torchvision.transforms.v2 names with their arguments, applied per sample on the device (a name, or a one-key mapping of the name to its arguments: [RandomResizedCrop: {size: 224}, RandomHorizontalFlip]); crop_padding and hflip are prepended as RandomCrop and RandomHorizontalFlip, normalize is the Normalize of a list without one; validation uses the deterministic form (docs: Data and transforms; every name: the transforms reference)", check=transforms_list.check, valid="a list of supported transforms"),
     # the loop
     Key("epochs", int, 10, "training epochs", check=_epochs, valid=f"> 0 and < 2^31 ({_IN_EPOCHS})"),
     Key("batch_size", int, 64, "micro-batch size per process (a batch larger than the data is all of it)", check=_batch, valid=_BATCH_RANGE),
@@ -180,7 +180,7 @@ KEYS = [
     Key("checkpoint_every_minutes", float, 0.0, "also checkpoint mid-epoch once this many minutes passed since the last checkpoint, to checkpoints/step.pt (0: off)", check=lambda v: 0 <= v < 1e9, valid=">= 0 and < 1e9 (minutes)"),
     Key("log_every_n_steps", int, 50, "optimizer steps between host reads of the running metrics (progress bar, on_step_end)", check=_positive, valid="> 0"),
     Key("progress", bool, True, "show a progress bar (tqdm when installed, else a line per epoch)"),
-    Key("loggers", list, ["csv", "tensorboard"], "where rank 0 records the run besides metrics.jsonl: csv (metrics.csv, a row per logged step and per epoch), tensorboard (scalars per epoch and the hyperparameters in tensorboard/; needs the tensorboard package), mlflow (params, metrics per step and epoch, artifacts; needs gpucore's mlflow extra); a logger that fails is one warning and training goes on (see README: Experiment tracking)", check=lambda v: all(name in LOGGERS for name in v) and len(set(v)) == len(v), valid=f"a list of {', '.join(LOGGERS)}, each at most once"),
+    Key("loggers", list, ["csv", "tensorboard"], "where rank 0 records the run besides metrics.jsonl: csv (metrics.csv, a row per logged step and per epoch), tensorboard (scalars per epoch and the hyperparameters in tensorboard/; needs the tensorboard package), mlflow (params, metrics per step and epoch, artifacts; needs gpucore's mlflow extra); a logger that fails is one warning and training goes on (docs: Training, Experiment tracking)", check=lambda v: all(name in LOGGERS for name in v) and len(set(v)) == len(v), valid=f"a list of {', '.join(LOGGERS)}, each at most once"),
     Key("mlflow_tracking_uri", str, None, "loggers mlflow: the tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///RUN_DIR/mlflow.db, a SQLite database beside the run directories)", optional=True),
     Key("mlflow_experiment", str, "", "loggers mlflow: the experiment (default: the config's name)"),
     Key("mlflow_log_model", bool, False, "loggers mlflow: also log checkpoints/best.pt as an artifact at the end"),
@@ -195,6 +195,15 @@ def _annotation(key: Key):
     return Optional[key.type] if key.optional else key.type
 
 
+def _config_to_dict(self) -> dict:
+    """The configuration as a dict of its keys (a copy), as config.json holds it.
+
+    Returns:
+        {key: value} for every key.
+    """
+    return dataclasses.asdict(self)
+
+
 TrainConfig = dataclasses.make_dataclass(
     "TrainConfig",
     [(key.name, _annotation(key), dataclasses.field(default_factory=(lambda d=key.default: json.loads(json.dumps(d)))))
@@ -202,9 +211,10 @@ TrainConfig = dataclasses.make_dataclass(
     frozen=True,
     namespace={"__doc__": "A checked gpucore training configuration (load_config makes one); every field is a key of "
                           "KEYS, of that key's type. Frozen: dataclasses.replace(config, key=value) gives a changed "
-                          "copy, unchecked; load_config(config, {key: value}) a checked one.",
+                          "copy, unchecked; load_config(config, {key: value}) a checked one.\n\nAttributes:\n"
+                          + "\n".join(f"    {key.name}: {key.doc}" for key in KEYS),
                "__module__": __name__,
-               "to_dict": lambda self: dataclasses.asdict(self)},
+               "to_dict": _config_to_dict},
 )
 
 
@@ -434,7 +444,19 @@ def _set_entry(values: dict, dotted: str, value: Any, where: str) -> None:
 
 
 def load_config(source: Any = None, overrides: Optional[Mapping[str, Any]] = None):
-    """Build a checked TrainConfig from a path, dict or TrainConfig (None: the defaults) and overrides."""
+    """Build a checked TrainConfig from a path, a dict or a TrainConfig, and overrides.
+
+    Args:
+        source: a .yaml/.yml/.json path, a dict of keys, a TrainConfig, or None for the defaults.
+        overrides: keys to set on top (`{"lr": 0.01}`; a dotted key such as `data_kwargs.train_size` sets one entry
+            of a mapping key).
+
+    Returns:
+        The frozen, checked TrainConfig.
+
+    Raises:
+        ConfigError: an unknown key (naming the closest valid one), a wrong type or range, an unreadable file.
+    """
     name_hint = ""
     if source is None:
         data, where = {}, "defaults"

@@ -28,7 +28,28 @@ from .training.run_setup import build_run
 
 @dataclass
 class TrainResult:
-    """What a run produced. `history` holds one dict per epoch (the rows of metrics.jsonl)."""
+    """What a run produced (`gpucore.train` returns it).
+
+    Attributes:
+        history: one dict per epoch, the rows of metrics.jsonl.
+        best_metric: the best value of the monitored metric, None before a validated epoch.
+        best_epoch: the epoch of best_metric (from 1).
+        monitor: the metric monitored, e.g. val_accuracy.
+        status: completed, early_stopped, stopped (a callback set trainer.should_stop) or interrupted.
+        run_dir: the run directory (run_dir/name).
+        checkpoint_dir: its checkpoints/ folder (best.pt, last.pt, ...).
+        stats_path: its training_stats.json.
+        metrics_path: its metrics.jsonl.
+        device: the device trained on, e.g. cuda:0.
+        precision: the precision trained in, e.g. bf16-mixed.
+        samples_per_second: training samples per second over the run.
+        steps: optimizer steps taken.
+        skipped_steps: optimizer steps skipped for inf/NaN gradients.
+        host_syncs: host reads of device values during training.
+        model: the trained model.
+        skipped_files: unreadable image files left out (data_kwargs on_error: skip).
+        model_ema: the weights' moving average after the last step (config key ema_decay), None without one.
+    """
 
     history: List[dict]
     best_metric: Optional[float]
@@ -66,12 +87,27 @@ class TrainResult:
 
 def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any = None, val_data: Any = None,
           loss: Optional[Callable] = None, callbacks: Optional[Sequence[Any]] = None, **overrides) -> TrainResult:
-    """Train a model as `cfg` says (a .yaml/.json path, a dict or a TrainConfig; keyword arguments override keys).
+    """Train a model as `cfg` says; keyword arguments override its keys.
 
-    model: an nn.Module (default: built from config key `model`); train_data/val_data: (inputs, targets)
-    tensors, a torch Dataset or DataLoader (default: config key `data`); loss: a callable
-    (output, target) -> scalar tensor (default: config key `loss`); callbacks: gpucore.Callback objects (or any
-    objects with some of its hook methods), called after the built-in ones and before ModelCheckpoint.
+    Args:
+        cfg: a .yaml/.yml/.json path, a dict or a TrainConfig (None: the defaults); every key is in the
+            configuration reference.
+        model: an nn.Module (default: built from config key `model`).
+        train_data: (inputs, targets) tensors, a gpucore.data set, a torch Dataset or DataLoader (default: config
+            key `data`).
+        val_data: the validation data in the same forms (default: the data's held-out split, else `val_fraction` of
+            the training data).
+        loss: a callable (output, target) -> scalar tensor (default: config key `loss`).
+        callbacks: gpucore.Callback objects (or any objects with some of its hook methods), called after the
+            built-in ones and before ModelCheckpoint.
+        **overrides: config keys, e.g. `epochs=3, lr=3e-4`.
+
+    Returns:
+        The run's TrainResult: history, best metric and epoch, status, paths of the run directory, the trained model.
+
+    Raises:
+        ConfigError: an unknown key (naming the closest one), a wrong type or range, data that does not fit the model.
+        TrainingError: training failed (out of memory, too many non-finite steps); the last good checkpoint stays.
     """
     config = load_config(cfg, overrides)
     world = distributed.environment()

@@ -124,8 +124,9 @@ class Compose:
 
     Args:
         transforms: the list, e.g. ``["RandomHorizontalFlip", {"ColorJitter": {"brightness": 0.4}}]``.
-        mean, std: normalisation (one value per channel, or one for all) applied when the list has no Normalize;
+        mean: normalisation mean (one value per channel, or one for all) applied when the list has no Normalize;
             None: none.
+        std: normalisation standard deviation, as `mean`.
 
     Calling it on a batch (N x C x H x W, or one C x H x W image) on any device returns the batch in the input's
     dtype: uint8 images (0..255) stay uint8 unless the list normalises (Normalize, RandomErasing, mean/std), which
@@ -154,11 +155,24 @@ class Compose:
         return f"Compose({self.transforms!r}{stats})"
 
     def output_size(self, height: int, width: int) -> Tuple[int, int]:
-        """(height, width) of height x width images after the list."""
+        """The size of height x width images after the list.
+
+        Args:
+            height: the input images' height.
+            width: the input images' width.
+
+        Returns:
+            (height, width).
+        """
         return tuple(_C.check_transforms(self._specs, height, width))
 
     def validation_form(self) -> "Compose":
-        """The deterministic form evaluation uses (see validation_form)."""
+        """The deterministic form evaluation uses: Resize, CenterCrop and Normalize kept, RandomResizedCrop(size) as
+        Resize(size) + CenterCrop(size), RandomCrop(size) as CenterCrop(size), every other random transform dropped.
+
+        Returns:
+            A Compose of that form.
+        """
         return Compose(validation_form(self.transforms), self.mean or None, self.std or None)
 
     def __call__(self, images: torch.Tensor, seed: int = 0, epoch: int = 0, return_params: bool = False):

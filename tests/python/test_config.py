@@ -1,6 +1,7 @@
 """Config loading: files, overrides, and an error that names the key for every bad input."""
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -12,7 +13,7 @@ from gpucore.config import KEYS, load_config, parse_overrides
 
 
 # Every key's default, written out here by hand (not read from config.KEYS): a changed default, a new key or a
-# dropped one fails below until this table and the README's say the same.
+# dropped one fails below until this table and the docs' configuration reference say the same.
 DEFAULTS = {
     "model": "fashion_mnist_cnn", "model_kwargs": {}, "pretrained": None, "pretrained_strict": True, "freeze": "none",
     "freeze_epochs": 1, "lr_backbone": 1.0, "lr_layer_decay": 1.0, "data": "fashion_mnist", "data_kwargs": {},
@@ -39,15 +40,20 @@ DEFAULTS = {
 }
 
 
-def readme_defaults():
-    """The README's config table: key -> its default column, read as YAML."""
+def reference_defaults():
+    """The configuration reference the docs site is built with (docs/hooks/reference_pages.py renders it from
+    config.KEYS): key -> its default column, read as YAML."""
+    import importlib.util
     import re
 
     import yaml
 
-    readme = open(__file__.rsplit("/tests/", 1)[0] + "/README.md", encoding="utf-8").read()
-    rows = re.findall(r"^\| `([a-z_0-9]+)` \| `([^`]*)` \|", readme, re.M)
-    return {key: yaml.safe_load(default) for key, default in rows if key in DEFAULTS or key in {k.name for k in KEYS}}
+    hook = pathlib.Path(__file__).resolve().parents[2] / "docs" / "hooks" / "reference_pages.py"
+    spec = importlib.util.spec_from_file_location("reference_pages", hook)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = re.findall(r"^\| `([a-z_0-9]+)`\{ #[a-z_0-9]+ \} \| [a-z]+ \| `([^`]*)` \|", module.config_page(), re.M)
+    return {key: yaml.safe_load(default) for key, default in rows}
 
 
 def same(value, expected):
@@ -58,7 +64,7 @@ def same(value, expected):
     return value == expected and type(value) is type(expected)
 
 
-def test_defaults_and_every_key_documented_in_the_readme():
+def test_defaults_and_every_key_documented_in_the_reference():
     assert sorted(k.name for k in KEYS) == sorted(DEFAULTS)
     config = load_config()
     for name, expected in DEFAULTS.items():
@@ -66,10 +72,10 @@ def test_defaults_and_every_key_documented_in_the_readme():
             assert config.name == "fashion_mnist_cnn"  # an unnamed run is named after its model
         else:
             assert same(getattr(config, name), expected), f"{name}: {getattr(config, name)!r}, expected {expected!r}"
-    documented = readme_defaults()
-    assert sorted(documented) == sorted(DEFAULTS), "README's config table lacks or has extra keys"
+    documented = reference_defaults()
+    assert sorted(documented) == sorted(DEFAULTS), "the configuration reference lacks or has extra keys"
     for name, expected in DEFAULTS.items():
-        assert same(documented[name], expected), f"README: {name}'s default is {documented[name]!r}, not {expected!r}"
+        assert same(documented[name], expected), f"reference: {name}'s default is {documented[name]!r}, not {expected!r}"
 
 
 def test_yaml_json_dict_and_overrides(tmp_path):

@@ -13,37 +13,74 @@ namespace gpucore {
 namespace transforms {
 namespace {
 
+// One argument and its default as the docs show it (YAML): a value, "null" (torchvision's None: the argument's
+// effect is off) or "required". The factories apply these defaults; tests/python/test_docs_reference.py checks that
+// giving each default explicitly changes nothing.
+struct Argument {
+  const char* name;
+  const char* default_value;
+};
+
 struct Row {
   const char* name;
-  std::vector<std::string> arguments;
+  std::vector<Argument> arguments;
   std::function<std::unique_ptr<Transform>(const Arguments&)> factory;
 };
 
 const std::vector<Row>& table() {
   static const std::vector<Row> rows = {
-      {"CenterCrop", {"size"}, make_center_crop},
-      {"RandomAffine", {"degrees", "translate", "scale", "shear", "interpolation", "fill", "center"}, make_random_affine},
-      {"RandomCrop", {"size", "padding", "pad_if_needed", "fill", "padding_mode"}, make_random_crop},
-      {"RandomHorizontalFlip", {"p"}, make_horizontal_flip},
-      {"RandomResizedCrop", {"size", "scale", "ratio", "interpolation", "antialias"}, make_random_resized_crop},
-      {"RandomRotation", {"degrees", "interpolation", "expand", "center", "fill"}, make_random_rotation},
-      {"RandomVerticalFlip", {"p"}, make_vertical_flip},
-      {"Resize", {"size", "interpolation", "max_size", "antialias"}, make_resize},
+      {"CenterCrop", {{"size", "required"}}, make_center_crop},
+      {"RandomAffine",
+       {{"degrees", "required"}, {"translate", "null"}, {"scale", "null"}, {"shear", "null"},
+        {"interpolation", "nearest"}, {"fill", "0"}, {"center", "null"}},
+       make_random_affine},
+      {"RandomCrop",
+       {{"size", "required"}, {"padding", "null"}, {"pad_if_needed", "false"}, {"fill", "0"},
+        {"padding_mode", "constant"}},
+       make_random_crop},
+      {"RandomHorizontalFlip", {{"p", "0.5"}}, make_horizontal_flip},
+      {"RandomResizedCrop",
+       {{"size", "required"}, {"scale", "[0.08, 1.0]"}, {"ratio", "[0.75, 1.3333333333333333]"},
+        {"interpolation", "bilinear"}, {"antialias", "true"}},
+       make_random_resized_crop},
+      {"RandomRotation",
+       {{"degrees", "required"}, {"interpolation", "nearest"}, {"expand", "false"}, {"center", "null"}, {"fill", "0"}},
+       make_random_rotation},
+      {"RandomVerticalFlip", {{"p", "0.5"}}, make_vertical_flip},
+      {"Resize",
+       {{"size", "required"}, {"interpolation", "bilinear"}, {"max_size", "null"}, {"antialias", "true"}},
+       make_resize},
       // Photometric (color.cpp, auto_augment.cpp, erasing.cpp).
-      {"AutoAugment", {"policy", "interpolation", "fill"}, make_auto_augment},
-      {"ColorJitter", {"brightness", "contrast", "saturation", "hue"}, make_color_jitter},
-      {"RandAugment", {"num_ops", "magnitude", "num_magnitude_bins", "interpolation", "fill"}, make_rand_augment},
-      {"RandomAdjustSharpness", {"sharpness_factor", "p"}, make_random_adjust_sharpness},
-      {"RandomAutocontrast", {"p"}, make_random_autocontrast},
-      {"RandomEqualize", {"p"}, make_random_equalize},
-      {"RandomErasing", {"p", "scale", "ratio", "value", "inplace"}, make_random_erasing},
-      {"RandomGrayscale", {"p"}, make_random_grayscale},
-      {"RandomInvert", {"p"}, make_random_invert},
-      {"RandomPosterize", {"bits", "p"}, make_random_posterize},
-      {"RandomSolarize", {"threshold", "p"}, make_random_solarize},
-      {"TrivialAugmentWide", {"num_magnitude_bins", "interpolation", "fill"}, make_trivial_augment_wide},
+      {"AutoAugment", {{"policy", "imagenet"}, {"interpolation", "nearest"}, {"fill", "null"}}, make_auto_augment},
+      {"ColorJitter", {{"brightness", "null"}, {"contrast", "null"}, {"saturation", "null"}, {"hue", "null"}},
+       make_color_jitter},
+      {"RandAugment",
+       {{"num_ops", "2"}, {"magnitude", "9"}, {"num_magnitude_bins", "31"}, {"interpolation", "nearest"},
+        {"fill", "null"}},
+       make_rand_augment},
+      {"RandomAdjustSharpness", {{"sharpness_factor", "required"}, {"p", "0.5"}}, make_random_adjust_sharpness},
+      {"RandomAutocontrast", {{"p", "0.5"}}, make_random_autocontrast},
+      {"RandomEqualize", {{"p", "0.5"}}, make_random_equalize},
+      {"RandomErasing",
+       {{"p", "0.5"}, {"scale", "[0.02, 0.33]"}, {"ratio", "[0.3, 3.3]"}, {"value", "0"}, {"inplace", "false"}},
+       make_random_erasing},
+      {"RandomGrayscale", {{"p", "0.1"}}, make_random_grayscale},
+      {"RandomInvert", {{"p", "0.5"}}, make_random_invert},
+      {"RandomPosterize", {{"bits", "required"}, {"p", "0.5"}}, make_random_posterize},
+      {"RandomSolarize", {{"threshold", "required"}, {"p", "0.5"}}, make_random_solarize},
+      {"TrivialAugmentWide", {{"num_magnitude_bins", "31"}, {"interpolation", "nearest"}, {"fill", "null"}},
+       make_trivial_augment_wide},
   };
   return rows;
+}
+
+// Normalize is the pipeline's own step (pipeline.cpp), not a factory of the table.
+const std::vector<Argument> kNormalizeArguments = {{"mean", "required"}, {"std", "required"}, {"inplace", "false"}};
+
+std::vector<std::string> argument_names(const std::vector<Argument>& arguments) {
+  std::vector<std::string> names;
+  for (const Argument& argument : arguments) names.emplace_back(argument.name);
+  return names;
 }
 
 std::string joined(const std::vector<std::string>& names) {
@@ -179,10 +216,10 @@ std::unique_ptr<Transform> make_transform(const TransformSpec& spec) {
   std::vector<std::string> given;
   for (const auto& [name, values] : spec.numbers) given.push_back(name);
   for (const auto& [name, value] : spec.words) given.push_back(name);
+  const std::vector<std::string> valid = transforms::argument_names(row->arguments);
   for (const std::string& name : given) {
-    if (std::find(row->arguments.begin(), row->arguments.end(), name) == row->arguments.end()) {
-      throw ConfigError(spec.name + ": unknown argument '" + name + "'; valid arguments: " +
-                        transforms::joined(row->arguments));
+    if (std::find(valid.begin(), valid.end(), name) == valid.end()) {
+      throw ConfigError(spec.name + ": unknown argument '" + name + "'; valid arguments: " + transforms::joined(valid));
     }
   }
   return row->factory(transforms::Arguments(spec));
@@ -193,6 +230,19 @@ std::vector<std::string> transform_names() {
   for (const auto& row : transforms::table()) names.emplace_back(row.name);
   std::sort(names.begin(), names.end());
   return names;
+}
+
+std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>> transform_arguments() {
+  std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>> result;
+  const auto add = [&](const std::string& name, const std::vector<transforms::Argument>& arguments) {
+    std::vector<std::pair<std::string, std::string>> pairs;
+    for (const auto& argument : arguments) pairs.emplace_back(argument.name, argument.default_value);
+    result.emplace_back(name, std::move(pairs));
+  };
+  add("Normalize", transforms::kNormalizeArguments);
+  for (const auto& row : transforms::table()) add(row.name, row.arguments);
+  std::sort(result.begin(), result.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  return result;
 }
 
 }  // namespace gpucore

@@ -103,17 +103,32 @@ def batch_source(data, cache: str, *, batch_size: int, shuffle: bool, drop_last:
 class DataLoader:
     """Iterates `(inputs, targets)` on the device, one epoch per `for` loop, like torch's DataLoader.
 
-    dataset: a gpucore.data set or (inputs, targets) tensors. Images stay uint8 until each batch is
-    transformed (`transforms`: a list as config key transforms takes; crop_padding and hflip its shorthands),
-    scaled and normalised (normalize: True for the data set's per-channel mean and std, or (mean, std)
-    lists) on the device. Order
-    and augmentation depend only on (seed, epoch, sample); rank/world_size serve equal shards for
-    distributed training. state_dict()/load_state_dict() resume mid-epoch.
-    cache: "device" (the data set on the device: each step is a gather and the fused op, no host work),
-    "host" (in host memory; batches copied over pinned memory), "none" (image files decoded batch by
-    batch on `threads` reader threads, `prefetch` batches ahead, into a pinned ring copied on a side
-    CUDA stream), or "auto" (device when it fits a quarter of the free device memory, else host, else none).
-    dtype: float32, float16 or bfloat16 images; channels_last: batches in channels-last memory format.
+    Images stay uint8 until each batch is transformed, scaled and normalised on the device. Order and augmentation
+    depend only on (seed, epoch, sample), so state_dict()/load_state_dict() resume mid-epoch exactly.
+
+    Args:
+        dataset: a gpucore.data set or (inputs, targets) tensors.
+        batch_size: samples per batch.
+        shuffle: a new order every epoch.
+        device: auto, cpu, cuda, cuda:N or mps: where the batches are made.
+        crop_padding: random crop of the image padded by this many pixels (a RandomCrop shorthand; 0: off).
+        hflip: random horizontal flip (a RandomHorizontalFlip shorthand).
+        transforms: a list as config key `transforms` takes (the transforms reference lists every name).
+        normalize: True for the data set's per-channel mean and std, (mean, std) lists, or False.
+        drop_last: leave out the last incomplete batch.
+        seed: the seed of order and augmentation.
+        rank: this process's shard, for distributed training.
+        world_size: the number of shards (equal lengths; every sample once per epoch across ranks).
+        cache: "device" (the data set on the device: each step is a gather and the fused op, no host work), "host"
+            (host memory, batches copied over pinned memory), "none" (image files decoded batch by batch on reader
+            threads into a pinned ring) or "auto" (device when it fits a quarter of the free device memory, else
+            host, else none).
+        prefetch: cache "none": batches decoded ahead.
+        dtype: float32, float16 or bfloat16 batches.
+        channels_last: batches in channels-last memory format.
+
+    Raises:
+        ConfigError: data that is neither a gpucore.data set nor tensors, a bad transform, cache or shard.
     """
 
     def __init__(self, dataset: Union[LabeledData, Tuple[torch.Tensor, torch.Tensor]], batch_size: int,
@@ -158,10 +173,22 @@ class DataLoader:
         self.epoch, self._position = self.epoch + 1, 0
 
     def state_dict(self) -> dict:
-        """Where the next batch comes from: epoch and batches already served in it."""
+        """Where the next batch comes from.
+
+        Returns:
+            {"epoch": the epoch, "position": batches already served in it}.
+        """
         return {"epoch": self.epoch, "position": self._position}
 
     def load_state_dict(self, state: dict) -> None:
+        """Continue where `state_dict()` was taken: the next batch is the one that would have come then.
+
+        Args:
+            state: what state_dict() returned.
+
+        Raises:
+            ConfigError: a state without integer epoch and position >= 0.
+        """
         try:
             epoch, position = state["epoch"], state["position"]
         except (KeyError, TypeError) as exc:

@@ -32,14 +32,26 @@ def _require_readers(paths: Sequence[str], origin: str) -> None:
 
 
 def set_max_image_pixels(pixels: int) -> None:
-    """The most pixels an image file may claim in its header (default 178,956,970, Pillow's error threshold;
-    0: no limit). Checked before decoding allocates anything: a larger claim is that file's error."""
+    """The most pixels an image file may claim in its header; a larger claim is that file's error, checked before
+    decoding allocates anything.
+
+    Args:
+        pixels: the limit (default 178,956,970, Pillow's error threshold; 0: no limit).
+
+    Raises:
+        ConfigError: not an integer >= 0.
+    """
     if not is_int(pixels):
         raise ConfigError(f"max image pixels must be an integer >= 0 (0: no limit), got {pixels!r}")
     _C.set_max_image_pixels(pixels)
 
 
 def max_image_pixels() -> int:
+    """The most pixels an image file may claim in its header (set_max_image_pixels).
+
+    Returns:
+        The limit; 0: no limit.
+    """
     return _C.max_image_pixels()
 
 
@@ -54,7 +66,15 @@ def _on_error(on_error: str) -> bool:
 
 
 class LabeledData(torch.utils.data.Dataset):
-    """In-memory samples: inputs[i], targets[i]. `skipped` lists the files left out (on_error: skip)."""
+    """In-memory samples: inputs[i], targets[i].
+
+    Args:
+        inputs: N x C x H x W uint8 images (or any features).
+        targets: N class indices (or the task's targets).
+        classes: class names, or None.
+        skipped: the files left out (on_error: skip), with the reason.
+        origin: where the data came from, for error messages.
+    """
 
     def __init__(self, inputs: torch.Tensor, targets: torch.Tensor, classes: Optional[List[str]] = None,
                  skipped: Sequence[str] = (), origin: str = "tensors"):
@@ -88,12 +108,25 @@ def _image_size(size) -> Tuple[int, int]:
 class ImageFiles(LabeledData):
     """Image files and their targets, decoded on demand.
 
-    `inputs` decodes every file once (on `threads` threads, resized to `size` when given) and keeps the
-    result; gpucore.DataLoader(cache="none") and config `cache: none` decode batch by batch instead.
-    size: None (all images must share one size), an int or (height, width): resized like torchvision's
-    Resize (bilinear, antialiased). on_error "skip" leaves unreadable files out and lists them in `skipped`.
-    Segmentation pairs: `mask_paths` (one grey mask per image, resized with nearest) instead of
-    `targets`; the decoded masks are the targets, as class ids (white, 255, is class 1).
+    `inputs` decodes every file once (on `threads` threads) and keeps the result; gpucore.DataLoader(cache="none")
+    and config `cache: none` decode batch by batch instead.
+
+    Args:
+        paths: the image files (PNG, JPEG).
+        targets: one target per file, or None for segmentation pairs.
+        classes: class names, or None.
+        channels: 1 (grey) or 3 (RGB): what every image is decoded to.
+        size: None (all images must share one size), an int or (height, width): resized like torchvision's Resize
+            (bilinear, antialiased).
+        threads: decoding threads (default: the CPU count).
+        on_error: "raise", or "skip": leave unreadable files out and list them in `skipped`.
+        origin: where the files came from, for error messages.
+        mask_paths: segmentation: one grey mask per image (resized with nearest) instead of `targets`; the decoded
+            masks are the targets, as class ids (white, 255, is class 1).
+
+    Raises:
+        ConfigError: no files, files and targets that differ in number, channels other than 1 or 3, a format whose
+            reader was not built.
     """
 
     def __init__(self, paths: Sequence[str], targets: Optional[torch.Tensor], classes: Optional[List[str]] = None, *,
@@ -156,7 +189,11 @@ class ImageFiles(LabeledData):
         return len(self.paths)
 
     def image_shape(self) -> Tuple[int, int, int]:
-        """(channels, height, width) of the decoded images, from `size` or the first file."""
+        """The shape of one decoded image, from `size` or the first file.
+
+        Returns:
+            (channels, height, width).
+        """
         if self._inputs is not None:
             return tuple(self._inputs.shape[1:])
         if self.size != (0, 0):
@@ -171,11 +208,23 @@ class ImageFiles(LabeledData):
         raise ConfigError(f"{self.origin}: none of the {len(self)} image files could be read")
 
     def nbytes(self) -> int:
-        """Memory the decoded uint8 images (and int64 mask class ids) take."""
+        """Memory the decoded uint8 images (and int64 mask class ids) take.
+
+        Returns:
+            Bytes.
+        """
         channels, height, width = self.image_shape()
         return len(self) * height * width * (channels + (8 if self.mask_paths is not None else 0))
 
     def subset(self, index: Sequence[int]) -> "ImageFiles":
+        """The files at `index`, with their targets (and the decoded images where decoded already).
+
+        Args:
+            index: positions in this set.
+
+        Returns:
+            A new ImageFiles.
+        """
         index = [int(i) for i in index]
         masks = [self.mask_paths[i] for i in index] if self.mask_paths is not None else None
         part = ImageFiles([self.paths[i] for i in index], None if masks is not None else self._targets[index],
@@ -187,8 +236,15 @@ class ImageFiles(LabeledData):
         return part
 
     def sample_stats(self, limit: int = 1024) -> Tuple[list, list]:
-        """Per-channel (mean, std) of the images scaled to [0, 1]: exact when decoded, else from up to
-        `limit` files spread evenly over the set (streaming never decodes the whole set for it)."""
+        """Per-channel mean and standard deviation of the images scaled to [0, 1]: exact when decoded, else from up to
+        `limit` files spread evenly over the set (streaming never decodes the whole set for it).
+
+        Args:
+            limit: the most files read when the set is not decoded.
+
+        Returns:
+            (mean, std), one value per channel each.
+        """
         from .tensor_inputs import input_stats
 
         if self._inputs is not None:
@@ -214,7 +270,18 @@ def _images_nchw(images: torch.Tensor) -> torch.Tensor:
 
 
 def read_idx(images: str, labels: str) -> LabeledData:
-    """MNIST-style IDX image and label files, plain or .gz."""
+    """MNIST-style IDX image and label files (Fashion-MNIST, MNIST, EMNIST), plain or .gz.
+
+    Args:
+        images: the images file (...-images-idx3-ubyte[.gz]).
+        labels: the labels file (...-labels-idx1-ubyte[.gz]).
+
+    Returns:
+        LabeledData: uint8 N x 1 x H x W images and int64 labels.
+
+    Raises:
+        ConfigError: a wrong magic number, a truncated file, counts that differ (naming the file).
+    """
     x, y = _C.read_idx(images), _C.read_idx(labels)
     if x.dim() != 3:
         raise ConfigError(f"IDX images '{images}' have {x.dim()} dimensions; expected N x H x W")
@@ -224,7 +291,18 @@ def read_idx(images: str, labels: str) -> LabeledData:
 
 
 def read_npy(inputs: str, targets: str) -> LabeledData:
-    """Arrays saved with numpy.save: images uint8 (N, H, W) or (N, C, H, W), or any float features."""
+    """Arrays saved with numpy.save.
+
+    Args:
+        inputs: the inputs' .npy: images uint8 (N, H, W) or (N, C, H, W), or any float features.
+        targets: the targets' .npy.
+
+    Returns:
+        LabeledData.
+
+    Raises:
+        ConfigError: a corrupt file, a shape the file does not hold, counts that differ.
+    """
     return _arrays(_C.read_npy(inputs), _C.read_npy(targets), inputs)
 
 
@@ -236,7 +314,19 @@ def _arrays(x: torch.Tensor, y: torch.Tensor, origin: str) -> LabeledData:
 
 
 def read_npz(path: str, inputs: str = "x", targets: str = "y") -> LabeledData:
-    """Two arrays of an archive saved with numpy.savez or savez_compressed, by name; images as in Npy."""
+    """Two arrays of an archive saved with numpy.savez or savez_compressed, by name; images as read_npy takes them.
+
+    Args:
+        path: the .npz file.
+        inputs: the inputs' array name.
+        targets: the targets' array name.
+
+    Returns:
+        LabeledData.
+
+    Raises:
+        ConfigError: a missing array, a corrupt member (CRC checked), counts that differ.
+    """
     arrays = _C.read_npz(path)
     missing = [name for name in (inputs, targets) if name not in arrays]
     if missing:
@@ -245,12 +335,35 @@ def read_npz(path: str, inputs: str = "x", targets: str = "y") -> LabeledData:
 
 
 def from_tensors(inputs: torch.Tensor, targets: torch.Tensor) -> LabeledData:
+    """Samples already in memory.
+
+    Args:
+        inputs: N x C x H x W uint8 images (or any features).
+        targets: N targets.
+
+    Returns:
+        LabeledData.
+    """
     return LabeledData(inputs, targets)
 
 
 def read_image_folder(root: str, channels: int = 3, size=None, threads: Optional[int] = None,
                 on_error: str = "raise") -> ImageFiles:
-    """One subfolder per class (sorted names are the classes) of PNG/JPEG images, decoded on demand."""
+    """One subfolder per class (the sorted names are the classes) of PNG/JPEG images, decoded on demand.
+
+    Args:
+        root: the folder.
+        channels: 1 (grey) or 3 (RGB).
+        size: None (all images share one size), an int or (height, width) to resize to.
+        threads: decoding threads (default: the CPU count).
+        on_error: "raise", or "skip" to leave unreadable files out.
+
+    Returns:
+        ImageFiles.
+
+    Raises:
+        ConfigError: a missing folder, no class subfolders, no images.
+    """
     if not os.path.isdir(root):
         raise ConfigError(f"image folder '{root}' does not exist")
     classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
@@ -271,7 +384,23 @@ def read_image_folder(root: str, channels: int = 3, size=None, threads: Optional
 
 def read_files(paths: Sequence[str], labels: Optional[Sequence] = None, *, label_from_name: Optional[Callable] = None,
           channels: int = 3, size=None, threads: Optional[int] = None, on_error: str = "raise") -> ImageFiles:
-    """Images from a list of files with `labels`, or labels computed from each file's name; decoded on demand."""
+    """Images from a list of files with `labels`, or labels computed from each file's name; decoded on demand.
+
+    Args:
+        paths: the image files.
+        labels: one label per file.
+        label_from_name: instead of labels, a function of a file's name without extension (captcha_labels).
+        channels: 1 (grey) or 3 (RGB).
+        size: None, an int or (height, width) to resize to.
+        threads: decoding threads (default: the CPU count).
+        on_error: "raise", or "skip" to leave unreadable files out.
+
+    Returns:
+        ImageFiles.
+
+    Raises:
+        ConfigError: both or neither of labels and label_from_name, as many labels as files needed.
+    """
     paths = list(paths)
     if (labels is None) == (label_from_name is None):
         raise ConfigError("Files needs either labels or label_from_name")
@@ -284,7 +413,16 @@ def read_files(paths: Sequence[str], labels: Optional[Sequence] = None, *, label
 
 
 def captcha_labels(alphabet: str, length: int) -> Callable[[str], List[int]]:
-    """label_from_name for captcha images named by their text ("a3x9.png"): one class index per character."""
+    """A label_from_name for captcha images named by their text ("a3x9.png", or "a3x9_17.png").
+
+    Args:
+        alphabet: the characters, in class order.
+        length: characters per captcha.
+
+    Returns:
+        A function of a file name giving one class index per character (it raises ConfigError for a name that is not
+        `length` characters of the alphabet).
+    """
     index = {character: i for i, character in enumerate(alphabet)}
 
     def label(name: str) -> List[int]:
@@ -297,7 +435,24 @@ def captcha_labels(alphabet: str, length: int) -> Callable[[str], List[int]]:
 
 def read_csv(path: str, image_column: str = "image", label_column: str = "label", root: Optional[str] = None,
         channels: int = 3, size=None, threads: Optional[int] = None, on_error: str = "raise") -> ImageFiles:
-    """Images listed in a CSV file with an integer label per row; paths relative to `root` (default: the CSV's folder)."""
+    """Images listed in a CSV file with an integer label per row.
+
+    Args:
+        path: the CSV file.
+        image_column: the column of image paths.
+        label_column: the column of integer labels.
+        root: the folder the paths are relative to (default: the CSV's folder).
+        channels: 1 (grey) or 3 (RGB).
+        size: None, an int or (height, width) to resize to.
+        threads: decoding threads (default: the CPU count).
+        on_error: "raise", or "skip" to leave unreadable files out.
+
+    Returns:
+        ImageFiles.
+
+    Raises:
+        ConfigError: a missing column, a label that is not an integer.
+    """
     root = root if root is not None else os.path.dirname(os.path.abspath(path))
     with open(path, newline="", encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle))
@@ -313,9 +468,23 @@ def read_csv(path: str, image_column: str = "image", label_column: str = "label"
 
 def read_segmentation(images: str, masks: str, channels: int = 3, size=None, threads: Optional[int] = None,
                  on_error: str = "raise") -> ImageFiles:
-    """Image folder + mask folder paired by file name (without extension); masks are grey class ids
-    (white, 255, is class 1). Decoded on demand, into memory or streamed like ImageFolder; the masks get
-    the images' crop and flip."""
+    """An image folder and a mask folder paired by file name (without extension); decoded on demand, into memory or
+    streamed. Masks are grey class ids (white, 255, is class 1) and get the images' geometric transforms.
+
+    Args:
+        images: the images' folder.
+        masks: the masks' folder.
+        channels: the images' channels, 1 or 3.
+        size: None, an int or (height, width): images resized bilinearly, masks with nearest.
+        threads: decoding threads (default: the CPU count).
+        on_error: "raise", or "skip" to leave unreadable pairs out.
+
+    Returns:
+        ImageFiles whose targets are the masks.
+
+    Raises:
+        ConfigError: an image without its mask or the reverse.
+    """
     def stems(folder):
         if not os.path.isdir(folder):
             raise ConfigError(f"segmentation folder '{folder}' does not exist")

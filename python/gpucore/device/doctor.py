@@ -27,10 +27,16 @@ def _gpucore_kernel_check(device: str) -> dict:
 
 
 def doctor(device: DeviceLike = "auto", *, smoke_test: bool = True) -> dict:
-    """Check this machine for training with gpucore and return a JSON-ready report.
+    """Check this machine for training with gpucore (what `gpucore doctor` prints).
 
-    `device` is what the user would ask for ("auto", "cuda:1", ...); report["ok"] is False when that
-    device cannot be used or the smoke test on it fails. report["advice"] lists what to fix.
+    Args:
+        device: what the user would ask for ("auto", "cuda:1", ...).
+        smoke_test: also run a 512 x 512 matmul and a 3 x 3 conv2d on the device, checked against float64 on the CPU.
+
+    Returns:
+        A JSON-ready report: versions, every device with its verdict and reason, what auto picks, the smoke test;
+        report["ok"] is False when the device cannot be used or the smoke test fails, report["advice"] lists what to
+        fix.
     """
     requested = _device_string(device, "device")
     facts = device_facts()

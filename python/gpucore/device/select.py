@@ -25,7 +25,14 @@ class DeviceVerdict:
 
 @dataclass(frozen=True)
 class DeviceChoice:
-    """The device to use and why; `verdicts` holds every device looked at."""
+    """The device to use and why (select_device returns it).
+
+    Attributes:
+        device: the torch.device chosen.
+        reason: why, in words (e.g. which of torch's kernels run on the GPU).
+        warnings: why devices were passed over.
+        verdicts: every device looked at, with its verdict.
+    """
 
     device: torch.device
     reason: str
@@ -38,8 +45,19 @@ class DeviceChoice:
 
 @dataclass(frozen=True)
 class PrecisionPolicy:
-    """Resolved precision settings for one device, as Python uses them (the C++ core resolves them as
-    _C.ResolvedPrecision, with dtype names). `apply()` sets torch's TF32/cuDNN flags."""
+    """Resolved precision settings for one device (resolve_precision returns it); the C++ core resolves them as
+    _C.ResolvedPrecision.
+
+    Attributes:
+        device: the device, e.g. cuda:0.
+        precision: bf16-mixed, 16-mixed, 32 or 64.
+        autocast_dtype: the autocast dtype, None without autocast.
+        param_dtype: the parameters' dtype.
+        loss_scaling: whether the loss is scaled (16-mixed).
+        tf32: TF32 matmul and cuDNN on.
+        cudnn_benchmark: cuDNN autotuning on.
+        reason: why, in words.
+    """
 
     device: str
     precision: str  # "bf16-mixed", "16-mixed", "32" or "64"
@@ -51,9 +69,15 @@ class PrecisionPolicy:
     reason: str
 
     def apply(self) -> None:
+        """Set torch's TF32 (cuBLAS, cuDNN) and cuDNN benchmark flags as the policy says."""
         _C.apply_precision_policy(tf32=self.tf32, cudnn_benchmark=self.cudnn_benchmark)
 
     def to_dict(self) -> dict:
+        """The policy as JSON-ready values.
+
+        Returns:
+            A dict of the attributes, dtypes as names ("bfloat16").
+        """
         data = asdict(self)
         data["autocast_dtype"] = str(self.autocast_dtype).replace("torch.", "") if self.autocast_dtype else None
         data["param_dtype"] = str(self.param_dtype).replace("torch.", "")
@@ -141,11 +165,21 @@ def _verdict(native) -> DeviceVerdict:
 
 
 def select_device(preference: DeviceLike = "auto", *, no_cuda: bool = False, no_mps: bool = False) -> DeviceChoice:
-    """Choose the device to train on: CUDA, then MPS, then CPU for "auto"; "cuda[:N]", "mps", "cpu" demand one.
+    """Choose the device to train on: CUDA, then MPS, then the CPU for "auto".
 
     A CUDA device counts only if the installed torch carries code for it and a live probe runs.
-    "auto" falls back with a DeviceFallbackWarning naming the device passed over and why; a demanded
-    device that cannot be used raises DeviceUnavailableError.
+
+    Args:
+        preference: "auto", or "cpu", "cuda", "cuda:N", "mps" to demand one.
+        no_cuda: never pick CUDA under auto.
+        no_mps: never pick MPS under auto.
+
+    Returns:
+        A DeviceChoice: the device, the reason, and every device's verdict.
+
+    Raises:
+        DeviceUnavailableError: a demanded device cannot be used (the message says why).
+        ConfigError: a value that names no device.
     """
     native = _C.select_device(system_facts(), _device_string(preference, "device"), bool(no_cuda), bool(no_mps), _probe)
     for message in native.warnings:
@@ -181,12 +215,23 @@ def resolve_precision(
     tf32: Union[bool, str] = "auto",
     cudnn_benchmark: Union[bool, str] = "auto",
 ) -> PrecisionPolicy:
-    """The precision policy for `device` (default: what select_device("auto") picks).
+    """The precision policy for a device.
 
-    precision: auto | bf16-mixed | 16-mixed | 32 | 64. auto is bf16-mixed on CUDA compute
-    capability >= 8.0 and on CPUs with native bf16 (AVX512-BF16, AMX), 16-mixed (with loss scaling) on
-    7.x and MPS, 32 elsewhere.
-    tf32 / cudnn_benchmark: auto | true | false; both on by default where the GPU has them.
+    auto is bf16-mixed on CUDA compute capability >= 8.0 and on CPUs with native bf16 (AVX512-BF16, AMX), 16-mixed
+    (with loss scaling) on 7.x and MPS, 32 elsewhere.
+
+    Args:
+        precision: auto, bf16-mixed, 16-mixed, 32 or 64.
+        device: the device (default: what select_device("auto") picks).
+        tf32: auto, true or false (auto: on where the GPU has it).
+        cudnn_benchmark: auto, true or false (auto: on for CUDA).
+
+    Returns:
+        The PrecisionPolicy.
+
+    Raises:
+        ConfigError: what the device cannot do (bf16 on a GPU older than 8.0, 16-mixed on the CPU, 64 on MPS, tf32
+            forced on a pre-Ampere GPU).
     """
     target = select_device("auto").device if device is None else torch.device(_device_string(device, "device"))
     native = _C.resolve_precision(
@@ -206,7 +251,11 @@ def resolve_precision(
 
 
 def device_facts() -> dict:
-    """Facts about every device, JSON-ready: names, compute capability, memory, SMs, bf16/TF32, versions."""
+    """Facts about every device, JSON-ready: names, compute capability, memory, SMs, bf16/TF32, versions.
+
+    Returns:
+        A dict: torch, cuda_runtime, cudnn, driver_cuda, torch_arch_list, cuda (one dict per GPU), mps, cpu.
+    """
     facts = system_facts(free_memory=True)
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     driver = facts.cuda_driver_version
@@ -247,11 +296,17 @@ def _proc_status_bytes(field: str) -> Optional[int]:
 
 
 def memory_stats(device: Optional[DeviceLike] = None) -> dict:
-    """Memory of `device` in bytes: allocated, reserved, peak_allocated, free, total.
+    """Memory of a device in bytes.
 
-    CUDA: torch's caching allocator (reserved = held by the allocator) and the driver's free/total.
-    MPS: tensors' memory and the Metal driver's. CPU: the process's resident set (now and peak) and
-    the machine's available/total memory. Unknown values are None.
+    CUDA: torch's caching allocator (reserved = held by the allocator) and the driver's free/total. MPS: tensors'
+    memory and the Metal driver's. CPU: the process's resident set (now and peak) and the machine's available/total
+    memory. Unknown values are None.
+
+    Args:
+        device: the device (None: the current CUDA device, else the CPU).
+
+    Returns:
+        A dict: allocated, reserved, peak_allocated, free, total.
     """
     target = select_device("auto").device if device is None else torch.device(_device_string(device, "device"))
     if target.type == "cuda":

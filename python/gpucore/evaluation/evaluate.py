@@ -19,13 +19,23 @@ SPLITS = ("val", "test")
 
 def evaluate(checkpoint: str, data: Optional[str] = None, split: str = "val", device: str = "auto",
              out: Optional[str] = None) -> dict:
-    """The metrics of checkpoint `checkpoint` on a data set, with the report's figures (report.html, plots/,
-    per_class.json, evaluation.json in `out`).
+    """The metrics of a checkpoint on a data set, with the report's figures (report.html, plots/, per_class.json,
+    evaluation.json in `out`).
 
-    data: config key `data`'s form (a built-in set, a folder, a .npz); default: the run's. split: val, the run's
-    validation data (the data's held-out split, else the share val_fraction of its training data the run held out,
-    with the run's seed); test, the data's held-out split only (t10k files, x_test/x_val arrays, a val/ or test/
-    folder; Fashion-MNIST's 10,000 test images), an error when it has none."""
+    Args:
+        checkpoint: a gpucore checkpoint path.
+        data: what config key `data` takes (a built-in set, a folder, a .npz); default: the run's.
+        split: "val", the run's validation data (the data's held-out split, else the share val_fraction of its
+            training data the run held out, with the run's seed); "test", the data's held-out split only.
+        device: auto, cpu, cuda, cuda:N or mps.
+        out: the folder for the files (default: RUN_DIR/evaluate-SPLIT).
+
+    Returns:
+        The summary written to evaluation.json: checkpoint, data, split, samples, metrics, per class.
+
+    Raises:
+        ConfigError: split test on data without a held-out split, data that does not fit the model.
+    """
     if split not in SPLITS:
         raise ConfigError(f"split '{split}' is not one of {', '.join(SPLITS)}")
     if not os.path.isfile(checkpoint):

@@ -45,10 +45,25 @@ def preprocessing(model: LoadedModel) -> dict:
 
 def export(checkpoint: Union[str, os.PathLike, LoadedModel], format: str, out: Optional[str] = None, *,
            opset: int = 18, seed: int = 0) -> dict:
-    """Writes `checkpoint` (a path or a gpucore.load result) as `format` ("onnx" or "safetensors") to `out`
-    (default: the checkpoint's path with the format's extension) plus its preprocessing as JSON beside it.
-    Returns what was written; for ONNX also `max_abs_diff`, the largest difference between onnxruntime's
-    and PyTorch's outputs on fresh random inputs (ExportError when above 1e-4 or when torch.onnx fails)."""
+    """Write a checkpoint's model as ONNX or safetensors, with its preprocessing as JSON beside it.
+
+    ONNX is checked: the file runs in onnxruntime on fresh random inputs of another batch size against PyTorch.
+
+    Args:
+        checkpoint: a gpucore checkpoint path or a gpucore.load result.
+        format: "onnx" or "safetensors".
+        out: the file to write (default: the checkpoint's path with the format's extension).
+        opset: the ONNX opset.
+        seed: the seed of the check's random inputs.
+
+    Returns:
+        What was written (paths, input shape, preprocessing); for ONNX also `max_abs_diff`, the largest difference
+        between onnxruntime's and PyTorch's outputs.
+
+    Raises:
+        ExportError: torch.onnx failed, or the check's difference is above 1e-4.
+        ConfigError: another format, or a missing package (with the pip command).
+    """
     if format not in FORMATS:
         raise ConfigError(f"export format '{format}' is not one of {', '.join(FORMATS)}")
     _require(format)

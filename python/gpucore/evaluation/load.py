@@ -24,10 +24,20 @@ from ..tasks import task_of
 
 
 class LoadedModel:
-    """A model in eval mode on its device, and what its run fed it.
+    """A model in eval mode on its device, and what its run fed it (gpucore.load returns it).
 
-    `preprocess(inputs)` turns raw inputs (uint8 images N x C x H x W or N x H x W, as training read them) into
-    what the model takes; `model(inputs)` returns its outputs (raw logits) without gradients, batch by batch.
+    Calling it on raw inputs (uint8 images N x C x H x W or N x H x W, as training read them) returns the outputs
+    (raw logits) without gradients, batch by batch.
+
+    Args:
+        model: the model (`.module`).
+        config: the run's TrainConfig.
+        classes: class names, or None.
+        input_stats: {"mean", "std"} the run standardised with, or None.
+        input_shape: one input's shape as training read it ([C, H, W] for images).
+        device: where the model is.
+        checkpoint: the checkpoint's path.
+        weights: "ema" (the run's moving average) or "raw".
     """
 
     def __init__(self, model: nn.Module, config, classes: Optional[List[str]], input_stats: Optional[dict],
@@ -61,8 +71,18 @@ class LoadedModel:
         return self.input_shape is not None and len(self.input_shape) == 3
 
     def preprocess(self, inputs: torch.Tensor) -> torch.Tensor:
-        """Inputs as the model saw them in training (standardised with the run's statistics, images through the
-        deterministic form of its `transforms`), on the device."""
+        """Raw inputs as the model saw them in training: standardised with the run's statistics, images through the
+        deterministic form of its `transforms`, on the device.
+
+        Args:
+            inputs: uint8 images N x C x H x W or N x H x W (or other raw inputs as training read them).
+
+        Returns:
+            The model's inputs, float, on its device.
+
+        Raises:
+            ConfigError: inputs of another shape than the model was trained on (naming both).
+        """
         if not isinstance(inputs, torch.Tensor):
             raise ConfigError(f"inputs must be a tensor, got {type(inputs).__name__}")
         if not self.is_image_model:
@@ -99,9 +119,20 @@ class LoadedModel:
 
 
 def load(checkpoint: Union[str, os.PathLike], device: str = "auto") -> LoadedModel:
-    """The model of gpucore checkpoint `checkpoint` (best.pt, last.pt, ...) in eval mode on `device` (auto, cpu,
-    cuda, cuda:N, mps), with the preprocessing of its run. A run with ema_decay that monitored an EMA metric
-    (val_ema_accuracy, ...) gives its EMA weights (`.weights` says "ema")."""
+    """The model of a gpucore checkpoint, in eval mode, with the preprocessing of its run.
+
+    A run with ema_decay that monitored an EMA metric (val_ema_accuracy, ...) gives its EMA weights.
+
+    Args:
+        checkpoint: best.pt, last.pt, ... of a run.
+        device: auto, cpu, cuda, cuda:N or mps.
+
+    Returns:
+        A LoadedModel.
+
+    Raises:
+        ConfigError: a file that is not a gpucore checkpoint, or a model it cannot rebuild.
+    """
     path = os.fspath(checkpoint)
     return from_payload(load_checkpoint(path), path, select_device(device).device)
 

@@ -22,11 +22,16 @@ from .load import LoadedModel, load
 
 
 class Predictions:
-    """What `predict` returns: `names` (image file paths relative to the input folder, or indices),
-    `outputs` (raw model outputs), `predicted` (the task's decoding: classes, per-head classes, CTC sequences,
-    label sets or masks), `rows` (one dict per input: the CSV's columns), `labels` (classification: true
-    classes from class subfolders named like the checkpoint's classes, else None) and `mask_files`
-    (segmentation)."""
+    """What `predict` returns.
+
+    Args:
+        names: image file paths relative to the input folder, or indices.
+        outputs: raw model outputs.
+        predicted_: the task's decoding (`.predicted`): classes, per-head classes, CTC sequences, label sets or masks.
+        rows: one dict per input: the CSV's columns.
+        labels: classification: true classes from class subfolders named like the checkpoint's classes, else None.
+        mask_files: segmentation: the masks written.
+    """
 
     def __init__(self, names: List[str], outputs: torch.Tensor, predicted_: torch.Tensor, rows: List[dict],
                  labels: Optional[torch.Tensor], mask_files: Optional[List[str]]):
@@ -41,12 +46,24 @@ class Predictions:
         return f"Predictions({len(self)} inputs" + (f", accuracy {accuracy:.4f}" if accuracy is not None else "") + ")"
 
     def accuracy(self) -> Optional[float]:
-        """Share of inputs whose predicted class is their folder's class (None without labels)."""
+        """Share of inputs whose predicted class is their folder's class.
+
+        Returns:
+            The accuracy, or None without labels.
+        """
         if self.labels is None:
             return None
         return (self.predicted.cpu() == self.labels).float().mean().item()
 
     def write_csv(self, path: Union[str, os.PathLike]) -> str:
+        """The rows as a CSV file, one row per input.
+
+        Args:
+            path: the file to write (its folder is made when missing).
+
+        Returns:
+            The path written.
+        """
         path = os.fspath(path)
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         with open(path, "w", newline="", encoding="utf-8") as handle:
@@ -58,10 +75,24 @@ class Predictions:
 
 def predict(checkpoint: Union[str, os.PathLike, LoadedModel], inputs, *, top_k: int = 5, masks: Optional[str] = None,
             device: str = "auto", batch_size: Optional[int] = None) -> Predictions:
-    """Predictions of `checkpoint` (a gpucore checkpoint path or a gpucore.load result) on `inputs`: a path
-    (a folder of PNG/JPEG images, class subfolders allowed; one image; a .npy/.npz array; an IDX image file)
-    or a tensor of raw inputs (uint8 images as training read them). `top_k` classes per input for
-    classification; segmentation masks are written as PNGs to folder `masks` when given."""
+    """Predictions of a checkpoint on inputs, read at its input shape with its run's preprocessing.
+
+    Args:
+        checkpoint: a gpucore checkpoint path or a gpucore.load result.
+        inputs: a path (a folder of PNG/JPEG images, class subfolders allowed; one image; a .npy/.npz array; an IDX
+            image file) or a tensor of raw inputs (uint8 images as training read them).
+        top_k: classes per input for classification.
+        masks: segmentation: the folder for one mask PNG per image.
+        device: auto, cpu, cuda, cuda:N or mps.
+        batch_size: inputs per forward pass (default: the run's eval_batch_size).
+
+    Returns:
+        Predictions: one row per input (the CSV's columns), the decoded predictions, the accuracy where the images sit
+        in class subfolders.
+
+    Raises:
+        ConfigError: an input that cannot be read, or of the wrong channels or size (with the shape expected).
+    """
     model = checkpoint if isinstance(checkpoint, LoadedModel) else load(checkpoint, device)
     if not is_int(top_k) or top_k < 1:
         raise ConfigError(f"top_k must be an integer >= 1, got {top_k!r}")

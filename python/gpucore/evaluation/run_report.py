@@ -34,9 +34,21 @@ def best_checkpoint(run_dir: str) -> str:
 
 
 def write_report(run_dir: str, device: str = "auto", module: Optional[nn.Module] = None, data=None) -> str:
-    """report.html, plots/ and per_class.json in `run_dir`, from its files (training_stats.json, metrics.jsonl,
-    the best checkpoint, the config's data); returns the page's path. In a training process, `module` (the run's
-    model, to take the checkpoint's weights) and `data` ((train, val) as the run read them) save rebuilding them."""
+    """report.html, plots/ and per_class.json in a run directory, from its files (training_stats.json,
+    metrics.jsonl, the best checkpoint, the config's data).
+
+    Args:
+        run_dir: the run directory.
+        device: where to evaluate the best checkpoint (auto, cpu, cuda, ...).
+        module: in a training process, the run's model (to take the checkpoint's weights) instead of rebuilding it.
+        data: in a training process, (train, val) as the run read them, instead of reading them again.
+
+    Returns:
+        The path of report.html.
+
+    Raises:
+        ConfigError: a folder that is not a run directory.
+    """
     started = time.perf_counter()
     run_dir = os.path.abspath(run_dir)
     stats_path = os.path.join(run_dir, STATS)

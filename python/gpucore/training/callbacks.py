@@ -23,8 +23,12 @@ from .run_dir import RunDir
 
 
 class Callback:
-    """Override the hooks you need. `trainer`, every hook's first argument, is the fit loop: its `epoch`,
-    `history`, `run` (model, engine, config), `should_stop` and `status`."""
+    """A training callback, as Lightning users know them: override the hooks you need.
+
+    `trainer`, every hook's first argument, is the fit loop: its `epoch`, `history`, `run` (model, engine, config),
+    `should_stop` (set it to end the run after this epoch) and `status`. The hooks run in the order listed; what
+    state_dict returns is saved in every checkpoint under `state_key` and given back on resume.
+    """
 
     @property
     def state_key(self) -> str:
@@ -32,34 +36,82 @@ class Callback:
         return type(self).__qualname__
 
     def on_fit_start(self, trainer) -> None:
-        """Before the first epoch (after a resume restored the state)."""
+        """Before the first epoch (after a resume restored the state).
+
+        Args:
+            trainer: the fit loop.
+        """
 
     def on_epoch_start(self, trainer, epoch: int) -> None:
-        """Before epoch `epoch` trains, after the model is put in training mode."""
+        """Before epoch `epoch` trains, after the model is put in training mode.
+
+        Args:
+            trainer: the fit loop.
+            epoch: the epoch, from 1.
+        """
 
     def on_step_end(self, trainer, step: int, metrics: dict) -> None:
-        """Every log_every_n_steps optimizer steps: the step count and the running metrics (and the epoch)."""
+        """Every log_every_n_steps optimizer steps.
+
+        Args:
+            trainer: the fit loop.
+            step: the optimizer steps taken.
+            metrics: the epoch's running metrics (and the epoch).
+        """
 
     def on_epoch_end(self, trainer, epoch: int, record: dict) -> None:
-        """After the epoch's validation: its row of metrics.jsonl."""
+        """After the epoch's validation.
+
+        Args:
+            trainer: the fit loop.
+            epoch: the epoch, from 1.
+            record: the epoch's row of metrics.jsonl.
+        """
 
     def on_save_checkpoint(self, trainer, checkpoint: dict) -> None:
-        """A checkpoint is about to be written: its contents, which the callback may add to."""
+        """A checkpoint is about to be written.
+
+        Args:
+            trainer: the fit loop.
+            checkpoint: its contents, which the callback may add to.
+        """
 
     def on_load_checkpoint(self, trainer, checkpoint: dict) -> None:
-        """A resume read `checkpoint`; called after load_state_dict."""
+        """A resume read a checkpoint; called after load_state_dict.
+
+        Args:
+            trainer: the fit loop.
+            checkpoint: the checkpoint's contents.
+        """
 
     def on_fit_end(self, trainer) -> None:
-        """After the last epoch, early stopping, a stop or Ctrl-C (trainer.status says which)."""
+        """After the last epoch, early stopping, a stop or Ctrl-C (trainer.status says which).
+
+        Args:
+            trainer: the fit loop.
+        """
 
     def teardown(self, trainer) -> None:
-        """At the very end, after report.html is written; also after an error (trainer.status is then failed)."""
+        """At the very end, after report.html is written; also after an error (trainer.status is then failed).
+
+        Args:
+            trainer: the fit loop.
+        """
 
     def state_dict(self) -> dict:
+        """The callback's state, saved in every checkpoint.
+
+        Returns:
+            A dict that torch.load(weights_only=True) can read back (numbers, strings, lists, dicts, tensors).
+        """
         return {}
 
     def load_state_dict(self, state: dict) -> None:
-        """Takes back what state_dict returned."""
+        """Take back what state_dict returned, on resume.
+
+        Args:
+            state: the dict state_dict returned when the checkpoint was written.
+        """
 
 
 # The hooks that took no trainer before this release, with their arguments then: a callback whose hook still

@@ -46,6 +46,8 @@ class Transform {
 // Registry: torchvision name -> factory; unknown names/arguments throw ConfigError listing what is valid.
 std::unique_ptr<Transform> make_transform(const TransformSpec& spec);
 std::vector<std::string> transform_names();  // every name the `transforms` list takes, Normalize included
+// Each name with its arguments and their defaults as the docs show them (YAML text, "null" or "required"), by name.
+std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>> transform_arguments();
 // The list's deterministic form for validation, evaluation and prediction: per entry, in list order, what replaces it
 // (its validation_form; Normalize kept; empty: dropped).
 std::vector<std::vector<TransformSpec>> validation_form(const std::vector<TransformSpec>& specs);
