@@ -141,6 +141,29 @@ class EpochClock:
             self.times.append(time.perf_counter() - self._start)
 
 
+def lightning_module(L, net, loss, optimizers):
+    """How the Lightning comparisons wrap a model: a LightningModule holding `net`, whose training_step returns
+    `loss(net, batch)` and whose configure_optimizers returns `optimizers(net)`."""
+
+    class Module(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = net
+
+        def training_step(self, batch, _):
+            return loss(self.net, batch)
+
+        def configure_optimizers(self):
+            return optimizers(self.net)
+
+    return Module()
+
+
+def stepped_per_batch(optimizer, schedule) -> dict:
+    """configure_optimizers' answer for a schedule stepped after every batch, as the plain loops step theirs."""
+    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
 def lightning_epoch_timer(L, device):
     """A Lightning callback that times each training epoch with an EpochClock into its `times`: how both Lightning
     comparisons measure an epoch."""

@@ -32,7 +32,8 @@ from gpucore.training.run_setup import resolve_channels_last
 from gpucore.data.tensor_inputs import input_stats
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import device_label, import_lightning, lightning_epoch_timer, report, sync  # noqa: E402
+from common import (device_label, import_lightning, lightning_epoch_timer, lightning_module, report,  # noqa: E402
+                    stepped_per_batch, sync)
 
 
 class Setting:
@@ -123,21 +124,11 @@ def train_lightning(s: Setting):
     if L is None:
         return None
 
-    class Module(L.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.net = s.model()
-
-        def training_step(self, batch, _):
-            x, y = batch
-            return nn.functional.cross_entropy(self.net(s.layout(x)), y)
-
-        def configure_optimizers(self):
-            optimizer, schedule = s.optimizer(self.net)
-            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
-
     torch.manual_seed(s.config.seed)
-    timer, module = lightning_epoch_timer(L, s.device), Module()
+    module = lightning_module(L, s.model(),
+                              lambda net, batch: nn.functional.cross_entropy(net(s.layout(batch[0])), batch[1]),
+                              lambda net: stepped_per_batch(*s.optimizer(net)))
+    timer = lightning_epoch_timer(L, s.device)
     precision = {"bf16-mixed": "bf16-mixed", "16-mixed": "16-mixed"}.get(s.policy.precision, "32-true")
     trainer = L.Trainer(max_epochs=s.config.epochs, accelerator="gpu" if s.device.type == "cuda" else s.device.type,
                         devices=1, precision=precision, logger=False, enable_checkpointing=False,

@@ -41,7 +41,8 @@ from gpucore.training.engine_config import param_groups
 from gpucore.training.run_setup import resolve_channels_last
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import device_label, import_lightning, lightning_epoch_timer, result_json, sync  # noqa: E402
+from common import (device_label, import_lightning, lightning_epoch_timer, lightning_module,  # noqa: E402
+                    result_json, stepped_per_batch, sync)
 
 CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "configs",
                       "fashion_mnist_speedrun.yaml")
@@ -197,26 +198,15 @@ def train_lightning(r: Recipe) -> Optional[Tuple[nn.Module, Curve]]:
         def __len__(self):
             return r.steps_per_epoch()
 
-    class Module(L.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.net = r.model()
-
-        def training_step(self, batch, _):
-            x, y = batch
-            return r.loss(self.net(x), y)
-
-        def configure_optimizers(self):
-            optimizer, schedule = r.optimizer(self.net)
-            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
-
     accuracy = []
 
     class TestAfterEpoch(L.Callback):  # after the timer's stop: outside the clock
         def on_train_epoch_end(self, trainer, module):
             accuracy.append(r.test_accuracy(module.net))
 
-    timer, module = lightning_epoch_timer(L, r.device), Module()
+    module = lightning_module(L, r.model(), lambda net, batch: r.loss(net(batch[0]), batch[1]),
+                              lambda net: stepped_per_batch(*r.optimizer(net)))
+    timer = lightning_epoch_timer(L, r.device)
     precision = {"bf16-mixed": "bf16-mixed", "16-mixed": "16-mixed"}.get(r.policy.precision, "32-true")
     trainer = L.Trainer(max_epochs=r.config.epochs, accelerator="gpu" if r.device.type == "cuda" else r.device.type,
                         devices=1, precision=precision, logger=False, enable_checkpointing=False,

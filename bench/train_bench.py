@@ -33,7 +33,8 @@ from gpucore.data.tensor_inputs import input_stats
 from gpucore.models import FashionMnistCNN
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import EpochClock, device_label, import_lightning, lightning_epoch_timer, result_json  # noqa: E402
+from common import (EpochClock, device_label, import_lightning, lightning_epoch_timer, lightning_module,  # noqa: E402
+                    result_json)
 from ops_bench import per_step  # noqa: E402
 
 
@@ -197,19 +198,10 @@ def lightning_loop(data, device, precision, epochs, batch_size):
     if L is None:
         raise Skip("lightning is not installed")
 
-    class Module(L.LightningModule):
-        def __init__(self):
-            super().__init__()
-            torch.manual_seed(0)
-            self.net = FashionMnistCNN()
-
-        def training_step(self, batch, _):
-            images, labels = batch
-            return nn.functional.cross_entropy(self.net(images), labels)
-
-        def configure_optimizers(self):
-            return torch.optim.AdamW(self.parameters(), lr=1e-3, weight_decay=0.0)
-
+    torch.manual_seed(0)
+    module = lightning_module(L, FashionMnistCNN(),
+                              lambda net, batch: nn.functional.cross_entropy(net(batch[0]), batch[1]),
+                              lambda net: torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=0.0))
     timer = lightning_epoch_timer(L, device)
     trainer = L.Trainer(max_epochs=epochs, accelerator="gpu" if device.type == "cuda" else device.type, devices=1,
                         precision={"bf16-mixed": "bf16-mixed", "16-mixed": "16-mixed"}.get(precision, "32-true"),
@@ -217,7 +209,7 @@ def lightning_loop(data, device, precision, epochs, batch_size):
                         enable_model_summary=False, callbacks=[timer])
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(data.x, data.labels), batch_size=batch_size,
                                          shuffle=True, pin_memory=device.type == "cuda")
-    trainer.fit(Module(), loader)
+    trainer.fit(module, loader)
     return timer.times
 
 

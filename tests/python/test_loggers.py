@@ -27,7 +27,7 @@ SMALL = dict(data="synthetic_fashion", data_kwargs={"train_size": 256, "val_size
              batch_size=32, epochs=3, seed=5, device="cpu", precision="32", log_every_n_steps=3, name="tiny",
              loggers=["csv", "tensorboard", "mlflow"])
 STEPS_PER_EPOCH = 8  # 256 samples in batches of 32
-TIMINGS = ("epoch_time_s", "samples_per_s")  # the only numbers two runs of the same config differ in
+TIMINGS = ("epoch_time_s", "val_time_s", "samples_per_s")  # the only numbers two runs of the same config differ in
 
 
 class StepsSeen(gpucore.Callback):
