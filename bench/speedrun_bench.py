@@ -49,7 +49,8 @@ CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "example
 # What the plain loop and Lightning reproduce of the config; any other recipe key would make the comparison unfair.
 REPRODUCED = {"optimizer": "adamw", "schedule": "onecycle", "loss": "cross_entropy", "crop_padding": 0,
               "transforms": [], "mixup_alpha": 0.0, "cutmix_alpha": 0.0, "ema_decay": 0.0,
-              "accumulate_grad_batches": 1, "lr_scaling": "none", "clip_grad_norm": 0.0, "warmup_epochs": 0.0}
+              "accumulate_grad_batches": 1, "lr_scaling": "none", "clip_grad_norm": 0.0, "clip_grad_value": 0.0,
+              "warmup_epochs": 0.0, "freeze": "none"}
 
 
 class Recipe:
