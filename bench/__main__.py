@@ -1,7 +1,8 @@
 """Runs the benchmarks side by side in one run and writes one JSON with the device, versions and date.
 
     python -m bench all [--device auto] [--json out.json] [--quick]
-    python -m bench train|ops|cam|data|fashion_mnist|transforms|augment|checkpoint|speedrun [...]
+    python -m bench NAME [NAME ...] [--device auto] [--json out.json] [--quick]
+    (NAME: train, ops, cam, data, fashion_mnist, transforms, augment, checkpoint, speedrun, layout)
 
 --quick uses tiny sizes: a smoke test of the runner (CI runs it), not a measurement.
 """
@@ -25,18 +26,20 @@ BENCHES = {
     "checkpoint": ("checkpoint_bench.py", [], ["--params-millions", "0.1", "--rounds", "1"]),
     "speedrun": ("speedrun_bench.py", [], ["--seeds", "0", "--epochs", "1", "--train-size", "2048",
                                            "--test-size", "500"]),
+    "layout": ("layout_bench.py", [], ["--steps", "1", "--rounds", "1", "--warmup", "1", "--batch", "2",
+                                       "--size", "32"]),
 }
 
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    parser.add_argument("which", choices=["all", *BENCHES])
+    parser.add_argument("which", nargs="+", choices=["all", *BENCHES])
     parser.add_argument("--device", default="auto")
     parser.add_argument("--json", help="write every result here")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: check the runner, measure nothing")
     args = parser.parse_args(argv)
     results = {}
-    for name in (BENCHES if args.which == "all" else [args.which]):
+    for name in (BENCHES if "all" in args.which else dict.fromkeys(args.which)):
         script, full, quick = BENCHES[name]
         print(f"\n== {name} ==")
         bench = runpy.run_path(os.path.join(HERE, script))

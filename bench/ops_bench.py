@@ -83,7 +83,8 @@ def gpucore_loop(x, y, device, batch_size, lr, top_k, overrides=None):
             gpucore.train(dict(dict(epochs=1, batch_size=batch_size, lr=lr, device=str(device), run_dir=run_dir,
                                progress=False, schedule="cosine", weight_decay=0.0, normalize=False, seed=0,
                                precision="32", channels_last="false", top_k=top_k, val_fraction=0.0,
-                               log_every_n_steps=10**6, report=False), **(overrides or {})),
+                               log_every_n_steps=10**6, report=False, cuda_graphs=False),  # the eager step's ops
+                          **(overrides or {})),
                           train_data=(x[:steps * batch_size], y[:steps * batch_size]))
     return run
 

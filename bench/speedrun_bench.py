@@ -2,7 +2,7 @@
 (examples/configs/fashion_mnist_speedrun.yaml) trained by gpucore.train, by a plain PyTorch loop written as a careful
 user would, and by PyTorch Lightning, over several seeds, interleaved (seed 0 in each trainer, then seed 1, ...).
 
-    python -m bench speedrun [--seeds 0 1 2 3 4] [--target 0.925] [--only NAME] [--json out.json]
+    python -m bench speedrun [--seeds 0 1 2 3 4] [--target 0.925] [--only NAME] [--set KEY=VALUE] [--json out.json]
 
 Each trainer first trains one untimed epoch on 2,048 images (a warm process for all three); per seed, each goes
 first in turn. Per seed the three train the config's network from the same initial weights on the same uint8 images held in
@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 import gpucore
-from gpucore.config import load_config
+from gpucore.config import load_config, parse_overrides
 from gpucore.data.builtin import fashion_mnist, find_fashion_mnist
 from gpucore.data.tensor_inputs import input_stats
 from gpucore.models import build_model
@@ -57,8 +57,10 @@ class Recipe:
     """What every trainer shares for one seed: the config, the data, the initial weights, precision and layout."""
 
     def __init__(self, args, device: torch.device):
-        overrides = {"epochs": args.epochs} if args.epochs else {}
-        self.config = load_config(args.config, dict(overrides, precision=args.precision) if args.precision else overrides)
+        overrides = parse_overrides(args.set)
+        overrides.update({"epochs": args.epochs} if args.epochs else {})
+        overrides.update({"precision": args.precision} if args.precision else {})
+        self.config = load_config(args.config, overrides)
         for key, value in REPRODUCED.items():
             if getattr(self.config, key) != value:
                 raise SystemExit(f"{args.config}: config key {key} is {getattr(self.config, key)!r}; this benchmark's "
@@ -139,7 +141,7 @@ class Recipe:
     @torch.no_grad()
     def test_accuracy(self, model: nn.Module) -> float:
         """Accuracy on the test images, averaged with the mirror's outputs under tta: hflip."""
-        model.eval()
+        model.to(self.device).eval()  # Lightning hands its model back on the CPU
         correct, size = 0, self.config.eval_batch_size
         for start in range(0, len(self.test_labels), size):
             x = self.inputs(self.test_images[start:start + size])
@@ -254,6 +256,9 @@ def main(argv=None):
     parser.add_argument("--train-size", type=int, help="the first N training images (default: all 60,000)")
     parser.add_argument("--test-size", type=int, help="the first N test images (default: all 10,000)")
     parser.add_argument("--only", action="append", choices=list(TRAINERS), help="train only these (repeatable)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config key on top of --config (e.g. cuda_graphs=true, which only gpucore.train has); "
+                        "recipe keys the other trainers do not reproduce are refused")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
 
@@ -283,7 +288,7 @@ def main(argv=None):
     print(f"\n{device_label(device)}, precision {recipe.policy.precision}"
           f"{' + channels-last' if recipe.channels_last else ''}, torch {torch.__version__}; {args.config}: "
           f"{recipe.config.model} {recipe.config.model_kwargs}, {recipe.config.epochs} epochs, batch "
-          f"{recipe.config.batch_size}; {len(recipe.labels)} training and {len(recipe.test_labels)} test images from "
+          f"{recipe.config.batch_size}, gpucore's cuda_graphs {recipe.config.cuda_graphs}; {len(recipe.labels)} training and {len(recipe.test_labels)} test images from "
           f"{data}; seeds {args.seeds}")
     width = max(len(name) for name in results) + 2
     print(f"{'trainer':<{width}}{'final accuracy %':>24}{'train s':>9}{'samples/s':>11}"

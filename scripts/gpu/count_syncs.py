@@ -27,9 +27,9 @@ AUGMENTED = {
     "mixup_alpha": 0.2, "cutmix_alpha": 1.0, "ema_decay": 0.99,
 }
 CONFIGS = {
-    "plain": {},
-    "transforms+mixup+ema": AUGMENTED,
-    "transforms+mixup+ema, step checkpoint every 50": dict(AUGMENTED, checkpoint_every_n_steps=50),
+    "plain": {"cuda_graphs": False},  # eager steps; cuda_graphs auto (the default) would capture them
+    "transforms+mixup+ema": dict(AUGMENTED, cuda_graphs=False),
+    "transforms+mixup+ema, step checkpoint every 50": dict(AUGMENTED, checkpoint_every_n_steps=50, cuda_graphs=False),
     "cuda_graphs": {"cuda_graphs": True},
     "cuda_graphs, transforms+mixup+ema": dict(AUGMENTED, cuda_graphs=True),
 }

@@ -4,13 +4,16 @@
 #   2. installs only what is missing, from the bundle of scripts/gpu/bundle.sh (no network)
 #   3. builds gpucore with its CUDA kernels for this GPU's architecture, and the GoogleTest binary
 #   4. ctest, `gpucore doctor --json`, one torchrun process (NCCL), the host syncs of training steps, a user's
-#      workflow on the real Fashion-MNIST (scripts/gpu/real_run.py), the whole pytest suite (CUDA tests included), `python -m bench all --device cuda` (the training sweep with
-#      its CUDA-graph and torch.compile rows, ops per step, Grad-CAM, data loading, Fashion-MNIST)
+#      workflow on the real Fashion-MNIST (scripts/gpu/real_run.py), the whole pytest suite (CUDA tests included),
+#      the speedrun on the GPU (10 seeds with cuda_graphs beside a plain loop and Lightning, then the cold wall time of
+#      `gpucore train` on its config: scripts/gpu/cold_speedrun.py), `python -m bench all --device cuda` (the training
+#      sweep with its CUDA-graph and torch.compile rows, ops per step, Grad-CAM, data loading, Fashion-MNIST, layouts)
 # Under $OUT (default build/gpu-verify), 8 files: setup.log, build/ctest/pytest/doctor logs (the doctor's
 # holds its JSON), checks.log (torchrun, syncs, benchmarks), bench.json and results.md; the table is printed last.
 #
 #   GPUCORE_BUNDLE  the bundle folder (default .gpu-bundle)    PYTHON  the interpreter (default python3)
-#   GPUCORE_VERIFY_STEPS  the steps to run (default "build ctest doctor ddp syncs realrun pytest bench")
+#   GPUCORE_VERIFY_STEPS  the steps to run (default "build ctest doctor ddp syncs realrun pytest speedrun bench")
+#   GPUCORE_VERIFY_BENCHES  what the bench step runs (default "all"; e.g. "train cam layout")
 #   GPUCORE_PYTEST_ARGS   what pytest runs, instead of tests/python (e.g. "tests/python -k cuda")
 set -uo pipefail
 
@@ -19,7 +22,7 @@ cd "$ROOT"
 OUT=${OUT:-$ROOT/build/gpu-verify}
 BUNDLE=${GPUCORE_BUNDLE:-$ROOT/.gpu-bundle}
 PY=${PYTHON:-python3}
-STEPS=" ${GPUCORE_VERIFY_STEPS:-build ctest doctor ddp syncs realrun pytest bench} "
+STEPS=" ${GPUCORE_VERIFY_STEPS:-build ctest doctor ddp syncs realrun pytest speedrun bench} "
 BUILD_DIR=$ROOT/build/gpu
 mkdir -p "$OUT"
 RESULTS=$OUT/results.md
@@ -126,7 +129,15 @@ wants realrun && STEP_LOG=checks step realrun "tail -n 1" -- "$PY" scripts/gpu/r
 # shellcheck disable=SC2086  # GPUCORE_PYTEST_ARGS is a list of arguments
 wants pytest && step pytest "grep -E '(passed|failed|error)'" -- env OMP_NUM_THREADS=2 \
   "$PY" -m pytest -rfEs --durations=12 "${PYTEST_OPTS[@]}" ${GPUCORE_PYTEST_ARGS:-tests/python}
-wants bench && STEP_LOG=checks step bench "tail -n 1" -- "$PY" -m bench all --device cuda --json "$OUT/bench.json"
+# The speedrun config on the real Fashion-MNIST: 10 seeds, gpucore with cuda_graphs beside the plain loop and Lightning
+# (each epoch's GPU time ends in a sync), then `gpucore train` on it from a fresh process, start to exit.
+wants speedrun && STEP_LOG=checks step speedrun "tail -n 3 | head -n 1" -- "$PY" bench/speedrun_bench.py --device cuda \
+  --seeds 0 1 2 3 4 5 6 7 8 9 --set cuda_graphs=true
+wants speedrun && STEP_LOG=checks step coldrun "tail -n 2 | head -n 1" -- "$PY" scripts/gpu/cold_speedrun.py \
+  --set device=cuda --set cuda_graphs=true
+# shellcheck disable=SC2086  # a list of bench names
+wants bench && STEP_LOG=checks step bench "tail -n 1" -- "$PY" -m bench ${GPUCORE_VERIFY_BENCHES:-all} --device cuda \
+  --json "$OUT/bench.json"
 
 echo
 echo "gpucore on $GPU (compute capability $ARCH), $((SECONDS - START)) s in all; logs in $OUT"

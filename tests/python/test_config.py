@@ -31,7 +31,7 @@ DEFAULTS = {
     "ema_decay": 0.0, "ema_warmup": False, "ema_warmup_gamma": 1.0, "ema_warmup_power": 2 / 3,
     "device": "auto", "no_cuda": False,
     "no_mps": False, "use_cuda": True, "precision": "auto", "tf32": "auto", "cudnn_benchmark": "auto",
-    "channels_last": "auto", "compile": False, "cuda_graphs": "false", "deterministic": False, "devices": 1,
+    "channels_last": "auto", "compile": False, "cuda_graphs": "auto", "deterministic": False, "devices": 1,
     "dist_timeout": 600, "seed": 42, "monitor": "auto", "mode": "auto", "patience": 0, "min_delta": 0.0,
     "run_dir": "runs", "name": "", "save_every_n_epochs": 0, "keep_last_k": 3, "checkpoint_every_n_steps": 0,
     "checkpoint_every_minutes": 0.0, "log_every_n_steps": 50,

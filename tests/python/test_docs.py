@@ -74,7 +74,7 @@ def test_a_link_to_a_missing_anchor_fails_the_build(tmp_path, caplog):
                                                                                     f"paths: [{ROOT / 'python'}]"))
     with open(tmp_path / "docs" / "guides" / "offline.md", "a", encoding="utf-8") as page:
         page.write("\nSee [a key](../reference/config.md#no_such_key).\n")
-    from mkdocs.exceptions import Abort
+    Abort = require("mkdocs.exceptions").Abort
 
     with caplog.at_level(logging.WARNING, logger="mkdocs"), pytest.raises(Abort):
         build(tmp_path / "mkdocs.yml", tmp_path / "site")

@@ -102,7 +102,7 @@ def test_bench_runner_quick_runs_every_benchmark(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
     assert set(report["results"]) == {"train", "ops", "cam", "data", "fashion_mnist", "transforms", "augment",
-                                      "checkpoint", "speedrun"}
+                                      "checkpoint", "speedrun", "layout"}
     assert report["quick"] is True
     checkpoint = report["results"]["checkpoint"]  # 0.1 M parameters and AdamW's two moments: over 1 MB written
     assert checkpoint["file_bytes"] > 3 * 4 * checkpoint["parameters"] and 0 < checkpoint["training_thread_share"] < 1
@@ -116,6 +116,9 @@ def test_bench_runner_quick_runs_every_benchmark(tmp_path):
         (run,) = speedrun[name]
         (seconds, reached), = run["curve"]
         assert seconds > 0 and 0.3 < reached <= 1 and reached == pytest.approx(run["final_accuracy_checked"], abs=0.02)
+    layout = report["results"]["layout"]["models"]  # both memory formats timed for every model
+    assert set(layout) == {"seeds_cnn", "fast_cnn", "resnet18", "resnet50"}
+    assert all(min(row["ms_per_step"].values()) > 0 for row in layout.values())
 
 
 def test_sequence_ctc_example_learns(tmp_path):

@@ -346,7 +346,7 @@ def test_channels_last_and_deterministic_run(tmp_path, restores_determinism):
         [(r["train_loss"], r["val_loss"]) for r in again.history]
 
 
-def test_channels_last_auto_is_on_for_conv_nets_on_the_cpu_only(tmp_path):
+def test_channels_last_auto_is_on_for_conv_nets_on_the_cpu_and_cuda(tmp_path):
     from gpucore.training.run_setup import resolve_channels_last
 
     from gpucore.models import FashionMnistCNN
@@ -354,7 +354,8 @@ def test_channels_last_auto_is_on_for_conv_nets_on_the_cpu_only(tmp_path):
     cnn, mlp = FashionMnistCNN(), nn.Sequential(nn.Flatten(), nn.Linear(4, 2))
     cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
     assert resolve_channels_last("auto", cpu, cnn) and not resolve_channels_last("auto", cpu, mlp)
-    assert not resolve_channels_last("auto", cuda, cnn)
+    assert resolve_channels_last("auto", cuda, cnn) and not resolve_channels_last("auto", cuda, mlp)
+    assert not resolve_channels_last("auto", torch.device("mps"), cnn)  # not measured there
     assert resolve_channels_last("true", cpu, mlp) and not resolve_channels_last("false", cpu, cnn)
     result = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=1, device="cpu"))
     stats = json.load(open(result.stats_path))
