@@ -5,21 +5,19 @@ of tensors and numbers written with torch.save, so `torch.load(path, weights_onl
 """
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import math
 import numbers
 import os
 import shutil
-import signal
-import threading
 from typing import Any, Callable, Optional, Tuple
 
 import torch
 
 from .errors import ConfigError, TrainingError
 from .run_files import RESUME_CANDIDATES
+from .signals import interrupts_deferred
 
 FORMAT = "gpucore-checkpoint"
 VERSION = 1
@@ -36,27 +34,10 @@ def _fsync_directory(directory: str) -> None:
         os.close(descriptor)
 
 
-@contextlib.contextmanager
-def _interrupts_deferred():
-    """Ctrl-C during the block is held back and raised as KeyboardInterrupt once the block is done, so a
-    write is never cut in the middle (the main thread only: Python delivers signals there)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(frame))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if received and previous is not signal.SIG_IGN:
-            raise KeyboardInterrupt
-
-
 def atomic_write(path: str, write: Callable[[Any], None], binary: bool = True, size: Optional[int] = None) -> None:
     """`write(handle)` into a temporary beside `path`, then renamed over it. A full disk raises TrainingError
     saying so (`size`: the bytes the file needs about, for the message); the previous file is left as it was."""
-    with _interrupts_deferred():
+    with interrupts_deferred():
         _atomic_write(path, write, binary, size)
 
 

@@ -20,9 +20,11 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from .training import distributed
+    from .training import distributed, launcher
     from .config import load_config, parse_overrides
     from .train import train
+
+    launcher.follow_the_launcher()  # a worker of devices: N stops with its launcher
 
     overrides = parse_overrides(args.set or [])
     if args.resume is not None:
@@ -40,9 +42,14 @@ def _train(args: argparse.Namespace) -> int:
     if distributed.environment().is_main:
         print(json.dumps(summary, indent=2))
     if result.status == "interrupted":
+        from . import signals
+
+        if launcher.is_worker():  # the launcher prints the hint, with the user's own command
+            return signals.exit_code(result.stopped_by)
         command = " ".join(part for part in ("gpucore train", args.config, "--resume auto") if part)
-        print(f"interrupted: resume with  {command}", file=sys.stderr)
-        return 130
+        print(f"interrupted ({result.stopped_by or 'SIGINT'}): resume with  {command}", file=sys.stderr)
+        signals.report_requeue(result.stopped_by)
+        return signals.exit_code(result.stopped_by)
     return 0
 
 

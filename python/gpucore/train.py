@@ -20,9 +20,10 @@ from .config import load_config
 from .errors import ConfigError
 from .evaluation.run_report import report_after_training
 from .models.registry import build_model
-from .run_files import CHECKPOINTS, LAST, METRICS, STATS
-from .training import distributed
+from .run_files import CHECKPOINTS, METRICS, STATS
+from .training import distributed, launcher
 from .training.fit_loop import FitLoop
+from .training.run_dir import resume_path
 from .training.run_setup import build_run
 
 
@@ -49,6 +50,7 @@ class TrainResult:
         model: the trained model.
         skipped_files: unreadable image files left out (data_kwargs on_error: skip).
         model_ema: the weights' moving average after the last step (config key ema_decay), None without one.
+        stopped_by: for an interrupted run, the signal that stopped it: SIGINT (Ctrl-C), SIGTERM or SIGUSR1.
     """
 
     history: List[dict]
@@ -70,6 +72,7 @@ class TrainResult:
     skipped_files: List[str] = field(default_factory=list)  # unreadable files left out (on_error: skip)
     # The model's exponential moving average after the last step (config key ema_decay), None without one.
     model_ema: Optional[nn.Module] = field(default=None, repr=False)
+    stopped_by: Optional[str] = None  # interrupted: SIGINT, SIGTERM or SIGUSR1
 
     @classmethod
     def from_stats(cls, stats: dict, model: nn.Module, model_ema: Optional[nn.Module]) -> "TrainResult":
@@ -82,7 +85,7 @@ class TrainResult:
             device=stats["device"], precision=stats["precision"]["precision"],
             samples_per_second=_samples_per_second(history), steps=stats["steps"],
             skipped_steps=stats["skipped_steps"], host_syncs=stats["host_syncs"], model=model,
-            skipped_files=stats["skipped_files"], model_ema=model_ema)
+            skipped_files=stats["skipped_files"], model_ema=model_ema, stopped_by=stats.get("stopped_by"))
 
 
 def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any = None, val_data: Any = None,
@@ -150,11 +153,12 @@ def _train_in_processes(config) -> TrainResult:
         raise ConfigError(f"devices: {config.devices} starts one process per GPU, but torch sees {gpus} CUDA "
                           f"device(s); set devices to at most {gpus}, or device: cpu for {config.devices} CPU "
                           "processes")
-    summary = distributed.launch(config, config.devices, config.dist_timeout)
+    summary = launcher.launch(config, config.devices, config.dist_timeout)
     with open(os.path.join(summary["run_dir"], STATS), encoding="utf-8") as handle:
         stats = json.load(handle)
     module = build_model(config.model, config.model_kwargs, config.pretrained)
-    last = load_checkpoint(os.path.join(summary["run_dir"], CHECKPOINTS, LAST))
+    # The newest of last.pt and interrupted.pt: a run a signal stopped in its first epoch has no last.pt.
+    last = load_checkpoint(resume_path("auto", summary["run_dir"]))
     module.load_state_dict(last["model"])
     ema = None
     if EMA_STATE in last:

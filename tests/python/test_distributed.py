@@ -79,7 +79,7 @@ def environment(workdir, rank, world, port, launched=None):
 
 
 def run_workers(workdir, out, world, batch, accumulate, launched=None, device="cpu", keys=None):
-    port = distributed._free_port()
+    port = distributed.free_port()
     processes = [subprocess.Popen([sys.executable, str(workdir / "worker.py"), str(out), str(batch), str(accumulate),
                                    device, json.dumps(keys or {})],
                                   env=environment(workdir, rank, world, port, launched), stderr=subprocess.PIPE,

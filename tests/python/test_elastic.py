@@ -87,7 +87,7 @@ def _clean_environment(**variables):
 
 def _torchrun(script, *args, cwd):
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--max-restarts=1",
-               f"--master-port={distributed._free_port()}", str(script), *map(str, args)]
+               f"--master-port={distributed.free_port()}", str(script), *map(str, args)]
     return subprocess.run(command, env=_clean_environment(), cwd=cwd, capture_output=True, text=True, timeout=240)
 
 
@@ -133,7 +133,7 @@ def worker(tmp_path_factory):
 def uninterrupted(worker):
     """Weights and metrics.jsonl of the same two-process run, never killed (its ranks started as devices: N does)."""
     out = worker.parent / "uninterrupted"
-    _two_processes(worker, out, _launched_like_devices(distributed._free_port()), worker.parent)
+    _two_processes(worker, out, _launched_like_devices(distributed.free_port()), worker.parent)
     weights = _weights(out)
     _assert_bitwise(weights[1:], weights[0])
     return weights[0], _rows(out)
@@ -182,7 +182,7 @@ def test_a_rank_killed_under_torchrun_restarts_and_ends_bitwise_like_an_uninterr
 
 def test_two_srun_tasks_train_like_torchrun_from_slurm_variables_alone(worker, uninterrupted):
     out = worker.parent / "slurm"
-    port = distributed._free_port()
+    port = distributed.free_port()
     # The first host of the node list, 127.0.0.1, is rank 0's address.
     _two_processes(worker, out, lambda rank: dict(SLURM_NTASKS="2", SLURM_PROCID=str(rank), SLURM_LOCALID=str(rank),
                                                   SLURM_JOB_NODELIST="127.0.0.[1-2,7]", SLURM_JOB_NAME="train",
@@ -234,7 +234,7 @@ def test_bad_launcher_variables_name_the_variable_and_what_is_valid(variables, m
 
 def test_a_stopped_rank_ends_the_job_after_dist_timeout_naming_the_rank(worker):
     out = worker.parent / "sigstop"
-    rank0, rank1 = _start_two(worker, out, _launched_like_devices(distributed._free_port()), worker.parent, "sigstop")
+    rank0, rank1 = _start_two(worker, out, _launched_like_devices(distributed.free_port()), worker.parent, "sigstop")
     try:
         _, err = rank0.communicate(timeout=120)
         ended = time.time()

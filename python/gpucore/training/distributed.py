@@ -33,7 +33,13 @@ class World:
     launcher: str = ""  # what described the world: "torchrun" (or devices: N), "slurm", "" (one process)
     master_addr: str = ""  # where rank 0's (or torchrun's) store listens
     master_port: int = 0
-    restart: int = 0  # TORCHELASTIC_RESTART_COUNT: 0 on the first attempt, N after torchrun's Nth restart
+    # 0 on the first attempt, N after the Nth restart: torchrun's TORCHELASTIC_RESTART_COUNT, else SLURM's
+    # SLURM_RESTART_COUNT (a job requeued, e.g. after SIGUSR1)
+    restart: int = 0
+
+    @property
+    def restart_variable(self) -> str:
+        return "TORCHELASTIC_RESTART_COUNT" if self.launcher == "torchrun" else "SLURM_RESTART_COUNT"
 
     @property
     def is_main(self) -> bool:
@@ -69,7 +75,7 @@ def environment(env=None) -> World:
                      _int_variable(env, "TORCHELASTIC_RESTART_COUNT", "0"))
     if _srun_used(env):
         return slurm_world(env)
-    return World()
+    return World(restart=_int_variable(env, "SLURM_RESTART_COUNT", "0"))
 
 
 def _master_addr(env, default: Optional[str]) -> str:
@@ -102,7 +108,7 @@ def slurm_world(env) -> World:
         port = 15000 + int(env["SLURM_JOB_ID"][-4:])
     else:
         port = 12910
-    return World(rank, size, local_rank, True, "slurm", address, port)
+    return World(rank, size, local_rank, True, "slurm", address, port, _int_variable(env, "SLURM_RESTART_COUNT", "0"))
 
 
 def first_host(nodelist: str) -> str:
@@ -240,60 +246,8 @@ def barrier() -> None:
         dist.barrier()
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on this machine now, for a process group's store."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-def launch(config, devices: int, timeout_s: int) -> dict:
-    """Starts `devices` processes of `gpucore train` on this machine (what torchrun --nproc_per_node does)
-    and waits for them; a failing rank stops the others and raises TrainingError naming it.
-    Returns rank 0's summary (the JSON `gpucore train` prints)."""
-    with tempfile.TemporaryDirectory() as scratch:
-        config_path = os.path.join(scratch, "config.json")
-        with open(config_path, "w") as handle:
-            json.dump(dict(config.to_dict(), devices=1), handle)
-        port = _free_port()
-        processes, logs = [], []
-        for rank in range(devices):
-            env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                       LOCAL_RANK=str(rank), WORLD_SIZE=str(devices), LOCAL_WORLD_SIZE=str(devices))
-            # Share the cores instead of every process starting one thread per core (torchrun does the same).
-            env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // devices)))
-            out = open(os.path.join(scratch, f"rank{rank}.out"), "w+")
-            err = open(os.path.join(scratch, f"rank{rank}.err"), "w+")
-            logs.append((out, err))
-            processes.append(subprocess.Popen([sys.executable, "-m", "gpucore", "train", config_path], env=env,
-                                              stdout=out, stderr=err))
-        def first_failure() -> Optional[int]:
-            return next((rank for rank, p in enumerate(processes) if p.poll() not in (None, 0)), None)
-
-        deadline = time.monotonic() + timeout_s
-        while any(p.poll() is None for p in processes) and first_failure() is None and time.monotonic() <= deadline:
-            time.sleep(0.2)
-        failed = first_failure()
-        timed_out = failed is None and any(p.poll() is None for p in processes)
-        for process in processes:
-            if process.poll() is None:
-                process.terminate()
-        for process in processes:
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        texts = []
-        for out, err in logs:
-            out.seek(0)
-            err.seek(0)
-            texts.append((out.read(), err.read()))
-            out.close()
-            err.close()
-    if timed_out:
-        raise TrainingError(f"distributed training over {devices} processes did not finish within dist_timeout "
-                               f"{timeout_s} s; rank 0's last output: {texts[0][1][-2000:]}")
-    if failed is not None:
-        tail = texts[failed][1].strip().splitlines()[-12:]
-        raise TrainingError(f"rank {failed} of {devices} failed (exit status {processes[failed].returncode}); the "
-                               "other ranks were stopped. Its error:\n" + "\n".join(tail))
-    return json.loads(texts[0][0])

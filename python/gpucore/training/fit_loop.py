@@ -16,6 +16,7 @@ import torch
 from ..config import KEY_BY_NAME
 from ..errors import ConfigError, OutOfMemoryError, TrainingError
 from ..models.tta import with_tta
+from ..signals import signal_name, stop_signals_interrupt
 from . import distributed
 from . import oom
 from .callbacks import CallbackList, EarlyStopping, FreezeBackbone, ModelCheckpoint, Monitor
@@ -59,6 +60,7 @@ class FitLoop:
         self.status = "completed"  # until a stop, Ctrl-C or an error ends the run
         self.should_stop = False  # set by a callback: the run ends after this epoch, with status stop_status
         self.stop_status = "stopped"
+        self.stopped_by: Optional[str] = None  # interrupted: the signal, SIGINT (Ctrl-C), SIGTERM or SIGUSR1
         self.oom_reductions: List[dict] = []  # each out-of-memory retry: epoch, new batch_size, accumulation
         self.warned_on_capture = False  # cuda_graphs: a failed capture is warned about once
         self.resumed: Optional[dict] = None  # the checkpoint a resume read, its epoch and data position
@@ -80,10 +82,11 @@ class FitLoop:
                   f"accumulate {batch['accumulate_grad_batches']} = effective batch {batch['effective']}; lr "
                   f"{batch['lr']:g} (lr_scaling {batch['lr_scaling']})", file=sys.stderr, flush=True)
         try:
-            self.callbacks.call("on_fit_start")
-            while not self.done:
-                self.advance()
-            self.callbacks.call("on_fit_end")
+            with stop_signals_interrupt():  # SIGTERM and SIGUSR1 stop the run as Ctrl-C does
+                self.callbacks.call("on_fit_start")
+                while not self.done:
+                    self.advance()
+                self.callbacks.call("on_fit_end")
         except BaseException as exc:
             run = self.run
             self.status = "failed"
@@ -118,7 +121,8 @@ class FitLoop:
             trained = True
             self.start_sample = 0
             self._end_epoch(self._record(stats))
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as interrupt:
+            self.stopped_by = signal_name(interrupt)
             # Mid-epoch, the data position is the end of the last full optimizer step; after the epoch's
             # steps, the epoch counts as trained (its log row may be missing).
             progress.close()
@@ -287,7 +291,7 @@ class FitLoop:
         """training_stats.json: the run's facts, its status and history, the best epoch and the engine's counts."""
         run = self.run
         return dict(run.summary(), **({"oom_reductions": self.oom_reductions} if self.oom_reductions else {}),
-                    status=status, error=error, epochs=self.history, batch=self.batch(),
+                    status=status, error=error, stopped_by=self.stopped_by, epochs=self.history, batch=self.batch(),
                     step_checkpoints=self.step_checkpoints.written,
                     step_checkpoint_writes=self.step_checkpoints.summary(),
                     resume=dict(self.resumed or {}, asked=run.run_dir.resume,

@@ -19,14 +19,16 @@ class RunDir:
         self.world = world
         parent = os.path.abspath(config.run_dir)
         path = os.path.join(parent, config.name)
-        # torchrun restarted the job: the attempt continues from the run's newest checkpoint unasked.
+        # torchrun restarted the job, or SLURM requeued it: the attempt continues from the run's newest checkpoint
+        # unasked.
         self.resume = "auto" if config.resume is None and world.restart > 0 else config.resume
         self.resume_implied = self.resume != config.resume
         # Rank 0's choice for every rank: one checkpoint, even where the ranks' clocks or file views differ.
         self.resume_from = distributed.broadcast(resume_path(self.resume, path) if world.is_main else None)
         if self.resume_implied and world.is_main:
             found = f"resuming from {self.resume_from}" if self.resume_from else "no checkpoint yet: starting over"
-            print(f"gpucore: torchrun restart {world.restart} (TORCHELASTIC_RESTART_COUNT) implies resume: auto; "
+            launcher = "torchrun" if world.launcher == "torchrun" else "SLURM"
+            print(f"gpucore: {launcher} restart {world.restart} ({world.restart_variable}) implies resume: auto; "
                   f"{found}", file=sys.stderr, flush=True)
         if self.resume_from is None:  # a new run: a directory no earlier run's checkpoints are in
             path = distributed.broadcast(free_run_dir(parent, config.name) if world.is_main else None)

@@ -1,0 +1,179 @@
+"""Signals that stop a run as Ctrl-C does: SIGTERM (docker stop, systemd, Kubernetes, SLURM's preemption) and SIGUSR1
+(SLURM's early warning). `gpucore train` sent one mid-epoch saves interrupted.pt at the current step, records the
+run as interrupted by that signal, exits with 128 + its number, and the run resumed from there ends bitwise where an
+uninterrupted run ends; after SIGUSR1 under SLURM the job is requeued and its restart resumes unasked."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from conftest import assert_states_equal
+from gpucore import signals
+
+STEPS_PER_EPOCH = 300
+ARGS = ["--set", "data=synthetic_fashion", "--set", f"data_kwargs={{train_size: {64 * STEPS_PER_EPOCH}, val_size: 128, "
+        "seed: 3}", "--set", "epochs=2", "--set", "batch_size=64", "--set", "progress=false", "--set", "report=false",
+        "--set", "loggers=[]", "--set", "checkpoint_every_n_steps=10", "--set", "seed=5"]
+
+
+def gpucore_train(run_dir, name, *extra, env=None):
+    command = [sys.executable, "-m", "gpucore", "train", *ARGS, "--set", f"run_dir={run_dir}", "--set", f"name={name}",
+               *extra]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {})))
+
+
+def weights(run_dir, name):
+    return torch.load(os.path.join(run_dir, name, "checkpoints", "last.pt"), map_location="cpu",
+                      weights_only=False)["model"]
+
+
+def stats(run_dir, name):
+    with open(os.path.join(run_dir, name, "training_stats.json")) as handle:
+        return json.load(handle)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1], ids=["SIGTERM", "SIGUSR1"])
+def test_a_signal_mid_epoch_checkpoints_exits_128_plus_it_and_the_resumed_run_is_bitwise_the_uninterrupted(
+        tmp_path, signum):
+    straight = gpucore_train(tmp_path, "straight")
+    assert straight.wait(timeout=600) == 0, straight.stderr.read()[-2000:]
+
+    # SLURM's variables of a batch job, and an scontrol that records how it was called.
+    calls = tmp_path / "scontrol_calls"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\n")
+    (bin_dir / "scontrol").chmod(0o755)
+    slurm = {"SLURM_JOB_ID": "4242", "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+    run = gpucore_train(tmp_path, "stopped", env=slurm)
+    step_checkpoint = tmp_path / "stopped" / "checkpoints" / "step.pt"
+    deadline = time.monotonic() + 300
+    while not step_checkpoint.exists() and run.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert run.poll() is None, "the run ended before the signal: " + run.stderr.read()[-2000:]
+    run.send_signal(signum)
+    code = run.wait(timeout=300)
+    stderr = run.stderr.read()
+    name = signal.Signals(signum).name
+    assert code == 128 + int(signum), stderr[-2000:]
+    recorded = stats(tmp_path, "stopped")
+    assert recorded["status"] == "interrupted" and recorded["stopped_by"] == name
+    assert 10 <= recorded["steps"] < 2 * STEPS_PER_EPOCH  # stopped mid-run, after the first step checkpoint
+    assert (tmp_path / "stopped" / "checkpoints" / "interrupted.pt").is_file()
+    assert f"interrupted ({name}): resume with  gpucore train --resume auto" in stderr
+    assert "Traceback" not in stderr
+
+    if signum == signal.SIGUSR1:  # requeued; the requeued job starts with SLURM_RESTART_COUNT=1 and resumes unasked
+        assert calls.read_text().split() == ["requeue", "4242"]
+        assert "SLURM job 4242 requeued" in stderr
+        resumed = gpucore_train(tmp_path, "stopped", env=dict(slurm, SLURM_RESTART_COUNT="1"))
+    else:
+        assert not calls.exists()
+        resumed = gpucore_train(tmp_path, "stopped", "--resume", "auto")
+    assert resumed.wait(timeout=600) == 0
+    resumed_stderr = resumed.stderr.read()
+    if signum == signal.SIGUSR1:
+        assert "SLURM restart 1 (SLURM_RESTART_COUNT) implies resume: auto; resuming from" in resumed_stderr
+    assert stats(tmp_path, "stopped")["steps"] == 2 * STEPS_PER_EPOCH
+    assert_states_equal(weights(tmp_path, "stopped"), weights(tmp_path, "straight"), label="resumed != uninterrupted")
+
+
+def test_exit_codes_are_128_plus_the_signal():
+    assert signals.exit_code("SIGINT") == 130 and signals.exit_code(None) == 130
+    assert signals.exit_code("SIGTERM") == 143 and signals.exit_code("SIGUSR1") == 128 + signal.SIGUSR1
+
+
+def test_a_stop_signal_inside_a_deferred_block_waits_for_the_block():
+    done = []
+    with pytest.raises(signals.Stopped) as caught, signals.stop_signals_interrupt():
+        with signals.interrupts_deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)  # the signal has arrived; the block goes on
+            done.append(True)
+    assert done == [True] and caught.value.signum == signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the default handler is back
+
+
+def test_a_program_that_handles_sigterm_itself_keeps_its_handler():
+    received = []
+    previous = signal.signal(signal.SIGTERM, lambda number, frame: received.append(number))
+    try:
+        with signals.stop_signals_interrupt():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+        assert received == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_requeue_outside_slurm_does_nothing_and_without_scontrol_says_so(monkeypatch, tmp_path):
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.delenv("SLURM_ARRAY_JOB_ID", raising=False)
+    assert signals.requeue_slurm_job() is None
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no scontrol there
+    assert signals.requeue_slurm_job() == ("SLURM job 7: scontrol is not on PATH, so the job was not requeued; "
+                                           "resubmit it to resume")
+
+
+def children_of(pid):
+    """The PIDs whose parent is `pid` (from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    if int(handle.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        found.append(int(entry))
+            except (OSError, IndexError, ValueError):
+                pass
+    return found
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as handle:  # a zombie (exited, not yet reaped by anyone) counts as gone
+        return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads the process tree from /proc")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_to_the_devices_2_launcher_stops_both_workers_cleanly(tmp_path, signum):
+    two = ["--set", "devices=2", "--set", "device=cpu"]
+    run = gpucore_train(tmp_path, "stopped", *two)
+    step_checkpoint = tmp_path / "stopped" / "checkpoints" / "step.pt"
+    deadline = time.monotonic() + 300
+    while not step_checkpoint.exists() and run.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert run.poll() is None, "the run ended before the signal: " + run.stderr.read()[-2000:]
+    workers = children_of(run.pid)
+    assert len(workers) == 2
+    run.send_signal(signum)  # to the launcher alone, as kill PID does
+    code = run.wait(timeout=300)
+    stderr = run.stderr.read()
+    name = signal.Signals(signum).name
+    assert code == 128 + int(signum), stderr[-2000:]
+    assert not [pid for pid in workers if alive(pid)], "a worker outlived its launcher"
+    assert "gpucore: batch 64 per process x 2 processes" in stderr  # rank 0's output reached the terminal
+    assert f"interrupted ({name}): resume with  gpucore train --resume auto" in stderr
+    assert "Traceback" not in stderr
+    recorded = stats(tmp_path, "stopped")
+    assert recorded["status"] == "interrupted" and recorded["stopped_by"] == name
+    assert (tmp_path / "stopped" / "checkpoints" / "interrupted.pt").is_file()
+    if signum == signal.SIGTERM:  # resumed, it ends where an uninterrupted two-process run ends, bitwise
+        resumed = gpucore_train(tmp_path, "stopped", *two, "--resume", "auto")
+        straight = gpucore_train(tmp_path, "straight", *two)
+        assert resumed.wait(timeout=600) == 0 and straight.wait(timeout=600) == 0
+        assert_states_equal(weights(tmp_path, "stopped"), weights(tmp_path, "straight"), label="resumed")
