@@ -424,7 +424,8 @@ def split_indices(count: int, fraction: float, seed: int) -> Tuple[List[int], Li
 def split(dataset, fraction: float, seed: int):
     """(train, val, ValSplit) of a data set, the seeded share `fraction` held out for validation; (dataset, None,
     None) for fraction 0. Takes (inputs, targets) tensors, ImageFiles, and torch Datasets with a length (as Subsets;
-    gpucore.train serves its other gpucore data sets as tensors); a DataLoader, an IterableDataset or anything else is a ConfigError."""
+    gpucore.train serves its other gpucore data sets as tensors); a DataLoader, an IterableDataset or anything else
+    is a ConfigError."""
     if not fraction:
         return dataset, None, None
     count = _split_length(dataset)
@@ -443,8 +444,9 @@ def _split_length(dataset) -> int:
     """The number of samples a val_fraction split divides; ConfigError, naming what would work, for data it cannot."""
     what = type(dataset).__name__
     if isinstance(dataset, torch.utils.data.DataLoader):
-        raise ConfigError(f"config key 'val_fraction' holds out a share of the training data, but train_data is a "
-                          f"torch DataLoader ({what}), which cannot be split without rebuilding it: pass val_data, set "
+        loader = "a torch DataLoader" + ("" if what == "DataLoader" else f" ({what})")
+        raise ConfigError(f"config key 'val_fraction' holds out a share of the training data, but train_data is "
+                          f"{loader}, which cannot be split without rebuilding it: pass val_data, set "
                           "val_fraction: 0 (no validation), or pass the DataLoader's Dataset as train_data")
     if isinstance(dataset, (tuple, list)) and len(dataset) == 2 and all(isinstance(t, torch.Tensor) for t in dataset):
         if dataset[0].shape[0] != dataset[1].shape[0]:
