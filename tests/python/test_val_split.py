@@ -154,3 +154,21 @@ def test_data_that_cannot_be_split_is_a_clear_error(tmp_path):
         gpucore.train(config(tmp_path, "one", val_fraction=0.5), model=Seen(), train_data=(x[:1], y[:1]))
     loaded = gpucore.train(config(tmp_path, "loader0", val_fraction=0), model=Seen(), train_data=loader)
     assert validation(loaded) is None and loaded.steps == 7  # val_fraction 0: the whole loader, no validation
+
+
+def test_config_data_is_split_by_the_same_code_and_recorded_alike(tmp_path):
+    kwargs = {"train_size": 100, "val_size": 0, "seed": 2}
+    linear = lambda: nn.Sequential(nn.Flatten(), nn.Linear(28 * 28, 10))  # noqa: E731
+    named = dict(config(tmp_path, "named", val_fraction=None, batch_size=30), data="synthetic_fashion",
+                 data_kwargs=kwargs)
+    result = gpucore.train(named, model=linear())
+    recorded = validation(result)
+    assert recorded["source"] == "val_fraction" and recorded["of"] == "data: synthetic_fashion"
+    assert recorded["val_indices"] == by_hand(SEED, 100, 0.1)[1] and recorded["val_fraction"] == 0.1
+    (x, _), (xv, _) = gpucore.data.builtin.load_data("synthetic_fashion", kwargs, None, SEED)  # what evaluate reads
+    assert torch.equal(xv, gpucore.data.builtin.synthetic_fashion(**kwargs)[0][0][recorded["val_indices"]])
+    assert result.steps == 3 and len(x) == 90  # 90 in batches of 30
+    given = gpucore.train(dict(named, name="given"), model=linear(), val_data=(xv, torch.zeros(10, dtype=torch.long)))
+    assert validation(given) == {"source": "val_data"} and given.steps == 4  # all 100
+    own = gpucore.train(dict(named, name="own", data_kwargs=dict(kwargs, val_size=20)), model=linear())
+    assert validation(own) == {"source": "held_out_split", "of": "data: synthetic_fashion"}
