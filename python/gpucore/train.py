@@ -98,8 +98,10 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
         model: an nn.Module (default: built from config key `model`).
         train_data: (inputs, targets) tensors, a gpucore.data set, a torch Dataset or DataLoader (default: config
             key `data`).
-        val_data: the validation data in the same forms (default: the data's held-out split, else `val_fraction` of
-            the training data).
+        val_data: the validation data in the same forms (default: the held-out split of config key `data`, else
+            the seeded share `val_fraction` of the training data: unset, 0.1 of config key `data` and none of
+            `train_data`; a DataLoader cannot be split, so val_fraction with one is a ConfigError). With val_data
+            given, val_fraction does not apply. training_stats.json's `validation` records which.
         loss: a callable (output, target) -> scalar tensor (default: config key `loss`).
         callbacks: gpucore.Callback objects (or any objects with some of its hook methods), called after the
             built-in ones and before ModelCheckpoint.

@@ -207,17 +207,19 @@ def assert_states_equal(actual, expected, keys=None, label=None):
         raise AssertionError(f"{prefix}{name}: {detail}")
 
 
-def assert_resume_matches(tmp_path, config, stop, straight=None, name="b"):
+def assert_resume_matches(tmp_path, config, stop, straight=None, name="b", given=dict):
     """The resume check: gpucore.train(config) uninterrupted in run_dir tmp_path/a (or `straight`, that run, when
     given), then in tmp_path/`name` stopped by the callback `stop` (the run must end "interrupted") and resumed with
-    resume: auto; the resumed model must equal the uninterrupted one bitwise. Returns (straight, stopped, resumed)."""
+    resume: auto; the resumed model must equal the uninterrupted one bitwise. given(): gpucore.train's other keyword
+    arguments for each of the runs, made anew for each (model=..., train_data=...). Returns (straight, stopped,
+    resumed)."""
     import gpucore
 
     if straight is None:
-        straight = gpucore.train(dict(config, run_dir=str(tmp_path / "a")))
-    stopped = gpucore.train(dict(config, run_dir=str(tmp_path / name)), callbacks=[stop])
+        straight = gpucore.train(dict(config, run_dir=str(tmp_path / "a")), **given())
+    stopped = gpucore.train(dict(config, run_dir=str(tmp_path / name)), callbacks=[stop], **given())
     assert stopped.status == "interrupted", f"{name}: the stopped run ended {stopped.status!r}"
-    resumed = gpucore.train(dict(config, run_dir=str(tmp_path / name), resume="auto"))
+    resumed = gpucore.train(dict(config, run_dir=str(tmp_path / name), resume="auto"), **given())
     assert_states_equal(resumed.model, straight.model, label=f"{name}: resumed != uninterrupted")
     return straight, stopped, resumed
 

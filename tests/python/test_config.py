@@ -17,7 +17,7 @@ from gpucore.config import KEYS, load_config, parse_overrides
 DEFAULTS = {
     "model": "fashion_mnist_cnn", "model_kwargs": {}, "pretrained": None, "pretrained_strict": True, "freeze": "none",
     "freeze_epochs": 1, "lr_backbone": 1.0, "lr_layer_decay": 1.0, "data": "fashion_mnist", "data_kwargs": {},
-    "cache": "auto", "prefetch": 4, "val_fraction": 0.1, "normalize": True, "crop_padding": 0, "hflip": False,
+    "cache": "auto", "prefetch": 4, "val_fraction": None, "normalize": True, "crop_padding": 0, "hflip": False,
     "transforms": [],
     "epochs": 10, "batch_size": 64, "eval_batch_size": 256, "accumulate_grad_batches": 1, "shuffle": True,
     "drop_last": False, "loss": "cross_entropy", "label_smoothing": 0.0, "heads": 0, "top_k": 5,

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Callable, Optional, Tuple
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Tuple
 
 import torch
 
@@ -349,8 +350,9 @@ def _load_npz(path: str):
                       "or x_test/y_test), or x and y")
 
 
-def load_data(name: str, kwargs: dict, val_fraction: float, seed: int):
-    """(train, val) for config key `data`, each (inputs, targets) tensors or ImageFiles; val may be None."""
+def read_data(name: str, kwargs: dict):
+    """(train, val) as config key `data` names them, each (inputs, targets) tensors or ImageFiles; val is None when
+    the data has no validation split of its own (val_size: 0 included)."""
     if name in BUILTIN:
         for size_key, least in (("train_size", 1), ("val_size", 0)):
             size = kwargs.get(size_key, least)
@@ -374,18 +376,85 @@ def load_data(name: str, kwargs: dict, val_fraction: float, seed: int):
             )
     if isinstance(val, tuple) and len(val[0]) == 0:  # val_size: 0 means no validation data
         val = None
-    if val is None and val_fraction > 0:
-        train, val = split(train, val_fraction, seed)
     return train, val
 
 
-def split(dataset, fraction: float, seed: int):
-    """(train, val) parts of (inputs, targets) tensors or ImageFiles, a seeded `fraction` held out."""
-    count = len(dataset) if isinstance(dataset, readers.ImageFiles) else dataset[0].shape[0]
-    order = torch.randperm(count, generator=torch.Generator().manual_seed(seed))
+# Config key val_fraction unset (null): the share held out of config key `data` when it has no validation split.
+# The caller's own training data (gpucore.train(train_data=...)) is split only when val_fraction is set.
+DATA_VAL_FRACTION = 0.1
+
+
+def load_data(name: str, kwargs: dict, val_fraction: Optional[float], seed: int):
+    """(train, val) for config key `data`, each (inputs, targets) tensors or ImageFiles; val may be None. Data without
+    a validation split of its own has the seeded share `val_fraction` (None: DATA_VAL_FRACTION) held out (split)."""
+    train, val = read_data(name, kwargs)
+    if val is None:
+        train, val, _ = split(train, DATA_VAL_FRACTION if val_fraction is None else val_fraction, seed)
+    return train, val
+
+
+@dataclass(frozen=True)
+class ValSplit:
+    """The samples a seeded `val_fraction` split held out for validation (training_stats.json's "validation")."""
+
+    fraction: float
+    seed: int
+    samples: int  # of the training data before the split
+    val_index: List[int]  # positions in it, in the order the validation set serves them
+
+    def to_dict(self) -> dict:
+        return {"val_fraction": self.fraction, "seed": self.seed, "samples": self.samples,
+                "val_samples": len(self.val_index), "train_samples": self.samples - len(self.val_index),
+                "how": "torch.randperm(samples, generator=torch.Generator().manual_seed(seed)): the first val_samples "
+                       "positions are validation (val_indices, in this order), the rest training in their order",
+                "val_indices": list(self.val_index)}
+
+
+def split_indices(count: int, fraction: float, seed: int) -> Tuple[List[int], List[int]]:
+    """(train, val) positions of `count` samples, the seeded share `fraction` held out: the same for a seed on every
+    rank and after a resume, whatever the global random state."""
+    order = torch.randperm(count, generator=torch.Generator().manual_seed(seed)).tolist()
     held_out = max(1, int(round(count * fraction)))
-    val_index, train_index = order[:held_out], order[held_out:]
+    if held_out >= count:
+        raise ConfigError(f"config key 'val_fraction': {fraction} of {count} training sample(s) leaves none to train "
+                          "on; use a smaller val_fraction (in [0, 1)), more data, or pass val_data")
+    return order[held_out:], order[:held_out]
+
+
+def split(dataset, fraction: float, seed: int):
+    """(train, val, ValSplit) of a data set, the seeded share `fraction` held out for validation; (dataset, None,
+    None) for fraction 0. Takes (inputs, targets) tensors, ImageFiles, and torch Datasets with a length (as Subsets;
+    gpucore.train serves its other gpucore data sets as tensors); a DataLoader, an IterableDataset or anything else
+    is a ConfigError."""
+    if not fraction:
+        return dataset, None, None
+    count = _split_length(dataset)
+    train_index, val_index = split_indices(count, fraction, seed)
+    record = ValSplit(fraction=fraction, seed=seed, samples=count, val_index=val_index)
     if isinstance(dataset, readers.ImageFiles):
-        return dataset.subset(train_index.tolist()), dataset.subset(val_index.tolist())
-    inputs, targets = dataset
-    return (inputs[train_index], targets[train_index]), (inputs[val_index], targets[val_index])
+        return dataset.subset(train_index), dataset.subset(val_index), record
+    if isinstance(dataset, (tuple, list)):
+        inputs, targets = dataset
+        train, val = (torch.tensor(i, dtype=torch.long) for i in (train_index, val_index))
+        return (inputs[train], targets[train]), (inputs[val], targets[val]), record
+    return torch.utils.data.Subset(dataset, train_index), torch.utils.data.Subset(dataset, val_index), record
+
+
+def _split_length(dataset) -> int:
+    """The number of samples a val_fraction split divides; ConfigError, naming what would work, for data it cannot."""
+    what = type(dataset).__name__
+    if isinstance(dataset, torch.utils.data.DataLoader):
+        loader = "a torch DataLoader" + ("" if what == "DataLoader" else f" ({what})")
+        raise ConfigError(f"config key 'val_fraction' holds out a share of the training data, but train_data is "
+                          f"{loader}, which cannot be split without rebuilding it: pass val_data, set "
+                          "val_fraction: 0 (no validation), or pass the DataLoader's Dataset as train_data")
+    if isinstance(dataset, (tuple, list)) and len(dataset) == 2 and all(isinstance(t, torch.Tensor) for t in dataset):
+        if dataset[0].shape[0] != dataset[1].shape[0]:
+            raise ConfigError(f"train_data: {dataset[0].shape[0]} inputs but {dataset[1].shape[0]} targets")
+        return dataset[0].shape[0]
+    if isinstance(dataset, torch.utils.data.IterableDataset) or not isinstance(dataset, torch.utils.data.Dataset) \
+            or not hasattr(dataset, "__len__"):
+        raise ConfigError(f"config key 'val_fraction' holds out a share of the training data, but train_data is a "
+                          f"{what}, which has no samples to pick by position: pass (inputs, targets) tensors, a "
+                          "gpucore data set or a torch Dataset with a length; or pass val_data, or set val_fraction: 0")
+    return len(dataset)

@@ -25,8 +25,9 @@ def evaluate(checkpoint: str, data: Optional[str] = None, split: str = "val", de
     Args:
         checkpoint: a gpucore checkpoint path.
         data: what config key `data` takes (a built-in set, a folder, a .npz); default: the run's.
-        split: "val", the run's validation data (the data's held-out split, else the share val_fraction of its
-            training data the run held out, with the run's seed); "test", the data's held-out split only.
+        split: "val", the run's validation data (the data's held-out split, else the share val_fraction, 0.1 when
+            unset, of its training data the run held out, with the run's seed); "test", the data's held-out split
+            only.
         device: auto, cpu, cuda, cuda:N or mps.
         out: the folder for the files (default: RUN_DIR/evaluate-SPLIT).
 

@@ -14,7 +14,7 @@ from torch import nn
 
 from .. import _C
 
-from ..data.builtin import class_names, load_data
+from ..data.builtin import DATA_VAL_FRACTION, class_names, read_data, split
 from ..data.readers import ImageFiles, LabeledData
 from ..data.tensor_inputs import as_images
 from ..device.select import PrecisionPolicy, resolve_precision, select_device
@@ -42,6 +42,7 @@ class Run:
     forward: Callable  # what the engine calls: the module, wrapped for DDP and torch.compile as asked
     loss: Optional[Callable]
     train_data: Any  # kept to build the training set again (out-of-memory retry)
+    validation: Optional[dict]  # where the validation data came from, for training_stats.json (None: no validation)
     normalization: Optional[tuple]
     classes: Optional[List[str]]  # class names, when the data has them
     input_shape: Optional[List[int]]  # one input as the model takes it (C, H, W for images; H, W 0 when they vary)
@@ -63,6 +64,7 @@ class Run:
                 "classes": self.classes, "run_dir": self.run_dir.path,
                 "launcher": self.world.launcher or None, "world_size": self.world.size,
                 "restart": self.world.restart,  # TORCHELASTIC_RESTART_COUNT
+                "validation": self.validation,
                 "pretrained": self.pretrained.to_dict() if self.pretrained else None}
 
     def release_engine(self) -> None:
@@ -101,7 +103,7 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
     forward = _wrap_for_training(module, config, choice.device, world)
     ema = make_ema(module, config)
     given = train_data
-    train_data, val_data = _training_data(config, train_data, val_data)
+    train_data, val_data, validation = _training_data(config, train_data, val_data)
     classes = _classes(config, given, train_data)
     normalization = normalization_of(train_data, config, device)
     train_set = make_train_set(train_data, config, device, normalization, world, config.batch_size)
@@ -119,7 +121,8 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
     run_dir = RunDir(config, world)
     run_dir.create(config)
     return Run(config=config, task=task, world=world, device=choice.device, device_reason=choice.reason, policy=policy,
-               module=module, forward=forward, loss=loss, train_data=train_data, normalization=normalization,
+               module=module, forward=forward, loss=loss, train_data=train_data, validation=validation,
+               normalization=normalization,
                classes=classes, input_shape=_input_shape(train_data), pretrained=pretrained,
                train_set=train_set, val_set=val_set, steps_per_epoch=steps_per_epoch, channels_last=channels_last,
                engine=engine, graphs_reason=graphs_reason, ema=ema, run_dir=run_dir, group_store=group_store)
@@ -170,15 +173,29 @@ def _wrap_for_training(module: nn.Module, config, device: torch.device, world: d
 
 
 def _training_data(config, train_data, val_data):
-    """The caller's data, else what config key `data` names. Data sets read by gpucore's readers are served
-    like tensors; image files may also be streamed."""
+    """(train, val, validation): the caller's data, else what config key `data` names, and where the validation data
+    came from (training_stats.json's "validation"; None: the run does not validate). Data sets read by gpucore's
+    readers are served like tensors; image files may also be streamed. Without validation data (val_data, or the
+    held-out split of config key `data`), config key val_fraction holds out a seeded share of the training data
+    (unset: DATA_VAL_FRACTION of config key `data`, none of the caller's data); never when val_data is given."""
     train_data, val_data = ((d.inputs, d.targets) if isinstance(d, LabeledData) and not isinstance(d, ImageFiles)
                             else d for d in (train_data, val_data))
-    if train_data is None:
-        train_default, val_default = load_data(config.data, config.data_kwargs, config.val_fraction, config.seed)
-        train_data = train_default
-        val_data = val_default if val_data is None else val_data
-    return train_data, val_data
+    given = train_data is not None
+    if not given:
+        train_data, own_split = read_data(config.data, config.data_kwargs)
+        if val_data is None and own_split is not None:
+            return train_data, own_split, {"source": "held_out_split", "of": f"data: {config.data}"}
+    if val_data is not None:
+        return train_data, val_data, {"source": "val_data"}
+    if given:
+        fraction, whose = config.val_fraction or 0.0, "train_data"
+    else:
+        fraction = DATA_VAL_FRACTION if config.val_fraction is None else config.val_fraction
+        whose = f"data: {config.data}"
+    train_data, val_data, held_out = split(train_data, fraction, config.seed)
+    if held_out is None:
+        return train_data, None, None
+    return train_data, val_data, dict(source="val_fraction", of=whose, **held_out.to_dict())
 
 
 def _classes(config, given, train_data) -> Optional[List[str]]:
