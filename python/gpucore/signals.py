@@ -1,7 +1,7 @@
 """The signals that stop a run as Ctrl-C does: SIGTERM (docker stop, systemd, Kubernetes, SLURM's preemption) and
 SIGUSR1 (SLURM's early warning, `#SBATCH --signal=USR1@90`). While training, each raises `Stopped`, a
-KeyboardInterrupt, so the fit loop's Ctrl-C path saves interrupted.pt at the current step and the run ends
-"interrupted"; `gpucore train` then exits with 128 + the signal's number (143 for SIGTERM), as a process killed by it
+KeyboardInterrupt, at the next step boundary (StepBoundaries), so the fit loop's Ctrl-C path saves interrupted.pt
+after the last whole optimizer step and the run ends "interrupted"; `gpucore train` then exits with 128 + the signal's number (143 for SIGTERM), as a process killed by it
 would. After SIGUSR1 under SLURM the job is requeued (`scontrol requeue`), so it starts again and resumes."""
 import contextlib
 import os
@@ -35,38 +35,83 @@ def exit_code(name: Optional[str]) -> int:
     return 128 + int(signal.Signals[name or "SIGINT"])
 
 
-def _raise_stopped(signum, frame):
-    raise Stopped(signum)
+def interrupt_for(signum: int) -> KeyboardInterrupt:
+    """What a signal raises: KeyboardInterrupt for Ctrl-C, Stopped for SIGTERM and SIGUSR1."""
+    return KeyboardInterrupt() if signum == signal.SIGINT else Stopped(signum)
 
 
 def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-@contextlib.contextmanager
-def stop_signals_interrupt() -> Iterator[None]:
-    """Inside the block, SIGTERM and SIGUSR1 raise Stopped in the main thread (elsewhere Python cannot take signals,
-    and the block changes nothing). Handlers set before the block, other than the defaults, are left in place: a
-    program that handles these signals itself keeps its own behaviour."""
-    if not _in_main_thread():
-        yield
-        return
-    previous = {}
-    for signum in STOP_SIGNALS:
-        if signal.getsignal(signum) in (signal.SIG_DFL, None):
-            previous[signum] = signal.signal(signum, _raise_stopped)
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+class StepBoundaries:
+    """Ctrl-C, SIGTERM and SIGUSR1 during training, raised only between optimizer steps. A model's forward updates
+    BatchNorm's running statistics, so an interrupt inside a step would leave them counted for a step the checkpoint
+    says was not taken, and the resumed run would differ. While `holding` (an epoch's steps run), a signal waits in
+    `pending` and is raised at the next step boundary: the first forward of the next optimizer step (a forward
+    pre-hook), the log and step-checkpoint callbacks, or the end of the epoch's steps. Elsewhere (validation, the
+    report, set-up) it is raised at once, as Ctrl-C always was."""
+
+    def __init__(self):
+        self.holding = False
+        self.pending: Optional[int] = None  # the first signal that arrived while holding; kept until the run ends
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        """Inside the block these signals go through `on_signal` (in the main thread: elsewhere Python cannot take
+        signals, and the block changes nothing). A handler a program set itself before is left in place."""
+        if not _in_main_thread():
+            yield
+            return
+        previous = {}
+        for signum in (signal.SIGINT, *STOP_SIGNALS):
+            current = signal.getsignal(signum)
+            if current in (signal.SIG_DFL, None) or (signum == signal.SIGINT and current is signal.default_int_handler):
+                previous[signum] = signal.signal(signum, self.on_signal)
+        try:
+            yield
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+    def on_signal(self, signum, frame) -> None:
+        if not self.holding:
+            raise interrupt_for(signum)
+        if self.pending is None:
+            self.pending = signum
+
+    def raise_pending(self) -> None:
+        """At a step boundary: raises the signal that arrived during the step, if any."""
+        if self.pending is not None:
+            raise interrupt_for(self.pending)
+
+    @contextlib.contextmanager
+    def holding_steps(self, module, accumulate_grad_batches: int) -> Iterator[None]:
+        """While an epoch's steps run: signals wait for the step's end; the first forward of each optimizer step
+        (every accumulate_grad_batches-th call of `module`) raises one that arrived before it."""
+        calls = 0
+
+        def at_step_start(_module, _inputs):
+            nonlocal calls
+            if calls % accumulate_grad_batches == 0:
+                self.raise_pending()
+            calls += 1
+
+        hook = module.register_forward_pre_hook(at_step_start)
+        self.holding = True
+        try:
+            yield
+        finally:
+            self.holding = False
+            hook.remove()
 
 
 @contextlib.contextmanager
 def interrupts_deferred() -> Iterator[None]:
-    """Ctrl-C, SIGTERM and SIGUSR1 during the block are held back and raised once the block is done (KeyboardInterrupt,
-    or Stopped for the others, where their handler raises), so a write is never cut in the middle. The main thread
-    only: Python delivers signals there."""
+    """Ctrl-C, SIGTERM and SIGUSR1 during the block are held back and handled once the block is done, by the handler
+    that was in place before it (during training: StepBoundaries'; outside: KeyboardInterrupt for Ctrl-C, the default
+    action for the others), so a write is never cut in the middle. The main thread only: Python delivers signals
+    there."""
     if not _in_main_thread():
         yield
         return
@@ -79,13 +124,11 @@ def interrupts_deferred() -> Iterator[None]:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         if received:
-            first = received[0]
-            if first == signal.SIGINT and previous[first] is not signal.SIG_IGN:
-                raise KeyboardInterrupt
-            if first != signal.SIGINT and previous[first] is _raise_stopped:
-                raise Stopped(first)
-            if first != signal.SIGINT and callable(previous[first]):
-                previous[first](first, None)  # a program's own handler, called late
+            handler = previous[received[0]]
+            if callable(handler):
+                handler(received[0], None)
+            elif handler in (signal.SIG_DFL, None):
+                signal.raise_signal(received[0])  # the default action (SIGTERM ends the process), now the write is done
 
 
 def requeue_slurm_job() -> Optional[str]:

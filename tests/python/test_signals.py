@@ -93,7 +93,7 @@ def test_exit_codes_are_128_plus_the_signal():
 
 def test_a_stop_signal_inside_a_deferred_block_waits_for_the_block():
     done = []
-    with pytest.raises(signals.Stopped) as caught, signals.stop_signals_interrupt():
+    with pytest.raises(signals.Stopped) as caught, signals.StepBoundaries().installed():
         with signals.interrupts_deferred():
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(0.05)  # the signal has arrived; the block goes on
@@ -106,12 +106,54 @@ def test_a_program_that_handles_sigterm_itself_keeps_its_handler():
     received = []
     previous = signal.signal(signal.SIGTERM, lambda number, frame: received.append(number))
     try:
-        with signals.stop_signals_interrupt():
+        with signals.StepBoundaries().installed():
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(0.05)
         assert received == [signal.SIGTERM]
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+class SignalInsideTheForward(torch.nn.Module):
+    """Sends `signum` to this process in the middle of the `at`-th forward, after BatchNorm has updated its running
+    statistics: where a signal landing inside a step does the most harm."""
+
+    def __init__(self, signum=None, at=0):
+        super().__init__()
+        torch.manual_seed(0)
+        self.features = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU())
+        self.head = torch.nn.Sequential(torch.nn.AdaptiveAvgPool2d(2), torch.nn.Flatten(), torch.nn.Linear(16, 10))
+        self.signum, self.at, self.calls = signum, at, 0
+
+    def forward(self, x):
+        x = self.features(x)
+        if self.training:
+            self.calls += 1
+            if self.calls == self.at:
+                os.kill(os.getpid(), self.signum)
+        return self.head(x)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_a_signal_inside_a_step_waits_for_the_step_and_the_resume_is_bitwise(tmp_path, signum, accumulate):
+    config = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 64 * 12, "val_size": 64, "seed": 3},
+              "epochs": 2, "batch_size": 64, "accumulate_grad_batches": accumulate, "progress": False,
+              "report": False, "loggers": [], "run_dir": str(tmp_path), "seed": 5, "cuda_graphs": False,
+              "device": "cpu"}
+    import gpucore
+
+    straight = gpucore.train(dict(config, name="straight"), model=SignalInsideTheForward())
+    at = 12 + 5  # the 5th micro-batch of the second epoch: inside an optimizer step when accumulating
+    stopped = gpucore.train(dict(config, name="stopped"), model=SignalInsideTheForward(signum, at))
+    assert stopped.status == "interrupted" and stopped.stopped_by == signal.Signals(signum).name
+    saved = torch.load(tmp_path / "stopped" / "checkpoints" / "interrupted.pt", map_location="cpu", weights_only=False)
+    # The step the signal landed in was finished: BatchNorm counted exactly the micro-batches of the steps taken.
+    assert int(saved["model"]["features.1.num_batches_tracked"]) == stopped.steps * accumulate
+    assert stopped.steps == 12 // accumulate + -(-5 // accumulate)
+    resumed = gpucore.train(dict(config, name="stopped", resume="auto"), model=SignalInsideTheForward())
+    assert resumed.steps == straight.steps
+    assert_states_equal(resumed.model, straight.model, label="resumed != uninterrupted")
 
 
 def test_requeue_outside_slurm_does_nothing_and_without_scontrol_says_so(monkeypatch, tmp_path):

@@ -16,7 +16,7 @@ import torch
 from ..config import KEY_BY_NAME
 from ..errors import ConfigError, OutOfMemoryError, TrainingError
 from ..models.tta import with_tta
-from ..signals import signal_name, stop_signals_interrupt
+from ..signals import StepBoundaries, signal_name
 from . import distributed
 from . import oom
 from .callbacks import CallbackList, EarlyStopping, FreezeBackbone, ModelCheckpoint, Monitor
@@ -61,6 +61,7 @@ class FitLoop:
         self.should_stop = False  # set by a callback: the run ends after this epoch, with status stop_status
         self.stop_status = "stopped"
         self.stopped_by: Optional[str] = None  # interrupted: the signal, SIGINT (Ctrl-C), SIGTERM or SIGUSR1
+        self.step_boundaries = StepBoundaries()  # where those signals are raised
         self.oom_reductions: List[dict] = []  # each out-of-memory retry: epoch, new batch_size, accumulation
         self.warned_on_capture = False  # cuda_graphs: a failed capture is warned about once
         self.resumed: Optional[dict] = None  # the checkpoint a resume read, its epoch and data position
@@ -82,7 +83,7 @@ class FitLoop:
                   f"accumulate {batch['accumulate_grad_batches']} = effective batch {batch['effective']}; lr "
                   f"{batch['lr']:g} (lr_scaling {batch['lr_scaling']})", file=sys.stderr, flush=True)
         try:
-            with stop_signals_interrupt():  # SIGTERM and SIGUSR1 stop the run as Ctrl-C does
+            with self.step_boundaries.installed():  # SIGTERM and SIGUSR1 stop the run as Ctrl-C does
                 self.callbacks.call("on_fit_start")
                 while not self.done:
                     self.advance()
@@ -119,6 +120,7 @@ class FitLoop:
             if stats is None:
                 return  # out of memory: the epoch starts over with half the batch
             trained = True
+            self.step_boundaries.raise_pending()  # a signal during the epoch's last step
             self.start_sample = 0
             self._end_epoch(self._record(stats))
         except KeyboardInterrupt as interrupt:
@@ -144,20 +146,23 @@ class FitLoop:
         samples_per_step = self.batching.batch_size * self.batching.accumulate_grad_batches
         steps_before = self.start_sample // self.samples_per_step()  # of the epoch, before this pass
 
-        def on_log(metrics):
+        def on_log(metrics):  # after an optimizer step: a step boundary
+            self.step_boundaries.raise_pending()
             progress.update(metrics, samples_per_step)
             self.callbacks.call("on_step_end", engine.steps_taken(), dict(metrics, epoch=epoch + 1))
 
         def on_step(done: int):  # the epoch's last step is followed by its end-of-epoch checkpoint instead
+            self.step_boundaries.raise_pending()
             if done < windows and self.step_checkpoints.due(steps_before + done):
                 self.step_checkpoints.write(lambda: self.checkpointing.payload(epoch, self._consumed(done)))
 
         snapshot = oom.snapshot(run.module, engine, run.ema) if config.on_oom == "reduce_batch" else None
         try:
             # first_batch: this rank's batches of the epoch before this pass, where the mixup draws go on.
-            stats = engine.train_epoch(source, run.forward, run.loss, on_log, epoch=epoch,
-                                       first_batch=self.start_sample // (self.batching.batch_size * run.world.size),
-                                       on_step=on_step if self.step_checkpoints.enabled else None)
+            with self.step_boundaries.holding_steps(run.module, self.batching.accumulate_grad_batches):
+                stats = engine.train_epoch(source, run.forward, run.loss, on_log, epoch=epoch,
+                                           first_batch=self.start_sample // (self.batching.batch_size * run.world.size),
+                                           on_step=on_step if self.step_checkpoints.enabled else None)
             self._warn_on_failed_capture()
             return stats
         except OutOfMemoryError as exc:
