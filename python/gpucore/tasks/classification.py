@@ -37,10 +37,11 @@ class Classification(Task):
         return [names[int(t)] for t in targets]
 
     def add_prediction_columns(self, rows, outputs, predicted, classes, top_k) -> None:
-        """The top-k classes with their softmax probabilities."""
+        """The top-k classes with their softmax probabilities. An output without a class name (a head wider than the
+        checkpoint's class list) is named output_INDEX; without any class names, an output is its index."""
         probabilities, indices = torch.softmax(outputs, 1).topk(min(top_k, outputs.shape[1]), dim=1)
         for row, p, index in zip(rows, probabilities.tolist(), indices.tolist()):
             for rank, (value, i) in enumerate(zip(p, index), start=1):
-                row[f"class_{rank}"] = classes[i] if classes else str(i)
+                row[f"class_{rank}"] = (classes[i] if i < len(classes) else f"output_{i}") if classes else str(i)
                 row[f"index_{rank}"] = i
                 row[f"probability_{rank}"] = round(value, 6)

@@ -101,6 +101,7 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
     given = train_data
     train_data, val_data, validation = _training_data(config, train_data, val_data)
     classes = _classes(config, given, train_data)
+    _check_class_count(config, task, classes, given is not None)
     input_shape = _input_shape(train_data)
     from_data = {}
     if model is None:
@@ -234,6 +235,17 @@ def _model_kwargs_from_data(config, task: Task, classes: Optional[List[str]], in
     if not taken:
         return config, {}
     return dataclasses.replace(config, model_kwargs={**config.model_kwargs, **taken}), taken
+
+
+def _check_class_count(config, task: Task, classes: Optional[List[str]], given: bool) -> None:
+    """Classification needs two classes at least: with one, every target is class 0, the loss is 0 from the first step
+    and the accuracy 1, whatever the model learns."""
+    if classes is None or len(classes) >= 2 or not isinstance(task, Classification):
+        return
+    where = "train_data" if given else f"config key 'data' ('{config.data}')"
+    found = f"1 class ({classes[0]})" if classes else "no classes"
+    raise ConfigError(f"{where} has {found}; classification (loss {config.loss}) needs 2 classes at least: "
+                      "one subfolder of images per class")
 
 
 def _check_outputs(module: nn.Module, config, task: Task, classes: Optional[List[str]], given: bool) -> None:
