@@ -124,6 +124,8 @@ def _predict(args: argparse.Namespace) -> int:
         summary["masks"] = masks
     if result.labels is not None:
         summary["accuracy"] = result.accuracy()
+    if result.notes:
+        summary["notes"] = result.notes
     print(json.dumps(summary, indent=2))
     return 0
 

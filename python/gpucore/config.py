@@ -84,7 +84,7 @@ CORE_CHOICES = _C.config_choices()
 KEYS = [
     # model and data
     Key("model", str, "fashion_mnist_cnn", f"built-in model ({', '.join(BUILTIN)}), a model of torchvision or timm by name ('torchvision:resnet18', 'timm:convnext_tiny'), a segmentation model ('transformers:SegformerForSemanticSegmentation', 'smp:Unet'), or 'package.module:factory'"),
-    Key("model_kwargs", dict, {}, "keyword arguments for the model factory; torchvision and timm models take num_classes (a new classifier head) and in_channels (a new first conv; pretrained RGB weights summed for 1 channel, as timm does)"),
+    Key("model_kwargs", dict, {}, "keyword arguments for the model factory; torchvision and timm models take num_classes (a new classifier head) and in_channels (a new first conv; pretrained RGB weights summed for 1 channel, as timm does); num_classes (classification) and in_channels left out are taken from the data for a model that takes them (training_stats.json's model_kwargs_from_data), and a head with fewer outputs than the data's classes is refused"),
     # fine-tuning
     Key("pretrained", str, None, "weights to start from: a file (.pth, .pt, .bin: a torchvision or timm state dict, or a gpucore checkpoint; .safetensors) or a Hugging Face model folder, read with weights_only; or true: a torchvision:/timm: model's own weights from that library's local cache (nothing is downloaded). What did not load is reported; the replaced head is expected", optional=True),
     Key("pretrained_strict", bool, True, "any other key of the pretrained weights that is missing, unexpected or of another shape is an error (false: report it and load the rest)"),

@@ -158,6 +158,7 @@ def _train_in_processes(config) -> TrainResult:
     summary = launcher.launch(config, config.devices, config.dist_timeout)
     with open(os.path.join(summary["run_dir"], STATS), encoding="utf-8") as handle:
         stats = json.load(handle)
+    config = load_config(stats["config"])  # model_kwargs as the run completed them from the data
     module = build_model(config.model, config.model_kwargs, config.pretrained)
     # The newest of last.pt and interrupted.pt: a run a signal stopped in its first epoch has no last.pt.
     last = load_checkpoint(resume_path("auto", summary["run_dir"]))

@@ -6,9 +6,10 @@ import os
 from typing import Optional
 
 from ..checkpoint import write_json
-from ..data.builtin import load_data
+from ..data.builtin import class_names, load_data
 from ..errors import ConfigError
 from ..report.page import Page
+from ..tasks import Classification
 from ..report.sections import prediction_sections
 from ..run_files import CHECKPOINTS, EVALUATION, PER_CLASS
 from .evaluation_pass import data_sets, evaluation_pass
@@ -50,6 +51,7 @@ def evaluate(checkpoint: str, data: Optional[str] = None, split: str = "val", de
     if held_out is None:
         raise ConfigError(f"data '{name}' has no held-out test split (t10k-* IDX files, x_test/x_val arrays, a test/ "
                           "or val/ folder); use split val for the run's validation share of its training data")
+    _check_classes(name, held_out, model, checkpoint)
     normalization = model.normalization
     _, val_set = data_sets(config, None, held_out, normalization, model.device)
     result = evaluation_pass(model.module, config, model.task, val_set, model.device)
@@ -69,3 +71,14 @@ def evaluate(checkpoint: str, data: Optional[str] = None, split: str = "val", de
     write_json(os.path.join(out, EVALUATION), summary)
     return summary
 
+
+def _check_classes(name: str, data, model, checkpoint: str) -> None:
+    """A classifier's data must name its classes as the checkpoint does, in the same order: a folder's labels are
+    the indices of its own sorted subfolders, which the model's outputs would otherwise be scored against."""
+    classes = getattr(data, "classes", None) or class_names(name, {})
+    if not isinstance(model.task, Classification) or not model.classes or not classes:
+        return
+    if list(classes) != list(model.classes):
+        raise ConfigError(f"data '{name}' has classes {', '.join(map(str, classes))}, but the model of '{checkpoint}' "
+                          f"was trained on {', '.join(map(str, model.classes))}: evaluate on data with the same class "
+                          "subfolders (every class, the same names)")

@@ -17,6 +17,7 @@ import torch
 from ..data.input_files import read_input_images
 from ..data.png import encode_png
 from ..errors import ConfigError
+from ..tasks import Classification
 from ..values import is_int
 from .load import LoadedModel, load
 
@@ -31,12 +32,13 @@ class Predictions:
         rows: one dict per input: the CSV's columns.
         labels: classification: true classes from class subfolders named like the checkpoint's classes, else None.
         mask_files: segmentation: the masks written.
+        notes: what the rows cannot show by themselves (a model with more outputs than class names), as sentences.
     """
 
     def __init__(self, names: List[str], outputs: torch.Tensor, predicted_: torch.Tensor, rows: List[dict],
-                 labels: Optional[torch.Tensor], mask_files: Optional[List[str]]):
+                 labels: Optional[torch.Tensor], mask_files: Optional[List[str]], notes: Optional[List[str]] = None):
         self.names, self.outputs, self.predicted, self.rows = names, outputs, predicted_, rows
-        self.labels, self.mask_files = labels, mask_files
+        self.labels, self.mask_files, self.notes = labels, mask_files, list(notes or [])
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -107,7 +109,11 @@ def predict(checkpoint: Union[str, os.PathLike, LoadedModel], inputs, *, top_k: 
             row["label"] = model.classes[label]
     mask_files = _write_masks(decoded, outputs.shape[1], names, masks, rows) if task.predicts_masks else None
     task.add_prediction_columns(rows, outputs, decoded, model.classes, top_k)
-    return Predictions(names, outputs, decoded, rows, labels, mask_files)
+    notes = []
+    if isinstance(task, Classification) and model.classes and outputs.dim() == 2 and outputs.shape[1] > len(model.classes):
+        notes.append(f"the model has {outputs.shape[1]} outputs but its checkpoint names {len(model.classes)} "
+                     f"classes; outputs {len(model.classes)} to {outputs.shape[1] - 1} are named output_INDEX")
+    return Predictions(names, outputs, decoded, rows, labels, mask_files, notes)
 
 
 def _read(model: LoadedModel, inputs):

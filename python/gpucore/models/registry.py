@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import functools
 import importlib
+import inspect
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence, Tuple
 
@@ -132,6 +133,62 @@ def build_model(name: str, kwargs: dict, pretrained: Optional[str] = None) -> nn
             f"('torchvision:NAME', 'timm:NAME', 'transformers:CLASS', 'smp:ARCH') nor of the form 'package.module:factory'.{hint}"
         )
     return _call_factory(name, factory, kwargs)
+
+
+# The keys of config key model_kwargs that taking them from the data fills in, and the other names a user may give
+# them by (timm's in_chans is in_channels).
+DATA_KEYS = {"num_classes": ("num_classes",), "in_channels": ("in_channels", "in_chans")}
+
+
+def accepted_data_keys(name: str) -> Tuple[str, ...]:
+    """Which of num_classes and in_channels model `name`'s factory takes: the built-ins' and a
+    `package.module:factory`'s own parameters of those names (not **kwargs: what it does with them is unknown);
+    both for torchvision and timm models (gpucore sets a torchvision model's input channels, timm takes in_chans);
+    none for the segmentation libraries' models (transformers:, smp:) or names that do not resolve."""
+    library = name.partition(":")[0]
+    if library in LIBRARIES:
+        return ("num_classes", "in_channels")
+    if library in segmentation_models.LIBRARIES:
+        return ()
+    if ":" in name:
+        module_name, _, attribute = name.partition(":")
+        try:
+            factory = getattr(importlib.import_module(module_name), attribute, None)
+        except Exception:  # build_model names the problem
+            return ()
+    else:
+        factory = BUILTIN.get(name)
+    if factory is None or not callable(factory):
+        return ()
+    try:
+        parameters = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return ()
+    return tuple(key for key in DATA_KEYS if key in parameters
+                 and parameters[key].kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY))
+
+
+def kwargs_from_data(name: str, kwargs: dict, num_classes: Optional[int], in_channels: Optional[int]) -> dict:
+    """What of num_classes and in_channels model `name` should take from the data: those its factory accepts
+    (accepted_data_keys), that the data knows (not None) and that config key model_kwargs does not give itself
+    (in_chans counts as in_channels). Returns {key: value}, to add to model_kwargs."""
+    known = {"num_classes": num_classes, "in_channels": in_channels}
+    return {key: known[key] for key in accepted_data_keys(name)
+            if known[key] is not None and not any(alias in kwargs for alias in DATA_KEYS[key])}
+
+
+def output_count(model: nn.Module) -> Optional[int]:
+    """The number of outputs of the model's classifier head (classifier_head: a Linear's out_features, a
+    convolution's out_channels), or None when it has none that gpucore finds."""
+    name = classifier_head(model)
+    if name is None:
+        return None
+    head = model.get_submodule(name)
+    if isinstance(head, nn.Linear):
+        return head.out_features
+    if isinstance(head, nn.modules.conv._ConvNd):
+        return head.out_channels
+    return None
 
 
 def _call_factory(name: str, factory: Callable, kwargs: dict) -> nn.Module:

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ..cam import CAM
-from ..tasks.base import names_for
+from ..tasks.base import names_for, output_names
 from ..tasks.decode import as_text
 from . import plots
 from .page import GRID, Page, confusion, display_images, is_images, mask_iou, per_class
@@ -54,7 +54,7 @@ def _classification(page, result, classes, normalization, module, config, device
     if result.targets.dim() != 1:
         return None  # soft labels: nothing to count right or wrong
     count = result.outputs.shape[1]
-    names = names_for(classes, count)
+    names = output_names(classes, count)
     rows = _confusion_sections(page, confusion(result.targets, result.predicted, count), names, "")
     confidence, right = result.confidence(), result.correct()
     shown = list(range(min(GRID, len(result))))

@@ -99,3 +99,11 @@ class Task:
 def names_for(classes: Optional[List[str]], count: int) -> List[str]:
     """The class names when there are `count` of them, else the indices as text."""
     return list(classes) if classes and len(classes) == count else [str(i) for i in range(count)]
+
+
+def output_names(classes: Optional[List[str]], count: int) -> List[str]:
+    """A classifier's `count` outputs by name: their class names, and output_INDEX for outputs beyond the class list
+    (a head wider than it); the indices as text without class names."""
+    if not classes:
+        return [str(i) for i in range(count)]
+    return [classes[i] if i < len(classes) else f"output_{i}" for i in range(count)]

@@ -6,7 +6,7 @@ from typing import List, Optional
 import torch
 from torch import nn
 
-from .base import Task, names_for
+from .base import Task, output_names
 
 
 class Classification(Task):
@@ -33,14 +33,16 @@ class Classification(Task):
     def target_text(self, targets: torch.Tensor, classes: Optional[List[str]]) -> List[str]:
         if targets.dim() != 1:
             return super().target_text(targets, classes)
-        names = names_for(classes, int(max(targets.max().item() + 1, len(classes or []))))
+        names = output_names(classes, int(max(targets.max().item() + 1, len(classes or []))))
         return [names[int(t)] for t in targets]
 
     def add_prediction_columns(self, rows, outputs, predicted, classes, top_k) -> None:
-        """The top-k classes with their softmax probabilities."""
+        """The top-k classes with their softmax probabilities. An output without a class name (a head wider than the
+        checkpoint's class list) is named output_INDEX; without any class names, an output is its index."""
         probabilities, indices = torch.softmax(outputs, 1).topk(min(top_k, outputs.shape[1]), dim=1)
+        names = output_names(classes, outputs.shape[1])
         for row, p, index in zip(rows, probabilities.tolist(), indices.tolist()):
             for rank, (value, i) in enumerate(zip(p, index), start=1):
-                row[f"class_{rank}"] = classes[i] if classes else str(i)
+                row[f"class_{rank}"] = names[i]
                 row[f"index_{rank}"] = i
                 row[f"probability_{rank}"] = round(value, 6)

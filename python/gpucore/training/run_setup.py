@@ -2,6 +2,7 @@
 the model on its device, the data sets, the C++ engine and the run directory."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -20,8 +21,8 @@ from ..data.tensor_inputs import as_images
 from ..device.select import PrecisionPolicy, resolve_precision, select_device
 from ..errors import ConfigError
 from ..models.pretrained import NO_WEIGHTS, LoadReport, load_pretrained, resolve_weights_path
-from ..models.registry import build_model
-from ..tasks import Task, task_of
+from ..models.registry import build_model, kwargs_from_data, output_count
+from ..tasks import Classification, Task, task_of
 from . import distributed
 from .ema import ema_tensors, make_ema
 from .engine_config import check_monitor, cuda_graphs_plan, engine_config, param_groups
@@ -47,6 +48,7 @@ class Run:
     classes: Optional[List[str]]  # class names, when the data has them
     input_shape: Optional[List[int]]  # one input as the model takes it (C, H, W for images; H, W 0 when they vary)
     pretrained: Optional[LoadReport]  # what config key pretrained loaded
+    from_data: dict  # what model_kwargs took from the data ({num_classes, in_channels}; config holds them too)
     train_set: EpochData
     val_set: Optional[EpochData]
     steps_per_epoch: int
@@ -65,6 +67,7 @@ class Run:
                 "launcher": self.world.launcher or None, "world_size": self.world.size,
                 "restart": self.world.restart,  # TORCHELASTIC_RESTART_COUNT
                 "validation": self.validation,
+                "model_kwargs_from_data": self.from_data,
                 "pretrained": self.pretrained.to_dict() if self.pretrained else None}
 
     def release_engine(self) -> None:
@@ -95,16 +98,23 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
     policy = resolve_precision(config.precision, choice.device, tf32=config.tf32, cudnn_benchmark=config.cudnn_benchmark)
     policy.apply()
 
+    given = train_data
+    train_data, val_data, validation = _training_data(config, train_data, val_data)
+    classes = _classes(config, given, train_data)
+    _check_class_count(config, task, classes, given is not None)
+    input_shape = _input_shape(train_data)
+    from_data = {}
+    if model is None:
+        config, from_data = _model_kwargs_from_data(config, task, classes, input_shape)
+    seed_everything(config.seed)  # the model's initial weights as when it was built before reading the data
     module = model if model is not None else build_model(config.model, config.model_kwargs, config.pretrained)
     if not isinstance(module, nn.Module):
         raise ConfigError(f"model must be a torch.nn.Module, got {type(module).__name__}")
     pretrained = _load_pretrained(module, config, world)
+    _check_outputs(module, config, task, classes, model is not None)
     channels_last = place_model(module, config, choice.device, policy)
     forward = _wrap_for_training(module, config, choice.device, world)
     ema = make_ema(module, config)
-    given = train_data
-    train_data, val_data, validation = _training_data(config, train_data, val_data)
-    classes = _classes(config, given, train_data)
     normalization = normalization_of(train_data, config, device)
     train_set = make_train_set(train_data, config, device, normalization, world, config.batch_size)
     distributed.check_same(train_set.total_batches(), "the number of batches per epoch (data length)")
@@ -123,7 +133,7 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
     return Run(config=config, task=task, world=world, device=choice.device, device_reason=choice.reason, policy=policy,
                module=module, forward=forward, loss=loss, train_data=train_data, validation=validation,
                normalization=normalization,
-               classes=classes, input_shape=_input_shape(train_data), pretrained=pretrained,
+               classes=classes, input_shape=input_shape, from_data=from_data, pretrained=pretrained,
                train_set=train_set, val_set=val_set, steps_per_epoch=steps_per_epoch, channels_last=channels_last,
                engine=engine, graphs_reason=graphs_reason, ema=ema, run_dir=run_dir, group_store=group_store)
 
@@ -212,3 +222,50 @@ def _input_shape(train_data) -> Optional[List[int]]:
     if isinstance(train_data, tuple) and isinstance(train_data[0], torch.Tensor):
         return list(as_images(train_data[0]).shape[1:])
     return None
+
+
+def _model_kwargs_from_data(config, task: Task, classes: Optional[List[str]], input_shape: Optional[List[int]]):
+    """(config, taken): config key model_kwargs completed from the data, as Ultralytics takes `nc` from its data set:
+    num_classes (classification: the number of class names) and in_channels (images: their channels), each where
+    the model's factory takes it and model_kwargs does not give it (registry.kwargs_from_data). The config returned
+    holds them, so that config.json and the checkpoints rebuild the same model; taken is what was added."""
+    num_classes = len(classes) if classes and isinstance(task, Classification) else None
+    in_channels = input_shape[0] if input_shape is not None and len(input_shape) == 3 else None
+    taken = kwargs_from_data(config.model, config.model_kwargs, num_classes, in_channels)
+    if not taken:
+        return config, {}
+    return dataclasses.replace(config, model_kwargs={**config.model_kwargs, **taken}), taken
+
+
+def _check_class_count(config, task: Task, classes: Optional[List[str]], given: bool) -> None:
+    """Classification needs two classes at least: with one, every target is class 0, the loss is 0 from the first step
+    and the accuracy 1, whatever the model learns."""
+    if classes is None or len(classes) >= 2 or not isinstance(task, Classification):
+        return
+    where = "train_data" if given else f"config key 'data' ('{config.data}')"
+    found = f"1 class ({classes[0]})" if classes else "no classes"
+    raise ConfigError(f"{where} has {found}; classification (loss {config.loss}) needs 2 classes at least: "
+                      "one subfolder of images per class")
+
+
+def _check_outputs(module: nn.Module, config, task: Task, classes: Optional[List[str]], given: bool) -> None:
+    """A classifier must have an output per class of the data: fewer is a ConfigError, more a warning (outputs no
+    target ever names). Only for classification (other tasks lay their outputs out otherwise), data with class names
+    and models whose classifier head gpucore finds (registry.output_count)."""
+    if not classes or not isinstance(task, Classification):
+        return
+    outputs = output_count(module)
+    if outputs is None or outputs == len(classes):
+        return
+    whose = "the model given to train()" if given else f"model '{config.model}'"
+    fix = ("give it a head of that many outputs" if given
+           else f"set model_kwargs num_classes: {len(classes)} (or leave num_classes out: it is taken from the data)")
+    if outputs < len(classes):
+        raise ConfigError(f"{whose} has {outputs} outputs, but the data has {len(classes)} classes "
+                          f"({_listed(classes)}): {fix}")
+    warnings.warn(f"{whose} has {outputs} outputs, but the data has {len(classes)} classes ({_listed(classes)}): "
+                  f"outputs {len(classes)} to {outputs - 1} name no class; {fix}", stacklevel=4)
+
+
+def _listed(classes: List[str], most: int = 5) -> str:
+    return ", ".join(classes[:most]) + (f", ... ({len(classes) - most} more)" if len(classes) > most else "")
