@@ -5,7 +5,7 @@ the resume from one (`Checkpointing.resume`) and the migration of the formats ol
 from __future__ import annotations
 
 import sys
-from typing import Dict, Sequence
+from typing import Dict, Optional, Sequence
 
 import torch
 
@@ -64,6 +64,7 @@ class Checkpointing:
 
     def __init__(self, loop):
         self.loop = loop
+        self.config_values: Optional[dict] = None  # a resumed run's config.json (the checkpoint's batching keys)
 
     def payload(self, epoch: int, samples_consumed: int) -> dict:
         """What a checkpoint holds: enough to resume exactly after `samples_consumed` samples of epoch `epoch`'s
@@ -75,7 +76,7 @@ class Checkpointing:
                    "batching": loop.batching.to_dict(), "history": loop.history,
                    "best": loop.checkpoints.state_dict(),
                    "callbacks": {key: callback.state_dict() for key, callback in loop.stateful.items()},
-                   "config": run.config.to_dict(), "classes": run.classes, "input_shape": run.input_shape,
+                   "config": dict(self.config_values or run.config.to_dict()), "classes": run.classes, "input_shape": run.input_shape,
                    "input_stats": ({"mean": run.normalization[0], "std": run.normalization[1]}
                                    if run.normalization else None)}
         if run.ema is not None:
@@ -121,7 +122,8 @@ class Checkpointing:
                 callback.load_state_dict(states[key])
         loop.callbacks.call("on_load_checkpoint", saved)
         run.run_dir.write_history(loop.history)  # rows written after this checkpoint (a kill) are dropped
-        run.run_dir.write_config(self._config_used(saved_config))
+        self.config_values = self._config_used(saved_config)
+        run.run_dir.write_config(self.config_values)
         step = int(run.engine.steps_taken())
         if run.world.is_main:
             epochs = run.config.epochs
