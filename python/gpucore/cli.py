@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
 import sys
 from typing import Optional, Sequence
 
@@ -19,19 +21,29 @@ def _doctor(args: argparse.Namespace) -> int:
     return 0 if report["ok"] else 1
 
 
+def _shown_path(path: str) -> str:
+    """`path` relative to the working directory when it lies under it, else absolute."""
+    relative = os.path.relpath(path)
+    return path if relative == os.pardir or relative.startswith(os.pardir + os.sep) else relative
+
+
 def _train(args: argparse.Namespace) -> int:
     from .training import distributed, launcher
     from .config import load_config, parse_overrides
     from .train import train
+    from .training.run_dir import resume_run_config
 
     launcher.follow_the_launcher()  # a worker of devices: N stops with its launcher
 
     overrides = parse_overrides(args.set or [])
-    if args.resume is not None:
-        overrides["resume"] = args.resume
     if args.devices is not None:
         overrides["devices"] = args.devices
-    config = load_config(args.config, overrides)
+    if args.resume is not None and args.resume != "auto" and os.path.isdir(args.resume):
+        config = resume_run_config(args.resume, overrides, args.config)  # that run, with its own config.json
+    else:
+        if args.resume is not None:
+            overrides["resume"] = args.resume
+        config = load_config(args.config, overrides)
     result = train(config)
     summary = {
         "status": result.status, "best_metric": result.best_metric, "best_epoch": result.best_epoch,
@@ -46,7 +58,7 @@ def _train(args: argparse.Namespace) -> int:
 
         if launcher.is_worker():  # the launcher prints the hint, with the user's own command
             return signals.exit_code(result.stopped_by)
-        command = " ".join(part for part in ("gpucore train", args.config, "--resume auto") if part)
+        command = f"gpucore train --resume {shlex.quote(_shown_path(result.run_dir))}"
         print(f"interrupted ({result.stopped_by or 'SIGINT'}): resume with  {command}", file=sys.stderr)
         signals.report_requeue(result.stopped_by)
         return signals.exit_code(result.stopped_by)
@@ -159,7 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
     train = commands.add_parser("train", help="train a model from a config file (default: the built-in config)")
     train.add_argument("config", nargs="?", default=None, help="a .yaml/.yml/.json config; omitted: the built-in defaults")
     train.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
-    train.add_argument("--resume", metavar="auto|PATH", help="continue from the run's last checkpoint or from PATH")
+    train.add_argument("--resume", metavar="RUN_DIR|auto|PATH",
+                       help="continue a run: RUN_DIR (that run with its own config.json, from its newest checkpoint; "
+                       "--set may change only how it goes on: epochs where the schedule allows, device, progress, ...), "
+                       "auto (the newest checkpoint of the run CONFIG names) or PATH (a checkpoint)")
     train.add_argument("--devices", type=int, help="data-parallel processes on this machine (default 1)")
     train.set_defaults(run=_train)
 

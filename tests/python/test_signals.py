@@ -4,6 +4,8 @@ run as interrupted by that signal, exits with 128 + its number, and the run resu
 uninterrupted run ends; after SIGUSR1 under SLURM the job is requeued and its restart resumes unasked."""
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -26,6 +28,13 @@ def gpucore_train(run_dir, name, *extra, env=None):
                *extra]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {})))
+
+
+def assert_resume_hint(stderr, signal_name, run_dir):
+    """The hint names the run directory: run as printed, it resumes that run with its own config.json."""
+    found = re.search(rf"^interrupted \({signal_name}\): resume with  gpucore train --resume (.+)$", stderr, re.MULTILINE)
+    assert found, stderr[-2000:]
+    assert os.path.samefile(shlex.split(found.group(1))[0], run_dir), found.group(0)
 
 
 def weights(run_dir, name):
@@ -68,7 +77,7 @@ def test_a_signal_mid_epoch_checkpoints_exits_128_plus_it_and_the_resumed_run_is
     assert recorded["status"] == "interrupted" and recorded["stopped_by"] == name
     assert 10 <= recorded["steps"] < 2 * STEPS_PER_EPOCH  # stopped mid-run, after the first step checkpoint
     assert (tmp_path / "stopped" / "checkpoints" / "interrupted.pt").is_file()
-    assert f"interrupted ({name}): resume with  gpucore train --resume auto" in stderr
+    assert_resume_hint(stderr, name, tmp_path / "stopped")
     assert "Traceback" not in stderr
 
     if signum == signal.SIGUSR1:  # requeued; the requeued job starts with SLURM_RESTART_COUNT=1 and resumes unasked
@@ -209,7 +218,7 @@ def test_a_signal_to_the_devices_2_launcher_stops_both_workers_cleanly(tmp_path,
     assert code == 128 + int(signum), stderr[-2000:]
     assert not [pid for pid in workers if alive(pid)], "a worker outlived its launcher"
     assert "gpucore: batch 64 per process x 2 processes" in stderr  # rank 0's output reached the terminal
-    assert f"interrupted ({name}): resume with  gpucore train --resume auto" in stderr
+    assert_resume_hint(stderr, name, tmp_path / "stopped")
     assert "Traceback" not in stderr
     recorded = stats(tmp_path, "stopped")
     assert recorded["status"] == "interrupted" and recorded["stopped_by"] == name

@@ -5,7 +5,7 @@ the resume from one (`Checkpointing.resume`) and the migration of the formats ol
 from __future__ import annotations
 
 import sys
-from typing import Dict, Sequence
+from typing import Dict, Optional, Sequence
 
 import torch
 
@@ -15,6 +15,32 @@ from . import oom
 from .callbacks import BestEpoch
 from .ema import monitored_weights
 from .rng import rng_state, set_rng_state
+
+
+# Schedules whose learning rate at a step depends on the run's total steps (config key epochs): a resume with another
+# epochs would stretch or squeeze the rest of the curve from where it stands, so it is refused. constant, step and
+# multistep count from the run's start alone: a resume may extend or shorten such a run.
+SCHEDULES_OVER_THE_RUN = ("cosine", "onecycle")
+# Keys a checkpoint's batching decides on resume (an out-of-memory retry may have changed it since).
+BATCHING_KEYS = ("batch_size", "accumulate_grad_batches")
+
+
+def check_schedule_length(path: str, saved_config: dict, config) -> None:
+    """ConfigError when resuming checkpoint `path` (of a run configured `saved_config`) with `config` would change
+    the learning-rate schedule's length or kind."""
+    old_schedule = saved_config.get("schedule", config.schedule)
+    if old_schedule != config.schedule:
+        raise ConfigError(f"config key 'schedule': checkpoint '{path}' was trained with schedule {old_schedule}, "
+                          f"this resume has {config.schedule}; a resume goes on with the run's own schedule: keep "
+                          f"schedule {old_schedule}, or start a new run from its weights with pretrained: {path}")
+    old_epochs = saved_config.get("epochs", config.epochs)
+    if old_epochs != config.epochs and config.schedule in SCHEDULES_OVER_THE_RUN:
+        raise ConfigError(f"config key 'epochs': checkpoint '{path}' is of a run of epochs {old_epochs}, this resume "
+                          f"has epochs {config.epochs}; schedule {config.schedule} spreads the learning rate over all "
+                          f"of the run's steps, so another epochs would change the rest of its curve (the lr would "
+                          f"jump). Keep epochs {old_epochs} to resume the run, or start a new run from its weights "
+                          f"with pretrained: {path} (and a schedule of its own); a run with schedule constant, step "
+                          "or multistep can be resumed with more epochs")
 
 
 def migrate(checkpoint: dict, world_size: int, batching: dict, best_keepers: Sequence[str]) -> dict:
@@ -38,6 +64,7 @@ class Checkpointing:
 
     def __init__(self, loop):
         self.loop = loop
+        self.config_values: Optional[dict] = None  # a resumed run's config.json (the checkpoint's batching keys)
 
     def payload(self, epoch: int, samples_consumed: int) -> dict:
         """What a checkpoint holds: enough to resume exactly after `samples_consumed` samples of epoch `epoch`'s
@@ -49,7 +76,7 @@ class Checkpointing:
                    "batching": loop.batching.to_dict(), "history": loop.history,
                    "best": loop.checkpoints.state_dict(),
                    "callbacks": {key: callback.state_dict() for key, callback in loop.stateful.items()},
-                   "config": run.config.to_dict(), "classes": run.classes, "input_shape": run.input_shape,
+                   "config": dict(self.config_values or run.config.to_dict()), "classes": run.classes, "input_shape": run.input_shape,
                    "input_stats": ({"mean": run.normalization[0], "std": run.normalization[1]}
                                    if run.normalization else None)}
         if run.ema is not None:
@@ -85,6 +112,8 @@ class Checkpointing:
                 raise ConfigError(f"checkpoint '{path}' holds no EMA weights (its run had ema_decay 0); resume it "
                                   "with ema_decay 0, or start a new run")
             run.ema.load_state_dict(checkpoint[EMA_STATE])
+        saved_config = checkpoint.get("config") or {}
+        check_schedule_length(path, saved_config, run.config)
         set_rng_state(checkpoint["rng"])
         loop.history = list(checkpoint["history"])
         states: Dict[str, dict] = checkpoint["callbacks"]
@@ -93,7 +122,34 @@ class Checkpointing:
                 callback.load_state_dict(states[key])
         loop.callbacks.call("on_load_checkpoint", saved)
         run.run_dir.write_history(loop.history)  # rows written after this checkpoint (a kill) are dropped
+        self.config_values = self._config_used(saved_config)
+        run.run_dir.write_config(self.config_values)
+        step = int(run.engine.steps_taken())
+        if run.world.is_main:
+            epochs = run.config.epochs
+            if loop.epoch >= epochs:
+                where = f"all {epochs} epochs done, nothing left to train (optimizer step {step})"
+            else:
+                where = (f"epoch {loop.epoch + 1} of {epochs}, "
+                         + (f"after {loop.start_sample} of its samples" if loop.start_sample else "from its start")
+                         + f", optimizer step {step}")
+            print(f"gpucore: resuming from {path}: {where}", file=sys.stderr, flush=True)
         return {"from": path, "epoch": loop.epoch, "samples_consumed": loop.start_sample, "world_size": saved_world}
+
+    def _config_used(self, saved_config: dict) -> dict:
+        """config.json of the resumed run: its config, with the batching keys the checkpoint decides (a config
+        that gives others is told so on stderr) and config.json's own resume."""
+        run = self.loop.run
+        values = run.config.to_dict()
+        # resume is how this start was asked for, not what the run is: config.json keeps the run's first value.
+        values["resume"] = run.run_dir.written_config().get("resume", saved_config.get("resume", values["resume"]))
+        for key in BATCHING_KEYS:
+            if key in saved_config and saved_config[key] != values[key]:
+                if run.world.is_main:
+                    print(f"gpucore: config key {key}: {values[key]} given, the resumed run goes on with its "
+                          f"checkpoint's {saved_config[key]}", file=sys.stderr, flush=True)
+                values[key] = saved_config[key]
+        return values
 
     def _steps_at_this_world_size(self, path: str, saved_world: int, engine_state: dict) -> torch.Tensor:
         """The optimizer steps this world size takes to where the checkpoint of `saved_world` processes is: the

@@ -4,9 +4,10 @@ themselves: training/loggers/). Rank 0 writes; the other ranks of a data-paralle
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import sys
-from typing import List, Optional
+from typing import List, Mapping, Optional
 
 from ..checkpoint import remove_stale_temporaries, save_checkpoint, write_json, write_jsonl
 from ..errors import ConfigError
@@ -30,6 +31,9 @@ class RunDir:
             launcher = "torchrun" if world.launcher == "torchrun" else "SLURM"
             print(f"gpucore: {launcher} restart {world.restart} ({world.restart_variable}) implies resume: auto; "
                   f"{found}", file=sys.stderr, flush=True)
+        if self.resume is not None and not self.resume_implied and self.resume_from is None and world.is_main:
+            print(f"gpucore: resume: {self.resume}: no checkpoint yet in {path}: starting the run from its beginning",
+                  file=sys.stderr, flush=True)
         if self.resume_from is None:  # a new run: a directory no earlier run's checkpoints are in
             path = distributed.broadcast(free_run_dir(parent, config.name) if world.is_main else None)
         self.path = path
@@ -38,7 +42,8 @@ class RunDir:
         self.metrics_path = os.path.join(path, METRICS)
 
     def create(self, config) -> None:
-        """The folders, without what killed writes of an earlier start left, and config.json."""
+        """The folders, without what killed writes of an earlier start left, and config.json (a resume writes it
+        once the checkpoint is read and checked: `write_config`, with the values the resumed run goes on with)."""
         if not self.world.is_main:
             return
         try:
@@ -48,7 +53,21 @@ class RunDir:
                               "folder you can write to") from exc
         for folder in (self.path, self.checkpoint_dir):
             remove_stale_temporaries(folder)
-        write_json(os.path.join(self.path, CONFIG), config.to_dict())
+        if self.resume_from is None:
+            self.write_config(config.to_dict())
+
+    def written_config(self) -> dict:
+        """config.json as an earlier start of the run wrote it ({} if none)."""
+        try:
+            with open(os.path.join(self.path, CONFIG), encoding="utf-8") as handle:
+                return json.load(handle)
+        except (OSError, ValueError):
+            return {}
+
+    def write_config(self, values: dict) -> None:
+        """config.json: the keys the run trains with."""
+        if self.world.is_main:
+            write_json(os.path.join(self.path, CONFIG), values)
 
     def save(self, name: str, payload: dict) -> None:
         """Writes checkpoints/NAME atomically; every rank waits until it is complete."""
@@ -98,11 +117,50 @@ def free_run_dir(parent: str, name: str) -> str:
 
 
 def resume_path(resume: Optional[str], run_dir: str) -> Optional[str]:
-    """The checkpoint `resume` (config key resume) names; for `auto` the newer of interrupted.pt and last.pt, if any."""
+    """The checkpoint `resume` (config key resume) names: for `auto` the newest of the run directory `run_dir`'s
+    interrupted.pt, step.pt and last.pt, if any; for a run directory the newest of its own; else the file."""
     if resume is None:
         return None
     if resume != "auto":
-        return resume
+        if not os.path.isdir(resume):
+            return resume
+        run_dir = resume
     candidates = [os.path.join(run_dir, CHECKPOINTS, name) for name in RESUME_CANDIDATES]
     existing = [path for path in candidates if os.path.isfile(path)]
     return max(existing, key=os.path.getmtime) if existing else None
+
+
+# Keys `--resume RUN_DIR` may set anew: how and where the run goes on, not what it trains. epochs only where the
+# schedule does not depend on it (constant, step, multistep: checkpointing.check_schedule_length refuses the rest).
+RESUME_SETTABLE = ("epochs", "device", "no_cuda", "no_mps", "devices", "dist_timeout", "progress", "log_every_n_steps",
+                   "checkpoint_every_n_steps", "checkpoint_every_minutes", "report", "on_oom")
+
+
+def resume_run_config(run_dir: str, overrides: Mapping[str, object], config_file: Optional[str] = None):
+    """The config of `gpucore train --resume RUN_DIR`: the run's own config.json, in that directory (run_dir and
+    name point at it), with `overrides` of the keys RESUME_SETTABLE only; resume: RUN_DIR (its newest checkpoint)."""
+    from ..config import load_config
+
+    given = run_dir
+    if config_file is not None:
+        raise ConfigError(f"--resume '{given}' goes on with that run's own config.json; leave out the config file "
+                          f"'{config_file}' (or resume a checkpoint with gpucore train {config_file} --resume PATH)")
+    path = os.path.join(run_dir, CONFIG)
+    if not os.path.isfile(path):
+        raise ConfigError(f"--resume '{given}': a folder given to --resume is a run directory, and it holds no "
+                          f"{CONFIG}; give the directory a gpucore run wrote (runs/NAME), a checkpoint file, or auto")
+    with open(path, encoding="utf-8") as handle:
+        values = json.load(handle)
+    own = load_config(values)
+    new = load_config(values, overrides)
+    for name in dict.fromkeys(key.split(".")[0] for key in overrides):
+        if name not in RESUME_SETTABLE and getattr(new, name) != getattr(own, name):
+            raise ConfigError(f"--set {name}: --resume '{given}' goes on with the run's own {name} "
+                              f"({getattr(own, name)!r} in its {CONFIG}); a resume may set only "
+                              f"{', '.join(RESUME_SETTABLE)}. To train with another {name}, start a new run from its "
+                              f"weights: --set pretrained={os.path.join(given, CHECKPOINTS, 'last.pt')}")
+    location = os.path.abspath(run_dir)
+    if os.path.abspath(os.path.join(own.run_dir, own.name)) != location:  # moved, or another working directory
+        values.update(run_dir=os.path.dirname(location), name=os.path.basename(location))
+    values.update({key: value for key, value in overrides.items()}, resume=given)
+    return load_config(values)
