@@ -88,7 +88,9 @@ class StepBoundaries:
     @contextlib.contextmanager
     def holding_steps(self, module, accumulate_grad_batches: int) -> Iterator[None]:
         """While an epoch's steps run: signals wait for the step's end; the first forward of each optimizer step
-        (every accumulate_grad_batches-th call of `module`) raises one that arrived before it."""
+        (every accumulate_grad_batches-th call of `module`) raises one that arrived before it. module None: no such
+        hook (a torch.compile'd model, whose compiled code would be specialised on the hook's call count); the
+        signal then waits for the next log or step-checkpoint callback, or the epoch's end."""
         calls = 0
 
         def at_step_start(_module, _inputs):
@@ -97,13 +99,14 @@ class StepBoundaries:
                 self.raise_pending()
             calls += 1
 
-        hook = module.register_forward_pre_hook(at_step_start)
+        hook = module.register_forward_pre_hook(at_step_start) if module is not None else None
         self.holding = True
         try:
             yield
         finally:
             self.holding = False
-            hook.remove()
+            if hook is not None:
+                hook.remove()
 
 
 @contextlib.contextmanager

@@ -223,8 +223,13 @@ def test_a_signal_to_the_devices_2_launcher_stops_both_workers_cleanly(tmp_path,
     recorded = stats(tmp_path, "stopped")
     assert recorded["status"] == "interrupted" and recorded["stopped_by"] == name
     assert (tmp_path / "stopped" / "checkpoints" / "interrupted.pt").is_file()
-    if signum == signal.SIGTERM:  # resumed, it ends where an uninterrupted two-process run ends, bitwise
-        resumed = gpucore_train(tmp_path, "stopped", *two, "--resume", "auto")
+    if signum == signal.SIGTERM:  # resumed as the hint says, two processes again, it ends where an uninterrupted
+        # two-process run ends, bitwise
+        resumed = subprocess.Popen([sys.executable, "-m", "gpucore", "train", "--resume", str(tmp_path / "stopped")],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   env=dict(os.environ, OMP_NUM_THREADS="1"))
         straight = gpucore_train(tmp_path, "straight", *two)
         assert resumed.wait(timeout=600) == 0 and straight.wait(timeout=600) == 0
+        assert "per process x 2 processes" in resumed.stderr.read()
+        assert stats(tmp_path, "stopped")["world_size"] == 2
         assert_states_equal(weights(tmp_path, "stopped"), weights(tmp_path, "straight"), label="resumed")

@@ -159,7 +159,8 @@ class FitLoop:
         snapshot = oom.snapshot(run.module, engine, run.ema) if config.on_oom == "reduce_batch" else None
         try:
             # first_batch: this rank's batches of the epoch before this pass, where the mixup draws go on.
-            with self.step_boundaries.holding_steps(run.module, self.batching.accumulate_grad_batches):
+            hooked = None if config.compile else run.module  # see holding_steps
+            with self.step_boundaries.holding_steps(hooked, self.batching.accumulate_grad_batches):
                 stats = engine.train_epoch(source, run.forward, run.loss, on_log, epoch=epoch,
                                            first_batch=self.start_sample // (self.batching.batch_size * run.world.size),
                                            on_step=on_step if self.step_checkpoints.enabled else None)

@@ -80,7 +80,9 @@ def launch(config, devices: int, timeout_s: int) -> dict:
     with tempfile.TemporaryDirectory() as scratch:
         config_path = os.path.join(scratch, "config.json")
         with open(config_path, "w") as handle:
-            json.dump(dict(config.to_dict(), devices=1), handle)
+            # devices stays N: config.json then says what ran, and `gpucore train --resume RUN_DIR` starts N again
+            # (a worker, in a world of N, does not launch: train.py launches only from a world of one).
+            json.dump(config.to_dict(), handle)
         port = free_port()
         processes: List[subprocess.Popen] = []
         outputs, errors = [], []
