@@ -259,7 +259,7 @@ def test_two_gloo_processes_log_once(straight, tmp_path):
 
 def test_a_tracking_server_that_cannot_be_reached_is_one_warning_and_the_run_finishes(tmp_path):
     require("mlflow")
-    url = f"http://127.0.0.1:{distributed._free_port()}"  # nothing listens there
+    url = f"http://127.0.0.1:{distributed.free_port()}"  # nothing listens there
     with pytest.warns(RuntimeWarning) as caught:
         result = gpucore.train(dict(SMALL, epochs=1, loggers=["mlflow", "csv"], mlflow_tracking_uri=url,
                                     run_dir=str(tmp_path)))

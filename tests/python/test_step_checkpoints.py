@@ -221,7 +221,7 @@ def _environment(**variables):
 
 
 def _attempt(script, out, name, processes, stop_step):
-    port = distributed._free_port()
+    port = distributed.free_port()
     started = [subprocess.Popen([sys.executable, str(script), str(out), name, str(stop_step)], text=True,
                                 stderr=subprocess.PIPE,
                                 env=_environment(**({} if processes == 1 else dict(
