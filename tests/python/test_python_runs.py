@@ -105,7 +105,7 @@ def test_a_python_run_records_the_importable_model_and_python_data(importable_ru
 
 
 def test_what_is_recorded_for_models_that_are_not_rebuilt_with_no_arguments(on_path):
-    from gpucore.models.registry import python_model_spec
+    from gpucore.models.registry import FashionMnistCNN, python_model_spec
 
     module = __import__(MODULE)
 
@@ -114,11 +114,18 @@ def test_what_is_recorded_for_models_that_are_not_rebuilt_with_no_arguments(on_p
             super().__init__()
             self.linear = nn.Linear(2, 2)
 
-    assert python_model_spec(module.TinyNet()) == f"{MODULE}:TinyNet"
-    # Importable, but TinyNet() has 3 outputs: not what was trained.
-    assert python_model_spec(module.TinyNet(num_classes=5)) == f"python:{MODULE}.TinyNet"
-    spec = python_model_spec(Local())
-    assert spec.startswith("python:") and spec.endswith("<locals>.Local")
+    assert python_model_spec(module.TinyNet()) == (f"{MODULE}:TinyNet", {})
+    # Importable, but TinyNet() has 3 outputs: not what was trained, unless model_kwargs say so.
+    assert python_model_spec(module.TinyNet(num_classes=5)) == (f"python:{MODULE}.TinyNet", {})
+    assert python_model_spec(module.TinyNet(num_classes=5), "fashion_mnist_cnn", {"num_classes": 5}) == (
+        f"{MODULE}:TinyNet", {"num_classes": 5})
+    # A built-in given as a module keeps the config's name where that builds it.
+    assert python_model_spec(FashionMnistCNN(num_classes=4), "fashion_mnist_cnn", {"num_classes": 4}) == (
+        "fashion_mnist_cnn", {"num_classes": 4})
+    assert python_model_spec(FashionMnistCNN(num_classes=4), "fashion_mnist_cnn", {}) == (
+        f"python:{FashionMnistCNN.__module__}.FashionMnistCNN", {})
+    spec, kwargs = python_model_spec(Local())
+    assert spec.startswith("python:") and spec.endswith("<locals>.Local") and kwargs == {}
     net = module.TinyNet()
     state = torch.random.get_rng_state()
     python_model_spec(net)

@@ -159,40 +159,52 @@ def python_model_error(name: str, checkpoint: Optional[str] = None) -> str:
             f"no arguments), in Python gpucore.load({path}, model={short}(...)) or gpucore.train(..., model=...)")
 
 
-def python_model_spec(module: nn.Module) -> str:
-    """What config key `model` records for a model given to gpucore.train: 'package.module:ClassName' when that
-    path imports the model's own class (not one of __main__ or defined in a function) and ClassName() builds a
-    model with the same parameters and buffers (names and shapes), so that the run's checkpoints rebuild it;
-    else PYTHON_MODEL + the class's module and qualified name (nothing rebuilds it: python_model_error)."""
+def python_model_spec(module: nn.Module, name: Optional[str] = None, kwargs: Optional[dict] = None
+                      ) -> Tuple[str, dict]:
+    """(model, model_kwargs) that config keys model and model_kwargs record for a model given to gpucore.train,
+    where config keys model and model_kwargs were `name` and `kwargs`: those, when `name` is a built-in of the
+    model's own class and builds it with `kwargs`; else 'package.module:ClassName' when that path imports the
+    model's own class (not one of __main__ or defined in a function) and ClassName() (or ClassName(**kwargs))
+    builds a model with the same parameters and buffers (names and shapes), so that the run's checkpoints rebuild
+    it; else PYTHON_MODEL + the class's module and qualified name, with {} (nothing rebuilds it:
+    python_model_error)."""
     cls = type(module)
-    spec = f"{cls.__module__}:{cls.__qualname__}"
-    fallback = f"{PYTHON_MODEL}{cls.__module__}.{cls.__qualname__}"
+    kwargs = dict(kwargs or {})
+    if name in BUILTIN and BUILTIN[name] is cls and _rebuilds(cls, module, kwargs):
+        return name, kwargs
+    fallback = (f"{PYTHON_MODEL}{cls.__module__}.{cls.__qualname__}", {})
     if cls.__module__ in ("__main__", "builtins") or "." in cls.__qualname__ or "<" in cls.__qualname__:
         return fallback
     try:
         found = getattr(importlib.import_module(cls.__module__), cls.__qualname__, None)
     except Exception:  # noqa: BLE001 - not importable: recorded as from Python
         return fallback
-    return spec if found is cls and _rebuilds(cls, module) else fallback
+    if found is not cls:
+        return fallback
+    for candidate in ({}, kwargs) if kwargs else ({},):
+        if _rebuilds(cls, module, candidate):
+            return f"{cls.__module__}:{cls.__qualname__}", candidate
+    return fallback
 
 
-def _rebuilds(cls, module: nn.Module) -> bool:
-    """Whether cls() (no arguments) has the parameters and buffers of `module`, names and shapes. Built on the
-    meta device where it can be (no memory, no time), else on the CPU; the random state is left as it was."""
+def _rebuilds(cls, module: nn.Module, kwargs: dict) -> bool:
+    """Whether cls(**kwargs) has the parameters and buffers of `module`, names and shapes. Built on the meta device
+    where it can be (no memory, no time), else on the CPU; the random state is left as it was."""
     try:
-        parameters = inspect.signature(cls).parameters.values()
+        parameters = inspect.signature(cls).parameters
     except (TypeError, ValueError):
         return False
-    if any(p.default is inspect.Parameter.empty and p.kind not in (inspect.Parameter.VAR_POSITIONAL,
-                                                                    inspect.Parameter.VAR_KEYWORD)
-           for p in parameters):
+    takes_any = any(p.kind == inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    if any(p.default is inspect.Parameter.empty and name not in kwargs
+           and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+           for name, p in parameters.items()) or not (takes_any or set(kwargs) <= set(parameters)):
         return False
     wanted = {key: tuple(value.shape) for key, value in module.state_dict().items()}
     with torch.random.fork_rng(devices=[]):
         for device in ("meta", "cpu"):
             try:
                 with torch.device(device):
-                    fresh = cls()
+                    fresh = cls(**kwargs)
             except Exception:  # noqa: BLE001 - cannot be built there (or at all)
                 continue
             return isinstance(fresh, nn.Module) and wanted == {

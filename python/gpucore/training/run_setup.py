@@ -141,11 +141,13 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
 
 def recorded_config(config, model: Optional[nn.Module], train_data) -> Any:
     """The config that config.json and the checkpoints hold: what the run used. A model given in Python is recorded
-    as 'package.module:ClassName' where that rebuilds it (python_model_spec), else as 'python:MODULE.QUALNAME'
-    (model_kwargs {}: they were not used); data given in Python as PYTHON_DATA. Never the defaults it did not use."""
+    by the name that rebuilds it (the config's own built-in name, or 'package.module:ClassName': python_model_spec),
+    else as 'python:MODULE.QUALNAME' with model_kwargs {}; data given in Python as PYTHON_DATA. Never the defaults
+    it did not use."""
     changes = {}
     if model is not None:
-        changes.update(model=python_model_spec(model), model_kwargs={})
+        name, kwargs = python_model_spec(model, config.model, config.model_kwargs)
+        changes.update(model=name, model_kwargs=kwargs)
     if train_data is not None:
         changes["data"] = PYTHON_DATA
     return dataclasses.replace(config, **changes) if changes else config
