@@ -75,7 +75,7 @@ def _gradcam(args: argparse.Namespace) -> int:
     from .evaluation.load import load
     from .data.input_files import read_input_images
 
-    loaded = load(args.checkpoint, args.device)
+    loaded = load(args.checkpoint, args.device, args.model)
     shape = loaded.input_shape
     if shape is None or len(shape) != 3:
         raise ConfigError(f"checkpoint '{args.checkpoint}' is not of an image model (inputs {shape}); Grad-CAM needs "
@@ -99,7 +99,7 @@ def _gradcam(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from .evaluation.run_report import write_report
 
-    print(write_report(args.run_dir, args.device))
+    print(write_report(args.run_dir, args.device, args.model, args.data))
     return 0
 
 
@@ -115,7 +115,7 @@ def _runs(args: argparse.Namespace) -> int:
 def _evaluate(args: argparse.Namespace) -> int:
     from .evaluation.evaluate import evaluate
 
-    summary = evaluate(args.checkpoint, args.data, args.split, args.device, args.out)
+    summary = evaluate(args.checkpoint, args.data, args.split, args.device, args.out, args.model)
     print(json.dumps({k: v for k, v in summary.items() if k != "per_class"}, indent=2))
     return 0
 
@@ -124,11 +124,13 @@ def _predict(args: argparse.Namespace) -> int:
     """`gpucore predict CHECKPOINT INPUTS`: the CSV (and mask PNGs), and a JSON summary on stdout."""
     import os
 
+    from .evaluation.load import load
     from .evaluation.predict import predict
 
     out = os.path.abspath(args.out)
     masks = args.masks or os.path.splitext(out)[0] + "_masks"
-    result = predict(args.checkpoint, args.inputs, top_k=args.top_k, masks=masks, device=args.device,
+    checkpoint = load(args.checkpoint, args.device, args.model) if args.model else args.checkpoint
+    result = predict(checkpoint, args.inputs, top_k=args.top_k, masks=masks, device=args.device,
                      batch_size=args.batch_size)
     result.write_csv(out)
     summary = {"inputs": len(result), "out": out}
@@ -146,14 +148,24 @@ def _export(args: argparse.Namespace) -> int:
     """`gpucore export CHECKPOINT --format onnx|safetensors`: the files, and a JSON summary on stdout."""
     from .errors import ExportError
     from .evaluation.export import export
+    from .evaluation.load import load
 
+    checkpoint = load(args.checkpoint, "cpu", args.model) if args.model else args.checkpoint
     try:
-        result = export(args.checkpoint, args.format, args.out, opset=args.opset)
+        result = export(checkpoint, args.format, args.out, opset=args.opset)
     except ExportError as exc:
         print(f"gpucore: export failed: {exc}", file=sys.stderr)
         return 1
     print(json.dumps(result, indent=2))
     return 0
+
+
+def _model_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--model", metavar="package.module:factory",
+                         help="the model to load the checkpoint's weights into (default: the one its config names); "
+                         "needed for a run whose model was given to gpucore.train in Python and cannot be rebuilt by "
+                         "name (config.json says model: python:...): a class or function importable from PYTHONPATH "
+                         "that builds it with no arguments")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -190,11 +202,15 @@ def build_parser() -> argparse.ArgumentParser:
     cam.add_argument("--target", type=int, help="class index (default: each image's predicted class)")
     cam.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
     cam.add_argument("--batch-size", type=int, default=32, help="images per pass (default 32)")
+    _model_option(cam)
     cam.set_defaults(run=_gradcam)
 
     report = commands.add_parser("report", help="write report.html and plots/ for a run directory (also an interrupted run)")
     report.add_argument("run_dir", help="the run's directory (holds training_stats.json and checkpoints/)")
     report.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
+    report.add_argument("--data", help="a data set as config key data names it, for the validation figures (default: "
+                        "the run's; needed for a run whose data was given to gpucore.train in Python)")
+    _model_option(report)
     report.set_defaults(run=_report)
 
     runs = commands.add_parser("runs", help="a table of the runs under a folder: name, status, epochs, best metric, "
@@ -204,12 +220,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     evaluate = commands.add_parser("evaluate", help="metrics and the report's plots of a checkpoint on a data set")
     evaluate.add_argument("checkpoint", help="a gpucore checkpoint (best.pt, last.pt)")
-    evaluate.add_argument("--data", help="a data set as config key data names it (default: the run's)")
+    evaluate.add_argument("--data", help="a data set as config key data names it (default: the run's; needed for a "
+                          "run whose data was given to gpucore.train in Python)")
     evaluate.add_argument("--split", default="val", choices=["val", "test"],
                           help="val (default): the run's validation data; test: the data's held-out test files")
     evaluate.add_argument("--out", help="folder for evaluation.json, per_class.json, plots/ and report.html "
                           "(default: RUN_DIR/evaluate-SPLIT)")
     evaluate.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
+    _model_option(evaluate)
     evaluate.set_defaults(run=_evaluate)
 
     predict = commands.add_parser("predict", help="predictions of a trained checkpoint on images, into a CSV")
@@ -221,6 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--masks", help="segmentation: folder for the mask PNGs (default: OUT's name + _masks)")
     predict.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
     predict.add_argument("--batch-size", type=int, help="inputs per pass (default: the run's eval_batch_size)")
+    _model_option(predict)
     predict.set_defaults(run=_predict)
 
     export = commands.add_parser("export", help="a trained checkpoint as ONNX (checked with onnxruntime) or "
@@ -229,6 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--format", required=True, choices=["onnx", "safetensors"], help="onnx or safetensors")
     export.add_argument("--out", help="the file to write (default: the checkpoint's name with .onnx/.safetensors)")
     export.add_argument("--opset", type=int, default=18, help="ONNX opset (default 18)")
+    _model_option(export)
     export.set_defaults(run=_export)
     return parser
 

@@ -167,6 +167,13 @@ def test_a_failing_figure_is_a_warning_and_the_rest_is_written(run, tmp_path, mo
         raise ValueError("no ink")
 
     monkeypatch.setattr(plots, "curves", broken)
+    complete = (copy / "report.html").read_bytes()
+    # The run's complete report is never replaced by one that lacks a figure of it.
+    with pytest.warns(RuntimeWarning, match="curves.png: ValueError: no ink"), \
+            pytest.raises(gpucore.ConfigError, match="would lack curves.png.*kept"):
+        gpucore.write_report(str(copy), device="cpu")
+    assert (copy / "report.html").read_bytes() == complete
+    os.remove(copy / "report.html")  # a run without a report yet: the page is written, saying what is missing
     with pytest.warns(RuntimeWarning, match="curves.png: ValueError: no ink"):
         path = gpucore.write_report(str(copy), device="cpu")
     page = open(path, encoding="utf-8").read()

@@ -350,9 +350,23 @@ def _load_npz(path: str):
                       "or x_test/y_test), or x and y")
 
 
+# Config key `data` of a run whose training data was given to gpucore.train in Python (train_data): nothing reads it
+# back; what needs the run's data is told to pass it (--data, train_data).
+PYTHON_DATA = "python:train_data"
+
+
+def is_python_data(name: str) -> bool:
+    return isinstance(name, str) and name.startswith("python:")
+
+
 def read_data(name: str, kwargs: dict):
     """(train, val) as config key `data` names them, each (inputs, targets) tensors or ImageFiles; val is None when
     the data has no validation split of its own (val_size: 0 included)."""
+    if is_python_data(name):
+        raise ConfigError(f"config key 'data': '{name}' records that the run's data was given to gpucore.train in "
+                          "Python, which cannot be read back; pass the data again (train_data=... in Python, --data "
+                          "on the command line), or set data to a built-in data set "
+                          f"({', '.join(BUILTIN)}), a folder or a .npz file")
     if name in BUILTIN:
         for size_key, least in (("train_size", 1), ("val_size", 0)):
             size = kwargs.get(size_key, least)

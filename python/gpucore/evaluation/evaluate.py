@@ -3,10 +3,12 @@ report's figures."""
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import Optional, Union
+
+from torch import nn
 
 from ..checkpoint import write_json
-from ..data.builtin import class_names, load_data
+from ..data.builtin import class_names, is_python_data, load_data
 from ..errors import ConfigError
 from ..report.page import Page
 from ..tasks import Classification
@@ -19,31 +21,40 @@ SPLITS = ("val", "test")
 
 
 def evaluate(checkpoint: str, data: Optional[str] = None, split: str = "val", device: str = "auto",
-             out: Optional[str] = None) -> dict:
+             out: Optional[str] = None, model: Union[None, str, nn.Module] = None) -> dict:
     """The metrics of a checkpoint on a data set, with the report's figures (report.html, plots/, per_class.json,
     evaluation.json in `out`).
 
     Args:
         checkpoint: a gpucore checkpoint path.
-        data: what config key `data` takes (a built-in set, a folder, a .npz); default: the run's.
+        data: what config key `data` takes (a built-in set, a folder, a .npz); default: the run's (needed for a
+            run whose data was given to gpucore.train in Python: its config says data: python:train_data).
         split: "val", the run's validation data (the data's held-out split, else the share val_fraction, 0.1 when
             unset, of its training data the run held out, with the run's seed); "test", the data's held-out split
             only.
         device: auto, cpu, cuda, cuda:N or mps.
         out: the folder for the files (default: RUN_DIR/evaluate-SPLIT).
+        model: for a run whose model its config cannot rebuild: an nn.Module or 'package.module:factory' (see
+            gpucore.load).
 
     Returns:
         The summary written to evaluation.json: checkpoint, data, split, samples, metrics, per class.
 
     Raises:
-        ConfigError: split test on data without a held-out split, data that does not fit the model.
+        ConfigError: split test on data without a held-out split, data that does not fit the model, a run whose
+            data or model came from Python and is not given.
     """
     if split not in SPLITS:
         raise ConfigError(f"split '{split}' is not one of {', '.join(SPLITS)}")
     if not os.path.isfile(checkpoint):
         raise ConfigError(f"checkpoint '{checkpoint}' does not exist")
-    model = load(checkpoint, device)
+    model = load(checkpoint, device, model)
     config = model.config
+    if data is None and is_python_data(config.data):
+        raise ConfigError(f"checkpoint '{checkpoint}' was trained on data given to gpucore.train in Python "
+                          f"(its config says data: {config.data}), which cannot be read back: pass the data to "
+                          "evaluate on, --data DATA (a built-in data set, a folder or a .npz file; in Python "
+                          "gpucore.evaluate(checkpoint, data=...))")
     name = config.data if data is None else data
     kwargs = config.data_kwargs if name == config.data else {
         k: v for k, v in config.data_kwargs.items() if k in ("channels", "size", "threads", "on_error")}

@@ -19,7 +19,7 @@ from ..device.select import select_device
 from .. import transforms
 from ..errors import ConfigError
 from ..models.tta import with_tta
-from ..models.registry import build_model
+from ..models.registry import build_model, is_python_model, python_model_error
 from ..tasks import task_of
 
 
@@ -118,7 +118,8 @@ class LoadedModel:
         return torch.cat(outputs)
 
 
-def load(checkpoint: Union[str, os.PathLike], device: str = "auto") -> LoadedModel:
+def load(checkpoint: Union[str, os.PathLike], device: str = "auto",
+         model: Union[None, str, nn.Module] = None) -> LoadedModel:
     """The model of a gpucore checkpoint, in eval mode, with the preprocessing of its run.
 
     A run with ema_decay that monitored an EMA metric (val_ema_accuracy, ...) gives its EMA weights.
@@ -126,31 +127,72 @@ def load(checkpoint: Union[str, os.PathLike], device: str = "auto") -> LoadedMod
     Args:
         checkpoint: best.pt, last.pt, ... of a run.
         device: auto, cpu, cuda, cuda:N or mps.
+        model: the model to load the weights into, for a run whose model its config cannot rebuild (one given to
+            gpucore.train in Python whose class is not importable and built with no arguments: its config.json
+            says model: 'python:...'): an nn.Module (a copy takes the weights), or a model name as config key
+            model takes it ('package.module:factory', built with the run's model_kwargs). Default: the
+            checkpoint's own config key model.
 
     Returns:
         A LoadedModel.
 
     Raises:
-        ConfigError: a file that is not a gpucore checkpoint, or a model it cannot rebuild.
+        ConfigError: a file that is not a gpucore checkpoint, a model it cannot rebuild (saying what to pass), or
+            weights that do not fit the model (naming the missing, unexpected and mis-shaped keys).
     """
     path = os.fspath(checkpoint)
-    return from_payload(load_checkpoint(path), path, select_device(device).device)
+    return from_payload(load_checkpoint(path), path, select_device(device).device, model)
 
 
-def from_payload(payload: dict, path: str, device: torch.device, module: Optional[nn.Module] = None) -> LoadedModel:
+def from_payload(payload: dict, path: str, device: torch.device,
+                 module: Union[None, str, nn.Module] = None) -> LoadedModel:
     """A checkpoint's contents, already read from `path`, as a LoadedModel on `device`. The model is built from the
-    checkpoint's config, or is a copy of `module` (a model the config cannot name, e.g. the one a training process
-    was given) that takes the checkpoint's weights."""
+    checkpoint's config, or from `module`: a copy of a model the config cannot name (e.g. the one a training
+    process was given) that takes the checkpoint's weights, or a model name to build instead of the config's."""
     config = load_config(payload["config"])
-    model = (build_model(config.model, config.model_kwargs, config.pretrained) if module is None
-             else copy.deepcopy(module))
+    if isinstance(module, str):
+        name = module
+        model = build_model(module, {} if is_python_model(config.model) else config.model_kwargs, config.pretrained)
+    elif module is not None:
+        if not isinstance(module, nn.Module):
+            raise ConfigError(f"model must be a torch.nn.Module or a model name ('package.module:factory'), got "
+                              f"{type(module).__name__}")
+        name = f"{type(module).__qualname__} (given)"
+        model = copy.deepcopy(module)
+    else:
+        name = config.model
+        if is_python_model(config.model):
+            raise ConfigError(python_model_error(config.model, path))
+        model = build_model(config.model, config.model_kwargs, config.pretrained)
     model.float()
     state, weights = model_state(payload)
     try:
         model.load_state_dict(state)
     except RuntimeError as exc:
-        raise ConfigError(f"checkpoint '{path}' does not fit model '{config.model}' built from its config: "
-                          f"{str(exc).splitlines()[0]}") from exc
+        raise ConfigError(f"checkpoint '{path}' does not fit model '{name}'"
+                          f"{'' if module is not None else ' built from its config'}: "
+                          f"{state_mismatch(model, state, exc)}") from exc
     model.to(device=device, dtype=torch.float32).eval()
     return LoadedModel(model, config, payload.get("classes"), payload.get("input_stats"), payload.get("input_shape"),
                        device, path, weights)
+
+
+def state_mismatch(model: nn.Module, state: dict, error: Exception, shown: int = 5) -> str:
+    """What of checkpoint weights `state` does not fit `model`, on one line: the missing keys, the unexpected ones
+    and those of another shape (the first `shown` of each, and how many), else torch's own message."""
+    own = model.state_dict()
+    missing = [key for key in own if key not in state]
+    unexpected = [key for key in state if key not in own]
+    shapes = [f"{key} (checkpoint {list(state[key].shape)}, model {list(own[key].shape)})" for key in own
+              if key in state and hasattr(state[key], "shape") and tuple(state[key].shape) != tuple(own[key].shape)]
+
+    def listed(what, keys):
+        more = f" and {len(keys) - shown} more" if len(keys) > shown else ""
+        return f"{len(keys)} {what}: {', '.join(keys[:shown])}{more}"
+
+    parts = [listed(what, keys) for what, keys in (("missing keys", missing), ("unexpected keys", unexpected),
+                                                   ("keys of another shape", shapes)) if keys]
+    if not parts:
+        return " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    return ("; ".join(parts) + "; load it into the model the run trained (gpucore.load(path, model=...), --model "
+            "package.module:factory)")

@@ -7,20 +7,23 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
+import tempfile
 import time
 import warnings
-from typing import List, Optional
+from typing import List, Optional, Set, Union
 
 from torch import nn
 
 from ..checkpoint import load_checkpoint, write_json
-from ..data.builtin import load_data
+from ..data.builtin import is_python_data, load_data
 from ..device.select import select_device
 from ..errors import ConfigError
 from ..report import plots
 from ..report.page import Page
 from ..report.sections import prediction_sections, train_batch_section
-from ..run_files import CHECKPOINTS, METRICS, PER_CLASS, REPORT_CHECKPOINTS, STATS
+from ..run_files import CHECKPOINTS, METRICS, PER_CLASS, PLOTS, REPORT, REPORT_CHECKPOINTS, STATS
 from .evaluation_pass import data_sets, evaluation_pass
 from .load import from_payload
 
@@ -33,21 +36,29 @@ def best_checkpoint(run_dir: str) -> str:
                       "run ended before its first epoch did")
 
 
-def write_report(run_dir: str, device: str = "auto", module: Optional[nn.Module] = None, data=None) -> str:
+def write_report(run_dir: str, device: str = "auto", module: Union[None, str, nn.Module] = None,
+                 data: Union[None, str, tuple] = None) -> str:
     """report.html, plots/ and per_class.json in a run directory, from its files (training_stats.json,
-    metrics.jsonl, the best checkpoint, the config's data).
+    metrics.jsonl, the best checkpoint, the config's data). The page is drawn in a temporary folder first and
+    replaces the run's report.html only when it draws every figure the old one has: a report is never replaced
+    by a worse one.
 
     Args:
         run_dir: the run directory.
         device: where to evaluate the best checkpoint (auto, cpu, cuda, ...).
-        module: in a training process, the run's model (to take the checkpoint's weights) instead of rebuilding it.
-        data: in a training process, (train, val) as the run read them, instead of reading them again.
+        module: the model to take the checkpoint's weights instead of rebuilding it from the config: in a
+            training process the run's model; for a run whose model was given in Python and cannot be rebuilt
+            by name, that model or 'package.module:factory' (see gpucore.load).
+        data: in a training process, (train, val) as the run read them, instead of reading them again; or what
+            config key data takes (a built-in set, a folder, a .npz), to draw the validation figures of a run
+            whose data was given in Python (its config says data: python:train_data), or of other data.
 
     Returns:
         The path of report.html.
 
     Raises:
-        ConfigError: a folder that is not a run directory.
+        ConfigError: a folder that is not a run directory; a model the config cannot rebuild and none given; a
+            report that would lack figures the existing report.html has (that one is kept, unchanged).
     """
     started = time.perf_counter()
     run_dir = os.path.abspath(run_dir)
@@ -61,29 +72,68 @@ def write_report(run_dir: str, device: str = "auto", module: Optional[nn.Module]
     model = from_payload(payload, checkpoint, select_device(device).device, module)
     config, target, module = model.config, model.device, model.module
     classes, normalization = model.classes, model.normalization
-    train_data, val_data = data if data is not None else load_data(config.data, config.data_kwargs, config.val_fraction,
-                                                                     config.seed)
-    train_set, val_set = data_sets(config, train_data, val_data, normalization, target)
+    no_data = None
+    if data is None and is_python_data(config.data):
+        no_data = (f"the run's data was given to gpucore.train in Python (data: {config.data}) and cannot be read "
+                   "back: pass --data DATA (a built-in data set, a folder or a .npz file; in Python "
+                   "gpucore.write_report(run_dir, data=...))")
+        train_set = val_set = None
+    else:
+        if data is None or isinstance(data, (str, os.PathLike)):
+            name = config.data if data is None else os.fspath(data)
+            kwargs = config.data_kwargs if name == config.data else {
+                k: v for k, v in config.data_kwargs.items() if k in ("channels", "size", "threads", "on_error")}
+            data = load_data(name, kwargs, config.val_fraction, config.seed)
+        train_data, val_data = data
+        train_set, val_set = data_sets(config, train_data, val_data, normalization, target)
 
-    page = Page(run_dir)
-    page.table("The run", _facts(stats, os.path.basename(checkpoint), payload["epoch"], model.weights))
-    history = _history(run_dir, stats)
-    if history:
-        page.figure("Loss, metrics and learning rate per epoch", "curves.png", lambda path: plots.curves(history, path))
-    rows = None
-    if val_set is not None:
-        result = page.attempt("the validation pass", lambda: evaluation_pass(module, config, model.task, val_set, target))
-        if result is not None:
-            rows = prediction_sections(page, result, classes, normalization, module, config, target)
-    train_batch_section(page, train_set, normalization, classes, model.task)
-    page.table("Config", sorted(config.to_dict().items()), ("key", "value"))
-    if rows is not None:
-        write_json(os.path.join(run_dir, PER_CLASS), rows)
-    path = page.write(f"gpucore run {os.path.basename(run_dir)}")
+    temporary = tempfile.mkdtemp(prefix=".report-", dir=run_dir)
+    try:
+        page = Page(temporary)
+        page.table("The run", _facts(stats, os.path.basename(checkpoint), payload["epoch"], model.weights))
+        history = _history(run_dir, stats)
+        if history:
+            page.figure("Loss, metrics and learning rate per epoch", "curves.png",
+                        lambda path: plots.curves(history, path))
+        rows = None
+        if no_data is not None:
+            page.failures.append(f"the validation figures and one training batch: {no_data}")
+        if val_set is not None:
+            result = page.attempt("the validation pass",
+                                  lambda: evaluation_pass(module, config, model.task, val_set, target))
+            if result is not None:
+                rows = prediction_sections(page, result, classes, normalization, module, config, target)
+        if train_set is not None:
+            train_batch_section(page, train_set, normalization, classes, model.task)
+        page.table("Config", sorted(config.to_dict().items()), ("key", "value"))
+        drawn = page.write(f"gpucore run {os.path.basename(run_dir)}")
+        path = os.path.join(run_dir, REPORT)
+        lost = sorted(figures(path) - figures(drawn))
+        if lost:
+            why = no_data or "; ".join(" ".join(f.split()) for f in page.failures) or "not drawn"
+            raise ConfigError(f"report of '{run_dir}': the new report would lack {', '.join(lost)}, which its "
+                              f"{REPORT} has ({why}); kept {path} as it was")
+        os.makedirs(os.path.join(run_dir, PLOTS), exist_ok=True)
+        for name in os.listdir(page.plots):
+            os.replace(os.path.join(page.plots, name), os.path.join(run_dir, PLOTS, name))
+        if rows is not None:
+            write_json(os.path.join(run_dir, PER_CLASS), rows)
+        os.replace(drawn, path)
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
     stats["report"] = path
     stats.setdefault("seconds", {})["report"] = time.perf_counter() - started  # beside the run's own phases
     write_json(stats_path, stats)
     return path
+
+
+def figures(report: str) -> Set[str]:
+    """The figures (plots/ file names) a report.html shows; none when there is no such file."""
+    try:
+        with open(report, encoding="utf-8") as handle:
+            return set(re.findall(r'<img alt="([^"]+)"', handle.read()))
+    except OSError:
+        return set()
 
 
 def report_after_training(run) -> Optional[str]:

@@ -114,12 +114,15 @@ def build_model(name: str, kwargs: dict, pretrained: Optional[str] = None) -> nn
         return _library_model(library, library_name, kwargs)
     if library in segmentation_models.LIBRARIES:
         return segmentation_models.build_library_model(library, library_name, kwargs, import_library, pretrained)
+    if is_python_model(name):
+        raise ConfigError(python_model_error(name))
     if ":" in name:
         module_name, _, attribute = name.partition(":")
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:
-            raise ConfigError(f"config key 'model': cannot import module '{module_name}' ({exc})") from exc
+            raise ConfigError(f"config key 'model': cannot import module '{module_name}' ({exc}); put the folder "
+                              f"that holds {module_name.split('.')[0]} on PYTHONPATH (sys.path in Python)") from exc
         factory = getattr(module, attribute, None)
         if factory is None or not callable(factory):
             raise ConfigError(f"config key 'model': module '{module_name}' has no callable '{attribute}'")
@@ -135,6 +138,80 @@ def build_model(name: str, kwargs: dict, pretrained: Optional[str] = None) -> nn
     return _call_factory(name, factory, kwargs)
 
 
+# Config key `model` of a run whose model was given to gpucore.train in Python and cannot be rebuilt by name:
+# 'python:MODULE.QUALNAME' of its class. Nothing builds it; what loads the run's checkpoints is told to pass the model.
+PYTHON_MODEL = "python:"
+
+
+def is_python_model(name: str) -> bool:
+    return isinstance(name, str) and name.startswith(PYTHON_MODEL)
+
+
+def python_model_error(name: str, checkpoint: Optional[str] = None) -> str:
+    """The message for a config (or a checkpoint's) whose model came from Python: what to pass instead."""
+    qualname = name[len(PYTHON_MODEL):] or "an nn.Module"
+    short = qualname.rpartition(".")[2] or "Net"
+    where = f"checkpoint '{checkpoint}'" if checkpoint else "config key 'model'"
+    path = repr(checkpoint) if checkpoint else "'best.pt'"
+    return (f"{where}: the model ({qualname}) was given to gpucore.train in Python and its class cannot be imported "
+            "and built with no arguments, so it cannot be rebuilt by name; pass it: on the command line "
+            "--model package.module:factory (a class or function, importable from PYTHONPATH, that builds it with "
+            f"no arguments), in Python gpucore.load({path}, model={short}(...)) or gpucore.train(..., model=...)")
+
+
+def python_model_spec(module: nn.Module, name: Optional[str] = None, kwargs: Optional[dict] = None
+                      ) -> Tuple[str, dict]:
+    """(model, model_kwargs) that config keys model and model_kwargs record for a model given to gpucore.train,
+    where config keys model and model_kwargs were `name` and `kwargs`: those, when `name` is a built-in of the
+    model's own class and builds it with `kwargs`; else 'package.module:ClassName' when that path imports the
+    model's own class (not one of __main__ or defined in a function) and ClassName() (or ClassName(**kwargs))
+    builds a model with the same parameters and buffers (names and shapes), so that the run's checkpoints rebuild
+    it; else PYTHON_MODEL + the class's module and qualified name, with {} (nothing rebuilds it:
+    python_model_error)."""
+    cls = type(module)
+    kwargs = dict(kwargs or {})
+    if name in BUILTIN and BUILTIN[name] is cls and _rebuilds(cls, module, kwargs):
+        return name, kwargs
+    fallback = (f"{PYTHON_MODEL}{cls.__module__}.{cls.__qualname__}", {})
+    if cls.__module__ in ("__main__", "builtins") or "." in cls.__qualname__ or "<" in cls.__qualname__:
+        return fallback
+    try:
+        found = getattr(importlib.import_module(cls.__module__), cls.__qualname__, None)
+    except Exception:  # noqa: BLE001 - not importable: recorded as from Python
+        return fallback
+    if found is not cls:
+        return fallback
+    for candidate in ({}, kwargs) if kwargs else ({},):
+        if _rebuilds(cls, module, candidate):
+            return f"{cls.__module__}:{cls.__qualname__}", candidate
+    return fallback
+
+
+def _rebuilds(cls, module: nn.Module, kwargs: dict) -> bool:
+    """Whether cls(**kwargs) has the parameters and buffers of `module`, names and shapes. Built on the meta device
+    where it can be (no memory, no time), else on the CPU; the random state is left as it was."""
+    try:
+        parameters = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return False
+    takes_any = any(p.kind == inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    if any(p.default is inspect.Parameter.empty and name not in kwargs
+           and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+           for name, p in parameters.items()) or not (takes_any or set(kwargs) <= set(parameters)):
+        return False
+    wanted = {key: tuple(value.shape) for key, value in module.state_dict().items()}
+    with torch.random.fork_rng(devices=[]):
+        for device in ("meta", "cpu"):
+            try:
+                with torch.device(device):
+                    fresh = cls(**kwargs)
+            except Exception:  # noqa: BLE001 - cannot be built there (or at all)
+                continue
+            return isinstance(fresh, nn.Module) and wanted == {
+                key: tuple(value.shape) for key, value in fresh.state_dict().items()}
+    return False
+
+
 # The keys of config key model_kwargs that taking them from the data fills in, and the other names a user may give
 # them by (timm's in_chans is in_channels).
 DATA_KEYS = {"num_classes": ("num_classes",), "in_channels": ("in_channels", "in_chans")}
@@ -148,7 +225,7 @@ def accepted_data_keys(name: str) -> Tuple[str, ...]:
     library = name.partition(":")[0]
     if library in LIBRARIES:
         return ("num_classes", "in_channels")
-    if library in segmentation_models.LIBRARIES:
+    if library in segmentation_models.LIBRARIES or is_python_model(name):
         return ()
     if ":" in name:
         module_name, _, attribute = name.partition(":")

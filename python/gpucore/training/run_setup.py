@@ -15,13 +15,13 @@ from torch import nn
 
 from .. import _C
 
-from ..data.builtin import DATA_VAL_FRACTION, class_names, read_data, split
+from ..data.builtin import DATA_VAL_FRACTION, PYTHON_DATA, class_names, read_data, split
 from ..data.readers import ImageFiles, LabeledData
 from ..data.tensor_inputs import as_images
 from ..device.select import PrecisionPolicy, resolve_precision, select_device
 from ..errors import ConfigError
 from ..models.pretrained import NO_WEIGHTS, LoadReport, load_pretrained, resolve_weights_path
-from ..models.registry import build_model, kwargs_from_data, output_count
+from ..models.registry import build_model, kwargs_from_data, output_count, python_model_spec
 from ..tasks import Classification, Task, task_of
 from . import distributed
 from .ema import ema_tensors, make_ema
@@ -128,6 +128,7 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
                        engine_config(config, task, device, policy, steps_per_epoch, channels_last, world.size,
                                      cuda_graphs=graphs),
                        *ema_tensors(module, ema))
+    config = recorded_config(config, model, given)
     run_dir = RunDir(config, world)
     run_dir.create(config)
     return Run(config=config, task=task, world=world, device=choice.device, device_reason=choice.reason, policy=policy,
@@ -136,6 +137,20 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
                classes=classes, input_shape=input_shape, from_data=from_data, pretrained=pretrained,
                train_set=train_set, val_set=val_set, steps_per_epoch=steps_per_epoch, channels_last=channels_last,
                engine=engine, graphs_reason=graphs_reason, ema=ema, run_dir=run_dir, group_store=group_store)
+
+
+def recorded_config(config, model: Optional[nn.Module], train_data) -> Any:
+    """The config that config.json and the checkpoints hold: what the run used. A model given in Python is recorded
+    by the name that rebuilds it (the config's own built-in name, or 'package.module:ClassName': python_model_spec),
+    else as 'python:MODULE.QUALNAME' with model_kwargs {}; data given in Python as PYTHON_DATA. Never the defaults
+    it did not use."""
+    changes = {}
+    if model is not None:
+        name, kwargs = python_model_spec(model, config.model, config.model_kwargs)
+        changes.update(model=name, model_kwargs=kwargs)
+    if train_data is not None:
+        changes["data"] = PYTHON_DATA
+    return dataclasses.replace(config, **changes) if changes else config
 
 
 def _load_pretrained(module: nn.Module, config, world: distributed.World) -> Optional[LoadReport]:
