@@ -99,7 +99,12 @@ def _gradcam(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from .evaluation.run_report import write_report
 
-    print(write_report(args.run_dir, args.device))
+    try:
+        print(write_report(args.run_dir, args.device))
+    except KeyboardInterrupt:
+        print(f"gpucore: report interrupted; report.html and plots/ of '{args.run_dir}' were left as they were "
+              f"(write them with  gpucore report {shlex.quote(args.run_dir)})", file=sys.stderr)
+        return 130
     return 0
 
 
