@@ -149,8 +149,13 @@ WHAT_A_CHECKPOINT_IS = "a checkpoint is a .pt file a gpucore run wrote, e.g. RUN
 
 
 def _checkpoints_in(folder: str) -> list:
-    """The .pt files of `folder` or of its checkpoints/ subfolder (a run directory), as paths."""
-    for candidate in (os.path.join(folder, "checkpoints"), folder):
+    """The .pt files of `folder`, of its checkpoints/ subfolder (a run directory) or else of its run directories'
+    (a config's run_dir, which holds one run directory per model), as paths."""
+    try:
+        runs = [os.path.join(folder, entry, "checkpoints") for entry in sorted(os.listdir(folder))]
+    except OSError:
+        runs = []
+    for candidate in (os.path.join(folder, "checkpoints"), folder, *runs):
         try:
             names = sorted(name for name in os.listdir(candidate) if name.endswith(".pt"))
         except OSError:
