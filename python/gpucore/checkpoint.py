@@ -145,15 +145,44 @@ def save_checkpoint(path: str, payload: dict) -> None:
     write_snapshot(path, host_snapshot(payload))
 
 
+WHAT_A_CHECKPOINT_IS = "a checkpoint is a .pt file a gpucore run wrote, e.g. RUN_DIR/checkpoints/best.pt"
+
+
+def _checkpoints_in(folder: str) -> list:
+    """The .pt files of `folder`, of its checkpoints/ subfolder (a run directory) or else of its run directories'
+    (a config's run_dir, which holds one run directory per model), as paths."""
+    try:
+        runs = [os.path.join(folder, entry, "checkpoints") for entry in sorted(os.listdir(folder))]
+    except OSError:
+        runs = []
+    for candidate in (os.path.join(folder, "checkpoints"), folder, *runs):
+        try:
+            names = sorted(name for name in os.listdir(candidate) if name.endswith(".pt"))
+        except OSError:
+            continue
+        if names:
+            return [os.path.join(candidate, name) for name in names]
+    return []
+
+
 def load_checkpoint(path: str, map_location="cpu") -> dict:
+    """A gpucore checkpoint's contents; a ConfigError says what `path` is instead (a folder, with the checkpoints
+    it holds; a missing or foreign file) and what a checkpoint is."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        found = _checkpoints_in(path)
+        holds = (f"give one of its checkpoints: {', '.join(repr(f) for f in found)}" if found
+                 else f"it holds no .pt files; {WHAT_A_CHECKPOINT_IS}")
+        raise ConfigError(f"checkpoint '{path}' is a folder, not a checkpoint file; {holds}")
     if not os.path.isfile(path):
-        raise ConfigError(f"checkpoint '{path}' does not exist")
+        raise ConfigError(f"checkpoint '{path}' does not exist; {WHAT_A_CHECKPOINT_IS}")
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:
-        raise ConfigError(f"checkpoint '{path}' cannot be read ({type(exc).__name__}: {exc})") from exc
+        raise ConfigError(f"checkpoint '{path}' cannot be read: it is not a file torch.save wrote "
+                          f"({type(exc).__name__}); {WHAT_A_CHECKPOINT_IS}") from exc
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise ConfigError(f"'{path}' is not a gpucore checkpoint (no '{FORMAT}' marker)")
+        raise ConfigError(f"'{path}' is not a gpucore checkpoint (no '{FORMAT}' marker); {WHAT_A_CHECKPOINT_IS}")
     return payload
 
 

@@ -99,7 +99,12 @@ def _gradcam(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from .evaluation.run_report import write_report
 
-    print(write_report(args.run_dir, args.device, args.model, args.data))
+    try:
+        print(write_report(args.run_dir, args.device, args.model, args.data))
+    except KeyboardInterrupt:
+        print(f"gpucore: report interrupted; report.html and plots/ of '{args.run_dir}' were left as they were "
+              f"(write them with  gpucore report {shlex.quote(args.run_dir)})", file=sys.stderr)
+        return 130
     return 0
 
 
@@ -253,7 +258,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _current_folder_importable() -> None:
+    """`model: mymodule:factory` (and other `module:name` config values) finds mymodule.py in the current folder, from
+    the `gpucore` console script as from `python -m gpucore` (which puts the current folder first on sys.path
+    itself); it is appended, so installed packages keep their names."""
+    here = os.getcwd()
+    if not any(os.path.abspath(entry or os.curdir) == here for entry in sys.path):
+        sys.path.append(here)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    _current_folder_importable()
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -15,6 +15,7 @@ form (validation_form).
 """
 from __future__ import annotations
 
+import difflib
 from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
@@ -46,7 +47,19 @@ def entries(value: Any) -> List[Tuple[str, dict]]:
             raise ConfigError(f"transforms[{index}]: each entry is a name (RandomHorizontalFlip) or a one-key "
                               f"mapping of a name to its arguments (RandomResizedCrop: {{size: 224}}), got {entry!r}; "
                               f"supported names: {', '.join(_C.transform_names())}")
+        _check_name(index, result[-1][0])
     return result
+
+
+def _check_name(index: int, name: str) -> None:
+    """A ConfigError for a name the C++ registry does not know, with the closest valid name (difflib)."""
+    names = list(_C.transform_names())
+    if name in names:
+        return
+    by_lower = {known.lower(): known for known in names}
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
+    hint = f". Did you mean '{by_lower[close[0]]}'?" if close else ""
+    raise ConfigError(f"transforms[{index}] {name}: unknown transform; supported: {', '.join(names)}{hint}")
 
 
 def specs(value: Any) -> list:

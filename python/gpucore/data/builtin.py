@@ -312,7 +312,28 @@ def _load_folder(path: str, kwargs: dict):
                       "y_train.npy or x.npy/y.npy, and no class subfolders of images")
 
 
+# Subfolder pairs that make a folder a segmentation layout (images and their masks, as read_segmentation pairs them),
+# never class subfolders.
+_SEGMENTATION_LAYOUTS = (("images", "masks"), ("image", "mask"), ("images", "labels"))
+
+
+def _refuse_segmentation_layout(root: str) -> None:
+    """A ConfigError for a folder of images/ and masks/ subfolders: read as class subfolders it would silently make a
+    two-class classifier of "images" and "masks"."""
+    subfolders = {entry.lower(): entry for entry in os.listdir(root) if os.path.isdir(os.path.join(root, entry))}
+    for images, masks in _SEGMENTATION_LAYOUTS:
+        if images in subfolders and masks in subfolders:
+            image_folder, mask_folder = (os.path.join(root, subfolders[name]) for name in (images, masks))
+            raise ConfigError(
+                f"config key 'data': folder '{root}' holds {subfolders[images]}/ and {subfolders[masks]}/, a "
+                "segmentation layout (each image and its mask paired by file name), not class subfolders; config key "
+                "data reads only classification folders. Train on it from Python: gpucore.train(config, "
+                f"train_data=gpucore.data.read_segmentation({image_folder!r}, {mask_folder!r})) with a segmentation "
+                "model (docs/guides/data.md; examples/card_handwriting/train_segmentation.py)")
+
+
 def _image_folder(root: str, kwargs: dict) -> readers.ImageFiles:
+    _refuse_segmentation_layout(root)
     try:
         return readers.read_image_folder(root, **kwargs)
     except TypeError as exc:

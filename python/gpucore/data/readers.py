@@ -455,15 +455,33 @@ def read_csv(path: str, image_column: str = "image", label_column: str = "label"
     """
     root = root if root is not None else os.path.dirname(os.path.abspath(path))
     with open(path, newline="", encoding="utf-8") as handle:
-        rows = list(csv.DictReader(handle))
-    if rows and (image_column not in rows[0] or label_column not in rows[0]):
-        raise ConfigError(f"CSV '{path}' has columns {list(rows[0])}; expected '{image_column}' and '{label_column}'")
-    try:
-        labels = [int(row[label_column]) for row in rows]
-    except ValueError as exc:
-        raise ConfigError(f"CSV '{path}': column '{label_column}' must hold integers ({exc})") from exc
-    return read_files([os.path.join(root, row[image_column]) for row in rows], labels, channels=channels, size=size,
-                 threads=threads, on_error=on_error)
+        reader = csv.DictReader(handle)
+        rows = []
+        for row in reader:
+            rows.append((reader.line_num, row))  # the file's line of the row's end (the header is line 1)
+        columns = reader.fieldnames or []
+    if rows and (image_column not in columns or label_column not in columns):
+        raise ConfigError(f"CSV '{path}' has columns {list(columns)}; expected '{image_column}' and '{label_column}'")
+    files, labels = [], []
+    for line, row in rows:
+        where = f"CSV '{path}' line {line}"
+        image, label = row.get(image_column), row.get(label_column)
+        if image is None or label is None:
+            raise ConfigError(f"{where} has {sum(value is not None for value in row.values())} of the header's "
+                              f"{len(columns)} columns; every row needs '{image_column}' and '{label_column}'")
+        if not image.strip():
+            raise ConfigError(f"{where}: column '{image_column}' is empty; expected an image path (relative to "
+                              f"'{root}')")
+        try:
+            labels.append(int(label))
+        except ValueError:
+            raise ConfigError(f"{where}: column '{label_column}' is {label!r}; expected an integer class id "
+                              "(0, 1, ...)") from None
+        files.append(os.path.join(root, image))
+        if on_error == "raise" and not os.path.isfile(files[-1]):
+            raise ConfigError(f"{where}: image '{image}' does not exist (looked for '{files[-1]}'; paths are "
+                              f"relative to '{root}')")
+    return read_files(files, labels, channels=channels, size=size, threads=threads, on_error=on_error)
 
 
 def read_segmentation(images: str, masks: str, channels: int = 3, size=None, threads: Optional[int] = None,

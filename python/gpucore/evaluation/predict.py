@@ -82,7 +82,8 @@ def predict(checkpoint: Union[str, os.PathLike, LoadedModel], inputs, *, top_k: 
     Args:
         checkpoint: a gpucore checkpoint path or a gpucore.load result.
         inputs: a path (a folder of PNG/JPEG images, class subfolders allowed; one image; a .npy/.npz array; an IDX
-            image file) or a tensor of raw inputs (uint8 images as training read them).
+            image file) or a tensor of raw inputs (uint8 images as training read them). Float images must lie in
+            [0, 1] (a ConfigError names the range found) unless the run trained on floats of another range.
         top_k: classes per input for classification.
         masks: segmentation: the folder for one mask PNG per image.
         device: auto, cpu, cuda, cuda:N or mps.
@@ -93,7 +94,8 @@ def predict(checkpoint: Union[str, os.PathLike, LoadedModel], inputs, *, top_k: 
         in class subfolders.
 
     Raises:
-        ConfigError: an input that cannot be read, or of the wrong channels or size (with the shape expected).
+        ConfigError: an input that cannot be read, or of the wrong channels or size (with the shape expected); float
+            images outside [0, 1] (0..255 values as floats) for a model trained on uint8 images or [0, 1] floats.
     """
     model = checkpoint if isinstance(checkpoint, LoadedModel) else load(checkpoint, device)
     if not is_int(top_k) or top_k < 1:
@@ -119,6 +121,7 @@ def predict(checkpoint: Union[str, os.PathLike, LoadedModel], inputs, *, top_k: 
 def _read(model: LoadedModel, inputs):
     """(raw inputs, names, class subfolders or None)."""
     if isinstance(inputs, torch.Tensor):
+        _check_float_range(model, inputs, "inputs (a tensor)")
         return inputs, [str(i) for i in range(inputs.shape[0])], None
     if not isinstance(inputs, (str, os.PathLike)):
         raise ConfigError(f"inputs must be a path or a tensor, got {type(inputs).__name__}")
@@ -127,8 +130,26 @@ def _read(model: LoadedModel, inputs):
                           "not images: pass them as a tensor")
     channels, height, width = model.input_shape
     read = read_input_images(inputs, channels, (height, width) if height else None)
+    _check_float_range(model, read.images, f"inputs '{os.fspath(inputs)}'")
     names = read.files if read.files is not None else [str(i) for i in range(read.images.shape[0])]
     return read.images, names, read.folders
+
+
+def _check_float_range(model: LoadedModel, images: torch.Tensor, origin: str) -> None:
+    """Float images above 1 for a model trained on uint8 images (or floats in [0, 1]) are refused: they would be taken
+    as [0, 1] data and give wrong predictions without a sign. A run trained on other floats (its input statistics
+    outside [0, 1]) takes its inputs as they are."""
+    if not model.is_image_model or not images.is_floating_point() or images.numel() == 0:
+        return
+    stats = model.input_stats
+    if stats and not (all(0.0 <= mean <= 1.0 for mean in stats["mean"]) and all(std <= 0.5 for std in stats["std"])):
+        return  # trained on floats of another range (data in [0, 1] has a std of at most 0.5): taken as they are
+    low, high = images.min().item(), images.max().item()
+    if high <= 1.0 + 1e-6 and low >= -1e-6:
+        return
+    scale = " (they look like 0..255 pixel values: divide them by 255 or save them as uint8)" if 1 < high <= 255 else ""
+    raise ConfigError(f"{origin} holds {images.dtype} values from {low:g} to {high:g}; the model of "
+                      f"'{model.checkpoint}' takes uint8 images (0..255) or floats in [0, 1]{scale}")
 
 
 def _folder_labels(folders: Optional[List[str]], classes: Optional[List[str]]) -> Optional[torch.Tensor]:

@@ -8,6 +8,7 @@ import base64
 import html
 import json
 import os
+import shutil
 import warnings
 from typing import Any, Callable, List, Sequence
 
@@ -16,6 +17,7 @@ import torch
 
 from ..checkpoint import atomic_write
 from ..run_files import PLOTS, REPORT
+from ..signals import interrupts_deferred
 
 GRID = 32  # validation images and training images shown
 
@@ -66,18 +68,35 @@ def mask_iou(truth: torch.Tensor, guess: torch.Tensor) -> torch.Tensor:
 
 
 # ---- the page ------------------------------------------------------------------------------------
+_DRAWING = ".plots.tmp-"  # the folder a page draws into (+ its process id), moved to plots/ when the page is written
+
+
 class Page:
-    """Sections of report.html, each drawn into plots/ and embedded; a figure that fails is a warning."""
+    """Sections of report.html, each drawn and embedded; a figure that fails is a warning. The figures are drawn into
+    a temporary folder beside plots/ that replaces plots/ when the page is written: an interrupted report (Ctrl-C)
+    leaves plots/ as it was."""
 
     def __init__(self, folder: str):
-        self.folder, self.plots = folder, os.path.join(folder, PLOTS)
-        os.makedirs(self.plots, exist_ok=True)
+        self.folder = folder
+        os.makedirs(folder, exist_ok=True)
+        _remove_stale_drawings(folder)
+        self.plots = os.path.join(folder, f"{_DRAWING}{os.getpid()}")
+        shutil.rmtree(self.plots, ignore_errors=True)
+        os.makedirs(self.plots)
         self.sections: List[str] = []
         self.failures: List[str] = []
+
+    def discard(self) -> None:
+        """Removes the figures drawn so far (an interrupted page); plots/ stays as it was."""
+        if os.path.basename(self.plots).startswith(_DRAWING):
+            shutil.rmtree(self.plots, ignore_errors=True)
 
     def attempt(self, what: str, work: Callable[[], Any]) -> Any:
         try:
             return work()
+        except KeyboardInterrupt:
+            self.discard()
+            raise
         except Exception as exc:  # noqa: BLE001 - a figure never fails the run; the page says what is missing
             message = f"{what}: {type(exc).__name__}: {exc}"
             warnings.warn(f"report: could not draw {message}", RuntimeWarning, stacklevel=2)
@@ -107,8 +126,42 @@ class Page:
                 + (f"<section><h2>Not drawn</h2><ul>{failures}</ul></section>" if failures else "")
                 + "</body></html>")
         path = os.path.join(self.folder, REPORT)
-        atomic_write(path, lambda handle: handle.write(page), binary=False)
+        with interrupts_deferred():  # plots/ and report.html replaced together
+            self._move_plots_into_place()
+            atomic_write(path, lambda handle: handle.write(page), binary=False)
         return path
+
+    def _move_plots_into_place(self) -> None:
+        final = os.path.join(self.folder, PLOTS)
+        if not os.path.basename(self.plots).startswith(_DRAWING):
+            return  # already moved (a page written twice)
+        old = os.path.join(self.folder, f".plots.old-{os.getpid()}")
+        if os.path.isdir(final):
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(final, old)
+        os.replace(self.plots, final)
+        shutil.rmtree(old, ignore_errors=True)
+        self.plots = final
+
+
+def _remove_stale_drawings(folder: str) -> None:
+    """The temporary plot folders of report processes that were killed (their process id no longer runs)."""
+    for name in os.listdir(folder):
+        for prefix in (_DRAWING, ".plots.old-"):
+            if name.startswith(prefix) and name[len(prefix):].isdigit() and not _running(int(name[len(prefix):])):
+                shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # this process's own leftovers (an earlier page that was interrupted)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process, or a platform without signal 0
+        return True
+    return True
 
 
 _STYLE = ("body{font-family:sans-serif;margin:24px;color:#222}h1{font-size:22px}"

@@ -13,6 +13,7 @@ from typing import Any, List, Optional, Sequence
 
 import torch
 
+from .. import transforms as transforms_list
 from ..config import KEY_BY_NAME
 from ..errors import ConfigError, OutOfMemoryError, TrainingError
 from ..models.tta import with_tta
@@ -177,10 +178,12 @@ class FitLoop:
             if isinstance(exc, TrainingError) or engine.steps_taken() > 0 or epoch != self.start_epoch:
                 raise
             # Nothing has trained yet: most likely the model does not fit the data.
+            resized = _transformed_size(run)
+            keys = "model, model_kwargs, data, data_kwargs" + (", transforms" if resized else "")
             raise TrainingError(
-                f"the model failed on the first training batch ({run.train_set.description}): {exc}\nCheck that "
-                "the model fits the data: input channels, image size, number of classes (config keys "
-                "model, model_kwargs, data, data_kwargs)") from exc
+                f"the model failed on the first training batch ({run.train_set.description}): {exc}\n{resized}"
+                f"Check that the model fits the data: input channels, image size, number of classes (config keys "
+                f"{keys})") from exc
 
     def _warn_on_failed_capture(self) -> None:
         """cuda_graphs: true and the engine found, by trying, a step it could not capture: say so once."""
@@ -335,3 +338,22 @@ def _stateful(callbacks: Sequence[Any]) -> dict:
                               "another state_key (a property of gpucore.Callback)")
         stateful[key] = callback
     return stateful
+
+
+def _transformed_size(run) -> str:
+    """A sentence for the first batch's error when config key transforms (with crop_padding and hflip) changes the
+    images' size, which the model then gets: "" when it keeps it, or the inputs are not images of one size."""
+    shape, config = run.input_shape, run.config
+    if not shape or len(shape) != 3 or not shape[1] or not shape[2]:
+        return ""
+    height, width = int(shape[1]), int(shape[2])
+    try:
+        value = transforms_list.training_form(config.transforms, config.crop_padding, config.hflip, (height, width))
+        after = tuple(transforms_list.output_size(value, height, width))
+    except Exception:  # noqa: BLE001 - the config was checked; this is only a hint
+        return ""
+    if after == (height, width):
+        return ""
+    return (f"config key transforms turns the {height} x {width} images into {after[0]} x {after[1]}, the size the "
+            f"model gets: make the model take {after[0]} x {after[1]} inputs, or choose transforms that keep "
+            f"{height} x {width} (RandomCrop: {{size: {height}, padding: 4}} crops with padding to the same size).\n")
