@@ -1,5 +1,6 @@
 """Callbacks as Lightning users know them: the hooks in order, a callback that stops the run at a metric threshold,
 its state saved in the checkpoint and given back on resume, and a resumed run equal to the uninterrupted one."""
+import json
 import os
 
 import pytest
@@ -7,6 +8,7 @@ import torch
 
 import gpucore
 from conftest import assert_states_equal
+from gpucore.training.loggers.base import Logger
 
 SMALL = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 512, "val_size": 128, "seed": 3},
          "progress": False, "batch_size": 64, "epochs": 4, "seed": 5, "device": "cpu"}
@@ -60,7 +62,7 @@ def test_hooks_are_called_in_order_and_early_stopping_keeps_its_state(tmp_path):
         def on_epoch_start(self, trainer, epoch):
             calls.append(("epoch_start", epoch))
 
-        def on_step_end(self, trainer, step, metrics):
+        def on_log(self, trainer, step, metrics):
             calls.append(("step_end", metrics["epoch"]))
 
         def on_epoch_end(self, trainer, epoch, record):
@@ -125,10 +127,10 @@ def test_hooks_without_the_trainer_are_still_called_with_a_deprecation_warning(t
     with pytest.warns(DeprecationWarning) as warned:
         gpucore.train(config, callbacks=[OldCallback(), OldDuck(), Current()])
     messages = sorted(str(w.message) for w in warned if issubclass(w.category, DeprecationWarning))
-    assert [m.split(" without")[0] for m in messages] == [
+    assert [m.split(" without")[0].split(" is deprecated")[0] for m in messages] == [
         "callback OldCallback: on_epoch_end(epoch, record)", "callback OldCallback: on_epoch_start(epoch)",
-        "callback OldCallback: on_save_checkpoint(checkpoint)", "callback OldDuck: on_load_checkpoint(checkpoint)",
-        "callback OldDuck: on_step_end(step, metrics)"]
+        "callback OldCallback: on_save_checkpoint(checkpoint)", "callback OldDuck: hook on_step_end",
+        "callback OldDuck: on_load_checkpoint(checkpoint)", "callback OldDuck: on_step_end(step, metrics)"]
     assert all("stops working in the next release" in message for message in messages)
     assert not hasattr(Current(), "trainer")
     assert calls == [("epoch_start", 1, 0), ("step_end", 8, 1), ("epoch_end", 1, 1), ("current", 1, 0), ("save", 1)]
@@ -156,3 +158,104 @@ def test_a_checkpoint_from_before_callback_states_resumes_with_its_best_epoch(tm
     better = resumed.history[2]["val_accuracy"] > max(row["val_accuracy"] for row in first.history)
     assert last["callbacks"]["EarlyStopping"]["epoch"] == (3 if better else first.best_epoch)
     assert gpucore.load(path, "cpu").task.name == "classification"
+
+
+def test_on_step_end_is_on_log_now_and_still_called_with_a_deprecation_warning(tmp_path):
+    """on_step_end ran every log_every_n_steps steps, not every step: it is on_log now, and a callback defining
+    on_step_end (the current signature, or in a subclass of a class with on_log) still has it called for a release."""
+    calls = []
+
+    class OldName(gpucore.Callback):
+        def on_step_end(self, trainer, step, metrics):
+            calls.append(("old", step, metrics["epoch"], trainer.epoch))
+
+    class Both(gpucore.Callback):  # written for both releases: on_log alone is called
+        def on_log(self, trainer, step, metrics):
+            calls.append(("both:on_log", step))
+
+        def on_step_end(self, trainer, step, metrics):
+            calls.append(("both:on_step_end", step))
+
+    class SubclassedLogger(Logger):  # the base class's on_log is the less specific one
+        name = "mine"
+
+        def on_step_end(self, trainer, step, metrics):
+            calls.append(("logger", step))
+
+    config = dict(SMALL, run_dir=str(tmp_path), epochs=1, log_every_n_steps=4)
+    with pytest.warns(DeprecationWarning) as warned:
+        gpucore.train(config, callbacks=[OldName(), Both(), SubclassedLogger()])
+    messages = [str(w.message) for w in warned if issubclass(w.category, DeprecationWarning)]
+    assert sorted(m.split(" is deprecated")[0] for m in messages) == [
+        "callback OldName: hook on_step_end", "callback SubclassedLogger: hook on_step_end"]
+    assert all("define on_log(self, trainer, step, metrics)" in m and "on_train_step_end" in m for m in messages)
+    assert calls == [("old", 4, 1, 0), ("both:on_log", 4), ("logger", 4),
+                     ("old", 8, 1, 0), ("both:on_log", 8), ("logger", 8)]
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_on_train_step_end_is_called_once_after_every_optimizer_step(tmp_path, accumulate):
+    steps, logged = [], []
+
+    class EveryStep(gpucore.Callback):
+        def on_train_step_end(self, trainer, step):
+            steps.append((trainer.epoch + 1, step))
+
+        def on_log(self, trainer, step, metrics):
+            logged.append((metrics["epoch"], len(steps)))
+
+    # 512 samples, batch 64: 8 micro-batches an epoch, 8 // accumulate optimizer steps
+    config = dict(SMALL, run_dir=str(tmp_path), epochs=2, log_every_n_steps=2, accumulate_grad_batches=accumulate)
+    result = gpucore.train(config, callbacks=[EveryStep()])
+    per_epoch = 8 // accumulate
+    assert steps == [(epoch, step) for epoch in (1, 2) for step in range(1, per_epoch + 1)]
+    assert json.load(open(result.stats_path))["steps"] == 2 * per_epoch
+    # on_log comes after the step's on_train_step_end
+    assert logged == [(epoch, (epoch - 1) * per_epoch + step) for epoch in (1, 2) for step in range(2, per_epoch + 1, 2)]
+
+
+def test_the_engine_gets_no_step_callable_without_a_per_step_hook(tmp_path, monkeypatch):
+    """on_train_step_end costs nothing unless a callback defines it: the engine is given on_step=None."""
+    from gpucore.training import fit_loop
+
+    given = []
+    original = fit_loop.FitLoop._train_epoch
+
+    def spying(self, progress, source, windows):
+        engine = self.run.engine
+
+        class Spy:
+            def __getattr__(self, name):
+                return getattr(engine, name)
+
+            def train_epoch(self, *args, **kwargs):
+                given.append(kwargs.get("on_step"))
+                return engine.train_epoch(*args, **kwargs)
+
+        self.run.engine = Spy()
+        try:
+            return original(self, progress, source, windows)
+        finally:
+            self.run.engine = engine
+
+    monkeypatch.setattr(fit_loop.FitLoop, "_train_epoch", spying)
+
+    class LogOnly(gpucore.Callback):
+        def on_log(self, trainer, step, metrics):
+            pass
+
+    class Duck:  # not a Callback: having the method is defining it
+        def __init__(self):
+            self.steps = 0
+
+        def on_train_step_end(self, trainer, step):
+            self.steps += 1
+
+    config = dict(SMALL, run_dir=str(tmp_path / "none"), epochs=1)
+    gpucore.train(config, callbacks=[LogOnly()])
+    assert given == [None]
+
+    given.clear()
+    duck = Duck()
+    gpucore.train(dict(config, run_dir=str(tmp_path / "duck")), callbacks=[LogOnly(), duck])
+    assert len(given) == 1 and callable(given[0]) and duck.steps == 8

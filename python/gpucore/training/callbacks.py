@@ -25,7 +25,8 @@ from .run_dir import RunDir
 class Callback:
     """A training callback, as Lightning users know them: override the hooks you need.
 
-    `trainer`, every hook's first argument, is the fit loop: its `epoch`, `history`, `run` (model, engine, config),
+    `trainer`, every hook's first argument, is the fit loop (gpucore.training.fit_loop.FitLoop; the name is
+    Lightning's, which passes its Trainer there): its `epoch`, `history`, `run` (model, engine, config),
     `should_stop` (set it to end the run after this epoch) and `status`. The hooks run in the order listed; what
     state_dict returns is saved in every checkpoint under `state_key` and given back on resume.
     """
@@ -50,12 +51,25 @@ class Callback:
             epoch: the epoch, from 1.
         """
 
-    def on_step_end(self, trainer, step: int, metrics: dict) -> None:
-        """Every log_every_n_steps optimizer steps.
+    def on_train_step_end(self, trainer, step: int) -> None:
+        """After every optimizer step (Lightning's on_train_batch_end fires after every batch; with
+        accumulate_grad_batches 1 that is the same). Costs nothing unless a callback overrides it: only then
+        does the engine call back into Python after each step.
 
         Args:
             trainer: the fit loop.
-            step: the optimizer steps taken.
+            step: the optimizer steps done in the current epoch, from 1 (counted from the epoch's start, also in a
+                run resumed mid-epoch), like Lightning's batch_idx a count within the epoch: the run's count,
+                trainer.run.engine.steps_taken(), waits for the GPU, which this hook does not.
+        """
+
+    def on_log(self, trainer, step: int, metrics: dict) -> None:
+        """Every log_every_n_steps optimizer steps, when the host reads the running metrics (the progress bar
+        and the loggers' steps); was on_step_end before this release.
+
+        Args:
+            trainer: the fit loop.
+            step: the optimizer steps taken in the run.
             metrics: the epoch's running metrics (and the epoch).
         """
 
@@ -114,10 +128,15 @@ class Callback:
         """
 
 
-# The hooks that took no trainer before this release, with their arguments then: a callback whose hook still
-# takes only these is called so, with a DeprecationWarning, until the next release.
+# The hooks of before this release, still called, with a DeprecationWarning naming the callback and the hook, until
+# the next release. The hooks that took no trainer, with their arguments then: a callback whose hook still takes
+# only these is called so.
 _WITHOUT_TRAINER = {"on_epoch_start": "epoch", "on_step_end": "step, metrics", "on_epoch_end": "epoch, record",
                     "on_save_checkpoint": "checkpoint", "on_load_checkpoint": "checkpoint"}
+# The hooks renamed, by their new names: a callback that defines the old one (in its class or a subclass of the one
+# that defines the new one) has it called in the new one's place. on_step_end ran every log_every_n_steps steps,
+# not after every step as its name said (on_train_step_end does that now).
+_RENAMED = {"on_log": "on_step_end"}
 
 
 class CallbackList:
@@ -126,6 +145,9 @@ class CallbackList:
     def __init__(self, callbacks: Sequence[Any], trainer):
         self.callbacks: List[Any] = list(callbacks)
         self.trainer = trainer
+        # (id(callback), hook): the callback's old method called for the hook, where it defines a renamed one
+        self.renamed = {(id(callback), hook): old for callback in self.callbacks for hook, old in _RENAMED.items()
+                        if _uses_old_name(callback, hook, old)}
         self.without_trainer = {(id(callback), hook) for callback in self.callbacks for hook in _WITHOUT_TRAINER
                                 if _takes_no_trainer(callback, hook)}
         for callback in self.callbacks:
@@ -137,13 +159,50 @@ class CallbackList:
 
     def call(self, hook: str, *args) -> None:
         for callback in self.callbacks:
-            method = getattr(callback, hook, None)
+            name = self.renamed.get((id(callback), hook), hook)
+            method = getattr(callback, name, None)
             if method is None:
                 continue
-            if (id(callback), hook) in self.without_trainer:
+            if (id(callback), name) in self.without_trainer:
                 method(*args)
             else:
                 method(self.trainer, *args)
+
+    def overridden(self, hook: str) -> bool:
+        """Whether some callback defines `hook` itself (a Callback's no-op does not count): the loop asks this of
+        on_train_step_end, so that a run without such a callback does not call into Python after every step."""
+        return any(_defines(callback, hook) for callback in self.callbacks)
+
+
+def _defines(callback: Any, hook: str) -> bool:
+    """Whether `callback` has `hook` other than Callback's no-op."""
+    method = getattr(callback, hook, None)
+    return method is not None and getattr(method, "__func__", None) is not getattr(Callback, hook, None)
+
+
+def _defining_class(callback: Any, name: str) -> int:
+    """Where in the callback's class's MRO `name` is defined (0: the instance itself); -1: nowhere."""
+    if name in getattr(callback, "__dict__", {}):
+        return 0
+    for depth, cls in enumerate(type(callback).__mro__, start=1):
+        if name in vars(cls):
+            return depth
+    return -1
+
+
+def _uses_old_name(callback: Any, hook: str, old: str) -> bool:
+    """Whether `callback` defines the renamed hook `old` and no `hook` of its own below it; warns if so."""
+    old_at = _defining_class(callback, old)
+    if old_at < 0 or not _defines(callback, old):
+        return False
+    new_at = _defining_class(callback, hook)
+    if 0 <= new_at <= old_at and _defines(callback, hook):
+        return False  # the new hook is as specific: a callback written for both releases
+    warnings.warn(f"callback {type(callback).__name__}: hook {old} is deprecated and stops working in the next "
+                  f"release; it is called every log_every_n_steps optimizer steps, so it is named {hook} now: "
+                  f"define {hook}(self, trainer, step, metrics), or on_train_step_end(self, trainer, step) for one "
+                  "call after every optimizer step", DeprecationWarning, stacklevel=3)
+    return True
 
 
 def _takes_no_trainer(callback: Any, hook: str) -> bool:

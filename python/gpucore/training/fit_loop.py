@@ -79,7 +79,7 @@ class FitLoop:
         """Trains to the end; returns the status: completed, early_stopped, stopped or interrupted."""
         self.write_stats("running")
         if self.run.world.launched and self.run.world.is_main:
-            batch = self.batch()
+            batch = self.batching_facts()
             print(f"gpucore: batch {batch['per_process']} per process x {batch['processes']} processes x "
                   f"accumulate {batch['accumulate_grad_batches']} = effective batch {batch['effective']}; lr "
                   f"{batch['lr']:g} (lr_scaling {batch['lr_scaling']})", file=sys.stderr, flush=True)
@@ -123,7 +123,7 @@ class FitLoop:
             trained = True
             self.step_boundaries.raise_pending()  # a signal during the epoch's last step
             self.start_sample = 0
-            self._end_epoch(self._record(stats))
+            self._end_epoch(self._validate_and_record(stats))
         except KeyboardInterrupt as interrupt:
             self.stopped_by = signal_name(interrupt)
             # Mid-epoch, the data position is the end of the last full optimizer step; after the epoch's
@@ -150,11 +150,17 @@ class FitLoop:
         def on_log(metrics):  # after an optimizer step: a step boundary
             self.step_boundaries.raise_pending()
             progress.update(metrics, samples_per_step)
-            self.callbacks.call("on_step_end", engine.steps_taken(), dict(metrics, epoch=epoch + 1))
+            self.callbacks.call("on_log", engine.steps_taken(), dict(metrics, epoch=epoch + 1))
 
-        def on_step(done: int):  # the epoch's last step is followed by its end-of-epoch checkpoint instead
+        step_hook = self.callbacks.overridden("on_train_step_end")
+
+        def on_step(done: int):  # after every optimizer step: a step boundary
             self.step_boundaries.raise_pending()
-            if done < windows and self.step_checkpoints.due(steps_before + done):
+            if step_hook:  # before the step checkpoint, which then holds the callbacks' state after the step
+                self.callbacks.call("on_train_step_end", steps_before + done)
+            # The epoch's last step is followed by its end-of-epoch checkpoint instead.
+            if (self.step_checkpoints.enabled and done < windows
+                    and self.step_checkpoints.advance_and_check_due(steps_before + done)):
                 self.step_checkpoints.write(lambda: self.checkpointing.payload(epoch, self._consumed(done)))
 
         snapshot = oom.snapshot(run.module, engine, run.ema) if config.on_oom == "reduce_batch" else None
@@ -164,7 +170,8 @@ class FitLoop:
             with self.step_boundaries.holding_steps(hooked, self.batching.accumulate_grad_batches):
                 stats = engine.train_epoch(source, run.forward, run.loss, on_log, epoch=epoch,
                                            first_batch=self.start_sample // (self.batching.batch_size * run.world.size),
-                                           on_step=on_step if self.step_checkpoints.enabled else None)
+                                           # None: no call into Python (and the GIL) after every step
+                                           on_step=on_step if self.step_checkpoints.enabled or step_hook else None)
             self._warn_on_failed_capture()
             return stats
         except OutOfMemoryError as exc:
@@ -218,8 +225,9 @@ class FitLoop:
         run.train_set = make_train_set(run.train_data, run.config, str(run.device), run.normalization, run.world,
                                        batching.batch_size)
 
-    def _record(self, stats: dict) -> dict:
-        """The epoch's row of metrics.jsonl: training metrics averaged over the ranks, validation, counters."""
+    def _validate_and_record(self, stats: dict) -> dict:
+        """Validates the epoch's model (and its EMA) and returns the epoch's row of metrics.jsonl: training metrics
+        averaged over the ranks, validation, counters."""
         run, config = self.run, self.run.config
         record = {"epoch": self.epoch + 1}
         train_metrics = {k: v for k, v in stats["metrics"].items() if k not in _COUNTERS}
@@ -282,7 +290,7 @@ class FitLoop:
     def skipped_files(self) -> List[str]:
         return sorted(set().union(*(s.skipped_files() for s in (self.run.train_set, self.run.val_set) if s is not None)))
 
-    def batch(self) -> dict:
+    def batching_facts(self) -> dict:
         """The batch per process and over all processes, and the learning rate lr_scaling makes of it."""
         config, world = self.run.config, self.run.world.size
         return {"per_process": self.batching.batch_size, "accumulate_grad_batches": self.batching.accumulate_grad_batches,
@@ -300,7 +308,7 @@ class FitLoop:
         """training_stats.json: the run's facts, its status and history, the best epoch and the engine's counts."""
         run = self.run
         return dict(run.summary(), **({"oom_reductions": self.oom_reductions} if self.oom_reductions else {}),
-                    status=status, error=error, stopped_by=self.stopped_by, epochs=self.history, batch=self.batch(),
+                    status=status, error=error, stopped_by=self.stopped_by, epochs=self.history, batch=self.batching_facts(),
                     step_checkpoints=self.step_checkpoints.written,
                     step_checkpoint_writes=self.step_checkpoints.summary(),
                     resume=dict(self.resumed or {}, asked=run.run_dir.resume,

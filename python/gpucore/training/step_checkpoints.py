@@ -34,9 +34,11 @@ class StepCheckpoints:
         self._steps_during_write = 0  # optimizer steps trained while the newest write was under way
         self._most_steps_during_write = 0
 
-    def due(self, step_in_epoch: int) -> bool:
-        """Whether the state after optimizer step `step_in_epoch` of the epoch (counted from the epoch's start,
-        also in a resumed run) is to be checkpointed: every N steps, or once the minutes have passed."""
+    def advance_and_check_due(self, step_in_epoch: int) -> bool:
+        """Counts optimizer step `step_in_epoch` of the epoch (counted from the epoch's start, also in a resumed run)
+        as done, for summary()'s steps trained during a write, and says whether the state after it is to be
+        checkpointed: every N steps, or once the minutes have passed. Called once after every step but the epoch's
+        last."""
         if self._thread is not None and self._thread.is_alive():
             self._steps_during_write += 1
             self._most_steps_during_write = max(self._most_steps_during_write, self._steps_during_write)

@@ -43,7 +43,7 @@ class Logger(Callback):
         self._guarded(self.start, trainer)
         self.started = not self.off
 
-    def on_step_end(self, trainer, step: int, metrics: dict) -> None:
+    def on_log(self, trainer, step: int, metrics: dict) -> None:
         self._guarded(self.log_step, step, metrics)
 
     def on_epoch_end(self, trainer, epoch: int, record: dict) -> None:
