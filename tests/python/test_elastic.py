@@ -37,7 +37,7 @@ WORKER = textwrap.dedent("""
         int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
     class KillMidEpoch(gpucore.Callback):  # rank 1 dies (or hangs) in the middle of epoch 3 of the first attempt
-        def on_step_end(self, trainer, step, metrics):
+        def on_log(self, trainer, step, metrics):
             if rank == 1 and attempt == 0 and step == 2 * %(steps)d + 4:
                 if kill == "mid_epoch":
                     os.kill(os.getpid(), signal.SIGKILL)

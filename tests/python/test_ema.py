@@ -210,7 +210,7 @@ def test_resume_mid_epoch_and_at_an_epoch_boundary_is_bitwise_exact(tmp_path):
         def __init__(self, epoch, step_in_epoch):
             self.epoch, self.step = epoch, step_in_epoch
 
-        def on_step_end(self, trainer, step, metrics):
+        def on_log(self, trainer, step, metrics):
             if metrics["epoch"] == self.epoch and self.step is not None and step == (self.epoch - 1) * 6 + self.step:
                 raise KeyboardInterrupt
 

@@ -76,7 +76,7 @@ class StopMidEpoch:
     def __init__(self, epoch):
         self.epoch = epoch
 
-    def on_step_end(self, trainer, step, metrics):
+    def on_log(self, trainer, step, metrics):
         if metrics["epoch"] == self.epoch:
             raise KeyboardInterrupt
 

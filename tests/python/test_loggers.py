@@ -31,12 +31,12 @@ TIMINGS = ("epoch_time_s", "val_time_s", "samples_per_s")  # the only numbers tw
 
 
 class StepsSeen(gpucore.Callback):
-    """The steps and running metrics on_step_end got, as the loggers got them."""
+    """The steps and running metrics on_log got, as the loggers got them."""
 
     def __init__(self):
         self.steps = []
 
-    def on_step_end(self, trainer, step, metrics):
+    def on_log(self, trainer, step, metrics):
         self.steps.append((step, dict(metrics)))
 
 

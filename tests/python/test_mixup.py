@@ -196,7 +196,7 @@ def test_mix_ops_pass_opcheck():
 @pytest.mark.slow
 def test_a_mixed_run_with_accumulation_and_bf16_resumes_bitwise_mid_epoch(tmp_path):
     class StopInEpoch2:
-        def on_step_end(self, trainer, step, metrics):
+        def on_log(self, trainer, step, metrics):
             if metrics["epoch"] == 2 and step == 5:  # 3 steps an epoch: mid-epoch 2
                 raise KeyboardInterrupt
 

@@ -71,7 +71,7 @@ class StopAt(gpucore.Callback):
     def __init__(self, step):
         self.step = step
 
-    def on_step_end(self, trainer, step, metrics):
+    def on_log(self, trainer, step, metrics):
         if step == self.step:
             raise RuntimeError("stopped by the test")
 
@@ -190,7 +190,7 @@ WORKER = textwrap.dedent("""
         def on_epoch_start(self, trainer, number):
             epoch[0] = number - 1
 
-        def on_step_end(self, trainer, step, metrics):
+        def on_log(self, trainer, step, metrics):
             if step == stop_step:
                 raise RuntimeError("stopped by the test")
 

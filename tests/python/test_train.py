@@ -169,7 +169,7 @@ def test_resume_is_bitwise_exact(tmp_path):
 @pytest.mark.slow
 def test_interrupt_saves_and_resume_finishes(tmp_path):
     class StopInEpoch2:
-        def on_step_end(self, trainer, step, metrics):
+        def on_log(self, trainer, step, metrics):
             if metrics["epoch"] == 2:
                 raise KeyboardInterrupt
 
@@ -297,7 +297,7 @@ def test_out_of_memory_halving_then_a_mid_epoch_resume_serves_every_sample_once(
     trained = []  # the ids of the samples each successful training forward saw
 
     class StopAfterFirstStep:
-        def on_step_end(self, trainer, step, metrics):
+        def on_log(self, trainer, step, metrics):
             raise KeyboardInterrupt
 
     x, y = tensors(128)
@@ -539,7 +539,7 @@ def step_lrs(tmp_path, **config):
     seen = []
 
     class Recorder:
-        def on_step_end(self, trainer, step, metrics):
+        def on_log(self, trainer, step, metrics):
             seen.append(metrics["lr"])
 
     x, y = tensors(128)
@@ -579,7 +579,7 @@ def test_progress_bar_counts_steps_and_shows_the_logged_loss(tmp_path, capsys):
     losses = []
 
     class Recorder:
-        def on_step_end(self, trainer, step, metrics):
+        def on_log(self, trainer, step, metrics):
             losses.append(metrics["loss"])
 
     x, y = tensors(128)

@@ -455,7 +455,7 @@ def test_streamed_batches_get_the_same_transforms_as_resident_ones(tmp_path):
 
 def test_training_with_transforms_resumes_bitwise_mid_epoch(tmp_path):
     class StopAtStep3:
-        def on_step_end(self, trainer, step, metrics):
+        def on_log(self, trainer, step, metrics):
             if step == 3:
                 raise KeyboardInterrupt
 

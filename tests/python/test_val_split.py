@@ -106,7 +106,7 @@ def test_the_split_follows_the_seed_and_not_the_global_random_state(tmp_path):
 @pytest.mark.parametrize("form", ["tensors", "torch Dataset"])
 def test_resume_keeps_the_split_and_is_bitwise_exact(tmp_path, one_thread, form):
     class StopInEpoch2:
-        def on_step_end(self, trainer, step, metrics):
+        def on_log(self, trainer, step, metrics):
             if metrics["epoch"] == 2:
                 raise KeyboardInterrupt
 
