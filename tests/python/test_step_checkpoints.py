@@ -96,6 +96,28 @@ def test_every_n_steps_a_step_checkpoint_then_the_epochs_checkpoint_replaces_it(
     assert_states_equal(result.model, uninterrupted.model)  # checkpoints change nothing in training
 
 
+def test_on_train_step_end_runs_before_the_step_checkpoint_of_its_step(tmp_path):
+    """With step checkpoints on too, the per-step hook runs once a step, before the step's checkpoint is taken, so
+    that the checkpoint holds the callbacks' state after the step."""
+
+    class Steps(gpucore.Callback):
+        def __init__(self):
+            self.steps, self.at_save = [], []
+
+        def on_train_step_end(self, trainer, step):
+            self.steps.append(step)
+
+        def on_save_checkpoint(self, trainer, payload):
+            self.at_save.append((payload["samples_consumed"] // BATCH, self.steps[-1]))
+
+    steps = Steps()
+    gpucore.train(config(tmp_path, epochs=1, checkpoint_every_n_steps=5), model=mlp(), train_data=tensors(),
+                  callbacks=[steps])
+    per_epoch = SAMPLES // BATCH
+    assert steps.steps == list(range(1, per_epoch + 1))
+    assert steps.at_save == [(step, step) for step in range(5, per_epoch, 5)] + [(0, per_epoch)]
+
+
 def test_every_minutes_on_the_clock_of_rank_0(tmp_path):
     positions = Positions()
     gpucore.train(config(tmp_path, epochs=1, checkpoint_every_minutes=1e-9), model=mlp(), train_data=tensors(),
