@@ -211,7 +211,8 @@ def test_on_train_step_end_is_called_once_after_every_optimizer_step(tmp_path, a
     assert steps == [(epoch, step) for epoch in (1, 2) for step in range(1, per_epoch + 1)]
     assert json.load(open(result.stats_path))["steps"] == 2 * per_epoch
     # on_log comes after the step's on_train_step_end
-    assert logged == [(epoch, (epoch - 1) * per_epoch + step) for epoch in (1, 2) for step in range(2, per_epoch + 1, 2)]
+    assert logged == [(epoch, (epoch - 1) * per_epoch + step)
+                      for epoch in (1, 2) for step in range(2, per_epoch + 1, 2)]
 
 
 def test_the_engine_gets_no_step_callable_without_a_per_step_hook(tmp_path, monkeypatch):

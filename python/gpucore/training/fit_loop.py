@@ -308,7 +308,8 @@ class FitLoop:
         """training_stats.json: the run's facts, its status and history, the best epoch and the engine's counts."""
         run = self.run
         return dict(run.summary(), **({"oom_reductions": self.oom_reductions} if self.oom_reductions else {}),
-                    status=status, error=error, stopped_by=self.stopped_by, epochs=self.history, batch=self.batching_facts(),
+                    status=status, error=error, stopped_by=self.stopped_by, epochs=self.history,
+                    batch=self.batching_facts(),
                     step_checkpoints=self.step_checkpoints.written,
                     step_checkpoint_writes=self.step_checkpoints.summary(),
                     resume=dict(self.resumed or {}, asked=run.run_dir.resume,
