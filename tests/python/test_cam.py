@@ -413,3 +413,21 @@ def test_auto_layer_skips_the_output_of_a_segmentation_model_and_says_when_there
     assert gcam.find_target_layer(segmenter, torch.randn(1, 3, 8, 8)) == "1"
     with pytest.raises(gpucore.ConfigError, match="layer 'auto' found no layer"):
         gpucore.gradcam(nn.Sequential(nn.Flatten(), nn.Linear(12, 3)), "auto", torch.randn(2, 3, 2, 2))
+
+
+def test_the_notebook_grid_shows_each_map_at_a_readable_size():
+    """16 maps of 28 x 28 were a 238 x 58 strip; now 4 a row, each enlarged 4x (112 px), with 4 px gaps."""
+    import io
+
+    import numpy as np
+    Image = require("PIL.Image")
+    cams = torch.rand(16, 28, 28)
+    result = gcam.CamResult(cams, "gradcam", ["x"])
+    picture = np.array(Image.open(io.BytesIO(result._repr_png_())))
+    assert picture.shape == (4 * 112 + 3 * 4, 4 * 112 + 3 * 4, 3)
+    heat = result.heatmaps()[5].numpy()  # row 1, column 1: at (116, 116), each pixel a 4 x 4 block
+    assert np.array_equal(picture[116:116 + 112, 116:116 + 112], heat.repeat(4, axis=0).repeat(4, axis=1))
+    # Maps already large enough are shown at their size; at most 32.
+    big = gcam.CamResult(torch.rand(40, 100, 120), "gradcam", ["x"])
+    picture = np.array(Image.open(io.BytesIO(big._repr_png_())))
+    assert picture.shape == (8 * 100 + 7 * 4, 4 * 120 + 3 * 4, 3)
