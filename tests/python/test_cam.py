@@ -530,12 +530,43 @@ def test_gradcam_cli_class_overrides_a_classifiers_top_class(tmp_path, capsys, t
     top = gpucore.gradcam(loaded.module, "features", x).cams
     code, out, err = _gradcam_cli(capsys, *common, "--out", tmp_path / "top")
     torch.testing.assert_close(torch.load(tmp_path / "top" / "cams_gradcam.pt"), top, rtol=1e-5, atol=1e-6)
-    names = loaded.classes or []
-    if names:  # a class name works as its index
-        code, out, err = _gradcam_cli(capsys, *common, "--class", names[2], "--out", tmp_path / "named")
-        assert code == 0, err
-        torch.testing.assert_close(torch.load(tmp_path / "named" / "cams_gradcam.pt"), cams)
+    assert loaded.classes is None  # tensors: no class names (names: the test below)
     code, out, err = _gradcam_cli(capsys, *common, "--class", "3", "--target", "1", "--out", tmp_path / "both")
     assert code == 2 and "--target and --class both name the class to explain" in err
     code, out, err = _gradcam_cli(capsys, *common, "--class", "cat", "--out", tmp_path / "bad")
     assert code == 2 and "--class 'cat' is not a class of this model: give an index 0 to 2" in err, err
+
+
+def test_gradcam_cli_class_of_a_several_class_segmentation_model_by_index_or_name():
+    import argparse
+
+    from gpucore.cli import _cam_targets
+    from gpucore.config import load_config
+    from gpucore.evaluation.load import LoadedModel
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 3, 1)).eval()
+    loaded = LoadedModel(model, load_config({"loss": "dice_bce"}), ["sky", "road", "car"], {"mean": [0.5], "std": [1.0]},
+                         [1, 8, 8], torch.device("cpu"), "seg.pt")
+    x = torch.randn(2, 1, 8, 8)
+
+    def args(category=None, target=None):
+        return argparse.Namespace(category=category, target=target, checkpoint="seg.pt")
+
+    expected = gpucore.gradcam(model, "1", x, targets=gcam.segmentation_target(2)).cams
+    for chosen in ("2", "car"):
+        cams = gpucore.gradcam(model, "1", x, targets=_cam_targets(args(chosen), loaded, x)).cams
+        torch.testing.assert_close(cams, expected, rtol=0, atol=0)
+    with pytest.raises(gpucore.ConfigError, match=r"segmentation model \(outputs N x 3 x H x W\): name the class to "
+                                                  r"explain with --class: an index 0 to 2; or a name: sky, road, car"):
+        _cam_targets(args(), loaded, x)
+    with pytest.raises(gpucore.ConfigError, match=r"--class 'boat' is not a class of this model: give an index 0 to "
+                                                  r"2; or a name: sky, road, car"):
+        _cam_targets(args("boat"), loaded, x)
+    # a classifier with class names: the name is its index; --target is the same by index
+    classifier = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                               nn.Linear(4, 3)).eval()
+    named = LoadedModel(classifier, load_config({}), ["cat", "dog", "bird"], {"mean": [0.5], "std": [1.0]},
+                        [1, 8, 8], torch.device("cpu"), "cls.pt")
+    assert _cam_targets(args("dog"), named, x) == 1 and _cam_targets(args("2"), named, x) == 2
+    assert _cam_targets(args(target=0), named, x) == 0 and _cam_targets(args(), named, x) is None
