@@ -366,6 +366,11 @@ def _as_rgb_uint8(images: torch.Tensor, size) -> torch.Tensor:
     return x.contiguous()
 
 
+DISPLAY_LIMIT = 32  # maps in the notebook's grid
+DISPLAY_COLUMNS = 4  # maps a row in the notebook's grid
+DISPLAY_MIN_PX = 96  # a small map is enlarged to at least this many pixels a side in the notebook's grid
+
+
 class CamResult:
     """CAMs with overlays, PNG files and notebook display (a grid of the maps or overlays).
 
@@ -451,8 +456,15 @@ class CamResult:
         return paths
 
     def _picture(self) -> torch.Tensor:
+        """The notebook's grid: the first DISPLAY_LIMIT maps (overlays once overlay() was called), DISPLAY_COLUMNS a
+        row, each enlarged by a whole factor (nearest neighbour: the map's own pixels) to at least DISPLAY_MIN_PX on
+        its shorter side."""
         shown = _ops.cam_overlay(self._images, self.cams, 0.5) if self._images is not None else self.heatmaps()
-        return grid(shown[:32])
+        shown = shown[:DISPLAY_LIMIT].to("cpu")
+        factor = max(1, -(-DISPLAY_MIN_PX // max(1, min(shown.shape[1:3]))))
+        if factor > 1:
+            shown = shown.repeat_interleave(factor, dim=1).repeat_interleave(factor, dim=2)
+        return grid(shown, columns=DISPLAY_COLUMNS, gap=4)
 
     def _repr_png_(self) -> bytes:
         return encode_png(self._picture())

@@ -88,12 +88,73 @@ def _gradcam(args: argparse.Namespace) -> int:
     names = ([os.path.splitext(f)[0].replace(os.sep, "_") for f in read.files] if read.files is not None
              else [f"image_{i:04d}" for i in range(images.shape[0])])
     x = loaded.preprocess(images)
-    result = CAM(loaded.module, args.layer, args.method, batch_size=args.batch_size)(x, args.target)
+    targets = _cam_targets(args, loaded, x)
+    result = CAM(loaded.module, args.layer, args.method, batch_size=args.batch_size)(x, targets)
     result.save(args.out, images.to(loaded.device), names=[f"{name}_{args.method}" for name in names])
     torch.save(result.cams.cpu(), os.path.join(args.out, f"cams_{args.method}.pt"))
     print(json.dumps({"images": len(names), "method": args.method, "layer": result.layers[0],
                       "device": str(loaded.device), "out": os.path.abspath(args.out)}, indent=2))
     return 0
+
+
+def _cam_targets(args: argparse.Namespace, loaded, x):
+    """gpucore gradcam's target from --class (or --target): None (each image's top class), a class index of a
+    classifier, or a score of a segmentation model's outputs (the class's logits summed over the image)."""
+    import torch
+
+    from .cam import segmentation_target
+    from .errors import ConfigError
+
+    chosen = args.category
+    if args.target is not None:
+        if chosen is not None:
+            raise ConfigError("--target and --class both name the class to explain; give one of them (--class takes "
+                              "an index or a class name)")
+        chosen = str(args.target)
+    with torch.no_grad():
+        output = loaded.module(x[:1])
+    output = output[0] if isinstance(output, (tuple, list)) else output
+    classes = list(loaded.classes or [])
+    if output.dim() == 4:  # segmentation: N x K x H x W logits
+        channels = output.shape[1]
+        count = 2 if channels == 1 else channels  # one channel: background (logit < 0) and foreground
+        names = classes if len(classes) == count else []
+        if chosen is None:
+            raise ConfigError(f"checkpoint '{args.checkpoint}' is a segmentation model (outputs N x {channels} x H x W): "
+                              f"name the class to explain with --class: {_class_choices(count, names)}")
+        index = _class_index(chosen, count, names)
+        if channels == 1:  # the foreground's logit, or its negative for the background
+            sign = 1.0 if index == 1 else -1.0
+            return lambda out: sign * out[:, 0].flatten(1).sum(1)
+        return segmentation_target(index)
+    if output.dim() == 2:  # classification: N x classes
+        if chosen is None:
+            return None  # each image's predicted class
+        count = output.shape[1]
+        return _class_index(chosen, count, classes[:count] if len(classes) >= count else [])
+    raise ConfigError(f"--class: outputs of shape {tuple(output.shape)} are neither a classifier's (N x classes) nor a "
+                      "segmentation model's (N x K x H x W); explain them in Python with gpucore.gradcam and a target "
+                      "callable")
+
+
+def _class_choices(count: int, names) -> str:
+    listed = f"; or a name: {', '.join(names)}" if names else ""
+    return f"an index 0 to {count - 1}{listed}"
+
+
+def _class_index(chosen: str, count: int, names) -> int:
+    """--class's value as a class index: an integer below `count`, or one of `names`."""
+    from .errors import ConfigError
+
+    if chosen in names:
+        return list(names).index(chosen)
+    try:
+        index = int(chosen)
+    except ValueError:
+        index = None
+    if index is None or not 0 <= index < count:
+        raise ConfigError(f"--class '{chosen}' is not a class of this model: give {_class_choices(count, names)}")
+    return index
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -204,7 +265,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="resize the images from a folder to this size (default: the size the model was trained at)")
     cam.add_argument("--out", required=True, help="folder for the overlays (PNG) and the maps (cams_METHOD.pt)")
     cam.add_argument("--method", default="gradcam", help=f"{', '.join(METHODS)} (default gradcam)")
-    cam.add_argument("--target", type=int, help="class index (default: each image's predicted class)")
+    cam.add_argument("--class", dest="category", metavar="K",
+                     help="the class to explain, an index or a class name: for a classifier instead of each image's "
+                     "predicted class; required for a segmentation model (its logits of class K summed over the "
+                     "image; a one-channel model: 0 the background, 1 the foreground)")
+    cam.add_argument("--target", type=int, help="class index, as --class K (default: each image's predicted class)")
     cam.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
     cam.add_argument("--batch-size", type=int, default=32, help="images per pass (default 32)")
     _model_option(cam)

@@ -37,7 +37,14 @@ def run_row(path: str, name: str) -> Dict[str, str]:
                   else "-")
     return {"name": name, "status": stats.get("status", "-"),
             "epochs": f"{len(epochs)}/{(stats.get('config') or {}).get('epochs', '?')}", "best": shown_best,
-            "device": stats.get("device", "-"), "time": duration(sum(row.get("epoch_time_s", 0) for row in epochs))}
+            "device": stats.get("device", "-"), "time": duration(trained_seconds(stats))}
+
+
+def trained_seconds(stats: dict) -> float:
+    """The time a run trained: its epochs' epoch_time_s plus, for a run interrupted mid-epoch, the time of the
+    epoch cut short (seconds.interrupted_epoch; files written before it was recorded lack it)."""
+    finished = sum(row.get("epoch_time_s") or 0 for row in stats.get("epochs") or [])
+    return finished + ((stats.get("seconds") or {}).get("interrupted_epoch") or 0)
 
 
 def duration(seconds: float) -> str:

@@ -1,5 +1,6 @@
 """Grad-CAM against a plain PyTorch reference written here with pytorch-grad-cam's formulas."""
 import importlib.util
+import os
 
 import pytest
 import torch
@@ -413,3 +414,159 @@ def test_auto_layer_skips_the_output_of_a_segmentation_model_and_says_when_there
     assert gcam.find_target_layer(segmenter, torch.randn(1, 3, 8, 8)) == "1"
     with pytest.raises(gpucore.ConfigError, match="layer 'auto' found no layer"):
         gpucore.gradcam(nn.Sequential(nn.Flatten(), nn.Linear(12, 3)), "auto", torch.randn(2, 3, 2, 2))
+
+
+def test_the_notebook_grid_shows_each_map_at_a_readable_size():
+    """16 maps of 28 x 28 were a 238 x 58 strip; now 4 a row, each enlarged 4x (112 px), with 4 px gaps."""
+    import io
+
+    import numpy as np
+    Image = require("PIL.Image")
+    cams = torch.rand(16, 28, 28)
+    result = gcam.CamResult(cams, "gradcam", ["x"])
+    picture = np.array(Image.open(io.BytesIO(result._repr_png_())))
+    assert picture.shape == (4 * 112 + 3 * 4, 4 * 112 + 3 * 4, 3)
+    heat = result.heatmaps()[5].numpy()  # row 1, column 1: at (116, 116), each pixel a 4 x 4 block
+    assert np.array_equal(picture[116:116 + 112, 116:116 + 112], heat.repeat(4, axis=0).repeat(4, axis=1))
+    # Maps already large enough are shown at their size; at most 32.
+    big = gcam.CamResult(torch.rand(40, 100, 120), "gradcam", ["x"])
+    picture = np.array(Image.open(io.BytesIO(big._repr_png_())))
+    assert picture.shape == (8 * 100 + 7 * 4, 4 * 120 + 3 * 4, 3)
+
+
+TINY_MODELS = '''
+import torch
+from torch import nn
+
+
+def segmenter():
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 1, 1))
+
+
+class Classifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU())
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 3))
+
+    def forward(self, x):
+        return self.head(self.features(x))
+'''
+
+
+def _gradcam_cli(capsys, *args):
+    from gpucore.cli import main
+
+    code = main(["gradcam", *map(str, args), "--device", "cpu"])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture()
+def tiny_models(tmp_path, monkeypatch):
+    (tmp_path / "cam_tiny_models.py").write_text(TINY_MODELS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import cam_tiny_models
+    return cam_tiny_models
+
+
+def test_gradcam_cli_explains_a_chosen_class_of_a_segmentation_model(tmp_path, capsys, tiny_models):
+    import numpy as np
+
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (40, 1, 16, 16), dtype=torch.uint8, generator=generator)
+    masks = (images[:, 0] > 127).long()  # bright pixels are the foreground
+    torch.manual_seed(0)
+    run = gpucore.train(dict(run_dir=str(tmp_path / "runs"), progress=False, report=False, epochs=1, batch_size=8,
+                             loss="dice_bce", lr=0.05, device="cpu", precision="32", loggers=[]),
+                        model=tiny_models.segmenter(), train_data=(images[:32], masks[:32]),
+                        val_data=(images[32:], masks[32:]))
+    best = os.path.join(run.checkpoint_dir, "best.pt")
+    np.save(tmp_path / "inputs.npy", images[32:36, 0].numpy())
+    common = ("--checkpoint", best, "--images", tmp_path / "inputs.npy", "--model", "cam_tiny_models:segmenter",
+              "--layer", "1")
+    # Without a class: refused, naming the option and the classes it takes (no Python callable asked for).
+    code, out, err = _gradcam_cli(capsys, *common, "--out", tmp_path / "none")
+    assert code == 2 and "segmentation model (outputs N x 1 x H x W)" in err and "--class" in err, err
+    assert "an index 0 to 1" in err and "callable" not in err
+    loaded = gpucore.load(best, "cpu", model="cam_tiny_models:segmenter")
+    x = loaded.preprocess(images[32:36])
+    for chosen, sign in (("1", 1.0), ("0", -1.0)):
+        code, out, err = _gradcam_cli(capsys, *common, "--class", chosen, "--out", tmp_path / f"class{chosen}")
+        assert code == 0, err
+        cams = torch.load(tmp_path / f"class{chosen}" / "cams_gradcam.pt")
+        expected = gpucore.gradcam(loaded.module, "1", x, targets=lambda o: sign * o[:, 0].flatten(1).sum(1)).cams
+        torch.testing.assert_close(cams, expected.cpu(), rtol=1e-5, atol=1e-6)
+        assert cams.shape == (4, 16, 16) and float(cams.max()) > 0
+    background = torch.load(tmp_path / "class0" / "cams_gradcam.pt")
+    foreground = torch.load(tmp_path / "class1" / "cams_gradcam.pt")
+    assert not torch.allclose(background, foreground)
+    code, out, err = _gradcam_cli(capsys, *common, "--class", "7", "--out", tmp_path / "bad")
+    assert code == 2 and "--class '7' is not a class of this model: give an index 0 to 1" in err, err
+
+
+def test_gradcam_cli_class_overrides_a_classifiers_top_class(tmp_path, capsys, tiny_models):
+    import numpy as np
+
+    generator = torch.Generator().manual_seed(1)
+    images = torch.randint(0, 256, (24, 1, 12, 12), dtype=torch.uint8, generator=generator)
+    labels = torch.randint(0, 3, (24,), generator=generator)
+    torch.manual_seed(0)
+    run = gpucore.train(dict(run_dir=str(tmp_path / "runs"), progress=False, report=False, epochs=1, batch_size=8,
+                             device="cpu", precision="32", loggers=[], top_k=0),
+                        model=tiny_models.Classifier(), train_data=(images[:16], labels[:16]),
+                        val_data=(images[16:], labels[16:]))
+    best = os.path.join(run.checkpoint_dir, "best.pt")
+    np.save(tmp_path / "inputs.npy", images[16:20, 0].numpy())
+    common = ("--checkpoint", best, "--images", tmp_path / "inputs.npy", "--model", "cam_tiny_models:Classifier",
+              "--layer", "features")
+    loaded = gpucore.load(best, "cpu", model="cam_tiny_models:Classifier")
+    x = loaded.preprocess(images[16:20])
+    code, out, err = _gradcam_cli(capsys, *common, "--class", "2", "--out", tmp_path / "two")
+    assert code == 0, err
+    cams = torch.load(tmp_path / "two" / "cams_gradcam.pt")
+    torch.testing.assert_close(cams, gpucore.gradcam(loaded.module, "features", x, targets=2).cams, rtol=1e-5,
+                               atol=1e-6)
+    top = gpucore.gradcam(loaded.module, "features", x).cams
+    code, out, err = _gradcam_cli(capsys, *common, "--out", tmp_path / "top")
+    torch.testing.assert_close(torch.load(tmp_path / "top" / "cams_gradcam.pt"), top, rtol=1e-5, atol=1e-6)
+    assert loaded.classes is None  # tensors: no class names (names: the test below)
+    code, out, err = _gradcam_cli(capsys, *common, "--class", "3", "--target", "1", "--out", tmp_path / "both")
+    assert code == 2 and "--target and --class both name the class to explain" in err
+    code, out, err = _gradcam_cli(capsys, *common, "--class", "cat", "--out", tmp_path / "bad")
+    assert code == 2 and "--class 'cat' is not a class of this model: give an index 0 to 2" in err, err
+
+
+def test_gradcam_cli_class_of_a_several_class_segmentation_model_by_index_or_name():
+    import argparse
+
+    from gpucore.cli import _cam_targets
+    from gpucore.config import load_config
+    from gpucore.evaluation.load import LoadedModel
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 3, 1)).eval()
+    loaded = LoadedModel(model, load_config({"loss": "dice_bce"}), ["sky", "road", "car"], {"mean": [0.5], "std": [1.0]},
+                         [1, 8, 8], torch.device("cpu"), "seg.pt")
+    x = torch.randn(2, 1, 8, 8)
+
+    def args(category=None, target=None):
+        return argparse.Namespace(category=category, target=target, checkpoint="seg.pt")
+
+    expected = gpucore.gradcam(model, "1", x, targets=gcam.segmentation_target(2)).cams
+    for chosen in ("2", "car"):
+        cams = gpucore.gradcam(model, "1", x, targets=_cam_targets(args(chosen), loaded, x)).cams
+        torch.testing.assert_close(cams, expected, rtol=0, atol=0)
+    with pytest.raises(gpucore.ConfigError, match=r"segmentation model \(outputs N x 3 x H x W\): name the class to "
+                                                  r"explain with --class: an index 0 to 2; or a name: sky, road, car"):
+        _cam_targets(args(), loaded, x)
+    with pytest.raises(gpucore.ConfigError, match=r"--class 'boat' is not a class of this model: give an index 0 to "
+                                                  r"2; or a name: sky, road, car"):
+        _cam_targets(args("boat"), loaded, x)
+    # a classifier with class names: the name is its index; --target is the same by index
+    classifier = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                               nn.Linear(4, 3)).eval()
+    named = LoadedModel(classifier, load_config({}), ["cat", "dog", "bird"], {"mean": [0.5], "std": [1.0]},
+                        [1, 8, 8], torch.device("cpu"), "cls.pt")
+    assert _cam_targets(args("dog"), named, x) == 1 and _cam_targets(args("2"), named, x) == 2
+    assert _cam_targets(args(target=0), named, x) == 0 and _cam_targets(args(), named, x) is None

@@ -1,5 +1,8 @@
 """The native readers (IDX, NPY, NPZ, PNG, JPEG): round trips with files written here, every corrupt case, errors
 that name the file, a format built without its library."""
+import json
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -153,3 +156,78 @@ def test_npz_round_trip_and_corrupt_archives(tmp_path, save):
         _C.read_npz(str(tmp_path / "flipped.npz"))
     with pytest.raises(gpucore.ConfigError, match="cannot open .npz file"):
         _C.read_npz(str(tmp_path / "missing.npz"))
+
+
+def _csv_images(folder, count):
+    """`count` distinct 4 x 4 grey PNGs img0.png ... in `folder`."""
+    from gpucore.data.png import encode_png
+
+    for index in range(count):
+        (folder / f"img{index}.png").write_bytes(encode_png(torch.full((4, 4), index * 10, dtype=torch.uint8)))
+
+
+def test_csv_multi_label_by_name_by_id_and_by_column(tmp_path):
+    _csv_images(tmp_path, 4)
+    (tmp_path / "names.csv").write_text("image,tags\nimg0.png,dog cat\nimg1.png,\nimg2.png,bird\nimg3.png,cat  bird dog\n")
+    named = gpucore.data.read_csv(str(tmp_path / "names.csv"), label_column="tags", channels=1, multi_label=True)
+    assert named.classes == ["bird", "cat", "dog"]  # the names found, sorted
+    by_hand = torch.tensor([[0, 1, 1], [0, 0, 0], [1, 0, 0], [1, 1, 1]], dtype=torch.float32)
+    assert named.targets.dtype == torch.float32 and torch.equal(named.targets, by_hand)
+    assert [int(v) for v in named.inputs[:, 0, 0, 0]] == [0, 10, 20, 30]  # the rows' images, in order
+    # classes fixes the order (and allows indices into it)
+    ordered = gpucore.data.read_csv(str(tmp_path / "names.csv"), label_column="tags", channels=1, multi_label=True,
+                                    classes=["dog", "cat", "bird", "fish"])
+    assert ordered.classes == ["dog", "cat", "bird", "fish"]
+    assert torch.equal(ordered.targets, torch.tensor([[1, 1, 0, 0], [0, 0, 0, 0], [0, 0, 1, 0], [1, 1, 1, 0]],
+                                                     dtype=torch.float32))
+    # integer class ids, spaces or ';' between them
+    (tmp_path / "ids.csv").write_text("image,label\nimg0.png,0 2\nimg1.png,1;3\nimg2.png,3\n")
+    ids = gpucore.data.read_csv(str(tmp_path / "ids.csv"), channels=1, multi_label=True)
+    assert ids.classes is None
+    assert torch.equal(ids.targets, torch.tensor([[1, 0, 1, 0], [0, 1, 0, 1], [0, 0, 0, 1]], dtype=torch.float32))
+    # one 0/1 column per class
+    (tmp_path / "columns.csv").write_text("image,cat,dog,bird\nimg0.png,1,1,0\nimg1.png,0,0,0\nimg2.png,0,0,1\n")
+    columns = gpucore.data.read_csv(str(tmp_path / "columns.csv"), label_column=["cat", "dog", "bird"], channels=1)
+    assert columns.classes == ["cat", "dog", "bird"]
+    assert torch.equal(columns.targets, torch.tensor([[1, 1, 0], [0, 0, 0], [0, 0, 1]], dtype=torch.float32))
+
+
+def test_csv_multi_label_trains_with_multilabel_soft_margin(tmp_path):
+    _csv_images(tmp_path, 4)
+    (tmp_path / "tags.csv").write_text("image,tags\n" + "".join(
+        f"img{i % 4}.png,{['a', 'b', 'a b', ''][i % 4]}\n" for i in range(16)))
+    data = gpucore.data.read_csv(str(tmp_path / "tags.csv"), label_column="tags", channels=1, multi_label=True)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 2))
+    result = gpucore.train(dict(run_dir=str(tmp_path / "runs"), epochs=1, batch_size=4, progress=False, report=False,
+                                device="cpu", precision="32", loggers=[], loss="multilabel_soft_margin", top_k=0),
+                           model=model, train_data=data, val_data=data)
+    assert result.status == "completed"
+    loaded = gpucore.load(os.path.join(result.checkpoint_dir, "last.pt"), "cpu", model=model)
+    assert loaded.classes == ["a", "b"]
+    with torch.no_grad():  # the loss the run reports is the loss of those targets, computed here by hand
+        expected = torch.nn.functional.multilabel_soft_margin_loss(loaded(data.inputs), data.targets)
+    history = [json.loads(line) for line in open(os.path.join(result.run_dir, "metrics.jsonl"))]
+    assert history[-1]["val_loss"] == pytest.approx(float(expected), rel=1e-4)
+
+
+def test_csv_multi_label_errors_name_the_row_and_what_is_valid(tmp_path):
+    _csv_images(tmp_path, 2)
+    cases = [
+        ("image,tags\nimg0.png,dog 1\n", {"label_column": "tags", "multi_label": True},
+         r"column 'tags' mixes class names \('dog'\) and integer class ids \('1'\)"),
+        ("image,tags\nimg0.png,dog\nimg1.png,fish\n", {"label_column": "tags", "multi_label": True,
+                                                       "classes": ["dog", "cat"]},
+         r"line 3: column 'tags' has label 'fish', not a class; expected one of dog, cat or an index 0 to 1"),
+        ("image,cat,dog\nimg0.png,1,2\n", {"label_column": ["cat", "dog"]},
+         r"line 2: column 'dog' is '2'; expected 0 or 1"),
+        ("image,cat\nimg0.png,1\n", {"label_column": ["cat", "dog"]},
+         r"has columns \['image', 'cat'\]; expected 'image', 'cat', 'dog' \(missing: dog\)"),
+        ("image,label\nimg0.png,1 2\n", {}, r"expected an integer class id \(0, 1, \.\.\.\); for several labels per "
+                                            r"row pass multi_label=True"),
+        ("image,label\nimg0.png,1\n", {"classes": ["a", "b"]}, r"classes is for multi-label CSVs"),
+        ("image,label\nimg0.png,1\n", {"label_column": []}, r"label_column must be a column name or a non-empty list"),
+    ]
+    for index, (text, kwargs, message) in enumerate(cases):
+        (tmp_path / f"case{index}.csv").write_text(text)
+        with pytest.raises(gpucore.ConfigError, match=message):
+            gpucore.data.read_csv(str(tmp_path / f"case{index}.csv"), channels=1, **kwargs)

@@ -1,6 +1,8 @@
 """gpucore.predict / gpucore predict and gpucore.export / gpucore export, on a run trained here."""
 import csv
 import json
+import os
+import stat
 import subprocess
 import sys
 
@@ -150,7 +152,7 @@ def test_onnx_export_agrees_with_pytorch(run, tmp_path, monkeypatch):
 
     proto = onnx.load(str(tmp_path / "model.onnx"))
     info = json.loads({p.key: p.value for p in proto.metadata_props}["gpucore.preprocessing"])
-    assert info == {k: v for k, v in json.loads((tmp_path / "model.json").read_text()).items() if k != "weights"}
+    assert info == {k: v for k, v in json.loads((tmp_path / "model.onnx.json").read_text()).items() if k != "weights"}
     x = (x_val[:5].float() / 255 - info["mean"][0]) / info["std"][0]
     session = onnxruntime.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
     theirs = torch.from_numpy(session.run(None, {"inputs": x.numpy()})[0])
@@ -160,21 +162,50 @@ def test_onnx_export_agrees_with_pytorch(run, tmp_path, monkeypatch):
     monkeypatch.setattr(exporter, "TOLERANCE", -1.0)
     with pytest.raises(exporter.ExportError, match=r"differ from PyTorch's by up to .*tolerance -1"):
         gpucore.export(checkpoint, "onnx", str(tmp_path / "again.onnx"))
-    assert not (tmp_path / "again.json").exists()  # no preprocessing file for an export that failed its check
+    assert not (tmp_path / "again.onnx.json").exists()  # no preprocessing file for an export that failed its check
 
 
 def test_safetensors_export_loads_into_a_fresh_model(run, tmp_path):
     safetensors_torch = require("safetensors.torch")
     _, checkpoint, _, x_val, _ = run
     written = gpucore.export(checkpoint, "safetensors", str(tmp_path / "weights.safetensors"))
-    info = json.loads((tmp_path / "weights.json").read_text())
-    assert written["preprocessing"] == str(tmp_path / "weights.json") and info["weights"] == "weights.safetensors"
+    info = json.loads((tmp_path / "weights.safetensors.json").read_text())
+    assert written["preprocessing"] == str(tmp_path / "weights.safetensors.json") and info["weights"] == "weights.safetensors"
     assert info["input_shape"] == [1, 28, 28] and info["classes"] == CLASS_NAMES["synthetic_fashion"]
     fresh = build_model(info["model"], info["model_kwargs"])
     fresh.load_state_dict(safetensors_torch.load_file(str(tmp_path / "weights.safetensors")))
     x = (x_val[:8].float() / 255 - info["mean"][0]) / info["std"][0]
     with torch.no_grad():
         torch.testing.assert_close(fresh.eval()(x), gpucore.load(checkpoint, "cpu")(x_val[:8]), rtol=1e-5, atol=1e-5)
+
+
+def test_both_formats_keep_their_own_json_and_get_the_usual_mode(run, tmp_path):
+    """Exporting ONNX then safetensors to the same folder keeps both JSON files; the files are 0666 less the umask
+    (safetensors alone wrote its file 0600)."""
+    require("onnxruntime")
+    require("onnxscript")
+    require("onnx")
+    require("safetensors")
+    _, checkpoint, _, _, _ = run
+    previous = os.umask(0o022)
+    try:
+        onnx_written = gpucore.export(checkpoint, "onnx", str(tmp_path / "best.onnx"))
+        os.umask(0o027)  # the files follow the umask in force, not a fixed mode
+        tensors_written = gpucore.export(checkpoint, "safetensors", str(tmp_path / "best.safetensors"))
+    finally:
+        os.umask(previous)
+    assert onnx_written["preprocessing"] == str(tmp_path / "best.onnx.json")
+    assert tensors_written["preprocessing"] == str(tmp_path / "best.safetensors.json")
+    onnx_info = json.loads((tmp_path / "best.onnx.json").read_text())
+    tensors_info = json.loads((tmp_path / "best.safetensors.json").read_text())
+    assert onnx_info["weights"] == "best.onnx" and tensors_info["weights"] == "best.safetensors"
+    assert {k: v for k, v in onnx_info.items() if k != "weights"} == {k: v for k, v in tensors_info.items()
+                                                                       if k != "weights"}
+    assert not (tmp_path / "best.json").exists()
+    modes = {name: stat.S_IMODE(os.stat(tmp_path / name).st_mode)
+             for name in ("best.onnx", "best.onnx.json", "best.safetensors", "best.safetensors.json")}
+    assert modes == {"best.onnx": 0o644, "best.onnx.json": 0o644, "best.safetensors": 0o640,
+                     "best.safetensors.json": 0o640}
 
 
 def test_export_errors_are_clear(run, monkeypatch):

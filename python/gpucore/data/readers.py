@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import csv
 import os
-from typing import Callable, List, Optional, Sequence, Tuple
+import re
+from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -433,26 +434,55 @@ def captcha_labels(alphabet: str, length: int) -> Callable[[str], List[int]]:
     return label
 
 
-def read_csv(path: str, image_column: str = "image", label_column: str = "label", root: Optional[str] = None,
-        channels: int = 3, size=None, threads: Optional[int] = None, on_error: str = "raise") -> ImageFiles:
-    """Images listed in a CSV file with an integer label per row.
+def read_csv(path: str, image_column: str = "image", label_column: Union[str, Sequence[str]] = "label",
+             root: Optional[str] = None, channels: int = 3, size=None, threads: Optional[int] = None,
+             on_error: str = "raise", *, multi_label: bool = False,
+             classes: Optional[Sequence[str]] = None) -> ImageFiles:
+    """Images listed in a CSV file with their labels: an integer class per row, or several labels per row
+    (multi-label, multi-hot targets for loss multilabel_soft_margin or bce_with_logits).
+
+    Multi-label CSVs come in two forms: one column of labels separated by spaces (or ';'), class names or integer
+    class ids (`multi_label=True`; an empty cell is an image with none of the labels), or one 0/1 column per class
+    (`label_column=[names]`: the columns are the classes, in that order).
 
     Args:
         path: the CSV file.
         image_column: the column of image paths.
-        label_column: the column of integer labels.
+        label_column: the column of labels, or a list of 0/1 columns, one per class (multi-label).
         root: the folder the paths are relative to (default: the CSV's folder).
         channels: 1 (grey) or 3 (RGB).
         size: None, an int or (height, width) to resize to.
         threads: decoding threads (default: the CPU count).
         on_error: "raise", or "skip" to leave unreadable files out.
+        multi_label: the label column holds several labels per row, separated by spaces.
+        classes: with multi_label, the class names in target order (default: the names found, sorted; for integer
+            ids, none, and as many classes as the largest id + 1). Labels may then be names or indices.
 
     Returns:
-        ImageFiles.
+        ImageFiles; multi-label: float32 N x classes targets of 0 and 1, and `classes` the class names.
 
     Raises:
-        ConfigError: a missing column, a label that is not an integer.
+        ConfigError: a missing column, a label that is not an integer (single label), a label that is not a class,
+            a 0/1 column with another value.
     """
+    columns_form = not isinstance(label_column, str)
+    if columns_form:
+        if not isinstance(label_column, (list, tuple)) or not label_column or not all(
+                isinstance(c, str) and c for c in label_column):
+            raise ConfigError(f"read_csv: label_column must be a column name or a non-empty list of column names (one "
+                              f"0/1 column per class), got {label_column!r}")
+        if len(set(label_column)) != len(label_column):
+            raise ConfigError(f"read_csv: label_column lists a column twice: {list(label_column)}")
+        if classes is not None:
+            raise ConfigError("read_csv: with label_column=[columns] the columns are the classes; leave classes out")
+    if classes is not None:
+        if not multi_label:
+            raise ConfigError("read_csv: classes is for multi-label CSVs; pass multi_label=True (labels separated by "
+                              "spaces) or label_column=[one 0/1 column per class]")
+        classes = [str(c) for c in classes]
+        if not classes or len(set(classes)) != len(classes):
+            raise ConfigError(f"read_csv: classes must be distinct names, got {classes}")
+    label_columns = list(label_column) if columns_form else [label_column]
     root = root if root is not None else os.path.dirname(os.path.abspath(path))
     with open(path, newline="", encoding="utf-8") as handle:
         reader = csv.DictReader(handle)
@@ -460,28 +490,94 @@ def read_csv(path: str, image_column: str = "image", label_column: str = "label"
         for row in reader:
             rows.append((reader.line_num, row))  # the file's line of the row's end (the header is line 1)
         columns = reader.fieldnames or []
-    if rows and (image_column not in columns or label_column not in columns):
-        raise ConfigError(f"CSV '{path}' has columns {list(columns)}; expected '{image_column}' and '{label_column}'")
+    missing = [c for c in [image_column, *label_columns] if c not in columns]
+    if rows and missing:
+        expected = ", ".join(f"'{c}'" for c in [image_column, *label_columns])
+        raise ConfigError(f"CSV '{path}' has columns {list(columns)}; expected {expected} (missing: "
+                          f"{', '.join(missing)})")
     files, labels = [], []
     for line, row in rows:
         where = f"CSV '{path}' line {line}"
-        image, label = row.get(image_column), row.get(label_column)
-        if image is None or label is None:
+        image, values = row.get(image_column), [row.get(c) for c in label_columns]
+        if image is None or any(value is None for value in values):
+            named = " and ".join(f"'{c}'" for c in [image_column, *label_columns])
             raise ConfigError(f"{where} has {sum(value is not None for value in row.values())} of the header's "
-                              f"{len(columns)} columns; every row needs '{image_column}' and '{label_column}'")
+                              f"{len(columns)} columns; every row needs {named}")
         if not image.strip():
             raise ConfigError(f"{where}: column '{image_column}' is empty; expected an image path (relative to "
                               f"'{root}')")
-        try:
-            labels.append(int(label))
-        except ValueError:
-            raise ConfigError(f"{where}: column '{label_column}' is {label!r}; expected an integer class id "
-                              "(0, 1, ...)") from None
+        if columns_form:
+            flags = []
+            for column, value in zip(label_columns, values):
+                if value.strip() not in ("0", "1"):
+                    raise ConfigError(f"{where}: column '{column}' is {value!r}; expected 0 or 1 (whether the image "
+                                      f"has class '{column}')")
+                flags.append(float(value.strip()))
+            labels.append(flags)
+        elif multi_label:
+            labels.append((where, [token for token in re.split(r"[\s;]+", values[0].strip()) if token]))
+        else:
+            try:
+                labels.append(int(values[0]))
+            except ValueError:
+                hint = ("; for several labels per row pass multi_label=True (labels separated by spaces) or "
+                        "label_column=[one 0/1 column per class]") if len(values[0].split()) > 1 else ""
+                raise ConfigError(f"{where}: column '{label_column}' is {values[0]!r}; expected an integer class id "
+                                  f"(0, 1, ...){hint}") from None
         files.append(os.path.join(root, image))
         if on_error == "raise" and not os.path.isfile(files[-1]):
             raise ConfigError(f"{where}: image '{image}' does not exist (looked for '{files[-1]}'; paths are "
                               f"relative to '{root}')")
+    if columns_form:
+        targets = torch.tensor(labels, dtype=torch.float32).reshape(len(labels), len(label_columns))
+        return ImageFiles(files, targets, list(label_columns), channels=channels, size=size, threads=threads,
+                          on_error=on_error, origin=f"CSV '{path}'")
+    if multi_label:
+        targets, classes = _multi_hot(path, label_column, labels, classes)
+        return ImageFiles(files, targets, classes, channels=channels, size=size, threads=threads, on_error=on_error,
+                          origin=f"CSV '{path}'")
     return read_files(files, labels, channels=channels, size=size, threads=threads, on_error=on_error)
+
+
+def _multi_hot(path: str, column: str, rows: List[Tuple[str, List[str]]],
+               classes: Optional[List[str]]) -> Tuple[torch.Tensor, Optional[List[str]]]:
+    """read_csv(multi_label=True): the rows' labels as float32 N x classes of 0 and 1, and the class names (None for
+    integer ids without `classes`)."""
+    tokens = [token for _, row in rows for token in row]
+    if classes is None:
+        names = sorted({t for t in tokens if not _is_id(t)})
+        ids = [t for t in tokens if _is_id(t)]
+        if names and ids:
+            raise ConfigError(f"CSV '{path}' column '{column}' mixes class names ({names[0]!r}) and integer class ids "
+                              f"({ids[0]!r}); use one or the other, or pass classes=[names] so ids index them")
+        if ids and min(int(t) for t in ids) < 0:
+            raise ConfigError(f"CSV '{path}' column '{column}' has class id {min(int(t) for t in ids)}; ids are 0, 1, "
+                              "...")
+        count = len(names) if names else (max(int(t) for t in ids) + 1 if ids else 0)
+        if count == 0:
+            raise ConfigError(f"CSV '{path}' column '{column}' has no labels at all; a multi-label CSV needs class "
+                              "names or ids separated by spaces (or pass classes=[names])")
+        classes_out = names or None
+    else:
+        count, classes_out = len(classes), classes
+    index = {name: i for i, name in enumerate(classes_out or [])}
+    targets = torch.zeros(len(rows), count, dtype=torch.float32)
+    for row_index, (where, row) in enumerate(rows):
+        for token in row:
+            if token in index:
+                targets[row_index, index[token]] = 1.0
+            elif _is_id(token) and 0 <= int(token) < count:
+                targets[row_index, int(token)] = 1.0
+            else:
+                valid = (f"one of {', '.join(classes_out)} or an index 0 to {count - 1}" if classes_out else
+                         f"an index 0 to {count - 1}")
+                raise ConfigError(f"{where}: column '{column}' has label {token!r}, not a class; expected {valid}")
+    return targets, classes_out
+
+
+def _is_id(token: str) -> bool:
+    """A CSV label written as an integer class id."""
+    return re.fullmatch(r"-?[0-9]+", token) is not None
 
 
 def read_segmentation(images: str, masks: str, channels: int = 3, size=None, threads: Optional[int] = None,

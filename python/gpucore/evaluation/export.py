@@ -8,7 +8,10 @@ with onnxruntime against PyTorch on fresh random inputs; the largest absolute di
 must be at most 1e-4 (float32).
 
 safetensors: the weights only (the model's state_dict; `tta` in the JSON says what evaluation ran), the preprocessing and the model's name and
-arguments in a JSON file beside it (`NAME.json`), also stored as the file's metadata.
+arguments in a JSON file beside it, also stored as the file's metadata.
+
+The JSON file is named after the whole output file (`best.onnx.json`, `best.safetensors.json`), so exporting
+both formats keeps both. The files are created with the mode new files get (0666 less the umask, usually 0644).
 """
 from __future__ import annotations
 
@@ -87,9 +90,10 @@ def export(checkpoint: Union[str, os.PathLike, LoadedModel], format: str, out: O
         written = {"tensors": len(weights)}
     else:
         written = _onnx(model, out, info, opset, seed)
-    sidecar = os.path.splitext(out)[0] + ".json"  # written once the export passed its check
+    sidecar = out + ".json"  # written once the export passed its check; one per format: both can sit side by side
     with open(sidecar, "w", encoding="utf-8") as handle:
         json.dump(dict(info, weights=os.path.basename(out)), handle, indent=2)
+    _usual_mode(out)  # safetensors writes its file 0600
     return dict({"format": format, "out": os.path.abspath(out), "preprocessing": os.path.abspath(sidecar)}, **written)
 
 
@@ -125,6 +129,13 @@ def _onnx(model: LoadedModel, out: str, info: dict, opset: int, seed: int) -> di
         raise ExportError(f"the ONNX model's outputs differ from PyTorch's by up to {difference:.3g} on fresh "
                                   f"inputs (tolerance {TOLERANCE:g}); '{out}' is not to be trusted")
     return {"opset": opset, "max_abs_diff": difference, "checked_inputs": list(fresh.shape)}
+
+
+def _usual_mode(path: str) -> None:
+    """Gives `path` the mode a new file gets from open(): 0666 less the process's umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
 
 
 def _require(format: str) -> None:

@@ -69,6 +69,9 @@ class FitLoop:
         # training_stats.json's seconds.setup, which gpucore.train measures: reading the data, building the model and
         # the engine (the report adds seconds.report).
         self.setup_seconds: Optional[float] = None
+        # The training time of an epoch Ctrl-C or a signal cut short: it has no metrics.jsonl row (epoch_time_s),
+        # so training_stats.json's seconds.interrupted_epoch keeps it.
+        self.interrupted_epoch_seconds = 0.0
 
     # ---- the loop -----------------------------------------------------------------------------
     @property
@@ -111,6 +114,7 @@ class FitLoop:
         windows = math.ceil(source.remaining() / self.batching.accumulate_grad_batches)  # steps in this pass
         progress = EpochProgress(config.progress and run.world.is_main, windows, self.epoch + 1, config.epochs,
                                  config.log_every_n_steps)
+        started = time.perf_counter()
         try:
             run.module.train()
             self.callbacks.call("on_epoch_start", self.epoch + 1)  # after train(): frozen norms go back to eval
@@ -125,6 +129,8 @@ class FitLoop:
             self.start_sample = 0
             self._end_epoch(self._validate_and_record(stats))
         except KeyboardInterrupt as interrupt:
+            if not trained:  # the partial epoch's training time, which no metrics.jsonl row holds
+                self.interrupted_epoch_seconds = time.perf_counter() - started
             self.stopped_by = signal_name(interrupt)
             # Mid-epoch, the data position is the end of the last full optimizer step; after the epoch's
             # steps, the epoch counts as trained (its log row may be missing).
@@ -320,8 +326,11 @@ class FitLoop:
                     skipped_files=self.skipped_files())
 
     def seconds(self) -> dict:
-        """training_stats.json's seconds: where the run's wall time went (the epochs of this process's pass)."""
-        return {"setup": self.setup_seconds, "training": sum(r["epoch_time_s"] for r in self.history),
+        """training_stats.json's seconds: where the run's wall time went (the epochs of this process's pass; training
+        includes interrupted_epoch, the time trained in an epoch an interrupt cut short)."""
+        return {"setup": self.setup_seconds,
+                "training": sum(r["epoch_time_s"] for r in self.history) + self.interrupted_epoch_seconds,
+                "interrupted_epoch": self.interrupted_epoch_seconds,
                 "validation": sum(r.get("val_time_s", 0.0) for r in self.history)}
 
     def write_stats(self, status: str, error: Optional[str] = None) -> None:

@@ -1,0 +1,59 @@
+"""`gpucore runs`' time column: the time a run trained, an interrupted epoch's part included."""
+import json
+import os
+import signal
+import time
+
+import torch
+
+from gpucore.runs import run_row, trained_seconds
+
+SLEEP_S = 0.02  # per training forward: a floor under the time the interrupted epoch trained
+
+
+class SlowThenInterrupted(torch.nn.Module):
+    """Sleeps SLEEP_S in each training forward and sends SIGINT to this process in the `at`-th."""
+
+    def __init__(self, at):
+        super().__init__()
+        torch.manual_seed(0)
+        self.body = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(28 * 28, 10))
+        self.at, self.calls = at, 0
+
+    def forward(self, x):
+        if self.training:
+            self.calls += 1
+            time.sleep(SLEEP_S)
+            if self.calls == self.at:
+                os.kill(os.getpid(), signal.SIGINT)
+        return self.body(x)
+
+
+def test_a_run_interrupted_mid_epoch_records_and_shows_the_time_it_trained(tmp_path):
+    import gpucore
+
+    config = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 32 * 40, "val_size": 32, "seed": 3},
+              "epochs": 1, "batch_size": 32, "progress": False, "report": False, "loggers": [],
+              "run_dir": str(tmp_path), "name": "cut", "seed": 5, "cuda_graphs": False, "device": "cpu"}
+    result = gpucore.train(config, model=SlowThenInterrupted(at=25))
+    assert result.status == "interrupted" and result.steps == 25
+    stats = json.loads((tmp_path / "cut" / "training_stats.json").read_text())
+    assert stats["epochs"] == []  # no epoch finished: no epoch_time_s anywhere
+    seconds = stats["seconds"]
+    assert seconds["interrupted_epoch"] >= 25 * SLEEP_S
+    assert seconds["training"] == seconds["interrupted_epoch"]
+    assert trained_seconds(stats) == seconds["interrupted_epoch"]
+    assert run_row(str(tmp_path / "cut"), "cut")["time"] != "-"
+
+
+def test_the_time_column_adds_the_interrupted_epoch_to_the_finished_ones(tmp_path):
+    stats = {"status": "interrupted", "config": {"epochs": 3}, "device": "cuda",
+             "epochs": [{"epoch": 1, "epoch_time_s": 60.4}],
+             "seconds": {"training": 574.6, "interrupted_epoch": 514.2}}
+    (tmp_path / "training_stats.json").write_text(json.dumps(stats))
+    row = run_row(str(tmp_path), "cut")
+    assert row["time"] == "9m 35s" and row["epochs"] == "1/3" and row["status"] == "interrupted"
+    # A file written before seconds.interrupted_epoch existed: the finished epochs only.
+    del stats["seconds"]
+    (tmp_path / "training_stats.json").write_text(json.dumps(stats))
+    assert run_row(str(tmp_path), "cut")["time"] == "1m 00s"
