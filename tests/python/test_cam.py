@@ -470,18 +470,22 @@ def tiny_models(tmp_path, monkeypatch):
     return cam_tiny_models
 
 
+def _one_epoch_checkpoint(tmp_path, model, images, targets, **keys):
+    """best.pt of one epoch on the CPU, the last 8 samples held out for validation."""
+    torch.manual_seed(0)
+    run = gpucore.train(dict(run_dir=str(tmp_path / "runs"), progress=False, report=False, epochs=1, batch_size=8,
+                             device="cpu", precision="32", loggers=[], **keys),
+                        model=model, train_data=(images[:-8], targets[:-8]), val_data=(images[-8:], targets[-8:]))
+    return os.path.join(run.checkpoint_dir, "best.pt")
+
+
 def test_gradcam_cli_explains_a_chosen_class_of_a_segmentation_model(tmp_path, capsys, tiny_models):
     import numpy as np
 
     generator = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (40, 1, 16, 16), dtype=torch.uint8, generator=generator)
     masks = (images[:, 0] > 127).long()  # bright pixels are the foreground
-    torch.manual_seed(0)
-    run = gpucore.train(dict(run_dir=str(tmp_path / "runs"), progress=False, report=False, epochs=1, batch_size=8,
-                             loss="dice_bce", lr=0.05, device="cpu", precision="32", loggers=[]),
-                        model=tiny_models.segmenter(), train_data=(images[:32], masks[:32]),
-                        val_data=(images[32:], masks[32:]))
-    best = os.path.join(run.checkpoint_dir, "best.pt")
+    best = _one_epoch_checkpoint(tmp_path, tiny_models.segmenter(), images, masks, loss="dice_bce", lr=0.05)
     np.save(tmp_path / "inputs.npy", images[32:36, 0].numpy())
     common = ("--checkpoint", best, "--images", tmp_path / "inputs.npy", "--model", "cam_tiny_models:segmenter",
               "--layer", "1")
@@ -511,12 +515,7 @@ def test_gradcam_cli_class_overrides_a_classifiers_top_class(tmp_path, capsys, t
     generator = torch.Generator().manual_seed(1)
     images = torch.randint(0, 256, (24, 1, 12, 12), dtype=torch.uint8, generator=generator)
     labels = torch.randint(0, 3, (24,), generator=generator)
-    torch.manual_seed(0)
-    run = gpucore.train(dict(run_dir=str(tmp_path / "runs"), progress=False, report=False, epochs=1, batch_size=8,
-                             device="cpu", precision="32", loggers=[], top_k=0),
-                        model=tiny_models.Classifier(), train_data=(images[:16], labels[:16]),
-                        val_data=(images[16:], labels[16:]))
-    best = os.path.join(run.checkpoint_dir, "best.pt")
+    best = _one_epoch_checkpoint(tmp_path, tiny_models.Classifier(), images, labels, top_k=0)
     np.save(tmp_path / "inputs.npy", images[16:20, 0].numpy())
     common = ("--checkpoint", best, "--images", tmp_path / "inputs.npy", "--model", "cam_tiny_models:Classifier",
               "--layer", "features")
