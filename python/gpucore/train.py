@@ -46,7 +46,8 @@ class TrainResult:
         samples_per_second: training samples per second over the run.
         steps: optimizer steps taken.
         skipped_steps: optimizer steps skipped for inf/NaN gradients.
-        host_syncs: host reads of device values during training.
+        host_syncs: the engine's reads of its metrics on the host: one per log interval and per epoch end, one per
+            evaluation. Other host reads (steps_taken(), checkpoints' copies) are not counted.
         model: the trained model.
         skipped_files: unreadable image files left out (data_kwargs on_error: skip).
         model_ema: the weights' moving average after the last step (config key ema_decay), None without one.

@@ -62,7 +62,7 @@ struct GraphStats {
 using ForwardFn = std::function<at::Tensor(const at::Tensor& inputs, bool sync_gradients)>;
 // A user loss (output, target) -> 0-dim loss; empty to use the built-in one.
 using LossFn = std::function<at::Tensor(const at::Tensor& output, const at::Tensor& target)>;
-// Called at log intervals with the running metrics of the epoch and the step count.
+// Called at log intervals with the running metrics of the epoch (the step count is Engine::steps_taken()).
 using LogFn = std::function<void(const std::map<std::string, double>& metrics)>;
 // Called after every optimizer step with the steps (windows) completed in this train_epoch, without a
 // host read: where step checkpoints are decided.
