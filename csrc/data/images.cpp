@@ -77,14 +77,31 @@ void decode_png(const std::vector<unsigned char>& bytes, int64_t channels, Pixel
     png_image_free(&image);
     return;
   }
-  image.format = channels == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;  // alpha composited on black
+  // Read as 8-bit RGBA (sRGB, not premultiplied), then convert as Pillow does, so a PNG reads as the same photo saved
+  // as JPEG would: convert('RGB') drops the alpha channel (no compositing), and convert('L') weighs R, G and B by
+  // ITU-R 601-2 in integers. libpng's own grey and RGB outputs composite alpha on black and convert in linear light.
+  image.format = PNG_FORMAT_RGBA;
+  const int64_t pixels = static_cast<int64_t>(image.width) * image.height;
+  std::vector<uint8_t> rgba(PNG_IMAGE_SIZE(image));
+  if (!png_image_finish_read(&image, nullptr, rgba.data(), 0, nullptr)) {
+    out.error = std::string("corrupt PNG: ") + image.message;
+    png_image_free(&image);
+    return;
+  }
   out.height = image.height;
   out.width = image.width;
-  out.data.resize(PNG_IMAGE_SIZE(image));
-  if (!png_image_finish_read(&image, nullptr, out.data.data(), 0, nullptr)) {
-    out.error = std::string("corrupt PNG: ") + image.message;
-  }
   png_image_free(&image);
+  out.data.resize(pixels * (channels == 1 ? 1 : 3));
+  for (int64_t i = 0; i < pixels; ++i) {
+    const uint8_t* px = rgba.data() + 4 * i;
+    if (channels == 1) {  // Pillow's L24: (R * 19595 + G * 38470 + B * 7471 + 0x8000) >> 16
+      out.data[i] = static_cast<uint8_t>((px[0] * 19595u + px[1] * 38470u + px[2] * 7471u + 0x8000u) >> 16);
+    } else {
+      out.data[3 * i] = px[0];
+      out.data[3 * i + 1] = px[1];
+      out.data[3 * i + 2] = px[2];
+    }
+  }
 }
 #else
 void decode_png(const std::vector<unsigned char>&, int64_t, Pixels& out) { missing_library("png", out); }

@@ -73,6 +73,25 @@ def test_png_round_trip_grey_and_rgb(tmp_path):
     assert torch.equal(_C.decode_image(str(tmp_path / "grey.png"), 3), grey[..., None].expand(9, 13, 3))
 
 
+@pytest.mark.parametrize("mode", ["RGB", "RGBA", "LA", "P"])
+def test_png_converts_as_pillow_does(tmp_path, mode):
+    """Grey from colour with Pillow's ITU-R 601-2 weights, alpha dropped (not composited on black), palettes
+    through their colours: a PNG reads as Pillow's convert('L') and convert('RGB') of it, to the value."""
+    Image = require("PIL.Image")
+    rng = np.random.default_rng(1)
+    rgba = rng.integers(0, 256, (11, 17, 4), dtype=np.uint8)
+    rgba[0, 0] = [255, 255, 255, 0]  # a transparent white pixel: white to Pillow, black when composited
+    picture = Image.fromarray(rgba, "RGBA")
+    picture = picture.convert(mode) if mode != "P" else picture.convert("RGB").quantize(64)
+    picture.save(tmp_path / "a.png")
+    for channels, pil_mode in ((3, "RGB"), (1, "L")):
+        ours = _C.decode_image(str(tmp_path / "a.png"), channels).numpy()
+        theirs = np.asarray(Image.open(tmp_path / "a.png").convert(pil_mode)).reshape(11, 17, channels)
+        np.testing.assert_array_equal(ours, theirs, err_msg=f"{mode} read with {channels} channel(s)")
+    if mode == "RGBA":
+        assert _C.decode_image(str(tmp_path / "a.png"), 3)[0, 0].tolist() == [255, 255, 255]
+
+
 def test_jpeg_matches_pillow(tmp_path):
     Image = require("PIL.Image")
     pixels = np.random.default_rng(0).integers(0, 256, (16, 20, 3), dtype=np.uint8)
