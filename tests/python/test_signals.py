@@ -165,6 +165,25 @@ def test_a_signal_inside_a_step_waits_for_the_step_and_the_resume_is_bitwise(tmp
     assert_states_equal(resumed.model, straight.model, label="resumed != uninterrupted")
 
 
+def test_a_signal_in_the_last_step_of_an_epoch_with_a_short_last_batch_resumes_at_the_next_epoch(tmp_path):
+    """The last step's callback raises the signal before the engine returns: the epoch's steps are all taken, so
+    interrupted.pt holds the next epoch's start, not steps x batch samples (past the end of a short last batch)."""
+    import gpucore
+
+    config = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 64 * 12 + 20, "val_size": 64, "seed": 3},
+              "epochs": 3, "batch_size": 64, "progress": False, "report": False, "loggers": [], "seed": 5,
+              "run_dir": str(tmp_path), "cuda_graphs": False, "device": "cpu",
+              "checkpoint_every_n_steps": 100}  # step checkpoints on: the engine calls back after every step
+    straight = gpucore.train(dict(config, name="straight"), model=SignalInsideTheForward())
+    stopped = gpucore.train(dict(config, name="stopped"), model=SignalInsideTheForward(signal.SIGTERM, 13 + 13))
+    assert stopped.status == "interrupted" and stopped.steps == 26
+    saved = torch.load(tmp_path / "stopped" / "checkpoints" / "interrupted.pt", map_location="cpu", weights_only=False)
+    assert (saved["epoch"], saved["samples_consumed"]) == (2, 0)
+    resumed = gpucore.train(dict(config, name="stopped", resume="auto"), model=SignalInsideTheForward())
+    assert resumed.status == "completed" and resumed.steps == straight.steps == 39
+    assert_states_equal(resumed.model, straight.model, label="resumed != uninterrupted")
+
+
 def test_requeue_outside_slurm_does_nothing_and_without_scontrol_says_so(monkeypatch, tmp_path):
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     monkeypatch.delenv("SLURM_ARRAY_JOB_ID", raising=False)

@@ -63,6 +63,7 @@ class FitLoop:
         self.stop_status = "stopped"
         self.stopped_by: Optional[str] = None  # interrupted: the signal, SIGINT (Ctrl-C), SIGTERM or SIGUSR1
         self.step_boundaries = StepBoundaries()  # where those signals are raised
+        self.pass_started = False  # set in each epoch's pass once the engine runs it (see advance)
         self.oom_reductions: List[dict] = []  # each out-of-memory retry: epoch, new batch_size, accumulation
         self.warned_on_capture = False  # cuda_graphs: a failed capture is warned about once
         self.resumed: Optional[dict] = None  # the checkpoint a resume read, its epoch and data position
@@ -110,6 +111,7 @@ class FitLoop:
         """One epoch: train, validate, record, checkpoint. Ctrl-C keeps what is done in interrupted.pt."""
         run, config = self.run, self.run.config
         trained = False  # whether this epoch's optimizer steps are all done
+        self.pass_started = False  # until the engine begins this pass, its step count is the previous pass's
         source = run.train_set.epoch(self.epoch, self.start_sample)
         windows = math.ceil(source.remaining() / self.batching.accumulate_grad_batches)  # steps in this pass
         progress = EpochProgress(config.progress and run.world.is_main, windows, self.epoch + 1, config.epochs,
@@ -136,9 +138,14 @@ class FitLoop:
             # steps, the epoch counts as trained (its log row may be missing).
             progress.close()
             self.step_checkpoints.wait()  # interrupted.pt is then the newest file
+            done = run.engine.windows_in_epoch() if self.pass_started else 0
+            # Every step of the pass taken (a signal in the last one, raised by a step callback before the engine
+            # returned): the epoch is trained. Its samples are then not done x samples_per_step when the last batch
+            # is short, and a resume would start past the end of the epoch's order.
+            trained = trained or done >= windows
             payload = self.checkpointing.payload
             run.run_dir.save_interrupted(payload(self.epoch + 1, 0) if trained else
-                                         payload(self.epoch, self._consumed(run.engine.windows_in_epoch())))
+                                         payload(self.epoch, self._consumed(done)))
             self.status = "interrupted"
             return
         self.epoch += 1
@@ -174,6 +181,7 @@ class FitLoop:
             # first_batch: this rank's batches of the epoch before this pass, where the mixup draws go on.
             hooked = None if config.compile else run.module  # see holding_steps
             with self.step_boundaries.holding_steps(hooked, self.batching.accumulate_grad_batches):
+                self.pass_started = True
                 stats = engine.train_epoch(source, run.forward, run.loss, on_log, epoch=epoch,
                                            first_batch=self.start_sample // (self.batching.batch_size * run.world.size),
                                            # None: no call into Python (and the GIL) after every step
