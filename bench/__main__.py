@@ -2,7 +2,7 @@
 
     python -m bench all [--device auto] [--json out.json] [--quick]
     python -m bench NAME [NAME ...] [--device auto] [--json out.json] [--quick]
-    (NAME: train, ops, cam, data, fashion_mnist, transforms, augment, checkpoint, speedrun, layout)
+    (NAME: train, ops, cam, data, fashion_mnist, transforms, augment, checkpoint, speedrun, layout, scale)
 
 --quick uses tiny sizes: a smoke test of the runner (CI runs it), not a measurement.
 """
@@ -28,6 +28,8 @@ BENCHES = {
                                            "--test-size", "500"]),
     "layout": ("layout_bench.py", [], ["--steps", "1", "--rounds", "1", "--warmup", "1", "--batch", "2",
                                        "--size", "32"]),
+    "scale": ("scale_bench.py", [], ["--workloads", "resnet18_frozen", "--images", "16", "--batch-size", "8",
+                                     "--min-size", "64", "--max-size", "64", "--crop", "32", "--rounds", "1"]),
 }
 
 

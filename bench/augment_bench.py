@@ -33,10 +33,10 @@ TRANSFORMS = [{"RandomResizedCrop": {"size": 224}}, "RandomHorizontalFlip",
               {"Normalize": {"mean": MEAN, "std": STD}}]
 
 
-def torchvision_pipeline():
+def torchvision_pipeline(size=224):
     import_torchvision()
     from torchvision.transforms import v2
-    return v2.Compose([v2.PILToTensor(), v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip(),
+    return v2.Compose([v2.PILToTensor(), v2.RandomResizedCrop(size, antialias=True), v2.RandomHorizontalFlip(),
                        v2.ColorJitter(0.4, 0.4, 0.4), v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)])
 
 
