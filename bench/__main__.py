@@ -2,7 +2,8 @@
 
     python -m bench all [--device auto] [--json out.json] [--quick]
     python -m bench NAME [NAME ...] [--device auto] [--json out.json] [--quick]
-    (NAME: train, ops, cam, data, fashion_mnist, transforms, augment, checkpoint, speedrun, layout, scale)
+    (NAME: train, ops, cam, data, fashion_mnist, transforms, augment, checkpoint, speedrun, layout, scale,
+     process)
 
 --quick uses tiny sizes: a smoke test of the runner (CI runs it), not a measurement.
 """
@@ -30,6 +31,8 @@ BENCHES = {
                                        "--size", "32"]),
     "scale": ("scale_bench.py", [], ["--workloads", "resnet18_frozen", "--images", "16", "--batch-size", "8",
                                      "--min-size", "64", "--max-size", "64", "--crop", "32", "--rounds", "1"]),
+    "process": ("process_bench.py", [], ["--workloads", "speedrun", "--repeats", "1", "--epochs", "1",
+                                         "--train-size", "512", "--test-size", "256"]),
 }
 
 

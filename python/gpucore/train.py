@@ -20,6 +20,7 @@ from .config import load_config
 from .errors import ConfigError
 from .evaluation.run_report import report_after_training
 from .models.registry import build_model
+from .process_settings import apply_process_settings
 from .run_files import CHECKPOINTS, METRICS, STATS
 from .training import distributed, launcher
 from .training.fit_loop import FitLoop
@@ -125,6 +126,7 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
         return _train_in_processes(config)
 
     started = time.perf_counter()
+    apply_process_settings()  # before the data is read: malloc's thresholds (process_settings.py)
     run = build_run(config, world, model, train_data, val_data, loss)
     loop = FitLoop(run, list(callbacks or []))
     loop.setup_seconds = time.perf_counter() - started

@@ -12,6 +12,7 @@ import torch
 
 from .. import _C, _build_info
 from ..errors import ConfigError, DeviceUnavailableError
+from ..process_settings import process_settings
 from .select import DeviceLike, _device_string, assess_devices, device_facts, resolve_precision, select_device
 
 REPORT_VERSION = 1
@@ -58,6 +59,7 @@ def doctor(device: DeviceLike = "auto", *, smoke_test: bool = True) -> dict:
         "precision": None,
         "gpucore_kernels": None,
         "smoke_test": None,
+        "process_settings": process_settings(),
         "advice": [],
         "ok": False,
     }
@@ -152,6 +154,11 @@ def format_report(report: dict) -> str:
             f"(rel. error {smoke['matmul_rel_error']:.1e}), conv2d {smoke['conv2d_ms']:.3f} ms "
             f"(rel. error {smoke['conv2d_rel_error']:.1e}): {status}"
         )
+    malloc = report["process_settings"]["malloc"]
+    done = malloc.get("planned", malloc["tuned"])
+    values = ", ".join(f"{name} {value >> 20} MiB" for name, value in malloc["values"].items())
+    lines.append(f"process settings: gpucore.train {'tunes malloc (' + values + ')' if done else 'leaves malloc as it is'}"
+                 f": {malloc['reason']}")
     if report["advice"]:
         lines.append("advice")
         lines.extend(f"  - {line}" for line in report["advice"])

@@ -17,6 +17,7 @@ from .. import transforms as transforms_list
 from ..config import KEY_BY_NAME
 from ..errors import ConfigError, OutOfMemoryError, TrainingError
 from ..models.tta import with_tta
+from ..process_settings import process_settings
 from ..signals import StepBoundaries, signal_name
 from . import distributed
 from . import oom
@@ -330,7 +331,7 @@ class FitLoop:
                                 implied_by_restart=run.run_dir.resume_implied),
                     best=self.best(), steps=run.engine.steps_taken(),
                     skipped_steps=run.engine.steps_skipped(), host_syncs=run.engine.host_syncs(),
-                    cuda_graphs=self.graph_stats(), seconds=self.seconds(),
+                    cuda_graphs=self.graph_stats(), process_settings=process_settings(), seconds=self.seconds(),
                     skipped_files=self.skipped_files())
 
     def seconds(self) -> dict:
