@@ -34,7 +34,7 @@ files to ready batches, no model. Not a test: quote the numbers with the machine
 """
 import argparse
 import copy
-import math
+import gc
 import os
 import statistics
 import sys
@@ -390,6 +390,7 @@ def input_pipeline_alone(w: Workload, rounds: int) -> dict:
                 rates[name].append(later_epochs_rate(paths[name], 2, images, w.device))
             except Skip as exc:
                 skipped[name] = str(exc)
+            gc.collect()  # DALI's pipeline and gpucore's reader threads gone before the DataLoader forks workers
     return {name: {"images_per_s": statistics.median(values), "p10": percentile(values, 0.1),
                    "p90": percentile(values, 0.9)} if values else {"skipped": skipped[name]}
             for name, values in rates.items()}
@@ -411,6 +412,8 @@ def run_workload(name, args, device, folder) -> dict:
                 skipped[trainer] = str(exc)
                 print(f"{name} {trainer}: left out: {exc}", flush=True)
                 continue
+            finally:
+                gc.collect()  # DALI's pipeline and gpucore's reader threads gone before the DataLoader forks workers
             timed = curve[1:]
             rate = sum(n for _, n, _ in timed) / sum(s for s, _, _ in timed)
             runs[trainer].append({"images_per_s": rate, "epoch_s": [s for s, _, _ in curve],

@@ -102,7 +102,7 @@ def test_bench_runner_quick_runs_every_benchmark(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
     assert set(report["results"]) == {"train", "ops", "cam", "data", "fashion_mnist", "transforms", "augment",
-                                      "checkpoint", "speedrun", "layout"}
+                                      "checkpoint", "speedrun", "layout", "scale", "process"}
     assert report["quick"] is True
     checkpoint = report["results"]["checkpoint"]  # 0.1 M parameters and AdamW's two moments: over 1 MB written
     assert checkpoint["file_bytes"] > 3 * 4 * checkpoint["parameters"] and 0 < checkpoint["training_thread_share"] < 1
@@ -119,6 +119,10 @@ def test_bench_runner_quick_runs_every_benchmark(tmp_path):
     layout = report["results"]["layout"]["models"]  # both memory formats timed for every model
     assert set(layout) == {"seeds_cnn", "fast_cnn", "resnet18", "resnet50"}
     assert all(min(row["ms_per_step"].values()) > 0 for row in layout.values())
+    scale = report["results"]["scale"]["workloads"]["resnet18_frozen"]["trainers"]  # 16 photos, two batches of 8
+    assert all(row["images_per_epoch"] == [16] for row in scale.values() if "skipped" not in row)
+    process = report["results"]["process"]["workloads"]["speedrun"]  # each setting in its own process
+    assert all(row["training_s"] > 0 for row in process.values())
 
 
 def test_sequence_ctc_example_learns(tmp_path):
