@@ -3,7 +3,7 @@
     python -m bench all [--device auto] [--json out.json] [--quick]
     python -m bench NAME [NAME ...] [--device auto] [--json out.json] [--quick]
     (NAME: train, ops, cam, data, fashion_mnist, transforms, augment, checkpoint, speedrun, layout, scale,
-     process)
+     process, profile)
 
 --quick uses tiny sizes: a smoke test of the runner (CI runs it), not a measurement.
 """
@@ -33,6 +33,7 @@ BENCHES = {
                                      "--min-size", "64", "--max-size", "64", "--crop", "32", "--rounds", "1"]),
     "process": ("process_bench.py", [], ["--workloads", "speedrun", "--repeats", "1", "--epochs", "1",
                                          "--train-size", "512", "--test-size", "256"]),
+    "profile": ("step_profile.py", [], ["--steps", "1", "--batch-size", "2", "--size", "64"]),
 }
 
 

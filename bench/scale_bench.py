@@ -498,24 +498,24 @@ def main(argv=None):
     results = {"device": device_label(device), "cores": os.cpu_count(), "data": root,
                "photo_sides": [args.min_size, args.max_size], "batch_size": args.batch_size, "epochs": args.epochs,
                "rounds": args.rounds, "crop": args.crop, "workloads": {}}
+    policy = gpucore.resolve_precision("auto", device)
     for name in args.workloads:
         try:
             results["workloads"][name] = run_workload(name, args, device, folder)
         except ImportError as exc:  # timm for vit_small
             results["workloads"][name] = {"skipped": f"{WORKLOADS[name][0]} cannot be built here: {exc}"}
             print(f"{name}: left out: {exc}", flush=True)
-    result = result_json(results, args.json)
-    policy = gpucore.resolve_precision("auto", device)
-    header = (f"{result['device']}, {os.cpu_count()} cores, torch {torch.__version__}, {result['date']}; precision "
-              f"{policy.precision} (`auto`; channels-last for the conv nets); {args.images} JPEG photos "
-              f"with sides {args.min_size}-{args.max_size} px, RandomResizedCrop({args.crop}) + flip + ColorJitter + "
-              f"Normalize, batch {args.batch_size}, {args.epochs} epochs a run (the first untimed), {args.rounds} "
-              f"interleaved rounds; random weights")
-    table = markdown(results, header)
+        result = result_json(results, args.json)  # after every workload: a long run's finished part is kept
+        header = (f"{result['device']}, {os.cpu_count()} cores, torch {torch.__version__}, {result['date']}; "
+                  f"precision {policy.precision} (`auto`; channels-last for the conv nets); {args.images} JPEG photos "
+                  f"with sides {args.min_size}-{args.max_size} px, RandomResizedCrop({args.crop}) + flip + ColorJitter "
+                  f"+ Normalize, batch {args.batch_size}, {args.epochs} epochs a run (the first untimed), "
+                  f"{args.rounds} interleaved rounds; random weights")
+        table = markdown(results, header)
+        if args.markdown:
+            with open(args.markdown, "w") as handle:
+                handle.write(table)
     print("\n" + table)
-    if args.markdown:
-        with open(args.markdown, "w") as handle:
-            handle.write(table)
     return result
 
 

@@ -102,7 +102,7 @@ def test_bench_runner_quick_runs_every_benchmark(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
     assert set(report["results"]) == {"train", "ops", "cam", "data", "fashion_mnist", "transforms", "augment",
-                                      "checkpoint", "speedrun", "layout", "scale", "process"}
+                                      "checkpoint", "speedrun", "layout", "scale", "process", "profile"}
     assert report["quick"] is True
     checkpoint = report["results"]["checkpoint"]  # 0.1 M parameters and AdamW's two moments: over 1 MB written
     assert checkpoint["file_bytes"] > 3 * 4 * checkpoint["parameters"] and 0 < checkpoint["training_thread_share"] < 1
