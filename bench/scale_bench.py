@@ -493,7 +493,11 @@ def main(argv=None):
         raise SystemExit("--images must be a multiple of --batch-size: every trainer then sees the same images")
     import_torchvision()  # before gpucore's model registry imports it (see import_torchvision)
     device = gpucore.select_device(args.device).device
-    root = make_photos(args.images, 0, args.min_size, args.max_size, cache_dir=args.cache_dir)
+    try:
+        root = make_photos(args.images, 0, args.min_size, args.max_size, cache_dir=args.cache_dir)
+    except ImportError as exc:  # scikit-image or scikit-learn, whose photos these are
+        print(f"every workload left out: {exc}", flush=True)
+        return result_json({"device": device_label(device), "skipped": str(exc)}, args.json)
     folder = os.path.join(root, "train")
     results = {"device": device_label(device), "cores": os.cpu_count(), "data": root,
                "photo_sides": [args.min_size, args.max_size], "batch_size": args.batch_size, "epochs": args.epochs,

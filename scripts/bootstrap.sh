@@ -70,8 +70,10 @@ fi
 if [ "$TESTS" = 1 ]; then
   # Test-only extras: OpenCV (its JET table is the reference for overlays), Pillow (decodes our PNGs),
   # nbclient + ipykernel (the Grad-CAM notebook is executed in a real kernel), scikit-learn (the reference for
-  # the report's per-class metrics).
+  # the report's per-class metrics), scikit-image (its sample photos are python -m bench scale's data).
   "$PY" -m pip install -q "pytest>=7" numpy opencv-python-headless pillow nbclient ipykernel scikit-learn
+  "$PY" -m pip install -q scikit-image \
+    || echo "bootstrap: scikit-image could not be installed; python -m bench scale's quick form will say so and skip"
   # The documentation site, which the tests build (mkdocs build --strict) and open in chromium: gpucore's docs extra,
   # pinned (pyproject.toml), torch pinned (none of them needs it).
   "$PY" -m pip install -q -c <(echo "torch==$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])')") \

@@ -119,8 +119,9 @@ def test_bench_runner_quick_runs_every_benchmark(tmp_path):
     layout = report["results"]["layout"]["models"]  # both memory formats timed for every model
     assert set(layout) == {"seeds_cnn", "fast_cnn", "resnet18", "resnet50"}
     assert all(min(row["ms_per_step"].values()) > 0 for row in layout.values())
-    scale = report["results"]["scale"]["workloads"]["resnet18_frozen"]["trainers"]  # 16 photos, two batches of 8
-    assert all(row["images_per_epoch"] == [16] for row in scale.values() if "skipped" not in row)
+    scale = report["results"]["scale"]  # 16 photos, two batches of 8; left out, saying why, without scikit-image
+    assert "skipped" in scale or all(row["images_per_epoch"] == [16] for row in scale["workloads"]["resnet18_frozen"]
+                                     ["trainers"].values() if "skipped" not in row)
     process = report["results"]["process"]["workloads"]["speedrun"]  # each setting in its own process
     assert all(row["training_s"] > 0 for row in process.values())
 
