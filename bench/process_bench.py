@@ -173,10 +173,12 @@ def main(argv=None):
     results = {"repeats": args.repeats, "epochs": args.epochs, "tcmalloc": tcmalloc() or None,
                "workloads": {workload: measure(args, workload) for workload in args.workloads}}
     result = result_json(results, args.json)
+    described = {"speedrun": f"speedrun: {args.epochs} epochs on {args.train_size} images",
+                 "scale": f"scale: ResNet-18 frozen backbone, {args.images} photos of {args.size} px, crop {args.crop}, "
+                          f"batch {args.batch_size}, {args.epochs} epochs"}
     header = (f"CPU {cpu_description()}, {os.cpu_count()} cores, torch {result['torch']}, {result['date']}; each "
-              f"run in its own process, settings alternating in order, {args.repeats} repeats; speedrun: "
-              f"{args.epochs} epochs on {args.train_size} images; scale: ResNet-18 frozen backbone, {args.images} "
-              f"photos of {args.size} px, crop {args.crop}, batch {args.batch_size}, {args.epochs} epochs")
+              f"run in its own process, settings alternating in order, {args.repeats} repeats; "
+              + "; ".join(described[w] for w in args.workloads))
     table = markdown(results, header)
     print("\n" + table)
     if args.markdown:
