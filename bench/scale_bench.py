@@ -396,7 +396,7 @@ def input_pipeline_alone(w: Workload, rounds: int) -> dict:
             for name, values in rates.items()}
 
 
-def run_workload(name, args, device, folder) -> dict:
+def run_workload(name, args, device, folder, with_pipeline=True) -> dict:
     workload = Workload(name, args, device, folder)
     names = [n for n in TRAINERS if not args.only or n in args.only]
     runs, skipped = {n: [] for n in names}, {}
@@ -443,7 +443,7 @@ def run_workload(name, args, device, folder) -> dict:
     return {"model": workload.config.model, "frozen_backbone": workload.frozen, "images": workload.images,
             "classes": workload.classes, "steps_per_epoch": workload.steps_per_epoch,
             "precision": workload.policy.precision, "channels_last": workload.channels_last, "trainers": rows,
-            "input_pipeline": input_pipeline_alone(workload, args.rounds)}
+            **({"input_pipeline": input_pipeline_alone(workload, args.rounds)} if with_pipeline else {})}
 
 
 def markdown(results: dict, header: str) -> str:
@@ -505,7 +505,8 @@ def main(argv=None):
     policy = gpucore.resolve_precision("auto", device)
     for name in args.workloads:
         try:
-            results["workloads"][name] = run_workload(name, args, device, folder)
+            results["workloads"][name] = run_workload(  # the input pipeline alone once: it has no model
+                name, args, device, folder, not any("input_pipeline" in w for w in results["workloads"].values()))
         except ImportError as exc:  # timm for vit_small
             results["workloads"][name] = {"skipped": f"{WORKLOADS[name][0]} cannot be built here: {exc}"}
             print(f"{name}: left out: {exc}", flush=True)
