@@ -62,9 +62,9 @@ LossFn python_loss(const py::object& loss) {
 
 LogFn python_log(const py::object& on_log) {
   if (on_log.is_none()) return {};
-  return [on_log](const std::map<std::string, double>& metrics) {
+  return [on_log](const std::map<std::string, double>& metrics, int64_t steps_taken) {
     py::gil_scoped_acquire gil;
-    on_log(metrics);
+    on_log(metrics, steps_taken);
   };
 }
 
@@ -72,6 +72,7 @@ py::dict stats_dict(const EpochStats& stats) {
   py::dict out;
   out["metrics"] = stats.metrics;
   out["optimizer_steps"] = stats.optimizer_steps;
+  out["steps_taken"] = stats.steps_taken;
   out["samples"] = stats.samples;
   out["seconds"] = stats.seconds;
   return out;
@@ -221,6 +222,17 @@ void def_train(py::module_& m) {
       },
       py::arg("batches"), py::arg("model"), py::arg("config"), py::arg("loss") = py::none(),
       "One pass without gradients and without an Engine: the metrics of config's loss and top_k.");
+  py::class_<StepCalls>(m, "StepCalls", "When Engine.train_epoch calls on_step (engine.h)")
+      .def(py::init<>())
+      .def(py::init([](bool every_step, int64_t every_n_steps, double every_seconds, int64_t steps_before) {
+             return StepCalls{every_step, every_n_steps, every_seconds, steps_before};
+           }),
+           py::arg("every_step") = false, py::arg("every_n_steps") = 0, py::arg("every_seconds") = 0.0,
+           py::arg("steps_before") = 0)
+      .def_readwrite("every_step", &StepCalls::every_step)
+      .def_readwrite("every_n_steps", &StepCalls::every_n_steps)
+      .def_readwrite("every_seconds", &StepCalls::every_seconds)
+      .def_readwrite("steps_before", &StepCalls::steps_before);
   py::class_<Engine>(m, "Engine")
       .def(py::init<std::vector<ParamGroup>, EngineConfig, std::vector<at::Tensor>, std::vector<at::Tensor>>(),
            py::arg("param_groups"), py::arg("config"), py::arg("ema_averages") = std::vector<at::Tensor>{},
@@ -228,26 +240,29 @@ void def_train(py::module_& m) {
       .def(
           "train_epoch",
           [](Engine& self, BatchSource& batches, const py::object& model, const py::object& loss, const py::object& on_log,
-             int64_t epoch, int64_t first_batch, const py::object& on_step) {
+             int64_t epoch, int64_t first_batch, const py::object& on_step, const StepCalls& step_calls) {
             const ForwardFn forward = python_forward(model);
             const LossFn loss_fn = python_loss(loss);
             const LogFn log_fn = python_log(on_log);
             StepFn step_fn;
             if (!on_step.is_none()) {
-              step_fn = [on_step](int64_t windows) {
+              step_fn = [on_step](int64_t windows, bool checkpoint_due) {
                 py::gil_scoped_acquire gil;
-                on_step(windows);
+                on_step(windows, checkpoint_due);
               };
             }
             EpochStats stats;
             {
               py::gil_scoped_release release;
-              stats = self.train_epoch(batches, forward, loss_fn, log_fn, epoch, first_batch, step_fn);
+              stats = self.train_epoch(batches, forward, loss_fn, log_fn, epoch, first_batch, step_fn, step_calls);
             }
             return stats_dict(stats);
           },
           py::arg("batches"), py::arg("model"), py::arg("loss") = py::none(), py::arg("on_log") = py::none(),
-          py::arg("epoch") = 0, py::arg("first_batch") = 0, py::arg("on_step") = py::none())
+          py::arg("epoch") = 0, py::arg("first_batch") = 0, py::arg("on_step") = py::none(),
+          py::arg("step_calls") = StepCalls{},
+          "One pass over `batches`. on_log(metrics, steps_taken) at log intervals; on_step(windows_in_epoch, "
+          "checkpoint_due) after the optimizer steps step_calls asks for.")
       .def(
           "evaluate",
           [](Engine& self, BatchSource& batches, const py::object& model, const py::object& loss) {
@@ -258,7 +273,10 @@ void def_train(py::module_& m) {
           py::arg("batches"), py::arg("model"), py::arg("loss") = py::none())
       .def("steps_taken", &Engine::steps_taken)
       .def("steps_skipped", &Engine::steps_skipped)
-      .def("host_syncs", &Engine::host_syncs)
+      .def("host_syncs", [](const Engine& self) { return self.host_reads().by_source(); },
+           "Every host read of device values so far, by what read them (HostReads in engine.h)")
+      .def("note_host_read", [](Engine& self, const std::string& source) { self.host_reads().note(source); },
+           py::arg("source"), "Counts a host read of device values made outside the engine (a checkpoint's copy)")
       .def("graph_stats",
            [](const Engine& self) {
              const GraphStats& g = self.graph_stats();
