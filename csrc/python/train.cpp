@@ -13,6 +13,7 @@
 #include "gpucore/train/mixup.h"
 #include "gpucore/train/optimizer.h"
 #include "gpucore/train/schedule.h"
+#include "gpucore/train/settings.h"
 #include "python/module.h"
 
 namespace py = pybind11;
@@ -125,6 +126,26 @@ void def_train(py::module_& m) {
         {"loss", loss_names()},           {"mixup_mode", mix_mode_names()}, {"optimizer", optimizer_names()},
         {"schedule", schedule_names()},   {"precision", precision_names()}, {"tf32", toggle_names()},
         {"cudnn_benchmark", toggle_names()}};
+  });
+  // The valid values of the numeric config keys the core checks too, and the core's defaults of them: config.py
+  // checks those keys against these ranges and gives the one message a user sees.
+  py::class_<Range>(m, "Range")
+      .def("__contains__", &Range::contains)
+      .def("__str__", &Range::describe)
+      .def("__repr__", [](const Range& range) { return "Range(" + range.describe() + ")"; });
+  m.def("config_ranges", [] {
+    std::map<std::string, Range> ranges;
+    for (const NumericSetting& setting : numeric_settings()) ranges.emplace(setting.key, setting.range);
+    return ranges;
+  });
+  m.def("config_defaults", [] {
+    py::dict defaults;
+    for (const NumericSetting& setting : numeric_settings()) {
+      if (!setting.default_value) continue;
+      defaults[py::str(setting.key)] = setting.integer ? py::object(py::int_(static_cast<int64_t>(*setting.default_value)))
+                                                      : py::object(py::float_(*setting.default_value));
+    }
+    return defaults;
   });
 
   py::class_<OptimizerConfig> optimizer(m, "OptimizerConfig");
