@@ -28,6 +28,7 @@ std::vector<NumericSetting> numeric_settings() {
       real("mixup_prob", ranges::kMixupProb, engine.mixup.prob),
       real("mixup_switch_prob", ranges::kMixupSwitchProb, engine.mixup.switch_prob),
       NumericSetting{"cutmix_minmax", ranges::kCutmixMinmax, std::nullopt, false},
+      NumericSetting{"crop_padding", ranges::kCropPadding, std::nullopt, true},
       real("ema_decay", ranges::kEmaDecay, engine.ema.decay),
       real("ema_warmup_gamma", ranges::kEmaWarmupGamma, engine.ema.warmup_gamma),
       real("ema_warmup_power", ranges::kEmaWarmupPower, engine.ema.warmup_power),

@@ -45,9 +45,6 @@ _INT64_LIMIT = 2**63  # integer keys reach C++ as int64
 # it refuses a longer run (epochs x steps per epoch) when it is made.
 _EPOCHS_LIMIT = 2**31
 _IN_EPOCHS = "the engine counts them in int64 optimizer steps"
-# A crop padded by more pixels than this is no longer a crop of the image; the augment kernel's index
-# arithmetic (2 x padding + 1 offsets) must not overflow.
-_PADDING_LIMIT = 2**16
 
 
 # A batch_size beyond the data serves all of it at once; beyond this bound it can only be a mistake.
@@ -111,7 +108,7 @@ KEYS = [
     Key("prefetch", int, 4, "cache none: batches decoded ahead of training", check=_positive, valid="> 0"),
     Key("val_fraction", float, None, "share of the training data held out for validation (seeded by seed; which samples, in training_stats.json's validation) when there is no validation data: config key data without a validation split, or the caller's train_data (tensors, a gpucore data set or a torch Dataset; a DataLoader cannot be split) without val_data. Unset: 0.1 of config key data, none of the caller's data. Never applies when val_data is given", check=_fraction, valid="in [0, 1)", optional=True),
     Key("normalize", bool, True, "standardise inputs with the training set's mean and std, per channel for images (uint8 images are scaled to [0, 1] first)"),
-    Key("crop_padding", int, 0, "images: random crop of the image padded by this many pixels, each epoch (training only; 0: off)", check=lambda v: 0 <= v < _PADDING_LIMIT, valid=f">= 0 and < {_PADDING_LIMIT} (pixels)"),
+    Key("crop_padding", int, 0, "images: random crop of the image padded by this many pixels, each epoch (training only; 0: off)", check=CORE_RANGES["crop_padding"].__contains__, valid=f"{CORE_RANGES['crop_padding']} (pixels)"),
     Key("hflip", bool, False, "images: random horizontal flip, each epoch (training only)"),
     Key("transforms", list, [], "images: torchvision.transforms.v2 names with their arguments, applied per sample on the device (a name, or a one-key mapping of the name to its arguments: [RandomResizedCrop: {size: 224}, RandomHorizontalFlip]); crop_padding and hflip are prepended as RandomCrop and RandomHorizontalFlip, normalize is the Normalize of a list without one; validation uses the deterministic form (docs: Data and transforms; every name: the transforms reference)", check=transforms_list.check, valid="a list of supported transforms"),
     # the loop

@@ -281,8 +281,10 @@ CORE_RANGES = {
     "max_nonfinite_steps": ">= 1", "label_smoothing": "in [0, 1)", "lr": "> 0", "gamma": "> 0",
     "min_lr": ">= 0", "pct_start": "in (0, 1)", "div_factor": "> 0", "final_div_factor": "> 0", "mixup_alpha": ">= 0",
     "cutmix_alpha": ">= 0", "mixup_prob": "in [0, 1]", "mixup_switch_prob": "in [0, 1]", "cutmix_minmax": "in (0, 1]",
-    "ema_decay": "in [0, 1)", "ema_warmup_gamma": "> 0", "ema_warmup_power": "> 0",
+    "ema_decay": "in [0, 1)", "ema_warmup_gamma": "> 0", "ema_warmup_power": "> 0", "crop_padding": "in [0, 65536)",
 }
+# Those whose default is config.py's alone, with the valid values config.py's message gives.
+DEFAULT_IN_PYTHON = {"cutmix_minmax": "two numbers in (0, 1], min < max", "crop_padding": "in [0, 65536) (pixels)"}
 # For each, a value just outside its range and the one inside at that bound.
 BOUNDS = {
     "accumulate_grad_batches": (0, 1), "clip_grad_norm": (-0.5, 0.0), "clip_grad_value": (-0.5, 0.0),
@@ -302,11 +304,10 @@ def test_config_pys_ranges_and_defaults_of_numeric_keys_are_the_cores():
     from gpucore.config import KEY_BY_NAME
 
     assert {key: str(valid) for key, valid in _C.config_ranges().items()} == CORE_RANGES
-    assert _C.config_defaults() == {key: DEFAULTS[key] for key in CORE_RANGES if key != "cutmix_minmax"}
-    for key in set(CORE_RANGES) - {"cutmix_minmax"}:
-        assert KEY_BY_NAME[key].valid == CORE_RANGES[key]
-        assert type(KEY_BY_NAME[key].default) is KEY_BY_NAME[key].type
-    assert KEY_BY_NAME["cutmix_minmax"].valid == "two numbers in (0, 1], min < max"
+    assert _C.config_defaults() == {key: DEFAULTS[key] for key in CORE_RANGES if key not in DEFAULT_IN_PYTHON}
+    for key in CORE_RANGES:
+        assert KEY_BY_NAME[key].valid == DEFAULT_IN_PYTHON.get(key, CORE_RANGES[key])
+        assert type(KEY_BY_NAME[key].default) is KEY_BY_NAME[key].type or key in DEFAULT_IN_PYTHON
     assert "after 3 eager warm-up steps" in KEY_BY_NAME["cuda_graphs"].doc  # the engine's graph_warmup_steps
 
 
@@ -337,6 +338,16 @@ def test_a_numeric_key_out_of_the_cores_range_gets_config_pys_message_and_fails_
                            engine_config(config, task_of(config), "cpu", resolve_precision("32", "cpu"),
                                          steps_per_epoch=1, channels_last=False))
         engine.train_epoch(_C.TensorBatches(x, y, 4, False, False, 0, torch.device("cpu")), model, None, None)
+
+
+def test_crop_padding_out_of_the_cores_range_gets_config_pys_message_and_randomcrop_refuses_it_too():
+    with pytest.raises(gpucore.ConfigError, match=re.escape("config key 'crop_padding' is 65536; it must be in [0, 65536) "
+                                                            "(pixels)")):
+        load_config({"crop_padding": 65536})
+    assert load_config({"crop_padding": 65535}).crop_padding == 65535
+    with pytest.raises(gpucore.ConfigError, match=re.escape("RandomCrop: argument 'padding' must be integers in [0, 65536), "
+                                                            "got 65536")):
+        load_config({"transforms": [{"RandomCrop": {"size": 8, "padding": 65536}}]})
 
 
 def test_cutmix_minmax_out_of_the_cores_range_gets_config_pys_message():

@@ -59,6 +59,7 @@ inline constexpr Range kCutmixAlpha = at_least(0);
 inline constexpr Range kMixupProb{0, 1, false, false};
 inline constexpr Range kMixupSwitchProb{0, 1, false, false};
 inline constexpr Range kCutmixMinmax{0, 1, true, false};  // each of the two box sides; min < max
+inline constexpr Range kCropPadding{0, 65536, false, true};  // pixels: RandomCrop's padding, which crop_padding becomes
 inline constexpr Range kEmaDecay{0, 1, false, true};
 inline constexpr Range kEmaWarmupGamma = above(0);
 inline constexpr Range kEmaWarmupPower = above(0);

@@ -12,7 +12,9 @@ namespace gpucore {
 struct NumericSetting {
   std::string key;                      // the config key
   Range range;
-  std::optional<double> default_value;  // the engine's default (EngineConfig{}); none for cutmix_minmax, a list
+  // The engine's default (EngineConfig{}); none where config.py's is the only one: cutmix_minmax (a list) and
+  // crop_padding (0, off; the transforms list's RandomCrop padding).
+  std::optional<double> default_value;
   bool integer = false;
 };
 
