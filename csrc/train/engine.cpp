@@ -28,7 +28,6 @@ std::vector<at::Tensor> flatten(const std::vector<ParamGroup>& groups) {
   return params;
 }
 
-
 void check_config(const EngineConfig& c) {
   if (c.autocast_dtype && *c.autocast_dtype != at::kBFloat16 && *c.autocast_dtype != at::kHalf) {
     throw ConfigError("autocast_dtype must be bfloat16, float16 or None, got '" +
