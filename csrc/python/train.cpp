@@ -13,6 +13,7 @@
 #include "gpucore/train/mixup.h"
 #include "gpucore/train/optimizer.h"
 #include "gpucore/train/schedule.h"
+#include "gpucore/train/settings.h"
 #include "python/module.h"
 
 namespace py = pybind11;
@@ -29,16 +30,28 @@ at::Tensor as_tensor(const py::object& value, const char* what) {
   return value.cast<at::Tensor>();
 }
 
+// The DistributedDataParallel module `model` calls, or None. torch.compile wraps a module in an OptimizedModule
+// that keeps it as `_orig_mod`; torch documents compiling the DDP module (torch.compile(DDP(model))), whose
+// forward dynamo runs eagerly, so its no_sync() still decides the backward's sync when entered on `_orig_mod`.
+py::object data_parallel_module(py::object model) {
+  const py::object ddp = py::module_::import("torch.nn.parallel").attr("DistributedDataParallel");
+  while (!py::isinstance(model, ddp)) {
+    if (!py::hasattr(model, "_orig_mod")) return py::none();
+    model = model.attr("_orig_mod");
+  }
+  return model;
+}
+
 // Calls a Python nn.Module (or any callable) with the GIL held for the call only. DistributedDataParallel
 // decides in its forward whether the backward that follows all-reduces, so a forward without gradient sync
-// runs inside the model's public no_sync() context; the engine's backward after it then stays local.
+// runs inside the public no_sync() context of the DDP module, compiled or not; the engine's backward after it
+// then stays local.
 ForwardFn python_forward(const py::object& model) {
-  const bool data_parallel =
-      py::isinstance(model, py::module_::import("torch.nn.parallel").attr("DistributedDataParallel"));
+  const py::object data_parallel = data_parallel_module(model);
   return [model, data_parallel](const at::Tensor& inputs, bool sync_gradients) {
     py::gil_scoped_acquire gil;
-    if (sync_gradients || !data_parallel) return as_tensor(model(inputs), "the model");
-    const py::object no_sync = model.attr("no_sync")();
+    if (sync_gradients || data_parallel.is_none()) return as_tensor(model(inputs), "the model");
+    const py::object no_sync = data_parallel.attr("no_sync")();
     no_sync.attr("__enter__")();
     py::object output;
     try {
@@ -114,6 +127,26 @@ void def_train(py::module_& m) {
         {"loss", loss_names()},           {"mixup_mode", mix_mode_names()}, {"optimizer", optimizer_names()},
         {"schedule", schedule_names()},   {"precision", precision_names()}, {"tf32", toggle_names()},
         {"cudnn_benchmark", toggle_names()}};
+  });
+  // The valid values of the numeric config keys the core checks too, and the core's defaults of them: config.py
+  // checks those keys against these ranges and gives the one message a user sees.
+  py::class_<Range>(m, "Range")
+      .def("__contains__", &Range::contains)
+      .def("__str__", &Range::describe)
+      .def("__repr__", [](const Range& range) { return "Range(" + range.describe() + ")"; });
+  m.def("config_ranges", [] {
+    std::map<std::string, Range> ranges;
+    for (const NumericSetting& setting : numeric_settings()) ranges.emplace(setting.key, setting.range);
+    return ranges;
+  });
+  m.def("config_defaults", [] {
+    py::dict defaults;
+    for (const NumericSetting& setting : numeric_settings()) {
+      if (!setting.default_value) continue;
+      defaults[py::str(setting.key)] = setting.integer ? py::object(py::int_(static_cast<int64_t>(*setting.default_value)))
+                                                      : py::object(py::float_(*setting.default_value));
+    }
+    return defaults;
   });
 
   py::class_<OptimizerConfig> optimizer(m, "OptimizerConfig");

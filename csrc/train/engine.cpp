@@ -16,6 +16,7 @@
 #include <tuple>
 
 #include "gpucore/errors.h"
+#include "gpucore/ranges.h"
 #include "gpucore/train/autocast.h"
 #include "ops/train_step.h"
 
@@ -29,12 +30,6 @@ std::vector<at::Tensor> flatten(const std::vector<ParamGroup>& groups) {
   return params;
 }
 
-void check_accumulate_grad_batches(int64_t accumulate_grad_batches) {
-  if (accumulate_grad_batches < 1) {
-    throw ConfigError("accumulate_grad_batches must be >= 1, got " + std::to_string(accumulate_grad_batches));
-  }
-}
-
 void check_config(const EngineConfig& c) {
   if (c.autocast_dtype && *c.autocast_dtype != at::kBFloat16 && *c.autocast_dtype != at::kHalf) {
     throw ConfigError("autocast_dtype must be bfloat16, float16 or None, got '" +
@@ -44,15 +39,11 @@ void check_config(const EngineConfig& c) {
     throw ConfigError("param_dtype must be float32 or float64, got '" +
                       std::string(c10::getDtypeNames(c.param_dtype).first) + "'");
   }
-  check_accumulate_grad_batches(c.accumulate_grad_batches);
-  if (c.clip_grad_norm < 0) throw ConfigError("clip_grad_norm must be >= 0, got " + std::to_string(c.clip_grad_norm));
-  if (c.clip_grad_value < 0) throw ConfigError("clip_grad_value must be >= 0, got " + std::to_string(c.clip_grad_value));
-  if (c.log_every_n_steps < 1) {
-    throw ConfigError("log_every_n_steps must be >= 1, got " + std::to_string(c.log_every_n_steps));
-  }
-  if (c.max_nonfinite_steps < 1) {
-    throw ConfigError("max_nonfinite_steps must be >= 1, got " + std::to_string(c.max_nonfinite_steps));
-  }
+  ranges::kAccumulateGradBatches.check("accumulate_grad_batches", c.accumulate_grad_batches);
+  ranges::kClipGradNorm.check("clip_grad_norm", c.clip_grad_norm);
+  ranges::kClipGradValue.check("clip_grad_value", c.clip_grad_value);
+  ranges::kLogEveryNSteps.check("log_every_n_steps", c.log_every_n_steps);
+  ranges::kMaxNonfiniteSteps.check("max_nonfinite_steps", c.max_nonfinite_steps);
   validate(c.schedule);
   if (c.schedule.total_steps > ops::kMaxCountedSteps) {
     throw ConfigError("a run of " + std::to_string(c.schedule.total_steps) +
@@ -74,10 +65,7 @@ void check_config(const EngineConfig& c) {
     if (c.device.type() != at::kCUDA) {
       throw ConfigError("cuda_graphs captures CUDA steps; this engine's device is " + c.device.str());
     }
-    if (c.graph_warmup_steps < 1) {
-      throw ConfigError("graph_warmup_steps must be >= 1 (cuDNN's autotuning syncs), got " +
-                        std::to_string(c.graph_warmup_steps));
-    }
+    ranges::kGraphWarmupSteps.check("graph_warmup_steps", c.graph_warmup_steps);
   }
 }
 
@@ -346,7 +334,7 @@ std::pair<std::map<std::string, double>, int64_t> Engine::read_metrics(const Met
 }
 
 void Engine::set_accumulate_grad_batches(int64_t accumulate_grad_batches) {
-  check_accumulate_grad_batches(accumulate_grad_batches);
+  ranges::kAccumulateGradBatches.check("accumulate_grad_batches", accumulate_grad_batches);
   config_.accumulate_grad_batches = accumulate_grad_batches;
   drop_graph();  // the captured step took one micro-batch of the old size
 }

@@ -151,7 +151,7 @@ at::Tensor TransformPipeline::apply(const at::Tensor& images, const std::vector<
   const bool broadcast = mean_.size() == 1 && x.size(1) > 1;
   const std::vector<double> mean = broadcast ? std::vector<double>(x.size(1), mean_[0]) : mean_;
   const std::vector<double> std = broadcast ? std::vector<double>(x.size(1), std_[0]) : std_;
-  x = ops::augment(x, offsets, flips, 0, mean, std, dtype);
+  x = ops::augment(x, offsets, flips, mean, std, dtype);
   for (const auto& transform : float_stage_) {
     if (masks.defined() && transform->moves_pixels()) masks = transform->apply_to_mask(masks, params[k]);
     x = transform->apply(x, params[k++]);
