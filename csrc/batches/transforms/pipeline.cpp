@@ -96,9 +96,14 @@ uint64_t sample_seed(uint64_t per_image_seed, int64_t sample) {
 }
 
 std::array<int64_t, 2> TransformPipeline::output_size(int64_t h, int64_t w) const {
-  std::array<int64_t, 2> size{h, w};
-  for (const auto& transform : uint8_stage_) size = transform->output_size(size[0], size[1]);
-  for (const auto& transform : float_stage_) size = transform->output_size(size[0], size[1]);
+  const bool own_sizes = h == 0 && w == 0 && per_image_ > 0;  // the per-image transforms' output, then the rest
+  std::array<int64_t, 2> size = own_sizes ? per_image_size() : std::array<int64_t, 2>{h, w};
+  size_t k = 0;
+  for (const auto* stage : {&uint8_stage_, &float_stage_}) {
+    for (const auto& transform : *stage) {
+      if (k++ >= (own_sizes ? per_image_ : 0)) size = transform->output_size(size[0], size[1]);
+    }
+  }
   return size;
 }
 

@@ -430,7 +430,8 @@ def read_image_folder(root: str, channels: int = 3, size=None, threads: Optional
 
 
 def read_files(paths: Sequence[str], labels: Optional[Sequence] = None, *, label_from_name: Optional[Callable] = None,
-          channels: int = 3, size=None, threads: Optional[int] = None, on_error: str = "raise") -> ImageFiles:
+          channels: int = 3, size=None, threads: Optional[int] = None, on_error: str = "raise",
+          max_resolution: int = DEFAULT_MAX_RESOLUTION) -> ImageFiles:
     """Images from a list of files with `labels`, or labels computed from each file's name; decoded on demand.
 
     Args:
@@ -441,6 +442,7 @@ def read_files(paths: Sequence[str], labels: Optional[Sequence] = None, *, label
         size: None, an int or (height, width) to resize to.
         threads: decoding threads (default: the CPU count).
         on_error: "raise", or "skip" to leave unreadable files out.
+        max_resolution: the longest shorter side of an image cached at its own size (ImageFiles); 0: full size.
 
     Returns:
         ImageFiles.
@@ -456,7 +458,7 @@ def read_files(paths: Sequence[str], labels: Optional[Sequence] = None, *, label
     if len(labels) != len(paths):
         raise ConfigError(f"Files: {len(paths)} files but {len(labels)} labels")
     return ImageFiles(paths, torch.as_tensor(labels), channels=channels, size=size, threads=threads,
-                      on_error=on_error, origin=f"{len(paths)} files")
+                      on_error=on_error, origin=f"{len(paths)} files", max_resolution=max_resolution)
 
 
 def captcha_labels(alphabet: str, length: int) -> Callable[[str], List[int]]:

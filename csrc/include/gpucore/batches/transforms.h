@@ -78,6 +78,7 @@ class TransformPipeline {
   std::vector<std::string> names() const;
   const std::vector<double>& mean() const { return mean_; }
   const std::vector<double>& std() const { return std_; }
+  // The output size of H x W images; 0 x 0: of images of any sizes, for a list with per-image transforms.
   std::array<int64_t, 2> output_size(int64_t h, int64_t w) const;
   // The per-image transforms: the list's first uint8-stage transforms up to the first of one output size
   // (RandomResizedCrop, CenterCrop, ...), which bring images of any size to one, as torchvision does one image at a
