@@ -69,7 +69,8 @@ FileBatches::FileBatches(std::vector<std::string> paths, const at::Tensor& targe
   }
   per_image_ = config_.height == 0 && pipeline().per_image_count() > 0;
   if (per_image_ && !mask_paths_.empty()) {
-    throw ConfigError("segmentation pairs need one image size: give the reader a size (data_kwargs: {size: [H, W]})");
+    throw ConfigError("segmentation pairs need one image size: give the readers' size argument (config key data_kwargs: "
+                      "{size: [H, W]})");
   }
   if (per_image_) {
     std::tie(slot_height_, slot_width_) = std::pair(pipeline().per_image_size()[0], pipeline().per_image_size()[1]);

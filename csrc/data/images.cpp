@@ -368,9 +368,10 @@ DecodedImageList decode_images_at_own_size(const std::vector<std::string>& paths
 }
 
 std::string mixed_sizes_hint() {
-  return "a data set needs images of one size: give them one with config key data_kwargs: {size: [H, W]} (every "
-         "image resized to it), or start config key transforms with RandomResizedCrop: {size: S} (training) or "
-         "Resize: {size: S} + CenterCrop: {size: S}, which crop each image at its own size";
+  return "a data set needs images of one size: give them one with config key data_kwargs: {size: [H, W]} (the "
+         "readers' size argument: every image resized to it), or start config key transforms with "
+         "RandomResizedCrop: {size: S} (training) or Resize: {size: S} + CenterCrop: {size: S}, which crop each "
+         "image at its own size";
 }
 
 std::string missing_reader_message(const std::string& format) {
