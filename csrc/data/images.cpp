@@ -329,6 +329,7 @@ DecodedImageList decode_images_at_own_size(const std::vector<std::string>& paths
   }
   std::vector<Pixels> decoded(paths.size());
   std::vector<at::Tensor> images(paths.size());
+  std::atomic<int64_t> downsized{0};
   on_threads(paths.size(), threads, [&](size_t i) {
     Pixels& pixels = decoded[i];
     try {  // an exception must not escape a thread (that would end the process): it is this file's error
@@ -346,6 +347,7 @@ DecodedImageList decode_images_at_own_size(const std::vector<std::string>& paths
       const int64_t width = pixels.height <= pixels.width ? resized_longer : max_shorter_side;
       images[i] = at::empty({height, width, channels}, at::TensorOptions().dtype(at::kByte));
       resize_into(pixels, channels, height, width, /*nearest=*/false, images[i].data_ptr<uint8_t>());
+      ++downsized;
     } catch (const std::exception& e) {
       images[i] = at::Tensor();
       pixels.error = std::string("cannot be decoded: ") + e.what();
@@ -353,6 +355,7 @@ DecodedImageList decode_images_at_own_size(const std::vector<std::string>& paths
     pixels.data = {};  // the image is kept in images[i]
   });
   DecodedImageList result;
+  result.downsized = downsized.load();
   for (size_t i = 0; i < paths.size(); ++i) {
     const Pixels& pixels = decoded[i];
     if (pixels.missing_library) throw MissingReaderError("image '" + paths[i] + "' " + pixels.error);

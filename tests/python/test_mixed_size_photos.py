@@ -76,7 +76,9 @@ def test_resize_and_center_crop_are_torchvisions_eval_recipe_on_each_image(folde
 
 def test_the_cache_keeps_each_image_at_a_bounded_shorter_side(folder):
     value = [{"RandomResizedCrop": {"size": 16}}, "RandomHorizontalFlip"]
-    files, epochs = _epochs(folder, "host", value, max_resolution=80)
+    with pytest.warns(UserWarning, match=r"photos: \d+ of 12 images have a shorter side longer than max_resolution 80 "
+                                         r"and are kept in memory resized down to it"):
+        files, epochs = _epochs(folder, "host", value, max_resolution=80)
     kept = files.images_at_own_size()
     flips = _C.sample_transforms(transforms.specs(value), 12, 0, 0, SEED, 0)[1][1][:, 1]
     for i, (image, cached) in enumerate(zip(_images(files), kept)):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import os
 import re
+import warnings
 from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -203,8 +204,13 @@ class ImageFiles(LabeledData):
             uint8 H x W x C tensors, one per file kept (unreadable ones are left out with on_error skip).
         """
         if self._own_size is None:
-            images, kept, skipped = _C.decode_images_at_own_size(self.paths, self.channels, self.threads,
-                                                                  self.skip_errors, self.max_resolution)
+            images, kept, skipped, downsized = _C.decode_images_at_own_size(
+                self.paths, self.channels, self.threads, self.skip_errors, self.max_resolution)
+            if downsized:  # what FFCV's max_resolution does, said where it happens
+                warnings.warn(f"{self.origin}: {downsized} of {len(images)} images have a shorter side longer than "
+                              f"max_resolution {self.max_resolution} and are kept in memory resized down to it (config "
+                              "key data_kwargs: {max_resolution: N}; 0 keeps them at full size; cache: none reads "
+                              "each at full size)", stacklevel=2)
             self.skipped = skipped
             self._targets = self._targets[kept]
             self.paths = [self.paths[i] for i in kept]
@@ -285,8 +291,8 @@ class ImageFiles(LabeledData):
             images = self._own_size
             if images is None:
                 step = max(1, len(self) // limit)
-                images, _, _ = _C.decode_images_at_own_size(self.paths[::step][:limit], self.channels, self.threads,
-                                                            True, self.max_resolution)
+                images = _C.decode_images_at_own_size(self.paths[::step][:limit], self.channels, self.threads, True,
+                                                      self.max_resolution)[0]
             if not images:
                 raise ConfigError(f"{self.origin}: none of the sampled image files could be read")
             # every pixel of every image, whatever its size, as one 1 x C x 1 x P image

@@ -43,6 +43,7 @@ struct DecodedImageList {
   std::vector<at::Tensor> images;    // uint8 H x W x channels each, at its own size, in the order of the paths kept
   std::vector<int64_t> kept;         // index into the paths of each image
   std::vector<std::string> skipped;  // "path: why", when skipping is allowed
+  int64_t downsized = 0;             // images kept resized to the bound
 };
 
 // Decodes `paths` on `threads` threads, each image at its own size; one whose shorter side is longer than
