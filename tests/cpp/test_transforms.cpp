@@ -71,3 +71,50 @@ TEST(Transforms, FlipsAndNormalizeComputeWhatTheyShould) {
   EXPECT_TRUE(at::allclose(out, expected, 1e-5, 1e-5));
   EXPECT_TRUE(at::equal(masks, at::arange(2 * 4 * 5, at::kLong).reshape({2, 4, 5}).flip({2})));
 }
+
+TEST(Transforms, PerImageTransformsEndAtTheFirstOfOneOutputSize) {
+  const TransformPipeline resize_crop({{"RandomHorizontalFlip", {}, {}}, {"Resize", {{"size", {12}}}, {}},
+                                       {"CenterCrop", {{"size", {10}}}, {}}, {"ColorJitter", {{"brightness", {0.2}}}, {}}},
+                                      {}, {});
+  EXPECT_EQ(resize_crop.per_image_count(), 3u);
+  EXPECT_EQ(resize_crop.per_image_size(), (std::array<int64_t, 2>{10, 10}));
+  EXPECT_EQ(resize_crop.output_size(0, 0), (std::array<int64_t, 2>{10, 10}));  // images of any sizes
+  EXPECT_EQ(TransformPipeline({{"Resize", {{"size", {12}}}, {}}}, {}, {}).per_image_count(), 0u);
+  EXPECT_EQ(TransformPipeline({{"Resize", {{"size", {12, 9}}}, {}}}, {}, {}).per_image_count(), 1u);
+  const TransformPipeline none({{"RandomHorizontalFlip", {}, {}}}, {}, {});
+  at::Generator generator = at::detail::createCPUGenerator(0);
+  try {
+    none.sample(3, 0, 0, generator);
+    ADD_FAILURE() << "images of their own sizes without per-image transforms were drawn for";
+  } catch (const gpucore::ConfigError& error) {
+    EXPECT_NE(std::string(error.what()).find("images of mixed sizes need a transform that brings each to one size"),
+              std::string::npos) << error.what();
+  }
+}
+
+TEST(Transforms, EachImageAtItsOwnSizeGetsTheDrawsAndPixelsOfABatchOfItsSize) {
+  // The same images as a batch of one size (sample + apply) and one at a time (apply_per_image): the same crops.
+  const TransformPipeline pipeline({{"RandomResizedCrop", {{"size", {7, 9}}, {"scale", {0.2, 1.0}}}, {}},
+                                    {"RandomHorizontalFlip", {}, {}}},
+                                   {}, {});
+  at::Generator generator = at::detail::createCPUGenerator(5);
+  const at::Tensor images = at::randint(0, 256, {6, 3, 15, 13}, generator, at::kByte);
+  at::Generator batch_draws = at::detail::createCPUGenerator(7), own_draws = at::detail::createCPUGenerator(7);
+  uint64_t batch_seed = 0, own_seed = 0;
+  const auto params = pipeline.sample(6, 15, 13, batch_draws, &batch_seed);
+  const auto tail = pipeline.sample(6, 0, 0, own_draws, &own_seed);
+  EXPECT_EQ(batch_seed, own_seed);
+  EXPECT_TRUE(tail[0].empty());
+  EXPECT_TRUE(at::equal(tail[1][1], params[1][1]));  // the other transforms' draws do not move
+  at::Tensor no_masks;
+  const at::Tensor batch = pipeline.apply(images, params, at::kByte, no_masks);
+  std::vector<at::Tensor> one_by_one;
+  for (int64_t i = 0; i < 6; ++i) {
+    one_by_one.push_back(pipeline.apply_per_image(images[i].permute({1, 2, 0}).contiguous(), own_seed, i));
+  }
+  const at::Tensor stacked = at::stack(one_by_one);
+  EXPECT_TRUE(at::equal(pipeline.apply(stacked, tail, at::kByte, no_masks, /*per_image_done=*/true), batch));
+  // an image of another size comes out at the crop's size, its pixels from its own box
+  const at::Tensor other = pipeline.apply_per_image(images[0].slice(1, 0, 8).permute({1, 2, 0}).contiguous(), own_seed, 0);
+  EXPECT_EQ(other.sizes(), (at::IntArrayRef{3, 7, 9}));
+}
