@@ -80,6 +80,12 @@ class LoadedModel:
         through the deterministic form of the run's transforms without Normalize, uint8 N x C x h x w (what
         Grad-CAM overlays its maps on).
 
+        Args:
+            images: the images, each uint8 C x H x W (or H x W) at its own size.
+
+        Returns:
+            uint8 N x C x h x w.
+
         Raises:
             ConfigError: a list whose transforms normalise in another way (RandomErasing has no deterministic form).
         """
