@@ -3,9 +3,9 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/tensor.h>
-#include <c10/util/ParallelGuard.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
+#include <c10/util/ParallelGuard.h>
 
 #include <algorithm>
 
@@ -67,7 +67,16 @@ FileBatches::FileBatches(std::vector<std::string> paths, const at::Tensor& targe
                         ", got " + c10::str(image.sizes()));
     }
   }
-  per_image_ = config_.height == 0 && pipeline().per_image_count() > 0;
+  per_image_ = config_.own_sizes;
+  if (per_image_ && (config_.height != 0 || config_.resize)) {
+    throw ConfigError("image files: images at their own sizes take no size (got " + std::to_string(config_.height) +
+                      "x" + std::to_string(config_.width) + ")");
+  }
+  if (per_image_ && pipeline().per_image_count() == 0) {
+    throw ConfigError("image files: images at their own sizes need a transforms list that starts with "
+                      "RandomResizedCrop (or Resize + CenterCrop), which brings each to one size; " +
+                      mixed_sizes_hint());
+  }
   if (per_image_ && !mask_paths_.empty()) {
     throw ConfigError("segmentation pairs need one image size: give the readers' size argument (config key data_kwargs: "
                       "{size: [H, W]})");
@@ -76,10 +85,7 @@ FileBatches::FileBatches(std::vector<std::string> paths, const at::Tensor& targe
     std::tie(slot_height_, slot_width_) = std::pair(pipeline().per_image_size()[0], pipeline().per_image_size()[1]);
     set_image_size(0, 0);  // each image at its own size, through the per-image transforms
   } else {
-    if (!images_.empty()) {
-      throw ConfigError("image files: decoded images of their own sizes need a transforms list that starts with "
-                        "RandomResizedCrop (or Resize + CenterCrop)");
-    }
+    if (!images_.empty()) throw ConfigError("image files: decoded images are taken only at their own sizes (own_sizes)");
     if (config_.height == 0) {
       std::tie(config_.height, config_.width) = first_image_size(paths_, config_.channels, config_.skip_errors);
     }

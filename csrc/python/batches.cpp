@@ -137,7 +137,8 @@ void def_batches(py::module_& m) {
       .def_readwrite("resize", &FileBatchesConfig::resize)
       .def_readwrite("threads", &FileBatchesConfig::threads)
       .def_readwrite("prefetch", &FileBatchesConfig::prefetch)
-      .def_readwrite("skip_errors", &FileBatchesConfig::skip_errors);
+      .def_readwrite("skip_errors", &FileBatchesConfig::skip_errors)
+      .def_readwrite("own_sizes", &FileBatchesConfig::own_sizes);
   py::class_<FileBatches, EpochBatches>(m, "FileBatches")
       .def(py::init([](std::vector<std::string> paths, const std::optional<at::Tensor>& targets, int64_t batch_size,
                        bool shuffle, bool drop_last, uint64_t seed, const at::Device& device,

@@ -92,29 +92,35 @@ TEST(Transforms, PerImageTransformsEndAtTheFirstOfOneOutputSize) {
   }
 }
 
-TEST(Transforms, EachImageAtItsOwnSizeGetsTheDrawsAndPixelsOfABatchOfItsSize) {
-  // The same images as a batch of one size (sample + apply) and one at a time (apply_per_image): the same crops.
-  const TransformPipeline pipeline({{"RandomResizedCrop", {{"size", {7, 9}}, {"scale", {0.2, 1.0}}}, {}},
-                                    {"RandomHorizontalFlip", {}, {}}},
-                                   {}, {});
+TEST(Transforms, EachImageAtItsOwnSizeIsCroppedWithItsOwnDraws) {
+  // One image at a time (apply_per_image) is the batch pipeline on that image alone with the draws of the sample's
+  // own generator; the transforms after the per-image ones draw from the epoch's generator as for a batch.
+  const std::vector<TransformSpec> crop = {{"RandomResizedCrop", {{"size", {7, 9}}, {"scale", {0.2, 1.0}}}, {}}};
+  std::vector<TransformSpec> specs = crop;
+  specs.push_back({"RandomHorizontalFlip", {}, {}});
+  const TransformPipeline pipeline(specs, {}, {}), crop_alone(crop, {}, {});
   at::Generator generator = at::detail::createCPUGenerator(5);
   const at::Tensor images = at::randint(0, 256, {6, 3, 15, 13}, generator, at::kByte);
-  at::Generator batch_draws = at::detail::createCPUGenerator(7), own_draws = at::detail::createCPUGenerator(7);
-  uint64_t batch_seed = 0, own_seed = 0;
-  const auto params = pipeline.sample(6, 15, 13, batch_draws, &batch_seed);
-  const auto tail = pipeline.sample(6, 0, 0, own_draws, &own_seed);
-  EXPECT_EQ(batch_seed, own_seed);
-  EXPECT_TRUE(tail[0].empty());
-  EXPECT_TRUE(at::equal(tail[1][1], params[1][1]));  // the other transforms' draws do not move
-  at::Tensor no_masks;
-  const at::Tensor batch = pipeline.apply(images, params, at::kByte, no_masks);
-  std::vector<at::Tensor> one_by_one;
-  for (int64_t i = 0; i < 6; ++i) {
-    one_by_one.push_back(pipeline.apply_per_image(images[i].permute({1, 2, 0}).contiguous(), own_seed, i));
+  at::Generator epoch = at::detail::createCPUGenerator(7);
+  uint64_t seed = 0;
+  const auto params = pipeline.sample(6, 0, 0, epoch, &seed);
+  EXPECT_TRUE(params[0].empty());
+  at::Generator after_seed = at::detail::createCPUGenerator(7);
+  {
+    const std::lock_guard<std::mutex> lock(after_seed.mutex());
+    EXPECT_EQ(at::check_generator<at::CPUGeneratorImpl>(after_seed)->random64(), seed);
   }
-  const at::Tensor stacked = at::stack(one_by_one);
-  EXPECT_TRUE(at::equal(pipeline.apply(stacked, tail, at::kByte, no_masks, /*per_image_done=*/true), batch));
-  // an image of another size comes out at the crop's size, its pixels from its own box
-  const at::Tensor other = pipeline.apply_per_image(images[0].slice(1, 0, 8).permute({1, 2, 0}).contiguous(), own_seed, 0);
-  EXPECT_EQ(other.sizes(), (at::IntArrayRef{3, 7, 9}));
+  const TransformPipeline flip({{"RandomHorizontalFlip", {}, {}}}, {}, {});
+  EXPECT_TRUE(at::equal(params[1][1], flip.sample(6, 7, 9, after_seed)[0][1]));
+  at::Tensor no_masks;
+  for (int64_t i = 0; i < 6; ++i) {
+    const at::Tensor image = i % 2 ? images[i] : images[i].slice(1, 0, 11 - i);  // sizes differ
+    at::Generator own = at::detail::createCPUGenerator(gpucore::sample_seed(seed, i));
+    const at::Tensor expected = crop_alone.apply(image.unsqueeze(0).contiguous(), crop_alone.sample(1, image.size(1),
+                                                 image.size(2), own), at::kByte, no_masks)[0];
+    const at::Tensor got = pipeline.apply_per_image(image.permute({1, 2, 0}).contiguous(), seed, i);
+    EXPECT_TRUE(at::equal(got, expected)) << "sample " << i;
+    EXPECT_EQ(got.sizes(), (at::IntArrayRef{3, 7, 9}));
+  }
+  EXPECT_NE(gpucore::sample_seed(seed, 0), gpucore::sample_seed(seed, 1));
 }

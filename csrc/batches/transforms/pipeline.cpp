@@ -114,39 +114,20 @@ std::vector<std::vector<at::Tensor>> TransformPipeline::sample(int64_t samples, 
     throw ConfigError("images of mixed sizes need a transform that brings each to one size; start the transforms "
                       "list with RandomResizedCrop (training) or Resize + CenterCrop, or give the images one size");
   }
+  // Images at their own sizes: the per-image transforms draw in apply_per_image, from each sample's own generator
+  // seeded from the epoch generator's first word; the other transforms draw here, for their output size.
   uint64_t seed = 0;
-  if (per_image_ > 0) {  // the first word of the epoch's generator, so the other transforms' draws follow it
+  if (own_sizes) {
     const std::lock_guard<std::mutex> lock(generator.mutex());
     seed = at::check_generator<at::CPUGeneratorImpl>(generator)->random64();
   }
   if (per_image_seed != nullptr) *per_image_seed = seed;
   std::vector<std::vector<at::Tensor>> params(uint8_stage_.size() + float_stage_.size());
-  std::array<int64_t, 2> size{h, w};
-  if (per_image_ > 0) {
-    if (!own_sizes) {
-      // Sample by sample, the per-image transforms in list order from the sample's own generator, as
-      // apply_per_image draws them; then each parameter's rows stacked.
-      std::vector<std::vector<std::vector<at::Tensor>>> rows(per_image_);  // [transform][parameter][sample]
-      for (int64_t s = 0; s < std::max<int64_t>(samples, 1); ++s) {
-        at::Generator own = at::detail::createCPUGenerator(sample_seed(seed, s));
-        std::array<int64_t, 2> own_size{h, w};
-        for (size_t k = 0; k < per_image_; ++k) {
-          const auto drawn = uint8_stage_[k]->sample(1, own_size[0], own_size[1], own);
-          rows[k].resize(drawn.size());
-          for (size_t j = 0; j < drawn.size(); ++j) rows[k][j].push_back(drawn[j]);
-          own_size = uint8_stage_[k]->output_size(own_size[0], own_size[1]);
-        }
-      }
-      for (size_t k = 0; k < per_image_; ++k) {
-        for (auto& parameter : rows[k]) params[k].push_back(at::cat(parameter).slice(0, 0, samples));
-      }
-    }
-    size = per_image_size();
-  }
+  std::array<int64_t, 2> size = own_sizes ? per_image_size() : std::array<int64_t, 2>{h, w};
   size_t k = 0;
   for (const auto* stage : {&uint8_stage_, &float_stage_}) {
     for (const auto& transform : *stage) {
-      if (k++ < per_image_) continue;
+      if (k++ < (own_sizes ? per_image_ : 0)) continue;
       params[k - 1] = transform->sample(samples, size[0], size[1], generator);
       size = transform->output_size(size[0], size[1]);
     }

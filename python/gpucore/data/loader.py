@@ -54,14 +54,14 @@ def choose_cache(data, cache: str, device: torch.device) -> str:
 
 
 def at_own_sizes(data, transforms: Any = (), crop_padding: int = 0, hflip: bool = False) -> bool:
-    """Whether `data`'s images come at their own sizes, each through the first transforms of the list (its training
-    form with the shorthands) that bring any size to one (RandomResizedCrop, Resize + CenterCrop; the C++ pipeline's
-    per-image transforms), as torchvision crops one image at a time: image files read without a size."""
-    if not isinstance(data, ImageFiles) or data.size != (0, 0) or data.mask_paths is not None or not (
-            transforms or crop_padding or hflip):
+    """Whether `data`'s images come at their own sizes, each through the first transforms of the list (with hflip's
+    shorthand) that bring any size to one (RandomResizedCrop, Resize + CenterCrop; the C++ pipeline's per-image
+    transforms), as torchvision crops one image at a time: image files read without a size. crop_padding's
+    RandomCrop is of the images' one size: with it they keep the size of the first (one size for all)."""
+    if (not isinstance(data, ImageFiles) or data.size != (0, 0) or data.mask_paths is not None or not transforms
+            or crop_padding):
         return False
-    value = transforms_list.training_form(transforms, crop_padding, hflip, data.image_shape()[1:])
-    return _C.per_image_count(transforms_list.specs(value)) > 0
+    return transforms_list.per_image(transforms_list.training_form(transforms, 0, hflip, (0, 0)))
 
 
 def data_stats(data, cache: str, own_sizes: bool = False) -> Tuple[list, list]:
@@ -102,6 +102,7 @@ def batch_source(data, cache: str, *, batch_size: int, shuffle: bool, drop_last:
         config.channels, (config.height, config.width) = data.channels, (0, 0) if own_sizes else data.image_shape()[1:]
         config.resize = data.size != (0, 0)
         config.threads, config.prefetch, config.skip_errors = data.threads, prefetch, data.skip_errors
+        config.own_sizes = own_sizes
         images = data.images_at_own_size() if own_sizes and cache != "none" else []
         segmentation = data.mask_paths is not None  # the masks are read with their images, batch by batch
         return _C.FileBatches(data.paths, None if segmentation else data.targets, batch_size, shuffle, drop_last,

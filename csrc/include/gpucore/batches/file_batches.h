@@ -14,9 +14,8 @@
 // its image (resized with nearest), travels the same ring, becomes class ids (mask_classes) and gets
 // the image's crop and flip; `targets` is then undefined.
 //
-// Images of their own sizes: without a size (height = width = 0) and with a transforms list whose first
-// transforms bring any size to one (TransformPipeline::per_image_count: RandomResizedCrop, Resize + CenterCrop),
-// each image is decoded at its own size and goes through those transforms on its reader thread, one image at a
+// Images of their own sizes (config own_sizes, without a size, with a transforms list whose first transforms bring
+// any size to one: TransformPipeline::per_image_count, RandomResizedCrop, Resize + CenterCrop): each image is decoded at its own size and goes through those transforms on its reader thread, one image at a
 // time as torchvision does, with its sample's draws; the slots hold their output. `images` (uint8 H x W x C, one
 // per path, any sizes): the decoded images kept in memory (the cache of such a data set), read instead of the files.
 #include <c10/core/Event.h>
@@ -41,6 +40,9 @@ struct FileBatchesConfig {
   int64_t threads = 4;             // reader threads
   int64_t prefetch = 4;            // batches decoded ahead (ring slots)
   bool skip_errors = false;        // unreadable files: left out of their batch and reported, else an error
+  // Each image at its own size through the list's per-image transforms (needs height = width = 0 and a list that
+  // starts with them), instead of all at one size.
+  bool own_sizes = false;
 };
 
 class FileBatches : public EpochBatches {

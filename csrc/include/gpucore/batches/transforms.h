@@ -59,7 +59,8 @@ std::vector<std::vector<TransformSpec>> validation_form(const std::vector<Transf
 // i of the epoch's order as row i; gpucore.transforms.Compose draws a batch as rows 0..N-1.
 uint64_t transform_seed(uint64_t seed, int64_t epoch);
 // The seed of sample `sample`'s own generator, which the list's per-image transforms (TransformPipeline's
-// per_image_count) draw from: `per_image_seed` is the first word of the epoch's generator.
+// per_image_count) draw from for images at their own sizes: `per_image_seed` is the first word of the epoch's
+// generator.
 uint64_t sample_seed(uint64_t per_image_seed, int64_t sample);
 
 // The whole list as a batch transform. Normalize is not a Transform: its mean and std go to the fused
@@ -82,15 +83,15 @@ class TransformPipeline {
   std::array<int64_t, 2> output_size(int64_t h, int64_t w) const;
   // The per-image transforms: the list's first uint8-stage transforms up to the first of one output size
   // (RandomResizedCrop, CenterCrop, ...), which bring images of any size to one, as torchvision does one image at a
-  // time; 0 when no transform does. Their parameters are drawn per sample, from the sample's own generator
-  // (sample_seed), so a sample's draws do not depend on the other samples' sizes: a batch of images of one size
-  // (sample(), apply()) and the same images one at a time at their own sizes (apply_per_image) get the same.
+  // time; 0 when no transform does. For images at their own sizes (apply_per_image) their parameters are drawn per
+  // sample, from the sample's own generator (sample_seed), so a sample's draws do not depend on the other samples'
+  // sizes or on the thread that reads it; a batch of one size draws them with the others, from the epoch's generator.
   size_t per_image_count() const { return per_image_; }
   std::array<int64_t, 2> per_image_size() const;  // the per-image transforms' output size (needs some)
-  // Every transform's parameters for `samples` samples of H x W input images, in list order, and (when
-  // `per_image_seed` is given) the seed of the per-image transforms' draws. h = w = 0: the images come at their own
-  // sizes through apply_per_image; the per-image transforms' entries are then empty, and the others are drawn for
-  // the per-image transforms' output size.
+  // Every transform's parameters for `samples` samples of H x W input images, in list order. h = w = 0: the images
+  // come at their own sizes through apply_per_image; the per-image transforms' entries are then empty, the others
+  // are drawn for the per-image transforms' output size, and `per_image_seed` (when given) receives the seed of the
+  // per-image draws (the generator's first word).
   std::vector<std::vector<at::Tensor>> sample(int64_t samples, int64_t h, int64_t w, at::Generator& generator,
                                               uint64_t* per_image_seed = nullptr) const;
   // One image (uint8 H x W x C on the host, any size) through the per-image transforms with sample `sample`'s
