@@ -97,6 +97,7 @@ class RandomCrop final : public CropTransform {
     return {counterpart("CenterCrop", spec, {"size"})};
   }
   std::array<int64_t, 2> output_size(int64_t, int64_t) const override { return size_; }
+  bool one_output_size() const override { return true; }
   bool keeps_size_with_zero_fill(int64_t h, int64_t w) const {
     return size_[0] == h && size_[1] == w && std::all_of(fill_.begin(), fill_.end(), [](double v) { return v == 0; });
   }
@@ -135,6 +136,7 @@ class CenterCrop final : public CropTransform {
   explicit CenterCrop(const Arguments& arguments) : size_(arguments.size("size")) {}
   bool is_random() const override { return false; }
   std::array<int64_t, 2> output_size(int64_t, int64_t) const override { return size_; }
+  bool one_output_size() const override { return true; }
   std::vector<at::Tensor> sample(int64_t samples, int64_t h, int64_t w, at::Generator&) const override {
     // torchvision's center_crop: zero padding (floor on the top/left) where the crop is larger, then the
     // anchor round((padded - crop) / 2).
@@ -201,6 +203,7 @@ class Resize final : public ResizeTransform {
     }
   }
   bool is_random() const override { return false; }
+  bool one_output_size() const override { return pair_; }
   std::array<int64_t, 2> output_size(int64_t h, int64_t w) const override {
     if (pair_) return size_;
     // torchvision's _compute_resized_output_size: the smaller edge to size, the other in proportion.
@@ -236,6 +239,7 @@ class RandomResizedCrop final : public ResizeTransform {
     return {counterpart("Resize", spec, {"size", "interpolation", "antialias"}), counterpart("CenterCrop", spec, {"size"})};
   }
   std::array<int64_t, 2> output_size(int64_t, int64_t) const override { return size_; }
+  bool one_output_size() const override { return true; }
   std::vector<at::Tensor> sample(int64_t samples, int64_t h, int64_t w, at::Generator& generator) const override {
     at::Tensor boxes = at::empty({samples, 4}, kHostLong);
     int64_t* box = boxes.data_ptr<int64_t>();

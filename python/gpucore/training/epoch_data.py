@@ -9,7 +9,7 @@ import torch
 
 from .. import _C
 
-from ..data.loader import batch_source, choose_cache, data_stats, is_native, skipped_files
+from ..data.loader import at_own_sizes, batch_source, choose_cache, data_stats, is_native, skipped_files
 from ..data.readers import ImageFiles
 from ..errors import ConfigError
 from ..transforms import validation_form
@@ -115,7 +115,8 @@ class EpochData:
 def normalization_of(data, config, device: str):
     """(mean, std) per channel of the training inputs when config key `normalize` asks for them, else None."""
     if config.normalize and is_native(data):
-        return data_stats(data, choose_cache(data, config.cache, torch.device(device)))
+        return data_stats(data, choose_cache(data, config.cache, torch.device(device)),
+                          at_own_sizes(data, config.transforms, config.crop_padding, config.hflip))
     return None
 
 
