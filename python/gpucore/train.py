@@ -49,8 +49,8 @@ class TrainResult:
         host_syncs: every host read of device values during the run, each a point where the host waits for the
             device: the running metrics with the step counters (one per log interval and per epoch end), one per
             validation pass (two with an EMA), one per checkpoint's copy to the host (all of an epoch's files share
-            one), the step counters read on resume, and with on_oom: reduce_batch or several processes one per
-            epoch more. host_syncs_by_source says which.
+            one), the step counters read on resume and after an interrupt, and with on_oom: reduce_batch or several
+            processes one per epoch more. host_syncs_by_source says which.
         host_syncs_by_source: host_syncs by what read: metrics, evaluation, checkpoint, counters, oom_snapshot,
             distributed_metrics.
         model: the trained model.

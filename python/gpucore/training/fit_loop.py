@@ -137,6 +137,8 @@ class FitLoop:
             # At the last full optimizer step: mid-epoch, the samples its steps took; once every step of the pass is
             # done (a signal in the last one, raised before the engine returned), the next epoch's start.
             run.run_dir.save_interrupted(self.checkpointing.snapshot())
+            # The steps since the last read of the metrics, for training_stats.json and the result (two reads).
+            position.engine_read(run.engine.steps_taken(), run.engine.steps_skipped())
             self.status = "interrupted"
             return
         position.next_epoch()
