@@ -49,11 +49,11 @@ def fused_rate(images, padding, batch, device, epochs=2):
     sync(device)
     start = time.perf_counter()
     for _ in range(epochs):
-        offsets = torch.randint(0, 2 * padding + 1, (n, 2), device=device)
+        corners = torch.randint(-padding, padding + 1, (n, 2), device=device)
         flips = torch.randint(0, 2, (n,), device=device).bool()
         for begin in range(0, n, batch):
             index = torch.arange(begin, min(begin + batch, n), device=device)
-            torch.ops.gpucore.augment(images[index], offsets[index], flips[index], padding, MEAN, STD, torch.float32)
+            torch.ops.gpucore.augment(images[index], corners[index], flips[index], MEAN, STD, torch.float32)
     sync(device)
     return epochs * n / (time.perf_counter() - start)
 

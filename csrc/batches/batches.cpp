@@ -97,7 +97,7 @@ void EpochBatches::start_epoch(int64_t epoch, int64_t skip_batches) {
   refill(order_, order_host_, device_);
   if (augment_.enabled) {
     at::Generator draws = at::detail::createCPUGenerator(transform_seed(seed_, epoch));
-    const auto params = pipeline_.sample(n, image_height_, image_width_, draws);
+    const auto params = pipeline_.sample(n, image_height_, image_width_, draws, &per_image_seed_);
     transform_params_.resize(params.size());
     for (size_t i = 0; i < params.size(); ++i) {
       transform_params_[i].resize(params[i].size());
@@ -184,7 +184,7 @@ void EpochBatches::finish_batch(const at::Tensor& batch_inputs, const at::Tensor
                              targets.size(2) == batch_inputs.size(3)
                          ? targets
                          : at::Tensor();
-  inputs = pipeline_.apply(batch_inputs, rows, augment_.dtype, masks);
+  inputs = pipeline_.apply(batch_inputs, rows, augment_.dtype, masks, /*per_image_done=*/image_height_ == 0);
   if (masks.defined()) targets = masks;
   if (augment_.channels_last) inputs = inputs.contiguous(at::MemoryFormat::ChannelsLast);
 }

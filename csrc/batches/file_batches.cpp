@@ -1,9 +1,11 @@
 #include "gpucore/batches/file_batches.h"
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
 #include <ATen/ops/tensor.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
+#include <c10/util/ParallelGuard.h>
 
 #include <algorithm>
 
@@ -42,10 +44,10 @@ c10::Device with_index(const c10::Device& device) {
 
 FileBatches::FileBatches(std::vector<std::string> paths, const at::Tensor& targets, int64_t batch_size, bool shuffle,
                          bool drop_last, uint64_t seed, const at::Device& device, AugmentConfig augment,
-                         FileBatchesConfig config, std::vector<std::string> mask_paths)
+                         FileBatchesConfig config, std::vector<std::string> mask_paths, std::vector<at::Tensor> images)
     : EpochBatches(static_cast<int64_t>(paths.size()), targets, batch_size, shuffle, drop_last, seed,
                    with_index(device), std::move(augment), "image files"),
-      paths_(std::move(paths)), mask_paths_(std::move(mask_paths)), config_(config) {
+      paths_(std::move(paths)), mask_paths_(std::move(mask_paths)), images_(std::move(images)), config_(config) {
   if (paths_.empty()) throw ConfigError("image files: the list of files is empty");
   if (!mask_paths_.empty() && mask_paths_.size() != paths_.size()) {
     throw ConfigError("segmentation files: " + std::to_string(paths_.size()) + " images but " +
@@ -55,16 +57,47 @@ FileBatches::FileBatches(std::vector<std::string> paths, const at::Tensor& targe
   check_image_request(config_.channels, config_.height, config_.width);
   if (config_.threads < 1) throw ConfigError("threads must be >= 1, got " + std::to_string(config_.threads));
   if (config_.prefetch < 1) throw ConfigError("prefetch must be >= 1, got " + std::to_string(config_.prefetch));
-  if (config_.height == 0) {
-    std::tie(config_.height, config_.width) = first_image_size(paths_, config_.channels, config_.skip_errors);
+  if (!images_.empty() && images_.size() != paths_.size()) {
+    throw ConfigError("image files: " + std::to_string(paths_.size()) + " paths but " +
+                      std::to_string(images_.size()) + " decoded images");
+  }
+  for (const at::Tensor& image : images_) {
+    if (image.dim() != 3 || image.size(2) != config_.channels || image.scalar_type() != at::kByte) {
+      throw ConfigError("image files: decoded images must be uint8 H x W x " + std::to_string(config_.channels) +
+                        ", got " + c10::str(image.sizes()));
+    }
+  }
+  per_image_ = config_.own_sizes;
+  if (per_image_ && (config_.height != 0 || config_.resize)) {
+    throw ConfigError("image files: images at their own sizes take no size (got " + std::to_string(config_.height) +
+                      "x" + std::to_string(config_.width) + ")");
+  }
+  if (per_image_ && pipeline().per_image_count() == 0) {
+    throw ConfigError("image files: images at their own sizes need a transforms list that starts with "
+                      "RandomResizedCrop (or Resize + CenterCrop), which brings each to one size; " +
+                      mixed_sizes_hint());
+  }
+  if (per_image_ && !mask_paths_.empty()) {
+    throw ConfigError("segmentation pairs need one image size: give the readers' size argument (config key data_kwargs: "
+                      "{size: [H, W]})");
+  }
+  if (per_image_) {
+    std::tie(slot_height_, slot_width_) = std::pair(pipeline().per_image_size()[0], pipeline().per_image_size()[1]);
+    set_image_size(0, 0);  // each image at its own size, through the per-image transforms
+  } else {
+    if (!images_.empty()) throw ConfigError("image files: decoded images are taken only at their own sizes (own_sizes)");
+    if (config_.height == 0) {
+      std::tie(config_.height, config_.width) = first_image_size(paths_, config_.channels, config_.skip_errors);
+    }
+    slot_height_ = config_.height, slot_width_ = config_.width;
+    set_image_size(config_.height, config_.width);
   }
   // Decoded images are uint8; the transform always scales them (and crops, flips, normalises as asked).
   augment_.enabled = true;
-  set_image_size(config_.height, config_.width);
   const bool cuda = device_.is_cuda();
-  const std::vector<int64_t> slot_shape = {longest_batch(), config_.height, config_.width, config_.channels};
+  const std::vector<int64_t> slot_shape = {longest_batch(), slot_height_, slot_width_, config_.channels};
   slots_.resize(static_cast<size_t>(config_.prefetch));
-  const std::vector<int64_t> mask_shape = {longest_batch(), config_.height, config_.width};
+  const std::vector<int64_t> mask_shape = {longest_batch(), slot_height_, slot_width_};
   const bool masks = !mask_paths_.empty();
   for (Slot& slot : slots_) {
     slot.host = at::empty(slot_shape, at::TensorOptions().dtype(at::kByte).pinned_memory(cuda));
@@ -119,7 +152,7 @@ void FileBatches::start_epoch(int64_t epoch, int64_t skip_batches) {
 }
 
 void FileBatches::read_images() {
-  const size_t image_bytes = static_cast<size_t>(config_.height * config_.width * config_.channels);
+  const size_t image_bytes = static_cast<size_t>(slot_height_ * slot_width_ * config_.channels);
   const int64_t* order = order_host_.data_ptr<int64_t>();
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
@@ -138,15 +171,25 @@ void FileBatches::read_images() {
     lock.unlock();
     std::string path = paths_[static_cast<size_t>(sample)], error;
     try {  // an exception must not escape a thread (that would end the process)
-      error = decode_image_into(path, config_.channels, config_.height, config_.width, config_.resize,
-                                /*nearest=*/false, destination);
-      if (error.empty() && mask_destination != nullptr) {
-        path = mask_paths_[static_cast<size_t>(sample)];
-        error = decode_image_into(path, 1, config_.height, config_.width, config_.resize, /*nearest=*/true,
-                                  mask_destination);
+      if (per_image_) {
+        const c10::ParallelGuard serial(true);  // torch's kernels on this thread alone
+        const at::Tensor image = images_.empty() ? decode_image(path, config_.channels) : images_[sample];
+        const at::Tensor out = per_image_image(image, sample);  // C x h x w
+        at::from_blob(destination, {slot_height_, slot_width_, config_.channels}, at::TensorOptions().dtype(at::kByte))
+            .copy_(out.permute({1, 2, 0}));
+      } else {
+        error = decode_image_into(path, config_.channels, config_.height, config_.width, config_.resize,
+                                  /*nearest=*/false, destination);
+        if (error.empty() && mask_destination != nullptr) {
+          path = mask_paths_[static_cast<size_t>(sample)];
+          error = decode_image_into(path, 1, config_.height, config_.width, config_.resize, /*nearest=*/true,
+                                    mask_destination);
+        }
       }
     } catch (const std::exception& e) {
       error = e.what();
+      const std::string named = "image '" + path + "': ";  // decode_image's error names the file, as the row does
+      if (error.rfind(named, 0) == 0) error.erase(0, named.size());
     }
     lock.lock();
     if (!error.empty()) slot.failed.emplace_back(row, "'" + path + "' (index " + std::to_string(sample) + "): " + error);

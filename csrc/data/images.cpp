@@ -201,6 +201,20 @@ void resize_into(const Pixels& pixels, int64_t channels, int64_t height, int64_t
   at::from_blob(dst, {height, width, channels}, bytes).copy_(resized[0].permute({1, 2, 0}));
 }
 
+// work(i) for i in [0, count) on `threads` threads (this one among them); work must not throw.
+template <typename Work>
+void on_threads(size_t count, int64_t threads, Work work) {
+  std::atomic<size_t> next{0};
+  auto loop = [&] {
+    for (size_t i = next++; i < count; i = next++) work(i);
+  };
+  std::vector<std::thread> pool;
+  const int64_t workers = std::min<int64_t>(threads, static_cast<int64_t>(count));
+  for (int64_t t = 1; t < workers; ++t) pool.emplace_back(loop);
+  loop();
+  for (auto& thread : pool) thread.join();
+}
+
 std::string size_text(int64_t height, int64_t width) { return std::to_string(height) + "x" + std::to_string(width); }
 
 // decode_image_into, with a missing reader reported in `missing_library` instead of thrown (reader threads).
@@ -219,7 +233,7 @@ std::string decode_into(const std::string& path, int64_t channels, int64_t heigh
     }
   } else {
     return "is " + size_text(pixels.height, pixels.width) + " but the data set's images are " +
-           size_text(height, width) + " (give the reader a size to resize them)";
+           size_text(height, width) + "; " + mixed_sizes_hint();
   }
   return {};
 }
@@ -259,14 +273,12 @@ DecodedImages decode_images(const std::vector<std::string>& paths, int64_t chann
   check_image_request(channels, height, width);
   if (threads < 1) throw ConfigError("threads must be >= 1, got " + std::to_string(threads));
   std::vector<Pixels> decoded(paths.size());
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i = next++; i < paths.size(); i = next++) {
+  on_threads(paths.size(), threads, [&](size_t i) {
       Pixels& pixels = decoded[i];
       try {  // an exception must not escape a thread (that would end the process): it is this file's error
         if (height == 0) {  // each image at its own size; checked to agree below
           pixels = decode(paths[i], channels);
-          continue;
+          return;
         }
         pixels.height = height;
         pixels.width = width;
@@ -277,13 +289,7 @@ DecodedImages decode_images(const std::vector<std::string>& paths, int64_t chann
         pixels.data.clear();
         pixels.error = std::string("cannot be decoded: ") + e.what();
       }
-    }
-  };
-  std::vector<std::thread> pool;
-  const int64_t workers = std::min<int64_t>(threads, static_cast<int64_t>(paths.size()));
-  for (int64_t t = 1; t < workers; ++t) pool.emplace_back(work);
-  work();
-  for (auto& thread : pool) thread.join();
+  });
 
   DecodedImages result;
   const Pixels* first = nullptr;
@@ -298,8 +304,8 @@ DecodedImages decode_images(const std::vector<std::string>& paths, int64_t chann
     if (first == nullptr) first = &pixels;
     if (pixels.height != first->height || pixels.width != first->width) {
       throw ConfigError("image '" + paths[i] + "' is " + size_text(pixels.height, pixels.width) + " but '" +
-                        paths[result.kept.front()] + "' is " + size_text(first->height, first->width) +
-                        "; a data set needs images of one size (give the reader a size to resize them)");
+                        paths[result.kept.front()] + "' is " + size_text(first->height, first->width) + "; " +
+                        mixed_sizes_hint());
     }
     result.kept.push_back(static_cast<int64_t>(i));
   }
@@ -312,6 +318,63 @@ DecodedImages decode_images(const std::vector<std::string>& paths, int64_t chann
     std::memcpy(dst + k * image_bytes, decoded[result.kept[k]].data.data(), image_bytes);
   }
   return result;
+}
+
+DecodedImageList decode_images_at_own_size(const std::vector<std::string>& paths, int64_t channels, int64_t threads,
+                                           bool skip_errors, int64_t max_shorter_side) {
+  check_image_request(channels, 0, 0);
+  if (threads < 1) throw ConfigError("threads must be >= 1, got " + std::to_string(threads));
+  if (max_shorter_side < 0) {
+    throw ConfigError("max_resolution must be >= 0 (0: images at full size), got " + std::to_string(max_shorter_side));
+  }
+  std::vector<Pixels> decoded(paths.size());
+  std::vector<at::Tensor> images(paths.size());
+  std::atomic<int64_t> downsized{0};
+  on_threads(paths.size(), threads, [&](size_t i) {
+    Pixels& pixels = decoded[i];
+    try {  // an exception must not escape a thread (that would end the process): it is this file's error
+      pixels = decode(paths[i], channels);
+      if (!pixels.error.empty()) return;
+      const int64_t shorter = std::min(pixels.height, pixels.width), longer = std::max(pixels.height, pixels.width);
+      if (max_shorter_side == 0 || shorter <= max_shorter_side) {
+        images[i] = at::empty({pixels.height, pixels.width, channels}, at::TensorOptions().dtype(at::kByte));
+        std::memcpy(images[i].data_ptr(), pixels.data.data(), pixels.data.size());
+        return;
+      }
+      // torchvision's _compute_resized_output_size: the shorter side to the bound, the longer in proportion
+      const int64_t resized_longer = static_cast<int64_t>(static_cast<double>(max_shorter_side) * longer / shorter);
+      const int64_t height = pixels.height <= pixels.width ? max_shorter_side : resized_longer;
+      const int64_t width = pixels.height <= pixels.width ? resized_longer : max_shorter_side;
+      images[i] = at::empty({height, width, channels}, at::TensorOptions().dtype(at::kByte));
+      resize_into(pixels, channels, height, width, /*nearest=*/false, images[i].data_ptr<uint8_t>());
+      ++downsized;
+    } catch (const std::exception& e) {
+      images[i] = at::Tensor();
+      pixels.error = std::string("cannot be decoded: ") + e.what();
+    }
+    pixels.data = {};  // the image is kept in images[i]
+  });
+  DecodedImageList result;
+  result.downsized = downsized.load();
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const Pixels& pixels = decoded[i];
+    if (pixels.missing_library) throw MissingReaderError("image '" + paths[i] + "' " + pixels.error);
+    if (!pixels.error.empty()) {
+      if (!skip_errors) throw ConfigError("image '" + paths[i] + "' (index " + std::to_string(i) + "): " + pixels.error);
+      result.skipped.push_back(paths[i] + ": " + pixels.error);
+      continue;
+    }
+    result.images.push_back(std::move(images[i]));
+    result.kept.push_back(static_cast<int64_t>(i));
+  }
+  return result;
+}
+
+std::string mixed_sizes_hint() {
+  return "a data set needs images of one size: give them one with config key data_kwargs: {size: [H, W]} (the "
+         "readers' size argument: every image resized to it), or start config key transforms with "
+         "RandomResizedCrop: {size: S} (training) or Resize: {size: S} + CenterCrop: {size: S}, which crop each "
+         "image at its own size";
 }
 
 std::string missing_reader_message(const std::string& format) {

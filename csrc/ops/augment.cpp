@@ -6,7 +6,7 @@
 
 namespace gpucore::ops {
 
-void check_augment_inputs(const at::Tensor& images, const at::Tensor& offsets, const at::Tensor& flips, int64_t padding,
+void check_augment_inputs(const at::Tensor& images, const at::Tensor& offsets, const at::Tensor& flips,
                           const std::vector<double>& mean, const std::vector<double>& std) {
   TORCH_CHECK(images.dim() == 4, "augment: images must be N x C x H x W, got ", images.dim(), "D");
   TORCH_CHECK(images.scalar_type() == at::kByte || images.is_floating_point(),
@@ -18,7 +18,6 @@ void check_augment_inputs(const at::Tensor& images, const at::Tensor& offsets, c
               "augment: flips must be bool of length ", n, ", got ", flips.scalar_type(), " ", flips.sizes());
   TORCH_CHECK(offsets.device() == images.device() && flips.device() == images.device(),
               "augment: images, offsets and flips must be on one device");
-  TORCH_CHECK(padding >= 0, "augment: padding must be >= 0, got ", padding);
   TORCH_CHECK(mean.size() == std.size() && (mean.empty() || static_cast<int64_t>(mean.size()) == channels),
               "augment: mean and std need one value per channel (", channels, ") or none, got ", mean.size(), " and ",
               std.size());
@@ -37,20 +36,19 @@ void augment_affine(const at::Tensor& images, const std::vector<double>& mean, c
   }
 }
 
-at::Tensor augment(const at::Tensor& images, const at::Tensor& offsets, const at::Tensor& flips, int64_t padding,
+at::Tensor augment(const at::Tensor& images, const at::Tensor& offsets, const at::Tensor& flips,
                    const std::vector<double>& mean, const std::vector<double>& std, at::ScalarType dtype) {
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("gpucore::augment", "")
-                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t,
+                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                                at::ArrayRef<double>, at::ArrayRef<double>, at::ScalarType)>();
-  return op.call(images, offsets, flips, padding, mean, std, dtype);
+  return op.call(images, offsets, flips, mean, std, dtype);
 }
 
 // The schemas (kernels in cpu/ and cuda/; fake kernels in the Python module named here).
 TORCH_LIBRARY_FRAGMENT(gpucore, m) {
   m.set_python_module("gpucore.ops");
-  m.def("augment(Tensor images, Tensor offsets, Tensor flips, int padding, float[] mean, float[] std, "
-        "ScalarType dtype) -> Tensor");
+  m.def("augment(Tensor images, Tensor offsets, Tensor flips, float[] mean, float[] std, ScalarType dtype) -> Tensor");
 }
 
 }  // namespace gpucore::ops

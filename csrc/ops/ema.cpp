@@ -3,6 +3,8 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
+#include "gpucore/ranges.h"
+
 namespace gpucore::ops {
 
 EmaParams ema_params(at::TensorList averages, at::TensorList sources, const at::Tensor& counters, double decay,
@@ -13,9 +15,9 @@ EmaParams ema_params(at::TensorList averages, at::TensorList sources, const at::
               counters.sizes());
   TORCH_CHECK(averages.size() == sources.size(), "ema_update: ", averages.size(), " averages for ", sources.size(),
               " sources");
-  TORCH_CHECK(decay >= 0.0 && decay < 1.0, "ema_update: decay must be in [0, 1), got ", decay);
-  TORCH_CHECK(warmup_gamma > 0.0 && warmup_power > 0.0, "ema_update: warmup_gamma and warmup_power must be > 0, got ",
-              warmup_gamma, " and ", warmup_power);
+  ranges::kEmaDecay.check("ema_update: decay", decay);
+  ranges::kEmaWarmupGamma.check("ema_update: warmup_gamma", warmup_gamma);
+  ranges::kEmaWarmupPower.check("ema_update: warmup_power", warmup_power);
   for (size_t i = 0; i < averages.size(); ++i) {
     const at::Tensor &average = averages[i], &source = sources[i];
     TORCH_CHECK(average.scalar_type() == source.scalar_type() && !average.is_complex(), "ema_update: average ", i,

@@ -1,6 +1,6 @@
 #pragma once
 // The geometric image ops (namespace gpucore), CPU and CUDA kernels, behind the transforms of the
-// `transforms` list (csrc/batches/transforms/geometric.cpp). Images are N x C x H x W, uint8 (results
+// `transforms` list (csrc/batches/transforms/geometric_transforms.cpp). Images are N x C x H x W, uint8 (results
 // rounded half to even and clamped, as torchvision rounds) or float32 (segmentation masks as class ids,
 // nearest); each sample has its own parameters, given as tensors, so the ops are pure functions.
 //

@@ -4,6 +4,8 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
+#include "gpucore/ranges.h"
+
 namespace gpucore::ops {
 
 void check_mix_params(const at::Tensor& batch, const at::Tensor& params, const char* op) {
@@ -30,7 +32,7 @@ void check_mix_targets(const at::Tensor& targets, const at::Tensor& params, int6
               targets.sizes());
   check_mix_params(targets, params, "mix_targets");
   TORCH_CHECK(num_classes >= 1, "mix_targets: num_classes must be >= 1, got ", num_classes);
-  TORCH_CHECK(smoothing >= 0 && smoothing < 1, "mix_targets: smoothing must be in [0, 1), got ", smoothing);
+  ranges::kLabelSmoothing.check("mix_targets: smoothing", smoothing);
 }
 
 at::Tensor mix_inputs(const at::Tensor& inputs, const at::Tensor& params) {

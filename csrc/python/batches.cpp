@@ -72,6 +72,20 @@ void def_batches(py::module_& m) {
     return std::make_pair(pipeline.apply(images, params, out, masks), drawn);
   }, py::arg("images"), py::arg("specs"), py::arg("mean"), py::arg("std"), py::arg("seed") = 0, py::arg("epoch") = 0,
         py::arg("dtype") = py::none(), py::call_guard<py::gil_scoped_release>());
+  // How many of the list's first transforms run per image, at each image's own size (0: none; a data set of mixed
+  // sizes needs some), and the seed sample `sample`'s draws of them come from in epoch `epoch` of a run seeded
+  // `seed` (torch.manual_seed(it) and torchvision's make_params draw the same).
+  m.def("per_image_count", [](const std::vector<TransformSpec>& specs) {
+    return TransformPipeline(specs, {}, {}).per_image_count();
+  });
+  m.def("per_image_sample_seed", [](const std::vector<TransformSpec>& specs, uint64_t seed, int64_t epoch,
+                                    int64_t sample) {
+    const TransformPipeline pipeline(specs, {}, {});
+    at::Generator generator = at::detail::createCPUGenerator(transform_seed(seed, epoch));
+    uint64_t per_image_seed = 0;
+    pipeline.sample(0, 0, 0, generator, &per_image_seed);
+    return sample_seed(per_image_seed, sample);
+  }, py::arg("specs"), py::arg("seed"), py::arg("epoch"), py::arg("sample"));
   // The names of the list's transforms in the order they run and draw (Normalize is not one).
   m.def("transform_order", [](const std::vector<TransformSpec>& specs) {
     return TransformPipeline(specs, {}, {}).names();
@@ -123,23 +137,25 @@ void def_batches(py::module_& m) {
       .def_readwrite("resize", &FileBatchesConfig::resize)
       .def_readwrite("threads", &FileBatchesConfig::threads)
       .def_readwrite("prefetch", &FileBatchesConfig::prefetch)
-      .def_readwrite("skip_errors", &FileBatchesConfig::skip_errors);
+      .def_readwrite("skip_errors", &FileBatchesConfig::skip_errors)
+      .def_readwrite("own_sizes", &FileBatchesConfig::own_sizes);
   py::class_<FileBatches, EpochBatches>(m, "FileBatches")
       .def(py::init([](std::vector<std::string> paths, const std::optional<at::Tensor>& targets, int64_t batch_size,
                        bool shuffle, bool drop_last, uint64_t seed, const at::Device& device,
                        const AugmentConfig& augment, const FileBatchesConfig& config,
-                       std::vector<std::string> mask_paths) {
+                       std::vector<std::string> mask_paths, std::vector<at::Tensor> images) {
              py::gil_scoped_release release;
              return std::make_unique<FileBatches>(std::move(paths), targets.value_or(at::Tensor()), batch_size,
                                                   shuffle, drop_last, seed, device, augment, config,
-                                                  std::move(mask_paths));
+                                                  std::move(mask_paths), std::move(images));
            }),
            py::arg("paths"), py::arg("targets"), py::arg("batch_size"), py::arg("shuffle"), py::arg("drop_last"),
            py::arg("seed"), py::arg("device"), py::arg("augment"), py::arg("config"),
-           py::arg("mask_paths") = std::vector<std::string>{})
+           py::arg("mask_paths") = std::vector<std::string>{}, py::arg("images") = std::vector<at::Tensor>{})
       .def("skipped", &FileBatches::skipped)
       .def_property_readonly("height", &FileBatches::height)
-      .def_property_readonly("width", &FileBatches::width);
+      .def_property_readonly("width", &FileBatches::width)
+      .def_property_readonly("per_image", &FileBatches::per_image);
 
   py::class_<PythonBatches, BatchSource>(m, "PythonBatches")
       .def(py::init<py::object, const at::Device&>(), py::arg("iterable"), py::arg("device"))

@@ -39,6 +39,21 @@ void def_readers(py::module_& m) {
       },
       py::arg("paths"), py::arg("channels"), py::arg("threads"), py::arg("skip_errors"), py::arg("height") = 0,
       py::arg("width") = 0, py::arg("nearest") = false);
+  // Each image at its own size (shorter side bounded by max_shorter_side > 0): (images, kept, skipped, how many were
+  // downsized to the bound).
+  m.def(
+      "decode_images_at_own_size",
+      [](const std::vector<std::string>& paths, int64_t channels, int64_t threads, bool skip_errors,
+         int64_t max_shorter_side) {
+        DecodedImageList decoded;
+        {
+          py::gil_scoped_release release;
+          decoded = decode_images_at_own_size(paths, channels, threads, skip_errors, max_shorter_side);
+        }
+        return py::make_tuple(decoded.images, decoded.kept, decoded.skipped, decoded.downsized);
+      },
+      py::arg("paths"), py::arg("channels"), py::arg("threads"), py::arg("skip_errors"), py::arg("max_shorter_side"));
+  m.def("mixed_sizes_hint", &mixed_sizes_hint);
   m.def("mask_classes", &mask_classes, py::arg("masks"));
   m.def("missing_reader_message", &missing_reader_message, py::arg("format"));
   m.def("set_max_image_pixels", &set_max_image_pixels, py::arg("pixels"));

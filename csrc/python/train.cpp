@@ -13,6 +13,7 @@
 #include "gpucore/train/mixup.h"
 #include "gpucore/train/optimizer.h"
 #include "gpucore/train/schedule.h"
+#include "gpucore/train/settings.h"
 #include "python/module.h"
 
 namespace py = pybind11;
@@ -29,16 +30,28 @@ at::Tensor as_tensor(const py::object& value, const char* what) {
   return value.cast<at::Tensor>();
 }
 
+// The DistributedDataParallel module `model` calls, or None. torch.compile wraps a module in an OptimizedModule
+// that keeps it as `_orig_mod`; torch documents compiling the DDP module (torch.compile(DDP(model))), whose
+// forward dynamo runs eagerly, so its no_sync() still decides the backward's sync when entered on `_orig_mod`.
+py::object data_parallel_module(py::object model) {
+  const py::object ddp = py::module_::import("torch.nn.parallel").attr("DistributedDataParallel");
+  while (!py::isinstance(model, ddp)) {
+    if (!py::hasattr(model, "_orig_mod")) return py::none();
+    model = model.attr("_orig_mod");
+  }
+  return model;
+}
+
 // Calls a Python nn.Module (or any callable) with the GIL held for the call only. DistributedDataParallel
 // decides in its forward whether the backward that follows all-reduces, so a forward without gradient sync
-// runs inside the model's public no_sync() context; the engine's backward after it then stays local.
+// runs inside the public no_sync() context of the DDP module, compiled or not; the engine's backward after it
+// then stays local.
 ForwardFn python_forward(const py::object& model) {
-  const bool data_parallel =
-      py::isinstance(model, py::module_::import("torch.nn.parallel").attr("DistributedDataParallel"));
+  const py::object data_parallel = data_parallel_module(model);
   return [model, data_parallel](const at::Tensor& inputs, bool sync_gradients) {
     py::gil_scoped_acquire gil;
-    if (sync_gradients || !data_parallel) return as_tensor(model(inputs), "the model");
-    const py::object no_sync = model.attr("no_sync")();
+    if (sync_gradients || data_parallel.is_none()) return as_tensor(model(inputs), "the model");
+    const py::object no_sync = data_parallel.attr("no_sync")();
     no_sync.attr("__enter__")();
     py::object output;
     try {
@@ -62,9 +75,9 @@ LossFn python_loss(const py::object& loss) {
 
 LogFn python_log(const py::object& on_log) {
   if (on_log.is_none()) return {};
-  return [on_log](const std::map<std::string, double>& metrics) {
+  return [on_log](const std::map<std::string, double>& metrics, int64_t steps_taken) {
     py::gil_scoped_acquire gil;
-    on_log(metrics);
+    on_log(metrics, steps_taken);
   };
 }
 
@@ -72,6 +85,7 @@ py::dict stats_dict(const EpochStats& stats) {
   py::dict out;
   out["metrics"] = stats.metrics;
   out["optimizer_steps"] = stats.optimizer_steps;
+  out["steps_taken"] = stats.steps_taken;
   out["samples"] = stats.samples;
   out["seconds"] = stats.seconds;
   return out;
@@ -113,6 +127,26 @@ void def_train(py::module_& m) {
         {"loss", loss_names()},           {"mixup_mode", mix_mode_names()}, {"optimizer", optimizer_names()},
         {"schedule", schedule_names()},   {"precision", precision_names()}, {"tf32", toggle_names()},
         {"cudnn_benchmark", toggle_names()}};
+  });
+  // The valid values of the numeric config keys the core checks too, and the core's defaults of them: config.py
+  // checks those keys against these ranges and gives the one message a user sees.
+  py::class_<Range>(m, "Range")
+      .def("__contains__", &Range::contains)
+      .def("__str__", &Range::describe)
+      .def("__repr__", [](const Range& range) { return "Range(" + range.describe() + ")"; });
+  m.def("config_ranges", [] {
+    std::map<std::string, Range> ranges;
+    for (const NumericSetting& setting : numeric_settings()) ranges.emplace(setting.key, setting.range);
+    return ranges;
+  });
+  m.def("config_defaults", [] {
+    py::dict defaults;
+    for (const NumericSetting& setting : numeric_settings()) {
+      if (!setting.default_value) continue;
+      defaults[py::str(setting.key)] = setting.integer ? py::object(py::int_(static_cast<int64_t>(*setting.default_value)))
+                                                      : py::object(py::float_(*setting.default_value));
+    }
+    return defaults;
   });
 
   py::class_<OptimizerConfig> optimizer(m, "OptimizerConfig");
@@ -221,6 +255,17 @@ void def_train(py::module_& m) {
       },
       py::arg("batches"), py::arg("model"), py::arg("config"), py::arg("loss") = py::none(),
       "One pass without gradients and without an Engine: the metrics of config's loss and top_k.");
+  py::class_<StepCalls>(m, "StepCalls", "When Engine.train_epoch calls on_step (engine.h)")
+      .def(py::init<>())
+      .def(py::init([](bool every_step, int64_t every_n_steps, double every_seconds, int64_t steps_before) {
+             return StepCalls{every_step, every_n_steps, every_seconds, steps_before};
+           }),
+           py::arg("every_step") = false, py::arg("every_n_steps") = 0, py::arg("every_seconds") = 0.0,
+           py::arg("steps_before") = 0)
+      .def_readwrite("every_step", &StepCalls::every_step)
+      .def_readwrite("every_n_steps", &StepCalls::every_n_steps)
+      .def_readwrite("every_seconds", &StepCalls::every_seconds)
+      .def_readwrite("steps_before", &StepCalls::steps_before);
   py::class_<Engine>(m, "Engine")
       .def(py::init<std::vector<ParamGroup>, EngineConfig, std::vector<at::Tensor>, std::vector<at::Tensor>>(),
            py::arg("param_groups"), py::arg("config"), py::arg("ema_averages") = std::vector<at::Tensor>{},
@@ -228,26 +273,29 @@ void def_train(py::module_& m) {
       .def(
           "train_epoch",
           [](Engine& self, BatchSource& batches, const py::object& model, const py::object& loss, const py::object& on_log,
-             int64_t epoch, int64_t first_batch, const py::object& on_step) {
+             int64_t epoch, int64_t first_batch, const py::object& on_step, const StepCalls& step_calls) {
             const ForwardFn forward = python_forward(model);
             const LossFn loss_fn = python_loss(loss);
             const LogFn log_fn = python_log(on_log);
             StepFn step_fn;
             if (!on_step.is_none()) {
-              step_fn = [on_step](int64_t windows) {
+              step_fn = [on_step](int64_t windows, bool checkpoint_due) {
                 py::gil_scoped_acquire gil;
-                on_step(windows);
+                on_step(windows, checkpoint_due);
               };
             }
             EpochStats stats;
             {
               py::gil_scoped_release release;
-              stats = self.train_epoch(batches, forward, loss_fn, log_fn, epoch, first_batch, step_fn);
+              stats = self.train_epoch(batches, forward, loss_fn, log_fn, epoch, first_batch, step_fn, step_calls);
             }
             return stats_dict(stats);
           },
           py::arg("batches"), py::arg("model"), py::arg("loss") = py::none(), py::arg("on_log") = py::none(),
-          py::arg("epoch") = 0, py::arg("first_batch") = 0, py::arg("on_step") = py::none())
+          py::arg("epoch") = 0, py::arg("first_batch") = 0, py::arg("on_step") = py::none(),
+          py::arg("step_calls") = StepCalls{},
+          "One pass over `batches`. on_log(metrics, steps_taken) at log intervals; on_step(windows_in_epoch, "
+          "checkpoint_due) after the optimizer steps step_calls asks for.")
       .def(
           "evaluate",
           [](Engine& self, BatchSource& batches, const py::object& model, const py::object& loss) {
@@ -258,7 +306,10 @@ void def_train(py::module_& m) {
           py::arg("batches"), py::arg("model"), py::arg("loss") = py::none())
       .def("steps_taken", &Engine::steps_taken)
       .def("steps_skipped", &Engine::steps_skipped)
-      .def("host_syncs", &Engine::host_syncs)
+      .def("host_syncs", [](const Engine& self) { return self.host_reads().by_source(); },
+           "Every host read of device values so far, by what read them (HostReads in engine.h)")
+      .def("note_host_read", [](Engine& self, const std::string& source) { self.host_reads().note(source); },
+           py::arg("source"), "Counts a host read of device values made outside the engine (a checkpoint's copy)")
       .def("graph_stats",
            [](const Engine& self) {
              const GraphStats& g = self.graph_stats();

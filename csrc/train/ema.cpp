@@ -2,24 +2,18 @@
 
 #include <c10/util/Exception.h>
 
-#include <cmath>
 #include <string>
 
 #include "gpucore/errors.h"
+#include "gpucore/ranges.h"
 #include "ops/ema.h"
 
 namespace gpucore {
 
 void validate(const EmaConfig& c) {
-  if (!(c.decay == 0.0 || (c.decay > 0.0 && c.decay < 1.0))) {
-    throw ConfigError("ema_decay must be 0 (off) or in (0, 1), got " + c10::str(c.decay));
-  }
-  if (!(c.warmup_gamma > 0.0) || !std::isfinite(c.warmup_gamma)) {
-    throw ConfigError("ema_warmup_gamma must be a finite number > 0, got " + c10::str(c.warmup_gamma));
-  }
-  if (!(c.warmup_power > 0.0) || !std::isfinite(c.warmup_power)) {
-    throw ConfigError("ema_warmup_power must be a finite number > 0, got " + c10::str(c.warmup_power));
-  }
+  ranges::kEmaDecay.check("ema_decay", c.decay);
+  ranges::kEmaWarmupGamma.check("ema_warmup_gamma", c.warmup_gamma);
+  ranges::kEmaWarmupPower.check("ema_warmup_power", c.warmup_power);
 }
 
 WeightAverage::WeightAverage(const EmaConfig& config, std::vector<at::Tensor> averages, std::vector<at::Tensor> sources,

@@ -6,14 +6,17 @@
 #include <ATen/ops/_foreach_clamp_min.h>
 #include <ATen/ops/_foreach_mul.h>
 #include <ATen/ops/_foreach_norm.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <chrono>
 #include <map>
+#include <tuple>
 
 #include "gpucore/errors.h"
+#include "gpucore/ranges.h"
 #include "gpucore/train/autocast.h"
 #include "ops/train_step.h"
 
@@ -27,12 +30,6 @@ std::vector<at::Tensor> flatten(const std::vector<ParamGroup>& groups) {
   return params;
 }
 
-void check_accumulate_grad_batches(int64_t accumulate_grad_batches) {
-  if (accumulate_grad_batches < 1) {
-    throw ConfigError("accumulate_grad_batches must be >= 1, got " + std::to_string(accumulate_grad_batches));
-  }
-}
-
 void check_config(const EngineConfig& c) {
   if (c.autocast_dtype && *c.autocast_dtype != at::kBFloat16 && *c.autocast_dtype != at::kHalf) {
     throw ConfigError("autocast_dtype must be bfloat16, float16 or None, got '" +
@@ -42,15 +39,11 @@ void check_config(const EngineConfig& c) {
     throw ConfigError("param_dtype must be float32 or float64, got '" +
                       std::string(c10::getDtypeNames(c.param_dtype).first) + "'");
   }
-  check_accumulate_grad_batches(c.accumulate_grad_batches);
-  if (c.clip_grad_norm < 0) throw ConfigError("clip_grad_norm must be >= 0, got " + std::to_string(c.clip_grad_norm));
-  if (c.clip_grad_value < 0) throw ConfigError("clip_grad_value must be >= 0, got " + std::to_string(c.clip_grad_value));
-  if (c.log_every_n_steps < 1) {
-    throw ConfigError("log_every_n_steps must be >= 1, got " + std::to_string(c.log_every_n_steps));
-  }
-  if (c.max_nonfinite_steps < 1) {
-    throw ConfigError("max_nonfinite_steps must be >= 1, got " + std::to_string(c.max_nonfinite_steps));
-  }
+  ranges::kAccumulateGradBatches.check("accumulate_grad_batches", c.accumulate_grad_batches);
+  ranges::kClipGradNorm.check("clip_grad_norm", c.clip_grad_norm);
+  ranges::kClipGradValue.check("clip_grad_value", c.clip_grad_value);
+  ranges::kLogEveryNSteps.check("log_every_n_steps", c.log_every_n_steps);
+  ranges::kMaxNonfiniteSteps.check("max_nonfinite_steps", c.max_nonfinite_steps);
   validate(c.schedule);
   if (c.schedule.total_steps > ops::kMaxCountedSteps) {
     throw ConfigError("a run of " + std::to_string(c.schedule.total_steps) +
@@ -72,10 +65,7 @@ void check_config(const EngineConfig& c) {
     if (c.device.type() != at::kCUDA) {
       throw ConfigError("cuda_graphs captures CUDA steps; this engine's device is " + c.device.str());
     }
-    if (c.graph_warmup_steps < 1) {
-      throw ConfigError("graph_warmup_steps must be >= 1 (cuDNN's autotuning syncs), got " +
-                        std::to_string(c.graph_warmup_steps));
-    }
+    ranges::kGraphWarmupSteps.check("graph_warmup_steps", c.graph_warmup_steps);
   }
 }
 
@@ -160,8 +150,10 @@ void Engine::micro_batch(const at::Tensor& inputs, const at::Tensor& targets, co
 }
 
 EpochStats Engine::train_epoch(BatchSource& batches, const ForwardFn& forward, const LossFn& loss, const LogFn& on_log,
-                               int64_t epoch, int64_t first_batch, const StepFn& on_step) {
-  const auto start = std::chrono::steady_clock::now();
+                               int64_t epoch, int64_t first_batch, const StepFn& on_step, const StepCalls& step_calls) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  auto last_due = start;  // step_calls.every_seconds counts from here
   MetricTracker& tracker = train_metrics_;
   tracker.reset();
   EpochStats stats;
@@ -182,14 +174,26 @@ EpochStats Engine::train_epoch(BatchSource& batches, const ForwardFn& forward, c
       if (last_in_window) optimizer_step();
       if (last_in_window && config_.cuda_graphs) ++graph_stats_.eager_steps;
     }
-    if (last_in_window) {
-      ++stats.optimizer_steps;
-      ++windows_in_epoch_;
-      if (on_step) on_step(windows_in_epoch_);  // first: a callback that stops the run in on_log keeps this step
-      if (on_log && stats.optimizer_steps % config_.log_every_n_steps == 0) on_log(read_metrics(tracker));
+    if (!last_in_window) continue;
+    const int64_t done = ++windows_in_epoch_;
+    if (on_step) {
+      bool due = false;
+      if (index + 1 < total) {  // the epoch's last step: its end-of-epoch checkpoint follows
+        const int64_t step_of_epoch = step_calls.steps_before + done;
+        due = (step_calls.every_n_steps > 0 && step_of_epoch % step_calls.every_n_steps == 0) ||
+              (step_calls.every_seconds > 0 &&
+               std::chrono::duration<double>(Clock::now() - last_due).count() >= step_calls.every_seconds);
+        if (due) last_due = Clock::now();
+      }
+      if (due || step_calls.every_step) on_step(done, due);  // first: a callback that stops the run in on_log keeps this step
+    }
+    if (on_log && done % config_.log_every_n_steps == 0) {
+      const auto [metrics, steps_taken] = read_metrics(tracker);
+      on_log(metrics, steps_taken);
     }
   }
-  stats.metrics = read_metrics(tracker);
+  std::tie(stats.metrics, stats.steps_taken) = read_metrics(tracker);
+  stats.optimizer_steps = windows_in_epoch_;
   stats.samples = tracker.samples_seen_on_host();
   stats.seconds = seconds_since(start);
   return stats;
@@ -260,7 +264,7 @@ bool Engine::graph_step(const at::Tensor& inputs, const at::Tensor& targets, con
 }
 
 EpochStats Engine::evaluate(BatchSource& batches, const ForwardFn& forward, const LossFn& loss) {
-  ++host_syncs_;  // the metrics' read at the end
+  host_reads_.note("evaluation");  // the metrics' read at the end
   return gpucore::evaluate(batches, forward, loss, config_);
 }
 
@@ -310,27 +314,27 @@ void Engine::optimizer_step() {
   for (auto& param : params_) param.mutable_grad().reset();
 }
 
-std::map<std::string, double> Engine::read_metrics(const MetricTracker& tracker) {
-  ++host_syncs_;
-  std::map<std::string, double> metrics = tracker.read();
-  const at::Tensor counters =
-      at::stack({lr_, scaler_.scale_tensor(), consecutive_, skipped_}).cpu();
-  const float* values = counters.data_ptr<float>();
+std::pair<std::map<std::string, double>, int64_t> Engine::read_metrics(const MetricTracker& tracker) {
+  host_reads_.note("metrics");
+  const at::Tensor counters = at::stack({lr_, scaler_.scale_tensor(), consecutive_, skipped_, step_}).to(at::kDouble);
+  const at::Tensor host = at::cat({tracker.sums(), counters}).cpu();
+  const double* values = host.data_ptr<double>() + tracker.sums().numel();
+  std::map<std::string, double> metrics = tracker.read(host.data_ptr<double>());
   metrics["lr"] = values[0];
   metrics["loss_scale"] = scaler_.enabled() ? values[1] : 1.0;
   metrics["skipped_steps"] = values[3];
-  if (values[2] >= static_cast<float>(config_.max_nonfinite_steps)) {
+  if (values[2] >= static_cast<double>(config_.max_nonfinite_steps)) {
     throw TrainingError("training stopped: the last " + std::to_string(static_cast<int64_t>(values[2])) +
                         " optimizer steps had non-finite gradients (inf/NaN) and were skipped (max_nonfinite_steps " +
                         std::to_string(config_.max_nonfinite_steps) +
                         "). The weights are those of the last good step. Lower lr, set clip_grad_norm, check the "
                         "data for NaN, or use precision bf16-mixed or 32.");
   }
-  return metrics;
+  return {metrics, static_cast<int64_t>(values[4])};
 }
 
 void Engine::set_accumulate_grad_batches(int64_t accumulate_grad_batches) {
-  check_accumulate_grad_batches(accumulate_grad_batches);
+  ranges::kAccumulateGradBatches.check("accumulate_grad_batches", accumulate_grad_batches);
   config_.accumulate_grad_batches = accumulate_grad_batches;
   drop_graph();  // the captured step took one micro-batch of the old size
 }
@@ -341,10 +345,29 @@ void Engine::drop_graph() {
   graph_batch_size_ = 0;
 }
 
-int64_t Engine::steps_taken() const { return static_cast<int64_t>(step_.item<float>()); }
-int64_t Engine::steps_skipped() const { return static_cast<int64_t>(skipped_.item<float>()); }
-double Engine::current_lr() const { return lr_.item<double>(); }
-double Engine::loss_scale() const { return scaler_.enabled() ? scaler_.scale_tensor().item<double>() : 1.0; }
+int64_t HostReads::total() const {
+  int64_t total = 0;
+  for (const auto& [source, count] : counts_) total += count;
+  return total;
+}
+
+int64_t Engine::steps_taken() const {
+  host_reads_.note("counters");
+  return static_cast<int64_t>(step_.item<float>());
+}
+int64_t Engine::steps_skipped() const {
+  host_reads_.note("counters");
+  return static_cast<int64_t>(skipped_.item<float>());
+}
+double Engine::current_lr() const {
+  host_reads_.note("counters");
+  return lr_.item<double>();
+}
+double Engine::loss_scale() const {
+  if (!scaler_.enabled()) return 1.0;
+  host_reads_.note("counters");
+  return scaler_.scale_tensor().item<double>();
+}
 
 std::vector<std::pair<std::string, at::Tensor>> Engine::step_buffers() const {
   return {{"metric_sums", train_metrics_.sums()}, {"counters", counters_}, {"found_inf", found_inf_}, {"lr", lr_}};

@@ -155,7 +155,10 @@ std::vector<std::string> reported_metrics(const LossConfig& loss, int64_t top_k)
 
 std::map<std::string, double> MetricTracker::read() const {
   const at::Tensor host = sums_.cpu();
-  const double* s = host.data_ptr<double>();
+  return read(host.data_ptr<double>());
+}
+
+std::map<std::string, double> MetricTracker::read(const double* s) const {
   std::map<std::string, double> metrics;
   if (s[kCount] == 0) return metrics;
   for (const Metric& metric : metrics_of(loss_, top_k_)) {

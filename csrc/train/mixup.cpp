@@ -9,6 +9,7 @@
 
 #include "gpucore/choices.h"
 #include "gpucore/errors.h"
+#include "gpucore/ranges.h"
 #include "ops/mixup.h"
 
 namespace gpucore {
@@ -121,10 +122,6 @@ void fill_row(const MixupConfig& config, Mix mix, int64_t h, int64_t w, Draws& d
   for (int k = 0; k < 4; ++k) row[ops::kBoxY0 + k] = static_cast<float>(box[k]);
 }
 
-void check_share(const char* key, double value) {
-  if (!(value >= 0 && value <= 1)) throw ConfigError(std::string("config key '") + key + "' is " + number(value) + "; it must be in [0, 1]");
-}
-
 }  // namespace
 
 MixMode parse_mix_mode(const std::string& name) { return parse_choice("mixup_mode", name, kMixModes); }
@@ -132,16 +129,15 @@ std::string to_string(MixMode mode) { return choice_name(mode, kMixModes); }
 std::vector<std::string> mix_mode_names() { return choice_names(kMixModes); }
 
 void validate(const MixupConfig& config) {
-  if (!(config.mixup_alpha >= 0)) throw ConfigError("config key 'mixup_alpha' is " + number(config.mixup_alpha) + "; it must be >= 0 (0: off)");
-  if (!(config.cutmix_alpha >= 0)) throw ConfigError("config key 'cutmix_alpha' is " + number(config.cutmix_alpha) + "; it must be >= 0 (0: off)");
-  check_share("mixup_prob", config.prob);
-  check_share("mixup_switch_prob", config.switch_prob);
+  ranges::kMixupAlpha.check("mixup_alpha", config.mixup_alpha);
+  ranges::kCutmixAlpha.check("cutmix_alpha", config.cutmix_alpha);
+  ranges::kMixupProb.check("mixup_prob", config.prob);
+  ranges::kMixupSwitchProb.check("mixup_switch_prob", config.switch_prob);
   const auto& minmax = config.cutmix_minmax;
-  if (!minmax.empty() && (minmax.size() != 2 || !(minmax[0] > 0 && minmax[0] < minmax[1] && minmax[1] <= 1))) {
-    throw ConfigError("config key 'cutmix_minmax' must be two shares of the image side, 0 < min < max <= 1 (or "
-                      "empty: the box from lambda), got " + c10::str(minmax.size()) + " value(s)" +
-                      (minmax.size() == 2 ? " [" + number(minmax[0]) + ", " + number(minmax[1]) + "]" : std::string()));
-  }
+  TORCH_CHECK(minmax.empty() || (minmax.size() == 2 && ranges::kCutmixMinmax.contains(minmax[0]) &&
+                                 ranges::kCutmixMinmax.contains(minmax[1]) && minmax[0] < minmax[1]),
+              "cutmix_minmax must be empty or two numbers ", ranges::kCutmixMinmax.describe(), ", min < max, got ",
+              c10::ArrayRef<double>(minmax));
 }
 
 at::Tensor draw_mix(const MixupConfig& config, int64_t epoch, int64_t batch, int64_t n, int64_t h, int64_t w) {

@@ -81,13 +81,17 @@ def _gradcam(args: argparse.Namespace) -> int:
         raise ConfigError(f"checkpoint '{args.checkpoint}' is not of an image model (inputs {shape}); Grad-CAM needs "
                           "images")
     size = args.size or (shape[1:] if shape[1] else None)  # the size the model was trained at
-    read = read_input_images(args.images, shape[0], size, "--images")
+    own_sizes = size is None and loaded.reads_own_sizes  # each image at its own size, as its run read them
+    read = read_input_images(args.images, shape[0], size, "--images",
+                             max_resolution=loaded.max_resolution if own_sizes else None)
     images = read.images
+    if own_sizes:  # shown as the model saw them: each through the deterministic form's per-image transforms
+        images = loaded.as_seen(images)
     if images.dtype != torch.uint8:
         raise ConfigError(f"--images: expected uint8 images, got {images.dtype} {tuple(images.shape)}")
     names = ([os.path.splitext(f)[0].replace(os.sep, "_") for f in read.files] if read.files is not None
              else [f"image_{i:04d}" for i in range(images.shape[0])])
-    x = loaded.preprocess(images)
+    x = loaded.preprocess(read.images)
     targets = _cam_targets(args, loaded, x)
     result = CAM(loaded.module, args.layer, args.method, batch_size=args.batch_size)(x, targets)
     result.save(args.out, images.to(loaded.device), names=[f"{name}_{args.method}" for name in names])

@@ -45,9 +45,6 @@ _INT64_LIMIT = 2**63  # integer keys reach C++ as int64
 # it refuses a longer run (epochs x steps per epoch) when it is made.
 _EPOCHS_LIMIT = 2**31
 _IN_EPOCHS = "the engine counts them in int64 optimizer steps"
-# A crop padded by more pixels than this is no longer a crop of the image; the augment kernel's index
-# arithmetic (2 x padding + 1 offsets) must not overflow.
-_PADDING_LIMIT = 2**16
 
 
 # A batch_size beyond the data serves all of it at once; beyond this bound it can only be a mistake.
@@ -80,6 +77,19 @@ def _fraction(value):
 
 # The choices of the keys whose values the C++ core parses, read from its own tables (one list, not two).
 CORE_CHOICES = _C.config_choices()
+# The numeric keys the C++ core checks too: their ranges and the core's defaults, read from the core
+# (gpucore/ranges.h), so this table's message is the one a user sees; the core keeps them as invariants.
+CORE_RANGES = _C.config_ranges()
+CORE_DEFAULTS = _C.config_defaults()
+# Eager steps of cuda_graphs before the capture, the engine's own setting.
+GRAPH_WARMUP_STEPS = _C.EngineConfig().graph_warmup_steps
+
+
+def _core(name: str) -> dict:
+    """A Key's default, check and valid values for a numeric key the core checks too, from the core."""
+    valid = CORE_RANGES[name]
+    return dict(default=CORE_DEFAULTS[name], check=valid.__contains__, valid=str(valid))
+
 
 KEYS = [
     # model and data
@@ -93,28 +103,28 @@ KEYS = [
     Key("lr_backbone", float, 1.0, "the backbone's learning rate as a multiple of lr (the head trains at lr)", check=_positive, valid="> 0"),
     Key("lr_layer_decay", float, 1.0, "layer-wise decay: the backbone's block k places before the head trains at lr x lr_backbone x lr_layer_decay^(k-1); blocks are the model's top-level modules with nn.Sequential/nn.ModuleList opened (1.0: off)", check=lambda v: 0 < v <= 1, valid="in (0, 1]"),
     Key("data", str, "fashion_mnist", "built-in data set (fashion_mnist: the real one, from data_kwargs path, $GPUCORE_FASHION_MNIST, /usr/share/datasets/fashion-mnist or ~/.cache/gpucore/fashion-mnist, test set as validation; synthetic_fashion, synthetic_sequences, synthetic_captcha) or a path: a .npz; a folder of IDX files (train-/t10k-images-idx3-ubyte[.gz] and labels); a folder of x_train.npy/y_train.npy[/x_val.npy/y_val.npy]; an image folder (class subfolders, optionally under train/ and val/)"),
-    Key("data_kwargs", dict, {}, "keyword arguments for the built-in data set (train_size, val_size; fashion_mnist also path; the synthetic ones seed; synthetic_sequences also steps, classes, max_length, noise) or the image-folder reader (channels: 1 or 3; size: [height, width] to resize to; threads; on_error: raise or skip)"),
+    Key("data_kwargs", dict, {}, "keyword arguments for the built-in data set (train_size, val_size; fashion_mnist also path; the synthetic ones seed; synthetic_sequences also steps, classes, max_length, noise) or the image-folder reader (channels: 1 or 3; size: [height, width] to resize to, none: the images' own sizes, mixed sizes needing transforms that start with RandomResizedCrop or Resize + CenterCrop; threads; on_error: raise or skip; max_resolution: 512, the longest shorter side of an image cached at its own size, 0: full size)"),
     Key("cache", str, "auto", "where the data set lives while training: device (uint8 on the training device, no host work per step), host (host memory, batches copied over pinned memory), none (image folders only: decoded batch by batch on reader threads while training runs), auto (device if it takes at most a quarter of the free device memory, else host, else none)", choices=["auto", "device", "host", "none"]),
     Key("prefetch", int, 4, "cache none: batches decoded ahead of training", check=_positive, valid="> 0"),
     Key("val_fraction", float, None, "share of the training data held out for validation (seeded by seed; which samples, in training_stats.json's validation) when there is no validation data: config key data without a validation split, or the caller's train_data (tensors, a gpucore data set or a torch Dataset; a DataLoader cannot be split) without val_data. Unset: 0.1 of config key data, none of the caller's data. Never applies when val_data is given", check=_fraction, valid="in [0, 1)", optional=True),
     Key("normalize", bool, True, "standardise inputs with the training set's mean and std, per channel for images (uint8 images are scaled to [0, 1] first)"),
-    Key("crop_padding", int, 0, "images: random crop of the image padded by this many pixels, each epoch (training only; 0: off)", check=lambda v: 0 <= v < _PADDING_LIMIT, valid=f">= 0 and < {_PADDING_LIMIT} (pixels)"),
+    Key("crop_padding", int, 0, "images: random crop of the image padded by this many pixels, each epoch (training only; 0: off)", check=CORE_RANGES["crop_padding"].__contains__, valid=f"{CORE_RANGES['crop_padding']} (pixels)"),
     Key("hflip", bool, False, "images: random horizontal flip, each epoch (training only)"),
     Key("transforms", list, [], "images: torchvision.transforms.v2 names with their arguments, applied per sample on the device (a name, or a one-key mapping of the name to its arguments: [RandomResizedCrop: {size: 224}, RandomHorizontalFlip]); crop_padding and hflip are prepended as RandomCrop and RandomHorizontalFlip, normalize is the Normalize of a list without one; validation uses the deterministic form (docs: Data and transforms; every name: the transforms reference)", check=transforms_list.check, valid="a list of supported transforms"),
     # the loop
     Key("epochs", int, 10, "training epochs", check=_epochs, valid=f"> 0 and < 2^31 ({_IN_EPOCHS})"),
     Key("batch_size", int, 64, "micro-batch size per process (a batch larger than the data is all of it)", check=_batch, valid=_BATCH_RANGE),
     Key("eval_batch_size", int, 256, "batch size for validation", check=_batch, valid=_BATCH_RANGE),
-    Key("accumulate_grad_batches", int, 1, "micro-batches per optimizer step (effective batch = batch_size x this)", check=_positive, valid="> 0"),
+    Key("accumulate_grad_batches", int, doc="micro-batches per optimizer step (effective batch = batch_size x this)", **_core("accumulate_grad_batches")),
     Key("shuffle", bool, True, "reshuffle the training data every epoch (order depends only on seed and epoch)"),
     Key("drop_last", bool, False, "drop the last incomplete training batch"),
     Key("loss", str, "cross_entropy", "built-in loss", choices=CORE_CHOICES["loss"]),
-    Key("label_smoothing", float, 0.0, "cross_entropy label smoothing", check=_fraction, valid="in [0, 1)"),
-    Key("mixup_alpha", float, 0.0, "mixup, as timm's Mixup: each training batch blended with its reversed order by lambda ~ Beta(alpha, alpha), the targets one-hot (with label_smoothing) and blended alike, the loss their soft-target cross-entropy; accuracy still counts the true labels (single-label classification only; 0: off)", check=_non_negative, valid=">= 0"),
-    Key("cutmix_alpha", float, 0.0, "CutMix, as timm's: a box of the reversed batch pasted in, lambda ~ Beta(alpha, alpha) its complement's share of the image (4-D image inputs; 0: off)", check=_non_negative, valid=">= 0"),
-    Key("cutmix_minmax", list, None, "CutMix box sides drawn in [min, max] shares of the image's sides instead of from lambda (turns CutMix on, with alpha 1)", check=lambda v: len(v) == 2 and all(is_number(b) for b in v) and 0 < v[0] < v[1] <= 1, valid="two numbers, 0 < min < max <= 1", optional=True),
-    Key("mixup_prob", float, 1.0, "chance that a batch (pair, sample: mixup_mode) is mixed at all", check=lambda v: 0 <= v <= 1, valid="in [0, 1]"),
-    Key("mixup_switch_prob", float, 0.5, "with mixup_alpha and cutmix_alpha both on: chance of CutMix instead of mixup", check=lambda v: 0 <= v <= 1, valid="in [0, 1]"),
+    Key("label_smoothing", float, doc="cross_entropy label smoothing", **_core("label_smoothing")),
+    Key("mixup_alpha", float, doc="mixup, as timm's Mixup: each training batch blended with its reversed order by lambda ~ Beta(alpha, alpha), the targets one-hot (with label_smoothing) and blended alike, the loss their soft-target cross-entropy; accuracy still counts the true labels (single-label classification only; 0: off)", **_core("mixup_alpha")),
+    Key("cutmix_alpha", float, doc="CutMix, as timm's: a box of the reversed batch pasted in, lambda ~ Beta(alpha, alpha) its complement's share of the image (4-D image inputs; 0: off)", **_core("cutmix_alpha")),
+    Key("cutmix_minmax", list, None, "CutMix box sides drawn in [min, max] shares of the image's sides instead of from lambda (turns CutMix on, with alpha 1)", check=lambda v: len(v) == 2 and all(is_number(b) and b in CORE_RANGES["cutmix_minmax"] for b in v) and v[0] < v[1], valid=f"two numbers {CORE_RANGES['cutmix_minmax']}, min < max", optional=True),
+    Key("mixup_prob", float, doc="chance that a batch (pair, sample: mixup_mode) is mixed at all", **_core("mixup_prob")),
+    Key("mixup_switch_prob", float, doc="with mixup_alpha and cutmix_alpha both on: chance of CutMix instead of mixup", **_core("mixup_switch_prob")),
     Key("mixup_mode", str, "batch", "one lambda (and box) per batch, per pair of samples i and N-1-i, or per sample (elem)", choices=CORE_CHOICES["mixup_mode"]),
     Key("cutmix_correct_lam", bool, True, "CutMix's lambda from the box's area after clipping at the image border"),
     Key("tta", str, "none", "test-time augmentation of validation, the report, gpucore evaluate, predict and the ONNX export (training is unchanged): hflip averages the model's outputs on each image and its horizontal mirror (segmentation outputs mirrored back first), as airbench does; images only", choices=TTA_CHOICES),
@@ -122,7 +132,7 @@ KEYS = [
     Key("top_k", int, 5, "also report top-k accuracy for classification (0: off)", check=_non_negative, valid=">= 0"),
     # optimizer
     Key("optimizer", str, "adamw", "fused optimizer", choices=CORE_CHOICES["optimizer"]),
-    Key("lr", float, 1e-3, "learning rate (peak rate for onecycle)", check=_positive, valid="> 0"),
+    Key("lr", float, doc="learning rate (peak rate for onecycle)", **_core("lr")),
     Key("lr_scaling", str, "none", "scale lr with the effective batch size relative to base_batch_size", choices=["none", "linear", "sqrt"]),
     Key("base_batch_size", int, 256, "the batch size lr was tuned for (lr_scaling)", check=_positive, valid="> 0"),
     Key("weight_decay", float, 0.01, "weight decay", check=_non_negative, valid=">= 0"),
@@ -135,23 +145,23 @@ KEYS = [
     Key("schedule", str, "cosine", "learning-rate schedule", choices=CORE_CHOICES["schedule"]),
     Key("warmup_epochs", float, 0.0, "linear warm-up, in epochs (may be fractional)", check=lambda v: 0 <= v < _EPOCHS_LIMIT, valid=f">= 0 and < 2^31 ({_IN_EPOCHS})"),
     Key("step_size", int, 10, "step: epochs between decays", check=_epochs, valid=f"> 0 and < 2^31 ({_IN_EPOCHS})"),
-    Key("gamma", float, 0.1, "step/multistep: decay factor", check=_positive, valid="> 0"),
+    Key("gamma", float, doc="step/multistep: decay factor", **_core("gamma")),
     Key("milestones", list, [], "multistep: epochs at which lr decays", check=lambda v: all(is_int(m) and _epochs(m) for m in v), valid=f"a list of positive integers below 2^31 ({_IN_EPOCHS})"),
-    Key("min_lr", float, 0.0, "cosine: final learning rate", check=_non_negative, valid=">= 0"),
-    Key("pct_start", float, 0.3, "onecycle: share of the run spent rising", check=lambda v: 0 < v < 1, valid="in (0, 1)"),
-    Key("div_factor", float, 25.0, "onecycle: initial lr = lr / div_factor", check=_positive, valid="> 0"),
-    Key("final_div_factor", float, 1e4, "onecycle: final lr = initial lr / final_div_factor", check=_positive, valid="> 0"),
+    Key("min_lr", float, doc="cosine: final learning rate", **_core("min_lr")),
+    Key("pct_start", float, doc="onecycle: share of the run spent rising", **_core("pct_start")),
+    Key("div_factor", float, doc="onecycle: initial lr = lr / div_factor", **_core("div_factor")),
+    Key("final_div_factor", float, doc="onecycle: final lr = initial lr / final_div_factor", **_core("final_div_factor")),
     # gradients
-    Key("clip_grad_norm", float, 0.0, "clip gradients to this total norm after unscaling (0: off)", check=_non_negative, valid=">= 0"),
-    Key("clip_grad_value", float, 0.0, "clip each gradient element to [-v, v] after unscaling (0: off)", check=_non_negative, valid=">= 0"),
+    Key("clip_grad_norm", float, doc="clip gradients to this total norm after unscaling (0: off)", **_core("clip_grad_norm")),
+    Key("clip_grad_value", float, doc="clip each gradient element to [-v, v] after unscaling (0: off)", **_core("clip_grad_value")),
     Key("init_scale", float, 65536.0, "16-mixed: initial loss scale", check=_positive, valid="> 0"),
     Key("growth_interval", int, 2000, "16-mixed: good steps before the loss scale doubles", check=_positive, valid="> 0"),
-    Key("max_nonfinite_steps", int, 20, "stop with an error after this many optimizer steps in a row with inf/NaN gradients", check=_positive, valid="> 0"),
+    Key("max_nonfinite_steps", int, doc="stop with an error after this many optimizer steps in a row with inf/NaN gradients", **_core("max_nonfinite_steps")),
     # weight average
-    Key("ema_decay", float, 0.0, "keep an exponential moving average (EMA) of the weights and float buffers, updated after every taken optimizer step with this decay (timm's ModelEmaV3; 0: off); validation then also reports val_ema_* metrics, which monitor may pick", check=lambda v: v == 0 or 0 < v < 1, valid="0 (off) or in (0, 1)"),
+    Key("ema_decay", float, doc="keep an exponential moving average (EMA) of the weights and float buffers, updated after every taken optimizer step with this decay (timm's ModelEmaV3; 0: off); validation then also reports val_ema_* metrics, which monitor may pick", **_core("ema_decay")),
     Key("ema_warmup", bool, False, "ema_decay warm-up as timm's use_warmup: the decay after n updates is min(ema_decay, 1 - (1 + n / ema_warmup_gamma)^-ema_warmup_power)"),
-    Key("ema_warmup_gamma", float, 1.0, "ema_warmup: gamma (timm's warmup_gamma)", check=_positive, valid="> 0"),
-    Key("ema_warmup_power", float, 2 / 3, "ema_warmup: power (timm's warmup_power; 2/3 for long runs, 3/4 for shorter ones)", check=_positive, valid="> 0"),
+    Key("ema_warmup_gamma", float, doc="ema_warmup: gamma (timm's warmup_gamma)", **_core("ema_warmup_gamma")),
+    Key("ema_warmup_power", float, doc="ema_warmup: power (timm's warmup_power; 2/3 for long runs, 3/4 for shorter ones)", **_core("ema_warmup_power")),
     # device and precision
     Key("device", str, "auto", "auto, cpu, cuda, cuda:N or mps"),
     Key("no_cuda", bool, False, "never use CUDA in auto"),
@@ -162,7 +172,7 @@ KEYS = [
     Key("cudnn_benchmark", str, "auto", "cuDNN autotuning on CUDA", choices=CORE_CHOICES["cudnn_benchmark"]),
     Key("channels_last", str, "auto", "channels-last memory format for the model and 4-D inputs; auto: on for conv nets on the CPU and on CUDA, where oneDNN's and cuDNN's convolutions run faster in it (python -m bench layout)", choices=["auto", "true", "false"]),
     Key("compile", bool, False, "torch.compile the model first"),
-    Key("cuda_graphs", str, "auto", "capture each optimizer step (mixup/CutMix, forward, loss, backward, clipping, optimizer, loss scale, schedule, metrics, EMA) as one CUDA graph after 3 eager warm-up steps and replay it: true (warns when a run cannot: another device, compile, devices > 1, accumulate_grad_batches > 1, loss ctc, a model that syncs with the host), auto (the same, silently: every CUDA run that can; on an H100 the step of a small CNN ran 3.4-3.6x faster, and never slower), false. The short last batch and validation run eagerly; training_stats.json's cuda_graphs says what ran", choices=["auto", "true", "false"]),
+    Key("cuda_graphs", str, "auto", f"capture each optimizer step (mixup/CutMix, forward, loss, backward, clipping, optimizer, loss scale, schedule, metrics, EMA) as one CUDA graph after {GRAPH_WARMUP_STEPS} eager warm-up steps and replay it: true (warns when a run cannot: another device, compile, devices > 1, accumulate_grad_batches > 1, loss ctc, a model that syncs with the host), auto (the same, silently: every CUDA run that can; on an H100 the step of a small CNN ran 3.4-3.6x faster, and never slower), false. The short last batch and validation run eagerly; training_stats.json's cuda_graphs says what ran", choices=["auto", "true", "false"]),
     Key("deterministic", bool, False, "deterministic algorithms only (torch.use_deterministic_algorithms)"),
     Key("devices", int, 1, "processes for data-parallel training on this machine (one per GPU; gloo on CPU); >1 starts them itself, like torchrun --nproc_per_node", check=_positive, valid="> 0"),
     Key("dist_timeout", int, 600, "seconds a collective (or the whole devices > 1 job) may wait before the job stops with an error", check=lambda v: 0 < v < 2**31, valid="> 0 and < 2^31 (seconds)"),
@@ -178,7 +188,7 @@ KEYS = [
     Key("keep_last_k", int, 3, "how many of the every-N checkpoints to keep", check=_positive, valid="> 0"),
     Key("checkpoint_every_n_steps", int, 0, "also checkpoint mid-epoch every N optimizer steps of the epoch, to checkpoints/step.pt, written by a background thread (0: off)", check=lambda v: 0 <= v < 2**31, valid=">= 0 and < 2^31 (steps)"),
     Key("checkpoint_every_minutes", float, 0.0, "also checkpoint mid-epoch once this many minutes passed since the last checkpoint, to checkpoints/step.pt (0: off)", check=lambda v: 0 <= v < 1e9, valid=">= 0 and < 1e9 (minutes)"),
-    Key("log_every_n_steps", int, 50, "optimizer steps between host reads of the running metrics (progress bar, the callbacks' on_log)", check=_positive, valid="> 0"),
+    Key("log_every_n_steps", int, doc="optimizer steps between host reads of the running metrics (progress bar, the callbacks' on_log)", **_core("log_every_n_steps")),
     Key("progress", bool, True, "show a progress bar (tqdm when installed, else a line per epoch)"),
     Key("loggers", list, ["csv", "tensorboard"], "where rank 0 records the run besides metrics.jsonl: csv (metrics.csv, a row per logged step and per epoch), tensorboard (scalars per epoch and the hyperparameters in tensorboard/; needs the tensorboard package), mlflow (params, metrics per step and epoch, artifacts; needs gpucore's mlflow extra); a logger that fails is one warning and training goes on (docs: Training, Experiment tracking)", check=lambda v: all(name in LOGGERS for name in v) and len(set(v)) == len(v), valid=f"a list of {', '.join(LOGGERS)}, each at most once"),
     Key("mlflow_tracking_uri", str, None, "loggers mlflow: the tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///RUN_DIR/mlflow.db, a SQLite database beside the run directories)", optional=True),

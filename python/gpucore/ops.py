@@ -24,7 +24,7 @@ def _cam_overlay(images, cams, alpha):
 
 
 @torch.library.register_fake("gpucore::augment")
-def _augment(images, offsets, flips, padding, mean, std, dtype):
+def _augment(images, offsets, flips, mean, std, dtype):
     return images.new_empty(images.shape, dtype=dtype)
 
 

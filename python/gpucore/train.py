@@ -10,7 +10,7 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 from torch import nn
@@ -47,8 +47,13 @@ class TrainResult:
         samples_per_second: training samples per second over the run.
         steps: optimizer steps taken.
         skipped_steps: optimizer steps skipped for inf/NaN gradients.
-        host_syncs: the engine's reads of its metrics on the host: one per log interval and per epoch end, one per
-            evaluation. Other host reads (steps_taken(), checkpoints' copies) are not counted.
+        host_syncs: every host read of device values during the run, each a point where the host waits for the
+            device: the running metrics with the step counters (one per log interval and per epoch end), one per
+            validation pass (two with an EMA), one per checkpoint's copy to the host (all of an epoch's files share
+            one), the step counters read on resume and after an interrupt, and with on_oom: reduce_batch or several
+            processes one per epoch more. host_syncs_by_source says which.
+        host_syncs_by_source: host_syncs by what read: metrics, evaluation, checkpoint, counters, oom_snapshot,
+            distributed_metrics.
         model: the trained model.
         skipped_files: unreadable image files left out (data_kwargs on_error: skip).
         model_ema: the weights' moving average after the last step (config key ema_decay), None without one.
@@ -70,6 +75,7 @@ class TrainResult:
     steps: int
     skipped_steps: int
     host_syncs: int
+    host_syncs_by_source: Dict[str, int]
     model: nn.Module = field(repr=False)
     skipped_files: List[str] = field(default_factory=list)  # unreadable files left out (on_error: skip)
     # The model's exponential moving average after the last step (config key ema_decay), None without one.
@@ -86,7 +92,8 @@ class TrainResult:
             stats_path=os.path.join(run_dir, STATS), metrics_path=os.path.join(run_dir, METRICS),
             device=stats["device"], precision=stats["precision"]["precision"],
             samples_per_second=_samples_per_second(history), steps=stats["steps"],
-            skipped_steps=stats["skipped_steps"], host_syncs=stats["host_syncs"], model=model,
+            skipped_steps=stats["skipped_steps"], host_syncs=stats["host_syncs"],
+            host_syncs_by_source=stats["host_syncs_by_source"], model=model,
             skipped_files=stats["skipped_files"], model_ema=model_ema, stopped_by=stats.get("stopped_by"))
 
 
@@ -129,7 +136,7 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
     apply_process_settings()  # before the data is read: malloc's thresholds (process_settings.py)
     run = build_run(config, world, model, train_data, val_data, loss)
     loop = FitLoop(run, list(callbacks or []))
-    loop.setup_seconds = time.perf_counter() - started
+    loop.run_stats.setup_seconds = time.perf_counter() - started
     try:
         if run.run_dir.resume_from is not None:
             loop.resume(run.run_dir.resume_from)
@@ -140,7 +147,7 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
         loop.teardown()
         run.close()
 
-    result = TrainResult.from_stats(loop.stats(status), run.module, run.ema)
+    result = TrainResult.from_stats(loop.run_stats.stats(status), run.module, run.ema)
     run.release_engine()
     return result
 

@@ -119,8 +119,15 @@ def validation_form(value: Any) -> List[dict]:
     return result
 
 
+def per_image(value: Any) -> bool:
+    """Whether the list starts with transforms that bring images of any size to one (RandomResizedCrop, Resize +
+    CenterCrop, ...): they run on each image at its own size, so a data set of mixed sizes can go through it."""
+    return _C.per_image_count(specs(value)) > 0
+
+
 def output_size(value: Any, height: int, width: int) -> Tuple[int, int]:
-    """(height, width) of height x width images after a `transforms` list."""
+    """(height, width) of height x width images after a `transforms` list; 0 x 0: of images of any sizes (a list
+    with per-image transforms)."""
     return tuple(_C.check_transforms(specs(value), height, width))
 
 

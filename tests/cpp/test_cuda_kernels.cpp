@@ -152,13 +152,14 @@ TEST(KernelsAgainstCpu, Augment) {
     for (const auto& [out_type, launch_type] : out_types) {
       for (const auto& shape : shapes) {
         SCOPED_TRACE(shape_name(shape) + " " + c10::toString(in_type) + " to " + c10::toString(out_type));
-        const int64_t n = shape[0], channels = shape[1], padding = shape[2] / 3;
+        // Crop corners up to a third of the image (at least a pixel: a 1 x 1 image shifted out entirely) away.
+        const int64_t n = shape[0], channels = shape[1], reach = shape[2] / 3 + 1;
         const at::Tensor images = random.images(shape, in_type);
-        const at::Tensor offsets = random.integers({n, 2}, 0, 2 * padding + 1);
+        const at::Tensor offsets = random.integers({n, 2}, -reach, reach + 1);
         const at::Tensor flips = random.integers({n}, 0, 2, at::kBool);
         std::vector<double> mean(channels), std(channels);
         for (int64_t c = 0; c < channels; ++c) mean[c] = 0.1 * c + 0.2, std[c] = 0.05 * c + 0.25;
-        const at::Tensor expected = augment(images, offsets, flips, padding, mean, std, out_type);
+        const at::Tensor expected = augment(images, offsets, flips, mean, std, out_type);
         std::vector<float> scale, shift;
         augment_affine(images, mean, std, scale, shift);
         cuda::ChannelAffine affine{};
@@ -166,7 +167,7 @@ TEST(KernelsAgainstCpu, Augment) {
         std::copy(shift.begin(), shift.end(), affine.shift);
         const DeviceCopy in(images), offset(offsets), flip(flips), out(at::empty(shape, out_type));
         cuda::launch_augment(in.get(), in_type == at::kByte, offset.get<int64_t>(), flip.get<bool>(), out.get(),
-                             launch_type, n, channels, shape[2], shape[3], padding, affine, nullptr);
+                             launch_type, n, channels, shape[2], shape[3], affine, nullptr);
         expect_ran();
         expect_bitwise_equal(out.host(), expected);
       }

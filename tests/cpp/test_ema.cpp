@@ -41,17 +41,20 @@ TEST(WeightAverage, MovesAfterTakenStepsAndHoldsOnSkippedOnes) {
   EXPECT_TRUE(at::allclose(average, at::full({4}, 3.0)));
 }
 
-TEST(WeightAverage, BadSettingsAreConfigErrorsNamingTheKey) {
+// Out of range, a setting fails the core's invariant (config.py gives the user's message first); tensors that do not
+// fit the settings are the caller's error.
+TEST(WeightAverage, SettingsOutOfRangeFailTheirCheckAndMisfitTensorsAreConfigErrors) {
   const at::Tensor counters = at::zeros({3});
   const at::Tensor x = at::zeros({2});
-  EXPECT_THROW(validate(EmaConfig{1.0, false, 1.0, 0.5}), ConfigError);
-  EXPECT_THROW(validate(EmaConfig{0.5, true, 0.0, 0.5}), ConfigError);
-  EXPECT_THROW(validate(EmaConfig{0.5, true, 1.0, NAN}), ConfigError);
+  EXPECT_THROW(validate(EmaConfig{1.0, false, 1.0, 0.5}), c10::Error);
+  EXPECT_THROW(validate(EmaConfig{0.5, true, 0.0, 0.5}), c10::Error);
+  EXPECT_THROW(validate(EmaConfig{0.5, true, 1.0, NAN}), c10::Error);
   try {
     validate(EmaConfig{-0.1, false, 1.0, 0.5});
     FAIL() << "no error";
-  } catch (const ConfigError& error) {
-    EXPECT_NE(std::string(error.what()).find("ema_decay"), std::string::npos);
+  } catch (const c10::Error& error) {
+    EXPECT_NE(std::string(error.what_without_backtrace()).find("ema_decay must be in [0, 1), got -0.1"),
+              std::string::npos);
   }
   EXPECT_THROW(WeightAverage(EmaConfig{0.5, false, 1.0, 0.5}, {}, {}, counters), ConfigError);       // nothing to average
   EXPECT_THROW(WeightAverage(EmaConfig{0.0, false, 1.0, 0.5}, {x}, {x.clone()}, counters), ConfigError);  // off

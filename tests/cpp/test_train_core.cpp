@@ -75,11 +75,14 @@ TEST(Schedule, StepDecay) {
   EXPECT_NEAR(lr_at(config, 12), 0.25, 1e-7);
 }
 
-TEST(Schedule, InvalidSettingsAreConfigErrors) {
+TEST(Schedule, SettingsOutOfRangeFailTheirCheckAndSettingsThatDoNotFitTogetherAreConfigErrors) {
   ScheduleConfig config;
   config.base_lr = 0;
-  EXPECT_THROW(validate(config), ConfigError);
+  EXPECT_THROW(validate(config), c10::Error);  // config.py's range of lr
   config.base_lr = 0.1;
+  config.min_lr = 0.2;
+  EXPECT_THROW(validate(config), ConfigError);
+  config.min_lr = 0.0;
   config.kind = ScheduleKind::kOneCycle;
   config.warmup_steps = 3;
   EXPECT_THROW(validate(config), ConfigError);

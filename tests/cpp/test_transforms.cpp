@@ -71,3 +71,56 @@ TEST(Transforms, FlipsAndNormalizeComputeWhatTheyShould) {
   EXPECT_TRUE(at::allclose(out, expected, 1e-5, 1e-5));
   EXPECT_TRUE(at::equal(masks, at::arange(2 * 4 * 5, at::kLong).reshape({2, 4, 5}).flip({2})));
 }
+
+TEST(Transforms, PerImageTransformsEndAtTheFirstOfOneOutputSize) {
+  const TransformPipeline resize_crop({{"RandomHorizontalFlip", {}, {}}, {"Resize", {{"size", {12}}}, {}},
+                                       {"CenterCrop", {{"size", {10}}}, {}}, {"ColorJitter", {{"brightness", {0.2}}}, {}}},
+                                      {}, {});
+  EXPECT_EQ(resize_crop.per_image_count(), 3u);
+  EXPECT_EQ(resize_crop.per_image_size(), (std::array<int64_t, 2>{10, 10}));
+  EXPECT_EQ(resize_crop.output_size(0, 0), (std::array<int64_t, 2>{10, 10}));  // images of any sizes
+  EXPECT_EQ(TransformPipeline({{"Resize", {{"size", {12}}}, {}}}, {}, {}).per_image_count(), 0u);
+  EXPECT_EQ(TransformPipeline({{"Resize", {{"size", {12, 9}}}, {}}}, {}, {}).per_image_count(), 1u);
+  const TransformPipeline none({{"RandomHorizontalFlip", {}, {}}}, {}, {});
+  at::Generator generator = at::detail::createCPUGenerator(0);
+  try {
+    none.sample(3, 0, 0, generator);
+    ADD_FAILURE() << "images of their own sizes without per-image transforms were drawn for";
+  } catch (const gpucore::ConfigError& error) {
+    EXPECT_NE(std::string(error.what()).find("images of mixed sizes need a transform that brings each to one size"),
+              std::string::npos) << error.what();
+  }
+}
+
+TEST(Transforms, EachImageAtItsOwnSizeIsCroppedWithItsOwnDraws) {
+  // One image at a time (apply_per_image) is the batch pipeline on that image alone with the draws of the sample's
+  // own generator; the transforms after the per-image ones draw from the epoch's generator as for a batch.
+  const std::vector<TransformSpec> crop = {{"RandomResizedCrop", {{"size", {7, 9}}, {"scale", {0.2, 1.0}}}, {}}};
+  std::vector<TransformSpec> specs = crop;
+  specs.push_back({"RandomHorizontalFlip", {}, {}});
+  const TransformPipeline pipeline(specs, {}, {}), crop_alone(crop, {}, {});
+  at::Generator generator = at::detail::createCPUGenerator(5);
+  const at::Tensor images = at::randint(0, 256, {6, 3, 15, 13}, generator, at::kByte);
+  at::Generator epoch = at::detail::createCPUGenerator(7);
+  uint64_t seed = 0;
+  const auto params = pipeline.sample(6, 0, 0, epoch, &seed);
+  EXPECT_TRUE(params[0].empty());
+  at::Generator after_seed = at::detail::createCPUGenerator(7);
+  {
+    const std::lock_guard<std::mutex> lock(after_seed.mutex());
+    EXPECT_EQ(at::check_generator<at::CPUGeneratorImpl>(after_seed)->random64(), seed);
+  }
+  const TransformPipeline flip({{"RandomHorizontalFlip", {}, {}}}, {}, {});
+  EXPECT_TRUE(at::equal(params[1][1], flip.sample(6, 7, 9, after_seed)[0][1]));
+  at::Tensor no_masks;
+  for (int64_t i = 0; i < 6; ++i) {
+    const at::Tensor image = i % 2 ? images[i] : images[i].slice(1, 0, 11 - i);  // sizes differ
+    at::Generator own = at::detail::createCPUGenerator(gpucore::sample_seed(seed, i));
+    const at::Tensor expected = crop_alone.apply(image.unsqueeze(0).contiguous(), crop_alone.sample(1, image.size(1),
+                                                 image.size(2), own), at::kByte, no_masks)[0];
+    const at::Tensor got = pipeline.apply_per_image(image.permute({1, 2, 0}).contiguous(), seed, i);
+    EXPECT_TRUE(at::equal(got, expected)) << "sample " << i;
+    EXPECT_EQ(got.sizes(), (at::IntArrayRef{3, 7, 9}));
+  }
+  EXPECT_NE(gpucore::sample_seed(seed, 0), gpucore::sample_seed(seed, 1));
+}

@@ -220,9 +220,9 @@ def test_the_engine_gets_no_step_callable_without_a_per_step_hook(tmp_path, monk
     from gpucore.training import fit_loop
 
     given = []
-    original = fit_loop.FitLoop._train_epoch
+    original = fit_loop.FitLoop._train_pass
 
-    def spying(self, progress, source, windows):
+    def spying(self, progress, source):
         engine = self.run.engine
 
         class Spy:
@@ -235,11 +235,11 @@ def test_the_engine_gets_no_step_callable_without_a_per_step_hook(tmp_path, monk
 
         self.run.engine = Spy()
         try:
-            return original(self, progress, source, windows)
+            return original(self, progress, source)
         finally:
             self.run.engine = engine
 
-    monkeypatch.setattr(fit_loop.FitLoop, "_train_epoch", spying)
+    monkeypatch.setattr(fit_loop.FitLoop, "_train_pass", spying)
 
     class LogOnly(gpucore.Callback):
         def on_log(self, trainer, step, metrics):

@@ -2,6 +2,7 @@
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -271,6 +272,90 @@ def test_every_loss_the_core_parses_belongs_to_a_task():
 
     assert sorted({loss for task in TASKS for loss in task.losses}) == sorted(KEY_BY_NAME["loss"].choices)
     assert KEY_BY_NAME["loss"].choices[0] == "cross_entropy" and "ctc" in KEY_BY_NAME["loss"].choices
+
+
+# The numeric keys the C++ core checks too, with their valid values written out here by hand: config.py reads these
+# ranges (and the defaults) from the core (_C.config_ranges, _C.config_defaults).
+CORE_RANGES = {
+    "accumulate_grad_batches": ">= 1", "clip_grad_norm": ">= 0", "clip_grad_value": ">= 0", "log_every_n_steps": ">= 1",
+    "max_nonfinite_steps": ">= 1", "label_smoothing": "in [0, 1)", "lr": "> 0", "gamma": "> 0",
+    "min_lr": ">= 0", "pct_start": "in (0, 1)", "div_factor": "> 0", "final_div_factor": "> 0", "mixup_alpha": ">= 0",
+    "cutmix_alpha": ">= 0", "mixup_prob": "in [0, 1]", "mixup_switch_prob": "in [0, 1]", "cutmix_minmax": "in (0, 1]",
+    "ema_decay": "in [0, 1)", "ema_warmup_gamma": "> 0", "ema_warmup_power": "> 0", "crop_padding": "in [0, 65536)",
+}
+# Those whose default is config.py's alone, with the valid values config.py's message gives.
+DEFAULT_IN_PYTHON = {"cutmix_minmax": "two numbers in (0, 1], min < max", "crop_padding": "in [0, 65536) (pixels)"}
+# For each, a value just outside its range and the one inside at that bound.
+BOUNDS = {
+    "accumulate_grad_batches": (0, 1), "clip_grad_norm": (-0.5, 0.0), "clip_grad_value": (-0.5, 0.0),
+    "log_every_n_steps": (0, 1), "max_nonfinite_steps": (0, 1), "label_smoothing": (1.0, 0.99),
+    "lr": (0.0, 1e-9), "gamma": (0.0, 1e-9), "min_lr": (-0.5, 0.0), "pct_start": (1.0, 0.99), "div_factor": (0.0, 1e-9),
+    "final_div_factor": (0.0, 1e-9), "mixup_alpha": (-0.5, 0.0), "cutmix_alpha": (-0.5, 0.0), "mixup_prob": (1.5, 1.0),
+    "mixup_switch_prob": (-0.5, 0.0), "ema_decay": (1.0, 0.99), "ema_warmup_gamma": (0.0, 1e-9),
+    "ema_warmup_power": (0.0, 1e-9),
+}
+
+# What the core's check calls a key that an op checks under its own argument's name.
+CHECKED_AS = {"label_smoothing": "mix_targets: smoothing"}
+
+
+def test_config_pys_ranges_and_defaults_of_numeric_keys_are_the_cores():
+    from gpucore import _C
+    from gpucore.config import KEY_BY_NAME
+
+    assert {key: str(valid) for key, valid in _C.config_ranges().items()} == CORE_RANGES
+    assert _C.config_defaults() == {key: DEFAULTS[key] for key in CORE_RANGES if key not in DEFAULT_IN_PYTHON}
+    for key in CORE_RANGES:
+        assert KEY_BY_NAME[key].valid == DEFAULT_IN_PYTHON.get(key, CORE_RANGES[key])
+        assert type(KEY_BY_NAME[key].default) is KEY_BY_NAME[key].type or key in DEFAULT_IN_PYTHON
+    assert "after 3 eager warm-up steps" in KEY_BY_NAME["cuda_graphs"].doc  # the engine's graph_warmup_steps
+
+
+@pytest.mark.parametrize("key", sorted(BOUNDS))
+def test_a_numeric_key_out_of_the_cores_range_gets_config_pys_message_and_fails_the_cores_check(key):
+    # config.py's message is the one a user sees; the engine, handed the value past config.py (an unchecked
+    # dataclasses.replace), refuses it too: its invariant (a RuntimeError, not a ConfigError) on the same range.
+    import dataclasses
+
+    from gpucore import _C
+    from gpucore.device.select import resolve_precision
+    from gpucore.tasks import task_of
+    from gpucore.training.engine_config import engine_config
+
+    outside, inside = BOUNDS[key]
+    assert getattr(load_config({key: inside}), key) == inside
+    with pytest.raises(gpucore.ConfigError) as refused:
+        load_config({key: outside})
+    assert str(refused.value) == f"config: config key '{key}' is {outside!r}; it must be {CORE_RANGES[key]}"
+
+    # Mixing on, so that label_smoothing reaches its check (the mix_targets op's).
+    config = dataclasses.replace(load_config({"mixup_alpha": 1.0, "optimizer": "sgd", "schedule": "constant"}),
+                                 **{key: outside})
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3))
+    x, y = torch.randn(4, 4), torch.randint(0, 3, (4,))
+    with pytest.raises(RuntimeError, match=rf"{CHECKED_AS.get(key, key)} must be {re.escape(CORE_RANGES[key])}, got"):
+        engine = _C.Engine([_C.ParamGroup(list(model.parameters()))],
+                           engine_config(config, task_of(config), "cpu", resolve_precision("32", "cpu"),
+                                         steps_per_epoch=1, channels_last=False))
+        engine.train_epoch(_C.TensorBatches(x, y, 4, False, False, 0, torch.device("cpu")), model, None, None)
+
+
+def test_crop_padding_out_of_the_cores_range_gets_config_pys_message_and_randomcrop_refuses_it_too():
+    with pytest.raises(gpucore.ConfigError, match=re.escape("config key 'crop_padding' is 65536; it must be in [0, 65536) "
+                                                            "(pixels)")):
+        load_config({"crop_padding": 65536})
+    assert load_config({"crop_padding": 65535}).crop_padding == 65535
+    with pytest.raises(gpucore.ConfigError, match=re.escape("RandomCrop: argument 'padding' must be integers in [0, 65536), "
+                                                            "got 65536")):
+        load_config({"transforms": [{"RandomCrop": {"size": 8, "padding": 65536}}]})
+
+
+def test_cutmix_minmax_out_of_the_cores_range_gets_config_pys_message():
+    for outside in ([0.0, 0.5], [0.5, 1.5], [0.6, 0.4]):
+        with pytest.raises(gpucore.ConfigError, match=re.escape(f"config key 'cutmix_minmax' is {outside!r}; it must be "
+                                                               "two numbers in (0, 1], min < max")):
+            load_config({"cutmix_minmax": outside})
+    assert load_config({"cutmix_minmax": [0.1, 1.0]}).cutmix_minmax == [0.1, 1.0]
 
 
 def test_the_config_is_typed_and_frozen_and_set_takes_dotted_keys(tmp_path):

@@ -16,7 +16,7 @@ IN_STEPS = r"\(the engine counts them in int64 optimizer steps\)"
     ("epochs", 2**31, r"> 0 and < 2\^31 " + IN_STEPS),
     ("step_size", 2**40, r"> 0 and < 2\^31 " + IN_STEPS),
     ("milestones", [5, 2**40], r"a list of positive integers below 2\^31 " + IN_STEPS),
-    ("crop_padding", 2**62, r">= 0 and < 65536 \(pixels\)"),
+    ("crop_padding", 2**62, r"in \[0, 65536\) \(pixels\)"),
     ("dist_timeout", 2**62, r"> 0 and < 2\^31 \(seconds\)"),
 ])
 def test_out_of_range_numbers_name_the_key_and_its_range(key, value, valid):

@@ -52,7 +52,7 @@ def test_large_batch_outputs_reuse_freed_memory_with_the_right_values():
     offsets = torch.zeros(40, 2, dtype=torch.long)
 
     def augment(images, flips):
-        return torch.ops.gpucore.augment(images, offsets, flips, 0, mean, std, torch.float32)
+        return torch.ops.gpucore.augment(images, offsets, flips, mean, std, torch.float32)
 
     def expected(images, flips):
         scaled = (images.float() / 255 - torch.tensor(mean).view(3, 1, 1)) / torch.tensor(std).view(3, 1, 1)
@@ -88,7 +88,7 @@ def test_threaded_kernels_equal_one_thread():
                 ops.resized_crop(images, boxes, [33, 37], "bilinear", True),
                 ops.crop(images, offsets, flips, [36, 50], [7.0]),
                 ops.affine(images, matrices, "bilinear", [0.0]),
-                ops.augment(images, offsets, flips[:, 1], 4, [0.5, 0.4, 0.3], [0.2, 0.3, 0.4], torch.float32)]
+                ops.augment(images, offsets, flips[:, 1], [0.5, 0.4, 0.3], [0.2, 0.3, 0.4], torch.float32)]
 
     threads = torch.get_num_threads()
     try:

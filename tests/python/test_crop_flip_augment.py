@@ -9,6 +9,7 @@ from conftest import assert_resume_matches
 
 
 def augment_reference(x, offsets, flips, padding, mean, std):
+    """torchvision's RandomCrop(size, padding) with its corners `offsets` in the padded image, flips, Normalize."""
     out = []
     for i in range(x.shape[0]):
         image = x[i].float() / 255 if x.dtype == torch.uint8 else x[i].float()
@@ -29,19 +30,20 @@ def test_augment_op_matches_pytorch(dtype):
     offsets = torch.randint(0, 7, (6, 2), generator=generator)
     flips = torch.randint(0, 2, (6,), generator=generator).bool()
     mean, std = [0.4, 0.5, 0.6], [0.2, 0.25, 0.3]
-    ours = torch.ops.gpucore.augment(x, offsets, flips, 3, mean, std, torch.float32)
+    corners = offsets - 3  # the op's corners are in the image's coordinates: padding 3 is a shift of up to 3
+    ours = torch.ops.gpucore.augment(x, corners, flips, mean, std, torch.float32)
     torch.testing.assert_close(ours, augment_reference(x, offsets, flips, 3, mean, std), rtol=1e-5, atol=1e-5)
-    half = torch.ops.gpucore.augment(x, offsets, flips, 3, [], [], torch.bfloat16)
+    half = torch.ops.gpucore.augment(x, corners, flips, [], [], torch.bfloat16)
     assert half.dtype == torch.bfloat16  # the float32 reference rounded once to bfloat16: equal
     assert torch.equal(half, augment_reference(x, offsets, flips, 3, [], []).to(torch.bfloat16))
-    half = torch.ops.gpucore.augment(x, offsets, flips, 3, mean, std, torch.bfloat16)
+    half = torch.ops.gpucore.augment(x, corners, flips, mean, std, torch.bfloat16)
     torch.testing.assert_close(half, augment_reference(x, offsets, flips, 3, mean, std).to(torch.bfloat16),
                                rtol=2 ** -7, atol=2 ** -8)  # at most one bfloat16 step apart
-    torch.library.opcheck(torch.ops.gpucore.augment, (x, offsets, flips, 3, mean, std, torch.float32))
+    torch.library.opcheck(torch.ops.gpucore.augment, (x, corners, flips, mean, std, torch.float32))
     with pytest.raises(RuntimeError, match="offsets must be int64 N x 2"):
-        torch.ops.gpucore.augment(x, offsets[:2], flips, 3, [], [], torch.float32)
+        torch.ops.gpucore.augment(x, corners[:2], flips, [], [], torch.float32)
     with pytest.raises(RuntimeError, match="one value per channel"):
-        torch.ops.gpucore.augment(x, offsets, flips, 3, [0.5], [0.5], torch.float32)
+        torch.ops.gpucore.augment(x, corners, flips, [0.5], [0.5], torch.float32)
 
 
 @pytest.mark.needs_cuda
@@ -51,11 +53,11 @@ def test_augment_op_on_cuda_matches_the_cpu(dtype):
     generator = torch.Generator().manual_seed(251)
     for channels, mean, std in ((3, [0.4, 0.5, 0.6], [0.2, 0.25, 0.3]), (1, [], [])):
         x = torch.randint(0, 256, (7, channels, 9, 11), generator=generator).to(dtype)
-        offsets = torch.randint(0, 7, (7, 2), generator=generator)
+        corners = torch.randint(-3, 4, (7, 2), generator=generator)
         flips = torch.randint(0, 2, (7,), generator=generator).bool()
         for out in (torch.float32, torch.bfloat16):
-            cpu = torch.ops.gpucore.augment(x, offsets, flips, 3, mean, std, out)
-            cuda = torch.ops.gpucore.augment(x.cuda(), offsets.cuda(), flips.cuda(), 3, mean, std, out)
+            cpu = torch.ops.gpucore.augment(x, corners, flips, mean, std, out)
+            cuda = torch.ops.gpucore.augment(x.cuda(), corners.cuda(), flips.cuda(), mean, std, out)
             assert cuda.device.type == "cuda" and cuda.dtype == out
             torch.testing.assert_close(cuda.cpu(), cpu, rtol=1e-6 if out == torch.float32 else 2 ** -7,
                                        atol=1e-6 if out == torch.float32 else 2 ** -8,

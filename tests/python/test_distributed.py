@@ -63,10 +63,35 @@ WORKER = textwrap.dedent("""
 """)
 
 
+# WORKER with a communication hook on every DDP module the run makes: it all-reduces as DDP's default does and
+# writes, per rank, how many buckets it reduced and the run's optimizer steps.
+COUNTING_WORKER = textwrap.dedent("""
+    import json, os, runpy, sys, torch
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    reduced = []
+
+    def count_all_reduce(process_group, bucket):
+        reduced.append(bucket.index())
+        return allreduce_hook(process_group, bucket)
+
+    class CountingDDP(torch.nn.parallel.DistributedDataParallel):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.register_comm_hook(None, count_all_reduce)
+
+    torch.nn.parallel.DistributedDataParallel = CountingDDP
+    steps = runpy.run_path(os.path.join(os.path.dirname(__file__), "worker.py"))["result"].steps
+    with open(os.path.join(sys.argv[1], "all_reduces_%s.json" % os.environ["RANK"]), "w") as out:
+        json.dump({"buckets": reduced, "steps": steps}, out)
+""")
+
+
 @pytest.fixture
 def workdir(tmp_path):
     (tmp_path / "ddp_models.py").write_text(MODELS)
     (tmp_path / "worker.py").write_text(WORKER)
+    (tmp_path / "counting_worker.py").write_text(COUNTING_WORKER)
     return tmp_path
 
 
@@ -78,9 +103,9 @@ def environment(workdir, rank, world, port, launched=None):
     return env
 
 
-def run_workers(workdir, out, world, batch, accumulate, launched=None, device="cpu", keys=None):
+def run_workers(workdir, out, world, batch, accumulate, launched=None, device="cpu", keys=None, script="worker.py"):
     port = distributed.free_port()
-    processes = [subprocess.Popen([sys.executable, str(workdir / "worker.py"), str(out), str(batch), str(accumulate),
+    processes = [subprocess.Popen([sys.executable, str(workdir / script), str(out), str(batch), str(accumulate),
                                    device, json.dumps(keys or {})],
                                   env=environment(workdir, rank, world, port, launched), stderr=subprocess.PIPE,
                                   text=True)
@@ -113,6 +138,19 @@ def test_two_ranks_fine_tune_a_frozen_backbone_like_one_process(workdir):
     torch.manual_seed(0)
     initial = torch.nn.Linear(64, 32)
     assert not torch.equal(one["features.1.weight"], initial.weight)  # trained in epoch 2
+
+
+def test_compiled_ddp_all_reduces_once_per_optimizer_step(workdir):
+    # run_setup compiles the DDP module (torch.compile(DDP(model))); the engine enters the no_sync() of the DDP
+    # module under the compiled wrapper, so of each window of 2 micro-batches only the last backward all-reduces
+    # (the model's one bucket), on both ranks, and the ranks end with the same weights.
+    two = run_workers(workdir, workdir / "two", 2, batch=16, accumulate=2, keys={"compile": True, "epochs": 1},
+                      script="counting_worker.py")
+    assert_states_equal(two[1], two[0])
+    for rank in range(2):
+        counted = json.load(open(workdir / "two" / f"all_reduces_{rank}.json"))
+        assert counted["steps"] == 4  # 128 samples per rank, micro-batches of 16, 2 per step
+        assert counted["buckets"] == [0] * 4
 
 
 def test_devices_2_starts_the_processes_itself(workdir, monkeypatch):
@@ -173,10 +211,12 @@ def test_nccl_on_one_gpu_world_size_1(workdir):
         torch.testing.assert_close(weights[name].cpu(), gloo[name], rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
 
 
-def test_forwards_without_gradient_sync_run_in_ddps_no_sync(tmp_path):
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_forwards_without_gradient_sync_run_in_ddps_no_sync(tmp_path, compiled):
     # The engine runs a DDP model's forwards inside its public no_sync() for all but the last micro-batch of an
-    # accumulation window; a communication hook counts the buckets DDP all-reduces: one per optimizer step.
-    # This fails when torch renames no_sync() or no longer decides the backward's sync in the forward.
+    # accumulation window, also when torch.compile wraps the DDP module; a communication hook counts the buckets
+    # DDP all-reduces: one per optimizer step. This fails when torch renames no_sync(), no longer decides the
+    # backward's sync in the forward, or compiles DDP's forward.
     torch.distributed.init_process_group("gloo", store=torch.distributed.FileStore(str(tmp_path / "store"), 1),
                                          rank=0, world_size=1)
     try:
@@ -191,6 +231,8 @@ def test_forwards_without_gradient_sync_run_in_ddps_no_sync(tmp_path):
             return done
 
         model.register_comm_hook(None, count_all_reduce)
+        if compiled:
+            model = torch.compile(model)
         config = gpucore._C.EngineConfig()
         config.device = torch.device("cpu")
         config.accumulate_grad_batches = 2

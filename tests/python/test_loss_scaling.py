@@ -22,7 +22,7 @@ def test_scaler_skips_inf_steps_halves_the_scale_and_holds_the_schedule():
 
     logged = []
     weights = []
-    hook = lambda m: (logged.append(dict(m)), weights.append(model.weight.detach().clone()))
+    hook = lambda m, steps: (logged.append(dict(m)), weights.append(model.weight.detach().clone()))
     eng.train_epoch(batches(x, y, 4), model, loss, hook)
     assert eng.steps_skipped() == 1 and eng.steps_taken() == 2
     assert [m["loss_scale"] for m in logged] == [65536.0, 32768.0, 32768.0]

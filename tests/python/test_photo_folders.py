@@ -50,6 +50,35 @@ def make_folder(root, classes=CLASSES, per_class=6):
     return str(root)
 
 
+def _more_photos():
+    """scikit-image's sample photos (coffee, chelsea, astronaut) where it is installed, else none."""
+    try:
+        from skimage import data as skimage_data
+        return [skimage_data.coffee(), skimage_data.chelsea(), skimage_data.astronaut()]
+    except ImportError:
+        return []
+
+
+def make_mixed_folder(root, per_class=6, seed=0):
+    """Two class subfolders ("china", "flower") of real photos' crops of mixed sizes (60-200 pixels a side), as a user's
+    own folder is: JPEG and PNG, one grey image and one RGBA PNG per class; each class from its own photos."""
+    china, flower = _photos()
+    more = _more_photos()
+    sources = {"china": [china] + more[:1], "flower": [flower] + more[1:]}
+    generator = np.random.default_rng(seed)
+    for name, photos in sources.items():
+        os.makedirs(os.path.join(root, name), exist_ok=True)
+        for i in range(per_class):
+            photo = photos[i % len(photos)]
+            height, width = (int(v) for v in generator.integers(60, 201, 2))
+            top = int(generator.integers(0, photo.shape[0] - height + 1))
+            left = int(generator.integers(0, photo.shape[1] - width + 1))
+            image = Image.fromarray(photo[top:top + height, left:left + width])
+            image = image.convert("L") if i == 1 else image.convert("RGBA") if i == 2 else image
+            image.save(os.path.join(root, name, f"{i}.{'jpg' if i in (0, 3, 4) else 'png'}"))
+    return str(root)
+
+
 def _gpucore(*args, cwd=None):
     return subprocess.run([sys.executable, "-m", "gpucore", *args], capture_output=True, text=True, timeout=600,
                           cwd=cwd)

@@ -63,7 +63,9 @@ def test_streamed_batches_equal_the_in_memory_batches(tmp_path, threads, prefetc
 
 def test_resize_matches_torch_and_streaming_resizes_alike(tmp_path):
     root = image_folder(tmp_path / "mixed", per_class=6, sizes=[(10, 12), (23, 17), (8, 8)])
-    with pytest.raises(gpucore.ConfigError, match="give the reader a size"):
+    with pytest.raises(gpucore.ConfigError, match=r"data_kwargs: \{size: \[H, W\]\} .* start config key transforms "
+                                                  r"with RandomResizedCrop: \{size: S\} \(training\) or Resize: "
+                                                  r"\{size: S\} \+ CenterCrop: \{size: S\}"):
         data.read_image_folder(str(root)).inputs
     files = data.read_image_folder(str(root), size=(9, 11))
     for path, image in zip(files.paths, files.inputs):

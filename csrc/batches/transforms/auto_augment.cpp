@@ -12,7 +12,7 @@
 #include <cmath>
 #include <optional>
 
-#include "batches/transforms/color.h"
+#include "batches/transforms/color_transforms.h"
 #include "ops/color.h"
 #include "ops/color_math.h"
 #include "ops/geometry.h"

@@ -9,7 +9,7 @@
 #include <cmath>
 #include <limits>
 
-#include "batches/transforms/color.h"
+#include "batches/transforms/color_transforms.h"
 #include "gpucore/errors.h"
 #include "ops/color.h"
 

@@ -57,7 +57,7 @@ inline void store_matrix(float* row, const std::array<double, 6>& matrix) {
 enum class AugmentPart { kNone, kCrop, kHorizontalFlip };
 AugmentPart augment_part(const Transform& transform, int64_t h, int64_t w);
 
-// Geometric (geometric.cpp).
+// Geometric (geometric_transforms.cpp).
 std::unique_ptr<Transform> make_random_crop(const Arguments& arguments);
 std::unique_ptr<Transform> make_center_crop(const Arguments& arguments);
 std::unique_ptr<Transform> make_horizontal_flip(const Arguments& arguments);
@@ -67,7 +67,7 @@ std::unique_ptr<Transform> make_random_resized_crop(const Arguments& arguments);
 std::unique_ptr<Transform> make_random_rotation(const Arguments& arguments);
 std::unique_ptr<Transform> make_random_affine(const Arguments& arguments);
 
-// Photometric (color.cpp, auto_augment.cpp, erasing.cpp).
+// Photometric (color_transforms.cpp, auto_augment.cpp, erasing.cpp).
 std::unique_ptr<Transform> make_color_jitter(const Arguments& arguments);
 std::unique_ptr<Transform> make_random_grayscale(const Arguments& arguments);
 std::unique_ptr<Transform> make_random_posterize(const Arguments& arguments);

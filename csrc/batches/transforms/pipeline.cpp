@@ -1,6 +1,9 @@
 // The `transforms` list as one batch transform: uint8 stage in list order, Normalize and the cast to the
 // batch dtype in the fused augment op, float stage in list order; masks follow the geometric transforms.
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/zeros.h>
+#include <c10/util/ParallelGuard.h>
 
 #include "batches/transforms/factories.h"
 #include "gpucore/batches/transforms.h"
@@ -56,6 +59,12 @@ TransformPipeline::TransformPipeline(const std::vector<TransformSpec>& specs, st
       throw ConfigError(entry + error.what());
     }
   }
+  for (size_t k = 0; k < uint8_stage_.size(); ++k) {
+    if (uint8_stage_[k]->one_output_size()) {
+      per_image_ = k + 1;
+      break;
+    }
+  }
 }
 
 bool TransformPipeline::moves_pixels() const {
@@ -78,28 +87,75 @@ uint64_t transform_seed(uint64_t seed, int64_t epoch) {
   return (seed * 1000003ULL + static_cast<uint64_t>(epoch)) ^ 0x9E3779B97F4A7C15ULL;
 }
 
+uint64_t sample_seed(uint64_t per_image_seed, int64_t sample) {
+  // splitmix64 of the sample's place in a Weyl sequence: well-spread seeds for neighbouring samples.
+  uint64_t z = per_image_seed + 0x9E3779B97F4A7C15ULL * (static_cast<uint64_t>(sample) + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
 std::array<int64_t, 2> TransformPipeline::output_size(int64_t h, int64_t w) const {
-  std::array<int64_t, 2> size{h, w};
-  for (const auto& transform : uint8_stage_) size = transform->output_size(size[0], size[1]);
-  for (const auto& transform : float_stage_) size = transform->output_size(size[0], size[1]);
+  const bool own_sizes = h == 0 && w == 0 && per_image_ > 0;  // the per-image transforms' output, then the rest
+  std::array<int64_t, 2> size = own_sizes ? per_image_size() : std::array<int64_t, 2>{h, w};
+  size_t k = 0;
+  for (const auto* stage : {&uint8_stage_, &float_stage_}) {
+    for (const auto& transform : *stage) {
+      if (k++ >= (own_sizes ? per_image_ : 0)) size = transform->output_size(size[0], size[1]);
+    }
+  }
   return size;
 }
 
 std::vector<std::vector<at::Tensor>> TransformPipeline::sample(int64_t samples, int64_t h, int64_t w,
-                                                               at::Generator& generator) const {
-  std::vector<std::vector<at::Tensor>> params;
-  std::array<int64_t, 2> size{h, w};
+                                                               at::Generator& generator, uint64_t* per_image_seed) const {
+  const bool own_sizes = h == 0 && w == 0;
+  if (own_sizes && per_image_ == 0) {
+    throw ConfigError("images of mixed sizes need a transform that brings each to one size; start the transforms "
+                      "list with RandomResizedCrop (training) or Resize + CenterCrop, or give the images one size");
+  }
+  // Images at their own sizes: the per-image transforms draw in apply_per_image, from each sample's own generator
+  // seeded from the epoch generator's first word; the other transforms draw here, for their output size.
+  uint64_t seed = 0;
+  if (own_sizes) {
+    const std::lock_guard<std::mutex> lock(generator.mutex());
+    seed = at::check_generator<at::CPUGeneratorImpl>(generator)->random64();
+  }
+  if (per_image_seed != nullptr) *per_image_seed = seed;
+  std::vector<std::vector<at::Tensor>> params(uint8_stage_.size() + float_stage_.size());
+  std::array<int64_t, 2> size = own_sizes ? per_image_size() : std::array<int64_t, 2>{h, w};
+  size_t k = 0;
   for (const auto* stage : {&uint8_stage_, &float_stage_}) {
     for (const auto& transform : *stage) {
-      params.push_back(transform->sample(samples, size[0], size[1], generator));
+      if (k++ < (own_sizes ? per_image_ : 0)) continue;
+      params[k - 1] = transform->sample(samples, size[0], size[1], generator);
       size = transform->output_size(size[0], size[1]);
     }
   }
   return params;
 }
 
+std::array<int64_t, 2> TransformPipeline::per_image_size() const {
+  if (per_image_ == 0) throw ConfigError("the transforms list has no per-image transforms");
+  return uint8_stage_[per_image_ - 1]->output_size(1, 1);  // one size, whatever the input's
+}
+
+at::Tensor TransformPipeline::apply_per_image(const at::Tensor& image, uint64_t per_image_seed, int64_t sample) const {
+  if (per_image_ == 0) throw ConfigError("the transforms list has no per-image transforms");
+  if (image.dim() != 3 || image.scalar_type() != at::kByte) {
+    throw ConfigError("a per-image transform needs a uint8 H x W x C image, got " + c10::str(image.sizes()));
+  }
+  const c10::ParallelGuard serial(true);  // reader threads: torch's kernels run on this thread alone
+  at::Generator own = at::detail::createCPUGenerator(sample_seed(per_image_seed, sample));
+  at::Tensor x = image.permute({2, 0, 1}).unsqueeze(0).contiguous();
+  for (size_t k = 0; k < per_image_; ++k) {
+    x = uint8_stage_[k]->apply(x, uint8_stage_[k]->sample(1, x.size(2), x.size(3), own));
+  }
+  return x[0];
+}
+
 at::Tensor TransformPipeline::apply(const at::Tensor& images, const std::vector<std::vector<at::Tensor>>& params,
-                                    at::ScalarType dtype, at::Tensor& masks) const {
+                                    at::ScalarType dtype, at::Tensor& masks, bool per_image_done) const {
   const bool to_uint8 = dtype == at::kByte;
   if (to_uint8 && normalizes()) {
     throw ConfigError("a uint8 result needs a transforms list that does not normalise (no Normalize, no "
@@ -118,26 +174,30 @@ at::Tensor TransformPipeline::apply(const at::Tensor& images, const std::vector<
   // when only pixel-wise (color) transforms follow it, as those commute with a flip exactly, and a same-size
   // RandomCrop that ends the stage or comes right before that flip at its end (augment crops, then flips).
   // A uint8 result has no augment op: every transform runs on its own.
-  std::vector<std::array<int64_t, 2>> sizes{{images.size(2), images.size(3)}};
-  for (const auto& transform : uint8_stage_) sizes.push_back(transform->output_size(sizes.back()[0], sizes.back()[1]));
+  // With per_image_done the batch starts after the per-image transforms: `first`.
+  const size_t first = per_image_done ? per_image_ : 0;
+  std::vector<std::array<int64_t, 2>> sizes(first + 1, {images.size(2), images.size(3)});
+  for (size_t k = first; k < uint8_stage_.size(); ++k) {
+    sizes.push_back(uint8_stage_[k]->output_size(sizes.back()[0], sizes.back()[1]));
+  }
   const auto part = [&](size_t k) { return transforms::augment_part(*uint8_stage_[k], sizes[k][0], sizes[k][1]); };
   std::vector<bool> in_augment(uint8_stage_.size(), false);
   at::Tensor offsets, flips;
   size_t last_moving = to_uint8 ? 0 : uint8_stage_.size();
   while (last_moving > 0 && !uint8_stage_[last_moving - 1]->moves_pixels()) --last_moving;
   size_t tail = to_uint8 ? 0 : uint8_stage_.size();  // the crop may fuse only if nothing it does not commute with follows it
-  if (last_moving > 0 && part(last_moving - 1) == transforms::AugmentPart::kHorizontalFlip) {
+  if (last_moving > first && part(last_moving - 1) == transforms::AugmentPart::kHorizontalFlip) {
     in_augment[last_moving - 1] = true;
     flips = params[last_moving - 1][1].select(1, 1);
     if (last_moving == tail) --tail;
   }
-  if (tail > 0 && part(tail - 1) == transforms::AugmentPart::kCrop) {
+  if (tail > first && part(tail - 1) == transforms::AugmentPart::kCrop) {
     in_augment[tail - 1] = true;
     offsets = params[tail - 1][0];
   }
 
   at::Tensor x = images;
-  size_t k = 0;
+  size_t k = first;
   for (; k < uint8_stage_.size(); ++k) {
     if (masks.defined() && uint8_stage_[k]->moves_pixels()) masks = uint8_stage_[k]->apply_to_mask(masks, params[k]);
     if (!in_augment[k]) x = uint8_stage_[k]->apply(x, params[k]);
@@ -151,7 +211,7 @@ at::Tensor TransformPipeline::apply(const at::Tensor& images, const std::vector<
   const bool broadcast = mean_.size() == 1 && x.size(1) > 1;
   const std::vector<double> mean = broadcast ? std::vector<double>(x.size(1), mean_[0]) : mean_;
   const std::vector<double> std = broadcast ? std::vector<double>(x.size(1), std_[0]) : std_;
-  x = ops::augment(x, offsets, flips, 0, mean, std, dtype);
+  x = ops::augment(x, offsets, flips, mean, std, dtype);
   for (const auto& transform : float_stage_) {
     if (masks.defined() && transform->moves_pixels()) masks = transform->apply_to_mask(masks, params[k]);
     x = transform->apply(x, params[k++]);

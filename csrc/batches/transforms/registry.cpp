@@ -50,7 +50,7 @@ const std::vector<Row>& table() {
       {"Resize",
        {{"size", "required"}, {"interpolation", "bilinear"}, {"max_size", "null"}, {"antialias", "true"}},
        make_resize},
-      // Photometric (color.cpp, auto_augment.cpp, erasing.cpp).
+      // Photometric (color_transforms.cpp, auto_augment.cpp, erasing.cpp).
       {"AutoAugment", {{"policy", "imagenet"}, {"interpolation", "nearest"}, {"fill", "null"}}, make_auto_augment},
       {"ColorJitter", {{"brightness", "null"}, {"contrast", "null"}, {"saturation", "null"}, {"hue", "null"}},
        make_color_jitter},

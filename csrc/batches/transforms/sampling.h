@@ -1,5 +1,5 @@
 #pragma once
-// Inside the transforms registry: what the geometric (geometric.cpp), photometric (color.cpp, erasing.cpp) and
+// Inside the transforms registry: what the geometric (geometric_transforms.cpp), photometric (color_transforms.cpp, erasing.cpp) and
 // auto-augment (auto_augment.cpp) transforms share to draw and express their parameters.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/DistributionsHelper.h>
@@ -59,7 +59,7 @@ inline std::pair<double, double> float32_log(std::pair<double, double> range) {
 // Python's round(): half to even.
 inline int64_t round_half_even(double value) { return static_cast<int64_t>(std::nearbyint(value)); }
 
-// The `interpolation` argument: nearest or bilinear, the resampling gpucore's ops have (geometric.cpp).
+// The `interpolation` argument: nearest or bilinear, the resampling gpucore's ops have (geometric_transforms.cpp).
 std::string interpolation_of(const Arguments& arguments, const std::string& fallback);
 
 }  // namespace gpucore::transforms

@@ -38,14 +38,14 @@ void scale_run(const In* from, Out* row, int64_t count, float a, float b, bool r
 }
 
 template <typename In, typename Out>
-void augment_planes(const at::Tensor& images, const int64_t* offsets, const bool* flips, int64_t padding,
+void augment_planes(const at::Tensor& images, const int64_t* offsets, const bool* flips,
                     const std::vector<float>& scale, const std::vector<float>& shift, Out* out) {
   const int64_t n = images.size(0), channels = images.size(1), h = images.size(2), w = images.size(3);
   const In* in = images.data_ptr<In>();
   at::parallel_for(0, n * channels, 1, [&](int64_t begin, int64_t end) {
     for (int64_t plane = begin; plane < end; ++plane) {
       const int64_t image = plane / channels, c = plane % channels;
-      const int64_t dy = offsets[image * 2] - padding, dx = offsets[image * 2 + 1] - padding;
+      const int64_t dy = offsets[image * 2], dx = offsets[image * 2 + 1];
       const bool flip = flips[image];
       const In* src = in + plane * h * w;
       Out* dst = out + plane * h * w;
@@ -58,10 +58,10 @@ void augment_planes(const at::Tensor& images, const int64_t* offsets, const bool
   });
 }
 
-at::Tensor augment_cpu(const at::Tensor& images, const at::Tensor& offsets, const at::Tensor& flips, int64_t padding,
+at::Tensor augment_cpu(const at::Tensor& images, const at::Tensor& offsets, const at::Tensor& flips,
                        at::ArrayRef<double> mean, at::ArrayRef<double> std, at::ScalarType dtype) {
   const std::vector<double> mean_values(mean.begin(), mean.end()), std_values(std.begin(), std.end());
-  check_augment_inputs(images, offsets, flips, padding, mean_values, std_values);
+  check_augment_inputs(images, offsets, flips, mean_values, std_values);
   std::vector<float> scale, shift;
   augment_affine(images, mean_values, std_values, scale, shift);
   const at::Tensor in = images.scalar_type() == at::kByte ? images.contiguous() : float_contiguous(images);
@@ -71,9 +71,9 @@ at::Tensor augment_cpu(const at::Tensor& images, const at::Tensor& offsets, cons
   const bool* flip_data = flip.data_ptr<bool>();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "augment_cpu", [&] {
     if (in.scalar_type() == at::kByte) {
-      augment_planes<uint8_t>(in, off_data, flip_data, padding, scale, shift, out.data_ptr<scalar_t>());
+      augment_planes<uint8_t>(in, off_data, flip_data, scale, shift, out.data_ptr<scalar_t>());
     } else {
-      augment_planes<float>(in, off_data, flip_data, padding, scale, shift, out.data_ptr<scalar_t>());
+      augment_planes<float>(in, off_data, flip_data, scale, shift, out.data_ptr<scalar_t>());
     }
   });
   return out;

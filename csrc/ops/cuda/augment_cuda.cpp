@@ -12,10 +12,10 @@
 namespace gpucore::ops {
 namespace {
 
-at::Tensor augment_cuda(const at::Tensor& images, const at::Tensor& offsets, const at::Tensor& flips, int64_t padding,
+at::Tensor augment_cuda(const at::Tensor& images, const at::Tensor& offsets, const at::Tensor& flips,
                         at::ArrayRef<double> mean, at::ArrayRef<double> std, at::ScalarType dtype) {
   const std::vector<double> mean_values(mean.begin(), mean.end()), std_values(std.begin(), std.end());
-  check_augment_inputs(images, offsets, flips, padding, mean_values, std_values);
+  check_augment_inputs(images, offsets, flips, mean_values, std_values);
   TORCH_CHECK(images.size(1) <= cuda::kAugmentMaxChannels, "augment on CUDA handles up to ",
               cuda::kAugmentMaxChannels, " channels, got ", images.size(1));
   std::vector<float> scale, shift;
@@ -33,7 +33,7 @@ at::Tensor augment_cuda(const at::Tensor& images, const at::Tensor& offsets, con
       kernel_dtype(dtype, cuda::AugmentOutDtypes::values, "augment", "the output dtype");
   at::Tensor out = at::empty(images.sizes(), images.options().dtype(dtype));
   cuda::launch_augment(in.data_ptr(), is_uint8, off.data_ptr<int64_t>(), flip.data_ptr<bool>(), out.data_ptr(), out_type,
-                       in.size(0), in.size(1), in.size(2), in.size(3), padding, affine,
+                       in.size(0), in.size(1), in.size(2), in.size(3), affine,
                        c10::cuda::getCurrentCUDAStream().stream());
   check_kernel_launch("gpucore::augment");
   return out;

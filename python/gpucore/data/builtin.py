@@ -338,7 +338,7 @@ def _image_folder(root: str, kwargs: dict) -> readers.ImageFiles:
         return readers.read_image_folder(root, **kwargs)
     except TypeError as exc:
         raise ConfigError(f"config key 'data_kwargs' does not fit the image-folder reader (channels, size, threads, "
-                          f"on_error): {exc}") from exc
+                          f"on_error, max_resolution): {exc}") from exc
 
 
 def _required(folder: str, *names: str) -> str:

@@ -4,7 +4,7 @@ allowed), one image file, a .npy/.npz array or an IDX image file. Read by gpucor
 from __future__ import annotations
 
 import os
-from typing import List, NamedTuple, Optional, Tuple
+from typing import List, NamedTuple, Optional, Tuple, Union
 
 import torch
 
@@ -20,25 +20,29 @@ FORMATS = ("a folder of .png/.jpg/.jpeg images (class subfolders allowed), one s
 
 
 class InputImages(NamedTuple):
-    images: torch.Tensor             # N x C x H x W as read (uint8 from image and IDX files; arrays keep their dtype)
+    # N x C x H x W as read (uint8 from image and IDX files; arrays keep their dtype); image files read at their own
+    # sizes: a list of uint8 C x H x W
+    images: Union[torch.Tensor, List[torch.Tensor]]
     files: Optional[List[str]]       # image files: paths relative to the folder (the file's name for one file)
     folders: Optional[List[str]]     # image files: each file's subfolder ("" at the top), e.g. its class
 
 
 def read_input_images(path: str, channels: int, size: Optional[Tuple[int, int]] = None,
-                      origin: str = "inputs") -> InputImages:
+                      origin: str = "inputs", max_resolution: Optional[int] = None) -> InputImages:
     """The images at `path` with `channels` (1 or 3) channels. Image files are decoded to that many channels
-    and resized to `size` (height, width) when given (None: they must share one size); arrays must already
-    have the channels and, when given, the size: (N, H, W) for grey, (N, C, H, W) or (N, H, W, C). A .npz
-    gives its array 'x' or, without one, its only array. `origin` names the argument in errors."""
+    and resized to `size` (height, width) when given (None: they must share one size, unless `max_resolution` is
+    given: then each is read at its own size, its shorter side at most max_resolution (0: full size), as a list);
+    arrays must already have the channels and, when given, the size: (N, H, W) for grey, (N, C, H, W) or
+    (N, H, W, C). A .npz gives its array 'x' or, without one, its only array. `origin` names the argument in
+    errors."""
     path = os.fspath(path)
     if os.path.isdir(path):
-        return _image_files(path, channels, size, origin)
+        return _image_files(path, channels, size, origin, max_resolution)
     if not os.path.exists(path):
         raise ConfigError(f"{origin} '{path}' does not exist")
     name = os.path.basename(path).lower()
     if name.endswith(readers.IMAGE_EXTENSIONS):
-        images = _decode([path], channels, size)
+        images = _decode([path], channels, size, max_resolution)
         return InputImages(images, [os.path.basename(path)], [""])
     if name.endswith(ARRAY_EXTENSIONS):
         array = _C.read_npy(path) if name.endswith(".npy") else _npz_images(path, origin)
@@ -49,7 +53,7 @@ def read_input_images(path: str, channels: int, size: Optional[Tuple[int, int]] 
     return InputImages(_channels_first(array, channels, size, f"{origin} '{path}'"), None, None)
 
 
-def _image_files(folder: str, channels: int, size, origin: str) -> InputImages:
+def _image_files(folder: str, channels: int, size, origin: str, max_resolution: Optional[int]) -> InputImages:
     files = []
     for entry in sorted(os.listdir(folder)):
         full = os.path.join(folder, entry)
@@ -59,12 +63,15 @@ def _image_files(folder: str, channels: int, size, origin: str) -> InputImages:
             files.append(entry)
     if not files:
         raise ConfigError(f"{origin}: folder '{folder}' holds no .png, .jpg or .jpeg files (nor do its subfolders)")
-    images = _decode([os.path.join(folder, f) for f in files], channels, size)
+    images = _decode([os.path.join(folder, f) for f in files], channels, size, max_resolution)
     return InputImages(images, files, [os.path.dirname(f) for f in files])
 
 
-def _decode(paths: List[str], channels: int, size) -> torch.Tensor:
-    return readers.read_files(paths, [0] * len(paths), channels=channels, size=size).inputs
+def _decode(paths: List[str], channels: int, size, max_resolution: Optional[int]):
+    if size is not None or max_resolution is None:
+        return readers.read_files(paths, [0] * len(paths), channels=channels, size=size).inputs
+    files = readers.read_files(paths, [0] * len(paths), channels=channels, max_resolution=max_resolution)
+    return [image.permute(2, 0, 1) for image in files.images_at_own_size()]
 
 
 def _npz_images(path: str, origin: str) -> torch.Tensor:

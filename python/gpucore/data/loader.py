@@ -53,11 +53,24 @@ def choose_cache(data, cache: str, device: torch.device) -> str:
     return "device" if in_memory else "none"
 
 
-def data_stats(data, cache: str) -> Tuple[list, list]:
+def at_own_sizes(data, transforms: Any = (), crop_padding: int = 0, hflip: bool = False) -> bool:
+    """Whether `data`'s images come at their own sizes, each through the first transforms of the list (with hflip's
+    shorthand) that bring any size to one (RandomResizedCrop, Resize + CenterCrop; the C++ pipeline's per-image
+    transforms), as torchvision crops one image at a time: image files read without a size. crop_padding's
+    RandomCrop is of the images' one size: with it they keep the size of the first (one size for all)."""
+    if (not isinstance(data, ImageFiles) or data.size != (0, 0) or data.mask_paths is not None or not transforms
+            or crop_padding):
+        return False
+    return transforms_list.per_image(transforms_list.training_form(transforms, 0, hflip, (0, 0)))
+
+
+def data_stats(data, cache: str, own_sizes: bool = False) -> Tuple[list, list]:
     """Per-channel (mean, std) of a data set placed by `cache`, for normalisation: exact for data in
-    memory, from a sample of the files when streaming."""
+    memory, from a sample of the files when streaming. `own_sizes` (at_own_sizes): images kept at their own sizes."""
     if isinstance(data, ImageFiles):
-        return data.sample_stats() if cache == "none" else input_stats(data.inputs)
+        if own_sizes and cache != "none":
+            data.images_at_own_size()  # decoded once, as the batches will read them: exact statistics
+        return data.sample_stats(own_sizes=own_sizes) if cache == "none" or own_sizes else input_stats(data.inputs)
     return input_stats(data[0])
 
 
@@ -81,14 +94,19 @@ def batch_source(data, cache: str, *, batch_size: int, shuffle: bool, drop_last:
         height, width = data.image_shape()[1:] if isinstance(data, ImageFiles) else as_images(data[0]).shape[2:]
         transform.transforms = transforms_list.specs(
             transforms_list.training_form(transforms, crop_padding, hflip, (height, width)))
-    if isinstance(data, ImageFiles) and cache == "none":
+    own_sizes = at_own_sizes(data, transforms, crop_padding, hflip)
+    if isinstance(data, ImageFiles) and (cache == "none" or own_sizes):
+        # Streamed, or cached at their own sizes: each image (decoded, or taken from memory) goes through the list's
+        # per-image transforms on a reader thread; the rest of the list runs on the batch.
         config = _C.FileBatchesConfig()
-        config.channels, (config.height, config.width) = data.channels, data.image_shape()[1:]
+        config.channels, (config.height, config.width) = data.channels, (0, 0) if own_sizes else data.image_shape()[1:]
         config.resize = data.size != (0, 0)
         config.threads, config.prefetch, config.skip_errors = data.threads, prefetch, data.skip_errors
+        config.own_sizes = own_sizes
+        images = data.images_at_own_size() if own_sizes and cache != "none" else []
         segmentation = data.mask_paths is not None  # the masks are read with their images, batch by batch
         return _C.FileBatches(data.paths, None if segmentation else data.targets, batch_size, shuffle, drop_last,
-                              seed, device, transform, config, data.mask_paths or [])
+                              seed, device, transform, config, data.mask_paths or [], images)
     inputs, targets = (data.inputs, data.targets) if isinstance(data, ImageFiles) else data
     inputs = as_images(inputs)
     if inputs.dim() != 4:
@@ -144,7 +162,9 @@ class DataLoader:
         self.device = select_device(device).device if str(device) == "auto" else torch.device(device)
         self.cache = choose_cache(data, cache, self.device)
         self.dataset = dataset
-        normalization = data_stats(data, self.cache) if normalize is True else (tuple(normalize) if normalize else None)
+        own_sizes = at_own_sizes(data, transforms, crop_padding, hflip)
+        normalization = (data_stats(data, self.cache, own_sizes) if normalize is True
+                         else (tuple(normalize) if normalize else None))
         self._batches = batch_source(data, self.cache, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last,
                                      seed=seed, device=self.device, crop_padding=crop_padding, hflip=hflip,
                                      transforms=transforms,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import os
 import re
+import warnings
 from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -19,6 +20,9 @@ from ..errors import ConfigError
 from ..values import is_int
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
+# The longest shorter side of an image kept in memory at its own size (ImageFiles.images_at_own_size): a 4000 x 3000
+# phone photo would take 36 MB decoded; at 512 it takes 1 MB and still leaves a 224 crop room to be drawn.
+DEFAULT_MAX_RESOLUTION = 512
 # Image format by file extension (its reader is optional at build time).
 _FORMATS = {".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg"}
 
@@ -117,13 +121,17 @@ class ImageFiles(LabeledData):
         targets: one target per file, or None for segmentation pairs.
         classes: class names, or None.
         channels: 1 (grey) or 3 (RGB): what every image is decoded to.
-        size: None (all images must share one size), an int or (height, width): resized like torchvision's Resize
-            (bilinear, antialiased).
+        size: None (all images must share one size, unless the transforms list starts with RandomResizedCrop or
+            Resize + CenterCrop, which crop each image at its own size), an int or (height, width): resized like
+            torchvision's Resize (bilinear, antialiased).
         threads: decoding threads (default: the CPU count).
         on_error: "raise", or "skip": leave unreadable files out and list them in `skipped`.
         origin: where the files came from, for error messages.
         mask_paths: segmentation: one grey mask per image (resized with nearest) instead of `targets`; the decoded
             masks are the targets, as class ids (white, 255, is class 1).
+        max_resolution: images kept in memory at their own sizes (no size, a transforms list that crops each image:
+            images_at_own_size) are kept with their shorter side at most this long, resized down like torchvision's
+            Resize(max_resolution) where longer, as FFCV's max_resolution does; 0: at full size.
 
     Raises:
         ConfigError: no files, files and targets that differ in number, channels other than 1 or 3, a format whose
@@ -132,7 +140,8 @@ class ImageFiles(LabeledData):
 
     def __init__(self, paths: Sequence[str], targets: Optional[torch.Tensor], classes: Optional[List[str]] = None, *,
                  channels: int = 3, size=None, threads: Optional[int] = None, on_error: str = "raise",
-                 origin: str = "image files", mask_paths: Optional[Sequence[str]] = None):
+                 origin: str = "image files", mask_paths: Optional[Sequence[str]] = None,
+                 max_resolution: int = DEFAULT_MAX_RESOLUTION):
         count = len(mask_paths) if mask_paths is not None else (targets.shape[0] if targets is not None else None)
         if count != len(paths) or (mask_paths is None) == (targets is None):
             raise ConfigError(f"{origin}: {len(paths)} image files need as many targets or mask files (one of the "
@@ -147,8 +156,13 @@ class ImageFiles(LabeledData):
         self._targets = targets
         self.channels, self.size, self.threads = channels, _image_size(size), _threads(threads)
         self.skip_errors, self.origin = _on_error(on_error), origin
+        if isinstance(max_resolution, bool) or not isinstance(max_resolution, int) or max_resolution < 0:
+            raise ConfigError(f"max_resolution must be an integer >= 0 (0: images at full size), got "
+                              f"{max_resolution!r}")
+        self.max_resolution = max_resolution
         self.skipped: List[str] = []
         self._inputs: Optional[torch.Tensor] = None
+        self._own_size: Optional[List[torch.Tensor]] = None
 
     @property
     def inputs(self) -> torch.Tensor:
@@ -182,9 +196,30 @@ class ImageFiles(LabeledData):
             self.inputs  # noqa: B018  (decodes the masks with the images)
         return self._targets
 
+    def images_at_own_size(self) -> List[torch.Tensor]:
+        """Every image decoded once (on `threads` threads) at its own size, its shorter side at most max_resolution,
+        and kept: what a data set of mixed sizes caches for transforms that crop each image at its own size.
+
+        Returns:
+            uint8 H x W x C tensors, one per file kept (unreadable ones are left out with on_error skip).
+        """
+        if self._own_size is None:
+            images, kept, skipped, downsized = _C.decode_images_at_own_size(
+                self.paths, self.channels, self.threads, self.skip_errors, self.max_resolution)
+            if downsized:  # what FFCV's max_resolution does, said where it happens
+                warnings.warn(f"{self.origin}: {downsized} of {len(images)} images have a shorter side longer than "
+                              f"max_resolution {self.max_resolution} and are kept in memory resized down to it (config "
+                              "key data_kwargs: {max_resolution: N}; 0 keeps them at full size; cache: none reads "
+                              "each at full size)", stacklevel=2)
+            self.skipped = skipped
+            self._targets = self._targets[kept]
+            self.paths = [self.paths[i] for i in kept]
+            self._own_size = images
+        return self._own_size
+
     @property
     def decoded(self) -> bool:
-        return self._inputs is not None
+        return self._inputs is not None or self._own_size is not None
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -231,23 +266,38 @@ class ImageFiles(LabeledData):
         part = ImageFiles([self.paths[i] for i in index], None if masks is not None else self._targets[index],
                           self.classes, channels=self.channels, size=self.size if self.size != (0, 0) else None,
                           threads=self.threads, on_error="skip" if self.skip_errors else "raise", origin=self.origin,
-                          mask_paths=masks)
+                          mask_paths=masks, max_resolution=self.max_resolution)
         if self._inputs is not None:
             part._inputs, part._targets = self._inputs[index], self._targets[index]
+        if self._own_size is not None:
+            part._own_size, part._targets = [self._own_size[i] for i in index], self._targets[index]
         return part
 
-    def sample_stats(self, limit: int = 1024) -> Tuple[list, list]:
+    def sample_stats(self, limit: int = 1024, own_sizes: bool = False) -> Tuple[list, list]:
         """Per-channel mean and standard deviation of the images scaled to [0, 1]: exact when decoded, else from up to
         `limit` files spread evenly over the set (streaming never decodes the whole set for it).
 
         Args:
             limit: the most files read when the set is not decoded.
+            own_sizes: of the images at their own sizes, as images_at_own_size keeps them (shorter side at most
+                max_resolution), instead of resized to one size.
 
         Returns:
             (mean, std), one value per channel each.
         """
         from .tensor_inputs import input_stats
 
+        if own_sizes:
+            images = self._own_size
+            if images is None:
+                step = max(1, len(self) // limit)
+                images = _C.decode_images_at_own_size(self.paths[::step][:limit], self.channels, self.threads, True,
+                                                      self.max_resolution)[0]
+            if not images:
+                raise ConfigError(f"{self.origin}: none of the sampled image files could be read")
+            # every pixel of every image, whatever its size, as one 1 x C x 1 x P image
+            pixels = torch.cat([image.reshape(-1, self.channels) for image in images])
+            return input_stats(pixels.t().reshape(1, self.channels, 1, -1))
         if self._inputs is not None:
             return input_stats(self._inputs)
         step = max(1, len(self) // limit)
@@ -349,15 +399,17 @@ def from_tensors(inputs: torch.Tensor, targets: torch.Tensor) -> LabeledData:
 
 
 def read_image_folder(root: str, channels: int = 3, size=None, threads: Optional[int] = None,
-                on_error: str = "raise") -> ImageFiles:
+                on_error: str = "raise", max_resolution: int = DEFAULT_MAX_RESOLUTION) -> ImageFiles:
     """One subfolder per class (the sorted names are the classes) of PNG/JPEG images, decoded on demand.
 
     Args:
         root: the folder.
         channels: 1 (grey) or 3 (RGB).
-        size: None (all images share one size), an int or (height, width) to resize to.
+        size: None (the images' own sizes: one size, or mixed sizes for a transforms list that starts with
+            RandomResizedCrop or Resize + CenterCrop), an int or (height, width) to resize to.
         threads: decoding threads (default: the CPU count).
         on_error: "raise", or "skip" to leave unreadable files out.
+        max_resolution: the longest shorter side of an image cached at its own size (ImageFiles); 0: full size.
 
     Returns:
         ImageFiles.
@@ -380,11 +432,12 @@ def read_image_folder(root: str, channels: int = 3, size=None, threads: Optional
     if not paths:
         raise ConfigError(f"image folder '{root}' holds no .png/.jpg/.jpeg files in its class subfolders")
     return ImageFiles(paths, torch.tensor(labels), classes, channels=channels, size=size, threads=threads,
-                      on_error=on_error, origin=root)
+                      on_error=on_error, origin=root, max_resolution=max_resolution)
 
 
 def read_files(paths: Sequence[str], labels: Optional[Sequence] = None, *, label_from_name: Optional[Callable] = None,
-          channels: int = 3, size=None, threads: Optional[int] = None, on_error: str = "raise") -> ImageFiles:
+          channels: int = 3, size=None, threads: Optional[int] = None, on_error: str = "raise",
+          max_resolution: int = DEFAULT_MAX_RESOLUTION) -> ImageFiles:
     """Images from a list of files with `labels`, or labels computed from each file's name; decoded on demand.
 
     Args:
@@ -395,6 +448,7 @@ def read_files(paths: Sequence[str], labels: Optional[Sequence] = None, *, label
         size: None, an int or (height, width) to resize to.
         threads: decoding threads (default: the CPU count).
         on_error: "raise", or "skip" to leave unreadable files out.
+        max_resolution: the longest shorter side of an image cached at its own size (ImageFiles); 0: full size.
 
     Returns:
         ImageFiles.
@@ -410,7 +464,7 @@ def read_files(paths: Sequence[str], labels: Optional[Sequence] = None, *, label
     if len(labels) != len(paths):
         raise ConfigError(f"Files: {len(paths)} files but {len(labels)} labels")
     return ImageFiles(paths, torch.as_tensor(labels), channels=channels, size=size, threads=threads,
-                      on_error=on_error, origin=f"{len(paths)} files")
+                      on_error=on_error, origin=f"{len(paths)} files", max_resolution=max_resolution)
 
 
 def captcha_labels(alphabet: str, length: int) -> Callable[[str], List[int]]:

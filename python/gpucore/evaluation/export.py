@@ -5,7 +5,9 @@ test-time augmentation (config key tta: hflip exports the mean over each image a
 already preprocessed (float32, standardised); the preprocessing is not baked in: it is in the model's
 metadata (key `gpucore.preprocessing`) and in a JSON file beside it. The file is checked by running it
 with onnxruntime against PyTorch on fresh random inputs; the largest absolute difference is reported and
-must be at most 1e-4 (float32).
+must be at most 1e-4 (float32). torch.onnx has no translation of adaptive max pooling (fast_cnn's head), so the
+exported copy computes each nn.AdaptiveMaxPool2d as the maxima of its fixed bins (the check compares it with the
+original module).
 
 safetensors: the weights only (the model's state_dict; `tta` in the JSON says what evaluation ran), the preprocessing and the model's name and
 arguments in a JSON file beside it, also stored as the file's metadata.
@@ -19,7 +21,10 @@ import json
 import os
 from typing import Optional, Union
 
+import copy
+
 import torch
+from torch import nn
 
 from .. import transforms
 from ..errors import ConfigError, ExportError
@@ -76,9 +81,11 @@ def export(checkpoint: Union[str, os.PathLike, LoadedModel], format: str, out: O
     if not model.input_shape:
         raise ConfigError(f"checkpoint '{model.checkpoint}' does not record the shape of its inputs (a run on a "
                           "torch Dataset, or a checkpoint from before gpucore recorded it); export needs it")
-    if 0 in model.input_shape:
+    if 0 in model.model_input_shape:
         raise ConfigError(f"the run of '{model.checkpoint}' read images of varying sizes (input shape "
-                          f"{model.input_shape}); export needs one size: train with data_kwargs size: [H, W]")
+                          f"{model.input_shape}) and its transforms bring them to no one size; export needs one: train "
+                          "with data_kwargs size: [H, W], or a transforms list that starts with RandomResizedCrop or "
+                          "Resize + CenterCrop")
     out = os.fspath(out) if out is not None else os.path.splitext(model.checkpoint)[0] + "." + format
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     info = preprocessing(model)
@@ -97,6 +104,37 @@ def export(checkpoint: Union[str, os.PathLike, LoadedModel], format: str, out: O
     return dict({"format": format, "out": os.path.abspath(out), "preprocessing": os.path.abspath(sidecar)}, **written)
 
 
+class AdaptiveMaxPool2dByBins(nn.Module):
+    """nn.AdaptiveMaxPool2d without indices as the maxima of its bins, which torch.onnx exports (it has no translation
+    of aten.adaptive_max_pool2d): output row i takes input rows floor(i * H / h) to ceil((i + 1) * H / h), as PyTorch's
+    kernel does, and the columns alike; the maximum over a box is the maximum over its rows' maxima."""
+
+    def __init__(self, output_size):
+        super().__init__()
+        self.output_size = output_size if isinstance(output_size, (tuple, list)) else (output_size, output_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for dim, size in ((-2, self.output_size[0]), (-1, self.output_size[1])):
+            length = x.shape[dim]
+            size = size or length  # None keeps the input's size
+            x = torch.cat([x.narrow(dim, i * length // size, -(-(i + 1) * length // size) - i * length // size)
+                           .amax(dim, keepdim=True) for i in range(size)], dim)
+        return x
+
+
+def exportable(module: nn.Module) -> nn.Module:
+    """`module`, or a copy of it whose nn.AdaptiveMaxPool2d layers (without indices) compute by AdaptiveMaxPool2dByBins,
+    the same values in operations torch.onnx translates."""
+    if not any(isinstance(m, nn.AdaptiveMaxPool2d) and not m.return_indices for m in module.modules()):
+        return module
+    module = copy.deepcopy(module)
+    for parent in list(module.modules()):
+        for name, child in parent.named_children():
+            if isinstance(child, nn.AdaptiveMaxPool2d) and not child.return_indices:
+                setattr(parent, name, AdaptiveMaxPool2dByBins(child.output_size))
+    return module
+
+
 def _onnx(model: LoadedModel, out: str, info: dict, opset: int, seed: int) -> dict:
     import onnx
     import onnxruntime
@@ -104,7 +142,7 @@ def _onnx(model: LoadedModel, out: str, info: dict, opset: int, seed: int) -> di
     generator = torch.Generator().manual_seed(seed)
     example = torch.randn(2, *model.model_input_shape, generator=generator)
     try:
-        program = torch.onnx.export(model.inference_module, (example,), dynamo=True, verbose=False, opset_version=opset,
+        program = torch.onnx.export(exportable(model.inference_module), (example,), dynamo=True, verbose=False, opset_version=opset,
                                     input_names=["inputs"], output_names=["outputs"],
                                     dynamic_shapes=({0: torch.export.Dim("batch")},))
     except Exception as exc:  # torch.export and the ONNX translation raise many kinds

@@ -14,6 +14,7 @@ from torch import nn
 
 from ..checkpoint import load_checkpoint, model_state
 from ..config import load_config
+from ..data.readers import DEFAULT_MAX_RESOLUTION
 from ..data.tensor_inputs import as_images, model_inputs, prepare_inputs
 from ..device.select import select_device
 from .. import transforms
@@ -61,10 +62,42 @@ class LoadedModel:
     def model_input_shape(self) -> Optional[List[int]]:
         """One input as the model itself takes it: input_shape, for images after the deterministic form of the run's
         `transforms` (a Resize or CenterCrop changes the size)."""
-        if not self.is_image_model or not self.input_shape[1]:
+        if not self.is_image_model or not (self.input_shape[1] or self.reads_own_sizes):
             return self.input_shape
         channels, height, width = self.input_shape
         return [channels, *transforms.output_size(transforms.validation_form(self.config.transforms), height, width)]
+
+    @property
+    def reads_own_sizes(self) -> bool:
+        """Whether the run read its images at their own sizes (no size given), each brought to one size by the
+        per-image transforms of its list's deterministic form (Resize + CenterCrop): inputs of mixed sizes then go
+        one image at a time through them (preprocess takes a list of images)."""
+        return (self.is_image_model and not self.input_shape[1]
+                and transforms.per_image(transforms.validation_form(self.config.transforms)))
+
+    def as_seen(self, images: List[torch.Tensor]) -> torch.Tensor:
+        """Images of their own sizes (uint8 C x H x W each) as the model sees them before standardisation: each
+        through the deterministic form of the run's transforms without Normalize, uint8 N x C x h x w (what
+        Grad-CAM overlays its maps on).
+
+        Args:
+            images: the images, each uint8 C x H x W (or H x W) at its own size.
+
+        Returns:
+            uint8 N x C x h x w.
+
+        Raises:
+            ConfigError: a list whose transforms normalise in another way (RandomErasing has no deterministic form).
+        """
+        form = [entry for entry in transforms.validation_form(self.config.transforms)
+                if not (isinstance(entry, dict) and "Normalize" in entry)]
+        compose = transforms.Compose(form)
+        return torch.cat([compose(as_images(image.unsqueeze(0))) for image in images])
+
+    @property
+    def max_resolution(self) -> int:
+        """The longest shorter side its run kept an image at its own size with (data_kwargs max_resolution)."""
+        return int((self.config.data_kwargs or {}).get("max_resolution", DEFAULT_MAX_RESOLUTION))
 
     @property
     def is_image_model(self) -> bool:
@@ -75,7 +108,8 @@ class LoadedModel:
         deterministic form of its `transforms`, on the device.
 
         Args:
-            inputs: uint8 images N x C x H x W or N x H x W (or other raw inputs as training read them).
+            inputs: uint8 images N x C x H x W or N x H x W (or other raw inputs as training read them); for a run
+                that read images at their own sizes (reads_own_sizes), also a list of C x H x W images of any sizes.
 
         Returns:
             The model's inputs, float, on its device.
@@ -83,8 +117,15 @@ class LoadedModel:
         Raises:
             ConfigError: inputs of another shape than the model was trained on (naming both).
         """
+        if isinstance(inputs, (list, tuple)) and self.reads_own_sizes:
+            # images of their own sizes (uint8 C x H x W each), each through the deterministic form's per-image
+            # transforms as validation brought them to one size
+            if not inputs:
+                raise ConfigError("no inputs given")
+            return torch.cat([self.preprocess(as_images(image.unsqueeze(0)) if isinstance(image, torch.Tensor)
+                                              else image) for image in inputs])
         if not isinstance(inputs, torch.Tensor):
-            raise ConfigError(f"inputs must be a tensor, got {type(inputs).__name__}")
+            raise ConfigError(f"inputs must be a tensor{' or a list of C x H x W images of their own sizes' if self.reads_own_sizes else ''}, got {type(inputs).__name__}")
         if not self.is_image_model:
             stats = (self.input_stats["mean"], self.input_stats["std"]) if self.input_stats else None
             return prepare_inputs(inputs, stats).to(self.device)
@@ -110,7 +151,7 @@ class LoadedModel:
         outputs = []
         module = self.inference_module
         with torch.no_grad():
-            for start in range(0, inputs.shape[0], size):
+            for start in range(0, len(inputs), size):
                 output = module(self.preprocess(inputs[start:start + size]))
                 outputs.append((output[0] if isinstance(output, (tuple, list)) else output).float())
         if not outputs:

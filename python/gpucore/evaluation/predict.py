@@ -129,9 +129,10 @@ def _read(model: LoadedModel, inputs):
         raise ConfigError(f"the model of '{model.checkpoint}' takes inputs of shape {model.input_shape or 'unknown'}, "
                           "not images: pass them as a tensor")
     channels, height, width = model.input_shape
-    read = read_input_images(inputs, channels, (height, width) if height else None)
+    read = read_input_images(inputs, channels, (height, width) if height else None,
+                             max_resolution=model.max_resolution if model.reads_own_sizes else None)
     _check_float_range(model, read.images, f"inputs '{os.fspath(inputs)}'")
-    names = read.files if read.files is not None else [str(i) for i in range(read.images.shape[0])]
+    names = read.files if read.files is not None else [str(i) for i in range(len(read.images))]
     return read.images, names, read.folders
 
 
@@ -139,7 +140,8 @@ def _check_float_range(model: LoadedModel, images: torch.Tensor, origin: str) ->
     """Float images above 1 for a model trained on uint8 images (or floats in [0, 1]) are refused: they would be taken
     as [0, 1] data and give wrong predictions without a sign. A run trained on other floats (its input statistics
     outside [0, 1]) takes its inputs as they are."""
-    if not model.is_image_model or not images.is_floating_point() or images.numel() == 0:
+    if (not model.is_image_model or not isinstance(images, torch.Tensor) or not images.is_floating_point()
+            or images.numel() == 0):
         return
     stats = model.input_stats
     if stats and not (all(0.0 <= mean <= 1.0 for mean in stats["mean"]) and all(std <= 0.5 for std in stats["std"])):

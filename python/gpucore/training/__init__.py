@@ -1,5 +1,7 @@
 """Training: a run built from its config (run_setup.py: device, precision, model, data, engine, run
 directory), its batches per epoch (epoch_data.py), the C++ engine's settings (engine_config.py), the epoch
-loop (fit_loop.py) with its callbacks (callbacks.py), the run directory's files (run_dir.py), the
-out-of-memory retry (oom.py), random states (rng.py), the progress bar (progress.py) and data-parallel
-processes (distributed.py). gpucore.train (train.py, one folder up) puts them together."""
+loop (fit_loop.py) with the run's position (position.py), its validation loop (validation_loop.py), callbacks
+(callbacks.py), checkpoints (checkpointing.py, step_checkpoints.py) and training_stats.json (run_stats.py), the
+run directory's files (run_dir.py), the out-of-memory retry (oom.py), the first batch's diagnosis
+(first_batch.py), random states (rng.py), the progress bar (progress.py) and data-parallel processes
+(distributed.py). gpucore.train (train.py, one folder up) puts them together."""

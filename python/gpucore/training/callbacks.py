@@ -59,8 +59,8 @@ class Callback:
         Args:
             trainer: the fit loop.
             step: the optimizer steps done in the current epoch, from 1 (counted from the epoch's start, also in a
-                run resumed mid-epoch), like Lightning's batch_idx a count within the epoch: the run's count,
-                trainer.run.engine.steps_taken(), waits for the GPU, which this hook does not.
+                run resumed mid-epoch), like Lightning's batch_idx a count within the epoch (the run's count,
+                trainer.position.steps_taken, is as of the last on_log: reading it on the host waits for the GPU).
         """
 
     def on_log(self, trainer, step: int, metrics: dict) -> None:
@@ -153,6 +153,7 @@ class CallbackList:
         for callback in self.callbacks:
             if any((id(callback), hook) in self.without_trainer for hook in _WITHOUT_TRAINER):
                 callback.trainer = trainer  # where the old hooks read the loop from
+        self.stateful = _stateful(self.callbacks)  # by state key: what checkpoints keep
 
     def __iter__(self):
         return iter(self.callbacks)
@@ -168,10 +169,34 @@ class CallbackList:
             else:
                 method(self.trainer, *args)
 
+    def state_dict(self) -> Dict[str, dict]:
+        """Every stateful callback's state_dict(), by its state key: what checkpoints keep."""
+        return {key: callback.state_dict() for key, callback in self.stateful.items()}
+
+    def load_state_dict(self, states: Dict[str, dict]) -> None:
+        """Gives each callback the state a checkpoint kept under its key (none: it starts as new)."""
+        for key, callback in self.stateful.items():
+            if key in states:
+                callback.load_state_dict(states[key])
+
     def overridden(self, hook: str) -> bool:
         """Whether some callback defines `hook` itself (a Callback's no-op does not count): the loop asks this of
         on_train_step_end, so that a run without such a callback does not call into Python after every step."""
         return any(_defines(callback, hook) for callback in self.callbacks)
+
+
+def _stateful(callbacks: Sequence[Any]) -> Dict[str, Any]:
+    """The callbacks whose state checkpoints keep, by state key (a Callback's, else its class name)."""
+    stateful: Dict[str, Any] = {}
+    for callback in callbacks:
+        if not hasattr(callback, "state_dict"):
+            continue
+        key = getattr(callback, "state_key", type(callback).__qualname__)
+        if key in stateful:
+            raise ConfigError(f"two callbacks keep their state under '{key}' in checkpoints; give one of them "
+                              "another state_key (a property of gpucore.Callback)")
+        stateful[key] = callback
+    return stateful
 
 
 def _defines(callback: Any, hook: str) -> bool:
@@ -314,12 +339,12 @@ class ModelCheckpoint(BestEpoch):
 
     def on_epoch_end(self, trainer, epoch: int, record: dict) -> None:
         improved = self.update(epoch, record)
-        payload = self.checkpointing.payload(epoch, 0)
-        self.run_dir.save(LAST, payload)
+        snapshot = self.checkpointing.snapshot()  # one copy to the host for all of the epoch's files
+        self.run_dir.save(LAST, snapshot)
         if improved:
-            self.run_dir.save(BEST, payload)
+            self.run_dir.save(BEST, snapshot)
         if self.save_every_n_epochs and epoch % self.save_every_n_epochs == 0:
-            self.run_dir.save(every_n_name(epoch), payload)
+            self.run_dir.save(every_n_name(epoch), snapshot)
             self.run_dir.keep_newest(EVERY_N_PREFIX, self.keep_last_k)
         self.run_dir.remove(INTERRUPTED)  # superseded by last.pt
 

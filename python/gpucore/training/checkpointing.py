@@ -1,19 +1,20 @@
 """A training run's checkpoints, as Lightning's checkpoint connector keeps them apart from the loop: what a
 checkpoint holds (`Checkpointing.payload`: enough to resume exactly after any optimizer step, at any world size),
-the resume from one (`Checkpointing.resume`) and the migration of the formats older gpucore releases wrote
-(`migrate`). The loop, ModelCheckpoint and the step checkpoints all write what `payload` makes."""
+the resume from one (`Checkpointing.resume`, which gives the loop its state back through its load_state_dict) and
+the migration of the formats older gpucore releases wrote (`migrate`). The loop, ModelCheckpoint and the step
+checkpoints all write what `snapshot` copies to the host."""
 from __future__ import annotations
 
 import sys
-from typing import Dict, Optional, Sequence
+from typing import Optional, Sequence
 
 import torch
 
-from ..checkpoint import EMA_STATE, WEIGHTS, load_checkpoint
+from ..checkpoint import EMA_STATE, WEIGHTS, host_snapshot, load_checkpoint
 from ..errors import ConfigError
-from . import oom
 from .callbacks import BestEpoch
 from .ema import monitored_weights
+from .position import migrated_samples_consumed
 from .rng import rng_state, set_rng_state
 
 
@@ -52,57 +53,60 @@ def migrate(checkpoint: dict, world_size: int, batching: dict, best_keepers: Seq
     migrated.setdefault("batching", batching)
     migrated.setdefault("world_size", world_size)
     if "samples_consumed" not in migrated:
-        migrated["samples_consumed"] = (migrated["position"] * migrated["batching"]["batch_size"]
-                                        * migrated["world_size"])
+        migrated["samples_consumed"] = migrated_samples_consumed(migrated)
     if not migrated.get("callbacks"):
         migrated["callbacks"] = {key: migrated["best"] for key in best_keepers}
     return migrated
 
 
 class Checkpointing:
-    """The checkpoints of `loop` (a FitLoop): its run, position, batching, history and callbacks."""
+    """The checkpoints of `loop` (a FitLoop), as Lightning's checkpoint connector: the run's model, engine, EMA and
+    RNGs, and the loop's own state_dict (its position, history and callbacks)."""
 
     def __init__(self, loop):
         self.loop = loop
         self.config_values: Optional[dict] = None  # a resumed run's config.json (the checkpoint's batching keys)
 
-    def payload(self, epoch: int, samples_consumed: int) -> dict:
-        """What a checkpoint holds: enough to resume exactly after `samples_consumed` samples of epoch `epoch`'s
-        order over all ranks (at any world size)."""
+    def payload(self) -> dict:
+        """What a checkpoint holds: enough to resume exactly after the last optimizer step done (at any world
+        size)."""
         loop = self.loop
         run, monitor = loop.run, loop.checkpoints.monitor
-        payload = {"model": run.module.state_dict(), "engine": run.engine.state(), "rng": rng_state(), "epoch": epoch,
-                   "samples_consumed": samples_consumed, "world_size": run.world.size,
-                   "batching": loop.batching.to_dict(), "history": loop.history,
-                   "best": loop.checkpoints.state_dict(),
-                   "callbacks": {key: callback.state_dict() for key, callback in loop.stateful.items()},
-                   "config": dict(self.config_values or run.config.to_dict()), "classes": run.classes, "input_shape": run.input_shape,
-                   "input_stats": ({"mean": run.normalization[0], "std": run.normalization[1]}
-                                   if run.normalization else None)}
+        payload = dict(loop.state_dict(), model=run.module.state_dict(), engine=run.engine.state(), rng=rng_state(),
+                       config=dict(self.config_values or run.config.to_dict()), classes=run.classes,
+                       input_shape=run.input_shape,
+                       input_stats=({"mean": run.normalization[0], "std": run.normalization[1]}
+                                    if run.normalization else None))
         if run.ema is not None:
             # The weights gpucore.load and the report use: the EMA's when the monitored metric is one of its.
             payload.update({EMA_STATE: run.ema.state_dict(), WEIGHTS: monitored_weights(monitor.name)})
         loop.callbacks.call("on_save_checkpoint", payload)
         return payload
 
+    def snapshot(self, copy: bool = False) -> dict:
+        """The payload copied to the host, for writing (one host read, counted; only the main process, which writes,
+        copies). With `copy` it shares nothing with the live state (a write in the background)."""
+        run = self.loop.run
+        payload = self.payload()
+        if not run.world.is_main:
+            return payload
+        run.engine.note_host_read("checkpoint")
+        return host_snapshot(payload, copy=copy)
+
     def resume(self, path: str) -> dict:
-        """Restores the model, engine, RNGs, position, batching, history and callbacks from checkpoint `path`;
-        returns where it resumed (training_stats.json's resume)."""
+        """Restores the model, engine, EMA, RNGs and the loop (position, batching, history, callbacks) from checkpoint
+        `path`; returns where it resumed (training_stats.json's resume)."""
         loop = self.loop
-        run = loop.run
+        run, position = loop.run, loop.position
         saved = load_checkpoint(path, map_location=run.device)
         try:
             run.module.load_state_dict(saved["model"])
         except RuntimeError as exc:
             raise ConfigError(f"checkpoint '{path}' does not fit the model: {exc}") from exc
-        best_keepers = [key for key, callback in loop.stateful.items() if isinstance(callback, BestEpoch)]
-        checkpoint = migrate(saved, run.world.size, loop.batching.to_dict(), best_keepers)
-        loop.epoch = loop.start_epoch = int(checkpoint["epoch"])
-        batching = oom.Batching(**checkpoint["batching"])
-        if batching != loop.batching:
-            loop.set_batching(batching)
+        best_keepers = [key for key, callback in loop.callbacks.stateful.items() if isinstance(callback, BestEpoch)]
+        checkpoint = migrate(saved, run.world.size, position.batching.to_dict(), best_keepers)
+        loop.load_state_dict(checkpoint)
         saved_world = int(checkpoint["world_size"])
-        loop.start_sample = int(checkpoint["samples_consumed"])
         engine_state = dict(checkpoint["engine"])
         if saved_world != run.world.size:
             engine_state["counters.step"] = self._steps_at_this_world_size(path, saved_world, engine_state)
@@ -115,26 +119,22 @@ class Checkpointing:
         saved_config = checkpoint.get("config") or {}
         check_schedule_length(path, saved_config, run.config)
         set_rng_state(checkpoint["rng"])
-        loop.history = list(checkpoint["history"])
-        states: Dict[str, dict] = checkpoint["callbacks"]
-        for key, callback in loop.stateful.items():
-            if key in states:
-                callback.load_state_dict(states[key])
         loop.callbacks.call("on_load_checkpoint", saved)
         run.run_dir.write_history(loop.history)  # rows written after this checkpoint (a kill) are dropped
         self.config_values = self._config_used(saved_config)
         run.run_dir.write_config(self.config_values)
-        step = int(run.engine.steps_taken())
+        position.engine_read(run.engine.steps_taken(), run.engine.steps_skipped())
         if run.world.is_main:
             epochs = run.config.epochs
-            if loop.epoch >= epochs:
-                where = f"all {epochs} epochs done, nothing left to train (optimizer step {step})"
+            if position.epoch >= epochs:
+                where = f"all {epochs} epochs done, nothing left to train (optimizer step {position.steps_taken})"
             else:
-                where = (f"epoch {loop.epoch + 1} of {epochs}, "
-                         + (f"after {loop.start_sample} of its samples" if loop.start_sample else "from its start")
-                         + f", optimizer step {step}")
+                where = (f"epoch {position.epoch + 1} of {epochs}, "
+                         + (f"after {position.start_sample} of its samples" if position.start_sample else "from its start")
+                         + f", optimizer step {position.steps_taken}")
             print(f"gpucore: resuming from {path}: {where}", file=sys.stderr, flush=True)
-        return {"from": path, "epoch": loop.epoch, "samples_consumed": loop.start_sample, "world_size": saved_world}
+        return {"from": path, "epoch": position.epoch, "samples_consumed": position.start_sample,
+                "world_size": saved_world}
 
     def _config_used(self, saved_config: dict) -> dict:
         """config.json of the resumed run: its config, with the batching keys the checkpoint decides (a config
@@ -155,16 +155,15 @@ class Checkpointing:
         """The optimizer steps this world size takes to where the checkpoint of `saved_world` processes is: the
         schedule (warmup, decay, milestones: counted in steps of an epoch at this world size) goes on from the same
         point of the data, not from the other world size's step count."""
-        loop = self.loop
-        run = loop.run
+        run, position = self.loop.run, self.loop.position
         if not run.train_set.reshards:
             raise ConfigError(f"checkpoint '{path}' was written by {saved_world} processes, this run has "
                               f"{run.world.size}: a torch Dataset or DataLoader resumes only at its own world size "
                               "(gpucore's tensor and image-file sources resume at any)")
-        steps = loop.epoch * run.steps_per_epoch + loop.start_sample // loop.samples_per_step()
+        steps = position.run_step(run.steps_per_epoch)
         if run.world.is_main:
             print(f"gpucore: resuming {saved_world} processes' checkpoint with {run.world.size}: epoch "
-                  f"{loop.epoch + 1} goes on after {loop.start_sample} of its samples, re-sharded; the schedule "
+                  f"{position.epoch + 1} goes on after {position.start_sample} of its samples, re-sharded; the schedule "
                   f"from step {steps} of {run.config.epochs * run.steps_per_epoch}", file=sys.stderr, flush=True)
         saved_steps = engine_state["counters.step"]
         return torch.full_like(saved_steps, float(steps))

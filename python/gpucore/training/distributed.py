@@ -230,15 +230,15 @@ def broadcast(value):
 
 
 def average_metrics(metrics: dict, samples: int, device: torch.device) -> dict:
-    """Per-rank epoch means -> means over all ranks' samples (one all-reduce per epoch)."""
+    """Per-rank epoch means -> means over all ranks' samples (one all-reduce and one host read per epoch)."""
     if not dist.is_initialized() or not metrics:
         return metrics
     names = sorted(metrics)
     values = torch.tensor([metrics[n] * samples for n in names] + [float(samples)], dtype=torch.float64,
                           device=device if device.type == "cuda" else "cpu")
     dist.all_reduce(values)
-    total = values[-1].item()
-    return {n: values[i].item() / total for i, n in enumerate(names)}
+    *sums, total = values.tolist()  # one host read
+    return {n: sums[i] / total for i, n in enumerate(names)}
 
 
 def barrier() -> None:

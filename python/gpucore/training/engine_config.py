@@ -15,6 +15,7 @@ from ..errors import ConfigError
 from ..models.registry import backbone_split
 from ..tasks import Task
 from .ema import VAL_EMA, is_ema_metric
+from .position import Batching
 
 
 def param_groups(model: nn.Module, config) -> list:
@@ -46,15 +47,10 @@ def lr_levels(model: nn.Module, config) -> list:
     return levels + [(split.head_params, 1.0)]
 
 
-def effective_batch_size(config, world_size: int) -> int:
-    """Samples per optimizer step over all processes: DDP averages the ranks' gradients."""
-    return config.batch_size * config.accumulate_grad_batches * world_size
-
-
 def scaled_lr(config, world_size: int) -> float:
     """Config key lr, scaled to the effective batch by lr_scaling: a run resumed at another world size trains on
     at the lr of its new effective batch."""
-    ratio = effective_batch_size(config, world_size) / config.base_batch_size
+    ratio = Batching.of(config).samples_per_step(world_size) / config.base_batch_size
     return {"none": config.lr, "linear": config.lr * ratio, "sqrt": config.lr * math.sqrt(ratio)}[config.lr_scaling]
 
 

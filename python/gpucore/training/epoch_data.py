@@ -9,11 +9,12 @@ import torch
 
 from .. import _C
 
-from ..data.loader import batch_source, choose_cache, data_stats, is_native, skipped_files
+from ..data.loader import at_own_sizes, batch_source, choose_cache, data_stats, is_native, skipped_files
 from ..data.readers import ImageFiles
 from ..errors import ConfigError
 from ..transforms import validation_form
 from . import distributed
+from .position import check_whole_batches
 
 
 class EpochData:
@@ -93,11 +94,7 @@ class EpochData:
                 self._tensors.set_shard(self.world.rank, self.world.size, first_sample)
             self._tensors.start_epoch(epoch)
             return self._tensors
-        skip, rest = divmod(first_sample, self.batch_size * self.world.size)
-        if rest:
-            raise ConfigError(f"data position: sample {first_sample} of epoch {epoch} is not a whole number of "
-                              f"batches of {self.batch_size} x {self.world.size} processes: a checkpoint of another "
-                              "batch size or world size? (a torch Dataset or DataLoader resumes only at its own)")
+        skip = check_whole_batches(first_sample, self.batch_size, self.world.size, epoch)
         if self._generator is not None:  # the same order per (seed, epoch) as TensorBatches promises
             self._generator.manual_seed(self.seed * 1000003 + epoch)
         if self._sampler is not None:
@@ -118,7 +115,8 @@ class EpochData:
 def normalization_of(data, config, device: str):
     """(mean, std) per channel of the training inputs when config key `normalize` asks for them, else None."""
     if config.normalize and is_native(data):
-        return data_stats(data, choose_cache(data, config.cache, torch.device(device)))
+        return data_stats(data, choose_cache(data, config.cache, torch.device(device)),
+                          at_own_sizes(data, config.transforms, config.crop_padding, config.hflip))
     return None
 
 

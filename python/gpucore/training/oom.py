@@ -1,53 +1,67 @@
-"""Out of GPU memory in a training epoch: the state to start the epoch over from (config key
-`on_oom: reduce_batch`), and the error that says what to change when it cannot."""
+"""Config key on_oom: out of GPU memory in a training epoch. `OomRetry` keeps the state to start the epoch over from
+(on_oom: reduce_batch) and, when the memory runs out, restores it and halves the batch (the same samples per
+optimizer step), or raises the error that says what to change."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+import warnings
+from typing import List, Optional
 
 import torch
-from torch import nn
 
+from ..checkpoint import host_snapshot
+from ..errors import OutOfMemoryError, TrainingError
+from .position import Batching
 from .rng import rng_state, set_rng_state
 
 
-@dataclass(frozen=True)
-class Batching:
-    """How a run batches now: config keys batch_size and accumulate_grad_batches, until an out-of-memory retry
-    halves the one and doubles the other (the same samples per optimizer step). Checkpoints keep it, so a resumed
-    run serves the rest of its epoch in the batches it was trained in."""
+class OomRetry:
+    """The out-of-memory policy of `run`'s fit loop; `reductions` (each retry: the epoch and its new batching) goes into
+    training_stats.json as oom_reductions."""
 
-    batch_size: int
-    accumulate_grad_batches: int
+    def __init__(self, run):
+        self.run = run
+        self.enabled = run.config.on_oom == "reduce_batch"
+        self.reductions: List[dict] = []
+        self._snapshot: Optional[dict] = None
 
-    def halved(self) -> "Batching":
-        return Batching(self.batch_size // 2, self.accumulate_grad_batches * 2)
+    def before_pass(self) -> None:
+        """The model, EMA and engine state and the RNGs on the host, to start the pass over from (reduce_batch)."""
+        if not self.enabled:
+            return
+        run = self.run
+        state = {"model": run.module.state_dict(), "ema": run.ema.state_dict() if run.ema is not None else None,
+                 "engine": run.engine.state()}
+        self._snapshot = dict(host_snapshot(state, copy=True), rng=rng_state())
+        run.engine.note_host_read("oom_snapshot")
 
-    def to_dict(self) -> dict:
-        return {"batch_size": self.batch_size, "accumulate_grad_batches": self.accumulate_grad_batches}
+    def recover(self, exc: OutOfMemoryError, batching: Batching, epoch: int) -> Batching:
+        """After `exc` in epoch `epoch` (from 0): the state of the pass's start back and the halved batching to retry it
+        with; TrainingError saying what to change when it cannot be halved (or reduce_batch is off)."""
+        run = self.run
+        if self._snapshot is None or run.train_set.batch_size < 2 or run.train_set.fixed_batch_size:
+            raise TrainingError(message(run.config, batching, run.device, exc)) from exc
+        self._restore(self._snapshot)
+        if run.device.type == "cuda":
+            torch.cuda.empty_cache()
+        halved = batching.halved()
+        self.reductions.append(dict(halved.to_dict(), epoch=epoch + 1))
+        warnings.warn(f"CUDA ran out of memory in epoch {epoch + 1}; retrying it with batch_size {halved.batch_size} "
+                      f"and accumulate_grad_batches {halved.accumulate_grad_batches} (same effective batch)",
+                      RuntimeWarning, stacklevel=3)
+        return halved
+
+    def _restore(self, state: dict) -> None:
+        run = self.run
+        for param in run.module.parameters():
+            param.grad = None
+        run.module.load_state_dict(state["model"])
+        if run.ema is not None:
+            run.ema.load_state_dict(state["ema"])
+        run.engine.load_state(state["engine"])
+        set_rng_state(state["rng"])
 
 
-def snapshot(module: nn.Module, engine, ema: Optional[nn.Module]) -> dict:
-    """The model, EMA and engine state on the host, to start an epoch over after an out-of-memory error."""
-    return {"model": _host_state(module), "ema": _host_state(ema) if ema is not None else None,
-            "engine": {k: v.to("cpu") for k, v in engine.state().items()}, "rng": rng_state()}
-
-
-def _host_state(module: nn.Module) -> dict:
-    return {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
-
-
-def restore(module: nn.Module, engine, state: dict, ema: Optional[nn.Module]) -> None:
-    for param in module.parameters():
-        param.grad = None
-    module.load_state_dict(state["model"])
-    if ema is not None:
-        ema.load_state_dict(state["ema"])
-    engine.load_state(state["engine"])
-    set_rng_state(state["rng"])
-
-
-def message(config, batching: "Batching", device: torch.device, exc: BaseException) -> str:
+def message(config, batching: Batching, device: torch.device, exc: BaseException) -> str:
     figures = ""
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)

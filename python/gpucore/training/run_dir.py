@@ -9,7 +9,7 @@ import os
 import sys
 from typing import List, Mapping, Optional
 
-from ..checkpoint import remove_stale_temporaries, save_checkpoint, write_json, write_jsonl
+from ..checkpoint import remove_stale_temporaries, write_json, write_jsonl, write_snapshot
 from ..errors import ConfigError
 from ..run_files import CHECKPOINTS, CONFIG, INTERRUPTED, METRICS, RESUME_CANDIDATES, STATS
 from . import distributed
@@ -69,16 +69,16 @@ class RunDir:
         if self.world.is_main:
             write_json(os.path.join(self.path, CONFIG), values)
 
-    def save(self, name: str, payload: dict) -> None:
-        """Writes checkpoints/NAME atomically; every rank waits until it is complete."""
+    def save(self, name: str, snapshot: dict) -> None:
+        """Writes checkpoints/NAME (a checkpoint's host_snapshot) atomically; every rank waits until it is complete."""
         if self.world.is_main:
-            save_checkpoint(os.path.join(self.checkpoint_dir, name), payload)
+            write_snapshot(os.path.join(self.checkpoint_dir, name), snapshot)
         distributed.barrier()
 
-    def save_interrupted(self, payload: dict) -> None:
+    def save_interrupted(self, snapshot: dict) -> None:
         """checkpoints/interrupted.pt after Ctrl-C (no waiting: the other ranks are interrupted too)."""
         if self.world.is_main:
-            save_checkpoint(os.path.join(self.checkpoint_dir, INTERRUPTED), payload)
+            write_snapshot(os.path.join(self.checkpoint_dir, INTERRUPTED), snapshot)
 
     def remove(self, name: str) -> None:
         path = os.path.join(self.checkpoint_dir, name)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import warnings
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from . import distributed
 from .ema import ema_tensors, make_ema
 from .engine_config import check_monitor, cuda_graphs_plan, engine_config, param_groups
 from .epoch_data import EpochData, make_train_set, make_val_set, normalization_of
+from .position import Batching
 from .rng import seed_everything
 from .run_dir import RunDir
 
@@ -120,7 +120,7 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
     distributed.check_same(train_set.total_batches(), "the number of batches per epoch (data length)")
     val_set = make_val_set(val_data, config, device, normalization)
     check_monitor(config, task, val_set is not None)
-    steps_per_epoch = math.ceil(train_set.total_batches() / config.accumulate_grad_batches)
+    steps_per_epoch = Batching.of(config).steps_in(train_set.total_batches())
     graphs, graphs_reason = cuda_graphs_plan(config, device, world.size)
     if graphs_reason and config.cuda_graphs == "true":
         warnings.warn(f"cuda_graphs: true, but this run's steps run eagerly: {graphs_reason}", stacklevel=3)

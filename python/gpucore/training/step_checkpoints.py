@@ -1,5 +1,6 @@
-"""Mid-epoch checkpoints (config keys checkpoint_every_n_steps and checkpoint_every_minutes): rank 0 copies the
-state to the host at a step boundary and a background thread writes checkpoints/step.pt while training goes on.
+"""Mid-epoch checkpoints (config keys checkpoint_every_n_steps and checkpoint_every_minutes): at a step boundary where
+one is due (the engine decides, without the host), rank 0 copies the state to the host and a background thread writes
+checkpoints/step.pt while training goes on.
 
 Only rank 0 decides and writes, and the write involves no collective, so the other ranks never wait for it
 and no rank needs to agree on the moment: the checkpoint is rank 0's state at one step boundary, which under
@@ -16,53 +17,44 @@ import threading
 import time
 from typing import Callable, List, Optional
 
-from ..checkpoint import host_snapshot, write_snapshot
+from ..checkpoint import write_snapshot
 from ..errors import TrainingError
 from ..run_files import STEP
 
 
 class StepCheckpoints:
+    """Where and whether step checkpoints are written; when they are due, the engine decides after each optimizer step
+    without the host (engine.h's StepCalls: every_n_steps of the epoch, or every_seconds since the pass began or the
+    last one)."""
+
     def __init__(self, checkpoint_dir: str, every_n_steps: int, every_minutes: float, writes: bool):
         self.path = os.path.join(checkpoint_dir, STEP)
         self.every_n_steps, self.every_seconds = every_n_steps, every_minutes * 60
         self.enabled = writes and (every_n_steps > 0 or every_minutes > 0)
         self.written = 0  # step checkpoints this process wrote
-        self._last = time.monotonic()  # the last checkpoint of any kind
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
         self._write_seconds: List[float] = []
-        self._steps_during_write = 0  # optimizer steps trained while the newest write was under way
-        self._most_steps_during_write = 0
+        self._most_steps_during_write = 0  # optimizer steps trained while a write was under way, at most
 
-    def advance_and_check_due(self, step_in_epoch: int) -> bool:
-        """Counts optimizer step `step_in_epoch` of the epoch (counted from the epoch's start, also in a resumed run)
-        as done, for summary()'s steps trained during a write, and says whether the state after it is to be
-        checkpointed: every N steps, or once the minutes have passed. Called once after every step but the epoch's
-        last."""
-        if self._thread is not None and self._thread.is_alive():
-            self._steps_during_write += 1
-            self._most_steps_during_write = max(self._most_steps_during_write, self._steps_during_write)
-        return self.enabled and (
-            (self.every_n_steps > 0 and step_in_epoch % self.every_n_steps == 0)
-            or (self.every_seconds > 0 and time.monotonic() - self._last >= self.every_seconds))
-
-    def write(self, payload: Callable[[], dict]) -> None:
-        """Copies `payload()` to the host now and writes it in the background."""
+    def write(self, snapshot: dict, steps_in_pass: int, steps_now: Callable[[], int]) -> None:
+        """Writes `snapshot` (a checkpoint on the host, sharing nothing with the live state: Checkpointing.snapshot)
+        in the background, taken after `steps_in_pass` optimizer steps of the pass; `steps_now()` tells the writer,
+        once done, how many the pass has taken by then (the engine's count, readable from another thread)."""
         self.wait()
-        snapshot = host_snapshot(payload(), copy=True)
-        self._steps_during_write = 0
-        self._thread = threading.Thread(target=self._write, args=(snapshot,), name="gpucore-step-checkpoint")
+        self._thread = threading.Thread(target=self._write, args=(snapshot, steps_in_pass, steps_now),
+                                        name="gpucore-step-checkpoint")
         self._thread.start()
         self.written += 1
-        self.restart_clock()
 
-    def _write(self, snapshot: dict) -> None:
+    def _write(self, snapshot: dict, steps_in_pass: int, steps_now: Callable[[], int]) -> None:
         start = time.monotonic()
         try:
             write_snapshot(self.path, snapshot)
         except BaseException as exc:  # raised in the training thread by wait()
             self._error = exc
         self._write_seconds.append(time.monotonic() - start)
+        self._most_steps_during_write = max(self._most_steps_during_write, steps_now() - steps_in_pass)
 
     def summary(self) -> dict:
         """The writes' times and the most optimizer steps a kill could lose (N plus the most steps trained while a
@@ -83,10 +75,6 @@ class StepCheckpoints:
             error, self._error = self._error, None
             raise TrainingError(f"writing the step checkpoint '{self.path}' failed ({type(error).__name__}: "
                                 f"{error}); the previous one is intact") from error
-
-    def restart_clock(self) -> None:
-        """A checkpoint was written: the minutes count from now."""
-        self._last = time.monotonic()
 
     def superseded(self) -> None:
         """An end-of-epoch checkpoint holds all step.pt held and more: step.pt goes, after its write is done."""

@@ -64,7 +64,14 @@ class EpochBatches : public BatchSource {
   int64_t longest_batch() const;
   int64_t batch_end(int64_t batch) const;
   // The input images' height and width (the transforms' parameters depend on them); before start_epoch.
+  // 0 x 0: each image at its own size, brought to one by the list's per-image transforms (per_image_image).
   void set_image_size(int64_t height, int64_t width);
+  const TransformPipeline& pipeline() const { return pipeline_; }
+  // Sample `sample`'s image (uint8 H x W x C on the host, its own size) through the list's per-image transforms
+  // with this epoch's draws: uint8 C x h x w. For sources whose images come at their own sizes (0 x 0).
+  at::Tensor per_image_image(const at::Tensor& image, int64_t sample) const {
+    return pipeline_.apply_per_image(image, per_image_seed_, sample);
+  }
   // The batch of the samples `index` (on the device) from their inputs: targets gathered (or
   // `batch_targets` when given), images transformed (masks in the targets follow the geometry).
   void finish_batch(const at::Tensor& batch_inputs, const at::Tensor& index, at::Tensor& inputs, at::Tensor& targets,
@@ -87,6 +94,7 @@ class EpochBatches : public BatchSource {
   TransformPipeline pipeline_;
   std::vector<std::vector<at::Tensor>> transform_params_;  // this epoch's draws per sample, on the device
   int64_t image_height_ = 0, image_width_ = 0;
+  uint64_t per_image_seed_ = 0;  // this epoch's seed of the per-image transforms' draws
   int64_t samples_;
   bool shuffle_, drop_last_;
   uint64_t seed_;

@@ -13,6 +13,11 @@
 // Segmentation pairs: with `mask_paths` (one grey mask per image) each sample's mask is decoded beside
 // its image (resized with nearest), travels the same ring, becomes class ids (mask_classes) and gets
 // the image's crop and flip; `targets` is then undefined.
+//
+// Images of their own sizes (config own_sizes, without a size, with a transforms list whose first transforms bring
+// any size to one: TransformPipeline::per_image_count, RandomResizedCrop, Resize + CenterCrop): each image is decoded at its own size and goes through those transforms on its reader thread, one image at a
+// time as torchvision does, with its sample's draws; the slots hold their output. `images` (uint8 H x W x C, one
+// per path, any sizes): the decoded images kept in memory (the cache of such a data set), read instead of the files.
 #include <c10/core/Event.h>
 #include <c10/core/Stream.h>
 
@@ -35,13 +40,16 @@ struct FileBatchesConfig {
   int64_t threads = 4;             // reader threads
   int64_t prefetch = 4;            // batches decoded ahead (ring slots)
   bool skip_errors = false;        // unreadable files: left out of their batch and reported, else an error
+  // Each image at its own size through the list's per-image transforms (needs height = width = 0 and a list that
+  // starts with them), instead of all at one size.
+  bool own_sizes = false;
 };
 
 class FileBatches : public EpochBatches {
  public:
   FileBatches(std::vector<std::string> paths, const at::Tensor& targets, int64_t batch_size, bool shuffle,
               bool drop_last, uint64_t seed, const at::Device& device, AugmentConfig augment,
-              FileBatchesConfig config, std::vector<std::string> mask_paths = {});
+              FileBatchesConfig config, std::vector<std::string> mask_paths = {}, std::vector<at::Tensor> images = {});
   ~FileBatches() override;
   FileBatches(const FileBatches&) = delete;
   FileBatches& operator=(const FileBatches&) = delete;
@@ -50,8 +58,10 @@ class FileBatches : public EpochBatches {
   bool next(at::Tensor& inputs, at::Tensor& targets) override;
   // "path: why" of every file left out so far (skip_errors), each once.
   std::vector<std::string> skipped() const;
-  int64_t height() const { return config_.height; }
-  int64_t width() const { return config_.width; }
+  // The slots' image size: the images', or the per-image transforms' output size.
+  int64_t height() const { return slot_height_; }
+  int64_t width() const { return slot_width_; }
+  bool per_image() const { return per_image_; }
 
  private:
   struct Slot {
@@ -70,7 +80,10 @@ class FileBatches : public EpochBatches {
   int64_t batch_of(int64_t sample_position) const { return sample_position / batch_size_; }
 
   std::vector<std::string> paths_, mask_paths_;
+  std::vector<at::Tensor> images_;
   FileBatchesConfig config_;
+  bool per_image_ = false;
+  int64_t slot_height_ = 0, slot_width_ = 0;
   std::vector<Slot> slots_;
   std::optional<c10::Stream> copy_stream_;
   std::vector<std::thread> readers_;

@@ -30,6 +30,9 @@ class Transform {
   virtual bool after_normalize() const { return false; }
   virtual bool moves_pixels() const { return false; }  // geometric: masks follow (nearest)
   virtual std::array<int64_t, 2> output_size(int64_t h, int64_t w) const { return {h, w}; }
+  // Whether output_size is one size whatever the input's (RandomResizedCrop, CenterCrop, RandomCrop, Resize to
+  // (h, w)): such a transform brings images of mixed sizes to one.
+  virtual bool one_output_size() const { return false; }
   // Per-sample parameters for `samples` samples of H x W images, drawn on the host from `generator`
   // (gpucore's seeded per-epoch generator), as host tensors whose first dimension is the sample.
   virtual std::vector<at::Tensor> sample(int64_t samples, int64_t h, int64_t w, at::Generator& generator) const = 0;
@@ -55,6 +58,10 @@ std::vector<std::vector<TransformSpec>> validation_form(const std::vector<Transf
 // The seed of the generator an epoch's transform parameters are drawn from: training (EpochBatches) draws sample
 // i of the epoch's order as row i; gpucore.transforms.Compose draws a batch as rows 0..N-1.
 uint64_t transform_seed(uint64_t seed, int64_t epoch);
+// The seed of sample `sample`'s own generator, which the list's per-image transforms (TransformPipeline's
+// per_image_count) draw from for images at their own sizes: `per_image_seed` is the first word of the epoch's
+// generator.
+uint64_t sample_seed(uint64_t per_image_seed, int64_t sample);
 
 // The whole list as a batch transform. Normalize is not a Transform: its mean and std go to the fused
 // augment op between the two stages; a list without one uses the data set's statistics when given.
@@ -72,20 +79,37 @@ class TransformPipeline {
   std::vector<std::string> names() const;
   const std::vector<double>& mean() const { return mean_; }
   const std::vector<double>& std() const { return std_; }
+  // The output size of H x W images; 0 x 0: of images of any sizes, for a list with per-image transforms.
   std::array<int64_t, 2> output_size(int64_t h, int64_t w) const;
-  // Every transform's parameters for `samples` samples of H x W input images, in list order.
-  std::vector<std::vector<at::Tensor>> sample(int64_t samples, int64_t h, int64_t w, at::Generator& generator) const;
+  // The per-image transforms: the list's first uint8-stage transforms up to the first of one output size
+  // (RandomResizedCrop, CenterCrop, ...), which bring images of any size to one, as torchvision does one image at a
+  // time; 0 when no transform does. For images at their own sizes (apply_per_image) their parameters are drawn per
+  // sample, from the sample's own generator (sample_seed), so a sample's draws do not depend on the other samples'
+  // sizes or on the thread that reads it; a batch of one size draws them with the others, from the epoch's generator.
+  size_t per_image_count() const { return per_image_; }
+  std::array<int64_t, 2> per_image_size() const;  // the per-image transforms' output size (needs some)
+  // Every transform's parameters for `samples` samples of H x W input images, in list order. h = w = 0: the images
+  // come at their own sizes through apply_per_image; the per-image transforms' entries are then empty, the others
+  // are drawn for the per-image transforms' output size, and `per_image_seed` (when given) receives the seed of the
+  // per-image draws (the generator's first word).
+  std::vector<std::vector<at::Tensor>> sample(int64_t samples, int64_t h, int64_t w, at::Generator& generator,
+                                              uint64_t* per_image_seed = nullptr) const;
+  // One image (uint8 H x W x C on the host, any size) through the per-image transforms with sample `sample`'s
+  // draws: uint8 C x h x w of their output size. Runs serially on the calling thread (reader threads).
+  at::Tensor apply_per_image(const at::Tensor& image, uint64_t per_image_seed, int64_t sample) const;
   // The batch `images` (N x C x H x W, uint8 or float32) through the list, as `dtype`; `params`: sample()'s
   // rows of this batch's samples on the images' device. `masks` (N x H x W class ids, or undefined)
   // follow the geometric transforms. dtype uint8 (a uint8 batch in) needs a list that does not normalise;
   // a float32 batch (values in [0, 1]) takes only the transforms that move pixels before Normalize.
+  // `per_image_done`: the images came through apply_per_image, which ran the per-image transforms.
   at::Tensor apply(const at::Tensor& images, const std::vector<std::vector<at::Tensor>>& params, at::ScalarType dtype,
-                   at::Tensor& masks) const;
+                   at::Tensor& masks, bool per_image_done = false) const;
 
  private:
   std::vector<std::unique_ptr<Transform>> uint8_stage_, float_stage_;
   std::vector<std::string> uint8_names_, float_names_;
   std::vector<double> mean_, std_;
+  size_t per_image_ = 0;
 };
 
 }  // namespace gpucore

@@ -39,6 +39,22 @@ struct DecodedImages {
 DecodedImages decode_images(const std::vector<std::string>& paths, int64_t channels, int64_t threads, bool skip_errors,
                             int64_t height = 0, int64_t width = 0, bool nearest = false);
 
+struct DecodedImageList {
+  std::vector<at::Tensor> images;    // uint8 H x W x channels each, at its own size, in the order of the paths kept
+  std::vector<int64_t> kept;         // index into the paths of each image
+  std::vector<std::string> skipped;  // "path: why", when skipping is allowed
+  int64_t downsized = 0;             // images kept resized to the bound
+};
+
+// Decodes `paths` on `threads` threads, each image at its own size; one whose shorter side is longer than
+// `max_shorter_side` (> 0) is resized to that shorter side, its aspect kept (torchvision's Resize(max_shorter_side),
+// as FFCV's max_resolution bounds its stored images); 0: every image at full size.
+DecodedImageList decode_images_at_own_size(const std::vector<std::string>& paths, int64_t channels, int64_t threads,
+                                           bool skip_errors, int64_t max_shorter_side);
+
+// What brings images of mixed sizes to one, for the errors that find them (names the config keys).
+std::string mixed_sizes_hint();
+
 // Decodes one image into dst (height x width x channels). An image of another size is resized when
 // `resize` (nearest or bilinear, as above), else refused. Returns why it failed, or "" (for reader
 // threads: no exceptions).

@@ -9,12 +9,12 @@
 namespace gpucore {
 
 struct EmaConfig {
-  double decay = 0.0;                // 0: off, else in (0, 1)
+  double decay = 0.0;                // 0: off (ranges::kEmaDecay)
   bool warmup = false;               // timm's use_warmup: decay = min(decay, 1 - (1 + n / gamma)^-power)
-  double warmup_gamma = 1.0;         // > 0
-  double warmup_power = 2.0 / 3.0;   // > 0
+  double warmup_gamma = 1.0;         // ranges::kEmaWarmupGamma
+  double warmup_power = 2.0 / 3.0;   // ranges::kEmaWarmupPower
 };
-// ConfigError naming the config key (ema_decay, ema_warmup_gamma, ema_warmup_power) that is out of range.
+// TORCH_CHECK that each setting is in its range (gpucore/ranges.h), naming its config key; config.py checks first.
 void validate(const EmaConfig& config);
 
 class WeightAverage {

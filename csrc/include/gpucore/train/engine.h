@@ -6,6 +6,7 @@
 // accumulate on the device; the host reads them at log intervals.
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <optional>
@@ -62,17 +63,45 @@ struct GraphStats {
 using ForwardFn = std::function<at::Tensor(const at::Tensor& inputs, bool sync_gradients)>;
 // A user loss (output, target) -> 0-dim loss; empty to use the built-in one.
 using LossFn = std::function<at::Tensor(const at::Tensor& output, const at::Tensor& target)>;
-// Called at log intervals with the running metrics of the epoch (the step count is Engine::steps_taken()).
-using LogFn = std::function<void(const std::map<std::string, double>& metrics)>;
-// Called after every optimizer step with the steps (windows) completed in this train_epoch, without a
-// host read: where step checkpoints are decided.
-using StepFn = std::function<void(int64_t windows_in_epoch)>;
+// Called at log intervals with the running metrics of the epoch and the run's optimizer steps taken, read in the
+// same copy to the host.
+using LogFn = std::function<void(const std::map<std::string, double>& metrics, int64_t steps_taken)>;
+// Called after an optimizer step, where StepCalls asks for it, with the steps (windows) completed in this train_epoch
+// and whether a step checkpoint is due after this one; no host read.
+using StepFn = std::function<void(int64_t windows_in_epoch, bool checkpoint_due)>;
+
+// When train_epoch calls on_step, decided without a host read and without the caller (so a Python caller's GIL is
+// taken only then): after every step with every_step (a per-step callback), else only where a step checkpoint is
+// due: at a step of the epoch (steps_before + windows done) that is a multiple of every_n_steps, or once
+// every_seconds have passed since the pass began or since the last due step. Never due at the epoch's last step,
+// which the end-of-epoch checkpoint follows.
+struct StepCalls {
+  bool every_step = false;
+  int64_t every_n_steps = 0;  // 0: off
+  double every_seconds = 0;   // 0: off
+  int64_t steps_before = 0;   // optimizer steps of the epoch trained before this pass (a resume mid-epoch)
+};
 
 struct EpochStats {
-  std::map<std::string, double> metrics;  // loss, accuracy, ... (see MetricTracker), lr, loss_scale
+  std::map<std::string, double> metrics;  // loss, accuracy, ... (see MetricTracker), lr, loss_scale, skipped_steps
   int64_t optimizer_steps = 0;            // windows completed this epoch (taken or skipped)
+  int64_t steps_taken = 0;                // the run's optimizer steps taken, as of the epoch's end (Engine only)
   int64_t samples = 0;
   double seconds = 0;
+};
+
+// Every read of device values on the host, by what read them (training_stats.json's host_syncs): "metrics" (the
+// running metrics and step counters, one copy at each log interval and each epoch's end), "evaluation" (a
+// validation pass's metrics), "counters" (steps_taken(), steps_skipped(), current_lr(), loss_scale() called on
+// their own) and what the caller notes of its own (the Python side: a checkpoint's copy to the host, ...).
+class HostReads {
+ public:
+  void note(const std::string& source, int64_t count = 1) { counts_[source] += count; }
+  int64_t total() const;
+  const std::map<std::string, int64_t>& by_source() const { return counts_; }
+
+ private:
+  std::map<std::string, int64_t> counts_;
 };
 
 // One pass over `batches` without gradients: the metrics of config's loss and top_k (an epoch's metrics, as
@@ -90,21 +119,23 @@ class Engine {
   // epoch and first_batch (the batches of the epoch trained before, on a resume) place each batch in the
   // epoch for the mixup draws.
   EpochStats train_epoch(BatchSource& batches, const ForwardFn& forward, const LossFn& loss, const LogFn& on_log,
-                         int64_t epoch = 0, int64_t first_batch = 0, const StepFn& on_step = {});
+                         int64_t epoch = 0, int64_t first_batch = 0, const StepFn& on_step = {},
+                         const StepCalls& step_calls = {});
   EpochStats evaluate(BatchSource& batches, const ForwardFn& forward, const LossFn& loss);
 
   // Totals since construction (or restored from a checkpoint).
-  int64_t steps_taken() const;         // host read
-  int64_t steps_skipped() const;       // host read
-  int64_t host_syncs() const { return host_syncs_; }
-  // Optimizer steps (windows) completed in the current or last train_epoch, also after an exception:
-  // where a resumed run picks the data up again.
-  int64_t windows_in_epoch() const { return windows_in_epoch_; }
+  int64_t steps_taken() const;         // host read ("counters")
+  int64_t steps_skipped() const;       // host read ("counters")
+  HostReads& host_reads() { return host_reads_; }
+  const HostReads& host_reads() const { return host_reads_; }
+  // Optimizer steps (windows) completed in the current or last train_epoch, also after an exception: where a
+  // resumed run picks the data up again. Safe to read from another thread while an epoch trains.
+  int64_t windows_in_epoch() const { return windows_in_epoch_.load(); }
   // Micro-batches per step from now on (on_oom: reduce_batch doubles it as the batch halves).
   void set_accumulate_grad_batches(int64_t accumulate_grad_batches);
-  double current_lr() const;           // host read
+  double current_lr() const;           // host read ("counters")
   const GraphStats& graph_stats() const { return graph_stats_; }
-  double loss_scale() const;           // host read
+  double loss_scale() const;           // host read ("counters")
 
   // The tensors every training step reads or writes besides the model's and the optimizer's (metric sums,
   // counters, found_inf, lr): allocated once, so their addresses never change (what a CUDA graph needs).
@@ -125,7 +156,8 @@ class Engine {
   bool graph_step(const at::Tensor& inputs, const at::Tensor& targets, const ForwardFn& forward, const LossFn& loss);
   // Forgets the captured step; the next capture follows a new warm-up.
   void drop_graph();
-  std::map<std::string, double> read_metrics(const MetricTracker& tracker);
+  // The tracker's metrics with lr, loss_scale and skipped_steps, and the run's steps taken: one copy to the host.
+  std::pair<std::map<std::string, double>, int64_t> read_metrics(const MetricTracker& tracker);
 
   EngineConfig config_;
   at::Device device_;
@@ -141,8 +173,8 @@ class Engine {
   at::Tensor consecutive_;   // skipped in a row: counters_[2]
   at::Tensor found_inf_;     // float32 0-dim, zero between steps
   at::Tensor lr_;            // float32 0-dim: the schedule's rate for the next step
-  int64_t host_syncs_ = 0;
-  int64_t windows_in_epoch_ = 0;
+  mutable HostReads host_reads_;  // the const host reads count too
+  std::atomic<int64_t> windows_in_epoch_{0};
   WeightAverage ema_;        // off unless config.ema.decay > 0
   StepGraph graph_;          // cuda_graphs: the captured step
   std::vector<int64_t> graph_key_;       // the captured step's input and target shapes and trainable parameters

@@ -1,5 +1,5 @@
 #pragma once
-// Metric sums kept on the device; read() is the only host synchronisation.
+// Metric sums kept on the device; read() (or the caller's copy of sums()) is the only host synchronisation.
 #include <ATen/core/Tensor.h>
 
 #include <map>
@@ -27,6 +27,8 @@ class MetricTracker {
   // Host read: "loss" always; "accuracy" and "top{k}_accuracy" (cross_entropy); "char_accuracy" and
   // "seq_accuracy" (multi-head); "accuracy", "iou" and "dice" (bce_with_logits, dice_bce).
   std::map<std::string, double> read() const;
+  // The same from sums() already copied to the host (a caller that copies more in the same read).
+  std::map<std::string, double> read(const double* host_sums) const;
   int64_t samples_seen_on_host() const { return samples_host_; }
   // A replayed CUDA graph updates the sums without update() running on the host: the Engine counts its batches.
   void set_samples_seen_on_host(int64_t samples) { samples_host_ = samples; }

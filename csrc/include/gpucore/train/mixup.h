@@ -30,7 +30,7 @@ struct MixupConfig {
   bool enabled() const { return mixup_alpha > 0 || cutmix_alpha > 0 || !cutmix_minmax.empty(); }
 };
 
-void validate(const MixupConfig& config);  // ConfigError naming the bad key
+void validate(const MixupConfig& config);  // TORCH_CHECK of each key's range (gpucore/ranges.h); config.py checks first
 
 // The mix of batch `batch` of `epoch` (n samples of h x w pixels): float32 (n, 8) on the host, the rows the mix
 // ops take (ops/mixup.h): [input weights of sample and partner, target weights of both, box y0, y1, x0, x1].

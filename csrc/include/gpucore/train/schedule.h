@@ -31,7 +31,8 @@ struct ScheduleConfig {
   double final_div_factor = 1e4;      // onecycle: final = initial / final_div_factor
 };
 
-// Throws ConfigError for inconsistent settings (warm-up longer than the run, onecycle with warm-up, ...).
+// Throws ConfigError for settings that do not fit together (warm-up longer than the run, onecycle with warm-up,
+// min_lr above lr, ...); a setting out of its own range (gpucore/ranges.h) fails a TORCH_CHECK.
 void validate(const ScheduleConfig& config);
 
 // The parameters of the op gpucore::learning_rate (ops/train_step.h) as it takes them (ConfigError as

@@ -47,7 +47,7 @@ class Logger(Callback):
         self._guarded(self.log_step, step, metrics)
 
     def on_epoch_end(self, trainer, epoch: int, record: dict) -> None:
-        self._guarded(self.log_epoch, trainer.run.engine.steps_taken(), record)
+        self._guarded(self.log_epoch, trainer.position.steps_taken, record)
 
     def teardown(self, trainer) -> None:
         if self.started:

@@ -31,7 +31,7 @@ class CSVLogger(Logger):
             with open(self.path, newline="", encoding="utf-8") as handle:
                 reader = csv.DictReader(handle)
                 self.columns = list(reader.fieldnames or [])
-                resumed_step = trainer.run.engine.steps_taken()
+                resumed_step = trainer.position.steps_taken
                 self.rows = [row for row in reader if _logged_by(row, resumed_step)]
         self._rewrite()
 

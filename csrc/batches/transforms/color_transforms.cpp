@@ -9,7 +9,7 @@
 #include <optional>
 #include <sstream>
 
-#include "batches/transforms/color.h"
+#include "batches/transforms/color_transforms.h"
 #include "ops/color.h"
 #include "ops/color_math.h"
 

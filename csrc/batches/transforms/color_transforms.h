@@ -1,5 +1,5 @@
 #pragma once
-// Inside the transforms registry: what the photometric transforms (color.cpp) and the auto-augment policies
+// Inside the transforms registry: what the photometric transforms (color_transforms.cpp) and the auto-augment policies
 // (auto_augment.cpp) share.
 #include <ATen/core/Tensor.h>
 

@@ -16,6 +16,7 @@
 
 #include "batches/transforms/sampling.h"
 #include "gpucore/errors.h"
+#include "gpucore/ranges.h"
 #include "ops/geometry.h"
 
 namespace gpucore::transforms {
@@ -75,8 +76,8 @@ class RandomCrop final : public CropTransform {
   explicit RandomCrop(const Arguments& arguments) : size_(arguments.size("size")) {
     const std::vector<double> padding = arguments.numbers("padding", {0}, {1, 2, 4});
     for (const double value : padding) {
-      if (!is_integer(value) || value < 0 || value >= 65536) {
-        arguments.fail("padding", "must be integers in [0, 65536), got " + std::to_string(value));
+      if (!is_integer(value) || !ranges::kCropPadding.contains(value)) {
+        arguments.fail("padding", "must be integers " + ranges::kCropPadding.describe() + ", got " + std::to_string(value));
       }
     }
     // torchvision's _parse_pad_padding: one value for all sides, (left/right, top/bottom) or (l, t, r, b).
@@ -96,6 +97,7 @@ class RandomCrop final : public CropTransform {
     return {counterpart("CenterCrop", spec, {"size"})};
   }
   std::array<int64_t, 2> output_size(int64_t, int64_t) const override { return size_; }
+  bool one_output_size() const override { return true; }
   bool keeps_size_with_zero_fill(int64_t h, int64_t w) const {
     return size_[0] == h && size_[1] == w && std::all_of(fill_.begin(), fill_.end(), [](double v) { return v == 0; });
   }
@@ -134,6 +136,7 @@ class CenterCrop final : public CropTransform {
   explicit CenterCrop(const Arguments& arguments) : size_(arguments.size("size")) {}
   bool is_random() const override { return false; }
   std::array<int64_t, 2> output_size(int64_t, int64_t) const override { return size_; }
+  bool one_output_size() const override { return true; }
   std::vector<at::Tensor> sample(int64_t samples, int64_t h, int64_t w, at::Generator&) const override {
     // torchvision's center_crop: zero padding (floor on the top/left) where the crop is larger, then the
     // anchor round((padded - crop) / 2).
@@ -200,6 +203,7 @@ class Resize final : public ResizeTransform {
     }
   }
   bool is_random() const override { return false; }
+  bool one_output_size() const override { return pair_; }
   std::array<int64_t, 2> output_size(int64_t h, int64_t w) const override {
     if (pair_) return size_;
     // torchvision's _compute_resized_output_size: the smaller edge to size, the other in proportion.
@@ -235,6 +239,7 @@ class RandomResizedCrop final : public ResizeTransform {
     return {counterpart("Resize", spec, {"size", "interpolation", "antialias"}), counterpart("CenterCrop", spec, {"size"})};
   }
   std::array<int64_t, 2> output_size(int64_t, int64_t) const override { return size_; }
+  bool one_output_size() const override { return true; }
   std::vector<at::Tensor> sample(int64_t samples, int64_t h, int64_t w, at::Generator& generator) const override {
     at::Tensor boxes = at::empty({samples, 4}, kHostLong);
     int64_t* box = boxes.data_ptr<int64_t>();

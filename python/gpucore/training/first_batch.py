@@ -1,0 +1,40 @@
+"""The first training batch's diagnosis: when the model fails before any step of the run has trained, the error most
+likely means the model does not fit the data, and says which config keys decide that (with the size config key
+transforms turns the images into, when it changes it)."""
+from __future__ import annotations
+
+from typing import Optional
+
+from .. import transforms as transforms_list
+from ..errors import TrainingError
+
+
+def diagnosis(run, exc: RuntimeError, nothing_trained: bool) -> Optional[TrainingError]:
+    """The TrainingError to raise from `exc` instead, when `nothing_trained` (no optimizer step of the run yet, this
+    process's first epoch); None to let `exc` through."""
+    if isinstance(exc, TrainingError) or not nothing_trained:
+        return None
+    resized = _transformed_size(run)
+    keys = "model, model_kwargs, data, data_kwargs" + (", transforms" if resized else "")
+    return TrainingError(
+        f"the model failed on the first training batch ({run.train_set.description}): {exc}\n{resized}"
+        f"Check that the model fits the data: input channels, image size, number of classes (config keys {keys})")
+
+
+def _transformed_size(run) -> str:
+    """A sentence for the first batch's error when config key transforms (with crop_padding and hflip) changes the
+    images' size, which the model then gets: "" when it keeps it, or the inputs are not images of one size."""
+    shape, config = run.input_shape, run.config
+    if not shape or len(shape) != 3 or not shape[1] or not shape[2]:
+        return ""
+    height, width = int(shape[1]), int(shape[2])
+    try:
+        value = transforms_list.training_form(config.transforms, config.crop_padding, config.hflip, (height, width))
+        after = tuple(transforms_list.output_size(value, height, width))
+    except Exception:  # noqa: BLE001 - the config was checked; this is only a hint
+        return ""
+    if after == (height, width):
+        return ""
+    return (f"config key transforms turns the {height} x {width} images into {after[0]} x {after[1]}, the size the "
+            f"model gets: make the model take {after[0]} x {after[1]} inputs, or choose transforms that keep "
+            f"{height} x {width} (RandomCrop: {{size: {height}, padding: 4}} crops with padding to the same size).\n")
