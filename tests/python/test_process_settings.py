@@ -64,6 +64,8 @@ def test_doctor_says_what_training_would_do(monkeypatch):
     import gpucore
 
     monkeypatch.setenv("GPUCORE_MALLOC_TUNING", "0")
+    # a process where gpucore.train has not run yet (an earlier test's training applied the settings)
+    monkeypatch.setattr(gpucore.process_settings, "_applied", None)
     report = gpucore.doctor(smoke_test=False)
     assert report["process_settings"]["malloc"]["reason"] == "turned off by GPUCORE_MALLOC_TUNING=0"
     assert "process settings: gpucore.train leaves malloc as it is: turned off by GPUCORE_MALLOC_TUNING=0" in \
