@@ -152,20 +152,10 @@ class Workload:
 
 # Each trainer returns per epoch (seconds, images seen, mean training loss).
 
-def mixed_sizes_skip(exc: Exception) -> Skip:
-    """gpucore before image folders of mixed sizes train as they come (the photo-folder issue): the row says so."""
-    return Skip(f"this gpucore cannot train photos of mixed sizes yet ({exc}); --min-size = --max-size runs it")
-
-
 def train_gpucore(w: Workload, cache: str):
     with tempfile.TemporaryDirectory() as run_dir:
-        try:
-            result = gpucore.train(load_config(w.config, {"cache": cache}), model=w.model(), seed=w.seed,
-                                   device=str(w.device), run_dir=run_dir)
-        except gpucore.ConfigError as exc:
-            if w.args.min_size == w.args.max_size:
-                raise
-            raise mixed_sizes_skip(exc) from exc
+        result = gpucore.train(load_config(w.config, {"cache": cache}), model=w.model(), seed=w.seed,
+                               device=str(w.device), run_dir=run_dir)
     return [(row["epoch_time_s"], round(row["epoch_time_s"] * row["samples_per_s"]), row["train_loss"])
             for row in result.history]
 
@@ -359,19 +349,8 @@ def input_pipeline_alone(w: Workload, rounds: int) -> dict:
 
     def gpucore_loader(cache):
         dataset = gpucore.data.read_image_folder(w.folder, threads=os.cpu_count())
-        loader = gpucore.DataLoader(dataset, w.args.batch_size, device=w.device, transforms=transforms(w.args.crop),
-                                    cache=cache, shuffle=True, drop_last=True)
-
-        class Epochs:  # a mixed-size folder's error comes from the first batch
-            def __iter__(self):
-                try:
-                    yield from loader
-                except gpucore.ConfigError as exc:
-                    if w.args.min_size == w.args.max_size:
-                        raise
-                    raise mixed_sizes_skip(exc) from exc
-
-        return Epochs()
+        return gpucore.DataLoader(dataset, w.args.batch_size, device=w.device, transforms=transforms(w.args.crop),
+                                  cache=cache, shuffle=True, drop_last=True)
 
     def dali():
         epoch = dali_batches(w)
