@@ -2,20 +2,25 @@
 # Installs what gpucore needs on a fresh Debian/Ubuntu machine, reusing whatever is already there:
 # build tools and the image libraries (apt), a virtualenv (.venv), torch, then gpucore itself with a plain
 # `pip install .` into that environment. With --tests (scripts/run_tests.sh) also what only the tests need:
-# GoogleTest and the C++ test binary (in build/), chromium, the test, export and docs Python packages.
+# GoogleTest and the C++ test binary (in build/), chromium, the test, export and docs Python packages. With
+# --extras-only, torch and those Python packages but not gpucore: scripts/check_wheel.sh installs a wheel instead, with
+# no build tools.
 #
-#   bootstrap.sh [--tests]
+#   bootstrap.sh [--tests] [--extras-only]
 #
 #   GPUCORE_VENV   the virtualenv to use or create (default: .venv in the checkout)
 #   GPUCORE_TORCH  the torch to install when the venv has none (default: torch==2.13.0, a CPU build;
 #                  on a GPU server e.g. "torch --index-url https://download.pytorch.org/whl/cu126")
 set -euo pipefail
 TESTS=0
-case "${1:-}" in
-  --tests) TESTS=1 ;;
-  "") ;;
-  *) echo "bootstrap: unknown argument '$1' (valid: --tests)" >&2; exit 2 ;;
-esac
+BUILD=1
+for argument in "$@"; do
+  case "$argument" in
+    --tests) TESTS=1 ;;
+    --extras-only) BUILD=0 ;;
+    *) echo "bootstrap: unknown argument '$argument' (valid: --tests, --extras-only)" >&2; exit 2 ;;
+  esac
+done
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${GPUCORE_VENV:-$ROOT/.venv}
@@ -25,14 +30,16 @@ BUILD_DIR=$ROOT/build/release
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 missing=()
-command -v cmake >/dev/null || missing+=(cmake)
-command -v ninja >/dev/null || missing+=(ninja-build)
-command -v g++ >/dev/null || missing+=(g++)
-command -v ccache >/dev/null || missing+=(ccache)
-[ "$TESTS" = 0 ] || [ -f /usr/include/gtest/gtest.h ] || missing+=(libgtest-dev)
-[ -f /usr/include/png.h ] || missing+=(libpng-dev)
-[ -f /usr/include/jpeglib.h ] || missing+=(libjpeg-dev)
-[ -f /usr/include/zlib.h ] || missing+=(zlib1g-dev)
+if [ "$BUILD" = 1 ]; then
+  command -v cmake >/dev/null || missing+=(cmake)
+  command -v ninja >/dev/null || missing+=(ninja-build)
+  command -v g++ >/dev/null || missing+=(g++)
+  command -v ccache >/dev/null || missing+=(ccache)
+  [ "$TESTS" = 0 ] || [ -f /usr/include/gtest/gtest.h ] || missing+=(libgtest-dev)
+  [ -f /usr/include/png.h ] || missing+=(libpng-dev)
+  [ -f /usr/include/jpeglib.h ] || missing+=(libjpeg-dev)
+  [ -f /usr/include/zlib.h ] || missing+=(zlib1g-dev)
+fi
 python3 -c "import venv, ensurepip" 2>/dev/null || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "bootstrap: installing ${missing[*]} with apt-get"
@@ -62,6 +69,9 @@ fi
 
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 PY="$VENV/bin/python"
+# numpy before anything imports torch: torch imported without it prints "Failed to initialize NumPy" (gpucore needs
+# numpy anyway).
+"$PY" -c "import numpy" 2>/dev/null || "$PY" -m pip install -q numpy
 if ! "$PY" -c "import torch" 2>/dev/null; then
   echo "bootstrap: installing $TORCH_SPEC into $VENV"
   # shellcheck disable=SC2086  # GPUCORE_TORCH may carry pip options such as --index-url
@@ -82,11 +92,16 @@ if [ "$TESTS" = 1 ]; then
   # onnxruntime, and safetensors. Optional: without them the export tests skip and say why.
   "$PY" -m pip install -q "onnx>=1.16" "onnxscript>=0.3" "onnxruntime>=1.18" "safetensors>=0.4" \
     || echo "bootstrap: onnx/onnxscript/onnxruntime/safetensors could not be installed; the export tests will skip"
-  # The fine-tuning tests' torchvision and timm models: the torchvision release made for torch 2.13 and timm without
-  # their dependencies (pip would otherwise replace the venv's torch), then timm's light ones with torch pinned.
-  # Optional: without them those tests skip.
-  if "$PY" -c 'import torch, sys; sys.exit(not torch.__version__.startswith("2.13."))'; then
-    "$PY" -m pip install -q --no-deps torchvision==0.28.0 timm \
+  # The fine-tuning tests' torchvision and timm models: the torchvision release made for the venv's torch (2.13, or
+  # 2.14, the CUDA wheel's) and timm without their dependencies (pip would otherwise replace the venv's torch), then
+  # timm's light ones with torch pinned. Optional: without them those tests skip.
+  case "$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])')" in
+    2.13.*) TORCHVISION=torchvision==0.28.0 ;;
+    2.14.1) TORCHVISION=torchvision==0.29.1 ;;
+    *) TORCHVISION="" ;;
+  esac
+  if [ -n "$TORCHVISION" ]; then
+    "$PY" -m pip install -q --no-deps "$TORCHVISION" timm \
       || echo "bootstrap: torchvision/timm could not be installed; the fine-tuning tests that need them will skip"
   fi
   "$PY" -m pip install -q -c <(echo "torch==$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])')") \
@@ -112,6 +127,7 @@ if [ "$TESTS" = 1 ]; then
     || echo "bootstrap: segmentation-models-pytorch could not be installed; the smp tests will skip"
 fi
 
+[ "$BUILD" = 1 ] || exit 0
 # Exactly what a user types (build isolation on): the build finds the venv's torch by itself.
 # The persistent build dir keeps rebuilds incremental and, with --tests, holds the GoogleTest binary.
 echo "bootstrap: building gpucore against $("$PY" -c 'import torch; print("torch", torch.__version__)')"

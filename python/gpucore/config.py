@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.util
 import json
 import math
 import os
@@ -190,7 +191,7 @@ KEYS = [
     Key("checkpoint_every_minutes", float, 0.0, "also checkpoint mid-epoch once this many minutes passed since the last checkpoint, to checkpoints/step.pt (0: off)", check=lambda v: 0 <= v < 1e9, valid=">= 0 and < 1e9 (minutes)"),
     Key("log_every_n_steps", int, doc="optimizer steps between host reads of the running metrics (progress bar, the callbacks' on_log)", **_core("log_every_n_steps")),
     Key("progress", bool, True, "show a progress bar (tqdm when installed, else a line per epoch)"),
-    Key("loggers", list, ["csv", "tensorboard"], "where rank 0 records the run besides metrics.jsonl: csv (metrics.csv, a row per logged step and per epoch), tensorboard (scalars per epoch and the hyperparameters in tensorboard/; needs the tensorboard package), mlflow (params, metrics per step and epoch, artifacts; needs gpucore's mlflow extra); a logger that fails is one warning and training goes on (docs: Training, Experiment tracking)", check=lambda v: all(name in LOGGERS for name in v) and len(set(v)) == len(v), valid=f"a list of {', '.join(LOGGERS)}, each at most once"),
+    Key("loggers", list, ["csv", "tensorboard"], "where rank 0 records the run besides metrics.jsonl (default: csv, and tensorboard where the tensorboard package is installed): csv (metrics.csv, a row per logged step and per epoch), tensorboard (scalars per epoch and the hyperparameters in tensorboard/; needs the tensorboard package), mlflow (params, metrics per step and epoch, artifacts; needs gpucore's mlflow extra); a logger that fails is one warning and training goes on (docs: Training, Experiment tracking)", check=lambda v: all(name in LOGGERS for name in v) and len(set(v)) == len(v), valid=f"a list of {', '.join(LOGGERS)}, each at most once"),
     Key("mlflow_tracking_uri", str, None, "loggers mlflow: the tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///RUN_DIR/mlflow.db, a SQLite database beside the run directories)", optional=True),
     Key("mlflow_experiment", str, "", "loggers mlflow: the experiment (default: the config's name)"),
     Key("mlflow_log_model", bool, False, "loggers mlflow: also log checkpoints/best.pt as an artifact at the end"),
@@ -453,6 +454,12 @@ def _set_entry(values: dict, dotted: str, value: Any, where: str) -> None:
     values[name] = mapping
 
 
+def default_loggers() -> list:
+    """Config key loggers when a config leaves it out: csv, and tensorboard only where its package is installed, so
+    that the default names no package gpucore does not install (a logger named explicitly and missing is a warning)."""
+    return ["csv", "tensorboard"] if importlib.util.find_spec("tensorboard") else ["csv"]
+
+
 def load_config(source: Any = None, overrides: Optional[Mapping[str, Any]] = None):
     """Build a checked TrainConfig from a path, a dict or a TrainConfig, and overrides.
 
@@ -498,6 +505,8 @@ def load_config(source: Any = None, overrides: Optional[Mapping[str, Any]] = Non
             values[name], origins[name] = _coerce(key, value, origin), origin
     if values.get("use_cuda") is False:
         values["no_cuda"] = True
+    if "loggers" not in values:
+        values["loggers"] = default_loggers()
     if not values.get("name"):
         values["name"] = name_hint or values.get("model", KEY_BY_NAME["model"].default).replace(":", "_").replace(".", "_")
     config = TrainConfig(**values)

@@ -3,7 +3,9 @@
 # build gpucore and run all of its tests and benchmarks (scripts/gpu/verify.sh uses it there; the
 # README's "Offline install" uses it on a user's server). Into one folder, by default .gpu-bundle/:
 #   wheels/   CPython wheels (--python-version, default 3.12) for the build backend, the test runner
-#             and everything the tests and benchmarks import, the peer libraries they compare against
+#             and everything the tests and benchmarks import, the peer libraries they compare against;
+#             and gpucore's own wheels (scripts/build_wheels.sh) from dist/: a server whose torch and
+#             Python one of them fits installs gpucore with no compiler
 #   prefix/   Debian's libpng, libjpeg-turbo, zlib and GoogleTest (headers, libraries, CMake files),
 #             unpacked, not installed: the build is pointed at it (CMAKE_PREFIX_PATH) and the built
 #             module finds these libraries through its rpath
@@ -14,6 +16,7 @@
 #   GPUCORE_BUNDLE_PYTHON  the wheels' Python version (default 3.12, the GPU image's)
 #   GPUCORE_BUNDLE_EXTRA   more requirements, fetched with what they need, e.g. "torch==2.13.0 numpy" for
 #                          a server that has no torch yet (pip options such as --index-url may follow)
+#   GPUCORE_BUNDLE_GPUCORE_WHEELS  the folder of gpucore's wheels to carry (default dist/)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -51,6 +54,14 @@ python3 -m pip wheel -q --no-deps -w "$DIR/wheels" "grad-cam==1.5.5"
 rm -f "$DIR"/wheels/numpy-* "$DIR"/wheels/opencv* "$DIR"/wheels/torch-*
 # shellcheck disable=SC2086  # a list of requirements and options
 [ -z "${GPUCORE_BUNDLE_EXTRA:-}" ] || pip_download $GPUCORE_BUNDLE_EXTRA
+# gpucore's own wheels, each for one torch release (its local version names it, e.g. +torch2.14cu130).
+GPUCORE_WHEELS=${GPUCORE_BUNDLE_GPUCORE_WHEELS:-$ROOT/dist}
+if compgen -G "$GPUCORE_WHEELS/gpucore-*.whl" >/dev/null; then
+  cp "$GPUCORE_WHEELS"/gpucore-*.whl "$DIR/wheels/"
+else
+  echo "bundle: no gpucore wheels in $GPUCORE_WHEELS (scripts/build_wheels.sh cpu|cuda builds them): the server" \
+       "will build gpucore from the checkout" >&2
+fi
 
 # ---- Debian packages, unpacked into prefix/ ---------------------------------------------------
 DEBS=(libpng-dev libpng16-16 libjpeg62-turbo-dev libjpeg62-turbo zlib1g-dev zlib1g libgtest-dev)
@@ -85,3 +96,4 @@ fi
 
 du -sh "$DIR" "$DIR/wheels" "$DIR/prefix"
 echo "bundle: $(ls "$DIR/wheels" | wc -l) wheels for CPython $PYVER, Debian libraries in $DIR/prefix"
+ls "$DIR"/wheels/gpucore-*.whl 2>/dev/null || true

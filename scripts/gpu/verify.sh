@@ -2,7 +2,9 @@
 # Verifies gpucore on a GPU machine with no network, in one call, from the project root:
 #   1. what the machine has (GPU, driver, python, torch, nvcc, cmake, the libraries the build needs)
 #   2. installs only what is missing, from the bundle of scripts/gpu/bundle.sh (no network)
-#   3. builds gpucore with its CUDA kernels for this GPU's architecture, and the GoogleTest binary
+#   3. installs the bundle's gpucore wheel when one fits this machine's torch and Python (scripts/build_wheels.sh; the
+#      ctest step then has no GoogleTest binary to run and is left out), else builds gpucore with its CUDA kernels for
+#      this GPU's architecture, and the GoogleTest binary
 #   4. ctest, `gpucore doctor --json`, one torchrun process (NCCL), the host syncs of training steps, a user's
 #      workflow on the real Fashion-MNIST (scripts/gpu/real_run.py), the whole pytest suite (CUDA tests included),
 #      the speedrun on the GPU (10 seeds with cuda_graphs beside a plain loop and Lightning, then the cold wall time of
@@ -13,6 +15,7 @@
 #
 #   GPUCORE_BUNDLE  the bundle folder (default .gpu-bundle)    PYTHON  the interpreter (default python3)
 #   GPUCORE_VERIFY_STEPS  the steps to run (default "build ctest doctor ddp syncs realrun pytest speedrun bench")
+#   GPUCORE_VERIFY_FROM   wheel (default: the bundle's wheel where one fits, else the source) or source (always build)
 #   GPUCORE_VERIFY_BENCHES  what the bench step runs (default "all"; e.g. "train cam layout")
 #   GPUCORE_PYTEST_ARGS   what pytest runs, instead of tests/python (e.g. "tests/python -k cuda")
 set -uo pipefail
@@ -100,7 +103,19 @@ fi
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
 # The GPU's own architecture, whatever the image sets (the device image sets TORCH_CUDA_ARCH_LIST=9.0a).
 export TORCH_CUDA_ARCH_LIST=${GPUCORE_VERIFY_ARCH:-$ARCH}
-if wants build; then
+# The wheel made for this torch (its local version, e.g. +torch2.14cu130) and this Python, when the bundle has one.
+FROM=${GPUCORE_VERIFY_FROM:-wheel}
+[[ "$FROM" =~ ^(wheel|source)$ ]] || { echo "verify: GPUCORE_VERIFY_FROM must be wheel or source, got '$FROM'"; exit 2; }
+GPUCORE_WHEEL="gpucore==$(sed -nE 's/^version = "(.*)"/\1/p' pyproject.toml)+$("$PY" scripts/wheel_local_version.py | cut -d' ' -f2)"
+if wants build && [ "$FROM" = wheel ] && "$PY" -m pip install -q --dry-run --no-index --no-deps \
+     --find-links "$BUNDLE/wheels" "$GPUCORE_WHEEL" >/dev/null 2>&1; then
+  step build "grep -E 'Successfully installed|error' " -- \
+    "$PY" -m pip install --no-index --no-deps --force-reinstall --find-links "$BUNDLE/wheels" "$GPUCORE_WHEEL" \
+    || { cat "$RESULTS"; exit 1; }
+  STEPS=${STEPS/ ctest / }
+  echo "verify: installed $GPUCORE_WHEEL from $BUNDLE/wheels; no GoogleTest binary, so no ctest step"
+elif wants build; then
+  echo "verify: no $GPUCORE_WHEEL for this Python in $BUNDLE/wheels (or GPUCORE_VERIFY_FROM=source): building gpucore"
   step build "grep -E 'Successfully installed|error' " -- \
     "$PY" -m pip install -v --no-build-isolation --no-index --no-deps . \
       --config-settings=build-dir="$BUILD_DIR" \

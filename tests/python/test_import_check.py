@@ -54,6 +54,24 @@ def test_check_names_the_source_or_a_placeholder():
     check_torch_version(Info, "2.4.0")
 
 
+def test_a_wheel_under_another_torch_names_the_torch_it_is_for():
+    class Wheel:
+        GPUCORE_VERSION = "0.1.0"
+        TORCH_VERSION = "2.13.0+cpu"
+        SOURCE_DIR = "/nonexistent/gpucore-src"
+        WHEEL_LOCAL_VERSION = "torch2.13cpu"
+
+    with pytest.raises(ImportError) as caught:
+        check_torch_version(Wheel, "2.14.1+cu130")
+    message = str(caught.value)
+    assert "gpucore 0.1.0+torch2.13cpu was built against torch 2.13.0+cpu, but torch 2.14.1+cu130 is installed" in message
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in message
+    assert "the gpucore wheel built for torch 2.14.1+cu130" in message
+    Wheel.TORCH_VERSION = "2.14.1"  # PyPI's CUDA build has no local version: no index to name
+    with pytest.raises(ImportError, match=r"pip install torch==2\.14\.1\n"):
+        check_torch_version(Wheel, "2.13.0+cpu")
+
+
 def test_build_info_is_consistent():
     import torch
 

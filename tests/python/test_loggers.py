@@ -285,8 +285,22 @@ def test_a_tracker_that_is_not_installed_is_one_warning_each(tmp_path, monkeypat
     assert not os.path.exists(tmp_path / "tiny" / "tensorboard")
 
 
+def test_default_loggers_name_only_installed_packages(monkeypatch):
+    import importlib.util
+
+    import gpucore.config
+
+    installed = importlib.util.find_spec("tensorboard") is not None
+    assert gpucore.load_config(None).loggers == (["csv", "tensorboard"] if installed else ["csv"])
+    # Where tensorboard is missing (the main job installs none), the default leaves it out: no warning in the run.
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(gpucore.config.importlib.util, "find_spec",
+                        lambda name, *args: None if name == "tensorboard" else real_find_spec(name, *args))
+    assert gpucore.load_config(None).loggers == ["csv"]
+    assert gpucore.load_config({"loggers": ["csv", "tensorboard"]}).loggers == ["csv", "tensorboard"]
+
+
 def test_loggers_are_checked_by_name():
-    assert gpucore.load_config(None).loggers == ["csv", "tensorboard"]
     for bad in (["wandb"], ["csv", "csv"]):
         with pytest.raises(gpucore.ConfigError, match=r"config key 'loggers' is .*; it must be a list of csv, "
                                                       r"tensorboard, mlflow, each at most once"):
