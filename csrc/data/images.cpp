@@ -268,6 +268,21 @@ std::string decode_image_into(const std::string& path, int64_t channels, int64_t
   return error;
 }
 
+namespace {
+
+// Whether image `i` was decoded; one that was not is skipped (its "path: why" added to `skipped`) where skip_errors
+// allows, else its error is thrown. A missing decoder library is gpucore's build, never the file's: always thrown.
+bool decoded_or_skipped(const Pixels& pixels, const std::vector<std::string>& paths, size_t i, bool skip_errors,
+                        std::vector<std::string>& skipped) {
+  if (pixels.missing_library) throw MissingReaderError("image '" + paths[i] + "' " + pixels.error);
+  if (pixels.error.empty()) return true;
+  if (!skip_errors) throw ConfigError("image '" + paths[i] + "' (index " + std::to_string(i) + "): " + pixels.error);
+  skipped.push_back(paths[i] + ": " + pixels.error);
+  return false;
+}
+
+}  // namespace
+
 DecodedImages decode_images(const std::vector<std::string>& paths, int64_t channels, int64_t threads, bool skip_errors,
                             int64_t height, int64_t width, bool nearest) {
   check_image_request(channels, height, width);
@@ -295,12 +310,7 @@ DecodedImages decode_images(const std::vector<std::string>& paths, int64_t chann
   const Pixels* first = nullptr;
   for (size_t i = 0; i < paths.size(); ++i) {
     const Pixels& pixels = decoded[i];
-    if (pixels.missing_library) throw MissingReaderError("image '" + paths[i] + "' " + pixels.error);
-    if (!pixels.error.empty()) {
-      if (!skip_errors) throw ConfigError("image '" + paths[i] + "' (index " + std::to_string(i) + "): " + pixels.error);
-      result.skipped.push_back(paths[i] + ": " + pixels.error);
-      continue;
-    }
+    if (!decoded_or_skipped(pixels, paths, i, skip_errors, result.skipped)) continue;
     if (first == nullptr) first = &pixels;
     if (pixels.height != first->height || pixels.width != first->width) {
       throw ConfigError("image '" + paths[i] + "' is " + size_text(pixels.height, pixels.width) + " but '" +
@@ -357,13 +367,7 @@ DecodedImageList decode_images_at_own_size(const std::vector<std::string>& paths
   DecodedImageList result;
   result.downsized = downsized.load();
   for (size_t i = 0; i < paths.size(); ++i) {
-    const Pixels& pixels = decoded[i];
-    if (pixels.missing_library) throw MissingReaderError("image '" + paths[i] + "' " + pixels.error);
-    if (!pixels.error.empty()) {
-      if (!skip_errors) throw ConfigError("image '" + paths[i] + "' (index " + std::to_string(i) + "): " + pixels.error);
-      result.skipped.push_back(paths[i] + ": " + pixels.error);
-      continue;
-    }
+    if (!decoded_or_skipped(decoded[i], paths, i, skip_errors, result.skipped)) continue;
     result.images.push_back(std::move(images[i]));
     result.kept.push_back(static_cast<int64_t>(i));
   }
