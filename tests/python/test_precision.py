@@ -1,3 +1,5 @@
+import mmap
+
 import pytest
 import torch
 
@@ -96,13 +98,17 @@ def test_live_cuda_policy_applies(restores_backend_switches):
 
 def test_memory_stats_cpu():
     before = gpucore.memory_stats("cpu")
-    block = torch.ones(256 << 20, dtype=torch.uint8)  # 256 MiB, touched
+    # 256 MiB of fresh pages, touched: mapped here rather than malloc'd, since gpucore.train's malloc settings (an
+    # earlier test's run) keep freed heap memory resident for reuse
+    pages = mmap.mmap(-1, 256 << 20)
+    block = torch.frombuffer(pages, dtype=torch.uint8).fill_(1)
     after = gpucore.memory_stats("cpu")
     assert set(after) == {"device", "allocated", "reserved", "peak_allocated", "free", "total"}
     assert after["total"] > 0
     assert after["peak_allocated"] >= after["allocated"] > 0
     assert after["allocated"] - before["allocated"] > 128 << 20
     del block
+    pages.close()
 
 
 @pytest.mark.needs_cuda
