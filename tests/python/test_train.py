@@ -1,6 +1,7 @@
 """gpucore.train end to end on the CPU, against plain PyTorch references."""
 import json
 import os
+import shutil
 import warnings
 
 import pytest
@@ -473,6 +474,8 @@ def test_ctrl_c_during_a_checkpoint_write_waits_for_the_write_then_interrupts(tm
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not (shutil.which("g++") or shutil.which("c++")),
+                    reason="torch.compile's inductor compiles C++ on the CPU: no compiler here (an installed wheel's check)")
 def test_compile_on_the_cpu_trains_like_eager(tmp_path):
     # torch.compile (inductor, with the machine's C++ compiler) under the C++ engine: the same losses as eager
     # (no dropout: compiled code draws its random numbers differently).
@@ -482,6 +485,23 @@ def test_compile_on_the_cpu_trains_like_eager(tmp_path):
     for ours, theirs in zip(compiled.history, eager.history):
         assert ours["train_loss"] == pytest.approx(theirs["train_loss"], rel=1e-3)  # fused kernels round differently
         assert ours["val_loss"] == pytest.approx(theirs["val_loss"], rel=1e-3)
+
+
+def test_compile_without_a_working_backend_names_the_config_key(tmp_path):
+    """torch.compile's backend failing (here inductor without its C++ compiler) is not a model that does not fit the
+    data: the error names config key compile and the way out."""
+    import torch._inductor.config as inductor_config
+
+    config = dict(SMALL, run_dir=str(tmp_path), epochs=1, device="cpu", precision="32", compile=True,
+                  data_kwargs={"train_size": 128, "val_size": 64, "seed": 3})
+    torch._dynamo.reset()
+    try:
+        with inductor_config.patch({"cpp.cxx": (None, "no-such-compiler-gpucore")}):
+            with pytest.raises(gpucore.TrainingError, match=r"(?s)config key 'compile'.*compile: false") as caught:
+                gpucore.train(config)
+    finally:
+        torch._dynamo.reset()
+    assert "no-such-compiler-gpucore" in str(caught.value) and "fits the data" not in str(caught.value)
 
 
 # ---- config keys against plain PyTorch ----------------------------------------------------------------------

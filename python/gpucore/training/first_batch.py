@@ -1,6 +1,7 @@
 """The first training batch's diagnosis: when the model fails before any step of the run has trained, the error most
 likely means the model does not fit the data, and says which config keys decide that (with the size config key
-transforms turns the images into, when it changes it)."""
+transforms turns the images into, when it changes it); or, with config key compile, that torch.compile's backend
+could not compile it."""
 from __future__ import annotations
 
 from typing import Optional
@@ -14,11 +15,25 @@ def diagnosis(run, exc: RuntimeError, nothing_trained: bool) -> Optional[Trainin
     process's first epoch); None to let `exc` through."""
     if isinstance(exc, TrainingError) or not nothing_trained:
         return None
+    if run.config.compile and _is_compiler_failure(exc):
+        return TrainingError(f"config key 'compile': torch.compile could not compile the model ({exc}); on the CPU "
+                             "its inductor backend needs a working C++ compiler (g++ or clang, as torch documents); "
+                             "install one, or set compile: false")
     resized = _transformed_size(run)
     keys = "model, model_kwargs, data, data_kwargs" + (", transforms" if resized else "")
     return TrainingError(
         f"the model failed on the first training batch ({run.train_set.description}): {exc}\n{resized}"
         f"Check that the model fits the data: input channels, image size, number of classes (config keys {keys})")
+
+
+# What torch.compile's errors say when its backend failed, rather than the model: dynamo's BackendCompilerFailed
+# ("backend='inductor' raised: ..."), inductor's InvalidCxxCompiler. The engine hands a Python error back as text.
+_BACKEND_FAILURES = ("BackendCompilerFailed", "backend='", "InvalidCxxCompiler")
+
+
+def _is_compiler_failure(exc: BaseException) -> bool:
+    """Whether `exc` is torch.compile's backend failing, not the model itself."""
+    return any(marker in f"{type(exc).__name__}: {exc}" for marker in _BACKEND_FAILURES)
 
 
 def _transformed_size(run) -> str:
