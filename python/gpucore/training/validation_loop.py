@@ -13,10 +13,6 @@ class ValidationLoop:
     def __init__(self, run):
         self.run = run
 
-    @property
-    def enabled(self) -> bool:
-        return self.run.val_set is not None
-
     def run_epoch(self, epoch: int) -> dict:
         """Epoch `epoch`'s (from 0) validation metrics, val_* (and val_ema_*), and val_time_s; {} without a
         validation set."""
