@@ -19,6 +19,7 @@ from torch import nn
 from ..errors import ConfigError
 from ..models.registry import backbone_split
 from ..run_files import BEST, EVERY_N_PREFIX, INTERRUPTED, LAST, every_n_name
+from .frozen_layers import CannotFold, FrozenLayersForward
 from .run_dir import RunDir
 
 
@@ -354,19 +355,45 @@ class FreezeBackbone(Callback):
     the backbone's parameters are set requires_grad=False (they get no gradients, so the fused step, clipping and
     the loss scaler pass them by and their optimizer state stays as it was) and its BatchNorm layers are put in eval
     mode (running statistics unchanged). From the next epoch on, every layer trains. Frozen or not follows from
-    the epoch alone, so a resumed run freezes exactly as the uninterrupted one did."""
+    the epoch alone, so a resumed run freezes exactly as the uninterrupted one did.
 
-    def __init__(self, model: nn.Module, freeze_epochs: int):
+    While frozen, the engine trains through FrozenLayersForward (frozen_layers.py: BatchNorms folded into the
+    layers before them, weights cast once to `autocast_dtype`), made at the first frozen epoch and kept while the
+    backbone stays frozen; `fold_off` says why not (None: fold), e.g. a model under DDP or torch.compile.
+    `frozen_layers()` is training_stats.json's account of it."""
+
+    def __init__(self, model: nn.Module, freeze_epochs: int, autocast_dtype=None, fold_off: Optional[str] = None):
         split = backbone_split(model, "freeze")
+        self.model = model
         self.params = split.backbone_params
         self.norms = [module for name, module in model.named_modules()
                       if isinstance(module, nn.modules.batchnorm._BatchNorm) and not split.in_head(name)]
         self.freeze_epochs = freeze_epochs
+        self.autocast_dtype = autocast_dtype
+        self.fold_off = fold_off
+        self.forward: Optional[FrozenLayersForward] = None
+        self.folded: Optional[Dict[str, Any]] = None  # the summary of a folded forward since dropped
 
     def on_epoch_start(self, trainer, epoch: int) -> None:
         frozen = epoch <= self.freeze_epochs
         for param in self.params:
             param.requires_grad_(not frozen)
-        if frozen:
-            for norm in self.norms:
-                norm.eval()
+        if not frozen:
+            if self.forward is not None:  # the layers train again: the engine calls the model itself
+                self.folded, self.forward = self.forward.summary(), None
+            return
+        for norm in self.norms:
+            norm.eval()
+        if self.forward is None and self.fold_off is None:
+            try:
+                self.forward = FrozenLayersForward(self.model, self.autocast_dtype)
+            except CannotFold as exc:
+                self.fold_off = str(exc)
+        if self.forward is not None:
+            trainer.train_forward = self.forward
+
+    def frozen_layers(self) -> Dict[str, Any]:
+        """What the frozen epochs' forward folded and cast once, or why the model's own forward trained them."""
+        if self.forward is not None:
+            return self.forward.summary()
+        return self.folded or {"unchanged": self.fold_off or "no epoch has trained frozen yet"}

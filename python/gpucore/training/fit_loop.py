@@ -49,8 +49,12 @@ class FitLoop:
         self.checkpoints = ModelCheckpoint(monitor, run.run_dir, self.checkpointing,
                                            config.save_every_n_epochs, config.keep_last_k)
         built_in = [EarlyStopping(monitor, config.patience)] if config.patience else []
+        self.freeze: Optional[FreezeBackbone] = None
         if config.freeze == "backbone":
-            built_in.append(FreezeBackbone(run.module, config.freeze_epochs))
+            # Its folded forward calls the model itself: not a DDP wrapper (its reducer) or a compiled one.
+            wrapped = None if run.forward is run.module else "the model is wrapped for DDP or torch.compile"
+            self.freeze = FreezeBackbone(run.module, config.freeze_epochs, run.policy.autocast_dtype, wrapped)
+            built_in.append(self.freeze)
         # ModelCheckpoint last, as in Lightning: a checkpoint holds every other callback's state after the epoch.
         self.callbacks = CallbackList([*built_in, *make_loggers(run), *callbacks, self.checkpoints], self)
         self.validation = ValidationLoop(run)
@@ -66,6 +70,7 @@ class FitLoop:
         self.step_boundaries = StepBoundaries()  # where those signals are raised
         self.warned_on_capture = False  # cuda_graphs: a failed capture is warned about once
         self.resumed: Optional[dict] = None  # the checkpoint a resume read, its epoch and data position
+        self.train_forward = run.forward  # what the engine calls this epoch (FreezeBackbone may set another)
 
     @property
     def epoch(self) -> int:
@@ -115,6 +120,7 @@ class FitLoop:
         started = time.perf_counter()
         try:
             run.module.train()
+            self.train_forward = run.forward
             self.callbacks.call("on_epoch_start", position.epoch + 1)  # after train(): frozen norms go back to eval
             if run.device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(run.device)
@@ -172,12 +178,12 @@ class FitLoop:
                                   every_seconds=checkpoints.every_seconds, steps_before=position.steps_before_pass())
         self.oom.before_pass()
         try:
-            hooked = None if config.compile else run.module  # see holding_steps
+            hooked = None if config.compile else self.train_forward  # see holding_steps
             with self.step_boundaries.holding_steps(hooked, position.batching.accumulate_grad_batches):
                 position.begin_pass(source.remaining())
                 try:
                     stats = engine.train_epoch(
-                        source, run.forward, run.loss, on_log, epoch=epoch, first_batch=position.first_batch(),
+                        source, self.train_forward, run.loss, on_log, epoch=epoch, first_batch=position.first_batch(),
                         # None: no call into Python (and the GIL) after the steps
                         on_step=on_step if checkpoints.enabled or step_hook else None, step_calls=step_calls)
                 finally:  # also after an interrupt: the steps done are where a resume goes on

@@ -38,6 +38,7 @@ class RunStats:
                     best=self.best(), steps=position.steps_taken, skipped_steps=position.steps_skipped,
                     host_syncs=sum(syncs.values()), host_syncs_by_source=syncs,
                     cuda_graphs=self.graph_stats(), process_settings=process_settings(), seconds=self.seconds(),
+                    **({"frozen_layers": loop.freeze.frozen_layers()} if loop.freeze is not None else {}),
                     skipped_files=self.skipped_files())
 
     def batching_facts(self) -> dict:
