@@ -339,6 +339,40 @@ def test_timm_convnext_from_a_safetensors_file_one_channel_and_new_head(tmp_path
 
 
 @needs_timm
+@pytest.mark.parametrize("precision", ["32", "bf16-mixed"])
+def test_a_timm_vit_trains_as_with_torch_adamw_and_cosine(tmp_path, precision):
+    # The 224-px bench saw a ViT's loss differ from a plain loop's after a tiny run; with the same batches the
+    # engine's steps are torch.optim.AdamW's with gpucore's param groups (decay off for biases, norms, tokens).
+    torch.manual_seed(0)
+    model = build_model("timm:vit_small_patch16_224", {"img_size": 32, "patch_size": 8, "embed_dim": 64, "depth": 2,
+                                                       "num_heads": 2, "num_classes": 10})
+    reference = build_model("timm:vit_small_patch16_224", {"img_size": 32, "patch_size": 8, "embed_dim": 64,
+                                                           "depth": 2, "num_heads": 2, "num_classes": 10})
+    reference.load_state_dict(model.state_dict())
+    x, y = torch.randn(64, 3, 32, 32), torch.randint(0, 10, (64,))
+    config = gpucore.config.load_config({"optimizer": "adamw", "lr": 1e-3, "schedule": "cosine", "epochs": 6,
+                                         "batch_size": 64, "precision": precision, "device": "cpu", "seed": 0,
+                                         "progress": False, "report": False, "loggers": [], "val_fraction": 0.0,
+                                         "run_dir": str(tmp_path)})
+    losses = [row["train_loss"] for row in gpucore.train(config, model=model, train_data=(x, y)).history]
+    groups = engine_config.param_groups(reference, config)
+    assert sorted(len(g.params) for g in groups) == [12, 20]  # 12 matrices decay; biases, norms, tokens do not
+    optimizer = torch.optim.AdamW([{"params": g.params, "weight_decay": g.weight_decay} for g in groups], lr=1e-3)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=6)
+    expected = []
+    for _ in range(6):  # one batch an epoch: the batch's order does not matter
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-mixed"):
+            loss = nn.functional.cross_entropy(reference(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+        expected.append(loss.item())
+    assert losses == pytest.approx(expected, rel=5e-4 if precision == "32" else 5e-3)
+    assert expected[-1] < expected[0] - 0.2  # it learns
+
+
+@needs_timm
 @needs_hub
 def test_timm_weights_from_the_hugging_face_cache_or_where_to_get_them(tmp_path, monkeypatch):
     import huggingface_hub.constants  # a submodule: the package's lazy attributes do not include it
