@@ -6,6 +6,7 @@ import json
 import os
 import shlex
 import sys
+import warnings
 from typing import Optional, Sequence
 
 
@@ -336,6 +337,11 @@ def _current_folder_importable() -> None:
         sys.path.append(here)
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as a command-line user reads it: what and why, not the library's file, line and source."""
+    print(f"gpucore: warning: {message}", file=sys.stderr if file is None else file)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     _current_folder_importable()
     parser = build_parser()
@@ -346,7 +352,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from .errors import ConfigError, DeviceUnavailableError, TrainingError
 
     try:
-        return args.run(args)
+        with warnings.catch_warnings():  # restores showwarning after the command
+            warnings.showwarning = _show_warning
+            return args.run(args)
     except (ConfigError, DeviceUnavailableError, NotImplementedError) as exc:
         print(f"gpucore: error: {exc}", file=sys.stderr)
         return 2

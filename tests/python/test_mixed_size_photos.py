@@ -114,6 +114,26 @@ def test_mixed_sizes_with_nothing_to_bring_them_to_one_name_the_keys(folder):
                                     transforms=["RandomHorizontalFlip", {"ColorJitter": {"contrast": 0.2}}]))
 
 
+def test_the_default_model_on_photos_names_the_size_transforms_give_and_a_model_for_photos(folder, tmp_path):
+    # A new user's first try: their photo folder, RandomResizedCrop, the default model (made for 28 x 28).
+    with pytest.raises(gpucore.TrainingError) as caught:
+        gpucore.train(data=str(folder), epochs=1, batch_size=6, progress=False, run_dir=str(tmp_path), val_fraction=0,
+                      transforms=[{"RandomResizedCrop": {"size": 40}}])
+    message = str(caught.value)
+    assert "first training batch (3-channel uint8 images of their own sizes from " in message
+    assert "config key transforms brings each image to 40 x 40, the size the model gets" in message
+    assert "the default, fashion_mnist_cnn, made for 28 x 28 Fashion-MNIST" in message
+    assert "model: fast_cnn (any size)" in message and "(config keys model, model_kwargs, data, data_kwargs, " \
+        "transforms)" in message
+    # Named where a module goes, it is pointed to the config key; named there, it trains on the folder.
+    with pytest.raises(gpucore.ConfigError, match=r"model argument must be a torch.nn.Module, got str; to name a "
+                                                  r"model, set config key model: gpucore.train\(\{'model': 'fast_cnn'\}"):
+        gpucore.train(data=str(folder), model="fast_cnn")
+    result = gpucore.train({"model": "fast_cnn"}, data=str(folder), epochs=1, batch_size=6, progress=False,
+                           run_dir=str(tmp_path), val_fraction=0, transforms=[{"RandomResizedCrop": {"size": 40}}])
+    assert result.status == "completed" and result.steps > 0
+
+
 def test_max_resolution_is_checked(folder):
     with pytest.raises(gpucore.ConfigError, match="max_resolution must be an integer >= 0"):
         data.read_image_folder(folder, max_resolution=-1)

@@ -28,7 +28,10 @@ class EpochData:
         self.training, self.world = training, world
         self._tensors = self._loader = self._generator = self._sampler = None
         self._data = data
-        self.description = describe(data)
+        # Images of their own sizes, brought to one by the first transforms (RandomResizedCrop, Resize + CenterCrop).
+        self.own_sizes = isinstance(data, ImageFiles) and at_own_sizes(data, config.transforms, config.crop_padding,
+                                                                        config.hflip)
+        self.description = describe(data, self.own_sizes)
         shuffle = training and config.shuffle
         drop_last = training and config.drop_last
         wants_augment = training and (config.crop_padding > 0 or config.hflip or bool(config.transforms))
@@ -85,6 +88,10 @@ class EpochData:
         """Whether the rest of an epoch can be served from any sample on, at any world size (gpucore's sources)."""
         return self._tensors is not None
 
+    def first_image_size(self) -> tuple:
+        """(height, width) of the first readable image of an image-file data set."""
+        return tuple(self._data.image_shape()[1:])
+
     def epoch(self, epoch: int, first_sample: int = 0):
         """Epoch `epoch`'s batches from sample `first_sample` of its order over all ranks on (a resume
         mid-epoch): gpucore's sources shard the rest among this run's ranks; a torch loader skips whole
@@ -134,9 +141,11 @@ def make_val_set(data, config, device: str, normalization) -> Optional[EpochData
                      world=distributed.World())
 
 
-def describe(data) -> str:
-    """What one sample of `data` looks like, for errors."""
+def describe(data, own_sizes: bool = False) -> str:
+    """What one sample of `data` looks like, for errors; `own_sizes`: image files read at their own sizes."""
     if isinstance(data, ImageFiles):
+        if own_sizes:
+            return f"{data.channels}-channel uint8 images of their own sizes from '{data.origin}'"
         channels, height, width = data.image_shape()
         return f"{channels} x {height} x {width} uint8 images from '{data.origin}'"
     if is_native(data):

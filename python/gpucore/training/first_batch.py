@@ -7,7 +7,10 @@ from __future__ import annotations
 from typing import Optional
 
 from .. import transforms as transforms_list
+from ..config import KEY_BY_NAME
 from ..errors import TrainingError
+
+FASHION_MNIST_SIZE = (28, 28)  # what the default model, fashion_mnist_cnn, takes
 
 
 def diagnosis(run, exc: RuntimeError, nothing_trained: bool) -> Optional[TrainingError]:
@@ -20,7 +23,7 @@ def diagnosis(run, exc: RuntimeError, nothing_trained: bool) -> Optional[Trainin
                              "its inductor backend needs a working C++ compiler (g++ or clang, as torch documents); "
                              "install one, or set compile: false")
     resized = _transformed_size(run)
-    keys = "model, model_kwargs, data, data_kwargs" + (", transforms" if resized else "")
+    keys = "model, model_kwargs, data, data_kwargs" + (", transforms" if "config key transforms" in resized else "")
     return TrainingError(
         f"the model failed on the first training batch ({run.train_set.description}): {exc}\n{resized}"
         f"Check that the model fits the data: input channels, image size, number of classes (config keys {keys})")
@@ -38,18 +41,30 @@ def _is_compiler_failure(exc: BaseException) -> bool:
 
 def _transformed_size(run) -> str:
     """A sentence for the first batch's error when config key transforms (with crop_padding and hflip) changes the
-    images' size, which the model then gets: "" when it keeps it, or the inputs are not images of one size."""
+    images' size, which the model then gets: "" when it keeps it, or the inputs are not images. Images of their own
+    sizes are brought to one by the list's first transforms; a model that needs other inputs is then named."""
     shape, config = run.input_shape, run.config
-    if not shape or len(shape) != 3 or not shape[1] or not shape[2]:
+    own_sizes = getattr(run.train_set, "own_sizes", False)
+    if not shape or len(shape) != 3 or not (own_sizes or (shape[1] and shape[2])):
         return ""
-    height, width = int(shape[1]), int(shape[2])
+    # Images at their own sizes: the first transforms' output size does not depend on the input's.
+    height, width = (run.train_set.first_image_size() if own_sizes else (int(shape[1]), int(shape[2])))
     try:
         value = transforms_list.training_form(config.transforms, config.crop_padding, config.hflip, (height, width))
         after = tuple(transforms_list.output_size(value, height, width))
     except Exception:  # noqa: BLE001 - the config was checked; this is only a hint
         return ""
+    model = ""
+    if config.model == KEY_BY_NAME["model"].default and after != FASHION_MNIST_SIZE:
+        model = (f" Config key model is the default, {config.model}, made for {FASHION_MNIST_SIZE[0]} x "
+                 f"{FASHION_MNIST_SIZE[1]} Fashion-MNIST: name one for your images, e.g. model: fast_cnn (any size) or "
+                 "torchvision:resnet18.")
+    if own_sizes:
+        return (f"config key transforms brings each image to {after[0]} x {after[1]}, the size the model gets: make "
+                f"the model take {after[0]} x {after[1]} inputs.{model}\n")
     if after == (height, width):
-        return ""
+        return f"{model.strip()}\n" if model else ""
     return (f"config key transforms turns the {height} x {width} images into {after[0]} x {after[1]}, the size the "
             f"model gets: make the model take {after[0]} x {after[1]} inputs, or choose transforms that keep "
-            f"{height} x {width} (RandomCrop: {{size: {height}, padding: 4}} crops with padding to the same size).\n")
+            f"{height} x {width} (RandomCrop: {{size: {height}, padding: 4}} crops with padding to the same size)."
+            f"{model}\n")

@@ -147,6 +147,9 @@ class FitLoop:
             position.engine_read(run.engine.steps_taken(), run.engine.steps_skipped())
             self.status = "interrupted"
             return
+        except BaseException:
+            progress.close()  # the error then starts on a line of its own
+            raise
         position.next_epoch()
         if self.should_stop:
             self.status = self.stop_status

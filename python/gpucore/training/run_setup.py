@@ -109,7 +109,9 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
     seed_everything(config.seed)  # the model's initial weights as when it was built before reading the data
     module = model if model is not None else build_model(config.model, config.model_kwargs, config.pretrained)
     if not isinstance(module, nn.Module):
-        raise ConfigError(f"model must be a torch.nn.Module, got {type(module).__name__}")
+        named = (f"; to name a model, set config key model: gpucore.train({{'model': {module!r}}}, ...) or "
+                 f"--set model={module}" if isinstance(module, str) else "")
+        raise ConfigError(f"train()'s model argument must be a torch.nn.Module, got {type(module).__name__}{named}")
     pretrained = _load_pretrained(module, config, world)
     _check_outputs(module, config, task, classes, model is not None)
     channels_last = place_model(module, config, choice.device, policy)
