@@ -81,6 +81,37 @@ class PilImageFolder(torch.utils.data.Dataset):
         with Image.open(path) as picture:
             return self.transform(picture.convert("RGB")), label
 
+
+class PilSegmentationFolder(PilImageFolder):
+    """Segmentation pairs as a torchvision user reads them: images/ and masks/ paired by file name (without
+    extension), the image decoded by PIL as RGB, the grey mask as a tv_tensors.Mask of class ids, then
+    `transform(picture, mask)` (torchvision.transforms.v2 applies geometric transforms to both, nearest for the
+    mask, and colour transforms to the image only). Yields (image, int64 H x W mask)."""
+
+    def __init__(self, images, masks, transform):
+        import os
+
+        def stems(folder):
+            return {os.path.splitext(f)[0]: os.path.join(folder, f) for f in sorted(os.listdir(folder))}
+
+        image_files, mask_files = stems(images), stems(masks)
+        if image_files.keys() != mask_files.keys():
+            unpaired = sorted(image_files.keys() ^ mask_files.keys())
+            raise ValueError(f"'{unpaired[0]}' has an image or a mask but not both ({len(unpaired)} unpaired in "
+                             f"'{images}' and '{masks}')")
+        self.items = [(image_files[stem], mask_files[stem]) for stem in sorted(image_files)]
+        self.transform = transform
+
+    def __getitem__(self, index):
+        import numpy as np
+        from PIL import Image
+        from torchvision import tv_tensors
+
+        image_path, mask_path = self.items[index]
+        with Image.open(image_path) as picture, Image.open(mask_path) as mask:
+            image, mask = self.transform(picture.convert("RGB"), tv_tensors.Mask(torch.from_numpy(np.array(mask))))
+        return image, mask.as_subclass(torch.Tensor).long()
+
 def import_torchvision():
     """torchvision, also where its compiled ops cannot load (its PyPI wheel is built for a CUDA torch; on a
     CPU-only torch its _C library fails to load). Its models are plain Python, but importing it registers

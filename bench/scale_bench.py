@@ -14,15 +14,22 @@ decay on biases and norm weights, gpucore's param_groups) with a cosine schedule
 cross-entropy; the precision and memory format gpucore's `auto` picks on this machine (bf16 autocast and
 channels-last on a CPU with native bf16, float32 otherwise). Workloads: resnet18_frozen (torchvision ResNet-18
 with its backbone frozen, BatchNorm statistics too: gpucore's freeze: backbone for every epoch), resnet18 and
-resnet50 (all layers train), vit_small (timm's vit_small_patch16_224). The weights are random: no pretrained
-weights are on disk here and nothing is downloaded; throughput does not depend on them.
+resnet50 (all layers train), vit_small (timm's vit_small_patch16_224), and segformer_b0: transformers'
+SegformerForSemanticSegmentation (mit-b0's layout, SegformerConfig's defaults) built by gpucore's registry, on
+bench/scale_data.py's segmentation set made of the same photos (images/ JPEGs beside masks/ PNGs of 4 classes, the
+crop's luminance bands; all one size, the mean of --min-size and --max-size, square: gpucore refuses segmentation
+pairs of mixed sizes), the same recipe with RandomResizedCrop and the flip applied to image and mask alike (nearest
+for the mask) and ColorJitter and Normalize to the image only, and cross-entropy per pixel on the logits upsampled
+(bilinear) to the mask's size as gpucore does (segmentation_models.logits_of). The weights are random: no
+pretrained weights are on disk here and nothing is downloaded; throughput does not depend on them.
 
 Trainers: gpucore streamed (config key cache: none: JPEGs decoded on reader threads every epoch) and cached (cache:
 auto: decoded once, uint8 kept); "DataLoader + plain loop" (PIL decoding, per-sample v2 transforms, as many workers
 as cores, persistent, as timm's loader is wired); Lightning 2.x with the same DataLoader; "DALI + plain loop"
 (fn.readers.file, fn.decoders.image, fn.random_resized_crop, fn.color_twist, fn.crop_mirror_normalize, as many
-threads as cores), left out with the reason where nvidia-dali cannot run; and the limit row (the plain loop's step
-on a few batches made once and held in memory, cycled for the epoch's steps).
+threads as cores), left out with the reason where nvidia-dali cannot run and for segmentation
+(SEGMENTATION_IN_DALI); and the limit row (the plain loop's step on a few batches made once and held in memory,
+cycled for the epoch's steps). For segformer_b0 the DataLoader's v2 pipeline gets (image, tv_tensors.Mask) pairs.
 
 Each round trains every trainer once from the same initial weights, in turn first (a noisy machine slows them
 alike); a run trains --epochs epochs and its images/s are over the epochs after the first (the first starts
@@ -30,11 +37,13 @@ workers, fills the cache, creates oneDNN's kernels). Reported per trainer: image
 percentiles) and its ratio to gpucore streamed, seconds per epoch, peak RSS of the process and its workers during
 the run, CPU busy share (CPU seconds of the process and its workers over wall seconds x cores, the whole run),
 the images each saw per timed epoch and the last epoch's mean loss. Then the input pipeline alone: images/s from
-files to ready batches, no model. Not a test: quote the numbers with the machine; --quick sizes check the runner.
+files to ready batches, no model, on the photo classification set only (once, with the first classification
+workload). Not a test: quote the numbers with the machine; --quick sizes check the runner.
 """
 import argparse
 import copy
 import gc
+import importlib.util
 import os
 import statistics
 import sys
@@ -47,23 +56,27 @@ from torch import nn
 
 import gpucore
 from gpucore.config import load_config
-from gpucore.models.registry import backbone_split
+from gpucore.models.registry import backbone_split, build_model
+from gpucore.models.segmentation_models import logits_of
 from gpucore.training.engine_config import param_groups
 from gpucore.training.run_setup import resolve_channels_last
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from augment_bench import MEAN, STD, TRANSFORMS, torchvision_pipeline  # noqa: E402
-from common import (EpochClock, PilImageFolder, device_label, import_lightning, import_torchvision,  # noqa: E402
-                    lightning_epoch_timer, lightning_module, result_json, stepped_per_batch, sync)
-from scale_data import DEFAULT_CACHE, make_photos  # noqa: E402
+from common import (EpochClock, PilImageFolder, PilSegmentationFolder, device_label, import_lightning,  # noqa: E402
+                    import_torchvision, lightning_epoch_timer, lightning_module, result_json, stepped_per_batch, sync)
+from scale_data import DEFAULT_CACHE, SEGMENTATION_CLASSES, make_photos, make_segmentation  # noqa: E402
 from train_bench import Skip, percentile  # noqa: E402
 
-WORKLOADS = {  # name: (gpucore's model name, frozen backbone)
-    "resnet18_frozen": ("torchvision:resnet18", True),
-    "resnet18": ("torchvision:resnet18", False),
-    "resnet50": ("torchvision:resnet50", False),
-    "vit_small": ("timm:vit_small_patch16_224", False),
+WORKLOADS = {  # name: (gpucore's model name, frozen backbone, its data: "photos" (classes) or "segmentation")
+    "resnet18_frozen": ("torchvision:resnet18", True, "photos"),
+    "resnet18": ("torchvision:resnet18", False, "photos"),
+    "resnet50": ("torchvision:resnet50", False, "photos"),
+    "vit_small": ("timm:vit_small_patch16_224", False, "photos"),
+    # SegformerConfig's defaults are mit-b0's layout (depths 2, 2, 2, 2; hidden sizes 32, 64, 160, 256; decoder 256)
+    "segformer_b0": ("transformers:SegformerForSemanticSegmentation", False, "segmentation"),
 }
+CLASSES_KEY = {"torchvision": "num_classes", "timm": "num_classes", "transformers": "num_labels"}  # model_kwargs'
 LIMIT_BATCHES = 4  # the limit row's batches held in memory
 
 
@@ -74,15 +87,23 @@ def transforms(crop: int) -> list:
 
 class Workload:
     """What every trainer shares for one workload and round: the config (gpucore's, which the others read their
-    recipe from), the folder, the initial weights, precision and layout."""
+    recipe from), the folder (class subfolders, or images/ and masks/ for segmentation), the initial weights,
+    precision and layout."""
 
     def __init__(self, name, args, device, folder):
-        model_name, self.frozen = WORKLOADS[name]
+        model_name, self.frozen, data = WORKLOADS[name]
         self.name, self.device, self.folder, self.args = name, device, folder, args
-        self.classes = len(os.listdir(folder))
-        self.images = sum(len(os.listdir(os.path.join(folder, c))) for c in os.listdir(folder))
+        self.segmentation = data == "segmentation"
+        if self.segmentation:
+            self.classes = SEGMENTATION_CLASSES
+            self.images = len(os.listdir(os.path.join(folder, "images")))
+        else:
+            self.classes = len(os.listdir(folder))
+            self.images = sum(len(os.listdir(os.path.join(folder, c))) for c in os.listdir(folder))
+        # gpucore's config key data reads class folders only; segmentation pairs come as train_data (train_data()).
         self.config = load_config({
-            "data": folder, "val_fraction": 0.0, "model": model_name, "model_kwargs": {"num_classes": self.classes},
+            **({} if self.segmentation else {"data": folder}), "val_fraction": 0.0, "model": model_name,
+            "model_kwargs": {CLASSES_KEY[model_name.split(":")[0]]: self.classes},
             "transforms": transforms(args.crop), "optimizer": "adamw", "lr": 1e-3, "schedule": "cosine",
             "epochs": args.epochs, "batch_size": args.batch_size, "drop_last": True,
             "freeze": "backbone" if self.frozen else "none", "freeze_epochs": args.epochs, "precision": "auto",
@@ -94,11 +115,9 @@ class Workload:
         self.seed = 0
 
     def new_model(self) -> nn.Module:
-        if self.config.model.startswith("timm:"):
-            import timm
-
-            return timm.create_model(self.config.model[5:], num_classes=self.classes)
-        return getattr(import_torchvision().models, self.config.model.split(":")[1])(num_classes=self.classes)
+        """gpucore's registry builds it (the library's own factory, random weights); a segmentation model then
+        returns its logits at the input's size (segmentation_models.logits_of), for every trainer alike."""
+        return build_model(self.config.model, self.config.model_kwargs)
 
     def for_round(self, seed):
         workload = copy.copy(self)
@@ -142,12 +161,33 @@ class Workload:
         x = x.to(self.device, non_blocking=True)
         return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
 
+    def train_data(self):
+        """gpucore.train's train_data: the segmentation pairs, or None (config key data names the class folder)."""
+        if not self.segmentation:
+            return None
+        return gpucore.data.read_segmentation(os.path.join(self.folder, "images"), os.path.join(self.folder, "masks"))
+
+    def torch_dataset(self):
+        """What a torchvision user reads: the same v2 pipeline, given (image, mask) pairs for segmentation."""
+        pipeline = torchvision_pipeline(self.args.crop)
+        if self.segmentation:
+            return PilSegmentationFolder(os.path.join(self.folder, "images"), os.path.join(self.folder, "masks"),
+                                         pipeline)
+        return PilImageFolder(self.folder, pipeline)
+
     def torch_loader(self):
         cores = os.cpu_count() or 1
         return torch.utils.data.DataLoader(
-            PilImageFolder(self.folder, torchvision_pipeline(self.args.crop)), batch_size=self.args.batch_size,
+            self.torch_dataset(), batch_size=self.args.batch_size,
             shuffle=True, drop_last=True, num_workers=cores, persistent_workers=True,
             pin_memory=self.device.type == "cuda", generator=torch.Generator().manual_seed(self.seed))
+
+
+def loss_of(model, x, y):
+    """The plain loops' loss: cross-entropy of the logits, per image, or per pixel for segmentation, whose logits
+    are first brought to the masks' size by gpucore's rule (logits_of: bilinear; the registry's model has done that
+    already, so here it leaves them as they are, as it does a classifier's N x K logits)."""
+    return nn.functional.cross_entropy(logits_of(model(x), x), y)
 
 
 # Each trainer returns per epoch (seconds, images seen, mean training loss).
@@ -155,7 +195,7 @@ class Workload:
 def train_gpucore(w: Workload, cache: str):
     with tempfile.TemporaryDirectory() as run_dir:
         result = gpucore.train(load_config(w.config, {"cache": cache}), model=w.model(), seed=w.seed,
-                               device=str(w.device), run_dir=run_dir)
+                               device=str(w.device), run_dir=run_dir, train_data=w.train_data())
     return [(row["epoch_time_s"], round(row["epoch_time_s"] * row["samples_per_s"]), row["train_loss"])
             for row in result.history]
 
@@ -174,7 +214,7 @@ def plain_loop(w: Workload, batches):
         for x, y in batches():
             x, y = w.inputs(x), y.to(w.device, non_blocking=True)
             with w.autocast():
-                loss = nn.functional.cross_entropy(model(x), y)
+                loss = loss_of(model, x, y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -200,7 +240,7 @@ def train_lightning(w: Workload):
 
     def loss(net, batch):
         x, y = batch
-        out = nn.functional.cross_entropy(net(w.inputs(x)), y)
+        out = loss_of(net, w.inputs(x), y)
         losses.append(out.detach().float())
         seen.append(len(y))
         return out
@@ -225,9 +265,19 @@ def train_lightning(w: Workload):
             for i, seconds in enumerate(timer.times)]
 
 
+SEGMENTATION_IN_DALI = (
+    "segmentation is not built in DALI here: fn.random_resized_crop draws its window for one input, so image and "
+    "mask would need a hand-built pipeline (two readers kept in step by one seed, the window drawn once with "
+    "fn.random.uniform and applied to both by fn.resize's roi arguments, nearest for the mask), not the recipe's "
+    "ops as DALI users write them")
+
+
 def dali_batches(w: Workload):
     """One epoch of (inputs, targets) at a time from a DALI pipeline: the same recipe's steps as DALI ops, decoded
-    on the CPU here (the mixed decoder on a GPU). Raises Skip where nvidia-dali is missing or cannot run."""
+    on the CPU here (the mixed decoder on a GPU). Raises Skip where nvidia-dali is missing or cannot run, and for
+    segmentation (SEGMENTATION_IN_DALI)."""
+    if w.segmentation:
+        raise Skip(SEGMENTATION_IN_DALI)
     try:
         from nvidia.dali import fn, pipeline_def, types
     except ImportError as exc:
@@ -376,7 +426,10 @@ def input_pipeline_alone(w: Workload, rounds: int) -> dict:
 
 
 def run_workload(name, args, device, folder, with_pipeline=True) -> dict:
+    """Every trainer on one workload, rounds interleaved; with_pipeline: then the input pipeline alone, which is
+    measured on the photo classification set only (a segmentation workload never runs it)."""
     workload = Workload(name, args, device, folder)
+    with_pipeline = with_pipeline and not workload.segmentation
     names = [n for n in TRAINERS if not args.only or n in args.only]
     runs, skipped = {n: [] for n in names}, {}
     for index in range(args.rounds):
@@ -419,7 +472,8 @@ def run_workload(name, args, device, folder, with_pipeline=True) -> dict:
     for row in rows.values():
         if "images_per_s" in row:
             row["ratio_to_gpucore_streamed"] = row["images_per_s"] / reference if reference else None
-    return {"model": workload.config.model, "frozen_backbone": workload.frozen, "images": workload.images,
+    return {"model": workload.config.model, "frozen_backbone": workload.frozen, "data": folder,
+            "task": "segmentation" if workload.segmentation else "classification", "images": workload.images,
             "classes": workload.classes, "steps_per_epoch": workload.steps_per_epoch,
             "precision": workload.policy.precision, "channels_last": workload.channels_last, "trainers": rows,
             **({"input_pipeline": input_pipeline_alone(workload, args.rounds)} if with_pipeline else {})}
@@ -442,12 +496,21 @@ def markdown(results: dict, header: str) -> str:
             lines.append(f"| {name} | {trainer} | {r['images_per_s']:.1f} ({r['p10']:.1f}-{r['p90']:.1f}) | "
                          f"{'' if ratio is None else f'{ratio:.2f}x'} | {r['epoch_s']:.1f} | {r['first_epoch_s']:.1f} | "
                          f"{r['peak_rss_mb']:.0f} | {r['cpu_busy_share']:.0%} | {r['last_loss']:.3f} |")
+    first = next((w for w in results["workloads"].values() if "input_pipeline" in w), None)
+    if first is None:  # a segmentation workload alone: the input pipeline is measured on the photo classes only
+        return "\n".join(lines) + "\n"
     lines += ["", "| input pipeline alone (no model) | images/s (p10-p90) |", "|---|---|"]
-    first = next((w for w in results["workloads"].values() if "input_pipeline" in w), {"input_pipeline": {}})
     for path, r in first["input_pipeline"].items():
         lines.append(f"| {path} | " + (f"left out: {r['skipped']}" if "skipped" in r else
                                       f"{r['images_per_s']:.1f} ({r['p10']:.1f}-{r['p90']:.1f})") + " |")
     return "\n".join(lines) + "\n"
+
+
+def segmentation_side(args) -> int:
+    """The one side of the segmentation set's square images: the photos' mean side. One size because gpucore
+    trains segmentation pairs of one size only (cache none: "image ... is 89x65 but the data set's images are
+    66x64; a data set needs images of one size"; cache auto the same, when decoding them)."""
+    return (args.min_size + args.max_size) // 2
 
 
 def main(argv=None):
@@ -472,29 +535,42 @@ def main(argv=None):
         raise SystemExit("--images must be a multiple of --batch-size: every trainer then sees the same images")
     import_torchvision()  # before gpucore's model registry imports it (see import_torchvision)
     device = gpucore.select_device(args.device).device
-    try:
-        root = make_photos(args.images, 0, args.min_size, args.max_size, cache_dir=args.cache_dir)
+    side = segmentation_side(args)
+    try:  # the sets the workloads read, made once
+        roots = {data: make_photos(args.images, 0, args.min_size, args.max_size, cache_dir=args.cache_dir)
+                 if data == "photos" else make_segmentation(args.images, 0, side, side, cache_dir=args.cache_dir)
+                 for data in sorted({WORKLOADS[name][2] for name in args.workloads})}
     except ImportError as exc:  # scikit-image or scikit-learn, whose photos these are
         print(f"every workload left out: {exc}", flush=True)
         return result_json({"device": device_label(device), "skipped": str(exc)}, args.json)
-    folder = os.path.join(root, "train")
-    results = {"device": device_label(device), "cores": os.cpu_count(), "data": root,
+    results = {"device": device_label(device), "cores": os.cpu_count(), "data": roots.get("photos"),
                "photo_sides": [args.min_size, args.max_size], "batch_size": args.batch_size, "epochs": args.epochs,
                "rounds": args.rounds, "crop": args.crop, "workloads": {}}
+    if "segmentation" in roots:
+        results.update(segmentation_data=roots["segmentation"], segmentation_side=side)
     policy = gpucore.resolve_precision("auto", device)
     for name in args.workloads:
+        model_name, _, data = WORKLOADS[name]
+        library = model_name.split(":")[0]
         try:
+            if importlib.util.find_spec(library) is None:  # gpucore's registry would say so as a ConfigError
+                raise ImportError(f"{library} is not installed (pip install {library})")
             results["workloads"][name] = run_workload(  # the input pipeline alone once: it has no model
-                name, args, device, folder, not any("input_pipeline" in w for w in results["workloads"].values()))
-        except ImportError as exc:  # timm for vit_small
-            results["workloads"][name] = {"skipped": f"{WORKLOADS[name][0]} cannot be built here: {exc}"}
+                name, args, device, os.path.join(roots[data], "train"),
+                not any("input_pipeline" in w for w in results["workloads"].values()))
+        except ImportError as exc:  # timm for vit_small, transformers for segformer_b0
+            results["workloads"][name] = {"skipped": f"{model_name} cannot be built here: {exc}"}
             print(f"{name}: left out: {exc}", flush=True)
         result = result_json(results, args.json)  # after every workload: a long run's finished part is kept
         header = (f"{result['device']}, {os.cpu_count()} cores, torch {torch.__version__}, {result['date']}; "
                   f"precision {policy.precision} (`auto`; channels-last for the conv nets); {args.images} JPEG photos "
                   f"with sides {args.min_size}-{args.max_size} px, RandomResizedCrop({args.crop}) + flip + ColorJitter "
                   f"+ Normalize, batch {args.batch_size}, {args.epochs} epochs a run (the first untimed), "
-                  f"{args.rounds} interleaved rounds; random weights")
+                  f"{args.rounds} interleaved rounds; random weights"
+                  + (f"; segformer_b0: {args.images} crops of the same photos, all {side} x {side} px (gpucore "
+                     f"refuses segmentation pairs of mixed sizes), each with a PNG mask of {SEGMENTATION_CLASSES} "
+                     "luminance bands, the crop and flip on both, per-pixel cross-entropy"
+                     if "segmentation" in roots else ""))
         table = markdown(results, header)
         if args.markdown:
             with open(args.markdown, "w") as handle:

@@ -6,11 +6,17 @@
   skimage/data (astronaut, chelsea, coffee, hubble_deep_field, ihc, motorcycle_left, retina, rocket) and
   scikit-learn's china.jpg and flower.jpg. The class is the source photograph (10 classes), so the labels are
   learnable and decoding costs what it costs on real photos.
+- segmentation: the same crops (the same seed gives the photo set's crops), as images/NNNNNN.jpg (quality 90) beside
+  masks/NNNNNN.png (grey, lossless, the image's size) under train/ and val/, the layout
+  gpucore.data.read_segmentation pairs by file name. A mask's class ids (0 to SEGMENTATION_CLASSES - 1) are the
+  crop's luminance after a light blur (Gaussian, radius 2) cut into equal bands (0-63, 64-127, 128-191, 192-255):
+  regions that follow the photo's own shapes and edges, which a segmentation model can learn from the pixels.
 - fashion_mnist_224: the real Fashion-MNIST (gpucore's reader finds it: $GPUCORE_FASHION_MNIST,
   /usr/share/datasets/fashion-mnist, ...) upscaled (bilinear) to 224 x 224 RGB JPEGs with its real labels, the
   test images as val/.
 
     python bench/scale_data.py photos [--images 2000] [--val-images 200] [--min-size 256] [--max-size 500]
+    python bench/scale_data.py segmentation [--images 2000] [--val-images 200] [--min-size 256] [--max-size 500]
     python bench/scale_data.py fashion_mnist_224 [--images 6000] [--val-images 1000]
     [--cache-dir ~/.cache/gpucore/bench] [--seed 0]
 
@@ -32,6 +38,8 @@ SKLEARN_PHOTOS = ["china.jpg", "flower.jpg"]
 FASHION_CLASSES = ["t-shirt", "trouser", "pullover", "dress", "coat", "sandal", "shirt", "sneaker", "bag",
                    "ankle-boot"]
 JPEG_QUALITY = 90
+SEGMENTATION_CLASSES = 4  # luminance bands of a segmentation mask
+MASK_BLUR_RADIUS = 2  # pixels: bands follow regions, not JPEG-scale texture
 
 
 def source_photos():
@@ -61,6 +69,12 @@ def _jpeg(picture) -> bytes:
     buffer = io.BytesIO()
     picture.save(buffer, format="JPEG", quality=JPEG_QUALITY)
     return buffer.getvalue()
+
+
+def _write(path: str, data: bytes) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as handle:
+        handle.write(data)
 
 
 def _finished(root: str) -> bool:
@@ -101,23 +115,58 @@ def photo_crop(photo: np.ndarray, rng: np.random.Generator, min_size: int, max_s
     return picture
 
 
+def _check_sizes(min_size: int, max_size: int) -> None:
+    if not 0 < min_size <= max_size:
+        raise ValueError(f"sizes must satisfy 0 < min_size <= max_size, got {min_size}, {max_size}")
+
+
+def _photo_crops(images: int, val_images: int, min_size: int, max_size: int, seed: int):
+    """(split, index, source photo's name, PIL crop) for `images` train/ and `val_images` val/ crops, the source
+    photos taken in turn: what the photo and segmentation sets are made of (one seed, one sequence of crops)."""
+    photos = source_photos()
+    rng = np.random.default_rng(seed)
+    for split, count in (("train", images), ("val", val_images)):
+        for index in range(count):
+            name, photo = photos[index % len(photos)]
+            yield split, index, name, photo_crop(photo, rng, min_size, max_size)
+
+
 def make_photos(images: int = 2000, val_images: int = 200, min_size: int = 256, max_size: int = 500, seed: int = 0,
                 cache_dir: str = DEFAULT_CACHE) -> str:
     """The photo ImageFolder (made once; see the module's docstring): its root, holding train/ and val/."""
-    if not 0 < min_size <= max_size:
-        raise ValueError(f"sizes must satisfy 0 < min_size <= max_size, got {min_size}, {max_size}")
+    _check_sizes(min_size, max_size)
     root = os.path.join(cache_dir, f"photos-{images}-{val_images}-{min_size}-{max_size}-seed{seed}")
 
     def write(folder):
-        photos = source_photos()
-        rng = np.random.default_rng(seed)
-        for split, count in (("train", images), ("val", val_images)):
-            for index in range(count):
-                name, photo = photos[index % len(photos)]
-                directory = os.path.join(folder, split, name)
-                os.makedirs(directory, exist_ok=True)
-                with open(os.path.join(directory, f"{index:06d}.jpg"), "wb") as handle:
-                    handle.write(_jpeg(photo_crop(photo, rng, min_size, max_size)))
+        for split, index, name, picture in _photo_crops(images, val_images, min_size, max_size, seed):
+            _write(os.path.join(folder, split, name, f"{index:06d}.jpg"), _jpeg(picture))
+
+    return _build(root, write)
+
+
+def luminance_mask(picture):
+    """The segmentation mask of a PIL RGB image: its luminance (ITU-R 601, PIL's "L"), blurred, cut into
+    SEGMENTATION_CLASSES equal bands; a grey PIL image of class ids, the picture's size."""
+    from PIL import Image, ImageFilter
+
+    luminance = np.asarray(picture.convert("L").filter(ImageFilter.GaussianBlur(MASK_BLUR_RADIUS)))
+    classes = (luminance.astype(np.uint16) * SEGMENTATION_CLASSES // 256).astype(np.uint8)
+    return Image.fromarray(classes, mode="L")
+
+
+def make_segmentation(images: int = 2000, val_images: int = 200, min_size: int = 256, max_size: int = 500,
+                      seed: int = 0, cache_dir: str = DEFAULT_CACHE) -> str:
+    """The segmentation set (made once; see the module's docstring): its root, holding train/ and val/, each with
+    images/ (JPEG) and masks/ (PNG) paired by file name."""
+    _check_sizes(min_size, max_size)
+    root = os.path.join(cache_dir, f"segmentation-{images}-{val_images}-{min_size}-{max_size}-seed{seed}")
+
+    def write(folder):
+        for split, index, _, picture in _photo_crops(images, val_images, min_size, max_size, seed):
+            _write(os.path.join(folder, split, "images", f"{index:06d}.jpg"), _jpeg(picture))
+            mask = io.BytesIO()
+            luminance_mask(picture).save(mask, format="PNG")  # lossless: the class ids exactly
+            _write(os.path.join(folder, split, "masks", f"{index:06d}.png"), mask.getvalue())
 
     return _build(root, write)
 
@@ -141,29 +190,29 @@ def make_fashion_mnist_224(images: int = 6000, val_images: int = 1000, size: int
         for split, (pixels, labels) in zip(("train", "val"), splits):
             pixels = pixels.reshape(len(labels), 28, 28).numpy()
             for index, (image, label) in enumerate(zip(pixels, labels.tolist())):
-                directory = os.path.join(folder, split, f"{label}-{FASHION_CLASSES[label]}")
-                os.makedirs(directory, exist_ok=True)
                 picture = Image.fromarray(image, mode="L").resize((size, size), Image.BILINEAR).convert("RGB")
-                with open(os.path.join(directory, f"{index:06d}.jpg"), "wb") as handle:
-                    handle.write(_jpeg(picture))
+                _write(os.path.join(folder, split, f"{label}-{FASHION_CLASSES[label]}", f"{index:06d}.jpg"),
+                       _jpeg(picture))
 
     return _build(root, write)
 
 
 def main(argv=None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("which", choices=["photos", "fashion_mnist_224"])
-    parser.add_argument("--images", type=int, help="training images (default: photos 2000, fashion_mnist_224 6000)")
-    parser.add_argument("--val-images", type=int, help="validation images (default: photos 200, "
+    parser.add_argument("which", choices=["photos", "segmentation", "fashion_mnist_224"])
+    parser.add_argument("--images", type=int, help="training images (default: photos and segmentation 2000, "
+                        "fashion_mnist_224 6000)")
+    parser.add_argument("--val-images", type=int, help="validation images (default: photos and segmentation 200, "
                         "fashion_mnist_224 1000)")
-    parser.add_argument("--min-size", type=int, default=256, help="photos: smallest side in pixels")
-    parser.add_argument("--max-size", type=int, default=500, help="photos: largest side in pixels")
-    parser.add_argument("--seed", type=int, default=0, help="photos: the crops' seed")
+    parser.add_argument("--min-size", type=int, default=256, help="photos, segmentation: smallest side in pixels")
+    parser.add_argument("--max-size", type=int, default=500, help="photos, segmentation: largest side in pixels")
+    parser.add_argument("--seed", type=int, default=0, help="photos, segmentation: the crops' seed")
     parser.add_argument("--cache-dir", default=DEFAULT_CACHE)
     args = parser.parse_args(argv)
-    if args.which == "photos":
-        root = make_photos(args.images or 2000, 200 if args.val_images is None else args.val_images, args.min_size,
-                           args.max_size, args.seed, args.cache_dir)
+    if args.which in ("photos", "segmentation"):
+        make = make_photos if args.which == "photos" else make_segmentation
+        root = make(args.images or 2000, 200 if args.val_images is None else args.val_images, args.min_size,
+                    args.max_size, args.seed, args.cache_dir)
     else:
         root = make_fashion_mnist_224(args.images or 6000, 1000 if args.val_images is None else args.val_images,
                                       cache_dir=args.cache_dir)

@@ -1,6 +1,8 @@
-"""bench/scale_data.py's sets (deterministic, cached, real labels) and the quick form of python -m bench scale: every
-trainer that can run here saw the same images and its loss is finite; one that cannot says why."""
+"""bench/scale_data.py's sets (deterministic, cached, real labels, masks from the photos) and the quick form of
+python -m bench scale, classification and segmentation: every trainer that can run here saw the same images and its
+loss is finite; one that cannot says why."""
 import hashlib
+import importlib.util
 import math
 import pathlib
 import runpy
@@ -9,13 +11,13 @@ import pytest
 
 from conftest import require
 
-pytestmark = pytest.mark.slow  # trains ResNet-18 six times
+pytestmark = pytest.mark.slow  # trains ResNet-18 and SegFormer-B0 six times each
 
 BENCH = pathlib.Path(__file__).resolve().parents[2] / "bench"
 
 
-def digests(root: pathlib.Path) -> dict:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*.jpg"))}
+def digests(root: pathlib.Path, pattern: str = "*.jpg") -> dict:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob(pattern))}
 
 
 def test_photo_set_is_deterministic_cached_and_in_range(tmp_path):
@@ -39,6 +41,32 @@ def test_photo_set_is_deterministic_cached_and_in_range(tmp_path):
     assert (first / "COMPLETE").stat().st_mtime_ns == made
 
 
+def test_segmentation_set_pairs_the_photo_crops_with_masks_of_their_luminance(tmp_path):
+    require("skimage")
+    require("sklearn")
+    import numpy as np
+    from PIL import Image
+
+    data = runpy.run_path(str(BENCH / "scale_data.py"))
+    first = pathlib.Path(data["make_segmentation"](12, 2, 40, 60, cache_dir=str(tmp_path / "a")))
+    second = pathlib.Path(data["make_segmentation"](12, 2, 40, 60, cache_dir=str(tmp_path / "b")))
+    assert digests(first, "*.*g") == digests(second, "*.*g") and len(digests(first, "*.*g")) == 28  # jpg and png
+    photos = pathlib.Path(data["make_photos"](12, 2, 40, 60, cache_dir=str(tmp_path / "a")))
+    # the photo set's crops, byte for byte: one seed, one sequence of crops
+    assert sorted(digests(first / "train" / "images").values()) == sorted(digests(photos / "train").values())
+    classes = data["SEGMENTATION_CLASSES"]
+    for image_path in sorted(first.rglob("images/*.jpg")):
+        mask_path = image_path.parent.parent / "masks" / (image_path.stem + ".png")
+        with Image.open(image_path) as picture, Image.open(mask_path) as mask:
+            assert mask.mode == "L" and mask.size == picture.size and all(40 <= side <= 60 for side in mask.size)
+            ids = np.asarray(mask)
+            assert ids.max() < classes
+            # the bands of the photo's own luminance (the JPEG's, so nearly all pixels)
+            expected = np.asarray(data["luminance_mask"](picture.convert("RGB")))
+            assert (ids == expected).mean() > 0.9, image_path.name
+    assert len({int(v) for p in first.rglob("masks/*.png") for v in np.unique(np.asarray(Image.open(p)))}) == classes
+
+
 def test_fashion_mnist_224_keeps_the_real_labels(tmp_path):
     from PIL import Image
 
@@ -56,14 +84,15 @@ def test_fashion_mnist_224_keeps_the_real_labels(tmp_path):
         assert picture.size == (224, 224) and picture.mode == "RGB"
 
 
-def test_scale_bench_quick_form(tmp_path):
-    require("skimage")
-    require("torchvision")
-    bench = runpy.run_path(str(BENCH / "scale_bench.py"))
-    result = bench["main"](["--device", "cpu", "--workloads", "resnet18_frozen", "--images", "16", "--batch-size",
-                            "8", "--min-size", "64", "--max-size", "64", "--crop", "32", "--rounds", "1", "--cache-dir",
-                            str(tmp_path), "--markdown", str(tmp_path / "table.md")])
-    trainers = result["workloads"]["resnet18_frozen"]["trainers"]
+def quick_run(bench, workload, tmp_path, sides=("64", "64")) -> dict:
+    return bench["main"](["--device", "cpu", "--workloads", workload, "--images", "16", "--batch-size", "8",
+                          "--min-size", sides[0], "--max-size", sides[1], "--crop", "32", "--rounds", "1",
+                          "--cache-dir", str(tmp_path), "--markdown", str(tmp_path / "table.md")])
+
+
+def trainers_that_ran(bench, trainers: dict) -> dict:
+    """The rows of the trainers that ran, checked: every trainer is listed, the core ones ran, each saw the 16 images
+    every epoch with a finite loss; one that did not run says why."""
     assert set(trainers) == set(bench["TRAINERS"])
     ran = {name: row for name, row in trainers.items() if "skipped" not in row}
     assert {"gpucore streamed", "gpucore cached", "DataLoader + plain loop", "limit: tensors in memory"} <= set(ran)
@@ -75,7 +104,39 @@ def test_scale_bench_quick_form(tmp_path):
         assert math.isfinite(row["last_loss"]) and 0 < row["last_loss"] < 10, name
         assert row["images_per_s"] > 0 and 0 < row["cpu_busy_share"] <= 1.05 and row["peak_rss_mb"] > 0, name
     assert ran["gpucore streamed"]["ratio_to_gpucore_streamed"] == 1.0
+    return ran
+
+
+def test_scale_bench_quick_form(tmp_path):
+    require("skimage")
+    require("torchvision")
+    bench = runpy.run_path(str(BENCH / "scale_bench.py"))
+    result = quick_run(bench, "resnet18_frozen", tmp_path)
+    trainers_that_ran(bench, result["workloads"]["resnet18_frozen"]["trainers"])
     pipeline = result["workloads"]["resnet18_frozen"]["input_pipeline"]
     assert pipeline["gpucore streamed"]["images_per_s"] > 0 and pipeline["DataLoader"]["images_per_s"] > 0
     table = (tmp_path / "table.md").read_text()
     assert "| resnet18_frozen | gpucore streamed |" in table and result["torch"] in table
+
+
+def test_scale_bench_quick_form_segformer_b0(tmp_path):
+    require("skimage")
+    require("torchvision")
+    if importlib.util.find_spec("transformers") is None:
+        pytest.skip("needs transformers (segformer_b0 is its SegformerForSemanticSegmentation; not installed)")
+    bench = runpy.run_path(str(BENCH / "scale_bench.py"))
+    result = quick_run(bench, "segformer_b0", tmp_path, sides=("56", "72"))
+    assert result["segmentation_side"] == 64  # one size, the sides' mean: gpucore refuses mixed-size pairs
+    workload = result["workloads"]["segformer_b0"]
+    assert workload["task"] == "segmentation" and workload["classes"] == 4 and "input_pipeline" not in workload
+    ran = trainers_that_ran(bench, workload["trainers"])
+    assert "segmentation is not built in DALI" in workload["trainers"]["DALI + plain loop"]["skipped"]
+    for name, row in ran.items():
+        first_epoch = row["runs"][0]["loss"][0]
+        assert abs(first_epoch - math.log(4)) < 0.3, (name, first_epoch)  # random weights: about ln(classes)
+    # gpucore streamed and cached read the same batches (one order and augmentation for both)
+    streamed, cached = (ran[name]["runs"][0]["loss"] for name in ("gpucore streamed", "gpucore cached"))
+    assert streamed == pytest.approx(cached, rel=1e-2)
+    table = (tmp_path / "table.md").read_text()
+    assert "| segformer_b0 | DataLoader + plain loop |" in table and "all 64 x 64 px" in table
+    assert "input pipeline alone" not in table  # measured on the photo classes only
