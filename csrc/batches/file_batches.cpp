@@ -78,8 +78,8 @@ FileBatches::FileBatches(std::vector<std::string> paths, const at::Tensor& targe
                       mixed_sizes_hint());
   }
   if (per_image_ && !mask_paths_.empty()) {
-    throw ConfigError("segmentation pairs need one image size: give the readers' size argument (config key data_kwargs: "
-                      "{size: [H, W]})");
+    throw ConfigError("segmentation pairs need one image size: give the readers' size argument "
+                      "(gpucore.data.read_segmentation(images, masks, size=(H, W)), which resizes the masks alike)");
   }
   if (per_image_) {
     std::tie(slot_height_, slot_width_) = std::pair(pipeline().per_image_size()[0], pipeline().per_image_size()[1]);

@@ -376,9 +376,11 @@ DecodedImageList decode_images_at_own_size(const std::vector<std::string>& paths
 
 std::string mixed_sizes_hint() {
   return "a data set needs images of one size: give them one with config key data_kwargs: {size: [H, W]} (the "
-         "readers' size argument: every image resized to it), or start config key transforms with "
-         "RandomResizedCrop: {size: S} (training) or Resize: {size: S} + CenterCrop: {size: S}, which crop each "
-         "image at its own size";
+         "readers' size argument: every image resized to it; for segmentation pairs "
+         "gpucore.data.read_segmentation(images, masks, size=(H, W)), which resizes the masks alike), or, for a "
+         "folder of classes, start config key transforms with RandomResizedCrop: {size: S} (training) or Resize: "
+         "{size: S} + CenterCrop: {size: S}, which crop each image at its own size (segmentation pairs are not "
+         "cropped at their own sizes)";
 }
 
 std::string missing_reader_message(const std::string& format) {
