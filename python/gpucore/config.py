@@ -184,7 +184,7 @@ KEYS = [
     Key("patience", int, 0, "early stopping: epochs without improvement before stopping (0: off)", check=_non_negative, valid=">= 0"),
     Key("min_delta", float, 0.0, "early stopping: smallest change that counts as improvement", check=_non_negative, valid=">= 0"),
     Key("run_dir", str, "runs", "parent folder of run directories"),
-    Key("name", str, "", "run name, the run directory's name (default: the config file's name, else the model's)"),
+    Key("name", str, "", "run name, the run directory's name (default: the config file's name, else the model's: config key model's, or for a model given to train() its built-in name or class name)"),
     Key("save_every_n_epochs", int, 0, "also keep a checkpoint every N epochs (0: off)", check=_non_negative, valid=">= 0"),
     Key("keep_last_k", int, 3, "how many of the every-N checkpoints to keep", check=_positive, valid="> 0"),
     Key("checkpoint_every_n_steps", int, 0, "also checkpoint mid-epoch every N optimizer steps of the epoch, to checkpoints/step.pt, written by a background thread (0: off)", check=lambda v: 0 <= v < 2**31, valid=">= 0 and < 2^31 (steps)"),
@@ -460,6 +460,12 @@ def default_loggers() -> list:
     return ["csv", "tensorboard"] if importlib.util.find_spec("tensorboard") else ["csv"]
 
 
+def run_name_of(model: str) -> str:
+    """The run name (config key name) an unnamed run gets from the model's name: 'torchvision:resnet18' ->
+    'torchvision_resnet18'."""
+    return model.replace(":", "_").replace(".", "_")
+
+
 def load_config(source: Any = None, overrides: Optional[Mapping[str, Any]] = None):
     """Build a checked TrainConfig from a path, a dict or a TrainConfig, and overrides.
 
@@ -508,7 +514,7 @@ def load_config(source: Any = None, overrides: Optional[Mapping[str, Any]] = Non
     if "loggers" not in values:
         values["loggers"] = default_loggers()
     if not values.get("name"):
-        values["name"] = name_hint or values.get("model", KEY_BY_NAME["model"].default).replace(":", "_").replace(".", "_")
+        values["name"] = name_hint or run_name_of(values.get("model", KEY_BY_NAME["model"].default))
     config = TrainConfig(**values)
     _validate(config, origins)
     return config

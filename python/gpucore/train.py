@@ -6,6 +6,7 @@ per epoch), training/fit_loop.py (the epochs), training/callbacks.py (checkpoint
 training/run_dir.py (the files), evaluation/run_report.py (the report). See docs/architecture.md."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -16,7 +17,7 @@ import torch
 from torch import nn
 
 from .checkpoint import EMA_STATE, load_checkpoint
-from .config import load_config
+from .config import load_config, run_name_of
 from .errors import ConfigError
 from .evaluation.run_report import report_after_training
 from .models.registry import build_model
@@ -25,7 +26,7 @@ from .run_files import CHECKPOINTS, METRICS, STATS
 from .training import distributed, launcher
 from .training.fit_loop import FitLoop
 from .training.run_dir import resume_path
-from .training.run_setup import build_run
+from .training.run_setup import build_run, python_model_name
 
 
 @dataclass
@@ -124,6 +125,9 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
         TrainingError: training failed (out of memory, too many non-finite steps); the last good checkpoint stays.
     """
     config = load_config(cfg, overrides)
+    if isinstance(model, nn.Module) and config.name == run_name_of(config.model):
+        # An unnamed run of a model given in Python is named after that model, not after config key model's.
+        config = dataclasses.replace(config, name=python_model_name(model, config))
     world = distributed.environment()
     if config.devices > 1 and world.size == 1:
         if any(v is not None for v in (model, train_data, val_data, loss)) or callbacks:

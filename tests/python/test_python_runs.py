@@ -102,6 +102,8 @@ def test_a_python_run_records_the_importable_model_and_python_data(importable_ru
     assert config["data"] == "python:train_data"
     saved = torch.load(os.path.join(importable_run.checkpoint_dir, "best.pt"), weights_only=False)
     assert saved["config"]["model"] == f"{MODULE}:TinyNet" and saved["config"]["data"] == "python:train_data"
+    # Unnamed, the run is named after the model it trained, not after config key model's default.
+    assert os.path.basename(importable_run.run_dir) == "TinyNet" == config["name"]
 
 
 def test_what_is_recorded_for_models_that_are_not_rebuilt_with_no_arguments(on_path):

@@ -14,6 +14,7 @@ from torch import nn
 
 from .. import _C
 
+from ..config import run_name_of
 from ..data.builtin import DATA_VAL_FRACTION, PYTHON_DATA, class_names, read_data, split
 from ..data.readers import ImageFiles, LabeledData
 from ..data.tensor_inputs import as_images
@@ -139,6 +140,13 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
                classes=classes, input_shape=input_shape, from_data=from_data, pretrained=pretrained,
                train_set=train_set, val_set=val_set, steps_per_epoch=steps_per_epoch, channels_last=channels_last,
                engine=engine, graphs_reason=graphs_reason, ema=ema, run_dir=run_dir, group_store=group_store)
+
+
+def python_model_name(model: nn.Module, config) -> str:
+    """The run name of an unnamed run of `model`, given in Python: its built-in name, else its class's name
+    (python_model_spec), e.g. 'fashion_mnist_cnn' or 'ResNet'."""
+    name, _ = python_model_spec(model, config.model, config.model_kwargs)
+    return run_name_of(name.split(":")[-1].split(".")[-1])
 
 
 def recorded_config(config, model: Optional[nn.Module], train_data) -> Any:
