@@ -167,6 +167,10 @@ def test_untraceable_or_unfoldable_models_raise_cannot_fold_saying_why():
     trainable = Net()  # nothing frozen
     with pytest.raises(CannotFold, match="no frozen convolution or linear layer"):
         FrozenLayersForward(trainable, None)
+    hooked = frozen_net()
+    hooked.register_forward_hook(lambda module, inputs, output: None)
+    with pytest.raises(CannotFold, match="forward hooks of its own"):
+        FrozenLayersForward(hooked, None)
 
 
 def test_a_forward_that_its_trace_does_not_show_fails_the_check_and_trains_through_the_model():

@@ -90,6 +90,8 @@ class FrozenLayer(nn.Module):
 
 def _fold(module: nn.Module, autocast_dtype: Optional[torch.dtype]) -> tuple:
     """The fx graph of `module` with its frozen layers replaced, the BatchNorms folded and the layers cast once."""
+    if module._forward_hooks or module._forward_pre_hooks:
+        raise CannotFold("the model has forward hooks of its own, which a traced graph of it would not call")
     try:
         graph = torch.fx.symbolic_trace(module)
     except Exception as exc:  # noqa: BLE001  tracing fails in many ways (control flow on values, non-tensor inputs)
