@@ -516,7 +516,9 @@ def segmentation_side(args) -> int:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--workloads", nargs="+", choices=list(WORKLOADS), default=["resnet18_frozen", "resnet18"])
+    parser.add_argument("--workloads", nargs="+", choices=list(WORKLOADS),
+                        help="default: every workload on a GPU; resnet18_frozen and resnet18 on a CPU (the others take "
+                             "tens of minutes on a few cores)")
     parser.add_argument("--images", type=int, default=512, help="training images (a multiple of --batch-size)")
     parser.add_argument("--min-size", type=int, default=256, help="the photos' smallest side")
     parser.add_argument("--max-size", type=int, default=500, help="the photos' largest side")
@@ -535,6 +537,8 @@ def main(argv=None):
         raise SystemExit("--images must be a multiple of --batch-size: every trainer then sees the same images")
     import_torchvision()  # before gpucore's model registry imports it (see import_torchvision)
     device = gpucore.select_device(args.device).device
+    if args.workloads is None:
+        args.workloads = list(WORKLOADS) if device.type == "cuda" else ["resnet18_frozen", "resnet18"]
     side = segmentation_side(args)
     try:  # the sets the workloads read, made once
         roots = {data: make_photos(args.images, 0, args.min_size, args.max_size, cache_dir=args.cache_dir)
