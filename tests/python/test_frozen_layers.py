@@ -198,28 +198,49 @@ SMALL = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 256, "val_si
 
 
 class StateAfterEpochs:
+    """The model's state at the start, then after each epoch."""
+
     def __init__(self, states):
         self.states = states
+
+    def on_fit_start(self, trainer):
+        self.on_epoch_end(trainer, 0, {})
 
     def on_epoch_end(self, trainer, epoch, record):
         self.states.append({k: v.clone() for k, v in trainer.run.module.state_dict().items()})
 
 
-def test_a_frozen_run_through_the_folded_forward_trains_as_through_the_model(tmp_path, monkeypatch):
+@pytest.mark.parametrize("device,precision,cast", [
+    ("cpu", "32", None),
+    ("cpu", "bf16-mixed", "bfloat16"),
+    pytest.param("cuda", "16-mixed", "float16", marks=pytest.mark.needs_cuda),
+    pytest.param("cuda", "bf16-mixed", "bfloat16", marks=pytest.mark.needs_cuda)])
+def test_a_frozen_run_through_the_folded_forward_trains_as_through_the_model(tmp_path, monkeypatch, device, precision,
+                                                                             cast):
+    config = dict(SMALL, device=device, precision=precision)
+    rel = 1e-4 if cast is None else 2e-2  # reduced precision: the folded weights round differently
     folded_states, plain_states = [], []
-    folded = gpucore.train(dict(SMALL, run_dir=str(tmp_path / "folded")), callbacks=[StateAfterEpochs(folded_states)])
+    folded = gpucore.train(dict(config, run_dir=str(tmp_path / "folded")), callbacks=[StateAfterEpochs(folded_states)])
 
     def refuse(self, *args):
         raise CannotFold("switched off by the test")
 
     monkeypatch.setattr(frozen_layers.FrozenLayersForward, "__init__", refuse)
-    plain = gpucore.train(dict(SMALL, run_dir=str(tmp_path / "plain")), callbacks=[StateAfterEpochs(plain_states)])
+    plain = gpucore.train(dict(config, run_dir=str(tmp_path / "plain")), callbacks=[StateAfterEpochs(plain_states)])
     for a, b in zip(folded.history, plain.history):  # dropout draws and data order alike: only rounding differs
         for key in ("train_loss", "val_loss", "val_accuracy"):
-            assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-5), key
+            assert a[key] == pytest.approx(b[key], rel=rel, abs=1e-5), key
     stats = json.loads((Path(folded.run_dir) / "training_stats.json").read_text())
-    assert stats["frozen_layers"] == {"layers": 2, "batch_norms_folded": 2, "weights_cast_once_to": None}
+    # float32: the two conv+BN pairs; with autocast the classifier's frozen first linear layer is cast once too
+    layers = 2 if cast is None else 3
+    assert stats["frozen_layers"] == {"layers": layers, "batch_norms_folded": 2, "weights_cast_once_to": cast}
     stats = json.loads((Path(plain.run_dir) / "training_stats.json").read_text())
     assert stats["frozen_layers"] == {"unchanged": "switched off by the test"}
-    for name, value in folded_states[0].items():  # after the frozen epoch
-        torch.testing.assert_close(value, plain_states[0][name], rtol=1e-4, atol=1e-5, msg=name)
+    start = plain_states[0]
+    for name, value in folded_states[1].items():  # after the frozen epoch
+        expected = plain_states[1][name]
+        if cast is None:
+            torch.testing.assert_close(value, expected, rtol=1e-4, atol=1e-5, msg=name)
+        else:  # AdamW turns rounding in small gradients into whole steps: the epoch's updates agree as a whole
+            update = (expected - start[name]).float().norm()
+            assert (value - expected).float().norm() <= 0.05 * update + 1e-6, name
