@@ -59,19 +59,21 @@ def test_on_the_cpu_true_warns_and_trains_exactly_as_eager(tmp_path):
                                               "reason": None}
 
 
-@pytest.mark.parametrize("keys, world_size, reason", [
-    ({"compile": True}, 1, "compile: true (torch.compile makes graphs of its own: its mode reduce-overhead)"),
-    ({}, 2, "data-parallel training (DDP's gradient all-reduce inside a captured step is not verified yet)"),
-    ({"accumulate_grad_batches": 2}, 1, "accumulate_grad_batches > 1 (a captured step holds one micro-batch so far)"),
-    ({"loss": "ctc", "heads": 4}, 1, "loss ctc (torch's CTC loss reads the target lengths on the host)"),
-    ({}, 1, None),
-    ({"mixup_alpha": 0.2, "cutmix_alpha": 1.0}, 1, None),  # drawn on the host, copied in before each replay
+@pytest.mark.parametrize("keys, data_parallel, reason", [
+    ({"compile": True}, False, "compile: true (torch.compile makes graphs of its own: its mode reduce-overhead)"),
+    # DDP, also in one process under torchrun: its capture failed on an H200 (2026-11-26)
+    ({}, True, "data-parallel training (DDP's forward and gradient all-reduce inside a captured step are not verified)"),
+    ({"accumulate_grad_batches": 2}, False,
+     "accumulate_grad_batches > 1 (a captured step holds one micro-batch so far)"),
+    ({"loss": "ctc", "heads": 4}, False, "loss ctc (torch's CTC loss reads the target lengths on the host)"),
+    ({}, False, None),
+    ({"mixup_alpha": 0.2, "cutmix_alpha": 1.0}, False, None),  # drawn on the host, copied in before each replay
 ])
-def test_what_rules_out_a_capture_is_named(keys, world_size, reason):
+def test_what_rules_out_a_capture_is_named(keys, data_parallel, reason):
     for asked in ("true", "auto"):
         config = load_config(dict(keys, cuda_graphs=asked))
-        assert cuda_graphs_plan(config, "cuda:0", world_size) == (reason is None, reason)
-    assert cuda_graphs_plan(load_config(dict(keys, cuda_graphs=False)), "cuda:0", world_size) == (False, None)
+        assert cuda_graphs_plan(config, "cuda:0", data_parallel) == (reason is None, reason)
+    assert cuda_graphs_plan(load_config(dict(keys, cuda_graphs=False)), "cuda:0", data_parallel) == (False, None)
 
 
 def test_the_engine_refuses_what_it_cannot_capture():

@@ -66,23 +66,26 @@ def forward_config(config, task: Task, device: str, policy, channels_last: bool)
     return engine
 
 
-def cuda_graphs_plan(config, device: str, world_size: int = 1) -> Tuple[bool, Optional[str]]:
+def cuda_graphs_plan(config, device: str, data_parallel: bool = False) -> Tuple[bool, Optional[str]]:
     """Config key cuda_graphs resolved: whether the engine captures its steps as CUDA graphs, and when it will not
-    although asked (true or auto), why. What the engine can find only by trying (a model that syncs with the host)
-    it reports itself: Engine.graph_stats()."""
+    although asked (true or auto), why. `data_parallel`: the model runs under DistributedDataParallel (a launched
+    run: torchrun, srun or devices: N, one process included). What the engine can find only by trying (a model that
+    syncs with the host) it reports itself: Engine.graph_stats()."""
     if config.cuda_graphs == "false":
         return False, None
-    reason = _why_steps_stay_eager(config, torch.device(device), world_size)
+    reason = _why_steps_stay_eager(config, torch.device(device), data_parallel)
     return reason is None, reason
 
 
-def _why_steps_stay_eager(config, device: torch.device, world_size: int) -> Optional[str]:
+def _why_steps_stay_eager(config, device: torch.device, data_parallel: bool) -> Optional[str]:
     if device.type != "cuda":
         return f"CUDA graphs capture CUDA steps; this run trains on {device}"
     if config.compile:
         return "compile: true (torch.compile makes graphs of its own: its mode reduce-overhead)"
-    if world_size > 1:
-        return "data-parallel training (DDP's gradient all-reduce inside a captured step is not verified yet)"
+    if data_parallel:
+        # Under torchrun with one process too: an H200 (2026-11-26) failed such a capture in dropout ("Offset
+        # increment outside graph capture encountered unexpectedly").
+        return "data-parallel training (DDP's forward and gradient all-reduce inside a captured step are not verified)"
     if config.accumulate_grad_batches > 1:
         return "accumulate_grad_batches > 1 (a captured step holds one micro-batch so far)"
     if config.loss == "ctc":

@@ -124,7 +124,7 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
     val_set = make_val_set(val_data, config, device, normalization)
     check_monitor(config, task, val_set is not None)
     steps_per_epoch = Batching.of(config).steps_in(train_set.total_batches())
-    graphs, graphs_reason = cuda_graphs_plan(config, device, world.size)
+    graphs, graphs_reason = cuda_graphs_plan(config, device, data_parallel=world.launched)
     if graphs_reason and config.cuda_graphs == "true":
         warnings.warn(f"cuda_graphs: true, but this run's steps run eagerly: {graphs_reason}", stacklevel=3)
     engine = _C.Engine(param_groups(module, config),
