@@ -234,8 +234,10 @@ def test_a_frozen_run_through_the_folded_forward_trains_as_through_the_model(tmp
     # float32: the two conv+BN pairs; with autocast the classifier's frozen first linear layer is cast once too
     layers = 2 if cast is None else 3
     assert stats["frozen_layers"] == {"layers": layers, "batch_norms_folded": 2, "weights_cast_once_to": cast}
+    assert stats["host_syncs_by_source"]["frozen_layers_check"] == 1  # the first batch's check: one read
     stats = json.loads((Path(plain.run_dir) / "training_stats.json").read_text())
     assert stats["frozen_layers"] == {"unchanged": "switched off by the test"}
+    assert "frozen_layers_check" not in stats["host_syncs_by_source"]
     start = plain_states[0]
     for name, value in folded_states[1].items():  # after the frozen epoch
         expected = plain_states[1][name]

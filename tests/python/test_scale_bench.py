@@ -20,14 +20,18 @@ def digests(root: pathlib.Path, pattern: str = "*.jpg") -> dict:
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob(pattern))}
 
 
+def made_twice(make, args, tmp_path) -> tuple:
+    """The roots of the set `make(*args)` builds in two fresh caches, tmp_path/a and tmp_path/b."""
+    return tuple(pathlib.Path(make(*args, cache_dir=str(tmp_path / cache))) for cache in ("a", "b"))
+
+
 def test_photo_set_is_deterministic_cached_and_in_range(tmp_path):
     require("skimage")
     require("sklearn")
     from PIL import Image
 
     data = runpy.run_path(str(BENCH / "scale_data.py"))
-    first = pathlib.Path(data["make_photos"](24, 4, 40, 60, cache_dir=str(tmp_path / "a")))
-    second = pathlib.Path(data["make_photos"](24, 4, 40, 60, cache_dir=str(tmp_path / "b")))
+    first, second = made_twice(data["make_photos"], (24, 4, 40, 60), tmp_path)
     assert digests(first) == digests(second) and len(digests(first)) == 28
     assert len({*digests(first).values()}) == 28  # distinct crops
     assert sorted(p.name for p in (first / "train").iterdir()) == sorted(
@@ -48,8 +52,7 @@ def test_segmentation_set_pairs_the_photo_crops_with_masks_of_their_luminance(tm
     from PIL import Image
 
     data = runpy.run_path(str(BENCH / "scale_data.py"))
-    first = pathlib.Path(data["make_segmentation"](12, 2, 40, 60, cache_dir=str(tmp_path / "a")))
-    second = pathlib.Path(data["make_segmentation"](12, 2, 40, 60, cache_dir=str(tmp_path / "b")))
+    first, second = made_twice(data["make_segmentation"], (12, 2, 40, 60), tmp_path)
     assert digests(first, "*.*g") == digests(second, "*.*g") and len(digests(first, "*.*g")) == 28  # jpg and png
     photos = pathlib.Path(data["make_photos"](12, 2, 40, 60, cache_dir=str(tmp_path / "a")))
     # the photo set's crops, byte for byte: one seed, one sequence of crops

@@ -44,7 +44,7 @@ def _transformed_size(run) -> str:
     images' size, which the model then gets: "" when it keeps it, or the inputs are not images. Images of their own
     sizes are brought to one by the list's first transforms; a model that needs other inputs is then named."""
     shape, config = run.input_shape, run.config
-    own_sizes = getattr(run.train_set, "own_sizes", False)
+    own_sizes = run.train_set.own_sizes
     if not shape or len(shape) != 3 or not (own_sizes or (shape[1] and shape[2])):
         return ""
     # Images at their own sizes: the first transforms' output size does not depend on the input's.

@@ -12,7 +12,7 @@ draws; where the model cannot be traced, or the check fails, training goes on th
 `FrozenLayersForward.summary()` (training_stats.json's frozen_layers) says why."""
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional
 
 import torch
 import torch.fx
@@ -29,19 +29,22 @@ class CannotFold(Exception):
     """The model's frozen layers cannot be folded; the message says why."""
 
 
-def _frozen(module: nn.Module) -> bool:
-    """Parameters (it has some) none of which train, and no hooks that a replaced call would skip."""
-    params = list(module.parameters(recurse=False))
-    return (bool(params) and not any(p.requires_grad for p in params)
+def _untrained_and_unhooked(module: nn.Module) -> bool:
+    """None of its own parameters train, and it has no hooks that a replaced call would skip."""
+    return (not any(p.requires_grad for p in module.parameters(recurse=False))
             and not module._forward_hooks and not module._forward_pre_hooks)
 
 
+def _frozen(module: nn.Module) -> bool:
+    """A layer with parameters, untrained and unhooked."""
+    return next(module.parameters(recurse=False), None) is not None and _untrained_and_unhooked(module)
+
+
 def _foldable_norm(module: nn.Module) -> bool:
-    """A frozen BatchNorm in eval mode with running statistics: an affine map per channel."""
+    """A frozen BatchNorm in eval mode with running statistics (affine or not): an affine map per channel."""
     return (isinstance(module, nn.modules.batchnorm._BatchNorm)
             and type(module).forward is nn.modules.batchnorm._BatchNorm.forward  # SyncBatchNorm has its own
-            and not module.training and module.running_mean is not None and not module._forward_hooks
-            and not module._forward_pre_hooks and not any(p.requires_grad for p in module.parameters()))
+            and not module.training and module.running_mean is not None and _untrained_and_unhooked(module))
 
 
 class FrozenLayer(nn.Module):
@@ -132,10 +135,12 @@ class FrozenLayersForward(nn.Module):
     module docstring). Build it after the freeze (parameters without gradients, norms in eval mode) and drop it
     when the layers train again. Raises CannotFold where nothing can be folded."""
 
-    def __init__(self, module: nn.Module, autocast_dtype: Optional[torch.dtype]):
+    def __init__(self, module: nn.Module, autocast_dtype: Optional[torch.dtype],
+                 note_host_read: Optional[Callable[[str], None]] = None):
         super().__init__()
         graph, self.folded, self.cast = _fold(module, autocast_dtype)
         self.module, self.autocast_dtype = module, autocast_dtype
+        self.note_host_read = note_host_read  # the engine's count of host reads (the check makes one)
         self.__dict__["graph"] = graph  # not a submodule: the model's modules are registered once, under module
         self.failed: Optional[str] = None  # why the check on the first batch failed
         self.checked = False
@@ -151,20 +156,22 @@ class FrozenLayersForward(nn.Module):
         the buffers (a head's BatchNorm statistics) put back after it, against the folded forward's."""
         buffers = [buffer.clone() for buffer in self.module.buffers()]
         devices = [inputs.device] if inputs.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices), torch.no_grad():
-            expected = self.module(inputs)
-            for buffer, saved in zip(self.module.buffers(), buffers):
-                buffer.copy_(saved)
-        with torch.random.fork_rng(devices=devices), torch.no_grad():
-            got = self.graph(inputs)
-            for buffer, saved in zip(self.module.buffers(), buffers):
-                buffer.copy_(saved)
+
+        def untouched(forward):  # the output, the random state and the buffers as they were before
+            with torch.random.fork_rng(devices=devices), torch.no_grad():
+                output = forward(inputs)
+                for buffer, saved in zip(self.module.buffers(), buffers):
+                    buffer.copy_(saved)
+            return output
+
+        expected, got = untouched(self.module), untouched(self.graph)
         if not isinstance(expected, torch.Tensor) or not isinstance(got, torch.Tensor) or got.shape != expected.shape:
             self.failed = f"its output is not the model's: {type(got).__name__} against {type(expected).__name__}"
             return
         expected, got = expected.float(), got.float()
-        scale = expected.abs().max().item()
-        error = (got - expected).abs().max().item()
+        error, scale = torch.stack([(got - expected).abs().max(), expected.abs().max()]).tolist()  # one host read
+        if self.note_host_read is not None:
+            self.note_host_read("frozen_layers_check")
         tolerance = _CHECK_TOLERANCE.get(self.autocast_dtype, 5e-2) * scale
         if not error <= tolerance:  # also NaN
             self.failed = (f"on the first batch it differs from the model's own forward by {error:.3g} (allowed "
