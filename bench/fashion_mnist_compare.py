@@ -28,7 +28,7 @@ from gpucore.data.builtin import fashion_mnist, find_fashion_mnist
 from gpucore.config import load_config
 from gpucore.training.engine_config import param_groups
 from gpucore.models import FashionMnistCNN
-from gpucore.training.run_setup import resolve_channels_last
+from gpucore.device.placement import resolve_channels_last
 from gpucore.data.tensor_inputs import input_stats
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

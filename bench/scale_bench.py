@@ -59,7 +59,7 @@ from gpucore.config import load_config
 from gpucore.models.registry import backbone_split, build_model
 from gpucore.models.segmentation_models import logits_of
 from gpucore.training.engine_config import param_groups
-from gpucore.training.run_setup import resolve_channels_last
+from gpucore.device.placement import resolve_channels_last
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from augment_bench import MEAN, STD, TRANSFORMS, torchvision_pipeline  # noqa: E402

@@ -38,7 +38,7 @@ from gpucore.data.builtin import fashion_mnist, find_fashion_mnist
 from gpucore.data.tensor_inputs import input_stats
 from gpucore.models import build_model
 from gpucore.training.engine_config import param_groups
-from gpucore.training.run_setup import resolve_channels_last
+from gpucore.device.placement import resolve_channels_last
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (device_label, import_lightning, lightning_epoch_timer, lightning_module,  # noqa: E402

@@ -23,7 +23,7 @@ from torch import nn
 import gpucore
 from gpucore.config import load_config
 from gpucore.models import build_model
-from gpucore.training.run_setup import resolve_channels_last
+from gpucore.device.placement import resolve_channels_last
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import device_label, import_torchvision, result_json  # noqa: E402

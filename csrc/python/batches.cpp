@@ -78,6 +78,16 @@ void def_batches(py::module_& m) {
   m.def("per_image_count", [](const std::vector<TransformSpec>& specs) {
     return TransformPipeline(specs, {}, {}).per_image_count();
   });
+  // What a data set's plan needs of its list, from one call: how many of the first transforms run per image, the
+  // list's deterministic form per entry (validation_form) and how many of that form's run per image.
+  m.def("transform_plan", [](const std::vector<TransformSpec>& specs) {
+    const auto deterministic = validation_form(specs);
+    std::vector<TransformSpec> flat;
+    for (const auto& replacement : deterministic) flat.insert(flat.end(), replacement.begin(), replacement.end());
+    return py::dict(py::arg("per_image_count") = TransformPipeline(specs, {}, {}).per_image_count(),
+                    py::arg("validation_form") = deterministic,
+                    py::arg("validation_per_image_count") = TransformPipeline(flat, {}, {}).per_image_count());
+  }, py::arg("specs"));
   m.def("per_image_sample_seed", [](const std::vector<TransformSpec>& specs, uint64_t seed, int64_t epoch,
                                     int64_t sample) {
     const TransformPipeline pipeline(specs, {}, {});

@@ -198,6 +198,7 @@ KEYS = [
     Key("report", bool, True, "at the end of training write report.html, plots/ and per_class.json in the run directory (curves, confusion matrices, predictions, top losses with Grad-CAM, a training batch); see gpucore report"),
     Key("report_cam_layer", str, "auto", "the report's Grad-CAM layer: a dotted module name such as layer4 or features.7 (auto: the last layer with a spatial output before the head)"),
     Key("resume", str, None, "auto (the run's last checkpoint, if any) or a checkpoint path", optional=True),
+    Key("accept_changed_data", bool, False, "resume a run whose data changed since its checkpoint (files added, removed, renamed or resized; other tensors), with a warning naming what changed; the interrupted epoch's order and a val_fraction split then differ from the run's. false: such a resume is refused, naming what changed (every checkpoint records its data's identity: classes, files per class, a fingerprint)"),
     Key("on_oom", str, "raise", "on CUDA out of memory: raise an error with the figures and what to change", choices=["raise", "reduce_batch"]),
 ]
 KEY_BY_NAME = {key.name: key for key in KEYS}

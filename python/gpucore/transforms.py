@@ -16,6 +16,7 @@ form (validation_form).
 from __future__ import annotations
 
 import difflib
+from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
@@ -111,12 +112,42 @@ def validation_form(value: Any) -> List[dict]:
     is random): Resize, CenterCrop and Normalize kept; RandomResizedCrop(size) becomes Resize(size) +
     CenterCrop(size) (its interpolation and antialias kept), RandomCrop(size) CenterCrop(size); every other random
     transform is dropped. The arguments kept are the user's values, as given."""
+    return _deterministic(value, _C.validation_form(specs(value)))
+
+
+def _deterministic(value: Any, replacements: list) -> List[dict]:
+    """validation_form's list from the C++ replacement of each entry of `value`."""
     result = []
-    for (_, arguments), replacement in zip(entries(value), _C.validation_form(specs(value))):
+    for (_, arguments), replacement in zip(entries(value), replacements):
         for spec in replacement:
             kept = set(spec.numbers) | set(spec.words)
             result.append({spec.name: {key: item for key, item in arguments.items() if key in kept}})
     return result
+
+
+@dataclass(frozen=True)
+class ListPlan:
+    """What one data set's plan takes from config key `transforms` (and its shorthands), from one call into C++."""
+
+    training: List[Any]  # the list training runs: crop_padding's RandomCrop and hflip's flip first
+    validation: List[dict]  # its deterministic form (validation_form), without the shorthands
+    # Whether the list's first transforms bring images of any size to one, each image at its own size (the training
+    # form, and the deterministic one: Resize + CenterCrop); never with crop_padding, whose RandomCrop is of the
+    # images' one size.
+    training_per_image: bool
+    validation_per_image: bool
+
+
+def plan(value: Any, crop_padding: int = 0, hflip: bool = False, image_size: Tuple[int, int] = (0, 0)) -> ListPlan:
+    """The training and deterministic forms of a `transforms` list and whether each runs per image, from one
+    _C.transform_plan call. `image_size`: (height, width) of the images, for crop_padding's RandomCrop."""
+    training = training_form(value, crop_padding, hflip, image_size)
+    facts = _C.transform_plan(specs(training))
+    shorthands = len(training) - len(list(value or []))
+    one_size = crop_padding > 0
+    return ListPlan(training=training, validation=_deterministic(value, facts["validation_form"][shorthands:]),
+                    training_per_image=not one_size and facts["per_image_count"] > 0,
+                    validation_per_image=not one_size and facts["validation_per_image_count"] > 0)
 
 
 def per_image(value: Any) -> bool:

@@ -84,3 +84,13 @@ def test_public_names_are_where_users_find_them():
     assert gpucore.data.read_npz is gpucore.data.readers.read_npz
     assert gpucore.models.build_model is gpucore.models.registry.build_model
     assert issubclass(gpucore.ExportError, RuntimeError)
+
+
+def test_evaluation_reads_data_and_models_without_the_training_loop():
+    """gpucore.evaluate, the report and predict serve data through data/ (a data set's plan) and place models through
+    device/, never through training/ (the loop's own modules)."""
+    for module, path in _modules():
+        if _unit(module) in ("evaluation", "data", "report"):
+            training = [target for target in _imports(module, path, path.endswith("__init__.py"))
+                        if _unit(target) == "training"]
+            assert not training, f"{module} imports {training}"

@@ -252,14 +252,19 @@ def test_a_folder_of_one_class_is_refused(tmp_path):
     assert not os.path.exists(tmp_path / "runs")
 
 
-def test_evaluate_refuses_data_whose_classes_differ_from_the_checkpoints(wide, tmp_path):
+def test_evaluate_labels_by_the_checkpoints_classes_and_refuses_one_it_lacks(wide, tmp_path):
     _, checkpoint = wide
-    for classes in (["flower"], ["bridge", "flower", "tree"]):
-        folder = make_folder(tmp_path / "-".join(classes), classes=classes)
-        line = _one_line_error(_gpucore("evaluate", checkpoint, "--data", folder, "--device", "cpu",
-                                        "--out", str(tmp_path / "ev")))
-        assert f"data '{folder}' has classes {', '.join(classes)}" in line
-        assert "was trained on bridge, flower, temple" in line
+    subset = make_folder(tmp_path / "flower", classes=["flower"])  # a class of three: labelled as the model numbers it
+    result = _gpucore("evaluate", checkpoint, "--data", subset, "--device", "cpu", "--out", str(tmp_path / "ev"))
+    assert result.returncode == 0, result.stderr
+    assert "has no folder for classes bridge, temple of the model" in result.stderr
+    rows = json.load(open(tmp_path / "ev" / "per_class.json"))
+    assert {row["class"]: row["support"] for row in rows if row.get("support")} == {"flower": 1}  # the 0.1 split
+    folder = make_folder(tmp_path / "tree", classes=["bridge", "flower", "tree"])
+    line = _one_line_error(_gpucore("evaluate", checkpoint, "--data", folder, "--device", "cpu",
+                                    "--out", str(tmp_path / "ev2")))
+    assert f"image folder '{folder}' has class folder tree that the model does not have" in line
+    assert "its classes: bridge, flower, temple" in line
 
 
 def test_grey_and_rgba_images_among_rgb_ones_train_and_predict(tmp_path):

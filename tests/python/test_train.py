@@ -349,7 +349,7 @@ def test_channels_last_and_deterministic_run(tmp_path, restores_determinism):
 
 
 def test_channels_last_auto_is_on_for_conv_nets_on_the_cpu_and_cuda(tmp_path):
-    from gpucore.training.run_setup import resolve_channels_last
+    from gpucore.device.placement import resolve_channels_last
 
     from gpucore.models import FashionMnistCNN
 

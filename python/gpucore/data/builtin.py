@@ -16,6 +16,7 @@ from .. import _C
 from ..errors import ConfigError
 from ..values import is_int
 from . import readers
+from .identity import held_out_by_name, relative_names
 
 
 
@@ -284,8 +285,9 @@ def _find(folder: str, *names: str) -> Optional[str]:
     return None
 
 
-def _load_folder(path: str, kwargs: dict):
-    """IDX files, .npy files, or image folders (class subfolders, optionally under train/ and val/ or test/)."""
+def _load_folder(path: str, kwargs: dict, classes: Optional[List[str]] = None):
+    """IDX files, .npy files, or image folders (class subfolders, optionally under train/ and val/ or test/: the
+    held-out folder labelled by train/'s class names, or all of them by `classes`, a trained model's)."""
     def pair(dataset):
         return dataset.inputs, dataset.targets
 
@@ -300,14 +302,16 @@ def _load_folder(path: str, kwargs: dict):
     splits = _pick_splits(arrays, lambda x, y: pair(readers.read_npy(x, y)))
     if splits is not None:
         return splits
+    model_classes = "the model" if classes is not None else None
     if os.path.isdir(os.path.join(path, "train")):
-        train = _image_folder(os.path.join(path, "train"), kwargs)
+        train = _image_folder(os.path.join(path, "train"), kwargs, classes, model_classes)
         for name in ("val", "test"):
             if os.path.isdir(os.path.join(path, name)):
-                return train, _image_folder(os.path.join(path, name), kwargs)
+                return train, _image_folder(os.path.join(path, name), kwargs, train.classes,
+                                            model_classes or f"training folder '{train.origin}'")
         return train, None
     if any(os.path.isdir(os.path.join(path, entry)) for entry in os.listdir(path)):
-        return _image_folder(path, kwargs), None
+        return _image_folder(path, kwargs, classes, model_classes), None
     raise ConfigError(f"data folder '{path}' holds no IDX files (train-images-idx3-ubyte[.gz]), no x_train.npy/"
                       "y_train.npy or x.npy/y.npy, and no class subfolders of images")
 
@@ -332,13 +336,15 @@ def _refuse_segmentation_layout(root: str) -> None:
                 "model (docs/guides/data.md; examples/card_handwriting/train_segmentation.py)")
 
 
-def _image_folder(root: str, kwargs: dict) -> readers.ImageFiles:
+def _image_folder(root: str, kwargs: dict, classes: Optional[List[str]] = None,
+                  classes_from: Optional[str] = None) -> readers.ImageFiles:
+    """Class subfolders of `root`, labelled by `classes` when given (a held-out folder: its training set's)."""
     _refuse_segmentation_layout(root)
     try:
-        return readers.read_image_folder(root, **kwargs)
+        return readers.read_image_folder(root, **kwargs, classes=classes, classes_from=classes_from)
     except TypeError as exc:
         raise ConfigError(f"config key 'data_kwargs' does not fit the image-folder reader (channels, size, threads, "
-                          f"on_error, max_resolution): {exc}") from exc
+                          f"on_error, max_resolution, allow_empty): {exc}") from exc
 
 
 def _required(folder: str, *names: str) -> str:
@@ -380,9 +386,10 @@ def is_python_data(name: str) -> bool:
     return isinstance(name, str) and name.startswith("python:")
 
 
-def read_data(name: str, kwargs: dict):
+def read_data(name: str, kwargs: dict, classes: Optional[List[str]] = None):
     """(train, val) as config key `data` names them, each (inputs, targets) tensors or ImageFiles; val is None when
-    the data has no validation split of its own (val_size: 0 included)."""
+    the data has no validation split of its own (val_size: 0 included). `classes`: image folders labelled by these
+    class names (a trained model's) instead of their own."""
     if is_python_data(name):
         raise ConfigError(f"config key 'data': '{name}' records that the run's data was given to gpucore.train in "
                           "Python, which cannot be read back; pass the data again (train_data=... in Python, --data "
@@ -401,7 +408,7 @@ def read_data(name: str, kwargs: dict):
     else:
         path = os.path.expanduser(name)
         if os.path.isdir(path):
-            train, val = _load_folder(path, kwargs)
+            train, val = _load_folder(path, kwargs, classes)
         elif path.endswith(".npz") and os.path.isfile(path):
             train, val = _load_npz(path)
         else:
@@ -419,10 +426,12 @@ def read_data(name: str, kwargs: dict):
 DATA_VAL_FRACTION = 0.1
 
 
-def load_data(name: str, kwargs: dict, val_fraction: Optional[float], seed: int):
+def load_data(name: str, kwargs: dict, val_fraction: Optional[float], seed: int,
+              classes: Optional[List[str]] = None):
     """(train, val) for config key `data`, each (inputs, targets) tensors or ImageFiles; val may be None. Data without
-    a validation split of its own has the seeded share `val_fraction` (None: DATA_VAL_FRACTION) held out (split)."""
-    train, val = read_data(name, kwargs)
+    a validation split of its own has the seeded share `val_fraction` (None: DATA_VAL_FRACTION) held out (split).
+    `classes`: as read_data."""
+    train, val = read_data(name, kwargs, classes)
     if val is None:
         train, val, _ = split(train, DATA_VAL_FRACTION if val_fraction is None else val_fraction, seed)
     return train, val
@@ -436,13 +445,20 @@ class ValSplit:
     seed: int
     samples: int  # of the training data before the split
     val_index: List[int]  # positions in it, in the order the validation set serves them
+    how: str  # how the positions were drawn, in words
 
     def to_dict(self) -> dict:
         return {"val_fraction": self.fraction, "seed": self.seed, "samples": self.samples,
                 "val_samples": len(self.val_index), "train_samples": self.samples - len(self.val_index),
-                "how": "torch.randperm(samples, generator=torch.Generator().manual_seed(seed)): the first val_samples "
-                       "positions are validation (val_indices, in this order), the rest training in their order",
-                "val_indices": list(self.val_index)}
+                "how": self.how, "val_indices": list(self.val_index)}
+
+
+# How split() draws the held-out positions, in training_stats.json's words.
+_BY_POSITION = ("torch.randperm(samples, generator=torch.Generator().manual_seed(seed)): the first val_samples positions "
+                "are validation (val_indices, in this order), the rest training in their order")
+_BY_FILE_NAME = ("by file: a file is validation when blake2b(f'{seed}\\0{path relative to the folder}', digest_size=8) "
+                 "read as a big-endian number / 2^64 is below val_fraction (at least one file), so files added later "
+                 "never move an earlier file between training and validation; val_indices in file order")
 
 
 def split_indices(count: int, fraction: float, seed: int) -> Tuple[List[int], List[int]]:
@@ -457,17 +473,19 @@ def split_indices(count: int, fraction: float, seed: int) -> Tuple[List[int], Li
 
 
 def split(dataset, fraction: float, seed: int):
-    """(train, val, ValSplit) of a data set, the seeded share `fraction` held out for validation; (dataset, None,
-    None) for fraction 0. Takes (inputs, targets) tensors, ImageFiles, and torch Datasets with a length (as Subsets;
+    """(train, val, ValSplit) of a data set, the seeded share `fraction` held out for validation (image files by
+    their names, held_out_by_name; other data by position); (dataset, None, None) for fraction 0. Takes (inputs, targets) tensors, ImageFiles, and torch Datasets with a length (as Subsets;
     gpucore.train serves its other gpucore data sets as tensors); a DataLoader, an IterableDataset or anything else
     is a ConfigError."""
     if not fraction:
         return dataset, None, None
     count = _split_length(dataset)
-    train_index, val_index = split_indices(count, fraction, seed)
-    record = ValSplit(fraction=fraction, seed=seed, samples=count, val_index=val_index)
     if isinstance(dataset, readers.ImageFiles):
+        train_index, val_index = held_out_by_name(relative_names(dataset), fraction, seed)
+        record = ValSplit(fraction=fraction, seed=seed, samples=count, val_index=val_index, how=_BY_FILE_NAME)
         return dataset.subset(train_index), dataset.subset(val_index), record
+    train_index, val_index = split_indices(count, fraction, seed)
+    record = ValSplit(fraction=fraction, seed=seed, samples=count, val_index=val_index, how=_BY_POSITION)
     if isinstance(dataset, (tuple, list)):
         inputs, targets = dataset
         train, val = (torch.tensor(i, dtype=torch.long) for i in (train_index, val_index))

@@ -12,6 +12,7 @@ from .. import _C
 
 from ..errors import ConfigError
 from . import readers
+from .class_folders import read_folder_tree
 
 ARRAY_EXTENSIONS = (".npy", ".npz")
 IDX_SUFFIXES = ("-ubyte", ".idx", "-ubyte.gz", ".idx.gz")
@@ -24,7 +25,8 @@ class InputImages(NamedTuple):
     # sizes: a list of uint8 C x H x W
     images: Union[torch.Tensor, List[torch.Tensor]]
     files: Optional[List[str]]       # image files: paths relative to the folder (the file's name for one file)
-    folders: Optional[List[str]]     # image files: each file's subfolder ("" at the top), e.g. its class
+    folders: Optional[List[str]]     # image files: each file's subfolder of the folder's top ("" at the top), e.g.
+                                     # its class
 
 
 def read_input_images(path: str, channels: int, size: Optional[Tuple[int, int]] = None,
@@ -54,17 +56,13 @@ def read_input_images(path: str, channels: int, size: Optional[Tuple[int, int]] 
 
 
 def _image_files(folder: str, channels: int, size, origin: str, max_resolution: Optional[int]) -> InputImages:
-    files = []
-    for entry in sorted(os.listdir(folder)):
-        full = os.path.join(folder, entry)
-        if os.path.isdir(full):
-            files += [os.path.join(entry, f) for f in sorted(os.listdir(full)) if f.lower().endswith(readers.IMAGE_EXTENSIONS)]
-        elif entry.lower().endswith(readers.IMAGE_EXTENSIONS):
-            files.append(entry)
-    if not files:
+    """The images at the folder's top and in its subfolders (nested ones too), as a class folder is read."""
+    tree = read_folder_tree(folder)
+    if not tree.paths:
         raise ConfigError(f"{origin}: folder '{folder}' holds no .png, .jpg or .jpeg files (nor do its subfolders)")
-    images = _decode([os.path.join(folder, f) for f in files], channels, size, max_resolution)
-    return InputImages(images, files, [os.path.dirname(f) for f in files])
+    images = _decode(tree.paths, channels, size, max_resolution)
+    return InputImages(images, [os.path.relpath(p, folder) for p in tree.paths],
+                       [tree.classes[label] if label >= 0 else "" for label in tree.labels])
 
 
 def _decode(paths: List[str], channels: int, size, max_resolution: Optional[int]):

@@ -1,121 +1,16 @@
-"""Where a data set lives while it trains (cache), the C++ batch source that serves it, and
-gpucore.DataLoader: batches ready on the device for any training loop."""
+"""gpucore.DataLoader: batches ready on the device for any training loop, from a data set's plan (plan.py) and its
+C++ batch source (epoch_data.py)."""
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple, Union
+from typing import Any, Tuple, Union
 
 import torch
 
-from .. import _C
-from .. import transforms as transforms_list
-from ..config import KEY_BY_NAME
-from ..device.select import memory_stats, select_device
+from ..device.select import select_device
 from ..errors import ConfigError
+from .epoch_data import batch_source, skipped_files
+from .plan import is_native, plan_data
 from .readers import LabeledData, ImageFiles
-from .tensor_inputs import as_images, input_stats, prepare_inputs
-
-
-
-def is_native(data) -> bool:
-    """Data gpucore's C++ sources serve: (inputs, targets) tensors or image files."""
-    return isinstance(data, ImageFiles) or (isinstance(data, (tuple, list)) and len(data) == 2
-                                            and all(isinstance(t, torch.Tensor) for t in data))
-
-
-def skipped_files(data, source) -> List[str]:
-    """Files left out of `data` (on_error skip), "path: why", each once: at decode and while `source` streams."""
-    streamed = source.skipped() if isinstance(source, _C.FileBatches) else []
-    return sorted(set(getattr(data, "skipped", [])) | set(streamed))
-
-
-def choose_cache(data, cache: str, device: torch.device) -> str:
-    """device, host or none for `data` ((inputs, targets) tensors or ImageFiles) and config `cache`.
-
-    auto: on the device when the decoded data takes at most a quarter of its free memory (host memory
-    for CPU training), else in host memory when image files fit in half of the available memory, else
-    streamed from the files. In-memory tensors are never "none".
-    """
-    caches = KEY_BY_NAME["cache"].choices
-    if cache not in caches:
-        raise ConfigError(f"cache must be one of {', '.join(caches)}, got '{cache}'")
-    files = isinstance(data, ImageFiles)
-    if cache == "none" and not files:
-        raise ConfigError("cache 'none' streams image files from disk (ImageFolder, Files, CSV or an image-folder "
-                          "'data'); this data set is already in memory: use auto, device or host")
-    if cache != "auto":
-        return cache
-    nbytes = data.nbytes() if files else sum(t.numel() * t.element_size() for t in data)
-    in_memory = not files or data.decoded or nbytes <= (memory_stats("cpu")["free"] or 0) // 2
-    if device.type == "cuda":
-        if nbytes <= torch.cuda.mem_get_info(device)[0] // 4:
-            return "device"
-        return "host" if in_memory else "none"
-    return "device" if in_memory else "none"
-
-
-def at_own_sizes(data, transforms: Any = (), crop_padding: int = 0, hflip: bool = False) -> bool:
-    """Whether `data`'s images come at their own sizes, each through the first transforms of the list (with hflip's
-    shorthand) that bring any size to one (RandomResizedCrop, Resize + CenterCrop; the C++ pipeline's per-image
-    transforms), as torchvision crops one image at a time: image files read without a size. crop_padding's
-    RandomCrop is of the images' one size: with it they keep the size of the first (one size for all)."""
-    if (not isinstance(data, ImageFiles) or data.size != (0, 0) or data.mask_paths is not None or not transforms
-            or crop_padding):
-        return False
-    return transforms_list.per_image(transforms_list.training_form(transforms, 0, hflip, (0, 0)))
-
-
-def data_stats(data, cache: str, own_sizes: bool = False) -> Tuple[list, list]:
-    """Per-channel (mean, std) of a data set placed by `cache`, for normalisation: exact for data in
-    memory, from a sample of the files when streaming. `own_sizes` (at_own_sizes): images kept at their own sizes."""
-    if isinstance(data, ImageFiles):
-        if own_sizes and cache != "none":
-            data.images_at_own_size()  # decoded once, as the batches will read them: exact statistics
-        return data.sample_stats(own_sizes=own_sizes) if cache == "none" or own_sizes else input_stats(data.inputs)
-    return input_stats(data[0])
-
-
-def batch_source(data, cache: str, *, batch_size: int, shuffle: bool, drop_last: bool, seed: int,
-                 device: torch.device, crop_padding: int = 0, hflip: bool = False, transforms: Any = (),
-                 normalization: Optional[Tuple[list, list]] = None, prefetch: int = 4,
-                 dtype: torch.dtype = torch.float32, channels_last: bool = False) -> _C.EpochBatches:
-    """The C++ source of `data` ((inputs, targets) tensors or ImageFiles) placed by `cache` (choose_cache).
-
-    Images (N x C x H x W, or uint8 N x H x W) stay as they are (uint8: a quarter of float32's memory);
-    each batch goes through `transforms` (a config `transforms` list; crop_padding and hflip its shorthands),
-    is scaled and normalised on the training device, as `dtype` (float32, float16, bfloat16), channels-last
-    if asked. Other inputs are standardised once here.
-    """
-    transform = _C.AugmentConfig()  # for images; other inputs get none
-    transform.enabled = True
-    transform.dtype, transform.channels_last = dtype, channels_last
-    if normalization is not None:
-        transform.mean, transform.std = normalization
-    if isinstance(data, ImageFiles) or as_images(data[0]).dim() == 4:
-        height, width = data.image_shape()[1:] if isinstance(data, ImageFiles) else as_images(data[0]).shape[2:]
-        transform.transforms = transforms_list.specs(
-            transforms_list.training_form(transforms, crop_padding, hflip, (height, width)))
-    own_sizes = at_own_sizes(data, transforms, crop_padding, hflip)
-    if isinstance(data, ImageFiles) and (cache == "none" or own_sizes):
-        # Streamed, or cached at their own sizes: each image (decoded, or taken from memory) goes through the list's
-        # per-image transforms on a reader thread; the rest of the list runs on the batch.
-        config = _C.FileBatchesConfig()
-        config.channels, (config.height, config.width) = data.channels, (0, 0) if own_sizes else data.image_shape()[1:]
-        config.resize = data.size != (0, 0)
-        config.threads, config.prefetch, config.skip_errors = data.threads, prefetch, data.skip_errors
-        config.own_sizes = own_sizes
-        images = data.images_at_own_size() if own_sizes and cache != "none" else []
-        segmentation = data.mask_paths is not None  # the masks are read with their images, batch by batch
-        return _C.FileBatches(data.paths, None if segmentation else data.targets, batch_size, shuffle, drop_last,
-                              seed, device, transform, config, data.mask_paths or [], images)
-    inputs, targets = (data.inputs, data.targets) if isinstance(data, ImageFiles) else data
-    inputs = as_images(inputs)
-    if inputs.dim() != 4:
-        if crop_padding > 0 or hflip or transforms:
-            raise ConfigError(f"crop_padding, hflip and transforms need N x C x H x W images, got inputs "
-                              f"{tuple(inputs.shape)}")
-        transform, inputs = _C.AugmentConfig(), prepare_inputs(inputs, normalization)
-    return _C.TensorBatches(inputs, targets, batch_size, shuffle, drop_last, seed, device, transform,
-                            resident=cache == "device")
 
 
 class DataLoader:
@@ -160,15 +55,12 @@ class DataLoader:
             raise ConfigError("DataLoader needs a gpucore.data set or (inputs, targets) tensors; for a torch "
                               "Dataset use torch.utils.data.DataLoader")
         self.device = select_device(device).device if str(device) == "auto" else torch.device(device)
-        self.cache = choose_cache(data, cache, self.device)
+        self.plan = plan_data(data, device=self.device, training=True, transforms=transforms,
+                              crop_padding=crop_padding, hflip=hflip, cache=cache, normalize=normalize)
+        self.cache = self.plan.cache
         self.dataset = dataset
-        own_sizes = at_own_sizes(data, transforms, crop_padding, hflip)
-        normalization = (data_stats(data, self.cache, own_sizes) if normalize is True
-                         else (tuple(normalize) if normalize else None))
-        self._batches = batch_source(data, self.cache, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last,
-                                     seed=seed, device=self.device, crop_padding=crop_padding, hflip=hflip,
-                                     transforms=transforms,
-                                     normalization=normalization, prefetch=prefetch, dtype=dtype,
+        self._batches = batch_source(self.plan, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last,
+                                     seed=seed, device=self.device, prefetch=prefetch, dtype=dtype,
                                      channels_last=channels_last)
         self._batches.set_shard(rank, world_size)
         self.epoch, self._position = 0, 0

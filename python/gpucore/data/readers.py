@@ -18,8 +18,8 @@ import torch
 from .. import _C, _build_info
 from ..errors import ConfigError
 from ..values import is_int
+from .class_folders import IMAGE_EXTENSIONS, read_class_folder
 
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
 # The longest shorter side of an image kept in memory at its own size (ImageFiles.images_at_own_size): a 4000 x 3000
 # phone photo would take 36 MB decoded; at 512 it takes 1 MB and still leaves a 224 crop room to be drawn.
 DEFAULT_MAX_RESOLUTION = 512
@@ -132,6 +132,8 @@ class ImageFiles(LabeledData):
         max_resolution: images kept in memory at their own sizes (no size, a transforms list that crops each image:
             images_at_own_size) are kept with their shorter side at most this long, resized down like torchvision's
             Resize(max_resolution) where longer, as FFCV's max_resolution does; 0: at full size.
+        root: the folder the paths are named relative to in the data set's identity (default: their common folder).
+        unread: "path: why" of files found beside them and never decoded, for what a run reports as skipped.
 
     Raises:
         ConfigError: no files, files and targets that differ in number, channels other than 1 or 3, a format whose
@@ -141,7 +143,7 @@ class ImageFiles(LabeledData):
     def __init__(self, paths: Sequence[str], targets: Optional[torch.Tensor], classes: Optional[List[str]] = None, *,
                  channels: int = 3, size=None, threads: Optional[int] = None, on_error: str = "raise",
                  origin: str = "image files", mask_paths: Optional[Sequence[str]] = None,
-                 max_resolution: int = DEFAULT_MAX_RESOLUTION):
+                 max_resolution: int = DEFAULT_MAX_RESOLUTION, root: Optional[str] = None, unread: Sequence[str] = ()):
         count = len(mask_paths) if mask_paths is not None else (targets.shape[0] if targets is not None else None)
         if count != len(paths) or (mask_paths is None) == (targets is None):
             raise ConfigError(f"{origin}: {len(paths)} image files need as many targets or mask files (one of the "
@@ -152,6 +154,10 @@ class ImageFiles(LabeledData):
             raise ConfigError(f"channels must be 1 (grey) or 3 (RGB), got {channels!r}")
         _require_readers(list(paths) + list(mask_paths or []), origin)
         self.paths, self.classes = list(paths), classes
+        # The folder the files' names are relative to, for the data set's identity and the val_fraction split.
+        self.root = root if root is not None else os.path.commonpath([os.path.dirname(os.path.abspath(p))
+                                                                      for p in self.paths])
+        self.unread = list(unread)  # "path: why" of files found but never decoded (formats gpucore does not read)
         self.mask_paths = list(mask_paths) if mask_paths is not None else None
         self._targets = targets
         self.channels, self.size, self.threads = channels, _image_size(size), _threads(threads)
@@ -266,7 +272,7 @@ class ImageFiles(LabeledData):
         part = ImageFiles([self.paths[i] for i in index], None if masks is not None else self._targets[index],
                           self.classes, channels=self.channels, size=self.size if self.size != (0, 0) else None,
                           threads=self.threads, on_error="skip" if self.skip_errors else "raise", origin=self.origin,
-                          mask_paths=masks, max_resolution=self.max_resolution)
+                          mask_paths=masks, max_resolution=self.max_resolution, root=self.root, unread=self.unread)
         if self._inputs is not None:
             part._inputs, part._targets = self._inputs[index], self._targets[index]
         if self._own_size is not None:
@@ -399,8 +405,11 @@ def from_tensors(inputs: torch.Tensor, targets: torch.Tensor) -> LabeledData:
 
 
 def read_image_folder(root: str, channels: int = 3, size=None, threads: Optional[int] = None,
-                on_error: str = "raise", max_resolution: int = DEFAULT_MAX_RESOLUTION) -> ImageFiles:
-    """One subfolder per class (the sorted names are the classes) of PNG/JPEG images, decoded on demand.
+                      on_error: str = "raise", max_resolution: int = DEFAULT_MAX_RESOLUTION, *,
+                      classes: Optional[Sequence[str]] = None, classes_from: Optional[str] = None,
+                      allow_empty: bool = False) -> ImageFiles:
+    """One subfolder per class of PNG/JPEG images, read as torchvision's ImageFolder reads it (the sorted subfolder
+    names are the classes; nested subfolders of a class are read, links followed), decoded on demand.
 
     Args:
         root: the folder.
@@ -410,29 +419,24 @@ def read_image_folder(root: str, channels: int = 3, size=None, threads: Optional
         threads: decoding threads (default: the CPU count).
         on_error: "raise", or "skip" to leave unreadable files out.
         max_resolution: the longest shorter side of an image cached at its own size (ImageFiles); 0: full size.
+        classes: label by these class names, in this order (a validation or test folder: the training set's
+            classes); a subfolder that is not one of them is a ConfigError, a class without a subfolder a warning.
+            None: the folder's own subfolders.
+        classes_from: where `classes` came from, for messages ("training folder 'data/train'", "the model").
+        allow_empty: a class folder without images is a class all the same (else a ConfigError naming it).
 
     Returns:
-        ImageFiles.
+        ImageFiles; its `classes` are the class names, `unread` the image files of formats gpucore does not decode.
 
     Raises:
-        ConfigError: a missing folder, no class subfolders, no images.
+        ConfigError: a missing folder, no class subfolders, an empty class folder, a class `classes` lacks.
     """
-    if not os.path.isdir(root):
-        raise ConfigError(f"image folder '{root}' does not exist")
-    classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
-    if not classes:
-        raise ConfigError(f"image folder '{root}' has no class subfolders")
-    paths, labels = [], []
-    for label, name in enumerate(classes):
-        folder = os.path.join(root, name)
-        for file in sorted(os.listdir(folder)):
-            if file.lower().endswith(IMAGE_EXTENSIONS):
-                paths.append(os.path.join(folder, file))
-                labels.append(label)
-    if not paths:
+    folder = read_class_folder(root, classes, allow_empty, classes_from)
+    if not folder.paths:
         raise ConfigError(f"image folder '{root}' holds no .png/.jpg/.jpeg files in its class subfolders")
-    return ImageFiles(paths, torch.tensor(labels), classes, channels=channels, size=size, threads=threads,
-                      on_error=on_error, origin=root, max_resolution=max_resolution)
+    return ImageFiles(folder.paths, torch.tensor(folder.labels), folder.classes, channels=channels, size=size,
+                      threads=threads, on_error=on_error, origin=root, max_resolution=max_resolution, root=root,
+                      unread=folder.unread)
 
 
 def read_files(paths: Sequence[str], labels: Optional[Sequence] = None, *, label_from_name: Optional[Callable] = None,

@@ -58,7 +58,8 @@ def evaluate(checkpoint: str, data: Optional[str] = None, split: str = "val", de
     name = config.data if data is None else data
     kwargs = config.data_kwargs if name == config.data else {
         k: v for k, v in config.data_kwargs.items() if k in ("channels", "size", "threads", "on_error")}
-    _, held_out = load_data(name, kwargs, config.val_fraction if split == "val" else 0.0, config.seed)
+    _, held_out = load_data(name, kwargs, config.val_fraction if split == "val" else 0.0, config.seed,
+                            classes=model.classes if isinstance(model.task, Classification) else None)
     if held_out is None:
         raise ConfigError(f"data '{name}' has no held-out test split (t10k-* IDX files, x_test/x_val arrays, a test/ "
                           "or val/ folder); use split val for the run's validation share of its training data")
@@ -84,8 +85,9 @@ def evaluate(checkpoint: str, data: Optional[str] = None, split: str = "val", de
 
 
 def _check_classes(name: str, data, model, checkpoint: str) -> None:
-    """A classifier's data must name its classes as the checkpoint does, in the same order: a folder's labels are
-    the indices of its own sorted subfolders, which the model's outputs would otherwise be scored against."""
+    """A classifier's data must name its classes as the checkpoint does, in the same order. Image folders are
+    labelled by the checkpoint's class names as they are read (a folder may lack a class; one the model lacks is
+    refused there); built-in sets carry their own list, which must be the checkpoint's."""
     classes = getattr(data, "classes", None) or class_names(name, {})
     if not isinstance(model.task, Classification) or not model.classes or not classes:
         return

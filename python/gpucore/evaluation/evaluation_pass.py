@@ -22,10 +22,8 @@ from ..errors import ConfigError
 from ..models.tta import with_tta
 from ..tasks import Task
 from ..tasks.sequences import pad_sequences
-from ..training import distributed
-from ..training.engine_config import forward_config
-from ..training.epoch_data import EpochData, make_train_set, make_val_set
-from ..training.run_setup import place_model
+from ..data.epoch_data import EpochData, training_set, validation_set
+from ..device.placement import forward_config, place_model
 
 
 @dataclass
@@ -122,8 +120,7 @@ def _cat_padded(parts: List[torch.Tensor]) -> torch.Tensor:
 
 
 def data_sets(config, train_data, val_data, normalization, device: torch.device):
-    """The run's training set (as training served it: augmented, standardised) and its validation set."""
-    world = distributed.World()
-    train_set = (make_train_set(train_data, config, str(device), normalization, world, config.batch_size)
-                 if train_data is not None else None)
-    return train_set, make_val_set(val_data, config, str(device), normalization)
+    """The run's training set (as training served it: augmented, standardised) and its validation set, each
+    standardised with `normalization` (the checkpoint's)."""
+    train_set = training_set(train_data, config, device, normalization) if train_data is not None else None
+    return train_set, validation_set(val_data, config, device, normalization)

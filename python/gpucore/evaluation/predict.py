@@ -14,6 +14,7 @@ from typing import List, Optional, Union
 
 import torch
 
+from ..data.class_folders import listed
 from ..data.input_files import read_input_images
 from ..data.png import encode_png
 from ..errors import ConfigError
@@ -155,13 +156,25 @@ def _check_float_range(model: LoadedModel, images: torch.Tensor, origin: str) ->
 
 
 def _folder_labels(folders: Optional[List[str]], classes: Optional[List[str]]) -> Optional[torch.Tensor]:
-    """Each file's class when every file sits in a subfolder named like one of the checkpoint's classes
-    (a '/' in a class name, as in Fashion-MNIST's T-shirt/top, is '_' in the folder's name)."""
+    """Each file's class when every file sits in a subfolder named like one of the checkpoint's classes (a '/' in a
+    class name, as in Fashion-MNIST's T-shirt/top, is '_' in the folder's name); None when no subfolder is named so.
+    Subfolders of which some name classes and others do not (or only in another case) are a ConfigError: their
+    images would go unlabelled, or be scored against another class."""
     if not folders or not classes:
         return None
     index = {name.replace("/", "_"): i for i, name in enumerate(classes)}
-    if not all(folder in index for folder in folders):
+    named = sorted({folder for folder in folders if folder in index})
+    if not named:
         return None
+    others = sorted({folder for folder in folders if folder not in index})
+    if others:
+        by_case = {name.lower(): name for name in index}
+        case_only = [f"'{o}' (the model has '{by_case[o.lower()]}')" for o in others if o.lower() in by_case]
+        raise ConfigError(f"inputs: subfolders {listed(named)} name the model's classes, but "
+                          f"{listed([o or '(files at the top)' for o in others])} do not"
+                          + (f"; these differ only in case: {listed(case_only)}" if case_only else "")
+                          + f". The model's classes: {listed(list(index), 10)}. Put each image in its class's "
+                          "folder (a class may be missing), or predict on a folder without class subfolders")
     return torch.tensor([index[folder] for folder in folders])
 
 

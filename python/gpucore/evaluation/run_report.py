@@ -91,6 +91,12 @@ def write_report(run_dir: str, device: str = "auto", module: Union[None, str, nn
     try:
         page = Page(temporary)
         page.table("The run", _facts(stats, os.path.basename(checkpoint), payload["epoch"], model.weights))
+        skipped = stats.get("skipped_files") or []
+        if skipped:
+            shown = [entry.split(": ", 1) + [""] * (": " not in entry) for entry in skipped[:_FILES_LISTED]]
+            more = [(f"... and {len(skipped) - _FILES_LISTED} more (training_stats.json's skipped_files)", "")]
+            page.table(f"Files left out ({len(skipped)})", shown + (more if len(skipped) > _FILES_LISTED else []),
+                       ("file", "why"))
         history = _history(run_dir, stats)
         if history:
             page.figure("Loss, metrics and learning rate per epoch", "curves.png",
@@ -127,6 +133,10 @@ def write_report(run_dir: str, device: str = "auto", module: Union[None, str, nn
     return path
 
 
+# The most skipped files the page lists (training_stats.json lists all).
+_FILES_LISTED = 50
+
+
 def figures(report: str) -> Set[str]:
     """The figures (plots/ file names) a report.html shows; none when there is no such file."""
     try:
@@ -140,7 +150,7 @@ def report_after_training(run) -> Optional[str]:
     """The end of `gpucore.train`: the report of the finished (or interrupted) run; errors become a warning."""
     try:
         val_data = run.val_set.data if run.val_set is not None else None
-        return write_report(run.run_dir.path, str(run.device), run.module, (run.train_data, val_data))
+        return write_report(run.run_dir.path, str(run.device), run.module, (run.train_set.data, val_data))
     except Exception as exc:  # noqa: BLE001 - the training itself succeeded
         warnings.warn(f"report: the run report was not written: {type(exc).__name__}: {exc}", RuntimeWarning,
                       stacklevel=2)

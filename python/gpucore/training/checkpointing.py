@@ -6,11 +6,13 @@ checkpoints all write what `snapshot` copies to the host."""
 from __future__ import annotations
 
 import sys
+import warnings
 from typing import Optional, Sequence
 
 import torch
 
 from ..checkpoint import EMA_STATE, WEIGHTS, host_snapshot, load_checkpoint
+from ..data.identity import check_same_data
 from ..errors import ConfigError
 from .callbacks import BestEpoch
 from .ema import monitored_weights
@@ -74,6 +76,7 @@ class Checkpointing:
         run, monitor = loop.run, loop.checkpoints.monitor
         payload = dict(loop.state_dict(), model=run.module.state_dict(), engine=run.engine.state(), rng=rng_state(),
                        config=dict(self.config_values or run.config.to_dict()), classes=run.classes,
+                       data=run.data_identity,
                        input_shape=run.input_shape,
                        input_stats=({"mean": run.normalization[0], "std": run.normalization[1]}
                                     if run.normalization else None))
@@ -118,6 +121,10 @@ class Checkpointing:
             run.ema.load_state_dict(checkpoint[EMA_STATE])
         saved_config = checkpoint.get("config") or {}
         check_schedule_length(path, saved_config, run.config)
+        changed = check_same_data(path, checkpoint.get("data"), run.data_identity, run.config.accept_changed_data)
+        if changed and run.world.is_main:
+            warnings.warn(f"accept_changed_data: resuming '{path}' on changed data: " + "; ".join(changed),
+                          stacklevel=2)
         set_rng_state(checkpoint["rng"])
         loop.callbacks.call("on_load_checkpoint", saved)
         run.run_dir.write_history(loop.history)  # rows written after this checkpoint (a kill) are dropped

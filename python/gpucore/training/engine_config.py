@@ -16,6 +16,7 @@ from ..models.registry import backbone_split
 from ..tasks import Task
 from .ema import VAL_EMA, is_ema_metric
 from .position import Batching
+from ..device.placement import forward_config
 
 
 def param_groups(model: nn.Module, config) -> list:
@@ -52,18 +53,6 @@ def scaled_lr(config, world_size: int) -> float:
     at the lr of its new effective batch."""
     ratio = Batching.of(config).samples_per_step(world_size) / config.base_batch_size
     return {"none": config.lr, "linear": config.lr * ratio, "sqrt": config.lr * math.sqrt(ratio)}[config.lr_scaling]
-
-
-def forward_config(config, task: Task, device: str, policy, channels_last: bool) -> _C.EngineConfig:
-    """The forward pass's settings and its metrics': what an evaluation (_C.evaluate) reads."""
-    engine = _C.EngineConfig()
-    engine.device = torch.device(device)
-    engine.autocast_dtype = policy.autocast_dtype
-    engine.param_dtype = policy.param_dtype
-    engine.channels_last = channels_last
-    engine.top_k = config.top_k
-    engine.loss = task.loss_config()
-    return engine
 
 
 def cuda_graphs_plan(config, device: str, data_parallel: bool = False) -> Tuple[bool, Optional[str]]:

@@ -43,15 +43,14 @@ def _transformed_size(run) -> str:
     """A sentence for the first batch's error when config key transforms (with crop_padding and hflip) changes the
     images' size, which the model then gets: "" when it keeps it, or the inputs are not images. Images of their own
     sizes are brought to one by the list's first transforms; a model that needs other inputs is then named."""
-    shape, config = run.input_shape, run.config
-    own_sizes = run.train_set.own_sizes
+    shape, config, plan = run.input_shape, run.config, run.train_set.plan
+    own_sizes = plan.own_sizes
     if not shape or len(shape) != 3 or not (own_sizes or (shape[1] and shape[2])):
         return ""
     # Images at their own sizes: the first transforms' output size does not depend on the input's.
-    height, width = (run.train_set.first_image_size() if own_sizes else (int(shape[1]), int(shape[2])))
+    height, width = (plan.first_image_size() if own_sizes else (int(shape[1]), int(shape[2])))
     try:
-        value = transforms_list.training_form(config.transforms, config.crop_padding, config.hflip, (height, width))
-        after = tuple(transforms_list.output_size(value, height, width))
+        after = tuple(transforms_list.output_size(plan.transforms, height, width))
     except Exception:  # noqa: BLE001 - the config was checked; this is only a hint
         return ""
     model = ""

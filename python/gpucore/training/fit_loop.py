@@ -15,6 +15,7 @@ from typing import Any, List, Optional, Sequence
 import torch
 
 from ..config import KEY_BY_NAME
+from ..data.class_folders import listed
 from ..errors import OutOfMemoryError, TrainingError
 from ..signals import StepBoundaries, signal_name
 from .. import _C
@@ -22,7 +23,6 @@ from . import distributed
 from .callbacks import CallbackList, EarlyStopping, FreezeBackbone, ModelCheckpoint, Monitor
 from .checkpointing import Checkpointing
 from .ema import SPLITS
-from .epoch_data import make_train_set
 from .first_batch import diagnosis
 from .loggers import make_loggers
 from .oom import OomRetry
@@ -71,6 +71,8 @@ class FitLoop:
         self.warned_on_capture = False  # cuda_graphs: a failed capture is warned about once
         self.resumed: Optional[dict] = None  # the checkpoint a resume read, its epoch and data position
         self.train_forward = run.forward  # what the engine calls this epoch (FreezeBackbone may set another)
+        # Files left out that the terminal was told of: those of formats gpucore does not decode, when read.
+        self.files_said = set().union(*(getattr(s.data, "unread", []) for s in (run.train_set, run.val_set) if s))
 
     @property
     def epoch(self) -> int:
@@ -217,8 +219,7 @@ class FitLoop:
         run = self.run
         self.position.restart_pass(batching)
         run.engine.set_accumulate_grad_batches(batching.accumulate_grad_batches)
-        run.train_set = make_train_set(run.train_data, run.config, str(run.device), run.normalization, run.world,
-                                       batching.batch_size)
+        run.train_set = run.train_set.with_batch_size(batching.batch_size)  # the same plan
 
     def _epoch_record(self, stats: dict) -> dict:
         """The epoch's row of metrics.jsonl before validation: training metrics averaged over the ranks, counters."""
@@ -251,8 +252,19 @@ class FitLoop:
         self.callbacks.call("on_epoch_end", record["epoch"], record)  # early stopping, loggers, the user's, checkpoints
         self.step_checkpoints.superseded()
         self.run_stats.write("running")
+        self._say_skipped_files()
         if run.config.progress and run.world.is_main:
             print_epoch(record, run.config.epochs, self.metric_modes)
+
+    def _say_skipped_files(self) -> None:
+        """Unreadable image files on_error: skip left out since the last epoch, on the terminal (the first few and a
+        count), never only in training_stats.json."""
+        new = [entry for entry in self.run_stats.skipped_files() if entry not in self.files_said]
+        if new and self.run.world.is_main:
+            warnings.warn(f"on_error: skip left {len(new)} unreadable image file{'s' if len(new) > 1 else ''} out: "
+                          f"{listed(new, 3)} (training_stats.json's skipped_files and report.html list them all)",
+                          stacklevel=2)
+        self.files_said.update(new)
 
     def teardown(self) -> None:
         """The callbacks' last hook, after the report; also after an error."""

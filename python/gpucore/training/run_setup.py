@@ -15,7 +15,9 @@ from torch import nn
 from .. import _C
 
 from ..config import run_name_of
-from ..data.builtin import DATA_VAL_FRACTION, PYTHON_DATA, class_names, read_data, split
+from ..data.builtin import BUILTIN as BUILTIN_DATA, DATA_VAL_FRACTION, PYTHON_DATA, class_names, read_data, split
+from ..data.epoch_data import EpochData, training_set, validation_set
+from ..device.placement import place_model
 from ..data.readers import ImageFiles, LabeledData
 from ..data.tensor_inputs import as_images
 from ..device.select import PrecisionPolicy, resolve_precision, select_device
@@ -26,7 +28,6 @@ from ..tasks import Classification, Task, task_of
 from . import distributed
 from .ema import ema_tensors, make_ema
 from .engine_config import check_monitor, cuda_graphs_plan, engine_config, param_groups
-from .epoch_data import EpochData, make_train_set, make_val_set, normalization_of
 from .position import Batching
 from .rng import seed_everything
 from .run_dir import RunDir
@@ -43,9 +44,7 @@ class Run:
     module: nn.Module  # the model itself: its state is what checkpoints hold
     forward: Callable  # what the engine calls: the module, wrapped for DDP and torch.compile as asked
     loss: Optional[Callable]
-    train_data: Any  # kept to build the training set again (out-of-memory retry)
     validation: Optional[dict]  # where the validation data came from, for training_stats.json (None: no validation)
-    normalization: Optional[tuple]
     classes: Optional[List[str]]  # class names, when the data has them
     input_shape: Optional[List[int]]  # one input as the model takes it (C, H, W for images; H, W 0 when they vary)
     pretrained: Optional[LoadReport]  # what config key pretrained loaded
@@ -64,12 +63,22 @@ class Run:
         """The facts of the run for training_stats.json."""
         return {"device": str(self.device), "device_reason": self.device_reason, "precision": self.policy.to_dict(),
                 "channels_last": self.channels_last, "torch": torch.__version__, "config": self.config.to_dict(),
-                "classes": self.classes, "run_dir": self.run_dir.path,
+                "classes": self.classes, "data": self.data_identity, "run_dir": self.run_dir.path,
                 "launcher": self.world.launcher or None, "world_size": self.world.size,
                 "restart": self.world.restart,  # TORCHELASTIC_RESTART_COUNT
                 "validation": self.validation,
                 "model_kwargs_from_data": self.from_data,
                 "pretrained": self.pretrained.to_dict() if self.pretrained else None}
+
+    @property
+    def normalization(self) -> Optional[tuple]:
+        """Per-channel (mean, std) of the training inputs the batches are standardised with, or None."""
+        return self.train_set.plan.normalization
+
+    @property
+    def data_identity(self) -> dict:
+        """What the training and validation data are (data/identity.py): checkpoints record it, a resume checks it."""
+        return {"train": self.train_set.plan.identity, "val": self.val_set.plan.identity if self.val_set else None}
 
     def release_engine(self) -> None:
         """Frees the engine (optimizer state, gradients, the captured CUDA graph) now rather than at a later garbage
@@ -118,10 +127,9 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
     channels_last = place_model(module, config, choice.device, policy)
     forward = _wrap_for_training(module, config, choice.device, world)
     ema = make_ema(module, config)
-    normalization = normalization_of(train_data, config, device)
-    train_set = make_train_set(train_data, config, device, normalization, world, config.batch_size)
+    train_set = training_set(train_data, config, choice.device, rank=world.rank, world_size=world.size, identify=True)
     distributed.check_same(train_set.total_batches(), "the number of batches per epoch (data length)")
-    val_set = make_val_set(val_data, config, device, normalization)
+    val_set = validation_set(val_data, config, choice.device, train_set.plan.normalization, identify=True)
     check_monitor(config, task, val_set is not None)
     steps_per_epoch = Batching.of(config).steps_in(train_set.total_batches())
     graphs, graphs_reason = cuda_graphs_plan(config, device, data_parallel=world.launched)
@@ -135,8 +143,7 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
     run_dir = RunDir(config, world)
     run_dir.create(config)
     return Run(config=config, task=task, world=world, device=choice.device, device_reason=choice.reason, policy=policy,
-               module=module, forward=forward, loss=loss, train_data=train_data, validation=validation,
-               normalization=normalization,
+               module=module, forward=forward, loss=loss, validation=validation,
                classes=classes, input_shape=input_shape, from_data=from_data, pretrained=pretrained,
                train_set=train_set, val_set=val_set, steps_per_epoch=steps_per_epoch, channels_last=channels_last,
                engine=engine, graphs_reason=graphs_reason, ema=ema, run_dir=run_dir, group_store=group_store)
@@ -153,13 +160,15 @@ def recorded_config(config, model: Optional[nn.Module], train_data) -> Any:
     """The config that config.json and the checkpoints hold: what the run used. A model given in Python is recorded
     by the name that rebuilds it (the config's own built-in name, or 'package.module:ClassName': python_model_spec),
     else as 'python:MODULE.QUALNAME' with model_kwargs {}; data given in Python as PYTHON_DATA. Never the defaults
-    it did not use."""
+    it did not use. A folder or file of config key `data` is recorded as its absolute path."""
     changes = {}
     if model is not None:
         name, kwargs = python_model_spec(model, config.model, config.model_kwargs)
         changes.update(model=name, model_kwargs=kwargs)
     if train_data is not None:
         changes["data"] = PYTHON_DATA
+    elif config.data not in BUILTIN_DATA and os.path.exists(os.path.expanduser(config.data)):
+        changes["data"] = os.path.abspath(os.path.expanduser(config.data))  # evaluate and report run from anywhere
     return dataclasses.replace(config, **changes) if changes else config
 
 
@@ -174,26 +183,6 @@ def _load_pretrained(module: nn.Module, config, world: distributed.World) -> Opt
     elif config.progress and world.is_main:
         print(report.summary())
     return report
-
-
-def resolve_channels_last(setting: str, device: torch.device, module: nn.Module) -> bool:
-    """Config key channels_last: true, false, or auto: on for conv nets on the CPU and on CUDA, where oneDNN's and
-    cuDNN's convolutions run faster channels-last (python -m bench layout: the Fashion-MNIST CNN about 1.4x on 2 EPYC
-    cores; on an H100 in bf16 torchvision's ResNet-18 1.83x and ResNet-50 1.62x at 224 px, the small CNNs 0.99x).
-    Other devices (MPS) keep the default layout: not measured there."""
-    if setting != "auto":
-        return setting == "true"
-    return device.type in ("cpu", "cuda") and any(isinstance(m, nn.Conv2d) for m in module.modules())
-
-
-def place_model(module: nn.Module, config, device: torch.device, policy: PrecisionPolicy) -> bool:
-    """Moves `module` to `device`, in the policy's parameter dtype and config key channels_last's memory format;
-    returns channels_last as resolved (the engine's settings need it). Training and evaluation alike."""
-    channels_last = resolve_channels_last(config.channels_last, device, module)
-    module.to(device=device, dtype=policy.param_dtype)
-    if channels_last:
-        module.to(memory_format=torch.channels_last)
-    return channels_last
 
 
 def _wrap_for_training(module: nn.Module, config, device: torch.device, world: distributed.World):

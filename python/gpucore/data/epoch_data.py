@@ -1,0 +1,199 @@
+"""One data set served epoch by epoch to the C++ engine as a BatchSource, from its plan (plan.py): gpucore's own
+batch sources for tensors and image files (batch_source), torch's DataLoader for a torch Dataset, the caller's
+DataLoader as it is."""
+from __future__ import annotations
+
+import itertools
+from typing import List, Optional
+
+import torch
+
+from .. import _C
+from .. import transforms as transforms_list
+from ..errors import ConfigError
+from .plan import DataPlan, plan_data
+from .readers import ImageFiles
+from .tensor_inputs import as_images, prepare_inputs
+
+
+def batch_source(plan: DataPlan, *, batch_size: int, shuffle: bool, drop_last: bool, seed: int,
+                 device: torch.device, prefetch: int = 4, dtype: torch.dtype = torch.float32,
+                 channels_last: bool = False) -> _C.EpochBatches:
+    """The C++ source of a plan's data ((inputs, targets) tensors or ImageFiles), placed by its cache.
+
+    Images (N x C x H x W, or uint8 N x H x W) stay as they are (uint8: a quarter of float32's memory); each batch
+    goes through the plan's transforms, is scaled and normalised on the training device, as `dtype` (float32,
+    float16, bfloat16), channels-last if asked. Other inputs are standardised once here.
+    """
+    data = plan.data
+    transform = _C.AugmentConfig()  # for images; other inputs get none
+    transform.enabled = True
+    transform.dtype, transform.channels_last = dtype, channels_last
+    if plan.normalization is not None:
+        transform.mean, transform.std = plan.normalization
+    transform.transforms = transforms_list.specs(plan.transforms)
+    if isinstance(data, ImageFiles) and (plan.cache == "none" or plan.own_sizes):
+        # Streamed, or cached at their own sizes: each image (decoded, or taken from memory) goes through the list's
+        # per-image transforms on a reader thread; the rest of the list runs on the batch.
+        config = _C.FileBatchesConfig()
+        config.channels = data.channels
+        config.height, config.width = (0, 0) if plan.own_sizes else data.image_shape()[1:]
+        config.resize = data.size != (0, 0)
+        config.threads, config.prefetch, config.skip_errors = data.threads, prefetch, data.skip_errors
+        config.own_sizes = plan.own_sizes
+        images = data.images_at_own_size() if plan.own_sizes and plan.cache != "none" else []
+        segmentation = data.mask_paths is not None  # the masks are read with their images, batch by batch
+        return _C.FileBatches(data.paths, None if segmentation else data.targets, batch_size, shuffle, drop_last,
+                              seed, device, transform, config, data.mask_paths or [], images)
+    inputs, targets = (data.inputs, data.targets) if isinstance(data, ImageFiles) else data
+    inputs = as_images(inputs)
+    if inputs.dim() != 4:
+        transform, inputs = _C.AugmentConfig(), prepare_inputs(inputs, plan.normalization)
+    return _C.TensorBatches(inputs, targets, batch_size, shuffle, drop_last, seed, device, transform,
+                            resident=plan.cache == "device")
+
+
+def check_whole_batches(first_sample: int, batch_size: int, world_size: int, epoch: int) -> int:
+    """This rank's whole batches of `batch_size` before sample `first_sample` of epoch `epoch`: where a torch loader,
+    which can only skip batches, resumes. ConfigError when the position falls inside a batch."""
+    batches, rest = divmod(first_sample, batch_size * world_size)
+    if rest:
+        raise ConfigError(f"data position: sample {first_sample} of epoch {epoch} is not a whole number of batches of "
+                          f"{batch_size} x {world_size} processes: a checkpoint of another batch size or world "
+                          "size? (a torch Dataset or DataLoader resumes only at its own)")
+    return batches
+
+
+class EpochData:
+    """One data set, served epoch by epoch as a C++ BatchSource, as its plan says. A training set is this process's
+    shard of `world_size` (rank `rank`)."""
+
+    def __init__(self, plan: DataPlan, batch_size: int, *, seed: int, shuffle: bool = False, drop_last: bool = False,
+                 prefetch: int = 4, rank: int = 0, world_size: int = 1):
+        self.plan, self.batch_size = plan, batch_size
+        self.seed, self.rank, self.world_size = seed, rank, world_size
+        self._settings = dict(seed=seed, shuffle=shuffle, drop_last=drop_last, prefetch=prefetch, rank=rank,
+                              world_size=world_size)
+        self._tensors = self._loader = self._generator = self._sampler = None
+        data = plan.data
+        self.device = plan.device
+        if plan.native:
+            self._tensors = batch_source(plan, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed,
+                                         device=torch.device(self.device), prefetch=prefetch)
+            if plan.training:  # this rank's share from the start: total_batches() counts the shard's batches
+                self._tensors.set_shard(rank, world_size)
+                self._tensors.start_epoch(0)
+        elif isinstance(data, torch.utils.data.DataLoader):
+            self._loader = data  # the user's loader batches itself
+        else:
+            self._generator = torch.Generator()
+            if plan.training and world_size > 1:  # equal shards per rank, reshuffled per epoch by set_epoch
+                self._sampler = torch.utils.data.distributed.DistributedSampler(
+                    data, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed, drop_last=drop_last)
+            self._loader = torch.utils.data.DataLoader(data, batch_size=batch_size,
+                                                       shuffle=shuffle and self._sampler is None,
+                                                       sampler=self._sampler, drop_last=drop_last,
+                                                       generator=self._generator,
+                                                       pin_memory=str(self.device).startswith("cuda"))
+
+    def with_batch_size(self, batch_size: int) -> "EpochData":
+        """The same plan served in batches of `batch_size` (an out-of-memory retry halves it)."""
+        return EpochData(self.plan, batch_size, **self._settings)
+
+    @property
+    def data(self):
+        """The data set served: (inputs, targets) tensors, gpucore image files, a torch Dataset or DataLoader."""
+        return self.plan.data
+
+    @property
+    def own_sizes(self) -> bool:
+        return self.plan.own_sizes
+
+    @property
+    def description(self) -> str:
+        return self.plan.description
+
+    @property
+    def fixed_batch_size(self) -> bool:
+        """The user's DataLoader batches itself."""
+        return isinstance(self.plan.data, torch.utils.data.DataLoader)
+
+    def skipped_files(self) -> List[str]:
+        """Image files left out so far, "path: why": never decoded, unreadable at decode, or while streaming."""
+        return skipped_files(self.plan.data, self._tensors)
+
+    def total_batches(self) -> int:
+        return len(self._tensors) if self._tensors is not None else len(self._loader)
+
+    @property
+    def reshards(self) -> bool:
+        """Whether the rest of an epoch can be served from any sample on, at any world size (gpucore's sources)."""
+        return self._tensors is not None
+
+    def epoch(self, epoch: int, first_sample: int = 0):
+        """Epoch `epoch`'s batches from sample `first_sample` of its order over all ranks on (a resume
+        mid-epoch): gpucore's sources shard the rest among this run's ranks; a torch loader skips whole
+        batches, at the world size and batch size that consumed them."""
+        if self._tensors is not None:
+            if self.plan.training:
+                self._tensors.set_shard(self.rank, self.world_size, first_sample)
+            self._tensors.start_epoch(epoch)
+            return self._tensors
+        skip = check_whole_batches(first_sample, self.batch_size, self.world_size, epoch)
+        if self._generator is not None:  # the same order per (seed, epoch) as TensorBatches promises
+            self._generator.manual_seed(self.seed * 1000003 + epoch)
+        if self._sampler is not None:
+            self._sampler.set_epoch(epoch)
+        return _C.PythonBatches(_Skipped(self._loader, skip), torch.device(self.device))
+
+    def batches(self, epoch: int = 0):
+        """Epoch `epoch`'s batches in Python, (inputs, targets) pairs as the engine gets them (gpucore's sources:
+        augmented, standardised, on the device; a torch loader's: as it yields them)."""
+        source = self.epoch(epoch)
+        if self._tensors is None:
+            yield from self._loader
+            return
+        while (batch := source.next()) is not None:
+            yield batch
+
+
+def skipped_files(data, source) -> List[str]:
+    """Files left out of `data`, "path: why", each once: found but of a format gpucore does not decode, unreadable
+    at decode or while `source` streams (on_error skip)."""
+    streamed = source.skipped() if isinstance(source, _C.FileBatches) else []
+    return sorted(set(getattr(data, "unread", [])) | set(getattr(data, "skipped", [])) | set(streamed))
+
+
+class _Skipped:
+    """A loader's batches from `skip` on, with a len()."""
+
+    def __init__(self, loader, skip):
+        self.loader, self.skip = loader, skip
+
+    def __len__(self):
+        return max(len(self.loader) - self.skip, 0)
+
+    def __iter__(self):
+        return itertools.islice(iter(self.loader), self.skip, None)
+
+
+def training_set(data, config, device: torch.device, normalize=True, rank: int = 0, world_size: int = 1,
+                 identify: bool = False) -> EpochData:
+    """A run's training set as config keys transforms, crop_padding, hflip, cache, batch_size, shuffle, drop_last,
+    prefetch and seed say, sharded over `world_size` processes. `normalize`: True for its own statistics (when config
+    key normalize asks for them), or the (mean, std) to use (a checkpoint's); `identify`: record its identity."""
+    plan = plan_data(data, device=device, training=True, transforms=config.transforms,
+                     crop_padding=config.crop_padding, hflip=config.hflip, cache=config.cache,
+                     normalize=config.normalize if normalize is True else normalize, identify=identify)
+    return EpochData(plan, config.batch_size, seed=config.seed, shuffle=config.shuffle, drop_last=config.drop_last,
+                     prefetch=config.prefetch, rank=rank, world_size=world_size)
+
+
+def validation_set(data, config, device: torch.device, normalization, identify: bool = False) -> Optional[EpochData]:
+    """A run's validation set (every process evaluates all of it) in the transforms' deterministic form,
+    standardised with the training set's `normalization`; None without data."""
+    if data is None:
+        return None
+    plan = plan_data(data, device=device, training=False, transforms=config.transforms, cache=config.cache,
+                     normalize=normalization, identify=identify)
+    return EpochData(plan, config.eval_batch_size, seed=config.seed, prefetch=config.prefetch)

@@ -1,0 +1,147 @@
+"""One data set's plan: how gpucore serves it, every fact decided once when the plan is made and read from it by
+everything after (the epochs' batches, validation, evaluate, the report, the first batch's diagnosis, the out-of-memory
+rebuild, gpucore.DataLoader). timm resolves a data config, then creates the data set, the transform and the loader,
+each once; a plan also records what the data set was (identity.py), so that a resume can check it.
+
+The chain: data set (readers.py, builtin.py) -> plan_data (here) -> EpochData (epoch_data.py) -> the C++ batch source
+(loader.py's batch_source).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, List, Optional, Tuple, Union
+
+import torch
+
+from .. import transforms as transforms_list
+from ..config import KEY_BY_NAME
+from ..device.select import memory_stats
+from ..errors import ConfigError
+from .identity import identity_of
+from .readers import ImageFiles
+from .tensor_inputs import as_images, input_stats
+
+
+@dataclass(frozen=True)
+class DataPlan:
+    """How one data set is served, settled once."""
+
+    data: Any  # (inputs, targets) tensors, ImageFiles, a torch Dataset or a DataLoader
+    training: bool  # the training form (shuffled, augmented) or the deterministic one
+    device: torch.device  # where its batches are made
+    cache: Optional[str]  # device, host or none (choose_cache); None: a torch Dataset or DataLoader loads itself
+    transforms: List[Any]  # the transforms list this set runs: the training form, or the deterministic one
+    own_sizes: bool  # images at their own sizes, each through the list's first (per-image) transforms
+    normalization: Optional[Tuple[list, list]]  # per-channel (mean, std) the batches are standardised with
+    identity: Optional[dict]  # what the data set is (identity.py), where asked for
+    description: str  # what one sample looks like, for messages
+
+    @property
+    def native(self) -> bool:
+        """Served by gpucore's C++ sources (tensors, image files), not a torch loader."""
+        return self.cache is not None
+
+    def first_image_size(self) -> Tuple[int, int]:
+        """(height, width) of the first readable image of an image-file data set."""
+        return tuple(self.data.image_shape()[1:])
+
+
+def plan_data(data, *, device: torch.device, training: bool, transforms: Any = (), crop_padding: int = 0,
+              hflip: bool = False, cache: str = "auto", normalize: Union[bool, Tuple[list, list], None] = True,
+              identify: bool = False) -> DataPlan:
+    """The plan of `data`.
+
+    Args:
+        data: (inputs, targets) tensors, ImageFiles, a torch Dataset or a DataLoader.
+        device: the training device (the cache choice depends on its free memory).
+        training: the training form (crop_padding, hflip and transforms' random draws) or the deterministic one.
+        transforms: config key `transforms`; crop_padding and hflip its shorthands (training only).
+        cache: config key `cache`.
+        normalize: True: this set's per-channel statistics; (mean, std): those (a validation set takes its training
+            set's; an evaluation the checkpoint's); False or None: none.
+        identify: record the data set's identity (a training run's checkpoints hold it).
+
+    Raises:
+        ConfigError: transforms for data gpucore does not serve, a bad cache, data of no kind gpucore takes.
+    """
+    identity = identity_of(data) if identify else None  # before any decoding leaves unreadable files out
+    if not is_native(data):
+        if training and (crop_padding > 0 or hflip or transforms):
+            raise ConfigError("crop_padding, hflip and transforms apply to image tensors and gpucore.data sets; "
+                              "transform a torch Dataset or DataLoader yourself")
+        if not isinstance(data, (torch.utils.data.DataLoader, torch.utils.data.Dataset)):
+            raise ConfigError("training data must be (inputs, targets) tensors, a torch Dataset or a DataLoader, got "
+                              f"{type(data).__name__}")
+        return DataPlan(data=data, training=training, device=device, cache=None, transforms=[], own_sizes=False, normalization=None,
+                        identity=identity, description=f"batches from a {type(data).__name__}")
+    cache = choose_cache(data, cache, device)
+    files = isinstance(data, ImageFiles)
+    images = files or as_images(data[0]).dim() == 4
+    run, own_sizes = [], False
+    if images:
+        padding = crop_padding if training else 0
+        size = (0, 0) if not padding else (data.image_shape()[1:] if files else as_images(data[0]).shape[2:])
+        forms = transforms_list.plan(transforms, padding, hflip and training, tuple(size))
+        run = forms.training if training else forms.validation
+        per_image = forms.training_per_image if training else forms.validation_per_image
+        own_sizes = files and data.size == (0, 0) and data.mask_paths is None and bool(transforms) and per_image
+    elif training and (crop_padding > 0 or hflip or transforms):
+        raise ConfigError(f"crop_padding, hflip and transforms need N x C x H x W images, got inputs "
+                          f"{tuple(as_images(data[0]).shape)}")
+    if normalize is True:
+        normalization = data_stats(data, cache, own_sizes)
+    else:
+        normalization = tuple(normalize) if normalize else None
+    return DataPlan(data=data, training=training, device=device, cache=cache, transforms=run, own_sizes=own_sizes,
+                    normalization=normalization, identity=identity, description=_describe(data, own_sizes))
+
+
+def is_native(data) -> bool:
+    """Data gpucore's C++ sources serve: (inputs, targets) tensors or image files."""
+    return isinstance(data, ImageFiles) or (isinstance(data, (tuple, list)) and len(data) == 2
+                                            and all(isinstance(t, torch.Tensor) for t in data))
+
+
+def choose_cache(data, cache: str, device: torch.device) -> str:
+    """device, host or none for `data` ((inputs, targets) tensors or ImageFiles) and config `cache`.
+
+    auto: on the device when the decoded data takes at most a quarter of its free memory (host memory
+    for CPU training), else in host memory when image files fit in half of the available memory, else
+    streamed from the files. In-memory tensors are never "none".
+    """
+    caches = KEY_BY_NAME["cache"].choices
+    if cache not in caches:
+        raise ConfigError(f"cache must be one of {', '.join(caches)}, got '{cache}'")
+    files = isinstance(data, ImageFiles)
+    if cache == "none" and not files:
+        raise ConfigError("cache 'none' streams image files from disk (ImageFolder, Files, CSV or an image-folder "
+                          "'data'); this data set is already in memory: use auto, device or host")
+    if cache != "auto":
+        return cache
+    nbytes = data.nbytes() if files else sum(t.numel() * t.element_size() for t in data)
+    in_memory = not files or data.decoded or nbytes <= (memory_stats("cpu")["free"] or 0) // 2
+    if device.type == "cuda":
+        if nbytes <= torch.cuda.mem_get_info(device)[0] // 4:
+            return "device"
+        return "host" if in_memory else "none"
+    return "device" if in_memory else "none"
+
+
+def data_stats(data, cache: str, own_sizes: bool = False) -> Tuple[list, list]:
+    """Per-channel (mean, std) of a data set placed by `cache`, for normalisation: exact for data in
+    memory, from a sample of the files when streaming. `own_sizes`: images kept at their own sizes."""
+    if isinstance(data, ImageFiles):
+        if own_sizes and cache != "none":
+            data.images_at_own_size()  # decoded once, as the batches will read them: exact statistics
+        return data.sample_stats(own_sizes=own_sizes) if cache == "none" or own_sizes else input_stats(data.inputs)
+    return input_stats(data[0])
+
+
+def _describe(data, own_sizes: bool) -> str:
+    if isinstance(data, ImageFiles):
+        if own_sizes:
+            return f"{data.channels}-channel uint8 images of their own sizes from '{data.origin}'"
+        channels, height, width = data.image_shape()
+        return f"{channels} x {height} x {width} uint8 images from '{data.origin}'"
+    return f"inputs of shape {tuple(data[0].shape[1:])} ({data[0].dtype}) and targets of shape " \
+           f"{tuple(data[1].shape[1:])} per sample"
