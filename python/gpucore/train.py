@@ -1,8 +1,8 @@
 """gpucore.train: build a run, resume it if asked, fit it. Every training step runs in the C++ engine.
 
 The parts, in the order a run uses them: config.py (keys and checks), tasks/ (the kind of model),
-training/run_setup.py (device, precision, model, data, engine, run directory), training/epoch_data.py (batches
-per epoch), training/fit_loop.py (the epochs), training/callbacks.py (checkpoints, early stopping, the user's),
+training/run_setup.py (device, precision, model, data, engine, run directory), data/plan.py and data/epoch_data.py
+(each data set's plan and its batches per epoch), training/fit_loop.py (the epochs), training/callbacks.py (checkpoints, early stopping, the user's),
 training/run_dir.py (the files), evaluation/run_report.py (the report). See docs/architecture.md."""
 from __future__ import annotations
 

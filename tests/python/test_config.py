@@ -37,7 +37,8 @@ DEFAULTS = {
     "run_dir": "runs", "name": "", "save_every_n_epochs": 0, "keep_last_k": 3, "checkpoint_every_n_steps": 0,
     "checkpoint_every_minutes": 0.0, "log_every_n_steps": 50,
     "loggers": ["csv", "tensorboard"], "mlflow_tracking_uri": None, "mlflow_experiment": "", "mlflow_log_model": False,
-    "progress": True, "report": True, "report_cam_layer": "auto", "resume": None, "on_oom": "raise",
+    "progress": True, "report": True, "report_cam_layer": "auto", "resume": None, "accept_changed_data": False,
+    "on_oom": "raise",
 }
 
 

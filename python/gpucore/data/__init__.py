@@ -1,7 +1,8 @@
-"""Data: the native readers (readers.py), the built-in data sets (builtin.py), gpucore.DataLoader and the
-C++ batch sources (loader.py), tensors as model inputs (tensor_inputs.py), files to predict on
-(input_files.py) and the PNG writer (png.py). `gpucore.data.read_npz(...)` and the other readers are
-re-exported here, where users have always found them."""
+"""Data, as a chain: the native readers (readers.py; class_folders.py, folders as ImageFolder reads them) and the
+built-in data sets (builtin.py) -> one plan per data set (plan.py; identity.py, what the data set is) -> its batches
+per epoch from the C++ batch sources (epoch_data.py); gpucore.DataLoader (loader.py), tensors as model inputs
+(tensor_inputs.py), files to predict on (input_files.py) and the PNG writer (png.py). `gpucore.data.read_npz(...)`
+and the other readers are re-exported here, where users have always found them."""
 from .readers import (
     IMAGE_EXTENSIONS,
     ImageFiles,

@@ -474,9 +474,9 @@ def split_indices(count: int, fraction: float, seed: int) -> Tuple[List[int], Li
 
 def split(dataset, fraction: float, seed: int):
     """(train, val, ValSplit) of a data set, the seeded share `fraction` held out for validation (image files by
-    their names, held_out_by_name; other data by position); (dataset, None, None) for fraction 0. Takes (inputs, targets) tensors, ImageFiles, and torch Datasets with a length (as Subsets;
-    gpucore.train serves its other gpucore data sets as tensors); a DataLoader, an IterableDataset or anything else
-    is a ConfigError."""
+    their names, held_out_by_name; other data by position); (dataset, None, None) for fraction 0. Takes (inputs,
+    targets) tensors, ImageFiles, and torch Datasets with a length (as Subsets; gpucore.train serves its other gpucore
+    data sets as tensors); a DataLoader, an IterableDataset or anything else is a ConfigError."""
     if not fraction:
         return dataset, None, None
     count = _split_length(dataset)

@@ -72,8 +72,8 @@ def plan_data(data, *, device: torch.device, training: bool, transforms: Any = (
         if not isinstance(data, (torch.utils.data.DataLoader, torch.utils.data.Dataset)):
             raise ConfigError("training data must be (inputs, targets) tensors, a torch Dataset or a DataLoader, got "
                               f"{type(data).__name__}")
-        return DataPlan(data=data, training=training, device=device, cache=None, transforms=[], own_sizes=False, normalization=None,
-                        identity=identity, description=f"batches from a {type(data).__name__}")
+        return DataPlan(data=data, training=training, device=device, cache=None, transforms=[], own_sizes=False,
+                        normalization=None, identity=identity, description=f"batches from a {type(data).__name__}")
     cache = choose_cache(data, cache, device)
     files = isinstance(data, ImageFiles)
     images = files or as_images(data[0]).dim() == 4

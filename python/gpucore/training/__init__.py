@@ -1,5 +1,6 @@
 """Training: a run built from its config (run_setup.py: device, precision, model, data, engine, run
-directory), its batches per epoch (epoch_data.py), the C++ engine's settings (engine_config.py), the epoch
+directory; its data sets' plans and batches are data/plan.py and data/epoch_data.py), the C++ engine's optimizer
+settings (engine_config.py), the epoch
 loop (fit_loop.py) with the run's position (position.py), its validation loop (validation_loop.py), callbacks
 (callbacks.py), checkpoints (checkpointing.py, step_checkpoints.py) and training_stats.json (run_stats.py), the
 run directory's files (run_dir.py), the out-of-memory retry (oom.py), the first batch's diagnosis
