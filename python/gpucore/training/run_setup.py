@@ -15,7 +15,7 @@ from torch import nn
 from .. import _C
 
 from ..config import run_name_of
-from ..data.builtin import DATA_VAL_FRACTION, PYTHON_DATA, class_names, read_data, split
+from ..data.builtin import DATA_VAL_FRACTION, PYTHON_DATA, check_fits_task, class_names, read_data, split
 from ..data.readers import ImageFiles, LabeledData
 from ..data.tensor_inputs import as_images
 from ..device.select import PrecisionPolicy, resolve_precision, select_device
@@ -101,6 +101,8 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
 
     given = train_data
     train_data, val_data, validation = _training_data(config, train_data, val_data)
+    if given is None:
+        check_fits_task(config.data, task, train_data, val_data)
     classes = _classes(config, given, train_data)
     _check_class_count(config, task, classes, given is not None)
     input_shape = _input_shape(train_data)
