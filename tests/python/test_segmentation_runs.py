@@ -1,8 +1,8 @@
 """Segmentation runs after training (issue 54, item 5): a folder of images/ and masks/ (or train/ and val/ each holding
 them) trains from config key data, and `gpucore evaluate` and `gpucore report` work on such runs, on the folder or on
-a gpucore data set; `monitor: auto` follows the validation IoU. The data are crops of real photos (scikit-image's
-astronaut, coffee and chelsea) whose masks are their bright pixels; every metric is checked against one recomputed
-with torch from the checkpoint's model on the same files."""
+a gpucore data set (a classifier's evaluate takes tensors and data sets alike); `monitor: auto` follows the validation
+IoU. The data are crops of real photos (scikit-image's astronaut, coffee and chelsea) whose masks are their bright
+pixels; every metric is checked against one recomputed with torch from the checkpoint's model on the same files."""
 import json
 import os
 import re
@@ -193,3 +193,23 @@ def test_a_loss_that_does_not_fit_the_folder_is_refused_before_the_first_step(tm
         gpucore.train(dict(RUN, data=str(tmp_path / "masks_folder"), data_kwargs={"max_resolution": 64},
                            run_dir=str(runs)))
     assert not runs.exists()  # refused before the run began
+
+
+def test_a_classifier_is_evaluated_on_a_data_set_object_whole_as_on_its_validation_split(tmp_path):
+    kwargs = {"train_size": 64, "val_size": 32, "seed": 1}
+    result = gpucore.train(dict(data="synthetic_fashion", data_kwargs=kwargs, epochs=1, batch_size=16, device="cpu",
+                                precision="32", progress=False, report=False, run_dir=str(tmp_path / "runs")))
+    checkpoint = os.path.join(result.checkpoint_dir, "last.pt")
+    _, (x_val, y_val) = gpucore.data.builtin.synthetic_fashion(**kwargs)  # the run's validation split
+    accuracy = (gpucore.load(checkpoint, "cpu")(x_val).argmax(1) == y_val).float().mean().item()
+    own = gpucore.evaluate(checkpoint, device="cpu")["metrics"]
+    assert own["accuracy"] == pytest.approx(accuracy)
+    for data in ((x_val, y_val), gpucore.data.from_tensors(x_val, y_val)):
+        summary = gpucore.evaluate(checkpoint, data=data, device="cpu")
+        assert (summary["split"], summary["samples"]) == ("all", 32)
+        assert summary["metrics"] == pytest.approx(own)
+    write_pairs(tmp_path / "photos", photo_crops()[:2])
+    masks = gpucore.data.read_segmentation(str(tmp_path / "photos" / "images"), str(tmp_path / "photos" / "masks"))
+    with pytest.raises(gpucore.ConfigError, match=r"data '2 images and masks from '.*images'' holds images and their "
+                                                  r"masks \(segmentation\), but loss 'cross_entropy'"):
+        gpucore.evaluate(checkpoint, data=masks, device="cpu")
