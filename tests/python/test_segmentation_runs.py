@@ -10,6 +10,7 @@ import re
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 import gpucore
 from gpucore import cli
@@ -52,8 +53,6 @@ def photo_crops():
 
 def write_pairs(folder, crops, first=0):
     """images/NN.png and masks/NN.png (grey, 0 or 255: the crop's pixels brighter than BRIGHT) under `folder`."""
-    from PIL import Image
-
     for sub in ("images", "masks"):
         os.makedirs(os.path.join(folder, sub), exist_ok=True)
     for index, crop in enumerate(crops, first):
@@ -73,8 +72,6 @@ def pair_files(folder, names=None):
 def recomputed(checkpoint, images, masks):
     """IoU, Dice and pixel accuracy of the foreground over all pixels, from gpucore.load's model on the files read
     with Pillow: the engine's definitions, computed here without it."""
-    from PIL import Image
-
     loaded = gpucore.load(checkpoint, "cpu")
     inputs = torch.stack([torch.from_numpy(np.array(Image.open(f).convert("RGB"))).permute(2, 0, 1) for f in images])
     truth = torch.stack([torch.from_numpy(np.array(Image.open(f))) for f in masks]) > 127
@@ -164,8 +161,8 @@ def test_a_run_trained_in_python_on_read_segmentation_evaluates_on_the_folder_or
     os.remove(os.path.join(result.run_dir, "report.html"))
     gpucore.write_report(result.run_dir, device="cpu", data=val)
     assert report_metrics(result.run_dir) == {name: f"{value:.4g}" for name, value in expected.items()}
-    with pytest.raises(gpucore.ConfigError, match=r"write_report's data: got a value of type dict; expected a data set "
-                                                  r"name or path .* or a gpucore data set \(gpucore.data.read_segmentation"):
+    with pytest.raises(gpucore.ConfigError, match=r"write_report's data: got a value of type dict; expected a data "
+                                                  r"set name or path .* or a gpucore data set \(gpucore.data.read_seg"):
         gpucore.write_report(result.run_dir, device="cpu", data={"images": str(folder)})
 
 
@@ -175,21 +172,19 @@ def test_a_loss_that_does_not_fit_the_folder_is_refused_before_the_first_step(tm
     for index, crop in enumerate(crops):  # the same photos as two classes
         classes = tmp_path / "classes_folder" / ("bright" if crop.mean() > BRIGHT else "dark")
         classes.mkdir(parents=True, exist_ok=True)
-        from PIL import Image
-
         Image.fromarray(crop).save(classes / f"{index}.png")
     runs = tmp_path / "runs"
-    with pytest.raises(gpucore.ConfigError, match=r"data '.*masks_folder' holds images and their masks \(segmentation\), "
-                                                  r"but loss 'cross_entropy' \(classification\) does not train on masks: "
-                                                  r"set loss: dice_bce \(or bce_with_logits\)"):
+    with pytest.raises(gpucore.ConfigError, match=r"data '.*masks_folder' holds images and their masks "
+                                                  r"\(segmentation\), but loss 'cross_entropy' \(classification\) does "
+                                                  r"not train on masks: set loss: dice_bce \(or bce_with_logits\)"):
         gpucore.train(dict(RUN, loss="cross_entropy", model="fast_cnn", data=str(tmp_path / "masks_folder"),
                            run_dir=str(runs)))
     with pytest.raises(gpucore.ConfigError, match=r"data '.*classes_folder' holds images of classes \(bright, dark\), "
                                                   r"but loss 'dice_bce' \(segmentation\) trains on masks: give a "
                                                   r"segmentation folder \(images/ and masks/"):
         gpucore.train(dict(RUN, data=str(tmp_path / "classes_folder"), run_dir=str(runs)))
-    with pytest.raises(gpucore.ConfigError, match=r"data_kwargs' does not fit the segmentation reader \(channels, size, "
-                                                  r"threads, on_error\) of folder '.*masks_folder'.*max_resolution"):
+    with pytest.raises(gpucore.ConfigError, match=r"data_kwargs' does not fit the segmentation reader \(channels, "
+                                                  r"size, threads, on_error\) of folder '.*masks_folder'.*max_resol"):
         gpucore.train(dict(RUN, data=str(tmp_path / "masks_folder"), data_kwargs={"max_resolution": 64},
                            run_dir=str(runs)))
     assert not runs.exists()  # refused before the run began

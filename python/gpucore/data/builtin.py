@@ -318,7 +318,7 @@ def _load_folder(path: str, kwargs: dict):
 _SEGMENTATION_LAYOUTS = (("images", "masks"), ("image", "mask"), ("images", "labels"))
 
 
-def segmentation_layout(root: str) -> Optional[Tuple[str, str]]:
+def _segmentation_layout(root: str) -> Optional[Tuple[str, str]]:
     """(images folder, masks folder) where `root` holds a pair of _SEGMENTATION_LAYOUTS subfolders, else None."""
     subfolders = {entry.lower(): entry for entry in os.listdir(root) if os.path.isdir(os.path.join(root, entry))}
     for images, masks in _SEGMENTATION_LAYOUTS:
@@ -329,7 +329,7 @@ def segmentation_layout(root: str) -> Optional[Tuple[str, str]]:
 
 def _image_folder(root: str, kwargs: dict) -> readers.ImageFiles:
     """A folder of images/ and masks/ (read_segmentation: the masks are the targets), else of class subfolders."""
-    pair = segmentation_layout(root)
+    pair = _segmentation_layout(root)
     try:
         if pair is not None:
             return readers.read_segmentation(*pair, **kwargs)

@@ -49,8 +49,9 @@ def given_data_set(data, model, what: str):
     if isinstance(data, LabeledData) and not isinstance(data, ImageFiles):
         data = (data.inputs, data.targets)
     if not (isinstance(data, ImageFiles) or is_native(data)):
-        raise ConfigError(f"{what}: got a value of type {type(data).__name__}; expected a data set name or path as config key data "
-                          f"takes it (a built-in data set, a folder, a .npz file), or {DATA_SET_OBJECTS}")
+        raise ConfigError(f"{what}: got a value of type {type(data).__name__}; expected a data set name or path as "
+                          "config key data takes it (a built-in data set, a folder, a .npz file), or "
+                          f"{DATA_SET_OBJECTS}")
     check_fits_task(describe(data), model.task, data)
     return data
 
