@@ -283,8 +283,10 @@ def build_parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", help="write report.html and plots/ for a run directory (also an interrupted run)")
     report.add_argument("run_dir", help="the run's directory (holds training_stats.json and checkpoints/)")
     report.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
-    report.add_argument("--data", help="a data set as config key data names it, for the validation figures (default: "
-                        "the run's; needed for a run whose data was given to gpucore.train in Python)")
+    report.add_argument("--data", help="a data set as config key data names it (a built-in set, a .npz, a folder: IDX "
+                        "or .npy files, class subfolders, or images/ and masks/ for segmentation), for the validation "
+                        "figures (default: the run's; needed for a run whose data was given to gpucore.train in "
+                        "Python)")
     _model_option(report)
     report.set_defaults(run=_report)
 
@@ -295,8 +297,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     evaluate = commands.add_parser("evaluate", help="metrics and the report's plots of a checkpoint on a data set")
     evaluate.add_argument("checkpoint", help="a gpucore checkpoint (best.pt, last.pt)")
-    evaluate.add_argument("--data", help="a data set as config key data names it (default: the run's; needed for a "
-                          "run whose data was given to gpucore.train in Python)")
+    evaluate.add_argument("--data", help="a data set as config key data names it (a built-in set, a .npz, a folder: "
+                          "IDX or .npy files, class subfolders, or images/ and masks/ for segmentation), read with "
+                          "the run's channels and size (default: the run's; needed for a run whose data was given to "
+                          "gpucore.train in Python)")
     evaluate.add_argument("--split", default="val", choices=["val", "test"],
                           help="val (default): the run's validation data; test: the data's held-out test files")
     evaluate.add_argument("--out", help="folder for evaluation.json, per_class.json, plots/ and report.html "

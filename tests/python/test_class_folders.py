@@ -182,6 +182,13 @@ def test_the_data_path_is_recorded_absolute_and_evaluate_runs_from_anywhere(tmp_
     summary = gpucore.evaluate(os.path.join(result.checkpoint_dir, "best.pt"), device="cpu",
                                out=str(tmp_path / "ev"))
     assert summary["samples"] == 6 and summary["metrics"]["accuracy"] == result.history[-1]["val_accuracy"]
+    os.rename(tmp_path / "work" / "photos", tmp_path / "work" / "moved")
+    with pytest.raises(ConfigError, match=r"data '.*/work/photos' recorded by checkpoint '.*best.pt' \(its config "
+                                          r"key data\) is not a folder or file here: pass the data, --data FOLDER"):
+        gpucore.evaluate(os.path.join(result.checkpoint_dir, "best.pt"), device="cpu", out=str(tmp_path / "ev2"))
+    moved = gpucore.evaluate(os.path.join(result.checkpoint_dir, "best.pt"), data=str(tmp_path / "work" / "moved"),
+                             device="cpu", out=str(tmp_path / "ev3"))
+    assert moved["metrics"] == summary["metrics"]
 
 
 def test_evaluate_labels_a_folder_by_the_checkpoints_classes(tmp_path):

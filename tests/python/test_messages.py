@@ -66,17 +66,17 @@ def test_float_images_in_0_255_are_refused_by_predict(run, tmp_path):
     assert not (tmp_path / "p.csv").exists()
 
 
-def test_a_segmentation_folder_is_not_read_as_two_classes(run, tmp_path):
+def test_a_segmentation_folder_is_refused_for_a_classifier_not_read_as_two_classes(run, tmp_path):
     for sub in ("images", "masks"):
         (tmp_path / "seg" / sub).mkdir(parents=True)
         for index in range(4):
             (tmp_path / "seg" / sub / f"{index}.png").write_bytes(encode_png(torch.zeros(8, 8, dtype=torch.uint8)))
-    with pytest.raises(gpucore.ConfigError, match=r"seg' holds images/ and masks/, a segmentation layout .*"
-                                                  r"read_segmentation\("):
+    with pytest.raises(gpucore.ConfigError, match=r"seg' holds images and their masks \(segmentation\), but loss "
+                                                  r"'cross_entropy' \(classification\) does not train on masks"):
         gpucore.train(run_dir=str(tmp_path / "out"), epochs=1, progress=False, device="cpu", data=str(tmp_path / "seg"))
     _, checkpoint = run
     result = _gpucore("evaluate", checkpoint, "--data", tmp_path / "seg", "--out", tmp_path / "ev", "--device", "cpu")
-    _refused(result, "a segmentation layout", "gpucore.data.read_segmentation(")
+    _refused(result, "holds images and their masks (segmentation)", "set loss: dice_bce")
 
 
 # --- item 5: messages ---------------------------------------------------------------------------------------------

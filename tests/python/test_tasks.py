@@ -140,7 +140,7 @@ def test_segmentation_agrees_with_the_engine():
     ("ctc", 0, torch.randn(16, 6, 5), torch.randint(1, 5, (16, 3)), "seq_accuracy"),
     ("bce_with_logits", 0, torch.randn(16, 6), (torch.rand(16, 6) > 0.5).float(), "accuracy"),
     ("multilabel_soft_margin", 0, torch.randn(16, 6), (torch.rand(16, 6) > 0.5).float(), "loss"),
-    ("dice_bce", 0, torch.randn(4, 1, 8, 8), (torch.rand(4, 8, 8) > 0.5).float(), "accuracy"),
+    ("dice_bce", 0, torch.randn(4, 1, 8, 8), (torch.rand(4, 8, 8) > 0.5).float(), "iou"),
 ])
 def test_a_tasks_table_of_metrics_is_what_the_engine_reports(loss, heads, output, target, primary):
     task = task_for(loss, heads)

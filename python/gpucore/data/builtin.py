@@ -1,6 +1,6 @@
 """Training data for gpucore.train (config key `data`): the built-in synthetic sets, IDX/.npy/.npz
-files (read into memory as (inputs, targets) tensors) and image folders (gpucore.data.ImageFiles,
-decoded into memory or streamed, as config key `cache` says; see loader.py).
+files (read into memory as (inputs, targets) tensors) and image folders of class subfolders or of images/ and masks/
+(gpucore.data.ImageFiles, decoded into memory or streamed, as config key `cache` says; see loader.py).
 """
 from __future__ import annotations
 
@@ -286,8 +286,9 @@ def _find(folder: str, *names: str) -> Optional[str]:
 
 
 def _load_folder(path: str, kwargs: dict, classes: Optional[List[str]] = None):
-    """IDX files, .npy files, or image folders (class subfolders, optionally under train/ and val/ or test/: the
-    held-out folder labelled by train/'s class names, or all of them by `classes`, a trained model's)."""
+    """IDX files, .npy files, or image folders (class subfolders, or images/ and masks/; either optionally under train/
+    and val/ or test/: a held-out folder of classes labelled by train/'s class names, or all of them by `classes`, a
+    trained model's)."""
     def pair(dataset):
         return dataset.inputs, dataset.targets
 
@@ -313,7 +314,7 @@ def _load_folder(path: str, kwargs: dict, classes: Optional[List[str]] = None):
     if any(os.path.isdir(os.path.join(path, entry)) for entry in os.listdir(path)):
         return _image_folder(path, kwargs, classes, model_classes), None
     raise ConfigError(f"data folder '{path}' holds no IDX files (train-images-idx3-ubyte[.gz]), no x_train.npy/"
-                      "y_train.npy or x.npy/y.npy, and no class subfolders of images")
+                      "y_train.npy or x.npy/y.npy, no class subfolders of images and no images/ and masks/ subfolders")
 
 
 # Subfolder pairs that make a folder a segmentation layout (images and their masks, as read_segmentation pairs them),
@@ -321,30 +322,47 @@ def _load_folder(path: str, kwargs: dict, classes: Optional[List[str]] = None):
 _SEGMENTATION_LAYOUTS = (("images", "masks"), ("image", "mask"), ("images", "labels"))
 
 
-def _refuse_segmentation_layout(root: str) -> None:
-    """A ConfigError for a folder of images/ and masks/ subfolders: read as class subfolders it would silently make a
-    two-class classifier of "images" and "masks"."""
+def _segmentation_layout(root: str) -> Optional[Tuple[str, str]]:
+    """(images folder, masks folder) where `root` holds a pair of _SEGMENTATION_LAYOUTS subfolders, else None."""
     subfolders = {entry.lower(): entry for entry in os.listdir(root) if os.path.isdir(os.path.join(root, entry))}
     for images, masks in _SEGMENTATION_LAYOUTS:
         if images in subfolders and masks in subfolders:
-            image_folder, mask_folder = (os.path.join(root, subfolders[name]) for name in (images, masks))
-            raise ConfigError(
-                f"config key 'data': folder '{root}' holds {subfolders[images]}/ and {subfolders[masks]}/, a "
-                "segmentation layout (each image and its mask paired by file name), not class subfolders; config key "
-                "data reads only classification folders. Train on it from Python: gpucore.train(config, "
-                f"train_data=gpucore.data.read_segmentation({image_folder!r}, {mask_folder!r})) with a segmentation "
-                "model (docs/guides/data.md; examples/card_handwriting/train_segmentation.py)")
+            return os.path.join(root, subfolders[images]), os.path.join(root, subfolders[masks])
+    return None
 
 
 def _image_folder(root: str, kwargs: dict, classes: Optional[List[str]] = None,
                   classes_from: Optional[str] = None) -> readers.ImageFiles:
-    """Class subfolders of `root`, labelled by `classes` when given (a held-out folder: its training set's)."""
-    _refuse_segmentation_layout(root)
+    """A folder of images/ and masks/ (read_segmentation: the masks are the targets), else of class subfolders,
+    labelled by `classes` when given (a held-out folder: its training set's)."""
+    pair = _segmentation_layout(root)
     try:
+        if pair is not None:
+            return readers.read_segmentation(*pair, **kwargs)
         return readers.read_image_folder(root, **kwargs, classes=classes, classes_from=classes_from)
     except TypeError as exc:
-        raise ConfigError(f"config key 'data_kwargs' does not fit the image-folder reader (channels, size, threads, "
-                          f"on_error, max_resolution, allow_empty): {exc}") from exc
+        reader = ("segmentation reader (channels, size, threads, on_error)" if pair is not None else
+                  "image-folder reader (channels, size, threads, on_error, max_resolution, allow_empty)")
+        raise ConfigError(f"config key 'data_kwargs' does not fit the {reader} of folder '{root}': {exc}") from exc
+
+
+def check_fits_task(name: str, task, *data_sets) -> None:
+    """The image files read from folder `name` (the data sets, None for none) fit `task`: masks (a segmentation
+    layout) need a task that trains on masks, class subfolders one that predicts something other than masks. Either
+    mismatch would otherwise fail at the first step with a shape error, or score class labels as masks."""
+    for data in data_sets:
+        if not isinstance(data, readers.ImageFiles):
+            continue
+        if data.mask_paths is not None and not task.trains_on_masks:
+            raise ConfigError(f"data '{name}' holds images and their masks (segmentation), but loss '{task.loss}' "
+                              f"({task.name}) does not train on masks: set loss: dice_bce (or bce_with_logits) and a "
+                              "segmentation model (e.g. smp:Unet; docs/guides/data.md), or give a folder of class "
+                              "subfolders")
+        if data.mask_paths is None and data.classes is not None and task.predicts_masks:
+            raise ConfigError(f"data '{name}' holds images of classes ({', '.join(data.classes[:5])}"
+                              f"{', ...' if len(data.classes) > 5 else ''}), but loss '{task.loss}' ({task.name}) "
+                              "trains on masks: give a segmentation folder (images/ and masks/, or train/ and val/ "
+                              "each holding them), or set loss: cross_entropy for a classifier")
 
 
 def _required(folder: str, *names: str) -> str:
@@ -414,7 +432,7 @@ def read_data(name: str, kwargs: dict, classes: Optional[List[str]] = None):
         else:
             raise ConfigError(
                 f"config key 'data': '{name}' is neither a built-in data set ({', '.join(BUILTIN)}), a .npz file, "
-                "nor a folder (IDX files, .npy files, or class subfolders of images)"
+                "nor a folder (IDX files, .npy files, class subfolders of images, or images/ and masks/)"
             )
     if isinstance(val, tuple) and len(val[0]) == 0:  # val_size: 0 means no validation data
         val = None

@@ -8,7 +8,8 @@ from typing import Optional, Union
 from torch import nn
 
 from ..checkpoint import write_json
-from ..data.builtin import class_names, is_python_data, load_data
+from ..data.builtin import class_names, is_python_data
+from ..data.readers import LabeledData
 from ..errors import ConfigError
 from ..report.page import Page
 from ..tasks import Classification
@@ -16,24 +17,29 @@ from ..report.sections import prediction_sections
 from ..run_files import CHECKPOINTS, EVALUATION, PER_CLASS
 from .evaluation_pass import data_sets, evaluation_pass
 from .load import load
+from .run_data import DATA_SET_OBJECTS, describe, given_data_set, is_named, read_named
 
 SPLITS = ("val", "test")
 
 
-def evaluate(checkpoint: str, data: Optional[str] = None, split: str = "val", device: str = "auto",
-             out: Optional[str] = None, model: Union[None, str, nn.Module] = None) -> dict:
+def evaluate(checkpoint: str, data: Union[None, str, os.PathLike, LabeledData, tuple] = None, split: str = "val",
+             device: str = "auto", out: Optional[str] = None, model: Union[None, str, nn.Module] = None) -> dict:
     """The metrics of a checkpoint on a data set, with the report's figures (report.html, plots/, per_class.json,
     evaluation.json in `out`).
 
     Args:
         checkpoint: a gpucore checkpoint path.
-        data: what config key `data` takes (a built-in set, a folder, a .npz); default: the run's (needed for a
-            run whose data was given to gpucore.train in Python: its config says data: python:train_data).
-        split: "val", the run's validation data (the data's held-out split, else the share val_fraction, 0.1 when
-            unset, of its training data the run held out, with the run's seed); "test", the data's held-out split
-            only.
+        data: what config key `data` takes (a built-in set, a .npz, a folder: class subfolders, images/ and
+            masks/, ...), read with the run's channels and size; or a gpucore data set (read_segmentation(...),
+            read_image_folder(...), from_tensors(...)) or (inputs, targets) tensors, evaluated whole. Default: the
+            run's (needed for a run whose data was given to gpucore.train in Python: its config says
+            data: python:train_data).
+        split: for data named by `data`: "val", the run's validation data (the data's held-out split, else the
+            share val_fraction, 0.1 when unset, of its training data the run held out, with the run's seed);
+            "test", the data's held-out split only. A data set given as an object has no split: all of it is
+            evaluated (evaluation.json says split: all).
         device: auto, cpu, cuda, cuda:N or mps.
-        out: the folder for the files (default: RUN_DIR/evaluate-SPLIT).
+        out: the folder for the files (default: RUN_DIR/evaluate-SPLIT; evaluate-all for a data set object).
         model: for a run whose model its config cannot rebuild: an nn.Module or 'package.module:factory' (see
             gpucore.load).
 
@@ -41,8 +47,9 @@ def evaluate(checkpoint: str, data: Optional[str] = None, split: str = "val", de
         The summary written to evaluation.json: checkpoint, data, split, samples, metrics, per class.
 
     Raises:
-        ConfigError: split test on data without a held-out split, data that does not fit the model, a run whose
-            data or model came from Python and is not given.
+        ConfigError: split test on data without a held-out split or with a data set object, data that does not
+            fit the model (masks for a classifier, class labels for segmentation), a run whose data or model came
+            from Python and is not given.
     """
     if split not in SPLITS:
         raise ConfigError(f"split '{split}' is not one of {', '.join(SPLITS)}")
@@ -54,15 +61,19 @@ def evaluate(checkpoint: str, data: Optional[str] = None, split: str = "val", de
         raise ConfigError(f"checkpoint '{checkpoint}' was trained on data given to gpucore.train in Python "
                           f"(its config says data: {config.data}), which cannot be read back: pass the data to "
                           "evaluate on, --data DATA (a built-in data set, a folder or a .npz file; in Python "
-                          "gpucore.evaluate(checkpoint, data=...))")
-    name = config.data if data is None else data
-    kwargs = config.data_kwargs if name == config.data else {
-        k: v for k, v in config.data_kwargs.items() if k in ("channels", "size", "threads", "on_error")}
-    _, held_out = load_data(name, kwargs, config.val_fraction if split == "val" else 0.0, config.seed,
-                            classes=model.classes if isinstance(model.task, Classification) else None)
-    if held_out is None:
-        raise ConfigError(f"data '{name}' has no held-out test split (t10k-* IDX files, x_test/x_val arrays, a test/ "
-                          "or val/ folder); use split val for the run's validation share of its training data")
+                          f"gpucore.evaluate(checkpoint, data=...) also takes {DATA_SET_OBJECTS})")
+    if is_named(data):
+        name, _, held_out = read_named(model, data, config.val_fraction if split == "val" else 0.0)
+        if held_out is None:
+            raise ConfigError(f"data '{name}' has no held-out test split (t10k-* IDX files, x_test/x_val arrays, a "
+                              "test/ or val/ folder); use split val for the run's validation share of its training "
+                              "data")
+    else:
+        if split != "val":
+            raise ConfigError(f"split '{split}' picks a part of data named by path or name; a data set given as an "
+                              "object is evaluated whole: leave split out")
+        held_out = given_data_set(data, model, "gpucore.evaluate's data")
+        name, split = describe(held_out), "all"
     _check_classes(name, held_out, model, checkpoint)
     normalization = model.normalization
     _, val_set = data_sets(config, None, held_out, normalization, model.device)

@@ -17,7 +17,9 @@ from typing import List, Optional, Set, Union
 from torch import nn
 
 from ..checkpoint import load_checkpoint, write_json
-from ..data.builtin import is_python_data, load_data
+from ..data.builtin import is_python_data
+from ..data.plan import is_native
+from ..data.readers import LabeledData
 from ..device.select import select_device
 from ..errors import ConfigError
 from ..report import plots
@@ -26,6 +28,7 @@ from ..report.sections import prediction_sections, train_batch_section
 from ..run_files import CHECKPOINTS, METRICS, PER_CLASS, PLOTS, REPORT, REPORT_CHECKPOINTS, STATS
 from .evaluation_pass import data_sets, evaluation_pass
 from .load import from_payload
+from .run_data import DATA_SET_OBJECTS, given_data_set, is_named, read_named
 
 def best_checkpoint(run_dir: str) -> str:
     folder = os.path.join(run_dir, CHECKPOINTS)
@@ -37,7 +40,7 @@ def best_checkpoint(run_dir: str) -> str:
 
 
 def write_report(run_dir: str, device: str = "auto", module: Union[None, str, nn.Module] = None,
-                 data: Union[None, str, tuple] = None) -> str:
+                 data: Union[None, str, os.PathLike, LabeledData, tuple] = None) -> str:
     """report.html, plots/ and per_class.json in a run directory, from its files (training_stats.json,
     metrics.jsonl, the best checkpoint, the config's data). The page is drawn in a temporary folder first and
     replaces the run's report.html only when it draws every figure the old one has: a report is never replaced
@@ -49,16 +52,20 @@ def write_report(run_dir: str, device: str = "auto", module: Union[None, str, nn
         module: the model to take the checkpoint's weights instead of rebuilding it from the config: in a
             training process the run's model; for a run whose model was given in Python and cannot be rebuilt
             by name, that model or 'package.module:factory' (see gpucore.load).
-        data: in a training process, (train, val) as the run read them, instead of reading them again; or what
-            config key data takes (a built-in set, a folder, a .npz), to draw the validation figures of a run
-            whose data was given in Python (its config says data: python:train_data), or of other data.
+        data: what config key data takes (a built-in set, a .npz, a folder: class subfolders, images/ and masks/,
+            ...; read with the run's channels and size, its validation data as evaluate's split val), or a data
+            set object: one gpucore data set (read_segmentation(...), read_image_folder(...), from_tensors(...))
+            or (inputs, targets) tensors, whose validation figures are of all of it and training batch drawn from
+            it; in a training process (train, val) as the run read them. Needed for a run whose data was given in
+            Python (its config says data: python:train_data); otherwise for other data than the run's.
 
     Returns:
         The path of report.html.
 
     Raises:
-        ConfigError: a folder that is not a run directory; a model the config cannot rebuild and none given; a
-            report that would lack figures the existing report.html has (that one is kept, unchanged).
+        ConfigError: a folder that is not a run directory; a model the config cannot rebuild and none given; data
+            of another kind, or that does not fit the model; a report that would lack figures the existing
+            report.html has (that one is kept, unchanged).
     """
     started = time.perf_counter()
     run_dir = os.path.abspath(run_dir)
@@ -76,15 +83,15 @@ def write_report(run_dir: str, device: str = "auto", module: Union[None, str, nn
     if data is None and is_python_data(config.data):
         no_data = (f"the run's data was given to gpucore.train in Python (data: {config.data}) and cannot be read "
                    "back: pass --data DATA (a built-in data set, a folder or a .npz file; in Python "
-                   "gpucore.write_report(run_dir, data=...))")
+                   f"gpucore.write_report(run_dir, data=...) also takes {DATA_SET_OBJECTS})")
         train_set = val_set = None
     else:
-        if data is None or isinstance(data, (str, os.PathLike)):
-            name = config.data if data is None else os.fspath(data)
-            kwargs = config.data_kwargs if name == config.data else {
-                k: v for k, v in config.data_kwargs.items() if k in ("channels", "size", "threads", "on_error")}
-            data = load_data(name, kwargs, config.val_fraction, config.seed)
-        train_data, val_data = data
+        if is_named(data):
+            _, train_data, val_data = read_named(model, data, config.val_fraction)
+        elif isinstance(data, tuple) and len(data) == 2 and not is_native(data):
+            train_data, val_data = data  # the training process's own, as the run read them
+        else:
+            train_data = val_data = given_data_set(data, model, "write_report's data")
         train_set, val_set = data_sets(config, train_data, val_data, normalization, target)
 
     temporary = tempfile.mkdtemp(prefix=".report-", dir=run_dir)

@@ -29,6 +29,7 @@ class Task:
     reports_top_k = False  # the engine also reports top-k accuracy (config key top_k)
     labels_from_folders = False  # predict: the true class of inputs in class subfolders
     predicts_masks = False  # predict: one mask PNG per input
+    trains_on_masks = False  # its targets may be masks (N x H x W class ids), a segmentation folder's
     primary_metric = "loss"  # what config key monitor: auto follows, on the validation data when there is some
 
     def __init__(self, loss: str, heads: int = 0, label_smoothing: float = 0.0):

@@ -16,6 +16,11 @@ class MultiLabel(Task):
         """The labels' accuracy; multilabel_soft_margin without heads reports only its loss."""
         return "accuracy" if self.loss == "bce_with_logits" else "loss"
 
+    @property
+    def trains_on_masks(self) -> bool:
+        """bce_with_logits with per-pixel outputs segments (for_outputs)."""
+        return self.loss == "bce_with_logits"
+
     def for_outputs(self, outputs: torch.Tensor) -> Task:
         """Per-pixel outputs (N x K x H x W) are masks: segmentation's rules and rows."""
         from .segmentation import Segmentation

@@ -15,7 +15,8 @@ from torch import nn
 from .. import _C
 
 from ..config import run_name_of
-from ..data.builtin import BUILTIN as BUILTIN_DATA, DATA_VAL_FRACTION, PYTHON_DATA, class_names, read_data, split
+from ..data.builtin import (BUILTIN as BUILTIN_DATA, DATA_VAL_FRACTION, PYTHON_DATA, check_fits_task, class_names,
+                            read_data, split)
 from ..data.epoch_data import EpochData, training_set, validation_set
 from ..device.placement import place_model
 from ..data.readers import ImageFiles, LabeledData
@@ -110,6 +111,8 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
 
     given = train_data
     train_data, val_data, validation = _training_data(config, train_data, val_data)
+    if given is None:
+        check_fits_task(config.data, task, train_data, val_data)
     classes = _classes(config, given, train_data)
     _check_class_count(config, task, classes, given is not None)
     input_shape = _input_shape(train_data)
