@@ -13,6 +13,7 @@ import torch
 from PIL import Image
 
 import gpucore
+from gpucore.data.identity import held_out_by_name
 from gpucore import cli
 from conftest import require
 
@@ -112,16 +113,17 @@ def test_a_folder_of_images_and_masks_trains_evaluates_and_reports_from_the_comm
     checkpoint = os.path.join(run_dir, "checkpoints", "best.pt")
     assert torch.load(checkpoint, weights_only=False)["epoch"] == best_epoch
 
-    # the val_fraction split: 6 of the 24 pairs, which training_stats.json names
+    # the val_fraction split: the pairs whose names the seeded hash holds out, which training_stats.json names
     validation = stats["validation"]
-    assert (validation["source"], validation["val_samples"]) == ("val_fraction", 6)
     names = sorted(os.listdir(folder / "images"))
+    held_out = held_out_by_name(names, 0.25, RUN["seed"])[1]
+    assert (validation["source"], validation["val_indices"]) == ("val_fraction", held_out)
     expected = recomputed(checkpoint, *pair_files(folder, [names[i] for i in validation["val_indices"]]))
     assert max(ious) == pytest.approx(expected["iou"], abs=1e-6)
 
     assert cli.main(["evaluate", checkpoint, "--device", "cpu", "--out", str(tmp_path / "evaluation")]) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert (summary["split"], summary["samples"]) == ("val", 6)
+    assert (summary["split"], summary["samples"]) == ("val", len(held_out))
     assert_metrics(summary["metrics"], expected)
 
     assert cli.main(["report", run_dir, "--device", "cpu"]) == 0
