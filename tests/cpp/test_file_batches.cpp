@@ -55,7 +55,7 @@ std::vector<std::pair<at::Tensor, at::Tensor>> epoch_of(EpochBatches& source, in
 TEST(FileBatches, SameBatchesAsInMemoryForAnyThreadCount) {
   const std::vector<std::string> paths = write_pngs("stream", 23);
   const at::Tensor labels = at::arange(23);
-  const DecodedImages decoded = decode_images(paths, 3, 1, false);
+  const DecodedImages decoded = decode_images(paths, {3}, 1, false);
   TensorBatches in_memory(decoded.images.permute({0, 3, 1, 2}).contiguous(), labels, 5, true, false, 3, at::kCPU,
                           crop_flip_normalise());
   for (const auto& [threads, prefetch] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 2}, {8, 6}}) {

@@ -102,6 +102,7 @@ def batch_source(data, cache: str, *, batch_size: int, shuffle: bool, drop_last:
         config.channels, (config.height, config.width) = data.channels, (0, 0) if own_sizes else data.image_shape()[1:]
         config.resize = data.size != (0, 0)
         config.threads, config.prefetch, config.skip_errors = data.threads, prefetch, data.skip_errors
+        config.exif_orientation = data.exif_orientation
         config.own_sizes = own_sizes
         images = data.images_at_own_size() if own_sizes and cache != "none" else []
         segmentation = data.mask_paths is not None  # the masks are read with their images, batch by batch

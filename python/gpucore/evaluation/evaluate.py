@@ -57,7 +57,8 @@ def evaluate(checkpoint: str, data: Optional[str] = None, split: str = "val", de
                           "gpucore.evaluate(checkpoint, data=...))")
     name = config.data if data is None else data
     kwargs = config.data_kwargs if name == config.data else {
-        k: v for k, v in config.data_kwargs.items() if k in ("channels", "size", "threads", "on_error")}
+        k: v for k, v in config.data_kwargs.items()
+        if k in ("channels", "size", "threads", "on_error", "exif_orientation")}
     _, held_out = load_data(name, kwargs, config.val_fraction if split == "val" else 0.0, config.seed)
     if held_out is None:
         raise ConfigError(f"data '{name}' has no held-out test split (t10k-* IDX files, x_test/x_val arrays, a test/ "
