@@ -113,5 +113,47 @@ TEST(FileBatches, UnreadableFilesRaiseNamingTheFileOrAreSkipped) {
   EXPECT_THROW(FileBatches({}, at::arange(0), 4, false, false, 0, at::kCPU, AugmentConfig{}, config), ConfigError);
 }
 
+// A 6 x 7 PNG mask: `ids` (uint8 6 x 7) as the indices of a palette of VOC's colours for classes 0 to 2, or, with
+// `colour`, the colours themselves (an RGB PNG).
+std::string write_mask(const std::string& name, const at::Tensor& ids, bool colour) {
+  static const uint8_t kVocColours[] = {0, 0, 0, 128, 0, 0, 0, 128, 0};
+  png_image image{};
+  image.version = PNG_IMAGE_VERSION;
+  image.width = 7;
+  image.height = 6;
+  image.format = colour ? PNG_FORMAT_RGB : PNG_FORMAT_RGB_COLORMAP;
+  image.colormap_entries = 3;
+  const at::Tensor pixels = colour ? at::from_blob(const_cast<uint8_t*>(kVocColours), {3, 3}, at::kByte)
+                                         .index_select(0, ids.flatten().to(at::kLong))
+                                         .contiguous()
+                                   : ids.contiguous();
+  const std::string path = ::testing::TempDir() + name;
+  EXPECT_TRUE(png_image_write_to_file(&image, path.c_str(), 0, pixels.data_ptr(), 0, kVocColours));
+  return path;
+}
+
+TEST(FileBatches, MasksReadAsPaletteIndicesAndColourMasksAreRefused) {
+  const std::vector<std::string> paths = write_pngs("segmented", 4);
+  at::manual_seed(12);
+  const at::Tensor ids = at::randint(0, 3, {4, 6, 7}, at::kByte);
+  std::vector<std::string> masks;
+  for (int64_t i = 0; i < 4; ++i) masks.push_back(write_mask("palette" + std::to_string(i) + ".png", ids[i], false));
+  FileBatches palette(paths, at::Tensor(), 4, false, false, 0, at::kCPU, AugmentConfig{}, FileBatchesConfig{}, masks);
+  at::Tensor inputs, targets;
+  ASSERT_TRUE(palette.next(inputs, targets));
+  EXPECT_TRUE(at::equal(targets, ids.to(at::kLong)));  // indices, not the colours' luminance (0, 38, 75)
+
+  masks[2] = write_mask("colour2.png", ids[2], true);
+  FileBatches colour(paths, at::Tensor(), 4, false, false, 0, at::kCPU, AugmentConfig{}, FileBatchesConfig{}, masks);
+  try {
+    colour.next(inputs, targets);
+    FAIL() << "a colour mask was read as class ids";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("colour2.png' (index 2): is a colour (RGB) mask whose channels differ"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace gpucore
