@@ -1,10 +1,12 @@
 // FileBatches on PNG files written here: the same batches as TensorBatches over the decoded images,
-// for any thread count and prefetch depth; unreadable files raise (naming the file) or are skipped.
+// for any thread count and prefetch depth; unreadable files raise (naming the file) or are skipped; palette
+// masks read as their indices. And the PNG reader on what only libpng writes here (interlaced files).
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
 #include <png.h>
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -153,6 +155,28 @@ TEST(FileBatches, MasksReadAsPaletteIndicesAndColourMasksAreRefused) {
               std::string::npos)
         << e.what();
   }
+}
+
+// An interlaced (Adam7) PNG, which neither Pillow nor OpenCV writes, reads as its pixels.
+TEST(Readers, InterlacedPngReadsAsItsPixels) {
+  at::manual_seed(13);
+  const at::Tensor pixels = at::randint(0, 256, {11, 13, 3}, at::kByte).contiguous();
+  const std::string path = ::testing::TempDir() + "interlaced.png";
+  FILE* file = std::fopen(path.c_str(), "wb");
+  ASSERT_NE(file, nullptr);
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
+  png_infop info = png_create_info_struct(png);
+  png_init_io(png, file);
+  png_set_IHDR(png, info, 13, 11, 8, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_ADAM7, PNG_COMPRESSION_TYPE_DEFAULT,
+               PNG_FILTER_TYPE_DEFAULT);
+  std::vector<png_bytep> rows;
+  for (int64_t y = 0; y < 11; ++y) rows.push_back(pixels.data_ptr<uint8_t>() + y * 13 * 3);
+  png_set_rows(png, info, rows.data());
+  png_write_png(png, info, PNG_TRANSFORM_IDENTITY, nullptr);
+  png_destroy_write_struct(&png, &info);
+  std::fclose(file);
+  EXPECT_TRUE(at::equal(decode_image(path, {3}), pixels));
+  EXPECT_THROW(decode_image(path, {1, true, /*mask=*/true}), ConfigError);  // colours are no class ids
 }
 
 }  // namespace
