@@ -139,6 +139,7 @@ void orient(int orientation, int64_t channels, Pixels& pixels) {
 // A PNG being read: libpng longjmps out on an error, so everything with a destructor lives here, in the caller of
 // the function that calls setjmp.
 struct PngRead {
+  explicit PngRead(const std::vector<unsigned char>& file) : bytes(file) {}
   const std::vector<unsigned char>& bytes;
   size_t offset = 0;
   char message[256] = {};
@@ -258,7 +259,7 @@ void mask_ids(const PngRead& read, Pixels& out) {
 
 // Returns the EXIF orientation to apply (1: none).
 int decode_png(const std::vector<unsigned char>& bytes, const DecodeOptions& options, Pixels& out) {
-  PngRead read{bytes};
+  PngRead read(bytes);
   if (!read_png(read, options, out)) return 1;
   if (options.mask) {
     mask_ids(read, out);
