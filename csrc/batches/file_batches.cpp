@@ -181,8 +181,8 @@ void FileBatches::read_images() {
         error = decode_image_into(path, image_options(), config_.height, config_.width, config_.resize, destination);
         if (error.empty() && mask_destination != nullptr) {
           path = mask_paths_[static_cast<size_t>(sample)];
-          const DecodeOptions mask{1, config_.exif_orientation, /*mask=*/true};
-          error = decode_image_into(path, mask, config_.height, config_.width, config_.resize, mask_destination);
+          error = decode_image_into(path, mask_options(), config_.height, config_.width, config_.resize,
+                                    mask_destination);
         }
       }
     } catch (const std::exception& e) {

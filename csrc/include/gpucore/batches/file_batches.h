@@ -81,6 +81,7 @@ class FileBatches : public EpochBatches {
   void release_slots(int64_t batch);  // frees the slots of batches before `batch` whose copies are done
   int64_t batch_of(int64_t sample_position) const { return sample_position / batch_size_; }
   DecodeOptions image_options() const { return {config_.channels, config_.exif_orientation}; }
+  DecodeOptions mask_options() const { return {1, config_.exif_orientation, /*mask=*/true}; }
 
   std::vector<std::string> paths_, mask_paths_;
   std::vector<at::Tensor> images_;
