@@ -17,12 +17,12 @@ namespace gpucore {
 namespace {
 
 // The size of the first readable image (the data set's size when none is given).
-std::pair<int64_t, int64_t> first_image_size(const std::vector<std::string>& paths, int64_t channels,
+std::pair<int64_t, int64_t> first_image_size(const std::vector<std::string>& paths, const DecodeOptions& options,
                                              bool skip_errors) {
   std::string first_error;
   for (const std::string& path : paths) {
     try {
-      const at::Tensor image = decode_image(path, channels);
+      const at::Tensor image = decode_image(path, options);
       return {image.size(0), image.size(1)};
     } catch (const MissingReaderError&) {
       throw;
@@ -54,7 +54,7 @@ FileBatches::FileBatches(std::vector<std::string> paths, const at::Tensor& targe
                       std::to_string(mask_paths_.size()) + " masks");
   }
   if (mask_paths_.empty() && !targets.defined()) throw ConfigError("image files: the targets tensor is missing");
-  check_image_request(config_.channels, config_.height, config_.width);
+  check_image_request(image_options(), config_.height, config_.width);
   if (config_.threads < 1) throw ConfigError("threads must be >= 1, got " + std::to_string(config_.threads));
   if (config_.prefetch < 1) throw ConfigError("prefetch must be >= 1, got " + std::to_string(config_.prefetch));
   if (!images_.empty() && images_.size() != paths_.size()) {
@@ -87,7 +87,7 @@ FileBatches::FileBatches(std::vector<std::string> paths, const at::Tensor& targe
   } else {
     if (!images_.empty()) throw ConfigError("image files: decoded images are taken only at their own sizes (own_sizes)");
     if (config_.height == 0) {
-      std::tie(config_.height, config_.width) = first_image_size(paths_, config_.channels, config_.skip_errors);
+      std::tie(config_.height, config_.width) = first_image_size(paths_, image_options(), config_.skip_errors);
     }
     slot_height_ = config_.height, slot_width_ = config_.width;
     set_image_size(config_.height, config_.width);
@@ -173,16 +173,15 @@ void FileBatches::read_images() {
     try {  // an exception must not escape a thread (that would end the process)
       if (per_image_) {
         const c10::ParallelGuard serial(true);  // torch's kernels on this thread alone
-        const at::Tensor image = images_.empty() ? decode_image(path, config_.channels) : images_[sample];
+        const at::Tensor image = images_.empty() ? decode_image(path, image_options()) : images_[sample];
         const at::Tensor out = per_image_image(image, sample);  // C x h x w
         at::from_blob(destination, {slot_height_, slot_width_, config_.channels}, at::TensorOptions().dtype(at::kByte))
             .copy_(out.permute({1, 2, 0}));
       } else {
-        error = decode_image_into(path, config_.channels, config_.height, config_.width, config_.resize,
-                                  /*nearest=*/false, destination);
+        error = decode_image_into(path, image_options(), config_.height, config_.width, config_.resize, destination);
         if (error.empty() && mask_destination != nullptr) {
           path = mask_paths_[static_cast<size_t>(sample)];
-          error = decode_image_into(path, 1, config_.height, config_.width, config_.resize, /*nearest=*/true,
+          error = decode_image_into(path, mask_options(), config_.height, config_.width, config_.resize,
                                     mask_destination);
         }
       }

@@ -1,5 +1,5 @@
-// PNG (libpng) and JPEG (libjpeg-turbo) decoding, one image or many on a few threads, resized to
-// a fixed size where asked.
+// PNG (libpng) and JPEG (libjpeg-turbo) decoding, as Pillow and torchvision decode them (readers.h), one image or
+// many on a few threads, resized to a fixed size where asked.
 #include <ATen/ops/_upsample_bilinear2d_aa.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <atomic>
 #include <csetjmp>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -64,47 +65,214 @@ std::vector<unsigned char> read_file(const std::string& path, std::string& error
   return std::vector<unsigned char>(std::istreambuf_iterator<char>(file), {});
 }
 
-#ifdef GPUCORE_WITH_PNG
-void decode_png(const std::vector<unsigned char>& bytes, int64_t channels, Pixels& out) {
-  png_image image;
-  std::memset(&image, 0, sizeof(image));
-  image.version = PNG_IMAGE_VERSION;
-  if (!png_image_begin_read_from_memory(&image, bytes.data(), bytes.size())) {
-    out.error = std::string("corrupt PNG: ") + image.message;
-    return;
-  }
-  if (too_many_pixels(image.width, image.height, out)) {
-    png_image_free(&image);
-    return;
-  }
-  // Read as 8-bit RGBA (sRGB, not premultiplied), then convert as Pillow does, so a PNG reads as the same photo saved
-  // as JPEG would: convert('RGB') drops the alpha channel (no compositing), and convert('L') weighs R, G and B by
-  // ITU-R 601-2 in integers. libpng's own grey and RGB outputs composite alpha on black and convert in linear light.
-  image.format = PNG_FORMAT_RGBA;
-  const int64_t pixels = static_cast<int64_t>(image.width) * image.height;
-  std::vector<uint8_t> rgba(PNG_IMAGE_SIZE(image));
-  if (!png_image_finish_read(&image, nullptr, rgba.data(), 0, nullptr)) {
-    out.error = std::string("corrupt PNG: ") + image.message;
-    png_image_free(&image);
-    return;
-  }
-  out.height = image.height;
-  out.width = image.width;
-  png_image_free(&image);
-  out.data.resize(pixels * (channels == 1 ? 1 : 3));
+// Pillow's convert("L") of an RGB pixel: ITU-R 601-2 luma in integers (L24 in its Convert.c).
+uint8_t luma(const uint8_t* rgb) {
+  return static_cast<uint8_t>((rgb[0] * 19595u + rgb[1] * 38470u + rgb[2] * 7471u + 0x8000u) >> 16);
+}
+
+// 8-bit pixels of `stored_channels` samples (1 grey, 2 grey + alpha, 3 RGB, 4 RGBA) into out.data as `channels` (1
+// or 3), as Pillow's convert("L") and convert("RGB") do, so a PNG reads as the same photo saved as JPEG would: alpha
+// dropped (not composited), grey from colour by luma, colour from grey by copying.
+void convert_channels(const uint8_t* stored, int64_t stored_channels, int64_t channels, Pixels& out) {
+  const int64_t pixels = out.height * out.width;
+  const bool colour = stored_channels >= 3;
+  out.data.resize(static_cast<size_t>(pixels * channels));
   for (int64_t i = 0; i < pixels; ++i) {
-    const uint8_t* px = rgba.data() + 4 * i;
-    if (channels == 1) {  // Pillow's L24: (R * 19595 + G * 38470 + B * 7471 + 0x8000) >> 16
-      out.data[i] = static_cast<uint8_t>((px[0] * 19595u + px[1] * 38470u + px[2] * 7471u + 0x8000u) >> 16);
+    const uint8_t* px = stored + stored_channels * i;
+    if (channels == 1) {
+      out.data[i] = colour ? luma(px) : px[0];
     } else {
-      out.data[3 * i] = px[0];
-      out.data[3 * i + 1] = px[1];
-      out.data[3 * i + 2] = px[2];
+      for (int64_t c = 0; c < 3; ++c) out.data[3 * i + c] = px[colour ? c : 0];
     }
   }
 }
+
+// The orientation (tag 0x0112, 1 to 8) in EXIF data: a TIFF header and its first directory, as JPEG's APP1 Exif
+// marker (after "Exif\0\0") and PNG's eXIf chunk hold them. 1 (as stored) when absent or malformed.
+int exif_orientation(const uint8_t* tiff, size_t size) {
+  if (size < 8 || !((tiff[0] == 'I' && tiff[1] == 'I') || (tiff[0] == 'M' && tiff[1] == 'M'))) return 1;
+  const bool little_endian = tiff[0] == 'I';
+  auto number = [&](size_t at, int bytes) {
+    uint32_t value = 0;
+    for (int k = 0; k < bytes; ++k) {
+      value |= static_cast<uint32_t>(tiff[at + k]) << 8 * (little_endian ? k : bytes - 1 - k);
+    }
+    return value;
+  };
+  if (number(2, 2) != 42) return 1;
+  const uint64_t directory = number(4, 4);
+  if (directory + 2 > size) return 1;
+  const uint32_t entries = number(directory, 2);
+  for (uint32_t i = 0; i < entries && directory + 2 + 12 * (i + 1) <= size; ++i) {
+    const size_t entry = directory + 2 + 12 * i;
+    if (number(entry, 2) != 0x0112) continue;
+    const uint32_t value = number(entry + 8, 2);  // a SHORT, the first bytes of the value field
+    return number(entry + 2, 2) == 3 && value >= 1 && value <= 8 ? static_cast<int>(value) : 1;
+  }
+  return 1;
+}
+
+// Pixels turned as EXIF orientation 2 to 8 asks, as PIL.ImageOps.exif_transpose does: 2 mirrored, 3 turned 180
+// degrees, 4 flipped, 5 transposed, 6 turned 90 degrees clockwise, 7 transversed, 8 turned 90 degrees
+// counter-clockwise. Each is an optional transpose, then flips of the result's rows and/or columns.
+void orient(int orientation, int64_t channels, Pixels& pixels) {
+  if (orientation < 2 || orientation > 8) return;
+  const bool transpose = orientation >= 5;
+  const int flips = (orientation - 1) % 4;  // 1: columns, 2: both, 3: rows
+  const bool flip_columns = flips == 1 || flips == 2, flip_rows = flips >= 2;
+  const int64_t height = transpose ? pixels.width : pixels.height, width = transpose ? pixels.height : pixels.width;
+  std::vector<uint8_t> turned(pixels.data.size());
+  for (int64_t y = 0; y < height; ++y) {
+    const int64_t row = flip_rows ? height - 1 - y : y;
+    for (int64_t x = 0; x < width; ++x) {
+      const int64_t column = flip_columns ? width - 1 - x : x;
+      const int64_t source = transpose ? column * pixels.width + row : row * pixels.width + column;
+      std::memcpy(&turned[(y * width + x) * channels], &pixels.data[source * channels], channels);
+    }
+  }
+  pixels.data = std::move(turned);
+  pixels.height = height;
+  pixels.width = width;
+}
+
+#ifdef GPUCORE_WITH_PNG
+// A PNG being read: libpng longjmps out on an error, so everything with a destructor lives here, in the caller of
+// the function that calls setjmp.
+struct PngRead {
+  explicit PngRead(const std::vector<unsigned char>& file) : bytes(file) {}
+  const std::vector<unsigned char>& bytes;
+  size_t offset = 0;
+  char message[256] = {};
+  std::vector<uint8_t> samples;  // the rows as libpng gives them after the transforms asked for
+  std::vector<png_bytep> rows;
+  int64_t stored_channels = 0;   // 1 grey (or palette index), 2 grey + alpha, 3 RGB, 4 RGBA
+  int sample_bytes = 1;          // 2: 16-bit samples, big-endian (masks only; images keep the high byte)
+  bool image_read = false;       // every row read: what follows the image data cannot spoil it
+  int orientation = 1;
+};
+
+void read_png_bytes(png_structp png, png_bytep data, size_t length) {
+  auto* read = static_cast<PngRead*>(png_get_io_ptr(png));
+  if (length > read->bytes.size() - read->offset) png_error(png, "the file ends early (truncated)");
+  std::memcpy(data, read->bytes.data() + read->offset, length);
+  read->offset += length;
+}
+
+void on_png_error(png_structp png, png_const_charp message) {
+  auto* read = static_cast<PngRead*>(png_get_error_ptr(png));
+  std::snprintf(read->message, sizeof(read->message), "%s", message);
+  png_longjmp(png, 1);
+}
+
+// Warnings are about ancillary chunks (a bad colour profile, a CRC in a text chunk), which leave the pixels alone.
+void on_png_warning(png_structp, png_const_charp) {}
+
+// Reads the rows into `read` with libpng's transforms: palettes expanded to RGB(A) for images or kept as indices
+// for masks, grey of 1, 2 or 4 bits scaled to 8 (as Pillow does), 16-bit samples cut to their high byte for images
+// (torchvision's decode_image + ToDtype(uint8, scale=True)) or kept for masks. No gamma or colour-profile
+// correction: Pillow and torchvision apply none.
+bool read_png(PngRead& read, const DecodeOptions& options, Pixels& out) {
+  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &read, on_png_error, on_png_warning);
+  png_infop info = png ? png_create_info_struct(png) : nullptr;
+  if (info == nullptr) {
+    png_destroy_read_struct(&png, nullptr, nullptr);
+    out.error = "cannot allocate libpng's reader";
+    return false;
+  }
+  if (setjmp(png_jmpbuf(png))) {
+    png_destroy_read_struct(&png, &info, nullptr);
+    if (read.image_read) return true;
+    out.error.assign("corrupt PNG: ").append(read.message);
+    return false;
+  }
+  png_set_read_fn(png, &read, read_png_bytes);
+  png_read_info(png, info);
+  png_uint_32 width = 0, height = 0;
+  int bit_depth = 0, colour_type = 0;
+  png_get_IHDR(png, info, &width, &height, &bit_depth, &colour_type, nullptr, nullptr, nullptr);
+  if (too_many_pixels(width, height, out)) {
+    png_destroy_read_struct(&png, &info, nullptr);
+    return false;
+  }
+  if (colour_type == PNG_COLOR_TYPE_PALETTE) {
+    if (options.mask) {
+      png_set_packing(png);
+    } else {
+      png_set_palette_to_rgb(png);
+    }
+  }
+  if (colour_type == PNG_COLOR_TYPE_GRAY && bit_depth < 8) png_set_expand_gray_1_2_4_to_8(png);
+  if (bit_depth == 16 && !options.mask) png_set_strip_16(png);
+  png_set_interlace_handling(png);
+  png_read_update_info(png, info);
+  read.stored_channels = png_get_channels(png, info);
+  read.sample_bytes = png_get_bit_depth(png, info) == 16 ? 2 : 1;
+  const size_t row_bytes = png_get_rowbytes(png, info);
+  read.samples.resize(row_bytes * height);
+  read.rows.resize(height);
+  for (png_uint_32 y = 0; y < height; ++y) read.rows[y] = read.samples.data() + y * row_bytes;
+  png_read_image(png, read.rows.data());
+  out.height = height;
+  out.width = width;
+  read.image_read = true;
+  if (options.exif_orientation) {
+    png_read_end(png, info);  // an eXIf chunk may come after the image data; Pillow reads it there too
+    png_uint_32 exif_size = 0;
+    png_bytep exif = nullptr;
+    if (png_get_eXIf_1(png, info, &exif_size, &exif) != 0) read.orientation = exif_orientation(exif, exif_size);
+  }
+  png_destroy_read_struct(&png, &info, nullptr);
+  return true;
+}
+
+// A mask's class ids: each pixel's first sample (a palette index, a grey value); a colour pixel must be grey and a
+// 16-bit value at most 255, else the file is refused.
+void mask_ids(const PngRead& read, Pixels& out) {
+  const int64_t pixels = out.height * out.width, stride = read.stored_channels * read.sample_bytes;
+  auto sample = [&](int64_t i, int64_t channel) {
+    const uint8_t* at = read.samples.data() + i * stride + channel * read.sample_bytes;
+    return read.sample_bytes == 2 ? (at[0] << 8) | at[1] : at[0];
+  };
+  auto where = [&](int64_t i) {
+    return " (row " + std::to_string(i / out.width) + ", column " + std::to_string(i % out.width) + ")";
+  };
+  out.data.resize(static_cast<size_t>(pixels));
+  for (int64_t i = 0; i < pixels; ++i) {
+    const int value = sample(i, 0);
+    if (read.stored_channels >= 3 && (sample(i, 1) != value || sample(i, 2) != value)) {
+      out.error = "is a colour (RGB) mask whose channels differ (" + std::to_string(value) + ", " +
+                  std::to_string(sample(i, 1)) + ", " + std::to_string(sample(i, 2)) + where(i) +
+                  "), so its pixels are not class ids; a segmentation mask must be a grey PNG of class ids or a "
+                  "palette PNG (mode P) whose indices are the classes";
+      out.data.clear();
+      return;
+    }
+    if (value > 255) {
+      out.error = "is a 16-bit mask with value " + std::to_string(value) + where(i) +
+                  "; class ids must be 0 to 255 (save the mask as an 8-bit grey or palette PNG)";
+      out.data.clear();
+      return;
+    }
+    out.data[i] = static_cast<uint8_t>(value);
+  }
+}
+
+// Returns the EXIF orientation to apply (1: none).
+int decode_png(const std::vector<unsigned char>& bytes, const DecodeOptions& options, Pixels& out) {
+  PngRead read(bytes);
+  if (!read_png(read, options, out)) return 1;
+  if (options.mask) {
+    mask_ids(read, out);
+  } else {
+    convert_channels(read.samples.data(), read.stored_channels, options.channels, out);
+  }
+  return read.orientation;
+}
 #else
-void decode_png(const std::vector<unsigned char>&, int64_t, Pixels& out) { missing_library("png", out); }
+int decode_png(const std::vector<unsigned char>&, const DecodeOptions&, Pixels& out) {
+  missing_library("png", out);
+  return 1;
+}
 #endif
 
 #ifdef GPUCORE_WITH_JPEG
@@ -126,9 +294,30 @@ void on_jpeg_message(j_common_ptr info, int level) {
   if (level < 0) on_jpeg_error(info);
 }
 
-// No object with a destructor is created between setjmp and a possible longjmp: `out` and `bytes`
-// live in the caller.
-void decode_jpeg(const std::vector<unsigned char>& bytes, int64_t channels, Pixels& out) {
+// The orientation in the first APP1 Exif marker (the one Pillow reads), 1 without one.
+int jpeg_orientation(j_decompress_ptr info) {
+  static const unsigned char kExif[] = {'E', 'x', 'i', 'f', 0, 0};
+  for (jpeg_saved_marker_ptr marker = info->marker_list; marker != nullptr; marker = marker->next) {
+    if (marker->marker == JPEG_APP0 + 1 && marker->data_length >= 6 && std::memcmp(marker->data, kExif, 6) == 0) {
+      return exif_orientation(marker->data + 6, marker->data_length - 6);
+    }
+  }
+  return 1;
+}
+
+// Pillow's RGB of a CMYK JPEG's sample: it reads the samples inverted (JpegImagePlugin's rawmode "CMYK;I", Adobe's
+// convention, which Photoshop and libjpeg's own writer follow), then converts as its Convert.c cmyk2rgb does,
+// 255 - K - C (255 - K) / 255 in its integer rounding. `ink` and `black` are the samples as stored.
+uint8_t cmyk_to_rgb(uint8_t ink, uint8_t black) {
+  const int cyan = 255 - ink, not_black = black;  // Pillow's C and 255 - K
+  const int product = cyan * not_black + 128;
+  return static_cast<uint8_t>(std::clamp(not_black - (((product >> 8) + product) >> 8), 0, 255));
+}
+
+// No object with a destructor is created between setjmp and a possible longjmp: `out`, `cmyk` and `bytes` live
+// in the caller. Returns the EXIF orientation to apply (1: none).
+int read_jpeg(const std::vector<unsigned char>& bytes, const DecodeOptions& options, std::vector<uint8_t>& cmyk,
+              Pixels& out) {
   jpeg_decompress_struct info;
   JpegErrors errors;
   info.err = jpeg_std_error(&errors.manager);
@@ -137,20 +326,26 @@ void decode_jpeg(const std::vector<unsigned char>& bytes, int64_t channels, Pixe
   if (setjmp(errors.jump)) {
     jpeg_destroy_decompress(&info);
     out.error.assign("corrupt JPEG: ").append(errors.message);
-    return;
+    return 1;
   }
   jpeg_create_decompress(&info);
   jpeg_mem_src(&info, bytes.data(), static_cast<unsigned long>(bytes.size()));
+  if (options.exif_orientation) jpeg_save_markers(&info, JPEG_APP0 + 1, 0xFFFF);
   jpeg_read_header(&info, TRUE);
   if (too_many_pixels(info.image_width, info.image_height, out)) {
     jpeg_destroy_decompress(&info);
-    return;
+    return 1;
   }
-  info.out_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  const int orientation = options.exif_orientation ? jpeg_orientation(&info) : 1;
+  // Four components (CMYK, or YCCK, which libjpeg turns into CMYK) are read as CMYK and converted below.
+  const bool four = info.jpeg_color_space == JCS_CMYK || info.jpeg_color_space == JCS_YCCK;
+  info.out_color_space = four ? JCS_CMYK : options.channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
   jpeg_start_decompress(&info);
   out.height = info.output_height;
   out.width = info.output_width;
-  out.data.resize(static_cast<size_t>(out.height * out.width * channels));
+  const int64_t stored_channels = info.output_components;
+  std::vector<uint8_t>& target = four ? cmyk : out.data;
+  target.resize(static_cast<size_t>(out.height * out.width * stored_channels));
   // Up to 16 rows per call (a plain array: nothing with a destructor after setjmp), so libjpeg writes whole row
   // groups straight into the image.
   constexpr JDIMENSION kRows = 16;
@@ -158,31 +353,52 @@ void decode_jpeg(const std::vector<unsigned char>& bytes, int64_t channels, Pixe
     JSAMPROW rows[kRows];
     const JDIMENSION count = std::min(kRows, info.output_height - info.output_scanline);
     for (JDIMENSION k = 0; k < count; ++k) {
-      rows[k] = out.data.data() + static_cast<size_t>(info.output_scanline + k) * out.width * channels;
+      rows[k] = target.data() + static_cast<size_t>(info.output_scanline + k) * out.width * stored_channels;
     }
     jpeg_read_scanlines(&info, rows, count);
   }
   jpeg_finish_decompress(&info);
   jpeg_destroy_decompress(&info);
+  return orientation;
+}
+
+int decode_jpeg(const std::vector<unsigned char>& bytes, const DecodeOptions& options, Pixels& out) {
+  std::vector<uint8_t> cmyk;
+  const int orientation = read_jpeg(bytes, options, cmyk, out);
+  if (out.error.empty() && !cmyk.empty()) {
+    for (size_t i = 0; i < cmyk.size(); i += 4) {  // each pixel's C, M, Y, K becomes R, G, B and a dropped 4th
+      for (size_t c = 0; c < 3; ++c) cmyk[i + c] = cmyk_to_rgb(cmyk[i + c], cmyk[i + 3]);
+    }
+    convert_channels(cmyk.data(), 4, options.channels, out);
+  }
+  return orientation;
 }
 #else
-void decode_jpeg(const std::vector<unsigned char>&, int64_t, Pixels& out) {
+int decode_jpeg(const std::vector<unsigned char>&, const DecodeOptions&, Pixels& out) {
   missing_library("jpeg", out);
+  return 1;
 }
 #endif
 
-Pixels decode(const std::string& path, int64_t channels) {
+Pixels decode(const std::string& path, const DecodeOptions& options) {
   Pixels out;
   const std::vector<unsigned char> bytes = read_file(path, out.error);
   if (!out.error.empty()) return out;
   static const unsigned char kPng[] = {0x89, 'P', 'N', 'G'};
+  int orientation = 1;
   if (bytes.size() >= 4 && std::memcmp(bytes.data(), kPng, 4) == 0) {
-    decode_png(bytes, channels, out);
+    orientation = decode_png(bytes, options, out);
   } else if (bytes.size() >= 3 && bytes[0] == 0xFF && bytes[1] == 0xD8 && bytes[2] == 0xFF) {
-    decode_jpeg(bytes, channels, out);
+    if (options.mask) {
+      out.error = "is a JPEG, which a segmentation mask cannot be: its lossy compression invents class ids along "
+                  "the edges between classes; save the masks as PNG (grey class ids or a palette)";
+      return out;
+    }
+    orientation = decode_jpeg(bytes, options, out);
   } else {
     out.error = "neither PNG nor JPEG (by its first bytes)";
   }
+  if (out.error.empty()) orient(orientation, options.channels, out);
   return out;
 }
 
@@ -217,17 +433,20 @@ void on_threads(size_t count, int64_t threads, Work work) {
 
 std::string size_text(int64_t height, int64_t width) { return std::to_string(height) + "x" + std::to_string(width); }
 
+// What errors call a file: "mask" or "image".
+const char* file_kind(const DecodeOptions& options) { return options.mask ? "mask" : "image"; }
+
 // decode_image_into, with a missing reader reported in `missing_library` instead of thrown (reader threads).
-std::string decode_into(const std::string& path, int64_t channels, int64_t height, int64_t width, bool resize,
-                        bool nearest, uint8_t* dst, bool& missing_library) {
-  Pixels pixels = decode(path, channels);
+std::string decode_into(const std::string& path, const DecodeOptions& options, int64_t height, int64_t width,
+                        bool resize, uint8_t* dst, bool& missing_library) {
+  Pixels pixels = decode(path, options);
   missing_library = pixels.missing_library;
   if (!pixels.error.empty()) return pixels.error;
   if (pixels.height == height && pixels.width == width) {
     std::memcpy(dst, pixels.data.data(), pixels.data.size());
   } else if (resize) {
     try {
-      resize_into(pixels, channels, height, width, nearest, dst);
+      resize_into(pixels, options.channels, height, width, /*nearest=*/options.mask, dst);
     } catch (const std::exception& e) {
       return std::string("cannot resize: ") + e.what();
     }
@@ -240,9 +459,12 @@ std::string decode_into(const std::string& path, int64_t channels, int64_t heigh
 
 }  // namespace
 
-void check_image_request(int64_t channels, int64_t height, int64_t width) {
-  if (channels != 1 && channels != 3) {
-    throw ConfigError("images can be read with 1 (grey) or 3 (RGB) channels, not " + std::to_string(channels));
+void check_image_request(const DecodeOptions& options, int64_t height, int64_t width) {
+  if (options.channels != 1 && options.channels != 3) {
+    throw ConfigError("images can be read with 1 (grey) or 3 (RGB) channels, not " + std::to_string(options.channels));
+  }
+  if (options.mask && options.channels != 1) {
+    throw ConfigError("masks are read with 1 channel (a class id per pixel), not " + std::to_string(options.channels));
   }
   if ((height > 0) != (width > 0) || height < 0 || width < 0) {
     throw ConfigError("image size must be two positive numbers (height, width) or none, got " +
@@ -250,21 +472,22 @@ void check_image_request(int64_t channels, int64_t height, int64_t width) {
   }
 }
 
-at::Tensor decode_image(const std::string& path, int64_t channels) {
-  check_image_request(channels, 0, 0);
-  Pixels pixels = decode(path, channels);
-  if (pixels.missing_library) throw MissingReaderError("image '" + path + "' " + pixels.error);
-  if (!pixels.error.empty()) throw ConfigError("image '" + path + "': " + pixels.error);
-  at::Tensor out = at::empty({pixels.height, pixels.width, channels}, at::TensorOptions().dtype(at::kByte));
+at::Tensor decode_image(const std::string& path, const DecodeOptions& options) {
+  check_image_request(options, 0, 0);
+  Pixels pixels = decode(path, options);
+  const std::string named = std::string(file_kind(options)) + " '" + path + "'";
+  if (pixels.missing_library) throw MissingReaderError(named + " " + pixels.error);
+  if (!pixels.error.empty()) throw ConfigError(named + ": " + pixels.error);
+  at::Tensor out = at::empty({pixels.height, pixels.width, options.channels}, at::TensorOptions().dtype(at::kByte));
   std::memcpy(out.data_ptr(), pixels.data.data(), pixels.data.size());
   return out;
 }
 
-std::string decode_image_into(const std::string& path, int64_t channels, int64_t height, int64_t width, bool resize,
-                              bool nearest, uint8_t* dst) {
+std::string decode_image_into(const std::string& path, const DecodeOptions& options, int64_t height, int64_t width,
+                              bool resize, uint8_t* dst) {
   bool missing = false;
-  std::string error = decode_into(path, channels, height, width, resize, nearest, dst, missing);
-  if (missing) throw MissingReaderError("image '" + path + "' " + error);
+  std::string error = decode_into(path, options, height, width, resize, dst, missing);
+  if (missing) throw MissingReaderError(std::string(file_kind(options)) + " '" + path + "' " + error);
   return error;
 }
 
@@ -272,33 +495,38 @@ namespace {
 
 // Whether image `i` was decoded; one that was not is skipped (its "path: why" added to `skipped`) where skip_errors
 // allows, else its error is thrown. A missing decoder library is gpucore's build, never the file's: always thrown.
-bool decoded_or_skipped(const Pixels& pixels, const std::vector<std::string>& paths, size_t i, bool skip_errors,
-                        std::vector<std::string>& skipped) {
-  if (pixels.missing_library) throw MissingReaderError("image '" + paths[i] + "' " + pixels.error);
+bool decoded_or_skipped(const Pixels& pixels, const DecodeOptions& options, const std::vector<std::string>& paths,
+                        size_t i, bool skip_errors, std::vector<std::string>& skipped) {
+  const std::string named = std::string(file_kind(options)) + " '" + paths[i] + "'";
+  if (pixels.missing_library) throw MissingReaderError(named + " " + pixels.error);
   if (pixels.error.empty()) return true;
-  if (!skip_errors) throw ConfigError("image '" + paths[i] + "' (index " + std::to_string(i) + "): " + pixels.error);
+  if (!skip_errors) {
+    throw ConfigError(named + " (index " + std::to_string(i) + "): " + pixels.error +
+                      " (on_error: skip leaves unreadable files out)");
+  }
   skipped.push_back(paths[i] + ": " + pixels.error);
   return false;
 }
 
 }  // namespace
 
-DecodedImages decode_images(const std::vector<std::string>& paths, int64_t channels, int64_t threads, bool skip_errors,
-                            int64_t height, int64_t width, bool nearest) {
-  check_image_request(channels, height, width);
+DecodedImages decode_images(const std::vector<std::string>& paths, const DecodeOptions& options, int64_t threads,
+                            bool skip_errors, int64_t height, int64_t width) {
+  check_image_request(options, height, width);
+  const int64_t channels = options.channels;
   if (threads < 1) throw ConfigError("threads must be >= 1, got " + std::to_string(threads));
   std::vector<Pixels> decoded(paths.size());
   on_threads(paths.size(), threads, [&](size_t i) {
       Pixels& pixels = decoded[i];
       try {  // an exception must not escape a thread (that would end the process): it is this file's error
         if (height == 0) {  // each image at its own size; checked to agree below
-          pixels = decode(paths[i], channels);
+          pixels = decode(paths[i], options);
           return;
         }
         pixels.height = height;
         pixels.width = width;
         pixels.data.resize(static_cast<size_t>(height * width * channels));
-        pixels.error = decode_into(paths[i], channels, height, width, /*resize=*/true, nearest, pixels.data.data(),
+        pixels.error = decode_into(paths[i], options, height, width, /*resize=*/true, pixels.data.data(),
                                    pixels.missing_library);
       } catch (const std::exception& e) {
         pixels.data.clear();
@@ -310,12 +538,12 @@ DecodedImages decode_images(const std::vector<std::string>& paths, int64_t chann
   const Pixels* first = nullptr;
   for (size_t i = 0; i < paths.size(); ++i) {
     const Pixels& pixels = decoded[i];
-    if (!decoded_or_skipped(pixels, paths, i, skip_errors, result.skipped)) continue;
+    if (!decoded_or_skipped(pixels, options, paths, i, skip_errors, result.skipped)) continue;
     if (first == nullptr) first = &pixels;
     if (pixels.height != first->height || pixels.width != first->width) {
-      throw ConfigError("image '" + paths[i] + "' is " + size_text(pixels.height, pixels.width) + " but '" +
-                        paths[result.kept.front()] + "' is " + size_text(first->height, first->width) + "; " +
-                        mixed_sizes_hint());
+      throw ConfigError(std::string(file_kind(options)) + " '" + paths[i] + "' is " +
+                        size_text(pixels.height, pixels.width) + " but '" + paths[result.kept.front()] + "' is " +
+                        size_text(first->height, first->width) + "; " + mixed_sizes_hint());
     }
     result.kept.push_back(static_cast<int64_t>(i));
   }
@@ -330,9 +558,10 @@ DecodedImages decode_images(const std::vector<std::string>& paths, int64_t chann
   return result;
 }
 
-DecodedImageList decode_images_at_own_size(const std::vector<std::string>& paths, int64_t channels, int64_t threads,
-                                           bool skip_errors, int64_t max_shorter_side) {
-  check_image_request(channels, 0, 0);
+DecodedImageList decode_images_at_own_size(const std::vector<std::string>& paths, const DecodeOptions& options,
+                                           int64_t threads, bool skip_errors, int64_t max_shorter_side) {
+  check_image_request(options, 0, 0);
+  const int64_t channels = options.channels;
   if (threads < 1) throw ConfigError("threads must be >= 1, got " + std::to_string(threads));
   if (max_shorter_side < 0) {
     throw ConfigError("max_resolution must be >= 0 (0: images at full size), got " + std::to_string(max_shorter_side));
@@ -343,7 +572,7 @@ DecodedImageList decode_images_at_own_size(const std::vector<std::string>& paths
   on_threads(paths.size(), threads, [&](size_t i) {
     Pixels& pixels = decoded[i];
     try {  // an exception must not escape a thread (that would end the process): it is this file's error
-      pixels = decode(paths[i], channels);
+      pixels = decode(paths[i], options);
       if (!pixels.error.empty()) return;
       const int64_t shorter = std::min(pixels.height, pixels.width), longer = std::max(pixels.height, pixels.width);
       if (max_shorter_side == 0 || shorter <= max_shorter_side) {
@@ -356,7 +585,7 @@ DecodedImageList decode_images_at_own_size(const std::vector<std::string>& paths
       const int64_t height = pixels.height <= pixels.width ? max_shorter_side : resized_longer;
       const int64_t width = pixels.height <= pixels.width ? resized_longer : max_shorter_side;
       images[i] = at::empty({height, width, channels}, at::TensorOptions().dtype(at::kByte));
-      resize_into(pixels, channels, height, width, /*nearest=*/false, images[i].data_ptr<uint8_t>());
+      resize_into(pixels, channels, height, width, /*nearest=*/options.mask, images[i].data_ptr<uint8_t>());
       ++downsized;
     } catch (const std::exception& e) {
       images[i] = at::Tensor();
@@ -367,7 +596,7 @@ DecodedImageList decode_images_at_own_size(const std::vector<std::string>& paths
   DecodedImageList result;
   result.downsized = downsized.load();
   for (size_t i = 0; i < paths.size(); ++i) {
-    if (!decoded_or_skipped(decoded[i], paths, i, skip_errors, result.skipped)) continue;
+    if (!decoded_or_skipped(decoded[i], options, paths, i, skip_errors, result.skipped)) continue;
     result.images.push_back(std::move(images[i]));
     result.kept.push_back(static_cast<int64_t>(i));
   }

@@ -148,6 +148,7 @@ void def_batches(py::module_& m) {
       .def_readwrite("threads", &FileBatchesConfig::threads)
       .def_readwrite("prefetch", &FileBatchesConfig::prefetch)
       .def_readwrite("skip_errors", &FileBatchesConfig::skip_errors)
+      .def_readwrite("exif_orientation", &FileBatchesConfig::exif_orientation)
       .def_readwrite("own_sizes", &FileBatchesConfig::own_sizes);
   py::class_<FileBatches, EpochBatches>(m, "FileBatches")
       .def(py::init([](std::vector<std::string> paths, const std::optional<at::Tensor>& targets, int64_t batch_size,

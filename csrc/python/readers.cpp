@@ -25,34 +25,44 @@ void def_readers(py::module_& m) {
         return named;
       },
       py::arg("path"));
-  m.def("decode_image", &decode_image, py::arg("path"), py::arg("channels"), py::call_guard<py::gil_scoped_release>());
+  // Images with `channels` (1 or 3), or masks (mask=True: class ids, 1 channel), turned upright by their EXIF
+  // orientation unless exif_orientation=False (DecodeOptions).
+  m.def(
+      "decode_image",
+      [](const std::string& path, int64_t channels, bool exif_orientation, bool mask) {
+        return decode_image(path, {channels, exif_orientation, mask});
+      },
+      py::arg("path"), py::arg("channels"), py::arg("exif_orientation") = true, py::arg("mask") = false,
+      py::call_guard<py::gil_scoped_release>());
   m.def(
       "decode_images",
       [](const std::vector<std::string>& paths, int64_t channels, int64_t threads, bool skip_errors, int64_t height,
-         int64_t width, bool nearest) {
+         int64_t width, bool exif_orientation, bool mask) {
         DecodedImages decoded;
         {
           py::gil_scoped_release release;
-          decoded = decode_images(paths, channels, threads, skip_errors, height, width, nearest);
+          decoded = decode_images(paths, {channels, exif_orientation, mask}, threads, skip_errors, height, width);
         }
         return py::make_tuple(decoded.images, decoded.kept, decoded.skipped);
       },
       py::arg("paths"), py::arg("channels"), py::arg("threads"), py::arg("skip_errors"), py::arg("height") = 0,
-      py::arg("width") = 0, py::arg("nearest") = false);
+      py::arg("width") = 0, py::arg("exif_orientation") = true, py::arg("mask") = false);
   // Each image at its own size (shorter side bounded by max_shorter_side > 0): (images, kept, skipped, how many were
   // downsized to the bound).
   m.def(
       "decode_images_at_own_size",
       [](const std::vector<std::string>& paths, int64_t channels, int64_t threads, bool skip_errors,
-         int64_t max_shorter_side) {
+         int64_t max_shorter_side, bool exif_orientation) {
         DecodedImageList decoded;
         {
           py::gil_scoped_release release;
-          decoded = decode_images_at_own_size(paths, channels, threads, skip_errors, max_shorter_side);
+          decoded = decode_images_at_own_size(paths, {channels, exif_orientation}, threads, skip_errors,
+                                              max_shorter_side);
         }
         return py::make_tuple(decoded.images, decoded.kept, decoded.skipped, decoded.downsized);
       },
-      py::arg("paths"), py::arg("channels"), py::arg("threads"), py::arg("skip_errors"), py::arg("max_shorter_side"));
+      py::arg("paths"), py::arg("channels"), py::arg("threads"), py::arg("skip_errors"), py::arg("max_shorter_side"),
+      py::arg("exif_orientation") = true);
   m.def("mixed_sizes_hint", &mixed_sizes_hint);
   m.def("mask_classes", &mask_classes, py::arg("masks"));
   m.def("missing_reader_message", &missing_reader_message, py::arg("format"));

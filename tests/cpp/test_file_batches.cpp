@@ -1,10 +1,12 @@
 // FileBatches on PNG files written here: the same batches as TensorBatches over the decoded images,
-// for any thread count and prefetch depth; unreadable files raise (naming the file) or are skipped.
+// for any thread count and prefetch depth; unreadable files raise (naming the file) or are skipped; palette
+// masks read as their indices. And the PNG reader on what only libpng writes here (interlaced files).
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
 #include <png.h>
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -55,7 +57,7 @@ std::vector<std::pair<at::Tensor, at::Tensor>> epoch_of(EpochBatches& source, in
 TEST(FileBatches, SameBatchesAsInMemoryForAnyThreadCount) {
   const std::vector<std::string> paths = write_pngs("stream", 23);
   const at::Tensor labels = at::arange(23);
-  const DecodedImages decoded = decode_images(paths, 3, 1, false);
+  const DecodedImages decoded = decode_images(paths, {3}, 1, false);
   TensorBatches in_memory(decoded.images.permute({0, 3, 1, 2}).contiguous(), labels, 5, true, false, 3, at::kCPU,
                           crop_flip_normalise());
   for (const auto& [threads, prefetch] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 2}, {8, 6}}) {
@@ -111,6 +113,70 @@ TEST(FileBatches, UnreadableFilesRaiseNamingTheFileOrAreSkipped) {
   EXPECT_EQ(targets.size(0), 2);
   ASSERT_EQ(skipping.skipped().size(), 1u);
   EXPECT_THROW(FileBatches({}, at::arange(0), 4, false, false, 0, at::kCPU, AugmentConfig{}, config), ConfigError);
+}
+
+// A 6 x 7 PNG mask: `ids` (uint8 6 x 7) as the indices of a palette of VOC's colours for classes 0 to 2, or, with
+// `colour`, the colours themselves (an RGB PNG).
+std::string write_mask(const std::string& name, const at::Tensor& ids, bool colour) {
+  static const uint8_t kVocColours[] = {0, 0, 0, 128, 0, 0, 0, 128, 0};
+  png_image image{};
+  image.version = PNG_IMAGE_VERSION;
+  image.width = 7;
+  image.height = 6;
+  image.format = colour ? PNG_FORMAT_RGB : PNG_FORMAT_RGB_COLORMAP;
+  image.colormap_entries = 3;
+  const at::Tensor pixels = colour ? at::from_blob(const_cast<uint8_t*>(kVocColours), {3, 3}, at::kByte)
+                                         .index_select(0, ids.flatten().to(at::kLong))
+                                         .contiguous()
+                                   : ids.contiguous();
+  const std::string path = ::testing::TempDir() + name;
+  EXPECT_TRUE(png_image_write_to_file(&image, path.c_str(), 0, pixels.data_ptr(), 0, kVocColours));
+  return path;
+}
+
+TEST(FileBatches, MasksReadAsPaletteIndicesAndColourMasksAreRefused) {
+  const std::vector<std::string> paths = write_pngs("segmented", 4);
+  at::manual_seed(12);
+  const at::Tensor ids = at::randint(0, 3, {4, 6, 7}, at::kByte);
+  std::vector<std::string> masks;
+  for (int64_t i = 0; i < 4; ++i) masks.push_back(write_mask("palette" + std::to_string(i) + ".png", ids[i], false));
+  FileBatches palette(paths, at::Tensor(), 4, false, false, 0, at::kCPU, AugmentConfig{}, FileBatchesConfig{}, masks);
+  at::Tensor inputs, targets;
+  ASSERT_TRUE(palette.next(inputs, targets));
+  EXPECT_TRUE(at::equal(targets, ids.to(at::kLong)));  // indices, not the colours' luminance (0, 38, 75)
+
+  masks[2] = write_mask("colour2.png", ids[2], true);
+  FileBatches colour(paths, at::Tensor(), 4, false, false, 0, at::kCPU, AugmentConfig{}, FileBatchesConfig{}, masks);
+  try {
+    colour.next(inputs, targets);
+    FAIL() << "a colour mask was read as class ids";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("colour2.png' (index 2): is a colour (RGB) mask whose channels differ"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// An interlaced (Adam7) PNG, which neither Pillow nor OpenCV writes, reads as its pixels.
+TEST(Readers, InterlacedPngReadsAsItsPixels) {
+  at::manual_seed(13);
+  const at::Tensor pixels = at::randint(0, 256, {11, 13, 3}, at::kByte).contiguous();
+  const std::string path = ::testing::TempDir() + "interlaced.png";
+  FILE* file = std::fopen(path.c_str(), "wb");
+  ASSERT_NE(file, nullptr);
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
+  png_infop info = png_create_info_struct(png);
+  png_init_io(png, file);
+  png_set_IHDR(png, info, 13, 11, 8, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_ADAM7, PNG_COMPRESSION_TYPE_DEFAULT,
+               PNG_FILTER_TYPE_DEFAULT);
+  std::vector<png_bytep> rows;
+  for (int64_t y = 0; y < 11; ++y) rows.push_back(pixels.data_ptr<uint8_t>() + y * 13 * 3);
+  png_set_rows(png, info, rows.data());
+  png_write_png(png, info, PNG_TRANSFORM_IDENTITY, nullptr);
+  png_destroy_write_struct(&png, &info);
+  std::fclose(file);
+  EXPECT_TRUE(at::equal(decode_image(path, {3}), pixels));
+  EXPECT_THROW(decode_image(path, {1, true, /*mask=*/true}), ConfigError);  // colours are no class ids
 }
 
 }  // namespace

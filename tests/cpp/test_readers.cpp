@@ -57,9 +57,9 @@ TEST(Readers, IdxTruncatedNamesTheFile) {
 
 TEST(Readers, NotAnImage) {
   const std::string path = write_file("text.png", {'h', 'e', 'l', 'l', 'o'});
-  EXPECT_THROW(decode_image(path, 3), ConfigError);
-  EXPECT_THROW(decode_image(path, 2), ConfigError);  // 2 channels is not a thing
-  const DecodedImages skipped = decode_images({path, path}, 1, 2, /*skip_errors=*/true);
+  EXPECT_THROW(decode_image(path, {3}), ConfigError);
+  EXPECT_THROW(decode_image(path, {2}), ConfigError);  // 2 channels is not a thing
+  const DecodedImages skipped = decode_images({path, path}, {1}, 2, /*skip_errors=*/true);
   EXPECT_EQ(skipped.images.size(0), 0);
   EXPECT_EQ(skipped.skipped.size(), 2u);
 }

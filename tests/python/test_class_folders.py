@@ -208,3 +208,22 @@ def test_evaluate_labels_a_folder_by_the_checkpoints_classes(tmp_path):
     shutil.copytree(other / "test" / "red", other / "test" / "white")
     with pytest.raises(ConfigError, match="class folder white that the model does not have"):
         gpucore.evaluate(checkpoint, data=str(other), split="test", device="cpu", out=str(tmp_path / "ev2"))
+
+
+@pytest.mark.parametrize("cache", ["auto", "none"])
+def test_an_unreadable_photo_is_named_by_both_readers_and_skipped_files_are_said(tmp_path, cache):
+    root = tmp_path / "data"
+    solid(root, {"blue": (0, 0, 200), "red": (200, 0, 0)})
+    with open(root / "red" / "cut.png", "wb") as handle:
+        handle.write(open(root / "red" / "0.png", "rb").read()[:60])  # a download cut short
+    config = dict(RUN, data=str(root), run_dir=str(tmp_path / "runs"), cache=cache, val_fraction=0, epochs=2)
+    with pytest.raises(ConfigError, match=r"cut.png.*on_error: skip leaves unreadable files out"):
+        gpucore.train(config, model=linear(2))
+    with pytest.warns(UserWarning, match=r"on_error: skip left 1 unreadable image file out: .*red/cut.png: ") as said:
+        result = gpucore.train(dict(config, name="skip", report=True,
+                                    data_kwargs=dict(RUN["data_kwargs"], on_error="skip")), model=linear(2))
+    assert sum("on_error: skip left" in str(w.message) for w in said) == 1  # said once, not every epoch
+    assert [entry.split(": ")[0] for entry in json.load(open(result.stats_path))["skipped_files"]] == \
+        [str(root / "red" / "cut.png")]
+    page = open(os.path.join(result.run_dir, "report.html")).read()
+    assert "Files left out (1)" in page and "red/cut.png" in page

@@ -2,10 +2,10 @@
 
     python tests/trials/corrupt_files.py --count 2000 [--seed 0] [--dir DIR]
 
-writes `count` mutated files of each kind (PNG, JPEG, IDX, .npy, .npz: bit flips, truncations, overwritten
-header fields, on top of hand-made edge cases), then reads every file in a child process, `--chunk`
-files per child: through the eager readers and through the streaming loader with on_error raise and
-skip. A child that dies (a crash) or hangs is reported with the files it held. Every error must be a
+writes `count` mutated files of each kind (PNG: RGB, palette, 16-bit, with EXIF; JPEG: RGB, CMYK, with EXIF; IDX,
+.npy, .npz: bit flips, truncations, overwritten header fields, on top of hand-made edge cases), then reads every
+file in a child process, `--chunk` files per child: through the eager readers (images as images and as masks) and
+through the streaming loader with on_error raise and skip. A child that dies (a crash) or hangs is reported with the files it held. Every error must be a
 gpucore.ConfigError naming its file. Prints a summary; exit status 1 when anything failed.
 """
 from __future__ import annotations
@@ -30,14 +30,32 @@ def _png(pixels: np.ndarray) -> bytes:
     return encode_png(torch.from_numpy(pixels))
 
 
-def _jpeg(pixels: np.ndarray) -> bytes:
+def _pillow_bytes(picture, format_name: str, **options) -> bytes:
     from io import BytesIO
 
+    buffer = BytesIO()
+    picture.save(buffer, format=format_name, **options)
+    return buffer.getvalue()
+
+
+def _jpeg(pixels: np.ndarray) -> bytes:
     from PIL import Image
 
-    buffer = BytesIO()
-    Image.fromarray(pixels).save(buffer, format="JPEG", quality=85)
-    return buffer.getvalue()
+    return _pillow_bytes(Image.fromarray(pixels), "JPEG", quality=85)
+
+
+def _pillow_images(pixels: np.ndarray) -> dict:
+    """What Pillow writes of `pixels` for each decode path beyond plain RGB PNG: a JPEG, a palette PNG, a 16-bit grey
+    PNG, a PNG and a JPEG with EXIF orientation 6, a CMYK JPEG."""
+    from PIL import Image
+
+    rgb, exif = Image.fromarray(pixels), Image.Exif()
+    exif[0x0112] = 6
+    return {"jpeg": _jpeg(pixels), "png_palette": _pillow_bytes(rgb.quantize(8), "PNG"),
+            "png_16": _pillow_bytes(Image.fromarray(pixels[..., 0].astype(np.uint16) * 257), "PNG"),
+            "png_exif": _pillow_bytes(rgb, "PNG", exif=exif),
+            "jpeg_exif": _pillow_bytes(rgb, "JPEG", exif=exif, quality=85),
+            "jpeg_cmyk": _pillow_bytes(rgb.convert("CMYK"), "JPEG", quality=85)}
 
 
 def _idx(array: np.ndarray) -> bytes:
@@ -62,13 +80,13 @@ def _npz(arrays: dict, compressed: bool) -> bytes:
 
 
 def originals(rng: np.random.Generator) -> dict:
-    """One valid file of each kind (JPEG only when Pillow is installed)."""
+    """One valid file of each kind (JPEGs and Pillow's PNGs only when Pillow is installed)."""
     image = rng.integers(0, 256, (24, 32, 3), dtype=np.uint8)
     files = {"png": _png(image), "idx": _idx(rng.integers(0, 256, (6, 8, 8), dtype=np.uint8)),
              "npy": _npy(rng.random((5, 7)).astype(np.float32)),
              "npz": _npz({"x": rng.integers(0, 256, (4, 6, 6), dtype=np.uint8), "y": np.arange(4)}, rng.random() < 0.5)}
     try:
-        files["jpeg"] = _jpeg(image)
+        files.update(_pillow_images(image))
     except ImportError:
         pass
     return files
@@ -131,7 +149,7 @@ def write_corpus(folder: str, count: int, seed: int) -> list:
     suffix = {"png": ".png", "jpeg": ".jpg", "idx": ".idx.gz", "npy": ".npy", "npz": ".npz"}
     for i in range(count):
         for kind, content in originals(rng).items():
-            paths.append(os.path.join(folder, f"{kind}_{i:05d}{suffix[kind]}"))
+            paths.append(os.path.join(folder, f"{kind}_{i:05d}{suffix[kind.split('_')[0]]}"))
             with open(paths[-1], "wb") as handle:
                 handle.write(mutate(content, rng))
     return paths
@@ -144,6 +162,7 @@ def read_one(path: str) -> str:
 
     try:
         if path.endswith((".png", ".jpg")):
+            _C.decode_images([path], 1, 1, True, mask=True)  # as a segmentation mask: refused or skipped, not raised
             _C.decode_image(path, 3)
             _C.decode_images([path], 3, 2, True)
             _C.decode_images([path], 1, 1, False, 16, 16)

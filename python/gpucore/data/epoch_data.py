@@ -40,6 +40,7 @@ def batch_source(plan: DataPlan, *, batch_size: int, shuffle: bool, drop_last: b
         config.height, config.width = (0, 0) if plan.own_sizes else data.image_shape()[1:]
         config.resize = data.size != (0, 0)
         config.threads, config.prefetch, config.skip_errors = data.threads, prefetch, data.skip_errors
+        config.exif_orientation = data.exif_orientation
         config.own_sizes = plan.own_sizes
         images = data.images_at_own_size() if plan.own_sizes and plan.cache != "none" else []
         segmentation = data.mask_paths is not None  # the masks are read with their images, batch by batch

@@ -18,7 +18,7 @@ import torch
 from .. import _C, _build_info
 from ..errors import ConfigError
 from ..values import is_int
-from .class_folders import IMAGE_EXTENSIONS, read_class_folder
+from .class_folders import IMAGE_EXTENSIONS, is_system_file, read_class_folder
 
 # The longest shorter side of an image kept in memory at its own size (ImageFiles.images_at_own_size): a 4000 x 3000
 # phone photo would take 36 MB decoded; at 512 it takes 1 MB and still leaves a 224 crop room to be drawn.
@@ -127,23 +127,29 @@ class ImageFiles(LabeledData):
         threads: decoding threads (default: the CPU count).
         on_error: "raise", or "skip": leave unreadable files out and list them in `skipped`.
         origin: where the files came from, for error messages.
-        mask_paths: segmentation: one grey mask per image (resized with nearest) instead of `targets`; the decoded
-            masks are the targets, as class ids (white, 255, is class 1).
+        mask_paths: segmentation: one mask per image (resized with nearest) instead of `targets`; the decoded
+            masks are the targets, as class ids: a palette PNG's indices, a grey PNG's values (white, 255, is class
+            1). JPEG masks are refused (lossy compression invents class ids), as are colour masks whose channels
+            differ.
         max_resolution: images kept in memory at their own sizes (no size, a transforms list that crops each image:
             images_at_own_size) are kept with their shorter side at most this long, resized down like torchvision's
             Resize(max_resolution) where longer, as FFCV's max_resolution does; 0: at full size.
+        exif_orientation: turn each image (and mask) upright as its EXIF orientation tag says, as
+            PIL.ImageOps.exif_transpose and torchvision's decode_image(apply_exif_orientation=True) do; False: as
+            stored.
         root: the folder the paths are named relative to in the data set's identity (default: their common folder).
         unread: "path: why" of files found beside them and never decoded, for what a run reports as skipped.
 
     Raises:
         ConfigError: no files, files and targets that differ in number, channels other than 1 or 3, a format whose
-            reader was not built.
+            reader was not built, a JPEG mask.
     """
 
     def __init__(self, paths: Sequence[str], targets: Optional[torch.Tensor], classes: Optional[List[str]] = None, *,
                  channels: int = 3, size=None, threads: Optional[int] = None, on_error: str = "raise",
                  origin: str = "image files", mask_paths: Optional[Sequence[str]] = None,
-                 max_resolution: int = DEFAULT_MAX_RESOLUTION, root: Optional[str] = None, unread: Sequence[str] = ()):
+                 max_resolution: int = DEFAULT_MAX_RESOLUTION, exif_orientation: bool = True,
+                 root: Optional[str] = None, unread: Sequence[str] = ()):
         count = len(mask_paths) if mask_paths is not None else (targets.shape[0] if targets is not None else None)
         if count != len(paths) or (mask_paths is None) == (targets is None):
             raise ConfigError(f"{origin}: {len(paths)} image files need as many targets or mask files (one of the "
@@ -153,6 +159,12 @@ class ImageFiles(LabeledData):
         if channels not in (1, 3):
             raise ConfigError(f"channels must be 1 (grey) or 3 (RGB), got {channels!r}")
         _require_readers(list(paths) + list(mask_paths or []), origin)
+        jpeg_mask = next((p for p in mask_paths or [] if _FORMATS.get(os.path.splitext(p)[1].lower()) == "jpeg"), None)
+        if jpeg_mask is not None:  # refused before anything is decoded, on_error skip or not; the C++ reader says why
+            _C.decode_image(jpeg_mask, 1, mask=True)
+        if not isinstance(exif_orientation, bool):
+            raise ConfigError(f"exif_orientation must be true or false, got {exif_orientation!r}")
+        self.exif_orientation = exif_orientation
         self.paths, self.classes = list(paths), classes
         # The folder the files' names are relative to, for the data set's identity and the val_fraction split.
         self.root = root if root is not None else os.path.commonpath([os.path.dirname(os.path.abspath(p))
@@ -174,10 +186,11 @@ class ImageFiles(LabeledData):
     def inputs(self) -> torch.Tensor:
         if self._inputs is None:
             images, kept, self.skipped = _C.decode_images(self.paths, self.channels, self.threads, self.skip_errors,
-                                                          *self.size)
+                                                          *self.size, exif_orientation=self.exif_orientation)
             if self.mask_paths is not None:
                 masks, mask_kept, mask_skipped = _C.decode_images(self.mask_paths, 1, self.threads, self.skip_errors,
-                                                                  *self.size, nearest=True)
+                                                                  *self.size, exif_orientation=self.exif_orientation,
+                                                                  mask=True)
                 image_row = {path_index: row for row, path_index in enumerate(kept)}
                 mask_row = {path_index: row for row, path_index in enumerate(mask_kept)}
                 both = sorted(image_row.keys() & mask_row.keys())  # a pair is kept when image and mask both read
@@ -211,7 +224,7 @@ class ImageFiles(LabeledData):
         """
         if self._own_size is None:
             images, kept, skipped, downsized = _C.decode_images_at_own_size(
-                self.paths, self.channels, self.threads, self.skip_errors, self.max_resolution)
+                self.paths, self.channels, self.threads, self.skip_errors, self.max_resolution, self.exif_orientation)
             if downsized:  # what FFCV's max_resolution does, said where it happens
                 warnings.warn(f"{self.origin}: {downsized} of {len(images)} images have a shorter side longer than "
                               f"max_resolution {self.max_resolution} and are kept in memory resized down to it (config "
@@ -242,7 +255,7 @@ class ImageFiles(LabeledData):
             return (self.channels, *self.size)
         for path in self.paths:  # the first readable one, when unreadable files are skipped
             try:
-                first = _C.decode_image(path, self.channels)
+                first = _C.decode_image(path, self.channels, self.exif_orientation)
                 return self.channels, first.shape[0], first.shape[1]
             except ConfigError:
                 if not self.skip_errors:
@@ -272,7 +285,8 @@ class ImageFiles(LabeledData):
         part = ImageFiles([self.paths[i] for i in index], None if masks is not None else self._targets[index],
                           self.classes, channels=self.channels, size=self.size if self.size != (0, 0) else None,
                           threads=self.threads, on_error="skip" if self.skip_errors else "raise", origin=self.origin,
-                          mask_paths=masks, max_resolution=self.max_resolution, root=self.root, unread=self.unread)
+                          mask_paths=masks, max_resolution=self.max_resolution,
+                          exif_orientation=self.exif_orientation, root=self.root, unread=self.unread)
         if self._inputs is not None:
             part._inputs, part._targets = self._inputs[index], self._targets[index]
         if self._own_size is not None:
@@ -298,7 +312,7 @@ class ImageFiles(LabeledData):
             if images is None:
                 step = max(1, len(self) // limit)
                 images = _C.decode_images_at_own_size(self.paths[::step][:limit], self.channels, self.threads, True,
-                                                      self.max_resolution)[0]
+                                                      self.max_resolution, self.exif_orientation)[0]
             if not images:
                 raise ConfigError(f"{self.origin}: none of the sampled image files could be read")
             # every pixel of every image, whatever its size, as one 1 x C x 1 x P image
@@ -308,7 +322,7 @@ class ImageFiles(LabeledData):
             return input_stats(self._inputs)
         step = max(1, len(self) // limit)
         images, _, _ = _C.decode_images(self.paths[::step][:limit], self.channels, self.threads, True,
-                                        *self.image_shape()[1:])
+                                        *self.image_shape()[1:], exif_orientation=self.exif_orientation)
         if images.shape[0] == 0:
             raise ConfigError(f"{self.origin}: none of the sampled image files could be read")
         return input_stats(_images_nchw(images))
@@ -407,7 +421,7 @@ def from_tensors(inputs: torch.Tensor, targets: torch.Tensor) -> LabeledData:
 def read_image_folder(root: str, channels: int = 3, size=None, threads: Optional[int] = None,
                       on_error: str = "raise", max_resolution: int = DEFAULT_MAX_RESOLUTION, *,
                       classes: Optional[Sequence[str]] = None, classes_from: Optional[str] = None,
-                      allow_empty: bool = False) -> ImageFiles:
+                      allow_empty: bool = False, exif_orientation: bool = True) -> ImageFiles:
     """One subfolder per class of PNG/JPEG images, read as torchvision's ImageFolder reads it (the sorted subfolder
     names are the classes; nested subfolders of a class are read, links followed), decoded on demand.
 
@@ -424,6 +438,7 @@ def read_image_folder(root: str, channels: int = 3, size=None, threads: Optional
             None: the folder's own subfolders.
         classes_from: where `classes` came from, for messages ("training folder 'data/train'", "the model").
         allow_empty: a class folder without images is a class all the same (else a ConfigError naming it).
+        exif_orientation: turn each image upright as its EXIF orientation tag says (default); False: as stored.
 
     Returns:
         ImageFiles; its `classes` are the class names, `unread` the image files of formats gpucore does not decode.
@@ -435,13 +450,13 @@ def read_image_folder(root: str, channels: int = 3, size=None, threads: Optional
     if not folder.paths:
         raise ConfigError(f"image folder '{root}' holds no .png/.jpg/.jpeg files in its class subfolders")
     return ImageFiles(folder.paths, torch.tensor(folder.labels), folder.classes, channels=channels, size=size,
-                      threads=threads, on_error=on_error, origin=root, max_resolution=max_resolution, root=root,
-                      unread=folder.unread)
+                      threads=threads, on_error=on_error, origin=root, max_resolution=max_resolution,
+                      exif_orientation=exif_orientation, root=root, unread=folder.unread)
 
 
 def read_files(paths: Sequence[str], labels: Optional[Sequence] = None, *, label_from_name: Optional[Callable] = None,
           channels: int = 3, size=None, threads: Optional[int] = None, on_error: str = "raise",
-          max_resolution: int = DEFAULT_MAX_RESOLUTION) -> ImageFiles:
+          max_resolution: int = DEFAULT_MAX_RESOLUTION, exif_orientation: bool = True) -> ImageFiles:
     """Images from a list of files with `labels`, or labels computed from each file's name; decoded on demand.
 
     Args:
@@ -453,6 +468,7 @@ def read_files(paths: Sequence[str], labels: Optional[Sequence] = None, *, label
         threads: decoding threads (default: the CPU count).
         on_error: "raise", or "skip" to leave unreadable files out.
         max_resolution: the longest shorter side of an image cached at its own size (ImageFiles); 0: full size.
+        exif_orientation: turn each image upright as its EXIF orientation tag says (default); False: as stored.
 
     Returns:
         ImageFiles.
@@ -468,7 +484,8 @@ def read_files(paths: Sequence[str], labels: Optional[Sequence] = None, *, label
     if len(labels) != len(paths):
         raise ConfigError(f"Files: {len(paths)} files but {len(labels)} labels")
     return ImageFiles(paths, torch.as_tensor(labels), channels=channels, size=size, threads=threads,
-                      on_error=on_error, origin=f"{len(paths)} files", max_resolution=max_resolution)
+                      on_error=on_error, origin=f"{len(paths)} files", max_resolution=max_resolution,
+                      exif_orientation=exif_orientation)
 
 
 def captcha_labels(alphabet: str, length: int) -> Callable[[str], List[int]]:
@@ -495,7 +512,7 @@ def captcha_labels(alphabet: str, length: int) -> Callable[[str], List[int]]:
 def read_csv(path: str, image_column: str = "image", label_column: Union[str, Sequence[str]] = "label",
              root: Optional[str] = None, channels: int = 3, size=None, threads: Optional[int] = None,
              on_error: str = "raise", *, multi_label: bool = False,
-             classes: Optional[Sequence[str]] = None) -> ImageFiles:
+             classes: Optional[Sequence[str]] = None, exif_orientation: bool = True) -> ImageFiles:
     """Images listed in a CSV file with their labels: an integer class per row, or several labels per row
     (multi-label, multi-hot targets for loss multilabel_soft_margin or bce_with_logits).
 
@@ -515,6 +532,7 @@ def read_csv(path: str, image_column: str = "image", label_column: Union[str, Se
         multi_label: the label column holds several labels per row, separated by spaces.
         classes: with multi_label, the class names in target order (default: the names found, sorted; for integer
             ids, none, and as many classes as the largest id + 1). Labels may then be names or indices.
+        exif_orientation: turn each image upright as its EXIF orientation tag says (default); False: as stored.
 
     Returns:
         ImageFiles; multi-label: float32 N x classes targets of 0 and 1, and `classes` the class names.
@@ -589,12 +607,13 @@ def read_csv(path: str, image_column: str = "image", label_column: Union[str, Se
     if columns_form:
         targets = torch.tensor(labels, dtype=torch.float32).reshape(len(labels), len(label_columns))
         return ImageFiles(files, targets, list(label_columns), channels=channels, size=size, threads=threads,
-                          on_error=on_error, origin=f"CSV '{path}'")
+                          on_error=on_error, origin=f"CSV '{path}'", exif_orientation=exif_orientation)
     if multi_label:
         targets, classes = _multi_hot(path, label_column, labels, classes)
         return ImageFiles(files, targets, classes, channels=channels, size=size, threads=threads, on_error=on_error,
-                          origin=f"CSV '{path}'")
-    return read_files(files, labels, channels=channels, size=size, threads=threads, on_error=on_error)
+                          origin=f"CSV '{path}'", exif_orientation=exif_orientation)
+    return read_files(files, labels, channels=channels, size=size, threads=threads, on_error=on_error,
+                      exif_orientation=exif_orientation)
 
 
 def _multi_hot(path: str, column: str, rows: List[Tuple[str, List[str]]],
@@ -639,9 +658,10 @@ def _is_id(token: str) -> bool:
 
 
 def read_segmentation(images: str, masks: str, channels: int = 3, size=None, threads: Optional[int] = None,
-                 on_error: str = "raise") -> ImageFiles:
+                 on_error: str = "raise", *, exif_orientation: bool = True) -> ImageFiles:
     """An image folder and a mask folder paired by file name (without extension); decoded on demand, into memory or
-    streamed. Masks are grey class ids (white, 255, is class 1) and get the images' geometric transforms.
+    streamed. Masks are PNGs of class ids, a palette's indices or grey values (white, 255, is class 1), and get the
+    images' geometric transforms; JPEG masks and colour masks whose channels differ are refused.
 
     Args:
         images: the images' folder.
@@ -650,18 +670,20 @@ def read_segmentation(images: str, masks: str, channels: int = 3, size=None, thr
         size: None, an int or (height, width): images resized bilinearly, masks with nearest.
         threads: decoding threads (default: the CPU count).
         on_error: "raise", or "skip" to leave unreadable pairs out.
+        exif_orientation: turn each image and mask upright as its EXIF orientation tag says (default); False: as
+            stored.
 
     Returns:
         ImageFiles whose targets are the masks.
 
     Raises:
-        ConfigError: an image without its mask or the reverse.
+        ConfigError: an image without its mask or the reverse, a JPEG mask.
     """
     def stems(folder):
         if not os.path.isdir(folder):
             raise ConfigError(f"segmentation folder '{folder}' does not exist")
         return {os.path.splitext(f)[0]: os.path.join(folder, f) for f in sorted(os.listdir(folder))
-                if f.lower().endswith(IMAGE_EXTENSIONS)}
+                if f.lower().endswith(IMAGE_EXTENSIONS) and not is_system_file(f)}
     image_files, mask_files = stems(images), stems(masks)
     missing = sorted(set(image_files) ^ set(mask_files))
     if missing:
@@ -669,4 +691,5 @@ def read_segmentation(images: str, masks: str, channels: int = 3, size=None, thr
                           f"({len(missing)} unpaired in '{images}' and '{masks}')")
     names = sorted(image_files)
     return ImageFiles([image_files[n] for n in names], None, channels=channels, size=size, threads=threads,
-                      on_error=on_error, origin=images, mask_paths=[mask_files[n] for n in names])
+                      on_error=on_error, origin=images, mask_paths=[mask_files[n] for n in names],
+                      exif_orientation=exif_orientation)

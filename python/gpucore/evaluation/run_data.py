@@ -15,7 +15,7 @@ from ..tasks import Classification
 DATA_SET_OBJECTS = ("a gpucore data set (gpucore.data.read_segmentation(...), read_image_folder(...), "
                     "from_tensors(...), ...) or an (inputs, targets) pair of tensors")
 # The image readers' data_kwargs, which carry over to data other than the run's own.
-_READER_KEYS = ("channels", "size", "threads", "on_error")
+_READER_KEYS = ("channels", "size", "threads", "on_error", "exif_orientation")
 
 
 def is_named(data) -> bool:

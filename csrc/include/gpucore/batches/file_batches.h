@@ -10,9 +10,9 @@
 // every EpochBatches source: the same batches as TensorBatches over the same images, whatever the
 // thread count.
 //
-// Segmentation pairs: with `mask_paths` (one grey mask per image) each sample's mask is decoded beside
-// its image (resized with nearest), travels the same ring, becomes class ids (mask_classes) and gets
-// the image's crop and flip; `targets` is then undefined.
+// Segmentation pairs: with `mask_paths` (one mask per image) each sample's mask is decoded beside
+// its image (DecodeOptions::mask; resized with nearest), travels the same ring, becomes class ids
+// (mask_classes) and gets the image's crop and flip; `targets` is then undefined.
 //
 // Images of their own sizes (config own_sizes, without a size, with a transforms list whose first transforms bring
 // any size to one: TransformPipeline::per_image_count, RandomResizedCrop, Resize + CenterCrop): each image is decoded at its own size and goes through those transforms on its reader thread, one image at a
@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "gpucore/batches/batches.h"
+#include "gpucore/data/readers.h"
 
 namespace gpucore {
 
@@ -40,6 +41,7 @@ struct FileBatchesConfig {
   int64_t threads = 4;             // reader threads
   int64_t prefetch = 4;            // batches decoded ahead (ring slots)
   bool skip_errors = false;        // unreadable files: left out of their batch and reported, else an error
+  bool exif_orientation = true;    // images and masks turned as their EXIF orientation says (DecodeOptions)
   // Each image at its own size through the list's per-image transforms (needs height = width = 0 and a list that
   // starts with them), instead of all at one size.
   bool own_sizes = false;
@@ -78,6 +80,8 @@ class FileBatches : public EpochBatches {
   void start_readers();
   void release_slots(int64_t batch);  // frees the slots of batches before `batch` whose copies are done
   int64_t batch_of(int64_t sample_position) const { return sample_position / batch_size_; }
+  DecodeOptions image_options() const { return {config_.channels, config_.exif_orientation}; }
+  DecodeOptions mask_options() const { return {1, config_.exif_orientation, /*mask=*/true}; }
 
   std::vector<std::string> paths_, mask_paths_;
   std::vector<at::Tensor> images_;
