@@ -84,7 +84,8 @@ def _gradcam(args: argparse.Namespace) -> int:
     size = args.size or (shape[1:] if shape[1] else None)  # the size the model was trained at
     own_sizes = size is None and loaded.reads_own_sizes  # each image at its own size, as its run read them
     read = read_input_images(args.images, shape[0], size, "--images",
-                             max_resolution=loaded.max_resolution if own_sizes else None)
+                             max_resolution=loaded.max_resolution if own_sizes else None,
+                             exif_orientation=loaded.exif_orientation)
     images = read.images
     if own_sizes:  # shown as the model saw them: each through the deterministic form's per-image transforms
         images = loaded.as_seen(images)

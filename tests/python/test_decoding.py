@@ -247,6 +247,22 @@ def test_exif_orientation_is_a_data_kwargs_key_of_image_folders(tmp_path):
         data.read_image_folder(str(tmp_path / "folder"), exif_orientation="no")
 
 
+
+def test_predict_and_gradcam_read_files_as_the_models_run_did(tmp_path):
+    from gpucore.data.input_files import read_input_images
+    from gpucore.evaluation.load import LoadedModel
+
+    oriented_files(tmp_path / "inputs", orientations=(6,))
+    upright = read_input_images(str(tmp_path / "inputs"), 3, max_resolution=0)
+    stored = read_input_images(str(tmp_path / "inputs"), 3, max_resolution=0, exif_orientation=False)
+    assert upright.images[0].shape == (3, 52, 36) and stored.images[0].shape == (3, 36, 52)
+    assert torch.equal(upright.images[0], torch.rot90(stored.images[0], -1, (1, 2)))  # 6: turned 90 degrees clockwise
+    for kwargs, expected in (({}, True), ({"exif_orientation": False}, False)):
+        run = gpucore.config.load_config({"data_kwargs": kwargs})
+        model = LoadedModel(torch.nn.Identity(), run, None, None, [3, 0, 0], torch.device("cpu"), "c.pt")
+        assert model.exif_orientation is expected
+
+
 # ---- masks -----------------------------------------------------------------------------------------------------------
 
 def voc_palette():

@@ -30,21 +30,22 @@ class InputImages(NamedTuple):
 
 
 def read_input_images(path: str, channels: int, size: Optional[Tuple[int, int]] = None,
-                      origin: str = "inputs", max_resolution: Optional[int] = None) -> InputImages:
+                      origin: str = "inputs", max_resolution: Optional[int] = None,
+                      exif_orientation: bool = True) -> InputImages:
     """The images at `path` with `channels` (1 or 3) channels. Image files are decoded to that many channels
     and resized to `size` (height, width) when given (None: they must share one size, unless `max_resolution` is
     given: then each is read at its own size, its shorter side at most max_resolution (0: full size), as a list);
     arrays must already have the channels and, when given, the size: (N, H, W) for grey, (N, C, H, W) or
     (N, H, W, C). A .npz gives its array 'x' or, without one, its only array. `origin` names the argument in
-    errors."""
+    errors; `exif_orientation`: image files turned upright by their EXIF orientation, as the model's run read them."""
     path = os.fspath(path)
     if os.path.isdir(path):
-        return _image_files(path, channels, size, origin, max_resolution)
+        return _image_files(path, channels, size, origin, max_resolution, exif_orientation)
     if not os.path.exists(path):
         raise ConfigError(f"{origin} '{path}' does not exist")
     name = os.path.basename(path).lower()
     if name.endswith(readers.IMAGE_EXTENSIONS):
-        images = _decode([path], channels, size, max_resolution)
+        images = _decode([path], channels, size, max_resolution, exif_orientation)
         return InputImages(images, [os.path.basename(path)], [""])
     if name.endswith(ARRAY_EXTENSIONS):
         array = _C.read_npy(path) if name.endswith(".npy") else _npz_images(path, origin)
@@ -55,20 +56,23 @@ def read_input_images(path: str, channels: int, size: Optional[Tuple[int, int]] 
     return InputImages(_channels_first(array, channels, size, f"{origin} '{path}'"), None, None)
 
 
-def _image_files(folder: str, channels: int, size, origin: str, max_resolution: Optional[int]) -> InputImages:
+def _image_files(folder: str, channels: int, size, origin: str, max_resolution: Optional[int],
+                 exif_orientation: bool) -> InputImages:
     """The images at the folder's top and in its subfolders (nested ones too), as a class folder is read."""
     tree = read_folder_tree(folder)
     if not tree.paths:
         raise ConfigError(f"{origin}: folder '{folder}' holds no .png, .jpg or .jpeg files (nor do its subfolders)")
-    images = _decode(tree.paths, channels, size, max_resolution)
+    images = _decode(tree.paths, channels, size, max_resolution, exif_orientation)
     return InputImages(images, [os.path.relpath(p, folder) for p in tree.paths],
                        [tree.classes[label] if label >= 0 else "" for label in tree.labels])
 
 
-def _decode(paths: List[str], channels: int, size, max_resolution: Optional[int]):
+def _decode(paths: List[str], channels: int, size, max_resolution: Optional[int], exif_orientation: bool):
     if size is not None or max_resolution is None:
-        return readers.read_files(paths, [0] * len(paths), channels=channels, size=size).inputs
-    files = readers.read_files(paths, [0] * len(paths), channels=channels, max_resolution=max_resolution)
+        return readers.read_files(paths, [0] * len(paths), channels=channels, size=size,
+                                  exif_orientation=exif_orientation).inputs
+    files = readers.read_files(paths, [0] * len(paths), channels=channels, max_resolution=max_resolution,
+                               exif_orientation=exif_orientation)
     return [image.permute(2, 0, 1) for image in files.images_at_own_size()]
 
 

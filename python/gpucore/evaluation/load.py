@@ -100,6 +100,11 @@ class LoadedModel:
         return int((self.config.data_kwargs or {}).get("max_resolution", DEFAULT_MAX_RESOLUTION))
 
     @property
+    def exif_orientation(self) -> bool:
+        """Whether its run turned images upright by their EXIF orientation (data_kwargs exif_orientation)."""
+        return bool((self.config.data_kwargs or {}).get("exif_orientation", True))
+
+    @property
     def is_image_model(self) -> bool:
         return self.input_shape is not None and len(self.input_shape) == 3
 

@@ -131,7 +131,8 @@ def _read(model: LoadedModel, inputs):
                           "not images: pass them as a tensor")
     channels, height, width = model.input_shape
     read = read_input_images(inputs, channels, (height, width) if height else None,
-                             max_resolution=model.max_resolution if model.reads_own_sizes else None)
+                             max_resolution=model.max_resolution if model.reads_own_sizes else None,
+                             exif_orientation=model.exif_orientation)
     _check_float_range(model, read.images, f"inputs '{os.fspath(inputs)}'")
     names = read.files if read.files is not None else [str(i) for i in range(len(read.images))]
     return read.images, names, read.folders
