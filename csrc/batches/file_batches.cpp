@@ -191,7 +191,7 @@ void FileBatches::read_images() {
       if (error.rfind(named, 0) == 0) error.erase(0, named.size());
     }
     lock.lock();
-    if (!error.empty()) slot.failed.emplace_back(row, "'" + path + "' (index " + std::to_string(sample) + "): " + error);
+    if (!error.empty()) slot.failed.push_back({row, sample, path, error});
     if (++slot.decoded == batch_end(batch) - batch_begin(batch)) batch_ready_.notify_all();
   }
 }
@@ -234,15 +234,18 @@ bool FileBatches::next(at::Tensor& inputs, at::Tensor& targets) {
   if (!slot.failed.empty()) {
     std::sort(slot.failed.begin(), slot.failed.end());
     if (!config_.skip_errors) {
-      throw ConfigError("image " + slot.failed.front().second + " (on_error: skip leaves unreadable files out)");
+      const FailedFile& first = slot.failed.front();
+      throw ConfigError("image '" + first.path + "' (index " + std::to_string(first.sample) + "): " + first.why +
+                        " (on_error: skip leaves unreadable files out)");
     }
     std::vector<int64_t> keep;
     {
       const std::lock_guard<std::mutex> lock(mutex_);  // skipped_ is read by skipped()
       size_t f = 0;
       for (int64_t row = 0; row < rows; ++row) {
-        if (f < slot.failed.size() && slot.failed[f].first == row) {
-          skipped_.insert(slot.failed[f++].second);
+        if (f < slot.failed.size() && slot.failed[f].row == row) {
+          skipped_.insert(slot.failed[f].path + ": " + slot.failed[f].why);  // as the cached reader lists them
+          ++f;
         } else {
           keep.push_back(row);
         }

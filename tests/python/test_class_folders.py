@@ -210,6 +210,7 @@ def test_evaluate_labels_a_folder_by_the_checkpoints_classes(tmp_path):
         gpucore.evaluate(checkpoint, data=str(other), split="test", device="cpu", out=str(tmp_path / "ev2"))
 
 
+@pytest.mark.draws_report
 @pytest.mark.parametrize("cache", ["auto", "none"])
 def test_an_unreadable_photo_is_named_by_both_readers_and_skipped_files_are_said(tmp_path, cache):
     root = tmp_path / "data"

@@ -66,11 +66,18 @@ class FileBatches : public EpochBatches {
   bool per_image() const { return per_image_; }
 
  private:
+  // A file of a batch its reader could not decode: its row in the batch, its sample index and why.
+  struct FailedFile {
+    int64_t row;
+    int64_t sample;
+    std::string path, why;
+    bool operator<(const FailedFile& other) const { return row < other.row; }
+  };
   struct Slot {
     at::Tensor host, device;            // batch_size x H x W x C uint8; device only when training on CUDA
     at::Tensor host_masks, device_masks;  // batch_size x H x W uint8, for segmentation pairs
     int64_t decoded = 0;                // images of its batch written so far
-    std::vector<std::pair<int64_t, std::string>> failed;  // (row, "path: why")
+    std::vector<FailedFile> failed;
     std::optional<c10::Event> copied;   // host -> device copy done (side stream)
     std::optional<c10::Event> consumed; // transform that read `device` done (training stream)
   };
