@@ -14,6 +14,7 @@ from ..errors import ConfigError
 from .plan import DataPlan, plan_data
 from .readers import ImageFiles
 from .tensor_inputs import as_images, prepare_inputs
+from .torch_samples import collate_samples, dataset_samples
 
 
 def batch_source(plan: DataPlan, *, batch_size: int, shuffle: bool, drop_last: bool, seed: int,
@@ -74,7 +75,7 @@ class EpochData:
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self._settings = dict(seed=seed, shuffle=shuffle, drop_last=drop_last, prefetch=prefetch, rank=rank,
                               world_size=world_size)
-        self._tensors = self._loader = self._generator = self._sampler = None
+        self._tensors = self._loader = self._generator = self._sampler = self._served = None
         data = plan.data
         self.device = plan.device
         if plan.native:
@@ -85,15 +86,17 @@ class EpochData:
                 self._tensors.start_epoch(0)
         elif isinstance(data, torch.utils.data.DataLoader):
             self._loader = data  # the user's loader batches itself
-        else:
-            self._generator = torch.Generator()
+        else:  # a torch Dataset's samples (DatasetSamples), each transformed as the plan says, by torch's loader
+            self._served = data.served(plan.transforms, plan.normalization, seed)
             if plan.training and world_size > 1:  # equal shards per rank, reshuffled per epoch by set_epoch
                 self._sampler = torch.utils.data.distributed.DistributedSampler(
                     data, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed, drop_last=drop_last)
-            self._loader = torch.utils.data.DataLoader(data, batch_size=batch_size,
-                                                       shuffle=shuffle and self._sampler is None,
-                                                       sampler=self._sampler, drop_last=drop_last,
-                                                       generator=self._generator,
+            elif shuffle:  # its own generator: the loader draws its workers' seed from the loader's before the order
+                self._generator = torch.Generator()
+                self._sampler = torch.utils.data.RandomSampler(self._served, generator=self._generator)
+            self._loader = torch.utils.data.DataLoader(self._served, batch_size=batch_size, sampler=self._sampler,
+                                                       drop_last=drop_last, collate_fn=collate_samples,
+                                                       generator=torch.Generator().manual_seed(seed),
                                                        pin_memory=str(self.device).startswith("cuda"))
 
     def with_batch_size(self, batch_size: int) -> "EpochData":
@@ -142,8 +145,10 @@ class EpochData:
         skip = check_whole_batches(first_sample, self.batch_size, self.world_size, epoch)
         if self._generator is not None:  # the same order per (seed, epoch) as TensorBatches promises
             self._generator.manual_seed(self.seed * 1000003 + epoch)
-        if self._sampler is not None:
+        elif self._sampler is not None:  # DistributedSampler
             self._sampler.set_epoch(epoch)
+        if self._served is not None:
+            self._served.epoch = epoch  # each sample's transform draws
         return _C.PythonBatches(_Skipped(self._loader, skip), torch.device(self.device))
 
     def batches(self, epoch: int = 0):
@@ -182,7 +187,8 @@ def training_set(data, config, device: torch.device, normalize=True, rank: int =
     """A run's training set as config keys transforms, crop_padding, hflip, cache, batch_size, shuffle, drop_last,
     prefetch and seed say, sharded over `world_size` processes. `normalize`: True for its own statistics (when config
     key normalize asks for them), or the (mean, std) to use (a checkpoint's); `identify`: record its identity."""
-    plan = plan_data(data, device=device, training=True, transforms=config.transforms,
+    plan = plan_data(dataset_samples(data, config.data_kwargs), device=device, training=True,
+                     transforms=config.transforms,
                      crop_padding=config.crop_padding, hflip=config.hflip, cache=config.cache,
                      normalize=config.normalize if normalize is True else normalize, identify=identify)
     return EpochData(plan, config.batch_size, seed=config.seed, shuffle=config.shuffle, drop_last=config.drop_last,
@@ -194,6 +200,7 @@ def validation_set(data, config, device: torch.device, normalization, identify: 
     standardised with the training set's `normalization`; None without data."""
     if data is None:
         return None
-    plan = plan_data(data, device=device, training=False, transforms=config.transforms, cache=config.cache,
+    plan = plan_data(dataset_samples(data, config.data_kwargs), device=device, training=False,
+                     transforms=config.transforms, cache=config.cache,
                      normalize=normalization, identify=identify)
     return EpochData(plan, config.eval_batch_size, seed=config.seed, prefetch=config.prefetch)

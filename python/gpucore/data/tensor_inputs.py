@@ -1,7 +1,7 @@
 """Tensors as models take them: image layout, input statistics, standardisation, the deterministic transforms."""
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Iterable, Optional, Tuple
 
 import torch
 
@@ -32,6 +32,19 @@ def input_stats(inputs: torch.Tensor) -> Tuple[list, list]:
     else:
         values = x.float()
         mean, std = values.mean().reshape(1), values.std().reshape(1)
+    std = torch.where(std > 0, std, torch.ones_like(std))
+    return mean.tolist(), std.tolist()
+
+
+def pixel_stats(images: Iterable[torch.Tensor]) -> Tuple[list, list]:
+    """Per-channel (mean, std) of uint8 C x H x W images of any sizes scaled to [0, 1], as input_stats gives them for
+    images of one size, summed image by image in float64 (no copy of them all is made)."""
+    count, total, squares = 0, 0.0, 0.0
+    for image in images:
+        values = image.reshape(image.shape[0], -1).double().div_(255)
+        count, total, squares = count + values.shape[1], total + values.sum(1), squares + values.square().sum(1)
+    mean = total / count
+    std = ((squares - count * mean.square()) / max(count - 1, 1)).clamp_(min=0).sqrt_()
     std = torch.where(std > 0, std, torch.ones_like(std))
     return mean.tolist(), std.tolist()
 
