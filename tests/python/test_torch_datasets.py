@@ -11,7 +11,7 @@ import torch
 from PIL import Image
 
 import gpucore
-from gpucore.data.epoch_data import training_set
+from gpucore.data.epoch_data import training_set, validation_set
 from gpucore.config import load_config
 from gpucore.models.registry import output_count
 from conftest import assert_resume_matches
@@ -99,6 +99,22 @@ def test_dataset_samples_scale_and_normalise_as_torchvision_does(tmp_path):
     assert targets.tolist() == labels[:8]
 
 
+def test_validation_images_of_mixed_sizes_are_resized_and_cropped_as_torchvision_does():
+    """The validation set of PIL images of mixed sizes, with RandomResizedCrop in config key transforms: each image
+    through its deterministic form, Resize + CenterCrop, as torchvision's v2 transforms give it (within one intensity
+    level: gpucore resizes uint8 images with ATen's antialiased bilinear kernel and rounds)."""
+    from torchvision.transforms import v2
+
+    images, labels = _crops(8, mixed=True)
+    config = load_config(dict(RUN, transforms=[{"RandomResizedCrop": {"size": 32}}]))
+    served = validation_set(Photos(images, labels, "pil"), config, torch.device("cpu"), ([0.0] * 3, [1.0] * 3))
+    inputs, targets = next(served.batches())
+    expected = v2.Compose([v2.PILToTensor(), v2.Resize(32), v2.CenterCrop(32), v2.ToDtype(torch.float32, scale=True)])
+    reference = torch.stack([expected(Image.fromarray(image)) for image in images])
+    assert inputs.shape == (8, 3, 32, 32) and targets.tolist() == labels
+    assert (inputs - reference).abs().max().item() <= 1 / 255 + 1e-6
+
+
 @pytest.mark.parametrize("form", ["pil", "tensor"])
 def test_images_of_mixed_sizes_go_through_transforms_one_by_one_and_resume_exactly(tmp_path, form):
     """PIL images, or uint8 ones of mixed sizes: config key transforms brings each to 32 x 32 as it does a folder's
@@ -143,3 +159,64 @@ def test_labels_of_a_dataset_without_class_names_give_num_classes(tmp_path):
     data.targets = labels
     result = _train(tmp_path, "targets", data)
     assert output_count(result.model) == max(labels) + 1
+
+
+def test_a_hugging_face_dataset_trains_by_its_columns_and_class_names(tmp_path):
+    """A datasets.Dataset of PIL images and a ClassLabel, passed as it is: rows read by their keys ("image",
+    "label"), the ClassLabel's names as the run's classes, split by val_fraction; other column names by data_kwargs."""
+    datasets = pytest.importorskip("datasets")
+    images, labels = _crops(16)
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=CLASSES)})
+    rows = datasets.Dataset.from_dict({"image": [Image.fromarray(i) for i in images], "label": labels},
+                                      features=features)
+    result = _train(tmp_path, "hf", rows, val_fraction=0.25)
+    stats = json.loads(open(result.stats_path).read())
+    assert stats["classes"] == CLASSES and output_count(result.model) == 4
+    assert stats["validation"]["source"] == "val_fraction"
+    renamed = rows.rename_columns({"image": "photo", "label": "kind"})
+    with pytest.raises(gpucore.ConfigError, match=r"keys \['photo', 'kind'\].*data_kwargs image_key"):
+        _train(tmp_path, "hf-renamed", renamed)
+    result = _train(tmp_path, "hf-keys", renamed, data_kwargs={"image_key": "photo", "label_key": "kind"})
+    assert json.loads(open(result.stats_path).read())["classes"] == CLASSES
+
+
+class Returning(torch.utils.data.Dataset):
+    """16 samples, each what `sample(i)` returns."""
+
+    def __init__(self, sample):
+        self.sample = sample
+
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, index):
+        return self.sample(index)
+
+
+def test_every_error_about_the_samples_says_what_they_were_and_what_gpucore_takes(tmp_path):
+    """Samples of a form gpucore does not take, images of mixed sizes without a transform that brings them to one, a
+    dict without the keys: a ConfigError naming the first two samples (type, dtype, shape) and what is accepted, never
+    the model's first-batch diagnosis."""
+    images, labels = _crops(16, mixed=True)
+    photo = lambda i: torch.from_numpy(images[i]).permute(2, 0, 1)  # noqa: E731
+    one_size = lambda i: photo(i)[:, :24, :24]  # noqa: E731
+    cases = [
+        (lambda i: (photo(i).long(), labels[i]), r"inputs are tensor torch.int64 \(3, \d+, \d+\) \(the first two "
+         r"samples: a tuple \(tensor torch.int64.*; a tuple \(tensor torch.int64.*PIL image, a uint8 tensor"),
+        (lambda i: (photo(i), f"class {labels[i]}"), r"target is str 'class 0'.*class index \(int\)"),
+        (lambda i: (photo(i), labels[i]), r"images are of mixed sizes \(the first two samples: a tuple \(tensor "
+         rf"torch.uint8 \(3, {images[0].shape[0]}, {images[0].shape[1]}\).*RandomResizedCrop"),
+        (lambda i: (one_size(i) if i != 9 else photo(i), labels[i]),
+         r"a batch of the torch Dataset holds inputs of shapes .*\(3, 24, 24\).*the first two samples.*"
+         "RandomResizedCrop"),
+        (lambda i: {"pixels": photo(i), "y": labels[i]}, r"dicts with keys \['pixels', 'y'\].*data_kwargs image_key"),
+        (lambda i: Image.fromarray(images[i]), r"a sample of the torch Dataset is PIL image RGB \d+ x \d+ .*pair"),
+        (lambda i: (torch.rand(3, 24, 24), labels[i]), r"inputs are float tensors \(the first two samples: a tuple "
+         r"\(tensor torch.float32 \(3, 24, 24\).*return uint8 images"),
+    ]
+    for number, (sample, message) in enumerate(cases):
+        transforms = ["RandomHorizontalFlip"] if "float" in message else []
+        with pytest.raises(gpucore.ConfigError, match=message) as caught:
+            _train(tmp_path, f"error{number}", Returning(sample), transforms=transforms,
+                   model_kwargs={"num_classes": 4})
+        assert "Check that the model" not in str(caught.value)

@@ -14,7 +14,7 @@ from ..errors import ConfigError
 from .plan import DataPlan, plan_data
 from .readers import ImageFiles
 from .tensor_inputs import as_images, prepare_inputs
-from .torch_samples import collate_samples, dataset_samples
+from .torch_samples import dataset_samples
 
 
 def batch_source(plan: DataPlan, *, batch_size: int, shuffle: bool, drop_last: bool, seed: int,
@@ -95,7 +95,7 @@ class EpochData:
                 self._generator = torch.Generator()
                 self._sampler = torch.utils.data.RandomSampler(self._served, generator=self._generator)
             self._loader = torch.utils.data.DataLoader(self._served, batch_size=batch_size, sampler=self._sampler,
-                                                       drop_last=drop_last, collate_fn=collate_samples,
+                                                       drop_last=drop_last, collate_fn=self._served.collate,
                                                        generator=torch.Generator().manual_seed(seed),
                                                        pin_memory=str(self.device).startswith("cuda"))
 

@@ -47,7 +47,10 @@ class DatasetSamples(torch.utils.data.Dataset):
         first = [dataset[i] for i in range(min(2, len(dataset)))]
         self.first = describe_samples(first)  # what its first two samples are, for every message about them
         self.keys = _keys(first[0], image_key, label_key, self.first) if isinstance(first[0], dict) else None
-        inputs = [self._pair(sample)[0] for sample in first]
+        pairs = [self._pair(sample) for sample in first]
+        inputs = [pair[0] for pair in pairs]
+        for _, target in pairs:
+            _as_target(target, self.first)
         self.images = not all(isinstance(x, torch.Tensor) and x.is_floating_point() for x in inputs)
         self.channels = _channels(inputs[0], self.first) if self.images else None  # every image is given these
         shapes = [tuple((self._image(x) if self.images else x).shape) for x in inputs]
@@ -128,6 +131,23 @@ class ServedSamples(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.samples)
 
+    def collate(self, batch: List[Tuple[Any, Any]]) -> Tuple[torch.Tensor, torch.Tensor]:
+        """A batch of served samples as (inputs, targets) tensors (the DataLoader's collate_fn); inputs or targets of
+        different shapes are a ConfigError naming them (images of mixed sizes need a list that brings each to one)."""
+        parts = []
+        for what, values in (("inputs", [sample[0] for sample in batch]), ("targets", [sample[1] for sample in batch])):
+            values = [_as_target(value, self.samples.first) for value in values] if what == "targets" else values
+            shapes = sorted({tuple(value.shape) for value in values})
+            if len(shapes) > 1:
+                raise ConfigError(f"a batch of the torch Dataset holds {what} of shapes "
+                                  f"{', '.join(map(str, shapes[:3]))} (the first two samples: {self.samples.first}): "
+                                  "every sample's must have one shape" + (
+                                      "; for images of mixed sizes start config key transforms with "
+                                      "RandomResizedCrop: {size: N} (or Resize + CenterCrop), which brings each to one "
+                                      "size" if what == "inputs" and self.samples.images else ""))
+            parts.append(torch.stack(values))
+        return parts[0], parts[1]
+
     def __getitem__(self, index):
         inputs, target = self.samples[index]
         if not self.samples.images:
@@ -142,16 +162,19 @@ def sample_seed(seed: int, epoch: int, sample: int) -> int:
     return int.from_bytes(hashlib.blake2b(f"{seed}:{epoch}:{sample}".encode(), digest_size=8).digest(), "little")
 
 
-def collate_samples(batch: List[Tuple[Any, Any]]):
-    """A batch of (input, target) samples as (inputs, targets) tensors; images of different sizes are a ConfigError
-    naming them (gpucore's per-image transforms bring each to one size)."""
-    inputs = [sample[0] for sample in batch]
-    shapes = sorted({tuple(x.shape) for x in inputs if isinstance(x, torch.Tensor)})
-    if len(shapes) > 1:
-        raise ConfigError(f"a batch of the torch Dataset holds inputs of shapes {', '.join(map(str, shapes[:3]))}: "
-                          "samples must come to one shape; for images of mixed sizes start config key transforms with "
-                          "RandomResizedCrop: {size: N} (or Resize + CenterCrop), which brings each to one size")
-    return torch.utils.data.default_collate(inputs), torch.utils.data.default_collate([sample[1] for sample in batch])
+
+
+def _as_target(target, first: str) -> torch.Tensor:
+    """A sample's target as a tensor: a class (int), a number, or numbers (a tensor, an array, a list)."""
+    try:
+        tensor = torch.as_tensor(target)
+    except (TypeError, ValueError, RuntimeError):
+        tensor = None
+    if tensor is None or not (tensor.is_floating_point() or tensor.dtype in (torch.int64, torch.int32, torch.int16,
+                                                                            torch.int8, torch.uint8, torch.bool)):
+        raise ConfigError(f"a sample's target is {_part(target)} (the first two samples: {first}); a target must be a "
+                          "class index (int), a number, or numbers (a tensor, numpy array or list)")
+    return tensor
 
 
 def is_hf_dataset(data) -> bool:
