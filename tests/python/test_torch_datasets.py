@@ -220,3 +220,10 @@ def test_every_error_about_the_samples_says_what_they_were_and_what_gpucore_take
             _train(tmp_path, f"error{number}", Returning(sample), transforms=transforms,
                    model_kwargs={"num_classes": 4})
         assert "Check that the model" not in str(caught.value)
+
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(Returning(lambda i: (photo(i), labels[i])))
+
+    with pytest.raises(gpucore.ConfigError, match=r"a torch IterableDataset \(Stream\): wrap it in a DataLoader"):
+        _train(tmp_path, "stream", Stream())

@@ -185,12 +185,13 @@ class _Skipped:
 def training_set(data, config, device: torch.device, normalize=True, rank: int = 0, world_size: int = 1,
                  identify: bool = False) -> EpochData:
     """A run's training set as config keys transforms, crop_padding, hflip, cache, batch_size, shuffle, drop_last,
-    prefetch and seed say, sharded over `world_size` processes. `normalize`: True for its own statistics (when config
-    key normalize asks for them), or the (mean, std) to use (a checkpoint's); `identify`: record its identity."""
+    prefetch, seed and data_kwargs (a torch Dataset's dict keys) say, sharded over `world_size` processes.
+    `normalize`: True for its own statistics (when config key normalize asks for them), or the (mean, std) to use (a
+    checkpoint's); `identify`: record its identity."""
     plan = plan_data(dataset_samples(data, config.data_kwargs), device=device, training=True,
-                     transforms=config.transforms,
-                     crop_padding=config.crop_padding, hflip=config.hflip, cache=config.cache,
-                     normalize=config.normalize if normalize is True else normalize, identify=identify)
+                     transforms=config.transforms, crop_padding=config.crop_padding, hflip=config.hflip,
+                     cache=config.cache, normalize=config.normalize if normalize is True else normalize,
+                     identify=identify)
     return EpochData(plan, config.batch_size, seed=config.seed, shuffle=config.shuffle, drop_last=config.drop_last,
                      prefetch=config.prefetch, rank=rank, world_size=world_size)
 
@@ -201,6 +202,5 @@ def validation_set(data, config, device: torch.device, normalization, identify: 
     if data is None:
         return None
     plan = plan_data(dataset_samples(data, config.data_kwargs), device=device, training=False,
-                     transforms=config.transforms, cache=config.cache,
-                     normalize=normalization, identify=identify)
+                     transforms=config.transforms, cache=config.cache, normalize=normalization, identify=identify)
     return EpochData(plan, config.eval_batch_size, seed=config.seed, prefetch=config.prefetch)

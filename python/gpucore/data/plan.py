@@ -30,7 +30,7 @@ class DataPlan:
     data: Any  # (inputs, targets) tensors, ImageFiles, a torch Dataset's samples (DatasetSamples) or a DataLoader
     training: bool  # the training form (shuffled, augmented) or the deterministic one
     device: torch.device  # where its batches are made
-    cache: Optional[str]  # device, host or none (choose_cache); None: a torch Dataset or DataLoader, read by torch's loader
+    cache: Optional[str]  # device, host or none (choose_cache); None: a torch Dataset or DataLoader (torch's loader)
     transforms: List[Any]  # the transforms list this set runs: the training form, or the deterministic one
     own_sizes: bool  # images at their own sizes, each through the list's first (per-image) transforms
     # (a torch Dataset's images each go through the whole list: torch_samples.ServedSamples)
@@ -73,12 +73,16 @@ def plan_data(data, *, device: torch.device, training: bool, transforms: Any = (
         return _dataset_plan(data, device=device, training=training, transforms=transforms,
                              crop_padding=crop_padding, hflip=hflip, normalize=normalize, identity=identity)
     if not is_native(data):
+        if not isinstance(data, torch.utils.data.DataLoader):
+            stream = isinstance(data, torch.utils.data.IterableDataset)
+            raise ConfigError("training data must be (inputs, targets) tensors, a gpucore data set, a torch Dataset "
+                              "(read by index: __len__ and __getitem__) or a DataLoader, got "
+                              + (f"a torch IterableDataset ({type(data).__name__}): wrap it in a DataLoader with a "
+                                 "length" if stream else type(data).__name__))
         if training and (crop_padding > 0 or hflip or transforms):
-            raise ConfigError("crop_padding, hflip and transforms apply to image tensors and gpucore.data sets; "
-                              "transform a torch Dataset or DataLoader yourself")
-        if not isinstance(data, (torch.utils.data.DataLoader, torch.utils.data.Dataset)):
-            raise ConfigError("training data must be (inputs, targets) tensors, a torch Dataset or a DataLoader, got "
-                              f"{type(data).__name__}")
+            raise ConfigError("crop_padding, hflip and transforms apply to images, and a DataLoader batches itself: "
+                              "transform its samples yourself, or pass its Dataset as train_data to have gpucore "
+                              "transform them")
         return DataPlan(data=data, training=training, device=device, cache=None, transforms=[], own_sizes=False,
                         normalization=None, identity=identity, description=f"batches from a {type(data).__name__}")
     cache = choose_cache(data, cache, device)

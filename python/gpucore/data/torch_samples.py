@@ -100,7 +100,8 @@ class DatasetSamples(torch.utils.data.Dataset):
             return sample[self.keys[0]], sample[self.keys[1]]
         if isinstance(sample, (tuple, list)) and len(sample) >= 2:
             return sample[0], sample[1]
-        raise ConfigError(f"a sample of the torch Dataset is {describe(sample)} (the first two: {self.first}); {ACCEPTED}")
+        raise ConfigError(f"a sample of the torch Dataset is {describe(sample)} (the first two: {self.first}); "
+                          f"{ACCEPTED}")
 
     def _image(self, image) -> torch.Tensor:
         """A sample's image as uint8 C x H x W with the data set's channels (grey ones repeated to 3, RGBA and
@@ -214,17 +215,18 @@ def _keys(sample: dict, image_key: Optional[str], label_key: Optional[str], firs
     """(image key, label key) of dict samples: those given, else the first of IMAGE_KEYS and LABEL_KEYS present."""
     keys = []
     for given, defaults, what in ((image_key, IMAGE_KEYS, "image_key"), (label_key, LABEL_KEYS, "label_key")):
-        found = [given] if given else [key for key in defaults if key in sample]
-        if not found or found[0] not in sample:
-            raise ConfigError(f"the torch Dataset's samples are dicts with keys {list(sample)} (the first two: {first}), "
-                              f"none of them " + (f"'{given}'" if given else f"one of {', '.join(defaults)}") +
-                              f": name the key with data_kwargs {what}")
+        found = [key for key in ([given] if given else defaults) if key in sample]
+        if not found:
+            wanted = f"'{given}'" if given else f"one of {', '.join(defaults)}"
+            raise ConfigError(f"the torch Dataset's samples are dicts with keys {list(sample)}, none of them {wanted} "
+                              f"(the first two samples: {first}): name the key with data_kwargs {what}")
         keys.append(found[0])
     return keys[0], keys[1]
 
 
 def _channels(image, first: str) -> int:
-    """The channels of a data set whose first image is `image`: a PIL image's mode (L: 1, else 3), a tensor's or array's."""
+    """The channels of a data set whose first image is `image`: a PIL image's mode (L: 1, else 3), a tensor's or an
+    array's own."""
     if _is_pil(image):
         return 1 if image.mode in ("L", "1", "I", "I;16", "F") else 3
     return int(_uint8_image(image, None).shape[0]) if _is_image(image) else _not_an_image(image, first)
