@@ -173,6 +173,9 @@ def test_a_hugging_face_dataset_trains_by_its_columns_and_class_names(tmp_path):
     stats = json.loads(open(result.stats_path).read())
     assert stats["classes"] == CLASSES and output_count(result.model) == 4
     assert stats["validation"]["source"] == "val_fraction"
+    for form in ("torch", "numpy"):  # images as uint8 C x H x W tensors, or H x W x C arrays: the same losses
+        formatted = _train(tmp_path, f"hf-{form}", rows.with_format(form), val_fraction=0.25)
+        assert formatted.history[0]["train_loss"] == pytest.approx(result.history[0]["train_loss"], rel=1e-5)
     renamed = rows.rename_columns({"image": "photo", "label": "kind"})
     with pytest.raises(gpucore.ConfigError, match=r"keys \['photo', 'kind'\].*data_kwargs image_key"):
         _train(tmp_path, "hf-renamed", renamed)
