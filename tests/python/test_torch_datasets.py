@@ -115,23 +115,38 @@ def test_validation_images_of_mixed_sizes_are_resized_and_cropped_as_torchvision
     assert (inputs - reference).abs().max().item() <= 1 / 255 + 1e-6
 
 
+def test_each_sample_draws_its_own_augmentation_of_seed_epoch_and_sample():
+    """The images an epoch serves do not depend on the batch size; another epoch or seed draws anew."""
+    images, labels = _crops(12, mixed=True)
+    transforms = [{"RandomResizedCrop": {"size": 24}}, "RandomHorizontalFlip", {"ColorJitter": {"brightness": 0.4}}]
+
+    def served(batch_size, epoch=0, seed=0):
+        config = load_config(dict(RUN, shuffle=False, batch_size=batch_size, seed=seed, transforms=transforms))
+        return torch.cat([x for x, _ in training_set(Photos(images, labels, "pil"), config,
+                                                      torch.device("cpu")).batches(epoch)])
+
+    first = served(4)
+    assert torch.equal(first, served(12)) and torch.equal(first, served(5))
+    assert not torch.equal(first, served(4, epoch=1)) and not torch.equal(first, served(4, seed=1))
+
+
 @pytest.mark.parametrize("form", ["pil", "tensor"])
 def test_images_of_mixed_sizes_go_through_transforms_one_by_one_and_resume_exactly(tmp_path, form):
     """PIL images, or uint8 ones of mixed sizes: config key transforms brings each to 32 x 32 as it does a folder's
-    images; each sample's draws are its own (seed, epoch, sample), so a run stopped after its first epoch and resumed
-    ends with the uninterrupted run's model, bitwise."""
+    images; each sample's draws are its own (seed, epoch, sample), so a run stopped in the middle of its second epoch
+    and resumed ends with the uninterrupted run's model, bitwise."""
     images, labels = _crops(24, mixed=True)
-    config = dict(RUN, epochs=2, transforms=[{"RandomResizedCrop": {"size": 32, "scale": [0.5, 1.0]}},
-                                             "RandomHorizontalFlip"])
+    config = dict(RUN, epochs=2, log_every_n_steps=1, transforms=[
+        {"RandomResizedCrop": {"size": 32, "scale": [0.5, 1.0]}}, "RandomHorizontalFlip"])
 
     class Stop:
-        def on_epoch_end(self, trainer, epoch, record):
-            if epoch == 1:
+        def on_log(self, trainer, step, metrics):
+            if metrics["epoch"] == 2 and step == 5:  # 3 steps an epoch: mid-epoch 2
                 raise KeyboardInterrupt
 
-    straight, _, resumed = assert_resume_matches(tmp_path, config, Stop(),
-                                                 given=lambda: dict(train_data=Photos(images, labels, form)))
-    assert resumed.history[-1]["train_loss"] == straight.history[-1]["train_loss"]
+    _, _, resumed = assert_resume_matches(tmp_path, config, Stop(),
+                                          given=lambda: dict(train_data=Photos(images, labels, form)))
+    assert resumed.status == "completed" and resumed.steps == 6
 
 
 def test_classes_give_a_built_in_model_its_outputs_and_the_first_sample_its_channels(tmp_path, recwarn):
