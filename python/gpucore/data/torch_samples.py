@@ -84,7 +84,7 @@ class DatasetSamples(torch.utils.data.Dataset):
         """Per-channel (mean, std) of the images scaled to [0, 1], from up to STATS_SAMPLES samples spread evenly over
         the set (all of a smaller one), each at its own size, as a folder's statistics are taken."""
         step = max(1, len(self) // STATS_SAMPLES)
-        return pixel_stats(self[i][0] for i in range(0, len(self), step)[:STATS_SAMPLES])
+        return pixel_stats(self[i][0].reshape(self.channels, -1) for i in range(0, len(self), step)[:STATS_SAMPLES])
 
     def served(self, transforms: list, normalization: Optional[Tuple[list, list]], seed: int) -> "ServedSamples":
         """These samples as a run's epochs serve them: images through `transforms` (a `transforms` list) and
