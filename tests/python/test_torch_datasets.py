@@ -243,3 +243,8 @@ def test_every_error_about_the_samples_says_what_they_were_and_what_gpucore_take
 
     with pytest.raises(gpucore.ConfigError, match=r"a torch IterableDataset \(Stream\): wrap it in a DataLoader"):
         _train(tmp_path, "stream", Stream())
+    rows = torch.utils.data.DataLoader(Returning(lambda i: {"image": one_size(i), "label": labels[i]}), batch_size=4)
+    with pytest.raises(gpucore.ConfigError, match=r"a batch of the DataLoader is \{'image': tensor torch.uint8 "
+                                                  r"\(4, 3, 24, 24\), 'label': tensor torch.int64 \(4,\)\}, not "
+                                                  r"\(inputs, targets\) tensors; pass its Dataset as train_data"):
+        _train(tmp_path, "dict-loader", rows)

@@ -14,7 +14,7 @@ from ..errors import ConfigError
 from .plan import DataPlan, plan_data
 from .readers import ImageFiles
 from .tensor_inputs import as_images, prepare_inputs
-from .torch_samples import dataset_samples
+from .torch_samples import dataset_samples, describe
 
 
 def batch_source(plan: DataPlan, *, batch_size: int, shuffle: bool, drop_last: bool, seed: int,
@@ -156,7 +156,7 @@ class EpochData:
         augmented, standardised, on the device; a torch loader's: as it yields them)."""
         source = self.epoch(epoch)
         if self._tensors is None:
-            yield from self._loader
+            yield from _Skipped(self._loader, 0)
             return
         while (batch := source.next()) is not None:
             yield batch
@@ -170,7 +170,7 @@ def skipped_files(data, source) -> List[str]:
 
 
 class _Skipped:
-    """A loader's batches from `skip` on, with a len()."""
+    """A loader's batches from `skip` on, with a len(), each checked to be (inputs, targets) tensors (_checked)."""
 
     def __init__(self, loader, skip):
         self.loader, self.skip = loader, skip
@@ -179,7 +179,18 @@ class _Skipped:
         return max(len(self.loader) - self.skip, 0)
 
     def __iter__(self):
-        return itertools.islice(iter(self.loader), self.skip, None)
+        return (_checked(batch, self.loader) for batch in itertools.islice(iter(self.loader), self.skip, None))
+
+
+def _checked(batch, loader):
+    """A torch loader's batch if it is what the engine takes, (inputs, targets) tensors; else a ConfigError showing it
+    (the caller's DataLoader batches itself: gpucore reads dict samples only from a Dataset)."""
+    if isinstance(batch, (tuple, list)) and len(batch) >= 2 and all(isinstance(t, torch.Tensor) for t in batch[:2]):
+        return batch
+    raise ConfigError(f"a batch of the {type(loader).__name__} is {describe(batch)}, not (inputs, targets) tensors; "
+                      "pass its Dataset as train_data instead, and gpucore reads its samples (pairs or dicts; PIL "
+                      "images and uint8 images transformed, scaled and normalised), or have the loader yield "
+                      "(inputs, targets)")
 
 
 def training_set(data, config, device: torch.device, normalize=True, rank: int = 0, world_size: int = 1,

@@ -163,8 +163,6 @@ def sample_seed(seed: int, epoch: int, sample: int) -> int:
     return int.from_bytes(hashlib.blake2b(f"{seed}:{epoch}:{sample}".encode(), digest_size=8).digest(), "little")
 
 
-
-
 def _as_target(target, first: str) -> torch.Tensor:
     """A sample's target as a tensor: a class (int), a number, or numbers (a tensor, an array, a list)."""
     try:

@@ -245,7 +245,9 @@ def _input_shape(train_data, config) -> Optional[List[int]]:
         if not train_data.images:
             return None
         channels, height, width = train_data.image_shape()
-        return [channels, 0, 0] if transforms_list.per_image(config.transforms) else [channels, height, width]
+        own_sizes = transforms_list.plan(config.transforms, config.crop_padding, config.hflip,
+                                         (height, width)).training_per_image  # as the data's plan decides it
+        return [channels, 0, 0] if own_sizes else [channels, height, width]
     if isinstance(train_data, tuple) and isinstance(train_data[0], torch.Tensor):
         return list(as_images(train_data[0]).shape[1:])
     return None
