@@ -106,8 +106,10 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
         cfg: a .yaml/.yml/.json path, a dict or a TrainConfig (None: the defaults); every key is in the
             configuration reference.
         model: an nn.Module (default: built from config key `model`).
-        train_data: (inputs, targets) tensors, a gpucore.data set, a torch Dataset or DataLoader (default: config
-            key `data`).
+        train_data: (inputs, targets) tensors, a gpucore.data set, a torch Dataset (its samples (image, target)
+            pairs or dicts; images as PIL images or uint8 tensors, which gpucore transforms, scales and normalises, or
+            float tensors, given to the model as they are; a Hugging Face datasets.Dataset too) or a DataLoader
+            (default: config key `data`).
         val_data: the validation data in the same forms (default: the held-out split of config key `data`, else
             the seeded share `val_fraction` of the training data: unset, 0.1 of config key `data` and none of
             `train_data`; a DataLoader cannot be split, so val_fraction with one is a ConfigError). With val_data

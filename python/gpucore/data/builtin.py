@@ -17,6 +17,7 @@ from ..errors import ConfigError
 from ..values import is_int
 from . import readers
 from .identity import held_out_by_name, relative_names
+from .torch_samples import dataset_samples
 
 
 
@@ -494,8 +495,8 @@ def split_indices(count: int, fraction: float, seed: int) -> Tuple[List[int], Li
 def split(dataset, fraction: float, seed: int):
     """(train, val, ValSplit) of a data set, the seeded share `fraction` held out for validation (image files by
     their names, held_out_by_name; other data by position); (dataset, None, None) for fraction 0. Takes (inputs,
-    targets) tensors, ImageFiles, and torch Datasets with a length (as Subsets; gpucore.train serves its other gpucore
-    data sets as tensors); a DataLoader, an IterableDataset or anything else is a ConfigError."""
+    targets) tensors, ImageFiles, and torch Datasets with a length (as DatasetSamples' subsets; gpucore.train serves its
+    other gpucore data sets as tensors); a DataLoader, an IterableDataset or anything else is a ConfigError."""
     if not fraction:
         return dataset, None, None
     count = _split_length(dataset)
@@ -509,7 +510,8 @@ def split(dataset, fraction: float, seed: int):
         inputs, targets = dataset
         train, val = (torch.tensor(i, dtype=torch.long) for i in (train_index, val_index))
         return (inputs[train], targets[train]), (inputs[val], targets[val]), record
-    return torch.utils.data.Subset(dataset, train_index), torch.utils.data.Subset(dataset, val_index), record
+    samples = dataset_samples(dataset)  # a torch Dataset: as DatasetSamples reads it, given so already by train()
+    return samples.subset(train_index), samples.subset(val_index), record
 
 
 def _split_length(dataset) -> int:

@@ -14,6 +14,7 @@ from ..errors import ConfigError
 from .plan import DataPlan, plan_data
 from .readers import ImageFiles
 from .tensor_inputs import as_images, prepare_inputs
+from .torch_samples import dataset_samples, describe
 
 
 def batch_source(plan: DataPlan, *, batch_size: int, shuffle: bool, drop_last: bool, seed: int,
@@ -75,7 +76,7 @@ class EpochData:
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self._settings = dict(seed=seed, shuffle=shuffle, drop_last=drop_last, prefetch=prefetch, rank=rank,
                               world_size=world_size)
-        self._tensors = self._loader = self._generator = self._sampler = None
+        self._tensors = self._loader = self._generator = self._sampler = self._served = None
         data = plan.data
         self.device = plan.device
         if plan.native:
@@ -86,15 +87,17 @@ class EpochData:
                 self._tensors.start_epoch(0)
         elif isinstance(data, torch.utils.data.DataLoader):
             self._loader = data  # the user's loader batches itself
-        else:
-            self._generator = torch.Generator()
+        else:  # a torch Dataset's samples (DatasetSamples), each transformed as the plan says, by torch's loader
+            self._served = data.served(plan.transforms, plan.normalization, seed)
             if plan.training and world_size > 1:  # equal shards per rank, reshuffled per epoch by set_epoch
                 self._sampler = torch.utils.data.distributed.DistributedSampler(
                     data, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed, drop_last=drop_last)
-            self._loader = torch.utils.data.DataLoader(data, batch_size=batch_size,
-                                                       shuffle=shuffle and self._sampler is None,
-                                                       sampler=self._sampler, drop_last=drop_last,
-                                                       generator=self._generator,
+            elif shuffle:  # its own generator: the loader draws its workers' seed from the loader's before the order
+                self._generator = torch.Generator()
+                self._sampler = torch.utils.data.RandomSampler(self._served, generator=self._generator)
+            self._loader = torch.utils.data.DataLoader(self._served, batch_size=batch_size, sampler=self._sampler,
+                                                       drop_last=drop_last, collate_fn=self._served.collate,
+                                                       generator=torch.Generator().manual_seed(seed),
                                                        pin_memory=str(self.device).startswith("cuda"))
 
     def with_batch_size(self, batch_size: int) -> "EpochData":
@@ -143,8 +146,10 @@ class EpochData:
         skip = check_whole_batches(first_sample, self.batch_size, self.world_size, epoch)
         if self._generator is not None:  # the same order per (seed, epoch) as TensorBatches promises
             self._generator.manual_seed(self.seed * 1000003 + epoch)
-        if self._sampler is not None:
+        elif self._sampler is not None:  # DistributedSampler
             self._sampler.set_epoch(epoch)
+        if self._served is not None:
+            self._served.epoch = epoch  # each sample's transform draws
         return _C.PythonBatches(_Skipped(self._loader, skip), torch.device(self.device))
 
     def batches(self, epoch: int = 0):
@@ -152,7 +157,7 @@ class EpochData:
         augmented, standardised, on the device; a torch loader's: as it yields them)."""
         source = self.epoch(epoch)
         if self._tensors is None:
-            yield from self._loader
+            yield from _Skipped(self._loader, 0)
             return
         while (batch := source.next()) is not None:
             yield batch
@@ -166,7 +171,7 @@ def skipped_files(data, source) -> List[str]:
 
 
 class _Skipped:
-    """A loader's batches from `skip` on, with a len()."""
+    """A loader's batches from `skip` on, with a len(), each checked to be (inputs, targets) tensors (_checked)."""
 
     def __init__(self, loader, skip):
         self.loader, self.skip = loader, skip
@@ -175,17 +180,30 @@ class _Skipped:
         return max(len(self.loader) - self.skip, 0)
 
     def __iter__(self):
-        return itertools.islice(iter(self.loader), self.skip, None)
+        return (_checked(batch, self.loader) for batch in itertools.islice(iter(self.loader), self.skip, None))
+
+
+def _checked(batch, loader):
+    """A torch loader's batch if it is what the engine takes, (inputs, targets) tensors; else a ConfigError showing it
+    (the caller's DataLoader batches itself: gpucore reads dict samples only from a Dataset)."""
+    if isinstance(batch, (tuple, list)) and len(batch) >= 2 and all(isinstance(t, torch.Tensor) for t in batch[:2]):
+        return batch
+    raise ConfigError(f"a batch of the {type(loader).__name__} is {describe(batch)}, not (inputs, targets) tensors; "
+                      "pass its Dataset as train_data instead, and gpucore reads its samples (pairs or dicts; PIL "
+                      "images and uint8 images transformed, scaled and normalised), or have the loader yield "
+                      "(inputs, targets)")
 
 
 def training_set(data, config, device: torch.device, normalize=True, rank: int = 0, world_size: int = 1,
                  identify: bool = False) -> EpochData:
     """A run's training set as config keys transforms, crop_padding, hflip, cache, batch_size, shuffle, drop_last,
-    prefetch and seed say, sharded over `world_size` processes. `normalize`: True for its own statistics (when config
-    key normalize asks for them), or the (mean, std) to use (a checkpoint's); `identify`: record its identity."""
-    plan = plan_data(data, device=device, training=True, transforms=config.transforms,
-                     crop_padding=config.crop_padding, hflip=config.hflip, cache=config.cache,
-                     normalize=config.normalize if normalize is True else normalize, identify=identify)
+    prefetch, seed and data_kwargs (a torch Dataset's dict keys) say, sharded over `world_size` processes.
+    `normalize`: True for its own statistics (when config key normalize asks for them), or the (mean, std) to use (a
+    checkpoint's); `identify`: record its identity."""
+    plan = plan_data(dataset_samples(data, config.data_kwargs), device=device, training=True,
+                     transforms=config.transforms, crop_padding=config.crop_padding, hflip=config.hflip,
+                     cache=config.cache, normalize=config.normalize if normalize is True else normalize,
+                     identify=identify)
     return EpochData(plan, config.batch_size, seed=config.seed, shuffle=config.shuffle, drop_last=config.drop_last,
                      prefetch=config.prefetch, rank=rank, world_size=world_size)
 
@@ -195,6 +213,6 @@ def validation_set(data, config, device: torch.device, normalization, identify: 
     standardised with the training set's `normalization`; None without data."""
     if data is None:
         return None
-    plan = plan_data(data, device=device, training=False, transforms=config.transforms, cache=config.cache,
-                     normalize=normalization, identify=identify)
+    plan = plan_data(dataset_samples(data, config.data_kwargs), device=device, training=False,
+                     transforms=config.transforms, cache=config.cache, normalize=normalization, identify=identify)
     return EpochData(plan, config.eval_batch_size, seed=config.seed, prefetch=config.prefetch)

@@ -12,6 +12,7 @@ import torch
 
 from ..errors import ConfigError
 from .readers import ImageFiles
+from .torch_samples import DatasetSamples
 
 
 def relative_names(files: ImageFiles) -> List[str]:
@@ -56,6 +57,8 @@ def identity_of(data) -> Optional[dict]:
                 "fingerprint": _digest(part for tensor in data for part in _tensor_bytes(tensor))}
     if isinstance(data, torch.utils.data.DataLoader):
         return {"kind": "DataLoader", "batches": len(data) if hasattr(data, "__len__") else None}
+    if isinstance(data, DatasetSamples):
+        data = data.dataset  # the caller's Dataset, by its own name
     return {"kind": type(data).__name__, "samples": len(data) if hasattr(data, "__len__") else None}
 
 

@@ -20,18 +20,20 @@ from ..errors import ConfigError
 from .identity import identity_of
 from .readers import ImageFiles
 from .tensor_inputs import as_images, input_stats
+from .torch_samples import DatasetSamples, dataset_samples
 
 
 @dataclass(frozen=True)
 class DataPlan:
     """How one data set is served, settled once."""
 
-    data: Any  # (inputs, targets) tensors, ImageFiles, a torch Dataset or a DataLoader
+    data: Any  # (inputs, targets) tensors, ImageFiles, a torch Dataset's samples (DatasetSamples) or a DataLoader
     training: bool  # the training form (shuffled, augmented) or the deterministic one
     device: torch.device  # where its batches are made
-    cache: Optional[str]  # device, host or none (choose_cache); None: a torch Dataset or DataLoader loads itself
+    cache: Optional[str]  # device, host or none (choose_cache); None: a torch Dataset or DataLoader (torch's loader)
     transforms: List[Any]  # the transforms list this set runs: the training form, or the deterministic one
     own_sizes: bool  # images at their own sizes, each through the list's first (per-image) transforms
+    # (a torch Dataset's images each go through the whole list: torch_samples.ServedSamples)
     normalization: Optional[Tuple[list, list]]  # per-channel (mean, std) the batches are standardised with
     identity: Optional[dict]  # what the data set is (identity.py), where asked for
     description: str  # what one sample looks like, for messages
@@ -52,7 +54,8 @@ def plan_data(data, *, device: torch.device, training: bool, transforms: Any = (
     """The plan of `data`.
 
     Args:
-        data: (inputs, targets) tensors, ImageFiles, a torch Dataset or a DataLoader.
+        data: (inputs, targets) tensors, ImageFiles, a torch Dataset (its samples as DatasetSamples read them; a
+            dict sample's keys the defaults, unless given as DatasetSamples) or a DataLoader.
         device: the training device (the cache choice depends on its free memory).
         training: the training form (crop_padding, hflip and transforms' random draws) or the deterministic one.
         transforms: config key `transforms`; crop_padding and hflip its shorthands (training only).
@@ -64,14 +67,22 @@ def plan_data(data, *, device: torch.device, training: bool, transforms: Any = (
     Raises:
         ConfigError: transforms for data gpucore does not serve, a bad cache, data of no kind gpucore takes.
     """
+    data = dataset_samples(data)
     identity = identity_of(data) if identify else None  # before any decoding leaves unreadable files out
+    if isinstance(data, DatasetSamples):
+        return _dataset_plan(data, device=device, training=training, transforms=transforms,
+                             crop_padding=crop_padding, hflip=hflip, normalize=normalize, identity=identity)
     if not is_native(data):
+        if not isinstance(data, torch.utils.data.DataLoader):
+            stream = isinstance(data, torch.utils.data.IterableDataset)
+            raise ConfigError("training data must be (inputs, targets) tensors, a gpucore data set, a torch Dataset "
+                              "(read by index: __len__ and __getitem__) or a DataLoader, got "
+                              + (f"a torch IterableDataset ({type(data).__name__}): wrap it in a DataLoader with a "
+                                 "length" if stream else type(data).__name__))
         if training and (crop_padding > 0 or hflip or transforms):
-            raise ConfigError("crop_padding, hflip and transforms apply to image tensors and gpucore.data sets; "
-                              "transform a torch Dataset or DataLoader yourself")
-        if not isinstance(data, (torch.utils.data.DataLoader, torch.utils.data.Dataset)):
-            raise ConfigError("training data must be (inputs, targets) tensors, a torch Dataset or a DataLoader, got "
-                              f"{type(data).__name__}")
+            raise ConfigError("crop_padding, hflip and transforms apply to images, and a DataLoader batches itself: "
+                              "transform its samples yourself, or pass its Dataset as train_data to have gpucore "
+                              "transform them")
         return DataPlan(data=data, training=training, device=device, cache=None, transforms=[], own_sizes=False,
                         normalization=None, identity=identity, description=f"batches from a {type(data).__name__}")
     cache = choose_cache(data, cache, device)
@@ -94,6 +105,37 @@ def plan_data(data, *, device: torch.device, training: bool, transforms: Any = (
         normalization = tuple(normalize) if normalize else None
     return DataPlan(data=data, training=training, device=device, cache=cache, transforms=run, own_sizes=own_sizes,
                     normalization=normalization, identity=identity, description=_describe(data, own_sizes))
+
+
+def _dataset_plan(data: DatasetSamples, *, device: torch.device, training: bool, transforms: Any, crop_padding: int,
+                  hflip: bool, normalize, identity: Optional[dict]) -> DataPlan:
+    """The plan of a torch Dataset's samples (torch_samples.py): images go through the transforms list one by one (each
+    at its own size, so a list that starts by bringing them to one size takes images of mixed sizes), then are scaled
+    and normalised as image tensors are; float inputs go to the model as they are."""
+    if not data.images:
+        if training and (crop_padding > 0 or hflip or transforms):
+            raise ConfigError(f"crop_padding, hflip and transforms apply to images, and the torch Dataset's inputs are "
+                              f"float tensors (the first two samples: {data.first}): return uint8 images (PIL images, "
+                              "PILToTensor, decode_image) to have gpucore transform them, or transform them yourself")
+        return DataPlan(data=data, training=training, device=device, cache=None, transforms=[], own_sizes=False,
+                        normalization=None, identity=identity, description=data.description)
+    padding = crop_padding if training else 0
+    forms = transforms_list.plan(transforms, padding, hflip and training, data.image_shape()[1:] if padding else (0, 0))
+    run = forms.training if training else forms.validation
+    own_sizes = forms.training_per_image if training else forms.validation_per_image
+    if not own_sizes and not data.same_size:
+        raise ConfigError(f"the torch Dataset's images are of mixed sizes (the first two samples: {data.first}): start "
+                          "config key transforms with RandomResizedCrop: {size: N} (or Resize + CenterCrop), which "
+                          "brings each image to one size, or return images of one size")
+    if normalize is True:
+        normalization = data.normalization_stats()
+    else:
+        normalization = tuple(normalize) if normalize else None
+    channels, height, width = data.image_shape()
+    size = "their own sizes" if own_sizes else f"{height} x {width}"
+    return DataPlan(data=data, training=training, device=device, cache=None, transforms=run, own_sizes=own_sizes,
+                    normalization=normalization, identity=identity,
+                    description=f"{channels}-channel images of {size} from {data.description}")
 
 
 def is_native(data) -> bool:

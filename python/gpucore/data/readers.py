@@ -305,7 +305,7 @@ class ImageFiles(LabeledData):
         Returns:
             (mean, std), one value per channel each.
         """
-        from .tensor_inputs import input_stats
+        from .tensor_inputs import input_stats, pixel_stats
 
         if own_sizes:
             images = self._own_size
@@ -315,9 +315,7 @@ class ImageFiles(LabeledData):
                                                       self.max_resolution, self.exif_orientation)[0]
             if not images:
                 raise ConfigError(f"{self.origin}: none of the sampled image files could be read")
-            # every pixel of every image, whatever its size, as one 1 x C x 1 x P image
-            pixels = torch.cat([image.reshape(-1, self.channels) for image in images])
-            return input_stats(pixels.t().reshape(1, self.channels, 1, -1))
+            return pixel_stats(image.reshape(-1, self.channels).t() for image in images)  # H x W x C each
         if self._inputs is not None:
             return input_stats(self._inputs)
         step = max(1, len(self) // limit)

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from .. import _C
+from .. import transforms as transforms_list
 
 from ..config import run_name_of
 from ..data.builtin import (BUILTIN as BUILTIN_DATA, DATA_VAL_FRACTION, PYTHON_DATA, check_fits_task, class_names,
@@ -21,6 +22,7 @@ from ..data.epoch_data import EpochData, training_set, validation_set
 from ..device.placement import place_model
 from ..data.readers import ImageFiles, LabeledData
 from ..data.tensor_inputs import as_images
+from ..data.torch_samples import DatasetSamples, dataset_samples
 from ..device.select import PrecisionPolicy, resolve_precision, select_device
 from ..errors import ConfigError
 from ..models.pretrained import NO_WEIGHTS, LoadReport, load_pretrained, resolve_weights_path
@@ -115,7 +117,7 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
         check_fits_task(config.data, task, train_data, val_data)
     classes = _classes(config, given, train_data)
     _check_class_count(config, task, classes, given is not None)
-    input_shape = _input_shape(train_data)
+    input_shape = _input_shape(train_data, config)
     from_data = {}
     if model is None:
         config, from_data = _model_kwargs_from_data(config, task, classes, input_shape)
@@ -206,7 +208,7 @@ def _training_data(config, train_data, val_data):
     held-out split of config key `data`), config key val_fraction holds out a seeded share of the training data
     (unset: DATA_VAL_FRACTION of config key `data`, none of the caller's data); never when val_data is given."""
     train_data, val_data = ((d.inputs, d.targets) if isinstance(d, LabeledData) and not isinstance(d, ImageFiles)
-                            else d for d in (train_data, val_data))
+                            else dataset_samples(d, config.data_kwargs) for d in (train_data, val_data))
     given = train_data is not None
     if not given:
         train_data, own_split = read_data(config.data, config.data_kwargs)
@@ -226,16 +228,26 @@ def _training_data(config, train_data, val_data):
 
 
 def _classes(config, given, train_data) -> Optional[List[str]]:
-    """Class names: those of the caller's gpucore data set, else of config key `data` (image folders, built-in sets)."""
-    data = given if given is not None else train_data
-    if isinstance(data, LabeledData):
+    """Class names: those of the caller's gpucore data set or torch Dataset (its `classes`: torch_samples.py), else of
+    config key `data` (image folders, built-in sets)."""
+    data = train_data if isinstance(train_data, DatasetSamples) else given if given is not None else train_data
+    if isinstance(data, (LabeledData, DatasetSamples)):
         return list(data.classes) if data.classes else None
     return class_names(config.data, config.data_kwargs) if given is None else None
 
 
-def _input_shape(train_data) -> Optional[List[int]]:
+def _input_shape(train_data, config) -> Optional[List[int]]:
+    """One input's shape as training reads it: images' [C, H, W], H and W 0 for images read at their own sizes (a
+    folder without a size; a torch Dataset's images with a transforms list that brings each to one size)."""
     if isinstance(train_data, ImageFiles):
         return [train_data.channels, *train_data.size]
+    if isinstance(train_data, DatasetSamples):
+        if not train_data.images:
+            return None
+        channels, height, width = train_data.image_shape()
+        own_sizes = transforms_list.plan(config.transforms, config.crop_padding, config.hflip,
+                                         (height, width)).training_per_image  # as the data's plan decides it
+        return [channels, 0, 0] if own_sizes else [channels, height, width]
     if isinstance(train_data, tuple) and isinstance(train_data[0], torch.Tensor):
         return list(as_images(train_data[0]).shape[1:])
     return None
