@@ -147,11 +147,12 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
         status = loop.fit()
         if config.report and world.is_main:
             report_after_training(run)
+        stats = loop.run_stats.stats(status)  # before run.close(): the streamed sources know their skipped files
     finally:
         loop.teardown()
-        run.close()
+        run.close()  # also after an error: no reader thread outlives the run
 
-    result = TrainResult.from_stats(loop.run_stats.stats(status), run.module, run.ema)
+    result = TrainResult.from_stats(stats, run.module, run.ema)
     run.release_engine()
     return result
 

@@ -3,15 +3,16 @@ training_stats.json, metrics.jsonl and the checkpoint files (the loggers of conf
 themselves: training/loggers/). Rank 0 writes; the other ranks of a data-parallel run only wait where they must."""
 from __future__ import annotations
 
+import fcntl
 import itertools
 import json
 import os
 import sys
-from typing import List, Mapping, Optional
+from typing import IO, List, Mapping, Optional, Tuple
 
 from ..checkpoint import remove_stale_temporaries, write_json, write_jsonl, write_snapshot
 from ..errors import ConfigError
-from ..run_files import CHECKPOINTS, CONFIG, INTERRUPTED, METRICS, RESUME_CANDIDATES, STATS
+from ..run_files import CHECKPOINTS, CONFIG, INTERRUPTED, METRICS, RESUME_CANDIDATES, RUN_LOCK, STATS
 from . import distributed
 
 
@@ -34,8 +35,16 @@ class RunDir:
         if self.resume is not None and not self.resume_implied and self.resume_from is None and world.is_main:
             print(f"gpucore: resume: {self.resume}: no checkpoint yet in {path}: starting the run from its beginning",
                   file=sys.stderr, flush=True)
-        if self.resume_from is None:  # a new run: a directory no earlier run's checkpoints are in
-            path = distributed.broadcast(free_run_dir(parent, config.name) if world.is_main else None)
+        # The run directory, claimed by rank 0 (its lock, held until close()): a run started at the same moment with
+        # the same name never trains there too. A resume claims the run's own directory; a new run the first of name,
+        # name-2, ... that holds no earlier run's checkpoints and no running run.
+        self.lock: Optional[IO] = None
+        if world.is_main:
+            if self.resume_from is None:
+                path, self.lock = free_run_dir(parent, config.name)
+            else:
+                self.lock = claim_or_refuse(path, f"resume: {self.resume}")
+        path = distributed.broadcast(path if world.is_main else None)
         self.path = path
         self.checkpoint_dir = os.path.join(path, CHECKPOINTS)
         self.stats_path = os.path.join(path, STATS)
@@ -55,6 +64,12 @@ class RunDir:
             remove_stale_temporaries(folder)
         if self.resume_from is None:
             self.write_config(config.to_dict())
+
+    def release(self) -> None:
+        """The run is over: another may claim its directory (a resume, a run of the same name)."""
+        if self.lock is not None:
+            self.lock.close()  # closing the file gives its lock up
+            self.lock = None
 
     def written_config(self) -> dict:
         """config.json as an earlier start of the run wrote it ({} if none)."""
@@ -106,13 +121,69 @@ def has_checkpoints(run_dir: str) -> bool:
     return os.path.isdir(folder) and any(name.endswith(".pt") for name in os.listdir(folder))
 
 
-def free_run_dir(parent: str, name: str) -> str:
-    """A run directory that holds no earlier run's checkpoints: name, name-2, name-3, ... A run killed
-    before its first checkpoint left nothing to keep: its directory is used again, so resumes find it."""
+def claim(run_dir: str) -> Optional[IO]:
+    """Run directory `run_dir` (created if need be) for this process: its lock file, open and locked (flock: the
+    lock goes with the process however it ends, so a killed run leaves none behind), or None when another process
+    holds it. The file then holds this process's id, for the message of a run that finds it taken."""
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+        handle = open(os.path.join(run_dir, RUN_LOCK), "a+", encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"config key 'run_dir': cannot create '{run_dir}' ({exc.strerror}); pick a folder you can "
+                          "write to") from exc
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    handle.truncate(0)
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    return handle
+
+
+def holder(run_dir: str) -> str:
+    """Who holds run directory `run_dir`'s lock, for messages: 'process PID'."""
+    try:
+        with open(os.path.join(run_dir, RUN_LOCK), encoding="utf-8") as handle:
+            pid = handle.read().strip()
+    except OSError:
+        pid = ""
+    return f"process {pid}" if pid else "another process"
+
+
+def claim_or_refuse(run_dir: str, asked: str) -> IO:
+    """Run directory `run_dir`'s lock for a resume (`asked`: how it was asked for); ConfigError while another run
+    trains there, since two runs writing one directory would mix their checkpoints and metrics."""
+    lock = claim(run_dir)
+    if lock is None:
+        raise ConfigError(f"{asked}: run directory '{run_dir}' is in use: {holder(run_dir)} is training there. Wait "
+                          "for that run to end (or stop it: it saves interrupted.pt) and resume then")
+    return lock
+
+
+def free_run_dir(parent: str, name: str) -> Tuple[str, IO]:
+    """(path, lock): the first of run directories name, name-2, name-3, ... that holds no earlier run's checkpoints
+    and that no running process has claimed, claimed for this one (`claim`). A run killed before its first checkpoint
+    left nothing to keep: its directory is used again, so resumes find it. Which directory was passed over, and why,
+    is said on stderr."""
+    passed_over = []
     for index in itertools.count(1):
         candidate = os.path.join(parent, name if index == 1 else f"{name}-{index}")
-        if not has_checkpoints(candidate):
-            return candidate
+        if has_checkpoints(candidate):
+            passed_over.append(f"{candidate} holds an earlier run's checkpoints")
+            continue
+        lock = claim(candidate)
+        if lock is None:
+            passed_over.append(f"{candidate} is in use ({holder(candidate)} is training there)")
+            continue
+        if has_checkpoints(candidate):  # a run that ended between the check and the claim
+            lock.close()
+            passed_over.append(f"{candidate} holds an earlier run's checkpoints")
+            continue
+        if passed_over:
+            print(f"gpucore: {'; '.join(passed_over)}: this run is {candidate}", file=sys.stderr, flush=True)
+        return candidate, lock
     raise AssertionError("unreachable")
 
 

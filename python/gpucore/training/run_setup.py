@@ -87,6 +87,12 @@ class Run:
         self.engine = None
 
     def close(self) -> None:
+        """The end of the run, however it ended: the data sets' reader threads joined, the run directory released,
+        the process group gone."""
+        for data_set in (self.train_set, self.val_set):
+            if data_set is not None:
+                data_set.close()
+        self.run_dir.release()
         if self.group_store is not None:
             torch.distributed.destroy_process_group()
 
