@@ -207,6 +207,17 @@ def assert_states_equal(actual, expected, keys=None, label=None):
         raise AssertionError(f"{prefix}{name}: {detail}")
 
 
+def train_interrupted(*args, **kwargs):
+    """The TrainResult of gpucore.train(*args, **kwargs) for a run that Ctrl-C, a stop signal or a callback's
+    KeyboardInterrupt stops: train() raises a KeyboardInterrupt, which holds it. Tests import it with
+    `from conftest import train_interrupted`."""
+    import gpucore
+
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        gpucore.train(*args, **kwargs)
+    return stopped.value.result
+
+
 def assert_resume_matches(tmp_path, config, stop, straight=None, name="b", given=dict):
     """The resume check: gpucore.train(config) uninterrupted in run_dir tmp_path/a (or `straight`, that run, when
     given), then in tmp_path/`name` stopped by the callback `stop` (the run must end "interrupted") and resumed with
@@ -217,7 +228,7 @@ def assert_resume_matches(tmp_path, config, stop, straight=None, name="b", given
 
     if straight is None:
         straight = gpucore.train(dict(config, run_dir=str(tmp_path / "a")), **given())
-    stopped = gpucore.train(dict(config, run_dir=str(tmp_path / name)), callbacks=[stop], **given())
+    stopped = train_interrupted(dict(config, run_dir=str(tmp_path / name)), callbacks=[stop], **given())
     assert stopped.status == "interrupted", f"{name}: the stopped run ended {stopped.status!r}"
     resumed = gpucore.train(dict(config, run_dir=str(tmp_path / name), resume="auto"), **given())
     assert_states_equal(resumed.model, straight.model, label=f"{name}: resumed != uninterrupted")
