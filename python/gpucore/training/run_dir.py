@@ -201,10 +201,29 @@ def resume_path(resume: Optional[str], run_dir: str) -> Optional[str]:
     return max(existing, key=os.path.getmtime) if existing else None
 
 
-# Keys `--resume RUN_DIR` may set anew: how and where the run goes on, not what it trains. epochs only where the
-# schedule does not depend on it (constant, step, multistep: checkpointing.check_schedule_length refuses the rest).
+# Keys a resume (resume: auto, a checkpoint file, --resume RUN_DIR) may set anew: how and where the run goes on, not
+# what it trains. epochs only where the schedule does not depend on it (constant, step, multistep:
+# checkpointing.check_schedule_length refuses the rest); accept_changed_data decides whether the resume itself may go
+# on. Every other key is the run's own.
 RESUME_SETTABLE = ("epochs", "device", "no_cuda", "no_mps", "devices", "dist_timeout", "progress", "log_every_n_steps",
-                   "checkpoint_every_n_steps", "checkpoint_every_minutes", "report", "on_oom")
+                   "checkpoint_every_n_steps", "checkpoint_every_minutes", "report", "on_oom", "accept_changed_data")
+# How a resume of a checkpoint (resume: auto, a file) is asked for and where it goes on: a checkpoint file may be
+# resumed into another run directory.
+RESUME_LOCATION = ("resume", "run_dir", "name")
+
+
+def check_resume_keeps_the_run(own: Mapping[str, object], given: Mapping[str, object], asked: str, source: str,
+                               weights: str, spelled=lambda key: f"config key '{key}'") -> None:
+    """The one rule of every resume: ConfigError naming the first key of `given` (config values) that differs from the
+    run's own (`own`, read from `source`) and that a resume may not set (RESUME_SETTABLE), with how to train with it
+    instead (a new run from `weights`). `asked`: the resume as asked for; `spelled`: a key as the user gave it."""
+    for key, value in given.items():
+        if key in RESUME_SETTABLE or key not in own:
+            continue
+        if json.dumps(value, sort_keys=True, default=str) != json.dumps(own[key], sort_keys=True, default=str):
+            raise ConfigError(f"{spelled(key)}: {asked} goes on with the run's own {key} ({own[key]!r} in {source}), "
+                              f"not {value!r}; a resume may set only {', '.join(RESUME_SETTABLE)}. To train with "
+                              f"another {key}, start a new run from its weights: {weights}")
 
 
 def resume_run_config(run_dir: str, overrides: Mapping[str, object], config_file: Optional[str] = None):
@@ -222,16 +241,14 @@ def resume_run_config(run_dir: str, overrides: Mapping[str, object], config_file
                           f"{CONFIG}; give the directory a gpucore run wrote (runs/NAME), a checkpoint file, or auto")
     with open(path, encoding="utf-8") as handle:
         values = json.load(handle)
-    own = load_config(values)
-    new = load_config(values, overrides)
-    for name in dict.fromkeys(key.split(".")[0] for key in overrides):
-        if name not in RESUME_SETTABLE and getattr(new, name) != getattr(own, name):
-            raise ConfigError(f"--set {name}: --resume '{given}' goes on with the run's own {name} "
-                              f"({getattr(own, name)!r} in its {CONFIG}); a resume may set only "
-                              f"{', '.join(RESUME_SETTABLE)}. To train with another {name}, start a new run from its "
-                              f"weights: --set pretrained={os.path.join(given, CHECKPOINTS, 'last.pt')}")
+    own = load_config(values).to_dict()
+    new = load_config(values, overrides).to_dict()
+    named = dict.fromkeys(key.split(".")[0] for key in overrides)
+    check_resume_keeps_the_run(own, {name: new[name] for name in named}, f"--resume '{given}'", f"its {CONFIG}",
+                               f"--set pretrained={os.path.join(given, CHECKPOINTS, 'last.pt')}",
+                               spelled=lambda key: f"--set {key}")
     location = os.path.abspath(run_dir)
-    if os.path.abspath(os.path.join(own.run_dir, own.name)) != location:  # moved, or another working directory
+    if os.path.abspath(os.path.join(own["run_dir"], own["name"])) != location:  # moved, or another working directory
         values.update(run_dir=os.path.dirname(location), name=os.path.basename(location))
     values.update({key: value for key, value in overrides.items()}, resume=given)
     return load_config(values)
