@@ -18,6 +18,7 @@ from ..errors import ConfigError
 from ..values import is_int
 from . import segmentation_models
 from .downloads import refuse_downloads
+from .torchvision_build import mismatch_message
 
 
 class FashionMnistCNN(nn.Module):
@@ -283,7 +284,10 @@ def import_library(module: str, needed_by: str):
     `needed_by` needs it and how to install it."""
     try:
         return importlib.import_module(module)
-    except Exception as exc:  # ImportError, or a torchvision whose compiled ops do not fit this torch
+    except Exception as exc:  # ImportError, or a torchvision whose compiled ops do not fit this torch (timm's too)
+        mismatch = mismatch_message(exc)
+        if mismatch is not None:
+            raise ConfigError(f"{needed_by}: {mismatch}") from exc
         raise ConfigError(f"{needed_by} needs {_INSTALL[module.split('.')[0]]}; importing it failed: "
                           f"{type(exc).__name__}: {exc}") from exc
 
