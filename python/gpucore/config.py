@@ -92,6 +92,13 @@ def _core(name: str) -> dict:
     return dict(default=CORE_DEFAULTS[name], check=valid.__contains__, valid=str(valid))
 
 
+# Keys a resume (resume: auto, a checkpoint file, --resume RUN_DIR) may set anew: how and where the run goes on, not
+# what it trains. epochs only where the schedule does not depend on it (constant, step, multistep:
+# training/checkpointing.check_schedule_length refuses the rest); accept_changed_data decides whether the resume itself
+# may go on. Every other key is the run's own (training/run_dir.check_resume_keeps_the_run).
+RESUME_SETTABLE = ("epochs", "device", "no_cuda", "no_mps", "devices", "dist_timeout", "progress", "log_every_n_steps",
+                   "checkpoint_every_n_steps", "checkpoint_every_minutes", "report", "on_oom", "accept_changed_data")
+
 KEYS = [
     # model and data
     Key("model", str, "fashion_mnist_cnn", f"built-in model ({', '.join(BUILTIN)}), a model of torchvision or timm by name ('torchvision:resnet18', 'timm:convnext_tiny'), a segmentation model ('transformers:SegformerForSemanticSegmentation', 'smp:Unet'), or 'package.module:factory'"),
@@ -197,7 +204,7 @@ KEYS = [
     Key("mlflow_log_model", bool, False, "loggers mlflow: also log checkpoints/best.pt as an artifact at the end"),
     Key("report", bool, True, "at the end of training write report.html, plots/ and per_class.json in the run directory (curves, confusion matrices, predictions, top losses with Grad-CAM, a training batch); see gpucore report"),
     Key("report_cam_layer", str, "auto", "the report's Grad-CAM layer: a dotted module name such as layer4 or features.7 (auto: the last layer with a spatial output before the head)"),
-    Key("resume", str, None, "auto (the run's last checkpoint, if any) or a checkpoint path", optional=True),
+    Key("resume", str, None, "auto (the run's last checkpoint, if any) or a checkpoint path; the resumed run goes on with its own keys: only " + ", ".join(RESUME_SETTABLE) + " may differ from the checkpoint's (any other is a ConfigError naming it)", optional=True),
     Key("accept_changed_data", bool, False, "resume a run whose data changed since its checkpoint (files added, removed, renamed or resized; other tensors), with a warning naming what changed; the interrupted epoch's order and a val_fraction split then differ from the run's. false: such a resume is refused, naming what changed (every checkpoint records its data's identity: classes, files per class, a fingerprint)"),
     Key("on_oom", str, "raise", "on CUDA out of memory: raise an error with the figures and what to change", choices=["raise", "reduce_batch"]),
 ]

@@ -130,7 +130,7 @@ def build_model(name: str, kwargs: dict, pretrained: Optional[str] = None) -> nn
     elif name in BUILTIN:
         factory = BUILTIN[name]
     else:
-        close = difflib.get_close_matches(name, BUILTIN, n=1)
+        close = [f"torchvision:{name}"] if name in _torchvision_names() else difflib.get_close_matches(name, BUILTIN, n=1)
         hint = f" Did you mean '{close[0]}'?" if close else ""
         raise ConfigError(
             f"config key 'model': '{name}' is not a built-in model ({', '.join(BUILTIN)}), a library model "
@@ -277,6 +277,15 @@ def _call_factory(name: str, factory: Callable, kwargs: dict) -> nn.Module:
     if not isinstance(model, nn.Module):
         raise ConfigError(f"config key 'model': '{name}' returned {type(model).__name__}, not a torch.nn.Module")
     return model
+
+
+def _torchvision_names() -> List[str]:
+    """torchvision's model names (resnet18, ...), for a name given without `torchvision:`; none where it cannot be
+    imported (not installed, or built for another torch: building the model says so)."""
+    try:
+        return importlib.import_module("torchvision.models").list_models()
+    except Exception:  # ImportError, or a torchvision whose compiled ops do not fit this torch
+        return []
 
 
 def import_library(module: str, needed_by: str):

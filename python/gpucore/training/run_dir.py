@@ -11,6 +11,7 @@ import sys
 from typing import IO, List, Mapping, Optional, Tuple
 
 from ..checkpoint import remove_stale_temporaries, write_json, write_jsonl, write_snapshot
+from ..config import RESUME_SETTABLE
 from ..errors import ConfigError
 from ..run_files import CHECKPOINTS, CONFIG, INTERRUPTED, METRICS, RESUME_CANDIDATES, RUN_LOCK, STATS
 from . import distributed
@@ -201,12 +202,6 @@ def resume_path(resume: Optional[str], run_dir: str) -> Optional[str]:
     return max(existing, key=os.path.getmtime) if existing else None
 
 
-# Keys a resume (resume: auto, a checkpoint file, --resume RUN_DIR) may set anew: how and where the run goes on, not
-# what it trains. epochs only where the schedule does not depend on it (constant, step, multistep:
-# checkpointing.check_schedule_length refuses the rest); accept_changed_data decides whether the resume itself may go
-# on. Every other key is the run's own.
-RESUME_SETTABLE = ("epochs", "device", "no_cuda", "no_mps", "devices", "dist_timeout", "progress", "log_every_n_steps",
-                   "checkpoint_every_n_steps", "checkpoint_every_minutes", "report", "on_oom", "accept_changed_data")
 # How a resume of a checkpoint (resume: auto, a file) is asked for and where it goes on: a checkpoint file may be
 # resumed into another run directory.
 RESUME_LOCATION = ("resume", "run_dir", "name")
