@@ -92,6 +92,7 @@ def _core(name: str) -> dict:
     return dict(default=CORE_DEFAULTS[name], check=valid.__contains__, valid=str(valid))
 
 
+
 # Keys a resume (resume: auto, a checkpoint file, --resume RUN_DIR) may set anew: how and where the run goes on, not
 # what it trains. epochs only where the schedule does not depend on it (constant, step, multistep:
 # training/checkpointing.check_schedule_length refuses the rest); accept_changed_data decides whether the resume itself
@@ -286,7 +287,7 @@ def _coerce(key: Key, value: Any, where: str) -> Any:
             elif isinstance(value, float) and value.is_integer():
                 result = int(value)
             elif isinstance(value, str):
-                result = int(value.strip())
+                result = _whole_number(value.strip())
             else:
                 raise TypeError
             if not -_INT64_LIMIT <= result < _INT64_LIMIT:
@@ -308,7 +309,9 @@ def _coerce(key: Key, value: Any, where: str) -> Any:
             if isinstance(value, bool):  # YAML turns `tf32: true` into a bool
                 return "true" if value else "false"
             if isinstance(value, (str, int, float)):
-                return str(value).strip()
+                text = str(value).strip()
+                # Adam, Cosine: a choice in another case (torch's class names) is that choice.
+                return next((choice for choice in key.choices or () if choice.lower() == text.lower()), text)
             raise TypeError
         if expected is list:
             if isinstance(value, str):
@@ -333,6 +336,17 @@ def _coerce(key: Key, value: Any, where: str) -> Any:
     raise ConfigError(
         f"{where}: config key '{key.name}' must be {_type_name(expected)}, got {type(value).__name__} {value!r}"
     )
+
+
+def _whole_number(text: str) -> int:
+    """An integer written on the shell: '16', or '16.0' as a whole float from Python or YAML is taken."""
+    try:
+        return int(text)
+    except ValueError:
+        number = float(text)
+        if not number.is_integer():
+            raise
+        return int(number)
 
 
 def _parse_flow(text: str) -> Any:
