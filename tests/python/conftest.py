@@ -15,6 +15,8 @@ from gpucore.device import select as gdevice
 # torchvision (and timm, which imports it) for the tests that use their models, also where torchvision's compiled
 # ops cannot load next to this torch (a CPU-only torch 2.13): bench.common's import_torchvision (the benchmarks need it
 # too) defines the two op schemas its import needs, in a torch.library.Library that lives as long as the process.
+# gpucore itself does not: a user with such a torchvision is told what is wrong and the pip command that fixes it
+# (models/torchvision_build.py), which test_runs_never_mix checks in a fresh interpreter, without this stand-in.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))  # the checkout's root, for the bench package
 from bench.common import import_torchvision  # noqa: E402
 

@@ -130,7 +130,8 @@ def build_model(name: str, kwargs: dict, pretrained: Optional[str] = None) -> nn
     elif name in BUILTIN:
         factory = BUILTIN[name]
     else:
-        close = [f"torchvision:{name}"] if name in _torchvision_names() else difflib.get_close_matches(name, BUILTIN, n=1)
+        close = ([f"torchvision:{name}"] if name in _torchvision_names()
+                 else difflib.get_close_matches(name, BUILTIN, n=1))
         hint = f" Did you mean '{close[0]}'?" if close else ""
         raise ConfigError(
             f"config key 'model': '{name}' is not a built-in model ({', '.join(BUILTIN)}), a library model "

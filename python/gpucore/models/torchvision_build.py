@@ -1,5 +1,5 @@
-"""A torchvision whose compiled ops cannot load next to this torch (PyPI's CUDA torchvision beside a CPU-only torch, or a
-release made for another torch): what is wrong, and the pip command that installs the torchvision made for this
+"""A torchvision whose compiled ops cannot load next to this torch (PyPI's CUDA torchvision beside a CPU-only torch,
+or a release made for another torch): what is wrong, and the pip command that installs the torchvision made for this
 torch. Its models are plain Python, but `import torchvision` fails (`operator torchvision::nms does not exist`), and
 `pip install torchvision` changes nothing: pip finds the installed one."""
 from __future__ import annotations

@@ -189,7 +189,8 @@ class FitLoop:
                 position.begin_pass(run.train_set.current.remaining())
                 try:
                     stats = engine.train_epoch(
-                        run.train_set.current, self.train_forward, run.loss, on_log, epoch=epoch, first_batch=position.first_batch(),
+                        run.train_set.current, self.train_forward, run.loss, on_log, epoch=epoch,
+                        first_batch=position.first_batch(),
                         # None: no call into Python (and the GIL) after the steps
                         on_step=on_step if checkpoints.enabled or step_hook else None, step_calls=step_calls)
                 finally:  # also after an interrupt: the steps done are where a resume goes on
