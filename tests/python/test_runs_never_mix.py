@@ -292,3 +292,13 @@ def test_torchvisions_conversions_in_transforms_are_told_they_are_not_needed(nam
     with pytest.raises(gpucore.ConfigError, match=rf"transforms\[1\] {name}: not needed, leave it out: gpucore's "
                                                   r"batches are tensors already, and it scales uint8 images"):
         gpucore.load_config({"transforms": ["RandomHorizontalFlip", name]})
+
+
+def test_pretrained_weights_loaded_are_said_on_stderr_without_the_progress_bar(tmp_path, capfd):
+    first = gpucore.train(dict(SMALL, run_dir=str(tmp_path), name="first", epochs=1))
+    capfd.readouterr()
+    weights = os.path.join(first.checkpoint_dir, "last.pt")
+    gpucore.train(dict(SMALL, run_dir=str(tmp_path), name="second", epochs=1, pretrained=weights))
+    out, err = capfd.readouterr()
+    assert f"gpucore: pretrained weights '{weights}': " in err and " tensors loaded" in err, err[-2000:]
+    assert "pretrained weights" not in out
