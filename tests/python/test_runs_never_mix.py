@@ -302,3 +302,13 @@ def test_pretrained_weights_loaded_are_said_on_stderr_without_the_progress_bar(t
     out, err = capfd.readouterr()
     assert f"gpucore: pretrained weights '{weights}': " in err and " tensors loaded" in err, err[-2000:]
     assert "pretrained weights" not in out
+
+
+def test_the_progress_bar_is_tqdm_autos_which_is_jupyters_widget_in_a_notebook(monkeypatch):
+    tqdm_auto = pytest.importorskip("tqdm.auto")
+    made = []
+    monkeypatch.setattr(tqdm_auto, "tqdm", lambda **kwargs: made.append(kwargs) or object())
+    from gpucore.training.progress import EpochProgress
+
+    EpochProgress(True, total_steps=8, epoch=1, epochs=2, log_every=1)
+    assert made and made[0]["total"] == 8 and made[0]["desc"] == "epoch 1/2"
