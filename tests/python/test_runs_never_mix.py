@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 import torch
@@ -312,3 +313,15 @@ def test_the_progress_bar_is_tqdm_autos_which_is_jupyters_widget_in_a_notebook(m
 
     EpochProgress(True, total_steps=8, epoch=1, epochs=2, log_every=1)
     assert made and made[0]["total"] == 8 and made[0]["desc"] == "epoch 1/2"
+
+
+
+def test_export_shows_none_of_torchs_deprecations_of_its_own_internals(tmp_path):
+    for name in ("onnx", "onnxscript", "onnxruntime"):
+        pytest.importorskip(name)
+    run = gpucore.train(dict(SMALL, run_dir=str(tmp_path), name="run", epochs=1))
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        gpucore.export(os.path.join(run.checkpoint_dir, "best.pt"), "onnx", out=str(tmp_path / "best.onnx"))
+    assert not [w for w in shown if issubclass(w.category, (DeprecationWarning, FutureWarning))], \
+        [str(w.message) for w in shown]
