@@ -325,3 +325,12 @@ def test_export_shows_none_of_torchs_deprecations_of_its_own_internals(tmp_path)
         gpucore.export(os.path.join(run.checkpoint_dir, "best.pt"), "onnx", out=str(tmp_path / "best.onnx"))
     assert not [w for w in shown if issubclass(w.category, (DeprecationWarning, FutureWarning))], \
         [str(w.message) for w in shown]
+
+
+def test_the_auto_grad_cam_layer_of_fast_cnn_is_its_features_not_the_heads_pooling():
+    from gpucore import cam
+
+    model = registry.build_model("fast_cnn", {"num_classes": 3, "in_channels": 3})
+    assert cam.find_target_layer(model, torch.randn(1, 3, 64, 64)) == "features"  # 8 x 8 maps, not the pool's 3 x 3
+    result = gpucore.gradcam(model.eval(), "auto", torch.randn(2, 3, 64, 64))
+    assert result.layers == ["features"]
