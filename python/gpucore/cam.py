@@ -65,12 +65,17 @@ def _resolve_layer(model: nn.Module, layer: Union[str, nn.Module]) -> nn.Module:
 
 
 AUTO_LAYER = "auto"
+# Pooling layers reduce the map before them and learn nothing: never the auto layer (fast_cnn's head pools its
+# features to 3 x 3 whatever the input size; the features before it are the map to explain).
+_POOLING = (nn.modules.pooling._MaxPoolNd, nn.modules.pooling._AvgPoolNd, nn.modules.pooling._AdaptiveMaxPoolNd,
+            nn.modules.pooling._AdaptiveAvgPoolNd)
 
 
 def find_target_layer(model: nn.Module, inputs: torch.Tensor) -> str:
     """The layer `layer: auto` picks: the last module to finish in a forward pass of `inputs` whose output is a
-    spatial map (N x C x H x W, H x W > 1) and not the model's own output. That is the last conv block before
-    the pooling of a classifier (a ResNet's layer4, a ConvNeXt's last stage, the seeds' CNN's `features`)."""
+    spatial map (N x C x H x W, H x W > 1), not the model's own output and not a pooling layer. That is the last conv
+    block before the pooling of a classifier (a ResNet's layer4, a ConvNeXt's last stage, the seeds' CNNs'
+    `features`)."""
     finished: List[str] = []
     outputs = {}
 
@@ -82,7 +87,8 @@ def find_target_layer(model: nn.Module, inputs: torch.Tensor) -> str:
                 outputs[name] = output
         return hook
 
-    handles = [module.register_forward_hook(hook_for(name)) for name, module in model.named_modules() if name]
+    handles = [module.register_forward_hook(hook_for(name)) for name, module in model.named_modules()
+               if name and not isinstance(module, _POOLING)]
     was_training = model.training
     try:
         model.eval()

@@ -45,7 +45,12 @@ def _train(args: argparse.Namespace) -> int:
         if args.resume is not None:
             overrides["resume"] = args.resume
         config = load_config(args.config, overrides)
-    result = train(config)
+    try:
+        result = train(config)
+    except KeyboardInterrupt as stop:  # a stopped run (interrupted.pt written): the summary, the hint, 128 + signal
+        if not hasattr(stop, "result"):
+            raise
+        result = stop.result
     summary = {
         "status": result.status, "best_metric": result.best_metric, "best_epoch": result.best_epoch,
         "monitor": result.monitor, "run_dir": result.run_dir, "device": result.device,

@@ -92,6 +92,14 @@ def _core(name: str) -> dict:
     return dict(default=CORE_DEFAULTS[name], check=valid.__contains__, valid=str(valid))
 
 
+
+# Keys a resume (resume: auto, a checkpoint file, --resume RUN_DIR) may set anew: how and where the run goes on, not
+# what it trains. epochs only where the schedule does not depend on it (constant, step, multistep:
+# training/checkpointing.check_schedule_length refuses the rest); accept_changed_data decides whether the resume itself
+# may go on. Every other key is the run's own (training/run_dir.check_resume_keeps_the_run).
+RESUME_SETTABLE = ("epochs", "device", "no_cuda", "no_mps", "devices", "dist_timeout", "progress", "log_every_n_steps",
+                   "checkpoint_every_n_steps", "checkpoint_every_minutes", "report", "on_oom", "accept_changed_data")
+
 KEYS = [
     # model and data
     Key("model", str, "fashion_mnist_cnn", f"built-in model ({', '.join(BUILTIN)}), a model of torchvision or timm by name ('torchvision:resnet18', 'timm:convnext_tiny'), a segmentation model ('transformers:SegformerForSemanticSegmentation', 'smp:Unet'), or 'package.module:factory'"),
@@ -190,14 +198,14 @@ KEYS = [
     Key("checkpoint_every_n_steps", int, 0, "also checkpoint mid-epoch every N optimizer steps of the epoch, to checkpoints/step.pt, written by a background thread (0: off)", check=lambda v: 0 <= v < 2**31, valid=">= 0 and < 2^31 (steps)"),
     Key("checkpoint_every_minutes", float, 0.0, "also checkpoint mid-epoch once this many minutes passed since the last checkpoint, to checkpoints/step.pt (0: off)", check=lambda v: 0 <= v < 1e9, valid=">= 0 and < 1e9 (minutes)"),
     Key("log_every_n_steps", int, doc="optimizer steps between host reads of the running metrics (progress bar, the callbacks' on_log)", **_core("log_every_n_steps")),
-    Key("progress", bool, True, "show a progress bar (tqdm when installed, else a line per epoch)"),
+    Key("progress", bool, True, "show a progress bar (tqdm when installed, tqdm.auto's: Jupyter's widget in a notebook; else a line per epoch)"),
     Key("loggers", list, ["csv", "tensorboard"], "where rank 0 records the run besides metrics.jsonl (default: csv, and tensorboard where the tensorboard package is installed): csv (metrics.csv, a row per logged step and per epoch), tensorboard (scalars per epoch and the hyperparameters in tensorboard/; needs the tensorboard package), mlflow (params, metrics per step and epoch, artifacts; needs gpucore's mlflow extra); a logger that fails is one warning and training goes on (docs: Training, Experiment tracking)", check=lambda v: all(name in LOGGERS for name in v) and len(set(v)) == len(v), valid=f"a list of {', '.join(LOGGERS)}, each at most once"),
     Key("mlflow_tracking_uri", str, None, "loggers mlflow: the tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///RUN_DIR/mlflow.db, a SQLite database beside the run directories)", optional=True),
     Key("mlflow_experiment", str, "", "loggers mlflow: the experiment (default: the config's name)"),
     Key("mlflow_log_model", bool, False, "loggers mlflow: also log checkpoints/best.pt as an artifact at the end"),
     Key("report", bool, True, "at the end of training write report.html, plots/ and per_class.json in the run directory (curves, confusion matrices, predictions, top losses with Grad-CAM, a training batch); see gpucore report"),
     Key("report_cam_layer", str, "auto", "the report's Grad-CAM layer: a dotted module name such as layer4 or features.7 (auto: the last layer with a spatial output before the head)"),
-    Key("resume", str, None, "auto (the run's last checkpoint, if any) or a checkpoint path", optional=True),
+    Key("resume", str, None, "auto (the run's last checkpoint, if any) or a checkpoint path; the resumed run goes on with its own keys: only " + ", ".join(RESUME_SETTABLE) + " may differ from the checkpoint's (any other is a ConfigError naming it)", optional=True),
     Key("accept_changed_data", bool, False, "resume a run whose data changed since its checkpoint (files added, removed, renamed or resized; other tensors), with a warning naming what changed; the interrupted epoch's order and a val_fraction split then differ from the run's. false: such a resume is refused, naming what changed (every checkpoint records its data's identity: classes, files per class, a fingerprint)"),
     Key("on_oom", str, "raise", "on CUDA out of memory: raise an error with the figures and what to change", choices=["raise", "reduce_batch"]),
 ]
@@ -279,7 +287,7 @@ def _coerce(key: Key, value: Any, where: str) -> Any:
             elif isinstance(value, float) and value.is_integer():
                 result = int(value)
             elif isinstance(value, str):
-                result = int(value.strip())
+                result = _whole_number(value.strip())
             else:
                 raise TypeError
             if not -_INT64_LIMIT <= result < _INT64_LIMIT:
@@ -301,7 +309,9 @@ def _coerce(key: Key, value: Any, where: str) -> Any:
             if isinstance(value, bool):  # YAML turns `tf32: true` into a bool
                 return "true" if value else "false"
             if isinstance(value, (str, int, float)):
-                return str(value).strip()
+                text = str(value).strip()
+                # Adam, Cosine: a choice in another case (torch's class names) is that choice.
+                return next((choice for choice in key.choices or () if choice.lower() == text.lower()), text)
             raise TypeError
         if expected is list:
             if isinstance(value, str):
@@ -326,6 +336,17 @@ def _coerce(key: Key, value: Any, where: str) -> Any:
     raise ConfigError(
         f"{where}: config key '{key.name}' must be {_type_name(expected)}, got {type(value).__name__} {value!r}"
     )
+
+
+def _whole_number(text: str) -> int:
+    """An integer written on the shell: '16', or '16.0' as a whole float from Python or YAML is taken."""
+    try:
+        return int(text)
+    except ValueError:
+        number = float(text)
+        if not number.is_integer():
+            raise
+        return int(number)
 
 
 def _parse_flow(text: str) -> Any:

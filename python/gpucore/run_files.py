@@ -9,6 +9,7 @@ RESUME_CANDIDATES = (INTERRUPTED, STEP, LAST)  # `resume: auto` takes the newest
 REPORT_CHECKPOINTS = (BEST, LAST, INTERRUPTED)  # the report shows the first of these that exists
 
 CONFIG = "config.json"
+RUN_LOCK = ".gpucore.lock"  # locked by the process training in the run directory (its pid inside), for that run
 STATS = "training_stats.json"
 METRICS = "metrics.jsonl"
 METRICS_CSV = "metrics.csv"  # config key loggers: csv

@@ -40,6 +40,18 @@ def interrupt_for(signum: int) -> KeyboardInterrupt:
     return KeyboardInterrupt() if signum == signal.SIGINT else Stopped(signum)
 
 
+def run_interrupted(result) -> KeyboardInterrupt:
+    """What gpucore.train raises once a signal stopped the run and interrupted.pt is written, so that a script looping
+    over runs stops: the signal's own interrupt (interrupt_for; for Ctrl-C exactly KeyboardInterrupt, so an uncaught
+    one ends Python as Ctrl-C does), saying where the run is, with the run's TrainResult as `result`."""
+    stop = interrupt_for(signal.Signals[result.stopped_by or "SIGINT"])
+    stop.args = (f"{result.stopped_by or 'SIGINT'} stopped the run in '{result.run_dir}' after {result.steps} "
+                 "optimizer steps; checkpoints/interrupted.pt holds it: resume it with resume: auto (the same "
+                 f"config) or gpucore train --resume {result.run_dir}",)
+    stop.result = result
+    return stop
+
+
 def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 

@@ -22,6 +22,7 @@ from .errors import ConfigError
 from .evaluation.run_report import report_after_training
 from .models.registry import build_model
 from .process_settings import apply_process_settings
+from .signals import run_interrupted
 from .run_files import CHECKPOINTS, METRICS, STATS
 from .training import distributed, launcher
 from .training.fit_loop import FitLoop
@@ -38,7 +39,8 @@ class TrainResult:
         best_metric: the best value of the monitored metric, None before a validated epoch.
         best_epoch: the epoch of best_metric (from 1).
         monitor: the metric monitored, e.g. val_accuracy.
-        status: completed, early_stopped, stopped (a callback set trainer.should_stop) or interrupted.
+        status: completed, early_stopped, stopped (a callback set trainer.should_stop) or interrupted (the
+            result a KeyboardInterrupt from train() holds).
         run_dir: the run directory (run_dir/name).
         checkpoint_dir: its checkpoints/ folder (best.pt, last.pt, ...).
         stats_path: its training_stats.json.
@@ -125,6 +127,10 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
     Raises:
         ConfigError: an unknown key (naming the closest one), a wrong type or range, data that does not fit the model.
         TrainingError: training failed (out of memory, too many non-finite steps); the last good checkpoint stays.
+        KeyboardInterrupt: Ctrl-C (SIGINT), SIGTERM or SIGUSR1 stopped the run, once checkpoints/interrupted.pt
+            was written, so that a script looping over runs stops as at any Ctrl-C (for SIGTERM and SIGUSR1
+            gpucore.signals.Stopped, a KeyboardInterrupt naming the signal). Its `result` is the run's TrainResult
+            (status interrupted); `resume: auto` goes on from there.
     """
     config = load_config(cfg, overrides)
     if isinstance(model, nn.Module) and config.name == run_name_of(config.model):
@@ -149,12 +155,20 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
         status = loop.fit()
         if config.report and world.is_main:
             report_after_training(run)
+        stats = loop.run_stats.stats(status)  # before run.close(): the streamed sources know their skipped files
     finally:
         loop.teardown()
-        run.close()
+        run.close()  # also after an error: no reader thread outlives the run
 
-    result = TrainResult.from_stats(loop.run_stats.stats(status), run.module, run.ema)
+    result = TrainResult.from_stats(stats, run.module, run.ema)
     run.release_engine()
+    return _returned(result)
+
+
+def _returned(result: TrainResult) -> TrainResult:
+    """`result`, or the interrupt that holds it when a signal stopped the run: Ctrl-C in a script stops the script."""
+    if result.status == "interrupted":
+        raise run_interrupted(result)
     return result
 
 
@@ -183,4 +197,4 @@ def _train_in_processes(config) -> TrainResult:
     if EMA_STATE in last:
         ema = build_model(config.model, config.model_kwargs, config.pretrained).eval().requires_grad_(False)
         ema.load_state_dict(last[EMA_STATE])
-    return TrainResult.from_stats(stats, module, ema)
+    return _returned(TrainResult.from_stats(stats, module, ema))

@@ -52,11 +52,20 @@ def entries(value: Any) -> List[Tuple[str, dict]]:
     return result
 
 
+# torchvision's conversions to tensors and dtypes, which a list copied from a torchvision pipeline holds: gpucore's
+# batches are tensors already, and it scales uint8 images to floats (and normalises them) itself.
+CONVERSIONS = ("ToTensor", "PILToTensor", "ToImage", "ToDtype", "ConvertImageDtype", "ToPureTensor")
+
+
 def _check_name(index: int, name: str) -> None:
     """A ConfigError for a name the C++ registry does not know, with the closest valid name (difflib)."""
     names = list(_C.transform_names())
     if name in names:
         return
+    if name in CONVERSIONS:
+        raise ConfigError(f"transforms[{index}] {name}: not needed, leave it out: gpucore's batches are tensors "
+                          "already, and it scales uint8 images to floats in [0, 1] itself (then normalises them: "
+                          "config key normalize, or a Normalize entry)")
     by_lower = {known.lower(): known for known in names}
     close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
     hint = f". Did you mean '{by_lower[close[0]]}'?" if close else ""

@@ -15,6 +15,8 @@ from gpucore.device import select as gdevice
 # torchvision (and timm, which imports it) for the tests that use their models, also where torchvision's compiled
 # ops cannot load next to this torch (a CPU-only torch 2.13): bench.common's import_torchvision (the benchmarks need it
 # too) defines the two op schemas its import needs, in a torch.library.Library that lives as long as the process.
+# gpucore itself does not: a user with such a torchvision is told what is wrong and the pip command that fixes it
+# (models/torchvision_build.py), which test_runs_never_mix checks in a fresh interpreter, without this stand-in.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))  # the checkout's root, for the bench package
 from bench.common import import_torchvision  # noqa: E402
 
@@ -207,6 +209,17 @@ def assert_states_equal(actual, expected, keys=None, label=None):
         raise AssertionError(f"{prefix}{name}: {detail}")
 
 
+def train_interrupted(*args, **kwargs):
+    """The TrainResult of gpucore.train(*args, **kwargs) for a run that Ctrl-C, a stop signal or a callback's
+    KeyboardInterrupt stops: train() raises a KeyboardInterrupt, which holds it. Tests import it with
+    `from conftest import train_interrupted`."""
+    import gpucore
+
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        gpucore.train(*args, **kwargs)
+    return stopped.value.result
+
+
 def assert_resume_matches(tmp_path, config, stop, straight=None, name="b", given=dict):
     """The resume check: gpucore.train(config) uninterrupted in run_dir tmp_path/a (or `straight`, that run, when
     given), then in tmp_path/`name` stopped by the callback `stop` (the run must end "interrupted") and resumed with
@@ -217,7 +230,7 @@ def assert_resume_matches(tmp_path, config, stop, straight=None, name="b", given
 
     if straight is None:
         straight = gpucore.train(dict(config, run_dir=str(tmp_path / "a")), **given())
-    stopped = gpucore.train(dict(config, run_dir=str(tmp_path / name)), callbacks=[stop], **given())
+    stopped = train_interrupted(dict(config, run_dir=str(tmp_path / name)), callbacks=[stop], **given())
     assert stopped.status == "interrupted", f"{name}: the stopped run ended {stopped.status!r}"
     resumed = gpucore.train(dict(config, run_dir=str(tmp_path / name), resume="auto"), **given())
     assert_states_equal(resumed.model, straight.model, label=f"{name}: resumed != uninterrupted")

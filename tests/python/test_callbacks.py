@@ -222,7 +222,7 @@ def test_the_engine_gets_no_step_callable_without_a_per_step_hook(tmp_path, monk
     given = []
     original = fit_loop.FitLoop._train_pass
 
-    def spying(self, progress, source):
+    def spying(self, progress):
         engine = self.run.engine
 
         class Spy:
@@ -235,7 +235,7 @@ def test_the_engine_gets_no_step_callable_without_a_per_step_hook(tmp_path, monk
 
         self.run.engine = Spy()
         try:
-            return original(self, progress, source)
+            return original(self, progress)
         finally:
             self.run.engine = engine
 

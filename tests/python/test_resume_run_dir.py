@@ -119,12 +119,16 @@ def test_resume_run_dir_refuses_another_epochs_under_cosine_and_keys_that_change
     assert open(config_path, "rb").read() == config_before
 
 
-def test_a_constant_schedule_resumes_with_more_epochs_and_config_json_keeps_the_batch_size_it_uses(tmp_path):
+def test_a_constant_schedule_resumes_with_more_epochs_and_another_batch_size_is_refused(tmp_path):
     config = dict(TINY, run_dir=str(tmp_path), name="flat", schedule="constant")
     first = gpucore.train(config)
     written = json.load(open(os.path.join(first.run_dir, "config.json")))
-    # A config that gives another batch size: the run goes on with its checkpoint's, and config.json says so.
-    longer = gpucore.train(dict(config, epochs=3, batch_size=128, resume="auto"))
+    # A config that gives another batch size: refused as --resume RUN_DIR refuses it, nothing written.
+    with pytest.raises(gpucore.ConfigError, match=r"config key 'batch_size': resume: auto goes on with the run's own "
+                                                  r"batch_size \(64 in checkpoint '.*last.pt'\), not 128"):
+        gpucore.train(dict(config, epochs=3, batch_size=128, resume="auto"))
+    assert json.load(open(os.path.join(first.run_dir, "config.json"))) == written
+    longer = gpucore.train(dict(config, epochs=3, resume="auto"))
     assert longer.run_dir == first.run_dir and [row["epoch"] for row in longer.history] == [1, 2, 3]
     assert json.load(open(os.path.join(first.run_dir, "training_stats.json")))["batch"]["per_process"] == 64
     assert json.load(open(os.path.join(first.run_dir, "config.json"))) == dict(written, epochs=3)

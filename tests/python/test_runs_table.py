@@ -6,6 +6,7 @@ import time
 
 import torch
 
+from conftest import train_interrupted
 from gpucore.runs import run_row, trained_seconds
 
 SLEEP_S = 0.02  # per training forward: a floor under the time the interrupted epoch trained
@@ -30,12 +31,10 @@ class SlowThenInterrupted(torch.nn.Module):
 
 
 def test_a_run_interrupted_mid_epoch_records_and_shows_the_time_it_trained(tmp_path):
-    import gpucore
-
     config = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 32 * 40, "val_size": 32, "seed": 3},
               "epochs": 1, "batch_size": 32, "progress": False, "report": False, "loggers": [],
               "run_dir": str(tmp_path), "name": "cut", "seed": 5, "cuda_graphs": False, "device": "cpu"}
-    result = gpucore.train(config, model=SlowThenInterrupted(at=25))
+    result = train_interrupted(config, model=SlowThenInterrupted(at=25))
     assert result.status == "interrupted" and result.steps == 25
     stats = json.loads((tmp_path / "cut" / "training_stats.json").read_text())
     assert stats["epochs"] == []  # no epoch finished: no epoch_time_s anywhere

@@ -14,7 +14,7 @@ import time
 import pytest
 import torch
 
-from conftest import assert_states_equal
+from conftest import assert_states_equal, train_interrupted
 from gpucore import signals
 
 STEPS_PER_EPOCH = 300
@@ -154,7 +154,7 @@ def test_a_signal_inside_a_step_waits_for_the_step_and_the_resume_is_bitwise(tmp
 
     straight = gpucore.train(dict(config, name="straight"), model=SignalInsideTheForward())
     at = 12 + 5  # the 5th micro-batch of the second epoch: inside an optimizer step when accumulating
-    stopped = gpucore.train(dict(config, name="stopped"), model=SignalInsideTheForward(signum, at))
+    stopped = train_interrupted(dict(config, name="stopped"), model=SignalInsideTheForward(signum, at))
     assert stopped.status == "interrupted" and stopped.stopped_by == signal.Signals(signum).name
     saved = torch.load(tmp_path / "stopped" / "checkpoints" / "interrupted.pt", map_location="cpu", weights_only=False)
     # The step the signal landed in was finished: BatchNorm counted exactly the micro-batches of the steps taken.
@@ -175,7 +175,7 @@ def test_a_signal_in_the_last_step_of_an_epoch_with_a_short_last_batch_resumes_a
               "run_dir": str(tmp_path), "cuda_graphs": False, "device": "cpu",
               "checkpoint_every_n_steps": 100}  # step checkpoints on: the engine calls back after every step
     straight = gpucore.train(dict(config, name="straight"), model=SignalInsideTheForward())
-    stopped = gpucore.train(dict(config, name="stopped"), model=SignalInsideTheForward(signal.SIGTERM, 13 + 13))
+    stopped = train_interrupted(dict(config, name="stopped"), model=SignalInsideTheForward(signal.SIGTERM, 13 + 13))
     assert stopped.status == "interrupted" and stopped.steps == 26
     saved = torch.load(tmp_path / "stopped" / "checkpoints" / "interrupted.pt", map_location="cpu", weights_only=False)
     assert (saved["epoch"], saved["samples_consumed"]) == (2, 0)

@@ -11,7 +11,7 @@ from torch import nn
 import gpucore
 from gpucore import checkpoint as gcheckpoint
 from gpucore.config import load_config
-from conftest import assert_resume_matches, assert_states_equal
+from conftest import assert_resume_matches, assert_states_equal, train_interrupted
 
 SMALL = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 1024, "val_size": 256, "seed": 3}, "progress": False,
          "batch_size": 64}
@@ -176,7 +176,7 @@ def test_interrupt_saves_and_resume_finishes(tmp_path):
                 raise KeyboardInterrupt
 
     config = dict(SMALL, run_dir=str(tmp_path), epochs=3, log_every_n_steps=5)
-    result = gpucore.train(config, callbacks=[StopInEpoch2()])
+    result = train_interrupted(config, callbacks=[StopInEpoch2()])
     assert result.status == "interrupted"
     assert len(result.history) == 1
     saved = torch.load(os.path.join(result.checkpoint_dir, "interrupted.pt"), weights_only=True)
@@ -306,7 +306,7 @@ def test_out_of_memory_halving_then_a_mid_epoch_resume_serves_every_sample_once(
     x[:, 0] = torch.arange(128, dtype=torch.float32)  # each sample's id
     config = plain(tmp_path, batch_size=64, on_oom="reduce_batch", shuffle=True, log_every_n_steps=1)
     with pytest.warns(RuntimeWarning, match="batch_size 16 and accumulate_grad_batches 4"):
-        stopped = gpucore.train(config, model=Picky(trained), train_data=(x, y), callbacks=[StopAfterFirstStep()])
+        stopped = train_interrupted(config, model=Picky(trained), train_data=(x, y), callbacks=[StopAfterFirstStep()])
     assert stopped.status == "interrupted" and sorted(trained) != list(range(128)) and len(trained) == 64
     saved = torch.load(os.path.join(stopped.checkpoint_dir, "interrupted.pt"), weights_only=True)
     assert saved["samples_consumed"] == 64 and saved["batching"] == {"batch_size": 16, "accumulate_grad_batches": 4}
@@ -465,7 +465,7 @@ def test_ctrl_c_during_a_checkpoint_write_waits_for_the_write_then_interrupts(tm
         real_save(payload, handle)
 
     monkeypatch.setattr(gcheckpoint_module.torch, "save", save_interrupted_midway)
-    result = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=2))
+    result = train_interrupted(dict(SMALL, run_dir=str(tmp_path), epochs=2))
     assert result.status == "interrupted" and len(result.history) == 1
     for name in ("last.pt", "interrupted.pt"):
         saved = torch.load(os.path.join(result.checkpoint_dir, name), weights_only=True)

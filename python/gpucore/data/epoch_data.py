@@ -77,6 +77,7 @@ class EpochData:
         self._settings = dict(seed=seed, shuffle=shuffle, drop_last=drop_last, prefetch=prefetch, rank=rank,
                               world_size=world_size)
         self._tensors = self._loader = self._generator = self._sampler = self._served = None
+        self.current = None  # the batch source of the epoch started last (epoch())
         data = plan.data
         self.device = plan.device
         if plan.native:
@@ -137,12 +138,14 @@ class EpochData:
     def epoch(self, epoch: int, first_sample: int = 0):
         """Epoch `epoch`'s batches from sample `first_sample` of its order over all ranks on (a resume
         mid-epoch): gpucore's sources shard the rest among this run's ranks; a torch loader skips whole
-        batches, at the world size and batch size that consumed them."""
+        batches, at the world size and batch size that consumed them. The source is also `current` until the next
+        epoch or close()."""
         if self._tensors is not None:
             if self.plan.training:
                 self._tensors.set_shard(self.rank, self.world_size, first_sample)
             self._tensors.start_epoch(epoch)
-            return self._tensors
+            self.current = self._tensors
+            return self.current
         skip = check_whole_batches(first_sample, self.batch_size, self.world_size, epoch)
         if self._generator is not None:  # the same order per (seed, epoch) as TensorBatches promises
             self._generator.manual_seed(self.seed * 1000003 + epoch)
@@ -150,7 +153,14 @@ class EpochData:
             self._sampler.set_epoch(epoch)
         if self._served is not None:
             self._served.epoch = epoch  # each sample's transform draws
-        return _C.PythonBatches(_Skipped(self._loader, skip), torch.device(self.device))
+        self.current = _C.PythonBatches(_Skipped(self._loader, skip), torch.device(self.device))
+        return self.current
+
+    def close(self) -> None:
+        """Lets go of the native sources now: a streamed source's reader threads are joined when the last reference
+        to it goes (its destructor), and a run's objects form cycles that only a later garbage collection would free.
+        The set serves no batches after this."""
+        self._tensors = self._loader = self.current = None
 
     def batches(self, epoch: int = 0):
         """Epoch `epoch`'s batches in Python, (inputs, targets) pairs as the engine gets them (gpucore's sources:

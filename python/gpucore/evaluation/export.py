@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from typing import Optional, Union
 
 import copy
@@ -142,9 +143,14 @@ def _onnx(model: LoadedModel, out: str, info: dict, opset: int, seed: int) -> di
     generator = torch.Generator().manual_seed(seed)
     example = torch.randn(2, *model.model_input_shape, generator=generator)
     try:
-        program = torch.onnx.export(exportable(model.inference_module), (example,), dynamo=True, verbose=False, opset_version=opset,
-                                    input_names=["inputs"], output_names=["outputs"],
-                                    dynamic_shapes=({0: torch.export.Dim("batch")},))
+        with warnings.catch_warnings():
+            # torch's deprecations of the internals torch.onnx.export itself calls (`isinstance(treespec, LeafSpec)` of
+            # torch.utils._pytree, raised at copyreg's line): nothing the user can change, shown as gpucore's otherwise.
+            for category in (DeprecationWarning, FutureWarning):
+                warnings.simplefilter("ignore", category)
+            program = torch.onnx.export(exportable(model.inference_module), (example,), dynamo=True, verbose=False,
+                                        opset_version=opset, input_names=["inputs"], output_names=["outputs"],
+                                        dynamic_shapes=({0: torch.export.Dim("batch")},))
     except Exception as exc:  # torch.export and the ONNX translation raise many kinds
         raise ExportError(f"torch.onnx could not export model '{model.config.model}' of '{model.checkpoint}': "
                           f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc

@@ -18,6 +18,7 @@ from ..errors import ConfigError
 from ..values import is_int
 from . import segmentation_models
 from .downloads import refuse_downloads
+from .torchvision_build import mismatch_message
 
 
 class FashionMnistCNN(nn.Module):
@@ -129,7 +130,8 @@ def build_model(name: str, kwargs: dict, pretrained: Optional[str] = None) -> nn
     elif name in BUILTIN:
         factory = BUILTIN[name]
     else:
-        close = difflib.get_close_matches(name, BUILTIN, n=1)
+        close = ([f"torchvision:{name}"] if name in _torchvision_names()
+                 else difflib.get_close_matches(name, BUILTIN, n=1))
         hint = f" Did you mean '{close[0]}'?" if close else ""
         raise ConfigError(
             f"config key 'model': '{name}' is not a built-in model ({', '.join(BUILTIN)}), a library model "
@@ -278,12 +280,24 @@ def _call_factory(name: str, factory: Callable, kwargs: dict) -> nn.Module:
     return model
 
 
+def _torchvision_names() -> List[str]:
+    """torchvision's model names (resnet18, ...), for a name given without `torchvision:`; none where it cannot be
+    imported (not installed, or built for another torch: building the model says so)."""
+    try:
+        return importlib.import_module("torchvision.models").list_models()
+    except Exception:  # ImportError, or a torchvision whose compiled ops do not fit this torch
+        return []
+
+
 def import_library(module: str, needed_by: str):
     """An optional package (torchvision, timm, huggingface_hub, safetensors.torch), or a ConfigError saying that
     `needed_by` needs it and how to install it."""
     try:
         return importlib.import_module(module)
-    except Exception as exc:  # ImportError, or a torchvision whose compiled ops do not fit this torch
+    except Exception as exc:  # ImportError, or a torchvision whose compiled ops do not fit this torch (timm's too)
+        mismatch = mismatch_message(exc)
+        if mismatch is not None:
+            raise ConfigError(f"{needed_by}: {mismatch}") from exc
         raise ConfigError(f"{needed_by} needs {_INSTALL[module.split('.')[0]]}; importing it failed: "
                           f"{type(exc).__name__}: {exc}") from exc
 

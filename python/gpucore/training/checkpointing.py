@@ -18,14 +18,13 @@ from .callbacks import BestEpoch
 from .ema import monitored_weights
 from .position import migrated_samples_consumed
 from .rng import rng_state, set_rng_state
+from .run_dir import RESUME_LOCATION, check_resume_keeps_the_run
 
 
 # Schedules whose learning rate at a step depends on the run's total steps (config key epochs): a resume with another
 # epochs would stretch or squeeze the rest of the curve from where it stands, so it is refused. constant, step and
 # multistep count from the run's start alone: a resume may extend or shorten such a run.
 SCHEDULES_OVER_THE_RUN = ("cosine", "onecycle")
-# Keys a checkpoint's batching decides on resume (an out-of-memory retry may have changed it since).
-BATCHING_KEYS = ("batch_size", "accumulate_grad_batches")
 
 
 def check_schedule_length(path: str, saved_config: dict, config) -> None:
@@ -121,6 +120,9 @@ class Checkpointing:
             run.ema.load_state_dict(checkpoint[EMA_STATE])
         saved_config = checkpoint.get("config") or {}
         check_schedule_length(path, saved_config, run.config)
+        given = {key: value for key, value in run.config.to_dict().items() if key not in RESUME_LOCATION}
+        check_resume_keeps_the_run(saved_config, given, f"resume: {run.run_dir.resume}", f"checkpoint '{path}'",
+                                   f"pretrained: {path}")
         changed = check_same_data(path, checkpoint.get("data"), run.data_identity, run.config.accept_changed_data)
         if changed and run.world.is_main:
             warnings.warn(f"accept_changed_data: resuming '{path}' on changed data: " + "; ".join(changed),
@@ -144,18 +146,12 @@ class Checkpointing:
                 "world_size": saved_world}
 
     def _config_used(self, saved_config: dict) -> dict:
-        """config.json of the resumed run: its config, with the batching keys the checkpoint decides (a config
-        that gives others is told so on stderr) and config.json's own resume."""
+        """config.json of the resumed run: its config (the run's own keys, those a resume may set as given) with
+        config.json's own resume."""
         run = self.loop.run
         values = run.config.to_dict()
         # resume is how this start was asked for, not what the run is: config.json keeps the run's first value.
         values["resume"] = run.run_dir.written_config().get("resume", saved_config.get("resume", values["resume"]))
-        for key in BATCHING_KEYS:
-            if key in saved_config and saved_config[key] != values[key]:
-                if run.world.is_main:
-                    print(f"gpucore: config key {key}: {values[key]} given, the resumed run goes on with its "
-                          f"checkpoint's {saved_config[key]}", file=sys.stderr, flush=True)
-                values[key] = saved_config[key]
         return values
 
     def _steps_at_this_world_size(self, path: str, saved_world: int, engine_state: dict) -> torch.Tensor:

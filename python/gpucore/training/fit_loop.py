@@ -115,8 +115,9 @@ class FitLoop:
     def advance(self) -> None:
         """One epoch: train, validate, record, checkpoint. Ctrl-C keeps what is done in interrupted.pt."""
         run, config, position = self.run, self.run.config, self.position
-        source = run.train_set.epoch(position.epoch, position.start_sample)
-        steps = position.batching.steps_in(source.remaining())
+        # The epoch's batch source is no local of these frames (run.train_set.current): a traceback kept after an
+        # error would keep a streamed source, and its reader threads, alive after train()'s run.close().
+        steps = position.batching.steps_in(run.train_set.epoch(position.epoch, position.start_sample).remaining())
         progress = EpochProgress(config.progress and run.world.is_main, steps, position.epoch + 1, config.epochs,
                                  config.log_every_n_steps)
         started = time.perf_counter()
@@ -126,7 +127,7 @@ class FitLoop:
             self.callbacks.call("on_epoch_start", position.epoch + 1)  # after train(): frozen norms go back to eval
             if run.device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(run.device)
-            stats = self._train_pass(progress, source)
+            stats = self._train_pass(progress)
             progress.close()
             if stats is None:
                 return  # out of memory: the epoch starts over with half the batch
@@ -156,9 +157,9 @@ class FitLoop:
         if self.should_stop:
             self.status = self.stop_status
 
-    def _train_pass(self, progress: EpochProgress, source) -> Optional[dict]:
-        """The engine's statistics of one pass over the rest of the epoch from `source`, or None when it ran out of
-        memory and will be retried."""
+    def _train_pass(self, progress: EpochProgress) -> Optional[dict]:
+        """The engine's statistics of one pass over the rest of the epoch started (run.train_set.current), or None
+        when it ran out of memory and will be retried."""
         run, config, position = self.run, self.run.config, self.position
         engine, epoch = run.engine, position.epoch
 
@@ -185,10 +186,11 @@ class FitLoop:
         try:
             hooked = None if config.compile else self.train_forward  # see holding_steps
             with self.step_boundaries.holding_steps(hooked, position.batching.accumulate_grad_batches):
-                position.begin_pass(source.remaining())
+                position.begin_pass(run.train_set.current.remaining())
                 try:
                     stats = engine.train_epoch(
-                        source, self.train_forward, run.loss, on_log, epoch=epoch, first_batch=position.first_batch(),
+                        run.train_set.current, self.train_forward, run.loss, on_log, epoch=epoch,
+                        first_batch=position.first_batch(),
                         # None: no call into Python (and the GIL) after the steps
                         on_step=on_step if checkpoints.enabled or step_hook else None, step_calls=step_calls)
                 finally:  # also after an interrupt: the steps done are where a resume goes on

@@ -1,4 +1,5 @@
-"""The progress bar of one training epoch (tqdm, when installed), and the line printed after it."""
+"""The progress bar of one training epoch (tqdm, when installed: tqdm.auto's, Jupyter's widget in a notebook), and the
+line printed after it."""
 import sys
 import time
 from typing import Collection
@@ -9,7 +10,7 @@ class EpochProgress:
         self.bar = None
         if enabled:
             try:
-                from tqdm import tqdm
+                from tqdm.auto import tqdm
             except ImportError:
                 tqdm = None
             if tqdm is not None:

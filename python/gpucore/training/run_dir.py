@@ -3,15 +3,17 @@ training_stats.json, metrics.jsonl and the checkpoint files (the loggers of conf
 themselves: training/loggers/). Rank 0 writes; the other ranks of a data-parallel run only wait where they must."""
 from __future__ import annotations
 
+import fcntl
 import itertools
 import json
 import os
 import sys
-from typing import List, Mapping, Optional
+from typing import IO, List, Mapping, Optional, Tuple
 
 from ..checkpoint import remove_stale_temporaries, write_json, write_jsonl, write_snapshot
+from ..config import RESUME_SETTABLE
 from ..errors import ConfigError
-from ..run_files import CHECKPOINTS, CONFIG, INTERRUPTED, METRICS, RESUME_CANDIDATES, STATS
+from ..run_files import CHECKPOINTS, CONFIG, INTERRUPTED, METRICS, RESUME_CANDIDATES, RUN_LOCK, STATS
 from . import distributed
 
 
@@ -34,8 +36,16 @@ class RunDir:
         if self.resume is not None and not self.resume_implied and self.resume_from is None and world.is_main:
             print(f"gpucore: resume: {self.resume}: no checkpoint yet in {path}: starting the run from its beginning",
                   file=sys.stderr, flush=True)
-        if self.resume_from is None:  # a new run: a directory no earlier run's checkpoints are in
-            path = distributed.broadcast(free_run_dir(parent, config.name) if world.is_main else None)
+        # The run directory, claimed by rank 0 (its lock, held until close()): a run started at the same moment with
+        # the same name never trains there too. A resume claims the run's own directory; a new run the first of name,
+        # name-2, ... that holds no earlier run's checkpoints and no running run.
+        self.lock: Optional[IO] = None
+        if world.is_main:
+            if self.resume_from is None:
+                path, self.lock = free_run_dir(parent, config.name)
+            else:
+                self.lock = claim_or_refuse(path, f"resume: {self.resume}")
+        path = distributed.broadcast(path if world.is_main else None)
         self.path = path
         self.checkpoint_dir = os.path.join(path, CHECKPOINTS)
         self.stats_path = os.path.join(path, STATS)
@@ -55,6 +65,12 @@ class RunDir:
             remove_stale_temporaries(folder)
         if self.resume_from is None:
             self.write_config(config.to_dict())
+
+    def release(self) -> None:
+        """The run is over: another may claim its directory (a resume, a run of the same name)."""
+        if self.lock is not None:
+            self.lock.close()  # closing the file gives its lock up
+            self.lock = None
 
     def written_config(self) -> dict:
         """config.json as an earlier start of the run wrote it ({} if none)."""
@@ -106,13 +122,69 @@ def has_checkpoints(run_dir: str) -> bool:
     return os.path.isdir(folder) and any(name.endswith(".pt") for name in os.listdir(folder))
 
 
-def free_run_dir(parent: str, name: str) -> str:
-    """A run directory that holds no earlier run's checkpoints: name, name-2, name-3, ... A run killed
-    before its first checkpoint left nothing to keep: its directory is used again, so resumes find it."""
+def claim(run_dir: str) -> Optional[IO]:
+    """Run directory `run_dir` (created if need be) for this process: its lock file, open and locked (flock: the
+    lock goes with the process however it ends, so a killed run leaves none behind), or None when another process
+    holds it. The file then holds this process's id, for the message of a run that finds it taken."""
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+        handle = open(os.path.join(run_dir, RUN_LOCK), "a+", encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"config key 'run_dir': cannot create '{run_dir}' ({exc.strerror}); pick a folder you can "
+                          "write to") from exc
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    handle.truncate(0)
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    return handle
+
+
+def holder(run_dir: str) -> str:
+    """Who holds run directory `run_dir`'s lock, for messages: 'process PID'."""
+    try:
+        with open(os.path.join(run_dir, RUN_LOCK), encoding="utf-8") as handle:
+            pid = handle.read().strip()
+    except OSError:
+        pid = ""
+    return f"process {pid}" if pid else "another process"
+
+
+def claim_or_refuse(run_dir: str, asked: str) -> IO:
+    """Run directory `run_dir`'s lock for a resume (`asked`: how it was asked for); ConfigError while another run
+    trains there, since two runs writing one directory would mix their checkpoints and metrics."""
+    lock = claim(run_dir)
+    if lock is None:
+        raise ConfigError(f"{asked}: run directory '{run_dir}' is in use: {holder(run_dir)} is training there. Wait "
+                          "for that run to end (or stop it: it saves interrupted.pt) and resume then")
+    return lock
+
+
+def free_run_dir(parent: str, name: str) -> Tuple[str, IO]:
+    """(path, lock): the first of run directories name, name-2, name-3, ... that holds no earlier run's checkpoints
+    and that no running process has claimed, claimed for this one (`claim`). A run killed before its first checkpoint
+    left nothing to keep: its directory is used again, so resumes find it. Which directory was passed over, and why,
+    is said on stderr."""
+    passed_over = []
     for index in itertools.count(1):
         candidate = os.path.join(parent, name if index == 1 else f"{name}-{index}")
-        if not has_checkpoints(candidate):
-            return candidate
+        if has_checkpoints(candidate):
+            passed_over.append(f"{candidate} holds an earlier run's checkpoints")
+            continue
+        lock = claim(candidate)
+        if lock is None:
+            passed_over.append(f"{candidate} is in use ({holder(candidate)} is training there)")
+            continue
+        if has_checkpoints(candidate):  # a run that ended between the check and the claim
+            lock.close()
+            passed_over.append(f"{candidate} holds an earlier run's checkpoints")
+            continue
+        if passed_over:
+            print(f"gpucore: {'; '.join(passed_over)}: this run is {candidate}", file=sys.stderr, flush=True)
+        return candidate, lock
     raise AssertionError("unreachable")
 
 
@@ -130,10 +202,23 @@ def resume_path(resume: Optional[str], run_dir: str) -> Optional[str]:
     return max(existing, key=os.path.getmtime) if existing else None
 
 
-# Keys `--resume RUN_DIR` may set anew: how and where the run goes on, not what it trains. epochs only where the
-# schedule does not depend on it (constant, step, multistep: checkpointing.check_schedule_length refuses the rest).
-RESUME_SETTABLE = ("epochs", "device", "no_cuda", "no_mps", "devices", "dist_timeout", "progress", "log_every_n_steps",
-                   "checkpoint_every_n_steps", "checkpoint_every_minutes", "report", "on_oom")
+# How a resume of a checkpoint (resume: auto, a file) is asked for and where it goes on: a checkpoint file may be
+# resumed into another run directory.
+RESUME_LOCATION = ("resume", "run_dir", "name")
+
+
+def check_resume_keeps_the_run(own: Mapping[str, object], given: Mapping[str, object], asked: str, source: str,
+                               weights: str, spelled=lambda key: f"config key '{key}'") -> None:
+    """The one rule of every resume: ConfigError naming the first key of `given` (config values) that differs from the
+    run's own (`own`, read from `source`) and that a resume may not set (RESUME_SETTABLE), with how to train with it
+    instead (a new run from `weights`). `asked`: the resume as asked for; `spelled`: a key as the user gave it."""
+    for key, value in given.items():
+        if key in RESUME_SETTABLE or key not in own:
+            continue
+        if json.dumps(value, sort_keys=True, default=str) != json.dumps(own[key], sort_keys=True, default=str):
+            raise ConfigError(f"{spelled(key)}: {asked} goes on with the run's own {key} ({own[key]!r} in {source}), "
+                              f"not {value!r}; a resume may set only {', '.join(RESUME_SETTABLE)}. To train with "
+                              f"another {key}, start a new run from its weights: {weights}")
 
 
 def resume_run_config(run_dir: str, overrides: Mapping[str, object], config_file: Optional[str] = None):
@@ -151,16 +236,14 @@ def resume_run_config(run_dir: str, overrides: Mapping[str, object], config_file
                           f"{CONFIG}; give the directory a gpucore run wrote (runs/NAME), a checkpoint file, or auto")
     with open(path, encoding="utf-8") as handle:
         values = json.load(handle)
-    own = load_config(values)
-    new = load_config(values, overrides)
-    for name in dict.fromkeys(key.split(".")[0] for key in overrides):
-        if name not in RESUME_SETTABLE and getattr(new, name) != getattr(own, name):
-            raise ConfigError(f"--set {name}: --resume '{given}' goes on with the run's own {name} "
-                              f"({getattr(own, name)!r} in its {CONFIG}); a resume may set only "
-                              f"{', '.join(RESUME_SETTABLE)}. To train with another {name}, start a new run from its "
-                              f"weights: --set pretrained={os.path.join(given, CHECKPOINTS, 'last.pt')}")
+    own = load_config(values).to_dict()
+    new = load_config(values, overrides).to_dict()
+    named = dict.fromkeys(key.split(".")[0] for key in overrides)
+    check_resume_keeps_the_run(own, {name: new[name] for name in named}, f"--resume '{given}'", f"its {CONFIG}",
+                               f"--set pretrained={os.path.join(given, CHECKPOINTS, 'last.pt')}",
+                               spelled=lambda key: f"--set {key}")
     location = os.path.abspath(run_dir)
-    if os.path.abspath(os.path.join(own.run_dir, own.name)) != location:  # moved, or another working directory
+    if os.path.abspath(os.path.join(own["run_dir"], own["name"])) != location:  # moved, or another working directory
         values.update(run_dir=os.path.dirname(location), name=os.path.basename(location))
     values.update({key: value for key, value in overrides.items()}, resume=given)
     return load_config(values)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional
@@ -89,6 +90,12 @@ class Run:
         self.engine = None
 
     def close(self) -> None:
+        """The end of the run, however it ended: the data sets' reader threads joined, the run directory released,
+        the process group gone."""
+        for data_set in (self.train_set, self.val_set):
+            if data_set is not None:
+                data_set.close()
+        self.run_dir.release()
         if self.group_store is not None:
             torch.distributed.destroy_process_group()
 
@@ -178,15 +185,16 @@ def recorded_config(config, model: Optional[nn.Module], train_data) -> Any:
 
 
 def _load_pretrained(module: nn.Module, config, world: distributed.World) -> Optional[LoadReport]:
-    """Config key pretrained: the weights loaded into the model, reported (printed when progress is on)."""
+    """Config key pretrained: the weights loaded into the model, reported on stderr (rank 0), with or without the
+    progress bar (stdout is gpucore train's JSON summary)."""
     if config.pretrained in (None, NO_WEIGHTS):
         return None
     path = resolve_weights_path(config.pretrained, config.model, module)
     report = load_pretrained(module, path, config.pretrained_strict)
     if report.problems:
         warnings.warn(report.summary(), RuntimeWarning, stacklevel=3)
-    elif config.progress and world.is_main:
-        print(report.summary())
+    elif world.is_main:
+        print(f"gpucore: {report.summary()}", file=sys.stderr, flush=True)
     return report
 
 
