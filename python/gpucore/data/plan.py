@@ -3,13 +3,13 @@ everything after (the epochs' batches, validation, evaluate, the report, the fir
 rebuild, gpucore.DataLoader). timm resolves a data config, then creates the data set, the transform and the loader,
 each once; a plan also records what the data set was (identity.py), so that a resume can check it.
 
-The chain: data set (readers.py, builtin.py) -> plan_data (here) -> EpochData (epoch_data.py) -> the C++ batch source
-(loader.py's batch_source).
+The chain: data set (readers.py, builtin.py; a torch Dataset's samples: torch_samples.py) -> plan_data (here) ->
+EpochData and its C++ batch source (epoch_data.py).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, List, Optional, Tuple, Union
+from typing import Any, Callable, List, Optional, Tuple, Union
 
 import torch
 
@@ -79,7 +79,7 @@ def plan_data(data, *, device: torch.device, training: bool, transforms: Any = (
                               "(read by index: __len__ and __getitem__) or a DataLoader, got "
                               + (f"a torch IterableDataset ({type(data).__name__}): wrap it in a DataLoader with a "
                                  "length" if stream else type(data).__name__))
-        if training and (crop_padding > 0 or hflip or transforms):
+        if _augments(training, crop_padding, hflip, transforms):
             raise ConfigError("crop_padding, hflip and transforms apply to images, and a DataLoader batches itself: "
                               "transform its samples yourself, or pass its Dataset as train_data to have gpucore "
                               "transform them")
@@ -90,19 +90,13 @@ def plan_data(data, *, device: torch.device, training: bool, transforms: Any = (
     images = files or as_images(data[0]).dim() == 4
     run, own_sizes = [], False
     if images:
-        padding = crop_padding if training else 0
-        size = (0, 0) if not padding else (data.image_shape()[1:] if files else as_images(data[0]).shape[2:])
-        forms = transforms_list.plan(transforms, padding, hflip and training, tuple(size))
-        run = forms.training if training else forms.validation
-        per_image = forms.training_per_image if training else forms.validation_per_image
+        run, per_image = _list_form(transforms, training, crop_padding, hflip,
+                                    lambda: data.image_shape()[1:] if files else as_images(data[0]).shape[2:])
         own_sizes = files and data.size == (0, 0) and data.mask_paths is None and bool(transforms) and per_image
-    elif training and (crop_padding > 0 or hflip or transforms):
+    elif _augments(training, crop_padding, hflip, transforms):
         raise ConfigError(f"crop_padding, hflip and transforms need N x C x H x W images, got inputs "
                           f"{tuple(as_images(data[0]).shape)}")
-    if normalize is True:
-        normalization = data_stats(data, cache, own_sizes)
-    else:
-        normalization = tuple(normalize) if normalize else None
+    normalization = _normalization(normalize, lambda: data_stats(data, cache, own_sizes))
     return DataPlan(data=data, training=training, device=device, cache=cache, transforms=run, own_sizes=own_sizes,
                     normalization=normalization, identity=identity, description=_describe(data, own_sizes))
 
@@ -113,29 +107,48 @@ def _dataset_plan(data: DatasetSamples, *, device: torch.device, training: bool,
     at its own size, so a list that starts by bringing them to one size takes images of mixed sizes), then are scaled
     and normalised as image tensors are; float inputs go to the model as they are."""
     if not data.images:
-        if training and (crop_padding > 0 or hflip or transforms):
+        if _augments(training, crop_padding, hflip, transforms):
             raise ConfigError(f"crop_padding, hflip and transforms apply to images, and the torch Dataset's inputs are "
                               f"float tensors (the first two samples: {data.first}): return uint8 images (PIL images, "
                               "PILToTensor, decode_image) to have gpucore transform them, or transform them yourself")
         return DataPlan(data=data, training=training, device=device, cache=None, transforms=[], own_sizes=False,
                         normalization=None, identity=identity, description=data.description)
-    padding = crop_padding if training else 0
-    forms = transforms_list.plan(transforms, padding, hflip and training, data.image_shape()[1:] if padding else (0, 0))
-    run = forms.training if training else forms.validation
-    own_sizes = forms.training_per_image if training else forms.validation_per_image
+    run, own_sizes = _list_form(transforms, training, crop_padding, hflip, lambda: data.image_shape()[1:])
     if not own_sizes and not data.same_size:
         raise ConfigError(f"the torch Dataset's images are of mixed sizes (the first two samples: {data.first}): start "
                           "config key transforms with RandomResizedCrop: {size: N} (or Resize + CenterCrop), which "
                           "brings each image to one size, or return images of one size")
-    if normalize is True:
-        normalization = data.normalization_stats()
-    else:
-        normalization = tuple(normalize) if normalize else None
+    normalization = _normalization(normalize, data.normalization_stats)
     channels, height, width = data.image_shape()
     size = "their own sizes" if own_sizes else f"{height} x {width}"
     return DataPlan(data=data, training=training, device=device, cache=None, transforms=run, own_sizes=own_sizes,
                     normalization=normalization, identity=identity,
                     description=f"{channels}-channel images of {size} from {data.description}")
+
+
+def _augments(training: bool, crop_padding: int, hflip: bool, transforms: Any) -> bool:
+    """Whether a training set is asked for random augmentation (crop_padding, hflip or a transforms list)."""
+    return training and (crop_padding > 0 or hflip or bool(transforms))
+
+
+def _list_form(transforms: Any, training: bool, crop_padding: int, hflip: bool,
+               image_size: Callable[[], Tuple[int, int]]) -> Tuple[List[Any], bool]:
+    """The transforms list a set runs (the training form with its shorthands, or the deterministic form) and whether
+    its first transforms run on each image at its own size; `image_size()` is read only for crop_padding's
+    RandomCrop, of the images' one size."""
+    padding = crop_padding if training else 0
+    forms = transforms_list.plan(transforms, padding, hflip and training, tuple(image_size()) if padding else (0, 0))
+    if training:
+        return forms.training, forms.training_per_image
+    return forms.validation, forms.validation_per_image
+
+
+def _normalization(normalize: Union[bool, Tuple[list, list], None],
+                   own_statistics: Callable[[], Tuple[list, list]]) -> Optional[Tuple[list, list]]:
+    """plan_data's `normalize` resolved: the set's own statistics (True), the (mean, std) given, or None."""
+    if normalize is True:
+        return own_statistics()
+    return tuple(normalize) if normalize else None
 
 
 def is_native(data) -> bool:
