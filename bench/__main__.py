@@ -2,6 +2,7 @@
 
     python -m bench all [--device auto] [--json out.json] [--quick]
     python -m bench NAME [NAME ...] [--device auto] [--json out.json] [--quick]
+    python -m bench NAME [that bench's own options, e.g. speedrun --seeds 0 1 --precision 32]
     (NAME: train, ops, cam, data, fashion_mnist, transforms, augment, checkpoint, speedrun, layout, scale,
      process, profile)
 
@@ -38,18 +39,37 @@ BENCHES = {
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    parser.add_argument("which", nargs="+", choices=["all", *BENCHES])
+    argv = list(sys.argv[1:] if argv is None else argv)
+    which = []
+    while argv and (argv[0] in BENCHES or argv[0] == "all"):
+        which.append(argv.pop(0))
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0], add_help=False,
+                                     usage="python -m bench {all,NAME} [NAME ...] [--device D] [--json F] [--quick] "
+                                           "[one bench's own options]")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--json", help="write every result here")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: check the runner, measure nothing")
-    args = parser.parse_args(argv)
+    parser.add_argument("-h", "--help", action="store_true")
+    args, own = parser.parse_known_args(argv)
+    names = list(BENCHES) if "all" in which else list(dict.fromkeys(which))
+    if not names:
+        if args.help:
+            parser.print_help()
+            print(f"\nNAME: {', '.join(BENCHES)}; `python -m bench NAME --help` lists that bench's own options")
+            raise SystemExit(0)
+        parser.error(f"name the benchmarks to run: all, or some of {', '.join(BENCHES)}"
+                     + (f" (got {argv[0]!r})" if argv else ""))
+    if (own or args.help) and len(names) != 1:
+        parser.error(f"a bench's own options ({' '.join(own) or '--help'}) go to one bench, not to {len(names)}: "
+                     f"run `python -m bench NAME {' '.join(own) or '--help'}` for one of {', '.join(names)}")
     results = {}
-    for name in (BENCHES if "all" in args.which else dict.fromkeys(args.which)):
+    for name in names:
         script, full, quick = BENCHES[name]
         print(f"\n== {name} ==")
         bench = runpy.run_path(os.path.join(HERE, script))
-        results[name] = bench["main"](["--device", args.device, *(quick if args.quick else full)])
+        # The bench's own options come last: argparse keeps an option's last value, so they win over the defaults.
+        results[name] = bench["main"](["--device", args.device, *(quick if args.quick else full), *own,
+                                       *(["--help"] if args.help else [])])
     report = {"date": datetime.date.today().isoformat(), "quick": args.quick, "results": results}
     if args.json:
         with open(args.json, "w") as handle:
@@ -58,4 +78,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

@@ -179,3 +179,57 @@ def test_gradcam_notebook_executes_and_shows_overlays(tmp_path):
     images = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.get("outputs", [])
               if "image/png" in output.get("data", {})]
     assert len(images) >= 4  # the gradcam++ grid, then layercam, eigencam and scorecam
+
+
+def documented_bench_commands():
+    """Every `python -m bench ...` the README and the docs show, as (markdown file, the command's words)."""
+    import re
+
+    root = EXAMPLES.parent
+    found = []
+    for page in [root / "README.md", *sorted((root / "docs").rglob("*.md"))]:
+        text = " ".join(page.read_text().split())  # a code span may wrap over lines
+        found += [(page.name, span.split()) for span in re.findall(r"`python -m bench ([^`]+)`", text)]
+    return found
+
+
+@pytest.mark.skipif(not EXAMPLES.exists(), reason="needs the source tree")
+def test_every_documented_bench_command_takes_its_options(capsys):
+    """`python -m bench NAME` passes a bench's own options through: each option a documented command shows is one
+    that bench (or the runner) takes, as its --help lists it."""
+    import itertools
+    import re
+
+    sys.path.insert(0, str(EXAMPLES.parent))
+    try:
+        runner = runpy.run_path(str(EXAMPLES.parent / "bench" / "__main__.py"), run_name="bench_runner")
+    finally:
+        sys.path.remove(str(EXAMPLES.parent))
+    commands = documented_bench_commands()
+    assert len(commands) > 10 and any(words[0] == "speedrun" and "[--precision" in words for _, words in commands)
+    runner_options = {"--device", "--json", "--quick"}
+    helps = {}
+    for page, words in commands:
+        names = list(itertools.takewhile(lambda word: word in runner["BENCHES"] or word == "all", words))
+        options = {match for word in words for match in re.findall(r"^\[?(--[a-z][a-z-]*)", word)}
+        if len(names) != 1 or names == ["all"]:
+            assert options <= runner_options, (page, words)
+            continue
+        if names[0] not in helps:
+            with pytest.raises(SystemExit) as exit_info:
+                runner["main"]([names[0], "--help"])
+            assert exit_info.value.code == 0
+            helps[names[0]] = capsys.readouterr().out
+        unknown = {option for option in options - runner_options if option not in helps[names[0]]}
+        assert not unknown, f"{page}: `python -m bench {' '.join(words)}`: {names[0]} takes no {sorted(unknown)}"
+
+
+def test_bench_runner_refuses_own_options_for_several_benches():
+    sys.path.insert(0, str(EXAMPLES.parent))
+    try:
+        runner = runpy.run_path(str(EXAMPLES.parent / "bench" / "__main__.py"), run_name="bench_runner")
+    finally:
+        sys.path.remove(str(EXAMPLES.parent))
+    with pytest.raises(SystemExit) as exit_info:
+        runner["main"](["train", "ops", "--seeds", "1"])
+    assert exit_info.value.code == 2
