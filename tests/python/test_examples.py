@@ -207,7 +207,7 @@ def test_every_documented_bench_command_takes_its_options(capsys):
         sys.path.remove(str(EXAMPLES.parent))
     commands = documented_bench_commands()
     assert len(commands) > 10 and any(words[0] == "speedrun" and "[--precision" in words for _, words in commands)
-    runner_options = {"--device", "--json", "--quick"}
+    runner_options = {"--device", "--json", "--quick", "--help"}
     helps = {}
     for page, words in commands:
         names = list(itertools.takewhile(lambda word: word in runner["BENCHES"] or word == "all", words))
