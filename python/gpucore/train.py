@@ -25,7 +25,7 @@ from .process_settings import apply_process_settings
 from .signals import run_interrupted
 from .run_files import CHECKPOINTS, METRICS, STATS
 from .training import distributed, launcher
-from .training.fit_loop import FitLoop
+from .training.fit_loop import fit_loop
 from .training.run_dir import resume_path
 from .training.run_setup import build_run, python_model_name
 
@@ -147,7 +147,7 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
     started = time.perf_counter()
     apply_process_settings()  # before the data is read: malloc's thresholds (process_settings.py)
     run = build_run(config, world, model, train_data, val_data, loss)
-    loop = FitLoop(run, list(callbacks or []))
+    loop = fit_loop(run, list(callbacks or []))
     loop.run_stats.setup_seconds = time.perf_counter() - started
     try:
         if run.run_dir.resume_from is not None:

@@ -246,3 +246,49 @@ def test_the_engine_gets_no_step_callable_without_a_per_step_hook(tmp_path, monk
     duck = Duck()
     gpucore.train(dict(config, run_dir=str(tmp_path / "duck")), callbacks=[LogOnly(), duck])
     assert len(given) == 1 and callable(given[0]) and duck.steps == 8
+
+
+def test_the_trainer_callbacks_receive_and_why_the_fit_stopped(tmp_path, capsys):
+    """Callbacks get a Trainer (not the loop): the run, its model, position and history, the status, and a way to
+    stop; the fit says why it stopped in one place (the terminal's last line and training_stats.json's stop_reason):
+    max epochs, early stopping (naming the metric and the patience), a callback's stop, an interrupt's signal."""
+    import json
+
+    from gpucore.training.trainer import Trainer
+
+    seen = []
+
+    class Looks(gpucore.Callback):
+        def on_epoch_end(self, trainer, epoch, record):
+            assert isinstance(trainer, Trainer) and trainer.model is trainer.run.module
+            seen.append((epoch, trainer.epoch, len(trainer.history), trainer.history[-1]["epoch"], trainer.status,
+                         trainer.should_stop, trainer.resumed))
+
+    config = dict(SMALL, run_dir=str(tmp_path), epochs=2, progress=True, schedule="constant")
+    result = gpucore.train(dict(config, name="full"), callbacks=[Looks()])
+    assert seen == [(1, 0, 1, 1, "completed", False, None), (2, 1, 2, 2, "completed", False, None)]
+    assert json.load(open(result.stats_path))["stop_reason"] == "max epochs reached (2)"
+    assert "gpucore: training stopped: max epochs reached (2)" in capsys.readouterr().err
+
+    # min_delta 10: the loss never improves enough after epoch 1, so patience 1 stops after epoch 2 of 5
+    stopped = gpucore.train(dict(config, name="early", epochs=5, patience=1, min_delta=10.0, monitor="val_loss"))
+    stats = json.load(open(stopped.stats_path))
+    assert stopped.status == "early_stopped" and len(stopped.history) == 2
+    assert stats["stop_reason"] == "early stopping: val_loss did not improve for 1 epoch (since epoch 1)"
+
+    class StopAtOne(gpucore.Callback):
+        def on_epoch_end(self, trainer, epoch, record):
+            trainer.stop("enough for today")
+
+    by_callback = gpucore.train(dict(config, name="asked"), callbacks=[StopAtOne()])
+    assert by_callback.status == "stopped" and len(by_callback.history) == 1
+    assert json.load(open(by_callback.stats_path))["stop_reason"] == "enough for today"
+
+    class CtrlC(gpucore.Callback):
+        def on_epoch_end(self, trainer, epoch, record):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt) as interrupt:
+        gpucore.train(dict(config, name="ctrl_c"), callbacks=[CtrlC()])
+    stats = json.load(open(interrupt.value.result.stats_path))
+    assert (stats["status"], stats["stop_reason"]) == ("interrupted", "interrupted by SIGINT")
