@@ -56,6 +56,15 @@ _BATCH_RANGE = "> 0 and < 2^31 (samples)"
 LOGGERS = ("csv", "tensorboard", "mlflow")
 
 
+# Config key name: one folder in run_dir. A separator or .. would put the run (and what it writes) outside run_dir.
+_FOLDER_NAME = "one folder name: not empty, not . or .., without / \\ or NUL characters (e.g. resnet18-lr3e-4)"
+
+
+def is_folder_name(value: str) -> bool:
+    """Whether `value` names one folder (config key name)."""
+    return value not in ("", ".", "..") and not any(character in value for character in "/\\\0")
+
+
 def _batch(value):
     return 0 < value < 2**31
 
@@ -192,7 +201,7 @@ KEYS = [
     Key("patience", int, 0, "early stopping: epochs without improvement before stopping (0: off)", check=_non_negative, valid=">= 0"),
     Key("min_delta", float, 0.0, "early stopping: smallest change that counts as improvement", check=_non_negative, valid=">= 0"),
     Key("run_dir", str, "runs", "parent folder of run directories"),
-    Key("name", str, "", "run name, the run directory's name (default: the config file's name, else the model's: config key model's, or for a model given to train() its built-in name or class name)"),
+    Key("name", str, "", "run name, the run directory's name, one folder in run_dir (default: the config file's name, else the model's: config key model's, or for a model given to train() its built-in name or class name)", check=is_folder_name, valid=_FOLDER_NAME),
     Key("save_every_n_epochs", int, 0, "also keep a checkpoint every N epochs (0: off)", check=_non_negative, valid=">= 0"),
     Key("keep_last_k", int, 3, "how many of the every-N checkpoints to keep", check=_positive, valid="> 0"),
     Key("checkpoint_every_n_steps", int, 0, "also checkpoint mid-epoch every N optimizer steps of the epoch, to checkpoints/step.pt, written by a background thread (0: off)", check=lambda v: 0 <= v < 2**31, valid=">= 0 and < 2^31 (steps)"),
@@ -483,9 +492,9 @@ def default_loggers() -> list:
 
 
 def run_name_of(model: str) -> str:
-    """The run name (config key name) an unnamed run gets from the model's name: 'torchvision:resnet18' ->
-    'torchvision_resnet18'."""
-    return model.replace(":", "_").replace(".", "_")
+    """The run name (config key name) an unnamed run gets from the model's name, one folder name:
+    'torchvision:resnet18' -> 'torchvision_resnet18', 'timm:hf-hub:org/vit' -> 'timm_hf-hub_org_vit'."""
+    return model.replace(":", "_").replace(".", "_").replace("/", "_").replace("\\", "_")
 
 
 def load_config(source: Any = None, overrides: Optional[Mapping[str, Any]] = None):
