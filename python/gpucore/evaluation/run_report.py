@@ -17,6 +17,7 @@ from typing import List, Optional, Set, Union
 from torch import nn
 
 from ..checkpoint import load_checkpoint, write_json
+from ..redact import masked_values
 from ..data.builtin import is_python_data
 from ..data.plan import is_native
 from ..data.readers import LabeledData
@@ -118,7 +119,7 @@ def write_report(run_dir: str, device: str = "auto", module: Union[None, str, nn
                 rows = prediction_sections(page, result, classes, normalization, module, config, target)
         if train_set is not None:
             train_batch_section(page, train_set, normalization, classes, model.task)
-        page.table("Config", sorted(config.to_dict().items()), ("key", "value"))
+        page.table("Config", sorted(masked_values(config.to_dict()).items()), ("key", "value"))
         drawn = page.write(f"gpucore run {os.path.basename(run_dir)}")
         path = os.path.join(run_dir, REPORT)
         lost = sorted(figures(path) - figures(drawn))
