@@ -22,6 +22,7 @@ from . import transforms as transforms_list
 from .errors import ConfigError
 from .models.registry import BUILTIN
 from .models.tta import TTA_CHOICES
+from .redact import holds_mask, masked, masked_value_message
 from .values import is_int, is_number
 
 
@@ -549,3 +550,25 @@ def load_config(source: Any = None, overrides: Optional[Mapping[str, Any]] = Non
     config = TrainConfig(**values)
     _validate(config, origins)
     return config
+
+
+def with_real_values(config):
+    """`config`, ready to train. A value read back from a run's files (config.json, a checkpoint; `gpucore train
+    --resume RUN_DIR` starts from config.json) holds its URI's credentials masked (redact.py), and gpucore never
+    connects with that: mlflow_tracking_uri, where mlflow logs, is then $MLFLOW_TRACKING_URI when that is the same URI
+    with its credentials; any other masked value that is used is a ConfigError naming its key."""
+    real = {}
+    for key in KEYS:
+        value = getattr(config, key.name)
+        if not holds_mask(value):
+            continue
+        if key.name == "mlflow_tracking_uri":
+            if "mlflow" not in config.loggers:
+                continue  # nothing connects with it
+            environment = os.environ.get("MLFLOW_TRACKING_URI", "")
+            if environment and not holds_mask(environment) and masked(environment) == value:
+                real[key.name] = environment
+                continue
+            raise ConfigError(masked_value_message(key.name, value, ", or $MLFLOW_TRACKING_URI"))
+        raise ConfigError(masked_value_message(key.name, value))
+    return dataclasses.replace(config, **real) if real else config

@@ -82,3 +82,11 @@ def holds_mask(value: Any) -> bool:
     if isinstance(value, (list, tuple)):
         return any(holds_mask(item) for item in value)
     return False
+
+
+def masked_value_message(key: str, value: Any, elsewhere: str = "") -> str:
+    """What a ConfigError says of config key `key` whose `value` holds the mask (holds_mask); `elsewhere`: another
+    place the real value may come from."""
+    return (f"config key '{key}' is {masked_values(value)!r}, as a run's files record it: its credentials were masked "
+            f"({MASK}), and gpucore never connects or builds with a masked value. Give the real value: --set "
+            f"{key}=... or in the config{elsewhere}")
