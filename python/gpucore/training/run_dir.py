@@ -249,5 +249,5 @@ def resume_run_config(run_dir: str, overrides: Mapping[str, object], config_file
     location = os.path.abspath(run_dir)
     if os.path.abspath(os.path.join(own["run_dir"], own["name"])) != location:  # moved, or another working directory
         values.update(run_dir=os.path.dirname(location), name=os.path.basename(location))
-    values.update({key: value for key, value in overrides.items()}, resume=given)
-    return load_config(values)
+    values["resume"] = given
+    return load_config(values, overrides)  # --set data_kwargs.size=...: one entry of the run's own mapping
