@@ -89,4 +89,14 @@ def masked_value_message(key: str, value: Any, elsewhere: str = "") -> str:
     place the real value may come from."""
     return (f"config key '{key}' is {masked_values(value)!r}, as a run's files record it: its credentials were masked "
             f"({MASK}), and gpucore never connects or builds with a masked value. Give the real value: --set "
-            f"{key}=... or in the config{elsewhere}")
+            f"{_masked_entry(key, value)}=... or in the config{elsewhere}")
+
+
+def _masked_entry(name: str, value: Any) -> str:
+    """The dotted name of the first entry of `value` that holds the mask (model_kwargs.weights_url), as --set takes
+    it; `name` itself for a string or a list."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if holds_mask(item):
+                return _masked_entry(f"{name}.{key}", item)
+    return name

@@ -13,8 +13,9 @@ from torch import nn
 import gpucore
 from gpucore import redact
 from gpucore.cli import main
-from gpucore.config import load_config
+from gpucore.config import load_config, with_real_values
 from gpucore.errors import ConfigError
+from gpucore.models.registry import build_model
 
 from conftest import require
 
@@ -207,3 +208,28 @@ def test_no_secret_in_the_run_directory_or_the_console_and_the_real_values_conne
     assert any(name.startswith("store/mlartifacts/") for name in files)  # MLflow's copies of the run's files
     for secret in SECRETS:
         assert secret not in console.out and secret not in console.err
+
+
+# ---- a masked value read back is never used -------------------------------------------------------------------------
+
+def test_a_masked_value_is_refused_naming_its_key_unless_nothing_uses_it(monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    recorded = {"mlflow_tracking_uri": "https://***@mlflow.example.com", "loggers": ["csv"]}
+    assert with_real_values(load_config(recorded)).mlflow_tracking_uri == "https://***@mlflow.example.com"  # unused
+    logging = dict(recorded, loggers=["csv", "mlflow"])
+    with pytest.raises(ConfigError) as raised:
+        with_real_values(load_config(logging))
+    assert str(raised.value) == (
+        "config key 'mlflow_tracking_uri' is 'https://***@mlflow.example.com', as a run's files record it: its "
+        "credentials were masked (***), and gpucore never connects or builds with a masked value. Give the real "
+        "value: --set mlflow_tracking_uri=... or in the config, or $MLFLOW_TRACKING_URI")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "https://other:T@elsewhere.example.com")  # not this URI: still refused
+    with pytest.raises(ConfigError, match="config key 'mlflow_tracking_uri'"):
+        with_real_values(load_config(logging))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "https://alice:T@mlflow.example.com")
+    assert with_real_values(load_config(logging)).mlflow_tracking_uri == "https://alice:T@mlflow.example.com"
+    with pytest.raises(ConfigError, match=r"--set model_kwargs\.source\.url=\.\.\. or in the config$"):
+        with_real_values(load_config({"model_kwargs": {"depth": 2, "source": {"url": "https://h/w?sig=***"}}}))
+    with pytest.raises(ConfigError, match=r"^config key 'model_kwargs' is \{'url': 'https://\*\*\*@h'\}.* give "
+                                          r"gpucore\.load the model"):
+        build_model("fashion_mnist_cnn", {"url": "https://***@h"})
