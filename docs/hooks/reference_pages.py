@@ -1,4 +1,6 @@
-"""MkDocs hook: the reference pages made from the code at build time, so they cannot drift from it.
+"""The reference pages made from the code, so they cannot drift from it: `python docs/hooks/reference_pages.py` writes
+them into the checkout (docs/reference/, read as files too), a test holds those files to the code, and as an MkDocs
+hook it makes them again at build time.
 
 reference/config.md is rendered from gpucore.config.KEYS (key, type, default, valid values, description) and
 reference/transforms.md from the C++ registry of the `transforms` list (gpucore._C.transform_arguments: each name, its
@@ -122,12 +124,26 @@ def changelog_page(root: Path) -> str:
     return (root / "CHANGELOG.md").read_text(encoding="utf-8").replace("](docs/", "](")
 
 
+CHECKED_IN = {CONFIG_PAGE: config_page, TRANSFORMS_PAGE: transforms_page}  # written into docs/ by write_pages()
+
+
+def write_pages(docs: Path) -> None:
+    for path, make in CHECKED_IN.items():
+        (docs / path).write_text(make(), encoding="utf-8")
+
+
 def on_files(files, config):
     from mkdocs.structure.files import File  # here: the page functions above are used without mkdocs (test_config)
 
     root = Path(config.config_file_path).parent
-    pages = ((CONFIG_PAGE, config_page), (TRANSFORMS_PAGE, transforms_page),
-             (CHANGELOG_PAGE, lambda: changelog_page(root)))
-    for path, make in pages:
+    pages = {**CHECKED_IN, CHANGELOG_PAGE: lambda: changelog_page(root)}
+    for path, make in pages.items():
+        checked_in = files.get_file_from_path(path)
+        if checked_in is not None:  # the site is made from the code as it is, even before the files are rewritten
+            files.remove(checked_in)
         files.append(File.generated(config, path, content=make()))
     return files
+
+
+if __name__ == "__main__":
+    write_pages(Path(__file__).resolve().parents[1])

@@ -283,3 +283,13 @@ def test_the_links_of_the_pages_outside_the_site_resolve(site, page):
             assert f'id="{anchor}"' in built.read_text(encoding="utf-8"), f"{page}: {link}: no such anchor"
         checked += 1
     assert checked >= 3
+
+
+def test_reference_pages_in_the_checkout_are_the_codes():
+    """docs/reference/config.md and transforms.md are read as files too (links from the guides work on GitHub and in
+    an editor): each equals what the code makes now. After changing a key or a transform, run
+    `python docs/hooks/reference_pages.py`."""
+    hook = reference_hook()
+    for path, make in hook.CHECKED_IN.items():
+        on_disk = (ROOT / "docs" / path).read_text(encoding="utf-8")
+        assert on_disk == make(), f"docs/{path} is out of date: run python docs/hooks/reference_pages.py"

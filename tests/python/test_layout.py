@@ -94,3 +94,32 @@ def test_evaluation_reads_data_and_models_without_the_training_loop():
             training = [target for target in _imports(module, path, path.endswith("__init__.py"))
                         if _unit(target) == "training"]
             assert not training, f"{module} imports {training}"
+
+
+def test_architecture_layout_table_lists_every_folder():
+    """docs/architecture.md's Layout table has one row per folder of the tree (down to python/gpucore/training/loggers;
+    an example's own subfolders and the headers' mirror folders are described by their parent's row), and every row
+    is a folder that exists."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    page = os.path.join(root, "docs", "architecture.md")
+    if not os.path.exists(page) or not os.path.isdir(os.path.join(root, ".git")):
+        import pytest
+        pytest.skip("needs the source tree (a git checkout)")
+    text = open(page, encoding="utf-8").read()
+    layout = text[text.index("## Layout"):]
+    rows = re.findall(r"^\| `([^`]+)/` \|", layout, flags=re.M)
+    assert len(rows) == len(set(rows)), "a folder has two rows"
+    tracked = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True, check=True).stdout.split()
+    folders = {os.path.dirname(path) for path in tracked} - {""}
+    folders |= {os.path.dirname(folder) for folder in folders} - {""}  # a folder of folders only (csrc/include)
+    described_by_parent = ("examples/", "csrc/include/gpucore/", "csrc/ops/cuda/emulator/")
+    needed = {folder for folder in folders
+              if not any(folder.startswith(parent) and folder != parent.rstrip("/") for parent in described_by_parent)
+              and folder not in ("csrc", "csrc/include", "python", "tests")}
+    needed |= {folder for folder in folders if folder.count("/") == 1 and folder.startswith("examples/")}
+    missing = sorted(needed - set(rows))
+    assert not missing, f"docs/architecture.md's Layout table has no row for {missing}"
+    gone = sorted(row for row in rows if not os.path.isdir(os.path.join(root, row)))
+    assert not gone, f"docs/architecture.md's Layout table lists folders that do not exist: {gone}"

@@ -25,6 +25,8 @@ from .torchvision_build import mismatch_message
 class FashionMnistCNN(nn.Module):
     """The Fashion-MNIST network of the usual mnist-gpu.py script: two conv blocks and a classifier, 1x28x28 in."""
 
+    input_size = (28, 28)  # the (height, width) its classifier's 64 x 7 x 7 inputs need (fixed_input_size)
+
     def __init__(self, num_classes: int = 10, in_channels: int = 1, dropout: float = 0.25):
         super().__init__()
         self.features = nn.Sequential(
@@ -104,6 +106,12 @@ _INSTALL = {
     "segmentation_models_pytorch": "segmentation_models_pytorch (pip install segmentation-models-pytorch)",
 }
 _LISTED_BY = {"torchvision": "torchvision.models.list_models()", "timm": "timm.list_models()"}
+
+
+def fixed_input_size(name: str) -> Optional[Tuple[int, int]]:
+    """The (height, width) built-in model `name` takes, where it takes one size only; None for any other model. A
+    model states its own input, as timm's pretrained_cfg does."""
+    return getattr(BUILTIN.get(name), "input_size", None)
 
 
 def build_model(name: str, kwargs: dict, pretrained: Optional[str] = None) -> nn.Module:

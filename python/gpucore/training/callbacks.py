@@ -129,14 +129,13 @@ class Callback:
         """
 
 
-# The hooks of before this release, still called, with a DeprecationWarning naming the callback and the hook, until
-# the next release. The hooks that took no trainer, with their arguments then: a callback whose hook still takes
-# only these is called so.
+# The hooks as they were written before 0.1.0, without the trainer (their arguments then): such a hook is refused,
+# naming the signature to write, not left to fail with a TypeError mid-run.
 _WITHOUT_TRAINER = {"on_epoch_start": "epoch", "on_step_end": "step, metrics", "on_epoch_end": "epoch, record",
                     "on_save_checkpoint": "checkpoint", "on_load_checkpoint": "checkpoint"}
 # The hooks renamed, by their new names: a callback that defines the old one (in its class or a subclass of the one
-# that defines the new one) has it called in the new one's place. on_step_end ran every log_every_n_steps steps,
-# not after every step as its name said (on_train_step_end does that now).
+# that defines the new one) has it called in the new one's place, with a DeprecationWarning, until the next release.
+# on_step_end ran every log_every_n_steps steps, not after every step as its name said (on_train_step_end does that).
 _RENAMED = {"on_log": "on_step_end"}
 
 
@@ -147,13 +146,11 @@ class CallbackList:
         self.callbacks: List[Any] = list(callbacks)
         self.trainer = trainer
         # (id(callback), hook): the callback's old method called for the hook, where it defines a renamed one
+        for callback in self.callbacks:
+            for hook in _WITHOUT_TRAINER:
+                _check_takes_trainer(callback, hook)
         self.renamed = {(id(callback), hook): old for callback in self.callbacks for hook, old in _RENAMED.items()
                         if _uses_old_name(callback, hook, old)}
-        self.without_trainer = {(id(callback), hook) for callback in self.callbacks for hook in _WITHOUT_TRAINER
-                                if _takes_no_trainer(callback, hook)}
-        for callback in self.callbacks:
-            if any((id(callback), hook) in self.without_trainer for hook in _WITHOUT_TRAINER):
-                callback.trainer = trainer  # where the old hooks read the loop from
         self.stateful = _stateful(self.callbacks)  # by state key: what checkpoints keep
 
     def __iter__(self):
@@ -163,11 +160,7 @@ class CallbackList:
         for callback in self.callbacks:
             name = self.renamed.get((id(callback), hook), hook)
             method = getattr(callback, name, None)
-            if method is None:
-                continue
-            if (id(callback), name) in self.without_trainer:
-                method(*args)
-            else:
+            if method is not None:
                 method(self.trainer, *args)
 
     def state_dict(self) -> Dict[str, dict]:
@@ -231,22 +224,20 @@ def _uses_old_name(callback: Any, hook: str, old: str) -> bool:
     return True
 
 
-def _takes_no_trainer(callback: Any, hook: str) -> bool:
-    """Whether `callback`'s `hook` has the signature of before this release (no trainer); warns if so."""
+def _check_takes_trainer(callback: Any, hook: str) -> None:
+    """ConfigError if `callback`'s `hook` has the signature of before 0.1.0 (no trainer)."""
     method = getattr(callback, hook, None)
     if method is None:
-        return False
+        return
     try:
         signature = inspect.signature(method)
     except (TypeError, ValueError):  # no signature to read (a builtin): called the current way
-        return False
+        return
     arguments = _WITHOUT_TRAINER[hook].split(", ")
-    if _binds(signature, len(arguments) + 1) or not _binds(signature, len(arguments)):
-        return False
-    warnings.warn(f"callback {type(callback).__name__}: {hook}({_WITHOUT_TRAINER[hook]}) without the trainer is "
-                  f"deprecated and stops working in the next release; define {hook}(self, trainer, "
-                  f"{_WITHOUT_TRAINER[hook]})", DeprecationWarning, stacklevel=2)
-    return True
+    if _binds(signature, len(arguments)) and not _binds(signature, len(arguments) + 1):
+        raise ConfigError(f"callback {type(callback).__name__}: {hook}({_WITHOUT_TRAINER[hook]}) takes no trainer; "
+                          f"every hook is called with the trainer first since 0.1.0: define {hook}(self, trainer, "
+                          f"{_WITHOUT_TRAINER[hook]})")
 
 
 def _binds(signature: inspect.Signature, count: int) -> bool:

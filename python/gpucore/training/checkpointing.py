@@ -132,7 +132,7 @@ class Checkpointing:
         run.run_dir.write_history(loop.history)  # rows written after this checkpoint (a kill) are dropped
         self.config_values = self._config_used(saved_config)
         run.run_dir.write_config(self.config_values)
-        position.engine_read(run.engine.steps_taken(), run.engine.steps_skipped())
+        position.engine_read(*run.engine.step_counts())
         if run.world.is_main:
             epochs = run.config.epochs
             if position.epoch >= epochs:

@@ -147,7 +147,7 @@ class FitLoop:
             # done (a signal in the last one, raised before the engine returned), the next epoch's start.
             run.run_dir.save_interrupted(self.checkpointing.snapshot())
             # The steps since the last read of the metrics, for training_stats.json and the result (two reads).
-            position.engine_read(run.engine.steps_taken(), run.engine.steps_skipped())
+            position.engine_read(*run.engine.step_counts())
             self.status = "interrupted"
             return
         except BaseException:
