@@ -17,12 +17,12 @@ from typing import List, Optional, Set, Union
 from torch import nn
 
 from ..checkpoint import load_checkpoint, write_json
-from ..redact import masked_values
 from ..data.builtin import is_python_data
 from ..data.plan import is_native
 from ..data.readers import LabeledData
 from ..device.select import select_device
 from ..errors import ConfigError
+from ..redact import masked_values
 from ..report import plots
 from ..report.page import Page
 from ..report.sections import prediction_sections, train_batch_section
