@@ -16,6 +16,7 @@ from gpucore.cli import main
 from gpucore.config import load_config, with_real_values
 from gpucore.errors import ConfigError
 from gpucore.models.registry import build_model
+from gpucore.training.run_dir import check_resume_keeps_the_run
 
 from conftest import require
 
@@ -173,7 +174,9 @@ def test_no_secret_in_the_run_directory_or_the_console_and_the_real_values_conne
         gpucore.load(best)  # the checkpoint's model_kwargs are masked: never built with them
     model = model_from_url(WEIGHTS_URL)
     evaluation = gpucore.evaluate(best, model=model, device="cpu", out=str(run_dir / "evaluate-val"))
-    exported = gpucore.export(gpucore.load(best, "cpu", model), "onnx", str(run_dir / "export" / "best.onnx"))
+    export_format = "onnx" if all(importlib.util.find_spec(name) for name in ("onnx", "onnxruntime")) else "safetensors"
+    exported = gpucore.export(gpucore.load(best, "cpu", model), export_format,
+                              str(run_dir / "export" / f"best.{export_format}"))
     console = capfd.readouterr()
 
     assert connected and set(connected) == {tracking_uri}  # every MLflow client connected with the real URI
@@ -202,7 +205,8 @@ def test_no_secret_in_the_run_directory_or_the_console_and_the_real_values_conne
     expected = {"runs/secret/" + name for name in ("config.json", "training_stats.json", "metrics.jsonl", "metrics.csv",
                                                    "report.html", "per_class.json", "mlflow_run.json",
                                                    "checkpoints/best.pt", "checkpoints/last.pt",
-                                                   "evaluate-val/evaluation.json", "export/best.onnx.json")}
+                                                   "evaluate-val/evaluation.json", f"export/best.{export_format}",
+                                                   f"export/best.{export_format}.json")}
     assert expected <= files
     assert ("tensorboard" not in loggers) or any(name.startswith("runs/secret/tensorboard/events") for name in files)
     assert any(name.startswith("store/mlartifacts/") for name in files)  # MLflow's copies of the run's files
@@ -233,3 +237,15 @@ def test_a_masked_value_is_refused_naming_its_key_unless_nothing_uses_it(monkeyp
     with pytest.raises(ConfigError, match=r"^config key 'model_kwargs' is \{'url': 'https://\*\*\*@h'\}.* give "
                                           r"gpucore\.load the model"):
         build_model("fashion_mnist_cnn", {"url": "https://***@h"})
+
+
+def test_a_resume_compares_values_as_recorded_and_says_them_masked():
+    own = {"mlflow_tracking_uri": "https://***@mlflow.example.com", "lr": 0.1}
+    same = {"mlflow_tracking_uri": "https://alice:NEW-TOKEN@mlflow.example.com", "lr": 0.1}
+    check_resume_keeps_the_run(own, same, "resume: auto", "checkpoint 'last.pt'", "pretrained: last.pt")  # goes on
+    elsewhere = dict(same, mlflow_tracking_uri="https://alice:NEW-TOKEN@other.example.com")
+    with pytest.raises(ConfigError) as raised:
+        check_resume_keeps_the_run(own, elsewhere, "resume: auto", "checkpoint 'last.pt'", "pretrained: last.pt")
+    assert str(raised.value).startswith(
+        "config key 'mlflow_tracking_uri': resume: auto goes on with the run's own mlflow_tracking_uri "
+        "('https://***@mlflow.example.com' in checkpoint 'last.pt'), not 'https://***@other.example.com'; ")
