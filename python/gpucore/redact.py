@@ -6,7 +6,7 @@ parameters whose names say they are secret (token, key, secret, password, sig, a
 message) and `masked_values` any nested dicts and lists (a config, a checkpoint): every file gpucore writes through
 `checkpoint.write_json`/`write_snapshot`, the report's config table, the loggers' hyperparameters, the ONNX sidecar and
 the command line's errors and warnings pass through them. The real value is used only to connect (MLflow's tracking
-URI). A value read back from a run's files holds the mask: `holds_mask` finds it, so that gpucore asks for the real
+URI) or to build (a factory's model_kwargs). A value read back from a run's files holds the mask: `holds_mask` finds it, so that gpucore asks for the real
 value instead of using the masked one.
 """
 from __future__ import annotations
