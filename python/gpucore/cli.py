@@ -9,6 +9,8 @@ import sys
 import warnings
 from typing import Optional, Sequence
 
+from .redact import masked
+
 
 def _doctor(args: argparse.Namespace) -> int:
     from .device.doctor import doctor, format_report
@@ -231,7 +233,7 @@ def _export(args: argparse.Namespace) -> int:
     try:
         result = export(checkpoint, args.format, args.out, opset=args.opset)
     except ExportError as exc:
-        print(f"gpucore: export failed: {exc}", file=sys.stderr)
+        print(f"gpucore: export failed: {masked(str(exc))}", file=sys.stderr)
         return 1
     print(json.dumps(result, indent=2))
     return 0
@@ -349,7 +351,7 @@ def _current_folder_importable() -> None:
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """A warning as a command-line user reads it: what and why, not the library's file, line and source."""
-    print(f"gpucore: warning: {message}", file=sys.stderr if file is None else file)
+    print(f"gpucore: warning: {masked(str(message))}", file=sys.stderr if file is None else file)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -366,8 +368,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             warnings.showwarning = _show_warning
             return args.run(args)
     except (ConfigError, DeviceUnavailableError, NotImplementedError) as exc:
-        print(f"gpucore: error: {exc}", file=sys.stderr)
+        print(f"gpucore: error: {masked(str(exc))}", file=sys.stderr)  # a message may quote a value, URIs and all
         return 2
     except TrainingError as exc:
-        print(f"gpucore: training failed: {exc}", file=sys.stderr)
+        print(f"gpucore: training failed: {masked(str(exc))}", file=sys.stderr)
         return 1

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError
+from ..redact import holds_mask, masked_value_message
 from ..values import is_int
 from . import segmentation_models
 from .downloads import refuse_downloads
@@ -117,7 +118,12 @@ def build_model(name: str, kwargs: dict, pretrained: Optional[str] = None) -> nn
     """A built-in model by name, a torchvision or timm model (`torchvision:NAME`, `timm:NAME`, randomly
     initialised: config key `pretrained` loads weights), or `package.module:factory` called with `kwargs`.
     pretrained (config key pretrained): a transformers model folder there also gives the architecture when
-    model_kwargs names no config, as from_pretrained(folder) takes it."""
+    model_kwargs names no config, as from_pretrained(folder) takes it. A value a run's files recorded masked
+    (gpucore.load of a checkpoint) is a ConfigError: the model would be built with the mask."""
+    for key, value in (("model_kwargs", kwargs), ("pretrained", pretrained)):
+        if holds_mask(value):
+            raise ConfigError(masked_value_message(key, value) + "; or give gpucore.load the model to load a "
+                              "checkpoint's weights into (model=; gpucore evaluate, report, predict, export: --model)")
     library, _, library_name = name.partition(":")
     if library in LIBRARIES:
         return _library_model(library, library_name, kwargs)
