@@ -208,9 +208,13 @@ def _predict(args: argparse.Namespace) -> int:
     masks = args.masks or os.path.splitext(out)[0] + "_masks"
     checkpoint = load(args.checkpoint, args.device, args.model) if args.model else args.checkpoint
     result = predict(checkpoint, args.inputs, top_k=args.top_k, masks=masks, device=args.device,
-                     batch_size=args.batch_size)
+                     batch_size=args.batch_size, on_error=args.on_error)
+    for entry in result.skipped:
+        print(f"gpucore: skipped {entry}", file=sys.stderr)
     result.write_csv(out)
     summary = {"inputs": len(result), "out": out}
+    if result.skipped:
+        summary["skipped"] = result.skipped
     if result.mask_files is not None:
         summary["masks"] = masks
     if result.labels is not None:
@@ -324,6 +328,9 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--masks", help="segmentation: folder for the mask PNGs (default: OUT's name + _masks)")
     predict.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
     predict.add_argument("--batch-size", type=int, help="inputs per pass (default: the run's eval_batch_size)")
+    predict.add_argument("--on-error", choices=["raise", "skip"], default="raise",
+                         help="an image file that cannot be read or decoded: raise (default: an error naming it) or "
+                         "skip (left out, listed on stderr and in the summary's skipped with the reason)")
     _model_option(predict)
     predict.set_defaults(run=_predict)
 
