@@ -25,6 +25,25 @@ from torch import nn
 def classifier():
     return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(2), nn.Flatten(),
                          nn.Linear(16, 3))
+
+
+class Spot(nn.Module):
+    """A model whose Grad-CAM is known: its layer `features` outputs a fixed square (the input only keeps the graph)
+    and class 0, its top class, is that square's mean, so the map of class 0 is the square."""
+
+    def __init__(self, height=40, width=40, rows=(5, 10), columns=(25, 32)):
+        super().__init__()
+        mask = torch.zeros(1, 1, height, width)
+        mask[..., rows[0]:rows[1], columns[0]:columns[1]] = 1
+        self.register_buffer("mask", mask)
+        self.features = nn.Identity()
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(1, 3))
+        with torch.no_grad():
+            self.head[2].weight.copy_(torch.tensor([[1.0], [-1.0], [0.0]]))
+            self.head[2].bias.zero_()
+
+    def forward(self, x):
+        return self.head(self.features(x[:, :1] * 0 + self.mask))
 '''
 
 
@@ -133,3 +152,57 @@ def test_predict_skips_unreadable_files_when_asked_and_names_them(models):
     assert kept.names == ["china.png", "corner.jpg"] and len(kept.skipped) == 2
     alone = gpucore.predict(path, folder / "corner.jpg", device="cpu")
     torch.testing.assert_close(kept.outputs[1:], alone.outputs, rtol=0, atol=1e-6)
+
+
+# china.jpg is 427 x 640. A run that read its photos at their own sizes with RandomResizedCrop(40) sees it through
+# Resize(40) + CenterCrop(40): 40 x int(40 * 640 / 427) = 40 x 59, then columns 10 to 49 (torchvision's
+# round((59 - 40) / 2) = round(9.5) = 10). Its model column c is photo column (c + 10) * 640 / 59; photo columns whose
+# centres land inside: 108 to 541. Spot's square (rows 5-9, columns 25-31 of the model's input) lies on photo rows
+# 5 * 427 / 40 = 53.4 to 10 * 427 / 40 = 106.75 and columns 35 * 640 / 59 = 379.7 to 42 * 640 / 59 = 455.6.
+OWN_SIZES = {"input_shape": [3, 0, 0], "config": {"transforms": [{"RandomResizedCrop": {"size": 40}}]},
+             "seen": (slice(0, 427), slice(108, 542)), "square": ((53.4, 106.75), (379.7, 455.6)), "model_px": (10.7, 10.8)}
+# A run that read 48 x 64 images and centre-cropped them to 48 x 40: the photo squashed to 48 x 64 (scales 48 / 427,
+# 64 / 640), columns 12 to 51 kept: photo columns 120 to 519. The square (rows 5-9, columns 25-31 of the input) lies
+# on photo rows 5 * 427 / 48 = 44.5 to 10 * 427 / 48 = 88.96 and columns 37 * 10 = 370 to 44 * 10 = 440.
+FIXED_SIZE = {"input_shape": [3, 48, 64], "config": {"transforms": [{"CenterCrop": {"size": [48, 40]}}],
+                                                     "model_kwargs": {"height": 48}},
+              "seen": (slice(0, 427), slice(120, 520)), "square": ((44.5, 88.96), (370, 440)), "model_px": (8.9, 10)}
+
+
+@pytest.mark.parametrize("case", [OWN_SIZES, FIXED_SIZE], ids=["own-sizes", "fixed-size"])
+def test_gradcam_draws_the_map_on_the_whole_photo_where_the_model_saw_it(models, case):
+    import models as built
+
+    path = checkpoint(models, "models:Spot", case["config"], case["input_shape"],
+                      built.Spot(**case["config"].get("model_kwargs", {})).state_dict())
+    photo = np.asarray(Image.open(CHINA).convert("RGB"))   # Pillow's decoding, the reference
+    rows, columns = case["seen"]
+    loaded = gpucore.load(path, "cpu")
+    result = gpucore.cam.photo_gradcam(loaded, [Image.open(CHINA)])
+    assert loaded.photo_geometry(427, 640).covered(427, 640) == (rows, columns)
+
+    heat = result.heat(0)
+    (top, bottom), (left, right) = case["square"]
+    row_px, column_px = case["model_px"]  # one pixel of the model's input, in photo pixels: bilinear's reach
+    ys, xs = torch.meshgrid(torch.arange(427) + 0.5, torch.arange(640) + 0.5, indexing="ij")
+    inside = (ys > top + row_px) & (ys < bottom - row_px) & (xs > left + column_px) & (xs < right - column_px)
+    outside = (ys < top - row_px) | (ys > bottom + row_px) | (xs < left - column_px) | (xs > right + column_px)
+    assert inside.sum() > 100 and torch.all(heat[inside] > 0.999)  # the maps are min-max normalised with eps 1e-7
+    assert torch.all(heat[outside] == 0.0)
+
+    # The command line: one overlay per photo, at the photo's own size (decoded here with Pillow)
+    (models / "photos").mkdir()
+    (models / "photos" / "china.jpg").write_bytes(open(CHINA, "rb").read())
+    run = _gpucore("gradcam", "--checkpoint", path, "--images", str(models / "photos"), "--out", str(models / "cams"),
+                   "--device", "cpu", cwd=models)
+    assert run.returncode == 0, run.stderr
+    overlay = np.asarray(Image.open(models / "cams" / "china_gradcam.png"))
+    assert overlay.shape == photo.shape
+    seen = np.zeros(photo.shape[:2], bool)
+    seen[rows, columns] = True
+    assert np.array_equal(overlay[~seen], photo[~seen])            # the cut-off edges: the photo as it is
+    assert np.all(np.any(overlay[seen] != photo[seen], axis=1))    # the part the model saw: blended with the heat
+    expected = torch.ops.gpucore.cam_overlay(torch.from_numpy(photo[rows, columns].copy())[None],
+                                             heat[rows, columns][None].contiguous(), 0.5)[0]
+    # show_cam_on_image's blend (the op, held to pytorch-grad-cam in test_cam.py) of the map placed above
+    assert np.array_equal(overlay[rows, columns], expected.numpy())

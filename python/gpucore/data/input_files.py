@@ -114,16 +114,23 @@ IN_MEMORY = ("PIL images, uint8 tensors (C x H x W or H x W) or uint8 numpy arra
              "float images of one size go as one N x C x H x W tensor instead")
 
 
-def images_from_list(images: Sequence, channels: int, size: Optional[Tuple[int, int]] = None,
-                     max_resolution: Optional[int] = None, origin: str = "inputs") -> InputImages:
-    """In-memory images, each brought to what read_input_images makes of an image file: `channels` channels (a PIL
-    image converted to L or RGB, a grey tensor's channel repeated), resized to `size` (height, width) when given, else
-    with `max_resolution` given, each at its own size, its shorter side at most max_resolution (0: full size), as a
-    list; else they must share one size. Resized with the readers' kernel (torch's antialiased bilinear on uint8), so
-    an image gives what the same pixels saved as a PNG file give. A ConfigError names a bad element by its index."""
-    if not len(images):
-        raise ConfigError(f"{origin}: an empty list; give {IN_MEMORY}")
-    read = []
+def read_size(height: int, width: int, size: Optional[Tuple[int, int]] = None,
+               max_resolution: Optional[int] = None) -> Tuple[int, int]:
+    """(height, width) an image of height x width is read at: `size` when given, else its own, its shorter side brought
+    down to max_resolution where longer (None or 0: as it is), as the readers keep images at their own sizes."""
+    if size is not None:
+        return tuple(size)
+    if max_resolution and min(height, width) > max_resolution:
+        return transforms.output_size([{"Resize": {"size": max_resolution}}], height, width)
+    return height, width
+
+
+def uint8_images(images: Sequence, channels: int, origin: str = "inputs") -> List[torch.Tensor]:
+    """In-memory images as uint8 C x H x W tensors of `channels` channels (a PIL image converted to L or RGB, a grey
+    tensor's channel repeated); a ConfigError names a bad element by its index, its type and what is taken."""
+    if not isinstance(images, (list, tuple)) or not images:
+        raise ConfigError(f"{origin}: give a non-empty list of {IN_MEMORY}")
+    result = []
     for index, image in enumerate(images):
         try:
             tensor = _uint8_image(image, channels)
@@ -134,20 +141,28 @@ def images_from_list(images: Sequence, channels: int, size: Optional[Tuple[int, 
         if tensor.shape[0] != channels:
             raise ConfigError(f"{origin}[{index}] is {_part(image)}: {tensor.shape[0]} channels where the model takes "
                               f"{channels}; a list of images holds {IN_MEMORY}")
+        result.append(tensor)
+    return result
+
+
+def images_from_list(images: Sequence, channels: int, size: Optional[Tuple[int, int]] = None,
+                     max_resolution: Optional[int] = None, origin: str = "inputs") -> InputImages:
+    """In-memory images, each brought to what read_input_images makes of an image file: `channels` channels
+    (uint8_images), resized to `size` (height, width) when given, else with `max_resolution` given, each at its own
+    size, its shorter side at most max_resolution (0: full size), as a list; else they must share one size. Resized with the readers' kernel (torch's antialiased bilinear on uint8), so
+    an image gives what the same pixels saved as a PNG file give. A ConfigError names a bad element by its index."""
+    read = []
+    for tensor in uint8_images(images, channels, origin):
         height, width = tensor.shape[1:]
-        target = tuple(size) if size is not None else None
-        if target is None and max_resolution:
-            target = transforms.output_size([{"Resize": {"size": max_resolution}}], height, width) \
-                if min(height, width) > max_resolution else None
-        if target is not None and target != (height, width):
+        target = read_size(height, width, size, max_resolution)
+        if target != (height, width):
             tensor = torch.ops.aten._upsample_bilinear2d_aa(tensor.unsqueeze(0), list(target), False)[0]
         read.append(tensor.contiguous())
     if size is None and max_resolution is not None:
         return InputImages(read, None, None)
-    sizes = {tuple(image.shape[1:]) for image in read}
-    if len(sizes) > 1:
-        first = tuple(read[0].shape[1:])
-        index = next(i for i, image in enumerate(read) if tuple(image.shape[1:]) != first)
+    first = tuple(read[0].shape[1:])
+    index = next((i for i, image in enumerate(read) if tuple(image.shape[1:]) != first), None)
+    if index is not None:
         raise ConfigError(f"{origin}[{index}] is {tuple(read[index].shape[1:])} but {origin}[0] is {first}: the model "
                           "takes images of one size (its run read them so); give them at one size")
     return InputImages(torch.stack(read), None, None)

@@ -15,7 +15,7 @@ from typing import List, Optional, Sequence, Union
 import torch
 
 from ..data.class_folders import listed
-from ..data.input_files import IN_MEMORY, images_from_list, read_input_images
+from ..data.input_files import IN_MEMORY, read_input_images
 from ..data.png import encode_png
 from ..errors import ConfigError
 from ..tasks import Classification
@@ -141,9 +141,7 @@ def _read(model: LoadedModel, inputs, on_error: str):
                           "not images: pass them as a tensor")
     channels, height, width = model.input_shape
     if isinstance(inputs, (list, tuple)):  # each image as an image file of it would be read
-        read = images_from_list(inputs, channels, (height, width) if height else None,
-                                model.max_resolution if model.reads_own_sizes else None)
-        return read.images, [str(i) for i in range(len(inputs))], None, ()
+        return model.read_images(inputs), [str(i) for i in range(len(inputs))], None, ()
     read = read_input_images(inputs, channels, (height, width) if height else None,
                              max_resolution=model.max_resolution if model.reads_own_sizes else None,
                              exif_orientation=model.exif_orientation, on_error=on_error)
