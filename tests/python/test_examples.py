@@ -250,6 +250,8 @@ def test_own_dataset_example_trains_with_the_scripts_dataset_and_loss(tmp_path):
     loaded = gpucore.load(os.path.join(result.checkpoint_dir, "best.pt"), "cpu", model=example["Net"]())
     with torch.no_grad():
         logits = loaded.module(loaded.preprocess(torch.from_numpy(test.images.copy())[:, None]))
-    expected = example["smoothed_cross_entropy"](logits, torch.from_numpy(test.labels.astype(np.int64)))
+    labels = torch.from_numpy(test.labels.astype(np.int64))
+    expected = example["smoothed_cross_entropy"](logits, labels)
+    torch.testing.assert_close(expected, torch.nn.functional.cross_entropy(logits, labels, label_smoothing=0.1))
     assert result.history[-1]["val_loss"] == pytest.approx(expected.item(), rel=1e-4)
     assert example["main"](["--data", str(tmp_path / "nothing")]) is None  # a missing folder: said, no traceback
