@@ -134,8 +134,17 @@ class LoadedModel:
         return size, (self.max_resolution if size is None and self.reads_own_sizes else None)
 
     def image_channels(self, what: str = "images") -> int:
-        """The channels of the images the model takes; a ConfigError for a model that takes no images (`what` names
-        what the caller gave)."""
+        """The channels of the images the model takes.
+
+        Args:
+            what: what the caller gave, for the error ("images", "photos").
+
+        Returns:
+            1 or 3.
+
+        Raises:
+            ConfigError: a model that takes no images.
+        """
         if not self.is_image_model:
             raise ConfigError(f"the model of '{self.checkpoint}' takes inputs of shape "
                               f"{self.input_shape or 'unknown'}, not {what}")
