@@ -169,7 +169,12 @@ FIXED_SIZE = {"input_shape": [3, 48, 64], "config": {"transforms": [{"CenterCrop
               "seen": (slice(0, 427), slice(120, 520)), "square": ((44.5, 88.96), (370, 440)), "model_px": (8.9, 10)}
 
 
-@pytest.mark.parametrize("case", [OWN_SIZES, FIXED_SIZE], ids=["own-sizes", "fixed-size"])
+# A run that kept its photos with their shorter side at most 200: 200 x int(200 * 640 / 427) = 200 x 299, then
+# Resize(40) to 40 x int(40 * 299 / 200) = 40 x 59 and the same crop: the same pixels land on the same places.
+DOWNSIZED = {**OWN_SIZES, "config": {**OWN_SIZES["config"], "data_kwargs": {"max_resolution": 200}}}
+
+
+@pytest.mark.parametrize("case", [OWN_SIZES, FIXED_SIZE, DOWNSIZED], ids=["own-sizes", "fixed-size", "downsized"])
 def test_gradcam_draws_the_map_on_the_whole_photo_where_the_model_saw_it(models, case):
     import models as built
 
