@@ -552,7 +552,7 @@ class PhotoCams:
         Returns:
             H x W x 3 uint8 RGB, the photo's size.
         """
-        photo = _as_rgb_uint8(self.photos[index][None].cpu(), self.photos[index].shape[1:])[0]
+        photo = self.photos[index].cpu().expand(3, -1, -1).permute(1, 2, 0).contiguous()  # C x H x W, C 1 or 3
         rows, columns = self.geometries[index].covered(*photo.shape[:2])
         out = photo.clone()
         if rows.stop > rows.start and columns.stop > columns.start:
