@@ -105,6 +105,9 @@ class LoadedModel:
 
         Returns:
             A PhotoGeometry (gpucore.cam), for PhotoCams' maps and overlays on the whole photo.
+
+        Raises:
+            ConfigError: a model that does not take images.
         """
         self.image_channels("photos")
         read = read_size(height, width, *self._read_sizes(size))
