@@ -79,26 +79,32 @@ def _gradcam(args: argparse.Namespace) -> int:
     from .cam import photo_gradcam
     from .errors import ConfigError
     from .evaluation.load import load
-    from .data.input_files import read_input_images
+    from .data.input_files import photo_chunks
 
     loaded = load(args.checkpoint, args.device, args.model)
     shape = loaded.input_shape
     if shape is None or len(shape) != 3:
         raise ConfigError(f"checkpoint '{args.checkpoint}' is not of an image model (inputs {shape}); Grad-CAM needs "
                           "images")
-    # each photo at its own full size: the overlays are drawn on it, the model reads it as its run read images
-    read = read_input_images(args.images, shape[0], None, "--images", max_resolution=0,
-                             exif_orientation=loaded.exif_orientation)
-    photos = list(read.images)
-    names = ([os.path.splitext(f)[0].replace(os.sep, "_") for f in read.files] if read.files is not None
-             else [f"image_{i:04d}" for i in range(len(photos))])
-    targets = _cam_targets(args, loaded, loaded.preprocess(loaded.read_images(photos[:1], args.size)))
-    result = photo_gradcam(loaded, photos, args.layer, targets, method=args.method, batch_size=args.batch_size,
-                           size=args.size)
-    result.save(args.out, names=[f"{name}_{args.method}" for name in names])
-    torch.save(result.cams.cams.cpu(), os.path.join(args.out, f"cams_{args.method}.pt"))
-    print(json.dumps({"images": len(names), "method": args.method, "layer": result.cams.layers[0],
-                      "device": str(loaded.device), "out": os.path.abspath(args.out)}, indent=2))
+    if args.batch_size < 1:
+        raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
+    # each photo at its own full size, a batch of files at a time: the overlays are drawn on it, the model reads it
+    # as its run read images
+    maps, targets, layer = [], None, None
+    for read in photo_chunks(args.images, shape[0], args.batch_size, "--images", loaded.exif_orientation):
+        photos = list(read.images)
+        names = ([os.path.splitext(f)[0].replace(os.sep, "_") for f in read.files] if read.files is not None
+                 else [f"image_{len(maps) + i:04d}" for i in range(len(photos))])
+        if not maps:
+            targets = _cam_targets(args, loaded, loaded.preprocess(loaded.read_images(photos[:1], args.size)))
+        result = photo_gradcam(loaded, photos, args.layer, targets, method=args.method, batch_size=args.batch_size,
+                               size=args.size)
+        result.save(args.out, names=[f"{name}_{args.method}" for name in names])
+        maps.extend(result.cams.cams.cpu())
+        layer = result.cams.layers[0]
+    torch.save(torch.stack(maps), os.path.join(args.out, f"cams_{args.method}.pt"))
+    print(json.dumps({"images": len(maps), "method": args.method, "layer": layer, "device": str(loaded.device),
+                      "out": os.path.abspath(args.out)}, indent=2))
     return 0
 
 
@@ -283,7 +289,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "image; a one-channel model: 0 the background, 1 the foreground)")
     cam.add_argument("--target", type=int, help="class index, as --class K (default: each image's predicted class)")
     cam.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
-    cam.add_argument("--batch-size", type=int, default=32, help="images per pass (default 32)")
+    cam.add_argument("--batch-size", type=int, default=32, help="images per pass, and image files decoded at a time "
+                     "(default 32)")
     _model_option(cam)
     cam.set_defaults(run=_gradcam)
 

@@ -195,12 +195,18 @@ def test_gradcam_draws_the_map_on_the_whole_photo_where_the_model_saw_it(models,
     assert inside.sum() > 100 and torch.all(heat[inside] > 0.999)  # the maps are min-max normalised with eps 1e-7
     assert torch.all(heat[outside] == 0.0)
 
-    # The command line: one overlay per photo, at the photo's own size (decoded here with Pillow)
+    # The command line: one overlay per photo, at the photo's own size (decoded here with Pillow); the files decoded
+    # one at a time (--batch-size 1) give the maps of all of them at once
     (models / "photos").mkdir()
     (models / "photos" / "china.jpg").write_bytes(open(CHINA, "rb").read())
+    Image.fromarray(photo[100:300, 50:500]).save(models / "photos" / "part.png")
     run = _gpucore("gradcam", "--checkpoint", path, "--images", str(models / "photos"), "--out", str(models / "cams"),
-                   "--device", "cpu", cwd=models)
+                   "--device", "cpu", "--batch-size", "1", cwd=models)
     assert run.returncode == 0, run.stderr
+    both = gpucore.cam.photo_gradcam(loaded, [photo, photo[100:300, 50:500]])
+    torch.testing.assert_close(torch.load(models / "cams" / "cams_gradcam.pt"), both.cams.cams, rtol=0, atol=1e-6)
+    part = np.asarray(Image.open(models / "cams" / "part_gradcam.png"))
+    assert np.array_equal(part, both.overlay(1).numpy())
     overlay = np.asarray(Image.open(models / "cams" / "china_gradcam.png"))
     assert overlay.shape == photo.shape
     seen = np.zeros(photo.shape[:2], bool)

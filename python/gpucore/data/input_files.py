@@ -4,7 +4,7 @@ allowed), one image file, a .npy/.npz array or an IDX image file. Read by gpucor
 from __future__ import annotations
 
 import os
-from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -63,12 +63,31 @@ def read_input_images(path: str, channels: int, size: Optional[Tuple[int, int]] 
 def _image_files(folder: str, channels: int, size, origin: str, max_resolution: Optional[int],
                  exif_orientation: bool, on_error: str) -> InputImages:
     """The images at the folder's top and in its subfolders (nested ones too), as a class folder is read."""
+    return _decode(*_folder_files(folder, origin), channels, size, max_resolution, exif_orientation, on_error, origin)
+
+
+def _folder_files(folder: str, origin: str) -> Tuple[List[str], List[str], List[str]]:
+    """(paths, names relative to the folder, subfolders of its top) of the image files in a folder and its
+    subfolders."""
     tree = read_folder_tree(folder)
     if not tree.paths:
         raise ConfigError(f"{origin}: folder '{folder}' holds no .png, .jpg or .jpeg files (nor do its subfolders)")
-    return _decode(tree.paths, [os.path.relpath(p, folder) for p in tree.paths],
-                   [tree.classes[label] if label >= 0 else "" for label in tree.labels], channels, size,
-                   max_resolution, exif_orientation, on_error, origin)
+    return (tree.paths, [os.path.relpath(p, folder) for p in tree.paths],
+            [tree.classes[label] if label >= 0 else "" for label in tree.labels])
+
+
+def photo_chunks(path: str, channels: int, count: int, origin: str = "inputs",
+                 exif_orientation: bool = True) -> Iterator[InputImages]:
+    """The images at `path` as read_input_images reads them, each at its own full size, `count` files at a time, so
+    a folder of large photos is never decoded whole; an array comes as one chunk."""
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        yield read_input_images(path, channels, None, origin, max_resolution=0, exif_orientation=exif_orientation)
+        return
+    paths, names, folders = _folder_files(path, origin)
+    for start in range(0, len(paths), count):
+        part = slice(start, start + count)
+        yield _decode(paths[part], names[part], folders[part], channels, None, 0, exif_orientation, "raise", origin)
 
 
 def _decode(paths: List[str], names: List[str], folders: List[str], channels: int, size,
