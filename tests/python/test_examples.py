@@ -23,42 +23,6 @@ def test_device_setup_example_learns_on_the_chosen_device(capsys):
     assert summary["last_loss"] < 0.5 * summary["first_loss"]
 
 
-def test_train_bench_runs_and_reports_every_loop(tmp_path):
-    bench = runpy.run_path(str(EXAMPLES.parent / "bench" / "train_bench.py"))
-    rows = ["hand-optimised eager loop", "gpucore.train", "hand-optimised loop in a CUDA graph (ceiling)"]
-    report = bench["main"](["--device", "cpu", "--batch-sizes", "32,64", "--train-size", "64", "--rounds", "2",
-                            "--count-steps", "2", "--only", ",".join(rows), "--json", str(tmp_path / "bench.json")])
-    assert set(report["rows"]) == set(rows[:2]) and (tmp_path / "bench.json").exists()
-    for name in rows[:2]:
-        for batch_size, row in report["rows"][name].items():
-            assert len(row["rounds"]) == 2 and row["p10"] <= row["ms_per_step"] <= row["p90"]
-            assert row["samples_per_s"] == pytest.approx(batch_size * 1000 / row["ms_per_step"])
-            assert row["ops_per_step"] > 20 and row["host_syncs_per_step"] is None  # no CUDA here
-    assert report["skipped"] == {"hand-optimised loop in a CUDA graph (ceiling)": "CUDA only"}
-
-
-def test_ops_bench_counts_gpucore_within_8_ops_of_the_plain_loop():
-    bench = runpy.run_path(str(EXAMPLES.parent / "bench" / "ops_bench.py"))
-    report = bench["main"](["--steps", "3"])
-    ops = report["ops_per_step"]
-    assert ops["plain loop"] > 30 and ops["plain loop"] <= ops["gpucore.train"] <= ops["plain loop"] + 8
-    assert report["difference_by_op"]["gpucore::accumulate_metrics"] == 1
-
-
-def test_cam_bench_runs_and_reports(tmp_path):
-    bench = runpy.run_path(str(EXAMPLES.parent / "bench" / "cam_bench.py"))
-    report = bench["main"](["--batch", "2", "--size", "32", "--repeats", "1", "--json", str(tmp_path / "cam.json")])
-    assert {"gpucore", "plain PyTorch"} <= set(report["per_second"])
-    assert all(value > 0 for value in report["per_second"].values())
-
-
-def test_data_bench_runs_and_reports(tmp_path):
-    require("PIL")
-    bench = runpy.run_path(str(EXAMPLES.parent / "bench" / "data_bench.py"))
-    report = bench["main"](["--images", "64", "--size", "8", "--epochs", "2", "--json", str(tmp_path / "data.json")])
-    assert len(report["per_second"]) == 9 and all(value > 0 for value in report["per_second"].values())
-
-
 def test_fashion_mnist_example_synthetic_idx_and_missing_data(tmp_path, capsys):
     example = runpy.run_path(str(EXAMPLES / "fashion_mnist" / "mnist_gpu.py"))
     assert example["main"](["--dataset", str(tmp_path / "nothing"), "--dir", str(tmp_path / "runs")]) == 2
@@ -105,6 +69,22 @@ def test_bench_runner_quick_runs_every_benchmark(tmp_path):
     assert set(report["results"]) == {"train", "ops", "cam", "data", "fashion_mnist", "transforms", "augment",
                                       "checkpoint", "speedrun", "layout", "scale", "process", "profile"}
     assert report["quick"] is True
+    train = report["results"]["train"]  # every loop timed at batch 64 over 2 rounds; the CUDA ones skipped, saying so
+    assert {"seeds' script as written", "hand-optimised eager loop", "gpucore.train"} <= set(train["rows"])
+    for rows in train["rows"].values():
+        for batch_size, row in rows.items():
+            assert len(row["rounds"]) == 2 and row["p10"] <= row["ms_per_step"] <= row["p90"]
+            assert row["samples_per_s"] == pytest.approx(int(batch_size) * 1000 / row["ms_per_step"])
+            assert row["ops_per_step"] > 20 and row["host_syncs_per_step"] is None  # no CUDA here
+    assert train["skipped"]["hand-optimised loop in a CUDA graph (ceiling)"] == "CUDA only"
+    ops = report["results"]["ops"]  # gpucore's step within 8 ops of the plain loop's, its metrics one fused op
+    plain = ops["ops_per_step"]["plain loop"]
+    assert plain > 30 and plain <= ops["ops_per_step"]["gpucore.train"] <= plain + 8
+    assert ops["difference_by_op"]["gpucore::accumulate_metrics"] == 1
+    cam = report["results"]["cam"]["per_second"]
+    assert {"gpucore", "plain PyTorch"} <= set(cam) and all(value > 0 for value in cam.values())
+    data = report["results"]["data"]["per_second"]
+    assert len(data) == 9 and all(value > 0 for value in data.values())
     checkpoint = report["results"]["checkpoint"]  # 0.1 M parameters and AdamW's two moments: over 1 MB written
     assert checkpoint["file_bytes"] > 3 * 4 * checkpoint["parameters"] and 0 < checkpoint["training_thread_share"] < 1
     accuracy = report["results"]["fashion_mnist"]["test_accuracy"]
