@@ -46,7 +46,7 @@ class OomRetry:
         """After `exc` in epoch `epoch` (from 0): the state of the pass's start back and the halved batching to retry it
         with; TrainingError saying what to change when it cannot be halved (or reduce_batch is off)."""
         run = self.run
-        if self._snapshot is None or run.train_set.batch_size < 2 or run.train_set.fixed_batch_size:
+        if self._snapshot is None or batching.batch_size < 2 or run.train_set.fixed_batch_size:
             raise TrainingError(message(run.config, batching, run.device, exc)) from exc
         self._restore(self._snapshot)
         if run.device.type == "cuda":
