@@ -75,6 +75,7 @@ class Checkpointing:
         run, monitor = loop.run, loop.checkpoints.monitor
         payload = dict(loop.state_dict(), model=run.module.state_dict(), engine=run.engine.state(), rng=rng_state(),
                        config=dict(self.config_values or run.config.to_dict()), classes=run.classes,
+                       class_weights=run.task.class_weights,  # config key class_weights as resolved: evaluate's loss
                        data=run.data_identity,
                        input_shape=run.input_shape,
                        input_stats=({"mean": run.normalization[0], "std": run.normalization[1]}
