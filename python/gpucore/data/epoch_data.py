@@ -87,7 +87,8 @@ class EpochData:
             self._tensors = batch_source(plan, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed,
                                          device=torch.device(self.device), prefetch=prefetch)
             if plan.training:  # this rank's share from the start: total_batches() counts the shard's batches
-                self._tensors.set_sampling_weights(sampling_weights)
+                if sampling_weights is not None:
+                    self._tensors.set_sampling_weights(sampling_weights)
                 self._tensors.set_shard(rank, world_size)
                 self._tensors.start_epoch(0)
         elif isinstance(data, torch.utils.data.DataLoader):
