@@ -47,7 +47,7 @@ class StepLosses(gpucore.Callback):
         self.losses = []
 
     def on_log(self, trainer, step, metrics):
-        self.losses.append(metrics["train_loss"])
+        self.losses.append(metrics["loss"])
 
 
 def plain_loop(model, x, y, batch_size, lr, loss, autocast_dtype=None):
