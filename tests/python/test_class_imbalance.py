@@ -14,8 +14,9 @@ from torch.nn import functional as F
 
 import gpucore
 from gpucore.config import load_config
-from gpucore.data.class_balance import balanced_sampling_weights, resolve_class_weights
+from gpucore.data.class_balance import balanced_sampling_weights, class_labels, resolve_class_weights
 from gpucore.data.epoch_data import training_set
+from gpucore.data.torch_samples import dataset_samples
 from gpucore.report import plots
 from gpucore.report.page import confusion, per_class
 from conftest import assert_resume_matches, require
@@ -210,7 +211,7 @@ def test_class_weights_that_do_not_fit_the_run_are_config_errors(tmp_path):
 def epoch_labels(train_data, seed, epoch, **overrides):
     """The labels of the training samples sampler: balanced serves in epoch `epoch`, in order."""
     config = load_config(None, dict(sampler="balanced", seed=seed, batch_size=64, normalize=False, **overrides))
-    labels = train_data[1] if isinstance(train_data, tuple) else torch.tensor([t for _, t in train_data])
+    labels = class_labels(dataset_samples(train_data), "sampler")
     weights = balanced_sampling_weights(labels, int(labels.max()) + 1)
     source = training_set(train_data, config, torch.device("cpu"), sampling_weights=weights)
     return torch.cat([targets for _, targets in source.batches(epoch)])
@@ -272,3 +273,31 @@ def test_per_class_png_labels_each_class_with_its_support():
     support = np.bincount(targets.numpy(), minlength=5)
     assert labels == [f"{name} (n={n})" for name, n in zip(names, support)]
     plots._pyplot().close(figure)
+
+
+@pytest.mark.parametrize("cache", ["none", "host"])
+def test_an_image_folder_weighs_and_samples_its_classes_by_their_counts(tmp_path, cache):
+    from conftest import write_png
+    from gpucore.data import read_image_folder
+
+    utils = require("sklearn.utils")
+    generator = torch.Generator().manual_seed(8)
+    counts = {"cat": 18, "dog": 2}  # 9:1
+    for name, count in counts.items():
+        os.makedirs(tmp_path / "folder" / name)
+        for i in range(count):
+            write_png(tmp_path / "folder" / name / f"{i}.png", torch.randint(0, 255, (6, 6, 3), generator=generator,
+                                                                             dtype=torch.uint8))
+    folder = read_image_folder(str(tmp_path / "folder"))
+    drawn = epoch_labels(folder, seed=5, epoch=3, cache=cache)  # streamed (FileBatches) or cached (TensorBatches)
+    expected = torch.multinomial(1.0 / torch.bincount(folder.targets).double()[folder.targets], 20, True,
+                                 generator=torch.Generator().manual_seed(5 * 1000003 + 3))
+    assert torch.equal(drawn, folder.targets[expected])
+    result = gpucore.train(dict(PLAIN, data=str(tmp_path / "folder"), cache=cache, class_weights="balanced",
+                                sampler="balanced", run_dir=str(tmp_path / "run")),
+                           model=nn.Sequential(nn.Flatten(), nn.Linear(3 * 6 * 6, 2)))
+    with open(result.stats_path) as handle:
+        weights = json.load(handle)["class_weights"]
+    expected_weights = utils.compute_class_weight("balanced", classes=np.arange(2), y=folder.targets.numpy())
+    assert list(weights) == ["cat", "dog"]
+    np.testing.assert_allclose(list(weights.values()), expected_weights, rtol=1e-12)
