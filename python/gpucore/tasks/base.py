@@ -98,7 +98,8 @@ class Task:
         return None
 
     def sample_losses(self, outputs: torch.Tensor, targets: torch.Tensor) -> Optional[torch.Tensor]:
-        """Each sample's loss (their mean is the metrics' loss), or None where the loss does not split by sample."""
+        """Each sample's loss (their mean is the metrics' loss; with class weights each is w[target] * loss, and the
+        metrics' loss their sum over the weights' sum), or None where the loss does not split by sample."""
         return None
 
     def target_text(self, targets: torch.Tensor, classes: Optional[List[str]]) -> List[str]:
