@@ -301,3 +301,24 @@ def test_an_image_folder_weighs_and_samples_its_classes_by_their_counts(tmp_path
     expected_weights = utils.compute_class_weight("balanced", classes=np.arange(2), y=folder.targets.numpy())
     assert list(weights) == ["cat", "dog"]
     np.testing.assert_allclose(list(weights.values()), expected_weights, rtol=1e-12)
+
+
+def test_weighted_sample_losses_over_the_weights_sum_are_the_weighted_loss():
+    from gpucore.tasks import task_for
+
+    generator = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
+    outputs, targets = torch.randn(30, CLASSES, generator=generator), torch.randint(0, CLASSES, (30,),
+                                                                                    generator=generator)
+    weights = torch.rand(CLASSES, generator=generator) + 0.1
+    per_sample = task_for("cross_entropy").with_class_weights(weights.tolist()).sample_losses(outputs, targets)
+    torch.testing.assert_close(per_sample.sum() / weights[targets].sum(),
+                               F.cross_entropy(outputs, targets, weight=weights))
+
+
+def test_a_loss_is_named_by_module_and_qualname():
+    from gpucore.training.user_loss import callable_name
+
+    assert callable_name(F.cross_entropy) == "torch.nn.functional:cross_entropy"
+    assert callable_name(nn.CrossEntropyLoss(weight=torch.ones(3))) == "torch.nn.modules.loss:CrossEntropyLoss()"
+    assert (callable_name(functools.partial(F.cross_entropy, torch.ones(1), label_smoothing=0.1))
+            == "functools.partial(torch.nn.functional:cross_entropy, ..., label_smoothing=...)")
