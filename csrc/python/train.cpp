@@ -305,8 +305,7 @@ void def_train(py::module_& m) {
             });
           },
           py::arg("batches"), py::arg("model"), py::arg("loss") = py::none())
-      .def("steps_taken", &Engine::steps_taken)
-      .def("steps_skipped", &Engine::steps_skipped)
+      .def("step_counts", &Engine::step_counts, "(optimizer steps taken, steps skipped), read together")
       .def("host_syncs", [](const Engine& self) { return self.host_reads().by_source(); },
            "Every host read of device values so far, by what read them (HostReads in engine.h)")
       .def("note_host_read", [](Engine& self, const std::string& source) { self.host_reads().note(source); },

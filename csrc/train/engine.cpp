@@ -353,13 +353,11 @@ int64_t HostReads::total() const {
   return total;
 }
 
-int64_t Engine::steps_taken() const {
+std::pair<int64_t, int64_t> Engine::step_counts() const {
   host_reads_.note("counters");
-  return static_cast<int64_t>(step_.item<float>());
-}
-int64_t Engine::steps_skipped() const {
-  host_reads_.note("counters");
-  return static_cast<int64_t>(skipped_.item<float>());
+  const at::Tensor taken_skipped = counters_.narrow(0, 0, 2).to(at::kCPU);
+  const float* values = taken_skipped.const_data_ptr<float>();
+  return {static_cast<int64_t>(values[0]), static_cast<int64_t>(values[1])};
 }
 double Engine::current_lr() const {
   host_reads_.note("counters");

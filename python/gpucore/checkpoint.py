@@ -1,7 +1,8 @@
 """Crash-safe files: checkpoints and JSON written to a temporary file, fsynced, then renamed.
 
 A crash (or a full disk) at any moment leaves the previous file intact. Checkpoints are plain dicts
-of tensors and numbers written with torch.save, so `torch.load(path, weights_only=True)` reads them.
+of tensors and numbers written with torch.save, so `torch.load(path, weights_only=True)` reads them. Every string
+in what these writers write has the credentials of its URIs masked (redact.masked_values): run directories are shared.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any, Callable, Optional, Tuple
 import torch
 
 from .errors import ConfigError, TrainingError
+from .redact import masked_values
 from .run_files import RESUME_CANDIDATES
 from .signals import interrupts_deferred
 
@@ -138,6 +140,7 @@ def host_snapshot(payload: dict, copy: bool = False) -> dict:
 
 def write_snapshot(path: str, snapshot: dict) -> None:
     """A host_snapshot to `path`, atomically."""
+    snapshot = masked_values(snapshot)
     atomic_write(path, lambda handle: torch.save(snapshot, handle), size=_tensor_bytes(snapshot))
 
 
@@ -208,7 +211,7 @@ def json_safe(value: Any) -> Any:
 
 def write_jsonl(path: str, rows: list) -> None:
     """One JSON line per row, the whole file replaced at once: it always agrees with the rows given."""
-    text = "".join(json.dumps(json_safe(row), allow_nan=False) + "\n" for row in rows)
+    text = "".join(json.dumps(json_safe(masked_values(row)), allow_nan=False) + "\n" for row in rows)
     atomic_write(path, lambda handle: handle.write(text), binary=False)
 
 
@@ -243,7 +246,7 @@ def _process_alive(pid: int) -> bool:
 
 
 def write_json(path: str, data: Any) -> None:
-    text = json.dumps(json_safe(data), indent=2, allow_nan=False) + "\n"
+    text = json.dumps(json_safe(masked_values(data)), indent=2, allow_nan=False) + "\n"
     atomic_write(path, lambda handle: handle.write(text), binary=False)
 
 

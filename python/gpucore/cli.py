@@ -9,6 +9,8 @@ import sys
 import warnings
 from typing import Optional, Sequence
 
+from .redact import masked
+
 
 def _doctor(args: argparse.Namespace) -> int:
     from .device.doctor import doctor, format_report
@@ -76,35 +78,35 @@ def _gradcam(args: argparse.Namespace) -> int:
 
     import torch
 
-    from .cam import CAM
+    from .cam import photo_gradcam
     from .errors import ConfigError
     from .evaluation.load import load
-    from .data.input_files import read_input_images
+    from .data.input_files import photo_chunks
 
     loaded = load(args.checkpoint, args.device, args.model)
     shape = loaded.input_shape
     if shape is None or len(shape) != 3:
         raise ConfigError(f"checkpoint '{args.checkpoint}' is not of an image model (inputs {shape}); Grad-CAM needs "
                           "images")
-    size = args.size or (shape[1:] if shape[1] else None)  # the size the model was trained at
-    own_sizes = size is None and loaded.reads_own_sizes  # each image at its own size, as its run read them
-    read = read_input_images(args.images, shape[0], size, "--images",
-                             max_resolution=loaded.max_resolution if own_sizes else None,
-                             exif_orientation=loaded.exif_orientation)
-    images = read.images
-    if own_sizes:  # shown as the model saw them: each through the deterministic form's per-image transforms
-        images = loaded.as_seen(images)
-    if images.dtype != torch.uint8:
-        raise ConfigError(f"--images: expected uint8 images, got {images.dtype} {tuple(images.shape)}")
-    names = ([os.path.splitext(f)[0].replace(os.sep, "_") for f in read.files] if read.files is not None
-             else [f"image_{i:04d}" for i in range(images.shape[0])])
-    x = loaded.preprocess(read.images)
-    targets = _cam_targets(args, loaded, x)
-    result = CAM(loaded.module, args.layer, args.method, batch_size=args.batch_size)(x, targets)
-    result.save(args.out, images.to(loaded.device), names=[f"{name}_{args.method}" for name in names])
-    torch.save(result.cams.cpu(), os.path.join(args.out, f"cams_{args.method}.pt"))
-    print(json.dumps({"images": len(names), "method": args.method, "layer": result.layers[0],
-                      "device": str(loaded.device), "out": os.path.abspath(args.out)}, indent=2))
+    if args.batch_size < 1:
+        raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
+    # each photo at its own full size, a batch of files at a time: the overlays are drawn on it, the model reads it
+    # as its run read images
+    maps, targets, layer = [], None, None
+    for read in photo_chunks(args.images, shape[0], args.batch_size, "--images", loaded.exif_orientation):
+        photos = list(read.images)
+        names = ([os.path.splitext(f)[0].replace(os.sep, "_") for f in read.files] if read.files is not None
+                 else [f"image_{len(maps) + i:04d}" for i in range(len(photos))])
+        if not maps:
+            targets = _cam_targets(args, loaded, loaded.preprocess(loaded.read_images(photos[:1], args.size)))
+        result = photo_gradcam(loaded, photos, args.layer, targets, method=args.method, batch_size=args.batch_size,
+                               size=args.size)
+        result.save(args.out, names=[f"{name}_{args.method}" for name in names])
+        maps.extend(result.cams.cams.cpu())
+        layer = result.cams.layers[0]
+    torch.save(torch.stack(maps), os.path.join(args.out, f"cams_{args.method}.pt"))
+    print(json.dumps({"images": len(maps), "method": args.method, "layer": layer, "device": str(loaded.device),
+                      "out": os.path.abspath(args.out)}, indent=2))
     return 0
 
 
@@ -208,9 +210,13 @@ def _predict(args: argparse.Namespace) -> int:
     masks = args.masks or os.path.splitext(out)[0] + "_masks"
     checkpoint = load(args.checkpoint, args.device, args.model) if args.model else args.checkpoint
     result = predict(checkpoint, args.inputs, top_k=args.top_k, masks=masks, device=args.device,
-                     batch_size=args.batch_size)
+                     batch_size=args.batch_size, on_error=args.on_error)
+    for entry in result.skipped:
+        print(f"gpucore: skipped {entry}", file=sys.stderr)
     result.write_csv(out)
     summary = {"inputs": len(result), "out": out}
+    if result.skipped:
+        summary["skipped"] = result.skipped
     if result.mask_files is not None:
         summary["masks"] = masks
     if result.labels is not None:
@@ -231,7 +237,7 @@ def _export(args: argparse.Namespace) -> int:
     try:
         result = export(checkpoint, args.format, args.out, opset=args.opset)
     except ExportError as exc:
-        print(f"gpucore: export failed: {exc}", file=sys.stderr)
+        print(f"gpucore: export failed: {masked(str(exc))}", file=sys.stderr)
         return 1
     print(json.dumps(result, indent=2))
     return 0
@@ -273,8 +279,11 @@ def build_parser() -> argparse.ArgumentParser:
                      "(default auto: the last layer with a spatial output before the head)")
     cam.add_argument("--images", required=True, help="a folder of PNG/JPEG images or a .npy/.npz uint8 array")
     cam.add_argument("--size", type=int, nargs=2, metavar=("HEIGHT", "WIDTH"),
-                     help="resize the images from a folder to this size (default: the size the model was trained at)")
-    cam.add_argument("--out", required=True, help="folder for the overlays (PNG) and the maps (cams_METHOD.pt)")
+                     help="read the images at this size for the model (default: as its run read images: the size it "
+                     "was trained at, or each image's own size through its transforms' Resize + CenterCrop)")
+    cam.add_argument("--out", required=True, help="folder for the overlays (PNG, each at its image's own size: the map "
+                     "drawn back onto the whole image, no heat where a centre crop cut it off) and the maps of the "
+                     "model's inputs (cams_METHOD.pt)")
     cam.add_argument("--method", default="gradcam", help=f"{', '.join(METHODS)} (default gradcam)")
     cam.add_argument("--class", dest="category", metavar="K",
                      help="the class to explain, an index or a class name: for a classifier instead of each image's "
@@ -282,7 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "image; a one-channel model: 0 the background, 1 the foreground)")
     cam.add_argument("--target", type=int, help="class index, as --class K (default: each image's predicted class)")
     cam.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
-    cam.add_argument("--batch-size", type=int, default=32, help="images per pass (default 32)")
+    cam.add_argument("--batch-size", type=int, default=32, help="images per pass, and image files decoded at a time "
+                     "(default 32)")
     _model_option(cam)
     cam.set_defaults(run=_gradcam)
 
@@ -324,6 +334,9 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--masks", help="segmentation: folder for the mask PNGs (default: OUT's name + _masks)")
     predict.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
     predict.add_argument("--batch-size", type=int, help="inputs per pass (default: the run's eval_batch_size)")
+    predict.add_argument("--on-error", choices=["raise", "skip"], default="raise",
+                         help="an image file that cannot be read or decoded: raise (default: an error naming it) or "
+                         "skip (left out, listed on stderr and in the summary's skipped with the reason)")
     _model_option(predict)
     predict.set_defaults(run=_predict)
 
@@ -349,7 +362,7 @@ def _current_folder_importable() -> None:
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """A warning as a command-line user reads it: what and why, not the library's file, line and source."""
-    print(f"gpucore: warning: {message}", file=sys.stderr if file is None else file)
+    print(f"gpucore: warning: {masked(str(message))}", file=sys.stderr if file is None else file)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -366,8 +379,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             warnings.showwarning = _show_warning
             return args.run(args)
     except (ConfigError, DeviceUnavailableError, NotImplementedError) as exc:
-        print(f"gpucore: error: {exc}", file=sys.stderr)
+        print(f"gpucore: error: {masked(str(exc))}", file=sys.stderr)  # a message may quote a value, URIs and all
         return 2
     except TrainingError as exc:
-        print(f"gpucore: training failed: {exc}", file=sys.stderr)
+        print(f"gpucore: training failed: {masked(str(exc))}", file=sys.stderr)
         return 1

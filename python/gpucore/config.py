@@ -22,6 +22,7 @@ from . import transforms as transforms_list
 from .errors import ConfigError
 from .models.registry import BUILTIN
 from .models.tta import TTA_CHOICES
+from .redact import holds_mask, masked, masked_value_message
 from .values import is_int, is_number
 
 
@@ -55,6 +56,15 @@ _BATCH_RANGE = "> 0 and < 2^31 (samples)"
 
 # Config key loggers' values (training/loggers/ has a logger of each name).
 LOGGERS = ("csv", "tensorboard", "mlflow")
+
+
+# Config key name: one folder in run_dir. A separator or .. would put the run (and what it writes) outside run_dir.
+_FOLDER_NAME = "one folder name: not empty, not . or .., without / \\ or NUL characters (e.g. resnet18-lr3e-4)"
+
+
+def is_folder_name(value: str) -> bool:
+    """Whether `value` names one folder (config key name)."""
+    return value not in ("", ".", "..") and not any(character in value for character in "/\\\0")
 
 
 def _batch(value):
@@ -208,7 +218,7 @@ KEYS = [
     Key("patience", int, 0, "early stopping: epochs without improvement before stopping (0: off)", check=_non_negative, valid=">= 0"),
     Key("min_delta", float, 0.0, "early stopping: smallest change that counts as improvement", check=_non_negative, valid=">= 0"),
     Key("run_dir", str, "runs", "parent folder of run directories"),
-    Key("name", str, "", "run name, the run directory's name (default: the config file's name, else the model's: config key model's, or for a model given to train() its built-in name or class name)"),
+    Key("name", str, "", "run name, the run directory's name, one folder in run_dir (default: the config file's name, else the model's: config key model's, or for a model given to train() its built-in name or class name)", check=is_folder_name, valid=_FOLDER_NAME),
     Key("save_every_n_epochs", int, 0, "also keep a checkpoint every N epochs (0: off)", check=_non_negative, valid=">= 0"),
     Key("keep_last_k", int, 3, "how many of the every-N checkpoints to keep", check=_positive, valid="> 0"),
     Key("checkpoint_every_n_steps", int, 0, "also checkpoint mid-epoch every N optimizer steps of the epoch, to checkpoints/step.pt, written by a background thread (0: off)", check=lambda v: 0 <= v < 2**31, valid=">= 0 and < 2^31 (steps)"),
@@ -216,7 +226,7 @@ KEYS = [
     Key("log_every_n_steps", int, doc="optimizer steps between host reads of the running metrics (progress bar, the callbacks' on_log)", **_core("log_every_n_steps")),
     Key("progress", bool, True, "show a progress bar (tqdm when installed, tqdm.auto's: Jupyter's widget in a notebook; else a line per epoch)"),
     Key("loggers", list, ["csv", "tensorboard"], "where rank 0 records the run besides metrics.jsonl (default: csv, and tensorboard where the tensorboard package is installed): csv (metrics.csv, a row per logged step and per epoch), tensorboard (scalars per epoch and the hyperparameters in tensorboard/; needs the tensorboard package), mlflow (params, metrics per step and epoch, artifacts; needs gpucore's mlflow extra); a logger that fails is one warning and training goes on (docs: Training, Experiment tracking)", check=lambda v: all(name in LOGGERS for name in v) and len(set(v)) == len(v), valid=f"a list of {', '.join(LOGGERS)}, each at most once"),
-    Key("mlflow_tracking_uri", str, None, "loggers mlflow: the tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///RUN_DIR/mlflow.db, a SQLite database beside the run directories)", optional=True),
+    Key("mlflow_tracking_uri", str, None, "loggers mlflow: the tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///RUN_DIR/mlflow.db, a SQLite database beside the run directories); credentials in it are recorded masked (https://***@host), so a resume from config.json needs it again: MLflow's MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) keep them out of it", optional=True),
     Key("mlflow_experiment", str, "", "loggers mlflow: the experiment (default: the config's name)"),
     Key("mlflow_log_model", bool, False, "loggers mlflow: also log checkpoints/best.pt as an artifact at the end"),
     Key("report", bool, True, "at the end of training write report.html, plots/ and per_class.json in the run directory (curves, confusion matrices, predictions, top losses with Grad-CAM, a training batch); see gpucore report"),
@@ -502,9 +512,9 @@ def default_loggers() -> list:
 
 
 def run_name_of(model: str) -> str:
-    """The run name (config key name) an unnamed run gets from the model's name: 'torchvision:resnet18' ->
-    'torchvision_resnet18'."""
-    return model.replace(":", "_").replace(".", "_")
+    """The run name (config key name) an unnamed run gets from the model's name, one folder name:
+    'torchvision:resnet18' -> 'torchvision_resnet18', 'timm:hf-hub:org/vit' -> 'timm_hf-hub_org_vit'."""
+    return model.replace(":", "_").replace(".", "_").replace("/", "_").replace("\\", "_")
 
 
 def load_config(source: Any = None, overrides: Optional[Mapping[str, Any]] = None):
@@ -559,3 +569,25 @@ def load_config(source: Any = None, overrides: Optional[Mapping[str, Any]] = Non
     config = TrainConfig(**values)
     _validate(config, origins)
     return config
+
+
+def with_real_values(config):
+    """`config`, ready to train. A value read back from a run's files (config.json, a checkpoint; `gpucore train
+    --resume RUN_DIR` starts from config.json) holds its URI's credentials masked (redact.py), and gpucore never
+    connects with that: mlflow_tracking_uri, where mlflow logs, is then $MLFLOW_TRACKING_URI when that is the same URI
+    with its credentials; any other masked value that is used is a ConfigError naming its key."""
+    real = {}
+    for key in KEYS:
+        value = getattr(config, key.name)
+        if not holds_mask(value):
+            continue
+        if key.name == "mlflow_tracking_uri":
+            if "mlflow" not in config.loggers:
+                continue  # nothing connects with it
+            environment = os.environ.get("MLFLOW_TRACKING_URI", "")
+            if environment and not holds_mask(environment) and masked(environment) == value:
+                real[key.name] = environment
+                continue
+            raise ConfigError(masked_value_message(key.name, value, ", or $MLFLOW_TRACKING_URI"))
+        raise ConfigError(masked_value_message(key.name, value))
+    return dataclasses.replace(config, **real) if real else config

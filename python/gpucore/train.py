@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from .checkpoint import EMA_STATE, load_checkpoint
-from .config import load_config, run_name_of
+from .config import load_config, run_name_of, with_real_values
 from .errors import ConfigError
 from .evaluation.run_report import report_after_training
 from .models.registry import build_model
@@ -25,7 +25,7 @@ from .process_settings import apply_process_settings
 from .signals import run_interrupted
 from .run_files import CHECKPOINTS, METRICS, STATS
 from .training import distributed, launcher
-from .training.fit_loop import FitLoop
+from .training.fit_loop import fit_loop
 from .training.run_dir import resume_path
 from .training.run_setup import build_run, python_model_name
 
@@ -134,7 +134,7 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
             gpucore.signals.Stopped, a KeyboardInterrupt naming the signal). Its `result` is the run's TrainResult
             (status interrupted); `resume: auto` goes on from there.
     """
-    config = load_config(cfg, overrides)
+    config = with_real_values(load_config(cfg, overrides))
     if isinstance(model, nn.Module) and config.name == run_name_of(config.model):
         # An unnamed run of a model given in Python is named after that model, not after config key model's.
         config = dataclasses.replace(config, name=python_model_name(model, config))
@@ -149,7 +149,7 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
     started = time.perf_counter()
     apply_process_settings()  # before the data is read: malloc's thresholds (process_settings.py)
     run = build_run(config, world, model, train_data, val_data, loss)
-    loop = FitLoop(run, list(callbacks or []))
+    loop = fit_loop(run, list(callbacks or []))
     loop.run_stats.setup_seconds = time.perf_counter() - started
     try:
         if run.run_dir.resume_from is not None:
@@ -190,13 +190,16 @@ def _train_in_processes(config) -> TrainResult:
     summary = launcher.launch(config, config.devices, config.dist_timeout)
     with open(os.path.join(summary["run_dir"], STATS), encoding="utf-8") as handle:
         stats = json.load(handle)
-    config = load_config(stats["config"])  # model_kwargs as the run completed them from the data
-    module = build_model(config.model, config.model_kwargs, config.pretrained)
+    recorded = load_config(stats["config"])
+    # model_kwargs as the run completed them from the data; those given keep their real values, which the run's files
+    # hold masked where they are URIs with credentials.
+    model_kwargs = dict(recorded.model_kwargs, **config.model_kwargs)
+    module = build_model(config.model, model_kwargs, config.pretrained)
     # The newest of last.pt and interrupted.pt: a run a signal stopped in its first epoch has no last.pt.
     last = load_checkpoint(resume_path("auto", summary["run_dir"]))
     module.load_state_dict(last["model"])
     ema = None
     if EMA_STATE in last:
-        ema = build_model(config.model, config.model_kwargs, config.pretrained).eval().requires_grad_(False)
+        ema = build_model(config.model, model_kwargs, config.pretrained).eval().requires_grad_(False)
         ema.load_state_dict(last[EMA_STATE])
     return _returned(TrainResult.from_stats(stats, module, ema))

@@ -97,48 +97,34 @@ def test_hooks_are_called_in_order_and_early_stopping_keeps_its_state(tmp_path):
         gpucore.train(dict(config, run_dir=str(tmp_path / "twins")), callbacks=[Twin(), Twin()])
 
 
-def test_hooks_without_the_trainer_are_still_called_with_a_deprecation_warning(tmp_path):
-    """The signatures of before (no trainer) work for one more release, on Callbacks and on duck-typed objects."""
-    calls = []
-
+def test_hooks_without_the_trainer_are_refused_and_the_renamed_one_still_called(tmp_path):
+    """A hook written without the trainer (before 0.1.0) is a ConfigError naming the callback, the hook and the
+    signature to write, before anything trains; on_step_end (now on_log) is still called in on_log's place, with a
+    DeprecationWarning, for one more release."""
     class OldCallback(gpucore.Callback):
-        def on_epoch_start(self, epoch):
-            calls.append(("epoch_start", epoch, self.trainer.epoch))  # self.trainer: where the old hooks found it
-
         def on_epoch_end(self, epoch, record):
-            calls.append(("epoch_end", epoch, record["epoch"]))
-
-        def on_save_checkpoint(self, checkpoint):
-            calls.append(("save", checkpoint["epoch"]))
+            pass
 
     class OldDuck:
-        def on_step_end(self, step, metrics):
-            calls.append(("step_end", step, metrics["epoch"]))
-
         def on_load_checkpoint(self, checkpoint):
-            calls.append(("load", checkpoint["epoch"]))
+            pass
 
-    class Current(gpucore.Callback):
-        def on_epoch_end(self, trainer, epoch, record):
-            calls.append(("current", epoch, trainer.epoch))
-
-    # schedule constant: a resume may add epochs (under cosine it is refused)
     config = dict(SMALL, run_dir=str(tmp_path), epochs=1, log_every_n_steps=8, schedule="constant")
-    with pytest.warns(DeprecationWarning) as warned:
-        gpucore.train(config, callbacks=[OldCallback(), OldDuck(), Current()])
-    messages = sorted(str(w.message) for w in warned if issubclass(w.category, DeprecationWarning))
-    assert [m.split(" without")[0].split(" is deprecated")[0] for m in messages] == [
-        "callback OldCallback: on_epoch_end(epoch, record)", "callback OldCallback: on_epoch_start(epoch)",
-        "callback OldCallback: on_save_checkpoint(checkpoint)", "callback OldDuck: hook on_step_end",
-        "callback OldDuck: on_load_checkpoint(checkpoint)", "callback OldDuck: on_step_end(step, metrics)"]
-    assert all("stops working in the next release" in message for message in messages)
-    assert not hasattr(Current(), "trainer")
-    assert calls == [("epoch_start", 1, 0), ("step_end", 8, 1), ("epoch_end", 1, 1), ("current", 1, 0), ("save", 1)]
+    with pytest.raises(gpucore.ConfigError, match=r"callback OldCallback: on_epoch_end\(epoch, record\) takes no "
+                                                  r"trainer; .* define on_epoch_end\(self, trainer, epoch, record\)"):
+        gpucore.train(config, callbacks=[OldCallback()])
+    with pytest.raises(gpucore.ConfigError, match=r"callback OldDuck: on_load_checkpoint\(checkpoint\)"):
+        gpucore.train(dict(config, name="duck"), callbacks=[OldDuck()])
 
-    calls.clear()
-    with pytest.warns(DeprecationWarning):
-        gpucore.train(dict(config, epochs=2, resume="auto"), callbacks=[OldCallback(), OldDuck(), Current()])
-    assert calls[:2] == [("load", 1), ("epoch_start", 2, 1)]
+    calls = []
+
+    class Renamed:
+        def on_step_end(self, trainer, step, metrics):
+            calls.append((step, metrics["epoch"], trainer.epoch))
+
+    with pytest.warns(DeprecationWarning, match="callback Renamed: hook on_step_end is deprecated"):
+        gpucore.train(dict(config, name="renamed"), callbacks=[Renamed()])
+    assert calls and all(step % 8 == 0 and epoch == 1 for step, epoch, _ in calls), calls
 
 
 @pytest.mark.slow
@@ -260,3 +246,49 @@ def test_the_engine_gets_no_step_callable_without_a_per_step_hook(tmp_path, monk
     duck = Duck()
     gpucore.train(dict(config, run_dir=str(tmp_path / "duck")), callbacks=[LogOnly(), duck])
     assert len(given) == 1 and callable(given[0]) and duck.steps == 8
+
+
+def test_the_trainer_callbacks_receive_and_why_the_fit_stopped(tmp_path, capsys):
+    """Callbacks get a Trainer (not the loop): the run, its model, position and history, the status, and a way to
+    stop; the fit says why it stopped in one place (the terminal's last line and training_stats.json's stop_reason):
+    max epochs, early stopping (naming the metric and the patience), a callback's stop, an interrupt's signal."""
+    import json
+
+    from gpucore.training.trainer import Trainer
+
+    seen = []
+
+    class Looks(gpucore.Callback):
+        def on_epoch_end(self, trainer, epoch, record):
+            assert isinstance(trainer, Trainer) and trainer.model is trainer.run.module
+            seen.append((epoch, trainer.epoch, len(trainer.history), trainer.history[-1]["epoch"], trainer.status,
+                         trainer.should_stop, trainer.resumed))
+
+    config = dict(SMALL, run_dir=str(tmp_path), epochs=2, progress=True, schedule="constant")
+    result = gpucore.train(dict(config, name="full"), callbacks=[Looks()])
+    assert seen == [(1, 0, 1, 1, "completed", False, None), (2, 1, 2, 2, "completed", False, None)]
+    assert json.load(open(result.stats_path))["stop_reason"] == "max epochs reached (2)"
+    assert "gpucore: training stopped: max epochs reached (2)" in capsys.readouterr().err
+
+    # min_delta 10: the loss never improves enough after epoch 1, so patience 1 stops after epoch 2 of 5
+    stopped = gpucore.train(dict(config, name="early", epochs=5, patience=1, min_delta=10.0, monitor="val_loss"))
+    stats = json.load(open(stopped.stats_path))
+    assert stopped.status == "early_stopped" and len(stopped.history) == 2
+    assert stats["stop_reason"] == "early stopping: val_loss did not improve for 1 epoch (since epoch 1)"
+
+    class StopAtOne(gpucore.Callback):
+        def on_epoch_end(self, trainer, epoch, record):
+            trainer.stop("enough for today")
+
+    by_callback = gpucore.train(dict(config, name="asked"), callbacks=[StopAtOne()])
+    assert by_callback.status == "stopped" and len(by_callback.history) == 1
+    assert json.load(open(by_callback.stats_path))["stop_reason"] == "enough for today"
+
+    class CtrlC(gpucore.Callback):
+        def on_epoch_end(self, trainer, epoch, record):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt) as interrupt:
+        gpucore.train(dict(config, name="ctrl_c"), callbacks=[CtrlC()])
+    stats = json.load(open(interrupt.value.result.stats_path))
+    assert (stats["status"], stats["stop_reason"]) == ("interrupted", "interrupted by SIGINT")

@@ -76,7 +76,7 @@ def test_logs_carry_the_steps_taken_read_with_the_metrics():
     stats = engine.train_epoch(_batches(40, 4), model, None, lambda metrics, steps: logged.append(steps))
     assert logged == [2, 4, 6, 8, 10] and stats["steps_taken"] == 10
     assert engine.host_syncs() == {"metrics": 6}  # 5 logs and the epoch's end, each one copy to the host
-    assert engine.steps_taken() == 10 and engine.host_syncs() == {"metrics": 6, "counters": 1}
+    assert engine.step_counts() == (10, 0) and engine.host_syncs() == {"metrics": 6, "counters": 1}
 
 
 def _run(tmp_path, **overrides):
@@ -114,5 +114,5 @@ def test_host_syncs_are_counted_exactly(tmp_path, overrides, per_epoch):
 def test_a_resume_reads_the_step_counters_once(tmp_path):
     first = _run(tmp_path / "a", epochs=1, schedule="constant")
     resumed = _run(tmp_path / "b", epochs=2, schedule="constant", resume=f"{first.checkpoint_dir}/last.pt")
-    assert resumed.host_syncs_by_source == {"counters": 2, "metrics": 4, "evaluation": 1, "checkpoint": 1}
+    assert resumed.host_syncs_by_source == {"counters": 1, "metrics": 4, "evaluation": 1, "checkpoint": 1}
     assert resumed.steps == 24

@@ -24,7 +24,7 @@ def test_scaler_skips_inf_steps_halves_the_scale_and_holds_the_schedule():
     weights = []
     hook = lambda m, steps: (logged.append(dict(m)), weights.append(model.weight.detach().clone()))
     eng.train_epoch(batches(x, y, 4), model, loss, hook)
-    assert eng.steps_skipped() == 1 and eng.steps_taken() == 2
+    assert eng.step_counts() == (2, 1)
     assert [m["loss_scale"] for m in logged] == [65536.0, 32768.0, 32768.0]
     assert torch.equal(weights[0], weights[1])      # the skipped step changed nothing
     assert not torch.equal(weights[1], weights[2])
@@ -76,5 +76,5 @@ def test_init_scale_and_growth_interval_reach_the_engines_scaler():
     generator = torch.Generator().manual_seed(7)
     x, y = torch.randn(28, 4, generator=generator), torch.randint(0, 3, (28,), generator=generator)
     eng.train_epoch(batches(x, y, 4), model, None, None)
-    assert eng.steps_taken() == 7 and eng.steps_skipped() == 0
+    assert eng.step_counts() == (7, 0)
     assert eng.loss_scale() == 1024.0 * 2 ** (7 // 3)

@@ -4,15 +4,16 @@ allowed), one image file, a .npy/.npz array or an IDX image file. Read by gpucor
 from __future__ import annotations
 
 import os
-from typing import List, NamedTuple, Optional, Tuple, Union
+from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 
-from .. import _C
+from .. import _C, transforms
 
 from ..errors import ConfigError
 from . import readers
 from .class_folders import read_folder_tree
+from .torch_samples import _part, _uint8_image
 
 ARRAY_EXTENSIONS = (".npy", ".npz")
 IDX_SUFFIXES = ("-ubyte", ".idx", "-ubyte.gz", ".idx.gz")
@@ -27,26 +28,29 @@ class InputImages(NamedTuple):
     files: Optional[List[str]]       # image files: paths relative to the folder (the file's name for one file)
     folders: Optional[List[str]]     # image files: each file's subfolder of the folder's top ("" at the top), e.g.
                                      # its class
+    skipped: Tuple[str, ...] = ()    # on_error skip: "path: why" of each image file left out, unreadable
 
 
 def read_input_images(path: str, channels: int, size: Optional[Tuple[int, int]] = None,
                       origin: str = "inputs", max_resolution: Optional[int] = None,
-                      exif_orientation: bool = True) -> InputImages:
+                      exif_orientation: bool = True, on_error: str = "raise") -> InputImages:
     """The images at `path` with `channels` (1 or 3) channels. Image files are decoded to that many channels
     and resized to `size` (height, width) when given (None: they must share one size, unless `max_resolution` is
     given: then each is read at its own size, its shorter side at most max_resolution (0: full size), as a list);
     arrays must already have the channels and, when given, the size: (N, H, W) for grey, (N, C, H, W) or
     (N, H, W, C). A .npz gives its array 'x' or, without one, its only array. `origin` names the argument in
-    errors; `exif_orientation`: image files turned upright by their EXIF orientation, as the model's run read them."""
+    errors; `exif_orientation`: image files turned upright by their EXIF orientation, as the model's run read them;
+    `on_error`: "raise" (an unreadable image file is a ConfigError naming it) or "skip" (left out, listed in
+    `skipped` with the reason)."""
     path = os.fspath(path)
     if os.path.isdir(path):
-        return _image_files(path, channels, size, origin, max_resolution, exif_orientation)
+        return _image_files(path, channels, size, origin, max_resolution, exif_orientation, on_error)
     if not os.path.exists(path):
         raise ConfigError(f"{origin} '{path}' does not exist")
     name = os.path.basename(path).lower()
     if name.endswith(readers.IMAGE_EXTENSIONS):
-        images = _decode([path], channels, size, max_resolution, exif_orientation)
-        return InputImages(images, [os.path.basename(path)], [""])
+        return _decode([path], [os.path.basename(path)], [""], channels, size, max_resolution, exif_orientation,
+                       on_error, origin)
     if name.endswith(ARRAY_EXTENSIONS):
         array = _C.read_npy(path) if name.endswith(".npy") else _npz_images(path, origin)
     elif name.endswith(IDX_SUFFIXES):
@@ -57,23 +61,47 @@ def read_input_images(path: str, channels: int, size: Optional[Tuple[int, int]] 
 
 
 def _image_files(folder: str, channels: int, size, origin: str, max_resolution: Optional[int],
-                 exif_orientation: bool) -> InputImages:
+                 exif_orientation: bool, on_error: str) -> InputImages:
     """The images at the folder's top and in its subfolders (nested ones too), as a class folder is read."""
+    return _decode(*_folder_files(folder, origin), channels, size, max_resolution, exif_orientation, on_error, origin)
+
+
+def _folder_files(folder: str, origin: str) -> Tuple[List[str], List[str], List[str]]:
+    """(paths, names relative to the folder, subfolders of its top) of the image files in a folder and its
+    subfolders."""
     tree = read_folder_tree(folder)
     if not tree.paths:
         raise ConfigError(f"{origin}: folder '{folder}' holds no .png, .jpg or .jpeg files (nor do its subfolders)")
-    images = _decode(tree.paths, channels, size, max_resolution, exif_orientation)
-    return InputImages(images, [os.path.relpath(p, folder) for p in tree.paths],
-                       [tree.classes[label] if label >= 0 else "" for label in tree.labels])
+    return (tree.paths, [os.path.relpath(p, folder) for p in tree.paths],
+            [tree.classes[label] if label >= 0 else "" for label in tree.labels])
 
 
-def _decode(paths: List[str], channels: int, size, max_resolution: Optional[int], exif_orientation: bool):
-    if size is not None or max_resolution is None:
-        return readers.read_files(paths, [0] * len(paths), channels=channels, size=size,
-                                  exif_orientation=exif_orientation).inputs
-    files = readers.read_files(paths, [0] * len(paths), channels=channels, max_resolution=max_resolution,
-                               exif_orientation=exif_orientation)
-    return [image.permute(2, 0, 1) for image in files.images_at_own_size()]
+def photo_chunks(path: str, channels: int, count: int, origin: str = "inputs",
+                 exif_orientation: bool = True) -> Iterator[InputImages]:
+    """The images at `path` as read_input_images reads them, each at its own full size, `count` files at a time, so
+    a folder of large photos is never decoded whole; an array comes as one chunk."""
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        yield read_input_images(path, channels, None, origin, max_resolution=0, exif_orientation=exif_orientation)
+        return
+    paths, names, folders = _folder_files(path, origin)
+    for start in range(0, len(paths), count):
+        part = slice(start, start + count)
+        yield _decode(paths[part], names[part], folders[part], channels, None, 0, exif_orientation, "raise", origin)
+
+
+def _decode(paths: List[str], names: List[str], folders: List[str], channels: int, size,
+            max_resolution: Optional[int], exif_orientation: bool, on_error: str, origin: str) -> InputImages:
+    """The image files decoded, with the names and folders of those kept (all of them unless on_error skips some)."""
+    own_sizes = size is None and max_resolution is not None
+    files = readers.read_files(paths, list(range(len(paths))), channels=channels, size=None if own_sizes else size,
+                               on_error=on_error, exif_orientation=exif_orientation,
+                               max_resolution=max_resolution if own_sizes else readers.DEFAULT_MAX_RESOLUTION)
+    images = ([image.permute(2, 0, 1) for image in files.images_at_own_size()] if own_sizes else files.inputs)
+    if not len(images):
+        raise ConfigError(f"{origin}: none of the {len(paths)} image files could be read: " + "; ".join(files.skipped))
+    kept = files.targets.tolist()  # each file's position, as its label
+    return InputImages(images, [names[i] for i in kept], [folders[i] for i in kept], tuple(files.skipped))
 
 
 def _npz_images(path: str, origin: str) -> torch.Tensor:
@@ -99,3 +127,61 @@ def _channels_first(array: torch.Tensor, channels: int, size, origin: str) -> to
     wanted = f"{size[0]} x {size[1]}" if size else "H x W"
     raise ConfigError(f"{origin} holds an array of shape {tuple(array.shape)}; expected images of {channels} "
                       f"channel(s) and {wanted} pixels: N x H x W (grey), N x C x H x W or N x H x W x C")
+
+
+IN_MEMORY = ("PIL images, uint8 tensors (C x H x W or H x W) or uint8 numpy arrays (H x W x C or H x W), of any sizes; "
+             "float images of one size go as one N x C x H x W tensor instead")
+
+
+def read_size(height: int, width: int, size: Optional[Tuple[int, int]] = None,
+               max_resolution: Optional[int] = None) -> Tuple[int, int]:
+    """(height, width) an image of height x width is read at: `size` when given, else its own, its shorter side brought
+    down to max_resolution where longer (None or 0: as it is), as the readers keep images at their own sizes."""
+    if size is not None:
+        return tuple(size)
+    if max_resolution and min(height, width) > max_resolution:
+        return transforms.output_size([{"Resize": {"size": max_resolution}}], height, width)
+    return height, width
+
+
+def uint8_images(images: Sequence, channels: int, origin: str = "inputs") -> List[torch.Tensor]:
+    """In-memory images as uint8 C x H x W tensors of `channels` channels (a PIL image converted to L or RGB, a grey
+    tensor's channel repeated); a ConfigError names a bad element by its index, its type and what is taken."""
+    if not isinstance(images, (list, tuple)) or not images:
+        raise ConfigError(f"{origin}: give a non-empty list of {IN_MEMORY}")
+    result = []
+    for index, image in enumerate(images):
+        try:
+            tensor = _uint8_image(image, channels)
+        except ConfigError:
+            raise ConfigError(f"{origin}[{index}] is {_part(image)}; a list of images holds {IN_MEMORY}") from None
+        if tensor.shape[0] == 1 and channels == 3:
+            tensor = tensor.expand(3, -1, -1)
+        if tensor.shape[0] != channels:
+            raise ConfigError(f"{origin}[{index}] is {_part(image)}: {tensor.shape[0]} channels where the model takes "
+                              f"{channels}; a list of images holds {IN_MEMORY}")
+        result.append(tensor)
+    return result
+
+
+def images_from_list(images: Sequence, channels: int, size: Optional[Tuple[int, int]] = None,
+                     max_resolution: Optional[int] = None, origin: str = "inputs") -> InputImages:
+    """In-memory images, each brought to what read_input_images makes of an image file: `channels` channels
+    (uint8_images), resized to `size` (height, width) when given, else with `max_resolution` given, each at its own
+    size, its shorter side at most max_resolution (0: full size), as a list; else they must share one size. Resized with the readers' kernel (torch's antialiased bilinear on uint8), so
+    an image gives what the same pixels saved as a PNG file give. A ConfigError names a bad element by its index."""
+    read = []
+    for tensor in uint8_images(images, channels, origin):
+        height, width = tensor.shape[1:]
+        target = read_size(height, width, size, max_resolution)
+        if target != (height, width):
+            tensor = torch.ops.aten._upsample_bilinear2d_aa(tensor.unsqueeze(0), list(target), False)[0]
+        read.append(tensor.contiguous())
+    if size is None and max_resolution is not None:
+        return InputImages(read, None, None)
+    first = tuple(read[0].shape[1:])
+    index = next((i for i, image in enumerate(read) if tuple(image.shape[1:]) != first), None)
+    if index is not None:
+        raise ConfigError(f"{origin}[{index}] is {tuple(read[index].shape[1:])} but {origin}[0] is {first}: the model "
+                          "takes images of one size (its run read them so); give them at one size")
+    return InputImages(torch.stack(read), None, None)

@@ -29,6 +29,7 @@ from torch import nn
 
 from .. import transforms
 from ..errors import ConfigError, ExportError
+from ..redact import masked_values
 from .load import LoadedModel, load
 
 FORMATS = ("onnx", "safetensors")
@@ -37,9 +38,10 @@ PIP = {"onnx": "pip install onnx onnxscript onnxruntime", "safetensors": "pip in
 
 
 def preprocessing(model: LoadedModel) -> dict:
-    """What a runtime needs besides the weights: the model, the input shape, the standardisation, the classes."""
+    """What a runtime needs besides the weights: the model, the input shape, the standardisation, the classes (the
+    sidecar and the files' metadata are shared as the weights are: credentials in URIs masked)."""
     stats = model.input_stats or {}
-    return {
+    return masked_values({
         "model": model.config.model, "model_kwargs": model.config.model_kwargs, "loss": model.config.loss,
         "heads": model.config.heads, "input_shape": model.model_input_shape, "classes": model.classes,
         "tta": model.config.tta,
@@ -49,7 +51,7 @@ def preprocessing(model: LoadedModel) -> dict:
                     "each channel c becomes (x - mean[c]) / std[c]; inputs are N x C x H x W float32"
                     if model.is_image_model else
                     "inputs become (x - mean[0]) / std[0], as float32"),
-    }
+    })
 
 
 def export(checkpoint: Union[str, os.PathLike, LoadedModel], format: str, out: Optional[str] = None, *,

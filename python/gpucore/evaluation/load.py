@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import copy
 import os
-from typing import List, Optional, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
 
+from ..cam import PhotoGeometry
 from ..checkpoint import load_checkpoint, model_state
 from ..config import load_config
+from ..data.input_files import images_from_list, read_size
 from ..data.readers import DEFAULT_MAX_RESOLUTION
 from ..data.tensor_inputs import as_images, model_inputs, prepare_inputs
 from ..device.select import select_device
@@ -78,24 +80,81 @@ class LoadedModel:
         return (self.is_image_model and not self.input_shape[1]
                 and transforms.per_image(transforms.validation_form(self.config.transforms)))
 
-    def as_seen(self, images: List[torch.Tensor]) -> torch.Tensor:
-        """Images of their own sizes (uint8 C x H x W each) as the model sees them before standardisation: each
-        through the deterministic form of the run's transforms without Normalize, uint8 N x C x h x w (what
-        Grad-CAM overlays its maps on).
+    def read_images(self, images: Sequence, size: Optional[Tuple[int, int]] = None):
+        """In-memory images (PIL images, uint8 tensors or arrays, of any sizes) as the model's raw inputs, each read as
+        an image file of the same pixels would be: resized to the size the run read its images at (or `size`), or, for
+        a run that read them at their own sizes, kept so (shorter side at most max_resolution) for preprocess.
 
         Args:
-            images: the images, each uint8 C x H x W (or H x W) at its own size.
+            images: the images.
+            size: (height, width) to read them at instead of the run's.
 
         Returns:
-            uint8 N x C x h x w.
+            uint8 N x C x H x W, or a list of uint8 C x H x W (reads_own_sizes).
 
         Raises:
-            ConfigError: a list whose transforms normalise in another way (RandomErasing has no deterministic form).
+            ConfigError: a model that does not take images; an element that is not an image (naming its index).
         """
-        form = [entry for entry in transforms.validation_form(self.config.transforms)
-                if not (isinstance(entry, dict) and "Normalize" in entry)]
-        compose = transforms.Compose(form)
-        return torch.cat([compose(as_images(image.unsqueeze(0))) for image in images])
+        return images_from_list(images, self.image_channels("images"), *self._read_sizes(size)).images
+
+    def photo_geometry(self, height: int, width: int, size: Optional[Tuple[int, int]] = None) -> PhotoGeometry:
+        """Where the pixels of a height x width photo land on the model's input grid: the reader's resize (read_images;
+        `size` as there), then the deterministic form of the run's transforms (Resize scales, CenterCrop shifts).
+
+        Args:
+            height: the photo's height.
+            width: the photo's width.
+            size: (height, width) it was read at instead of the run's.
+
+        Returns:
+            A PhotoGeometry (gpucore.cam), for PhotoCams' maps and overlays on the whole photo.
+
+        Raises:
+            ConfigError: a model that does not take images.
+        """
+        self.image_channels("photos")
+        read = read_size(height, width, *self._read_sizes(size))
+        scale, shift = [read[0] / height, read[1] / width], [0.0, 0.0]
+        for entry in transforms.validation_form(self.config.transforms):
+            name = next(iter(entry))
+            after = transforms.output_size([entry], *read)
+            if name == "Resize":
+                factor = [after[0] / read[0], after[1] / read[1]]
+                scale = [s * f for s, f in zip(scale, factor)]
+                shift = [t * f for t, f in zip(shift, factor)]
+            elif name == "CenterCrop":  # the crop's corner as the transform itself draws it (negative: zero padding)
+                _, drawn = transforms.Compose([entry])(torch.zeros(1, 1, *read, dtype=torch.uint8), return_params=True)
+                corner = drawn[0][1][0][0].tolist()
+                shift = [t - c for t, c in zip(shift, corner)]
+            elif after != tuple(read):  # Normalize moves no pixel; a transform that does, unknown here, is refused
+                raise ConfigError(f"transform {name} of '{self.checkpoint}' moves pixels in a way photo_geometry does "
+                                  "not know; overlay the maps on the model's inputs instead")
+            read = after
+        return PhotoGeometry(tuple(scale), tuple(shift), tuple(read))
+
+    def _read_sizes(self, size: Optional[Tuple[int, int]]) -> Tuple[Optional[Tuple[int, int]], Optional[int]]:
+        """(size, max_resolution) images are read at for this model: `size` or the run's, else its max_resolution
+        where the run read them at their own sizes."""
+        _, height, width = self.input_shape
+        size = tuple(size) if size is not None else ((height, width) if height else None)
+        return size, (self.max_resolution if size is None and self.reads_own_sizes else None)
+
+    def image_channels(self, what: str = "images") -> int:
+        """The channels of the images the model takes.
+
+        Args:
+            what: what the caller gave, for the error ("images", "photos").
+
+        Returns:
+            1 or 3.
+
+        Raises:
+            ConfigError: a model that takes no images.
+        """
+        if not self.is_image_model:
+            raise ConfigError(f"the model of '{self.checkpoint}' takes inputs of shape "
+                              f"{self.input_shape or 'unknown'}, not {what}")
+        return self.input_shape[0]
 
     @property
     def max_resolution(self) -> int:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import csv
 import os
-from typing import List, Optional, Union
+from typing import List, Optional, Sequence, Union
 
 import torch
 
 from ..data.class_folders import listed
-from ..data.input_files import read_input_images
+from ..data.input_files import IN_MEMORY, read_input_images
 from ..data.png import encode_png
 from ..errors import ConfigError
 from ..tasks import Classification
@@ -34,19 +34,23 @@ class Predictions:
         labels: classification: true classes from class subfolders named like the checkpoint's classes, else None.
         mask_files: segmentation: the masks written.
         notes: what the rows cannot show by themselves (a model with more outputs than class names), as sentences.
+        skipped: on_error "skip": "path: why" of each image file left out, unreadable (no row).
     """
 
     def __init__(self, names: List[str], outputs: torch.Tensor, predicted_: torch.Tensor, rows: List[dict],
-                 labels: Optional[torch.Tensor], mask_files: Optional[List[str]], notes: Optional[List[str]] = None):
+                 labels: Optional[torch.Tensor], mask_files: Optional[List[str]], notes: Optional[List[str]] = None,
+                 skipped: Sequence[str] = ()):
         self.names, self.outputs, self.predicted, self.rows = names, outputs, predicted_, rows
         self.labels, self.mask_files, self.notes = labels, mask_files, list(notes or [])
+        self.skipped = list(skipped)
 
     def __len__(self) -> int:
         return len(self.rows)
 
     def __repr__(self) -> str:
         accuracy = self.accuracy()
-        return f"Predictions({len(self)} inputs" + (f", accuracy {accuracy:.4f}" if accuracy is not None else "") + ")"
+        return (f"Predictions({len(self)} inputs" + (f", accuracy {accuracy:.4f}" if accuracy is not None else "")
+                + (f", {len(self.skipped)} files skipped" if self.skipped else "") + ")")
 
     def accuracy(self) -> Optional[float]:
         """Share of inputs whose predicted class is their folder's class.
@@ -77,18 +81,23 @@ class Predictions:
 
 
 def predict(checkpoint: Union[str, os.PathLike, LoadedModel], inputs, *, top_k: int = 5, masks: Optional[str] = None,
-            device: str = "auto", batch_size: Optional[int] = None) -> Predictions:
+            device: str = "auto", batch_size: Optional[int] = None, on_error: str = "raise") -> Predictions:
     """Predictions of a checkpoint on inputs, read at its input shape with its run's preprocessing.
 
     Args:
         checkpoint: a gpucore checkpoint path or a gpucore.load result.
         inputs: a path (a folder of PNG/JPEG images, class subfolders allowed; one image; a .npy/.npz array; an IDX
-            image file) or a tensor of raw inputs (uint8 images as training read them). Float images must lie in
+            image file), a tensor of raw inputs (uint8 images as training read them), or a list of images (PIL
+            images, uint8 tensors C x H x W or H x W, uint8 arrays H x W x C) of any sizes, each read as the same
+            pixels in a PNG file would be (resized to the model's size, or through its run's per-image transforms),
+            results in the list's order. Float images must lie in
             [0, 1] (a ConfigError names the range found) unless the run trained on floats of another range.
         top_k: classes per input for classification.
         masks: segmentation: the folder for one mask PNG per image.
         device: auto, cpu, cuda, cuda:N or mps.
         batch_size: inputs per forward pass (default: the run's eval_batch_size).
+        on_error: image files that cannot be read or decoded: "raise" (a ConfigError naming the file) or "skip" (left
+            out, each with its reason in the result's `skipped`; the others predicted).
 
     Returns:
         Predictions: one row per input (the CSV's columns), the decoded predictions, the accuracy where the images sit
@@ -101,7 +110,7 @@ def predict(checkpoint: Union[str, os.PathLike, LoadedModel], inputs, *, top_k: 
     model = checkpoint if isinstance(checkpoint, LoadedModel) else load(checkpoint, device)
     if not is_int(top_k) or top_k < 1:
         raise ConfigError(f"top_k must be an integer >= 1, got {top_k!r}")
-    raw, names, folders = _read(model, inputs)
+    raw, names, folders, skipped = _read(model, inputs, on_error)
     outputs = model(raw, batch_size).cpu()
     task = model.task.for_outputs(outputs)
     decoded = task.decode(outputs)
@@ -116,26 +125,29 @@ def predict(checkpoint: Union[str, os.PathLike, LoadedModel], inputs, *, top_k: 
     if isinstance(task, Classification) and model.classes and outputs.dim() == 2 and outputs.shape[1] > len(model.classes):
         notes.append(f"the model has {outputs.shape[1]} outputs but its checkpoint names {len(model.classes)} "
                      f"classes; outputs {len(model.classes)} to {outputs.shape[1] - 1} are named output_INDEX")
-    return Predictions(names, outputs, decoded, rows, labels, mask_files, notes)
+    return Predictions(names, outputs, decoded, rows, labels, mask_files, notes, skipped)
 
 
-def _read(model: LoadedModel, inputs):
-    """(raw inputs, names, class subfolders or None)."""
+def _read(model: LoadedModel, inputs, on_error: str):
+    """(raw inputs, names, class subfolders or None, files skipped)."""
     if isinstance(inputs, torch.Tensor):
         _check_float_range(model, inputs, "inputs (a tensor)")
-        return inputs, [str(i) for i in range(inputs.shape[0])], None
-    if not isinstance(inputs, (str, os.PathLike)):
-        raise ConfigError(f"inputs must be a path or a tensor, got {type(inputs).__name__}")
+        return inputs, [str(i) for i in range(inputs.shape[0])], None, ()
+    if not isinstance(inputs, (str, os.PathLike, list, tuple)):
+        raise ConfigError(f"inputs must be a path, a tensor or a list of images ({IN_MEMORY}), got "
+                          f"{type(inputs).__name__}")
     if not model.is_image_model:
         raise ConfigError(f"the model of '{model.checkpoint}' takes inputs of shape {model.input_shape or 'unknown'}, "
                           "not images: pass them as a tensor")
     channels, height, width = model.input_shape
+    if isinstance(inputs, (list, tuple)):  # each image as an image file of it would be read
+        return model.read_images(inputs), [str(i) for i in range(len(inputs))], None, ()
     read = read_input_images(inputs, channels, (height, width) if height else None,
                              max_resolution=model.max_resolution if model.reads_own_sizes else None,
-                             exif_orientation=model.exif_orientation)
+                             exif_orientation=model.exif_orientation, on_error=on_error)
     _check_float_range(model, read.images, f"inputs '{os.fspath(inputs)}'")
     names = read.files if read.files is not None else [str(i) for i in range(len(read.images))]
-    return read.images, names, read.folders
+    return read.images, names, read.folders, read.skipped
 
 
 def _check_float_range(model: LoadedModel, images: torch.Tensor, origin: str) -> None:

@@ -22,6 +22,7 @@ from ..data.plan import is_native
 from ..data.readers import LabeledData
 from ..device.select import select_device
 from ..errors import ConfigError
+from ..redact import masked_values
 from ..report import plots
 from ..report.page import Page
 from ..report.sections import prediction_sections, train_batch_section
@@ -118,7 +119,7 @@ def write_report(run_dir: str, device: str = "auto", module: Union[None, str, nn
                 rows = prediction_sections(page, result, classes, normalization, module, config, target)
         if train_set is not None:
             train_batch_section(page, train_set, normalization, classes, model.task)
-        page.table("Config", sorted(config.to_dict().items()), ("key", "value"))
+        page.table("Config", sorted(masked_values(config.to_dict()).items()), ("key", "value"))
         drawn = page.write(f"gpucore run {os.path.basename(run_dir)}")
         path = os.path.join(run_dir, REPORT)
         lost = sorted(figures(path) - figures(drawn))

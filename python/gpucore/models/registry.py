@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError
+from ..redact import holds_mask, masked_value_message
 from ..values import is_int
 from . import segmentation_models
 from .downloads import refuse_downloads
@@ -23,6 +24,8 @@ from .torchvision_build import mismatch_message
 
 class FashionMnistCNN(nn.Module):
     """The Fashion-MNIST network of the usual mnist-gpu.py script: two conv blocks and a classifier, 1x28x28 in."""
+
+    input_size = (28, 28)  # the (height, width) its classifier's 64 x 7 x 7 inputs need (fixed_input_size)
 
     def __init__(self, num_classes: int = 10, in_channels: int = 1, dropout: float = 0.25):
         super().__init__()
@@ -105,11 +108,22 @@ _INSTALL = {
 _LISTED_BY = {"torchvision": "torchvision.models.list_models()", "timm": "timm.list_models()"}
 
 
+def fixed_input_size(name: str) -> Optional[Tuple[int, int]]:
+    """The (height, width) built-in model `name` takes, where it takes one size only; None for any other model. A
+    model states its own input, as timm's pretrained_cfg does."""
+    return getattr(BUILTIN.get(name), "input_size", None)
+
+
 def build_model(name: str, kwargs: dict, pretrained: Optional[str] = None) -> nn.Module:
     """A built-in model by name, a torchvision or timm model (`torchvision:NAME`, `timm:NAME`, randomly
     initialised: config key `pretrained` loads weights), or `package.module:factory` called with `kwargs`.
     pretrained (config key pretrained): a transformers model folder there also gives the architecture when
-    model_kwargs names no config, as from_pretrained(folder) takes it."""
+    model_kwargs names no config, as from_pretrained(folder) takes it. A value a run's files recorded masked
+    (gpucore.load of a checkpoint) is a ConfigError: the model would be built with the mask."""
+    for key, value in (("model_kwargs", kwargs), ("pretrained", pretrained)):
+        if holds_mask(value):
+            raise ConfigError(masked_value_message(key, value) + "; or give gpucore.load the model to load a "
+                              "checkpoint's weights into (model=; gpucore evaluate, report, predict, export: --model)")
     library, _, library_name = name.partition(":")
     if library in LIBRARIES:
         return _library_model(library, library_name, kwargs)

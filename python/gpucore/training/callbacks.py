@@ -1,6 +1,6 @@
 """The fit loop's callbacks, with the hooks Lightning users know. `Callback` is the base class: every hook the
-loop calls, in the order a run calls them, each a no-op until overridden; every hook is given the trainer (the fit
-loop) first; epochs count from 1. A callback's `state_dict()` is saved in every checkpoint (under its
+loop calls, in the order a run calls them, each a no-op until overridden; every hook is given the trainer (trainer.py:
+the fit as a callback sees it) first; epochs count from 1. A callback's `state_dict()` is saved in every checkpoint (under its
 `state_key`) and given back to `load_state_dict` on resume. Setting `trainer.should_stop = True` in any hook ends
 the run after the current epoch (its checkpoint written), with status "stopped" (EarlyStopping: "early_stopped").
 
@@ -19,6 +19,7 @@ from torch import nn
 from ..errors import ConfigError
 from ..models.registry import backbone_split
 from ..run_files import BEST, EVERY_N_PREFIX, INTERRUPTED, LAST, every_n_name
+from .fit_outcome import EARLY_STOPPED
 from .frozen_layers import CannotFold, FrozenLayersForward
 from .run_dir import RunDir
 
@@ -26,9 +27,9 @@ from .run_dir import RunDir
 class Callback:
     """A training callback, as Lightning users know them: override the hooks you need.
 
-    `trainer`, every hook's first argument, is the fit loop (gpucore.training.fit_loop.FitLoop; the name is
-    Lightning's, which passes its Trainer there): its `epoch`, `history`, `run` (model, engine, config),
-    `should_stop` (set it to end the run after this epoch) and `status`. The hooks run in the order listed; what
+    `trainer`, every hook's first argument, is the fit as a callback sees it (gpucore.training.trainer.Trainer;
+    Lightning's name): its `epoch`, `position`, `history`, `run` (model, engine, config), `model`, `status`,
+    `resumed`, `should_stop` (set it to end the run after this epoch) and `stop(reason)`. The hooks run in the order listed; what
     state_dict returns is saved in every checkpoint under `state_key` and given back on resume.
     """
 
@@ -129,14 +130,13 @@ class Callback:
         """
 
 
-# The hooks of before this release, still called, with a DeprecationWarning naming the callback and the hook, until
-# the next release. The hooks that took no trainer, with their arguments then: a callback whose hook still takes
-# only these is called so.
+# The hooks as they were written before 0.1.0, without the trainer (their arguments then): such a hook is refused,
+# naming the signature to write, not left to fail with a TypeError mid-run.
 _WITHOUT_TRAINER = {"on_epoch_start": "epoch", "on_step_end": "step, metrics", "on_epoch_end": "epoch, record",
                     "on_save_checkpoint": "checkpoint", "on_load_checkpoint": "checkpoint"}
 # The hooks renamed, by their new names: a callback that defines the old one (in its class or a subclass of the one
-# that defines the new one) has it called in the new one's place. on_step_end ran every log_every_n_steps steps,
-# not after every step as its name said (on_train_step_end does that now).
+# that defines the new one) has it called in the new one's place, with a DeprecationWarning, until the next release.
+# on_step_end ran every log_every_n_steps steps, not after every step as its name said (on_train_step_end does that).
 _RENAMED = {"on_log": "on_step_end"}
 
 
@@ -147,27 +147,30 @@ class CallbackList:
         self.callbacks: List[Any] = list(callbacks)
         self.trainer = trainer
         # (id(callback), hook): the callback's old method called for the hook, where it defines a renamed one
+        for callback in self.callbacks:
+            for hook in _WITHOUT_TRAINER:
+                _check_takes_trainer(callback, hook)
         self.renamed = {(id(callback), hook): old for callback in self.callbacks for hook, old in _RENAMED.items()
                         if _uses_old_name(callback, hook, old)}
-        self.without_trainer = {(id(callback), hook) for callback in self.callbacks for hook in _WITHOUT_TRAINER
-                                if _takes_no_trainer(callback, hook)}
-        for callback in self.callbacks:
-            if any((id(callback), hook) in self.without_trainer for hook in _WITHOUT_TRAINER):
-                callback.trainer = trainer  # where the old hooks read the loop from
         self.stateful = _stateful(self.callbacks)  # by state key: what checkpoints keep
 
     def __iter__(self):
         return iter(self.callbacks)
 
+    def append(self, callback: Any) -> None:
+        """`callback` called after every other (ModelCheckpoint: a checkpoint holds the others' state)."""
+        for hook in _WITHOUT_TRAINER:
+            _check_takes_trainer(callback, hook)
+        self.callbacks.append(callback)
+        self.renamed.update({(id(callback), hook): old for hook, old in _RENAMED.items()
+                             if _uses_old_name(callback, hook, old)})
+        self.stateful = _stateful(self.callbacks)
+
     def call(self, hook: str, *args) -> None:
         for callback in self.callbacks:
             name = self.renamed.get((id(callback), hook), hook)
             method = getattr(callback, name, None)
-            if method is None:
-                continue
-            if (id(callback), name) in self.without_trainer:
-                method(*args)
-            else:
+            if method is not None:
                 method(self.trainer, *args)
 
     def state_dict(self) -> Dict[str, dict]:
@@ -231,22 +234,20 @@ def _uses_old_name(callback: Any, hook: str, old: str) -> bool:
     return True
 
 
-def _takes_no_trainer(callback: Any, hook: str) -> bool:
-    """Whether `callback`'s `hook` has the signature of before this release (no trainer); warns if so."""
+def _check_takes_trainer(callback: Any, hook: str) -> None:
+    """ConfigError if `callback`'s `hook` has the signature of before 0.1.0 (no trainer)."""
     method = getattr(callback, hook, None)
     if method is None:
-        return False
+        return
     try:
         signature = inspect.signature(method)
     except (TypeError, ValueError):  # no signature to read (a builtin): called the current way
-        return False
+        return
     arguments = _WITHOUT_TRAINER[hook].split(", ")
-    if _binds(signature, len(arguments) + 1) or not _binds(signature, len(arguments)):
-        return False
-    warnings.warn(f"callback {type(callback).__name__}: {hook}({_WITHOUT_TRAINER[hook]}) without the trainer is "
-                  f"deprecated and stops working in the next release; define {hook}(self, trainer, "
-                  f"{_WITHOUT_TRAINER[hook]})", DeprecationWarning, stacklevel=2)
-    return True
+    if _binds(signature, len(arguments)) and not _binds(signature, len(arguments) + 1):
+        raise ConfigError(f"callback {type(callback).__name__}: {hook}({_WITHOUT_TRAINER[hook]}) takes no trainer; "
+                          f"every hook is called with the trainer first since 0.1.0: define {hook}(self, trainer, "
+                          f"{_WITHOUT_TRAINER[hook]})")
 
 
 def _binds(signature: inspect.Signature, count: int) -> bool:
@@ -324,14 +325,21 @@ class EarlyStopping(BestEpoch):
     def on_epoch_end(self, trainer, epoch: int, record: dict) -> None:
         self.update(epoch, record)
         if epoch - (self.best_epoch or 0) >= self.patience:
-            trainer.should_stop = True
-            trainer.stop_status = "early_stopped"
+            since = f"since epoch {self.best_epoch}" if self.best_epoch else "since the start"
+            trainer.stop(f"early stopping: {self.monitor.name} did not improve for {self.patience} epoch"
+                         f"{'s' if self.patience > 1 else ''} ({since})", EARLY_STOPPED)
 
 
 class ModelCheckpoint(BestEpoch):
     """After each epoch: checkpoints/last.pt; best.pt when the monitored metric improved; epoch_NNNN.pt
     every `save_every_n_epochs` epochs, keeping the newest `keep_last_k`. The loop calls it after the other
     callbacks, so that the checkpoint holds their state after the epoch."""
+
+    STATE_KEY = "ModelCheckpoint"  # checkpoints also keep its state, the best epoch, as "best"
+
+    @property
+    def state_key(self) -> str:
+        return self.STATE_KEY
 
     def __init__(self, monitor: Monitor, run_dir: RunDir, checkpointing, save_every_n_epochs: int, keep_last_k: int):
         super().__init__(monitor)
@@ -389,8 +397,11 @@ class FreezeBackbone(Callback):
                 self.forward = FrozenLayersForward(self.model, self.autocast_dtype, trainer.run.engine.note_host_read)
             except CannotFold as exc:
                 self.fold_off = str(exc)
-        if self.forward is not None:
-            trainer.train_forward = self.forward
+
+    def epoch_forward(self, model_forward):
+        """What the engine calls this epoch: the folded forward of a frozen epoch (built in on_epoch_start), else
+        `model_forward`."""
+        return self.forward if self.forward is not None else model_forward
 
     def frozen_layers(self) -> Dict[str, Any]:
         """What the frozen epochs' forward folded and cast once, or why the model's own forward trained them."""

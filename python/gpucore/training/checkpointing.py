@@ -1,22 +1,24 @@
 """A training run's checkpoints, as Lightning's checkpoint connector keeps them apart from the loop: what a
 checkpoint holds (`Checkpointing.payload`: enough to resume exactly after any optimizer step, at any world size),
-the resume from one (`Checkpointing.resume`, which gives the loop its state back through its load_state_dict) and
-the migration of the formats older gpucore releases wrote (`migrate`). The loop, ModelCheckpoint and the step
+the resume from one (`Checkpointing.resume`, which gives the run's position, history and callbacks their state
+back) and the migration of the formats older gpucore releases wrote (`migrate`). The loop, ModelCheckpoint and the step
 checkpoints all write what `snapshot` copies to the host."""
 from __future__ import annotations
 
 import sys
 import warnings
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 import torch
 
 from ..checkpoint import EMA_STATE, WEIGHTS, host_snapshot, load_checkpoint
 from ..data.identity import check_same_data
 from ..errors import ConfigError
-from .callbacks import BestEpoch
+from .callbacks import BestEpoch, CallbackList, ModelCheckpoint, Monitor
 from .ema import monitored_weights
-from .position import migrated_samples_consumed
+from .fit_outcome import FitOutcome
+from .oom import rebatch
+from .position import RunPosition, migrated_samples_consumed
 from .rng import rng_state, set_rng_state
 from .run_dir import RESUME_LOCATION, check_resume_keeps_the_run
 
@@ -61,19 +63,23 @@ def migrate(checkpoint: dict, world_size: int, batching: dict, best_keepers: Seq
 
 
 class Checkpointing:
-    """The checkpoints of `loop` (a FitLoop), as Lightning's checkpoint connector: the run's model, engine, EMA and
-    RNGs, and the loop's own state_dict (its position, history and callbacks)."""
+    """The checkpoints of a run, as Lightning's checkpoint connector: the run's model, engine, EMA and RNGs, and the
+    fit's state: its position after the last optimizer step (position.py), history and every callback's state
+    (`callbacks`; ModelCheckpoint's best epoch also as "best"). `monitor`: which weights the EMA's metrics pick."""
 
-    def __init__(self, loop):
-        self.loop = loop
+    def __init__(self, run, position: RunPosition, history: List[dict], callbacks: CallbackList, monitor: Monitor,
+                 outcome: FitOutcome):
+        self.run, self.position, self.history, self.callbacks = run, position, history, callbacks
+        self.monitor, self.outcome = monitor, outcome
         self.config_values: Optional[dict] = None  # a resumed run's config.json (the checkpoint's batching keys)
 
     def payload(self) -> dict:
         """What a checkpoint holds: enough to resume exactly after the last optimizer step done (at any world
         size)."""
-        loop = self.loop
-        run, monitor = loop.run, loop.checkpoints.monitor
-        payload = dict(loop.state_dict(), model=run.module.state_dict(), engine=run.engine.state(), rng=rng_state(),
+        run, states = self.run, self.callbacks.state_dict()
+        payload = dict(self.position.state_dict(), history=list(self.history), callbacks=states,
+                       best=states[ModelCheckpoint.STATE_KEY], model=run.module.state_dict(), engine=run.engine.state(),
+                       rng=rng_state(),
                        config=dict(self.config_values or run.config.to_dict()), classes=run.classes,
                        class_weights=run.task.class_weights,  # config key class_weights as resolved: evaluate's loss
                        data=run.data_identity,
@@ -82,14 +88,14 @@ class Checkpointing:
                                     if run.normalization else None))
         if run.ema is not None:
             # The weights gpucore.load and the report use: the EMA's when the monitored metric is one of its.
-            payload.update({EMA_STATE: run.ema.state_dict(), WEIGHTS: monitored_weights(monitor.name)})
-        loop.callbacks.call("on_save_checkpoint", payload)
+            payload.update({EMA_STATE: run.ema.state_dict(), WEIGHTS: monitored_weights(self.monitor.name)})
+        self.callbacks.call("on_save_checkpoint", payload)
         return payload
 
     def snapshot(self, copy: bool = False) -> dict:
         """The payload copied to the host, for writing (one host read, counted; only the main process, which writes,
         copies). With `copy` it shares nothing with the live state (a write in the background)."""
-        run = self.loop.run
+        run = self.run
         payload = self.payload()
         if not run.world.is_main:
             return payload
@@ -99,16 +105,15 @@ class Checkpointing:
     def resume(self, path: str) -> dict:
         """Restores the model, engine, EMA, RNGs and the loop (position, batching, history, callbacks) from checkpoint
         `path`; returns where it resumed (training_stats.json's resume)."""
-        loop = self.loop
-        run, position = loop.run, loop.position
+        run, position = self.run, self.position
         saved = load_checkpoint(path, map_location=run.device)
         try:
             run.module.load_state_dict(saved["model"])
         except RuntimeError as exc:
             raise ConfigError(f"checkpoint '{path}' does not fit the model: {exc}") from exc
-        best_keepers = [key for key, callback in loop.callbacks.stateful.items() if isinstance(callback, BestEpoch)]
+        best_keepers = [key for key, callback in self.callbacks.stateful.items() if isinstance(callback, BestEpoch)]
         checkpoint = migrate(saved, run.world.size, position.batching.to_dict(), best_keepers)
-        loop.load_state_dict(checkpoint)
+        self._load_fit_state(checkpoint)
         saved_world = int(checkpoint["world_size"])
         engine_state = dict(checkpoint["engine"])
         if saved_world != run.world.size:
@@ -129,11 +134,11 @@ class Checkpointing:
             warnings.warn(f"accept_changed_data: resuming '{path}' on changed data: " + "; ".join(changed),
                           stacklevel=2)
         set_rng_state(checkpoint["rng"])
-        loop.callbacks.call("on_load_checkpoint", saved)
-        run.run_dir.write_history(loop.history)  # rows written after this checkpoint (a kill) are dropped
+        self.callbacks.call("on_load_checkpoint", saved)
+        run.run_dir.write_history(self.history)  # rows written after this checkpoint (a kill) are dropped
         self.config_values = self._config_used(saved_config)
         run.run_dir.write_config(self.config_values)
-        position.engine_read(run.engine.steps_taken(), run.engine.steps_skipped())
+        position.engine_read(*run.engine.step_counts())
         if run.world.is_main:
             epochs = run.config.epochs
             if position.epoch >= epochs:
@@ -146,10 +151,20 @@ class Checkpointing:
         return {"from": path, "epoch": position.epoch, "samples_consumed": position.start_sample,
                 "world_size": saved_world}
 
+    def _load_fit_state(self, checkpoint: dict) -> None:
+        """The fit goes on from `checkpoint` (in the current format: migrate): its position (and batching, when an
+        out-of-memory retry had changed it), history and callbacks' states."""
+        batching = self.position.batching
+        self.position.load_state_dict(checkpoint)
+        if self.position.batching != batching:
+            rebatch(self.run, self.position, self.position.batching)
+        self.history[:] = checkpoint["history"]
+        self.callbacks.load_state_dict(checkpoint["callbacks"])
+
     def _config_used(self, saved_config: dict) -> dict:
         """config.json of the resumed run: its config (the run's own keys, those a resume may set as given) with
         config.json's own resume."""
-        run = self.loop.run
+        run = self.run
         values = run.config.to_dict()
         # resume is how this start was asked for, not what the run is: config.json keeps the run's first value.
         values["resume"] = run.run_dir.written_config().get("resume", saved_config.get("resume", values["resume"]))
@@ -159,7 +174,7 @@ class Checkpointing:
         """The optimizer steps this world size takes to where the checkpoint of `saved_world` processes is: the
         schedule (warmup, decay, milestones: counted in steps of an epoch at this world size) goes on from the same
         point of the data, not from the other world size's step count."""
-        run, position = self.loop.run, self.loop.position
+        run, position = self.run, self.position
         if not run.train_set.reshards:
             raise ConfigError(f"checkpoint '{path}' was written by {saved_world} processes, this run has "
                               f"{run.world.size}: a torch Dataset or DataLoader resumes only at its own world size "

@@ -7,10 +7,8 @@ from __future__ import annotations
 from typing import Optional
 
 from .. import transforms as transforms_list
-from ..config import KEY_BY_NAME
 from ..errors import TrainingError
-
-FASHION_MNIST_SIZE = (28, 28)  # what the default model, fashion_mnist_cnn, takes
+from ..models.registry import fixed_input_size
 
 
 def diagnosis(run, exc: RuntimeError, nothing_trained: bool) -> Optional[TrainingError]:
@@ -53,11 +51,10 @@ def _transformed_size(run) -> str:
         after = tuple(transforms_list.output_size(plan.transforms, height, width))
     except Exception:  # noqa: BLE001 - the config was checked; this is only a hint
         return ""
-    model = ""
-    if config.model == KEY_BY_NAME["model"].default and after != FASHION_MNIST_SIZE:
-        model = (f" Config key model is the default, {config.model}, made for {FASHION_MNIST_SIZE[0]} x "
-                 f"{FASHION_MNIST_SIZE[1]} Fashion-MNIST: name one for your images, e.g. model: fast_cnn (any size) or "
-                 "torchvision:resnet18.")
+    model, takes = "", fixed_input_size(config.model)
+    if takes is not None and after != takes:
+        model = (f" Config key model is {config.model}, made for {takes[0]} x {takes[1]} images: name one for "
+                 "your images, e.g. model: fast_cnn (any size) or torchvision:resnet18.")
     if own_sizes:
         return (f"config key transforms brings each image to {after[0]} x {after[1]}, the size the model gets: make "
                 f"the model take {after[0]} x {after[1]} inputs.{model}\n")

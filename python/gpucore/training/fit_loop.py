@@ -2,8 +2,8 @@
 epoch, validation, the epoch's record) until the last epoch, a callback's stop (early stopping among them) or
 Ctrl-C. Its parts, each in its own place: the run's position (position.py), the validation loop
 (validation_loop.py), training_stats.json (run_stats.py), the out-of-memory policy (oom.py) and the first batch's
-diagnosis (first_batch.py); what a checkpoint holds and the resume from one: checkpointing.py, which restores the
-loop through `load_state_dict`."""
+diagnosis (first_batch.py); what a checkpoint holds and the resume from one: checkpointing.py; how the fit stands and
+why it stopped: fit_outcome.py; what callbacks receive: trainer.py."""
 from __future__ import annotations
 
 import contextlib
@@ -24,13 +24,15 @@ from .callbacks import CallbackList, EarlyStopping, FreezeBackbone, ModelCheckpo
 from .checkpointing import Checkpointing
 from .ema import SPLITS
 from .first_batch import diagnosis
+from .fit_outcome import COMPLETED, FAILED, INTERRUPTED, RUNNING, FitOutcome
 from .loggers import make_loggers
-from .oom import OomRetry
+from .oom import OomRetry, rebatch
 from .position import Batching, RunPosition
 from .progress import EpochProgress, print_epoch
 from .run_setup import Run
 from .run_stats import RunStats
 from .step_checkpoints import StepCheckpoints
+from .trainer import Trainer
 from .validation_loop import ValidationLoop
 
 # Counters the engine reports with the training metrics; they go into the record without a train_ prefix.
@@ -38,39 +40,56 @@ _COUNTERS = ("lr", "loss_scale", "skipped_steps")
 _DEFAULT_TOP_K = KEY_BY_NAME["top_k"].default
 
 
+def fit_loop(run: Run, callbacks: Sequence[Any] = ()) -> "FitLoop":
+    """The fit loop of `run` with its parts, each given what it reads: the run's position and history, the fit's
+    outcome, the callbacks (the built-in ones, the loggers, `callbacks`, then ModelCheckpoint) and the trainer they
+    receive, the checkpoints, the validation loop, the out-of-memory policy and training_stats.json."""
+    config = run.config
+    position = RunPosition(Batching.of(config), run.world.size)  # halved on out of memory
+    history: List[dict] = []
+    outcome = FitOutcome()
+    metric_modes = run.task.metric_modes(config.top_k, SPLITS)  # the task's metrics by record name
+    monitor = Monitor(config.monitor, config.mode, config.min_delta, metric_modes, run.task.primary_metric)
+    built_in = [EarlyStopping(monitor, config.patience)] if config.patience else []
+    freeze: Optional[FreezeBackbone] = None
+    if config.freeze == "backbone":
+        # Its folded forward calls the model itself: not a DDP wrapper (its reducer) or a compiled one.
+        wrapped = None if run.forward is run.module else "the model is wrapped for DDP or torch.compile"
+        freeze = FreezeBackbone(run.module, config.freeze_epochs, run.policy.autocast_dtype, wrapped)
+        built_in.append(freeze)
+    trainer = Trainer(run, position, history, outcome)
+    callback_list = CallbackList([*built_in, *make_loggers(run), *callbacks], trainer)
+    checkpointing = Checkpointing(run, position, history, callback_list, monitor, outcome)
+    # ModelCheckpoint last, as in Lightning: a checkpoint holds every other callback's state after the epoch.
+    checkpoints = ModelCheckpoint(monitor, run.run_dir, checkpointing, config.save_every_n_epochs, config.keep_last_k)
+    callback_list.append(checkpoints)
+    step_checkpoints = StepCheckpoints(run.run_dir.checkpoint_dir, config.checkpoint_every_n_steps,
+                                       config.checkpoint_every_minutes, run.world.is_main)
+    run_stats = RunStats(run, position, history, outcome, checkpoints, step_checkpoints, freeze)
+    return FitLoop(run, position=position, history=history, outcome=outcome, metric_modes=metric_modes,
+                   callbacks=callback_list, checkpointing=checkpointing, checkpoints=checkpoints, freeze=freeze,
+                   validation=ValidationLoop(run), oom=OomRetry(run, outcome), run_stats=run_stats,
+                   step_checkpoints=step_checkpoints)
+
+
 class FitLoop:
-    def __init__(self, run: Run, callbacks: Sequence[Any] = ()):
-        config = run.config
-        self.run = run
-        self.position = RunPosition(Batching.of(config), run.world.size)  # halved on out of memory
-        self.metric_modes = run.task.metric_modes(config.top_k, SPLITS)  # the task's metrics by record name
-        monitor = Monitor(config.monitor, config.mode, config.min_delta, self.metric_modes, run.task.primary_metric)
-        self.checkpointing = Checkpointing(self)
-        self.checkpoints = ModelCheckpoint(monitor, run.run_dir, self.checkpointing,
-                                           config.save_every_n_epochs, config.keep_last_k)
-        built_in = [EarlyStopping(monitor, config.patience)] if config.patience else []
-        self.freeze: Optional[FreezeBackbone] = None
-        if config.freeze == "backbone":
-            # Its folded forward calls the model itself: not a DDP wrapper (its reducer) or a compiled one.
-            wrapped = None if run.forward is run.module else "the model is wrapped for DDP or torch.compile"
-            self.freeze = FreezeBackbone(run.module, config.freeze_epochs, run.policy.autocast_dtype, wrapped)
-            built_in.append(self.freeze)
-        # ModelCheckpoint last, as in Lightning: a checkpoint holds every other callback's state after the epoch.
-        self.callbacks = CallbackList([*built_in, *make_loggers(run), *callbacks, self.checkpoints], self)
-        self.validation = ValidationLoop(run)
-        self.oom = OomRetry(run)
-        self.run_stats = RunStats(self)
-        self.history: List[dict] = []
-        self.step_checkpoints = StepCheckpoints(run.run_dir.checkpoint_dir, config.checkpoint_every_n_steps,
-                                                config.checkpoint_every_minutes, run.world.is_main)
-        self.status = "completed"  # until a stop, Ctrl-C or an error ends the run
-        self.should_stop = False  # set by a callback: the run ends after this epoch, with status stop_status
-        self.stop_status = "stopped"
-        self.stopped_by: Optional[str] = None  # interrupted: the signal, SIGINT (Ctrl-C), SIGTERM or SIGUSR1
-        self.step_boundaries = StepBoundaries()  # where those signals are raised
+    """The epochs of one run, as Lightning's fit loop: `fit()` calls `advance()` (one epoch: the engine's pass,
+    validation, the record, the callbacks and checkpoints) until the last epoch, a stop asked for (early stopping, a
+    callback) or a signal, and says why it stopped (`outcome.reason`). Built by `fit_loop`, which gives each part
+    what it reads; the loop owns only what moves between its parts during an epoch (the forward the engine calls,
+    the step boundaries where signals land)."""
+
+    def __init__(self, run: Run, *, position: RunPosition, history: List[dict], outcome: FitOutcome,
+                 metric_modes: dict, callbacks: CallbackList, checkpointing: Checkpointing,
+                 checkpoints: ModelCheckpoint, freeze: Optional[FreezeBackbone], validation: ValidationLoop,
+                 oom: OomRetry, run_stats: RunStats, step_checkpoints: StepCheckpoints):
+        self.run, self.position, self.history, self.outcome = run, position, history, outcome
+        self.metric_modes = metric_modes
+        self.callbacks, self.checkpointing, self.checkpoints, self.freeze = callbacks, checkpointing, checkpoints, freeze
+        self.validation, self.oom, self.run_stats, self.step_checkpoints = validation, oom, run_stats, step_checkpoints
+        self.step_boundaries = StepBoundaries()  # where SIGTERM and SIGUSR1 are raised
         self.warned_on_capture = False  # cuda_graphs: a failed capture is warned about once
-        self.resumed: Optional[dict] = None  # the checkpoint a resume read, its epoch and data position
-        self.train_forward = run.forward  # what the engine calls this epoch (FreezeBackbone may set another)
+        self.train_forward = run.forward  # what the engine calls this epoch (FreezeBackbone's folded forward)
         # Files left out that the terminal was told of: those of formats gpucore does not decode, when read.
         self.files_said = set().union(*(getattr(s.data, "unread", []) for s in (run.train_set, run.val_set) if s))
 
@@ -82,11 +101,11 @@ class FitLoop:
     # ---- the loop -----------------------------------------------------------------------------
     @property
     def done(self) -> bool:
-        return self.status != "completed" or self.position.epoch >= self.run.config.epochs
+        return self.outcome.status != COMPLETED or self.position.epoch >= self.run.config.epochs
 
     def fit(self) -> str:
         """Trains to the end; returns the status: completed, early_stopped, stopped or interrupted."""
-        self.run_stats.write("running")
+        self.run_stats.write(RUNNING)
         if self.run.world.launched and self.run.world.is_main:
             batch = self.run_stats.batching_facts()
             print(f"gpucore: batch {batch['per_process']} per process x {batch['processes']} processes x "
@@ -97,20 +116,29 @@ class FitLoop:
                 self.callbacks.call("on_fit_start")
                 while not self.done:
                     self.advance()
+                if self.outcome.status == COMPLETED:
+                    self.outcome.end(COMPLETED, f"max epochs reached ({self.run.config.epochs})")
+                self._say_why_it_stopped()
                 self.callbacks.call("on_fit_end")
         except BaseException as exc:
             run = self.run
-            self.status = "failed"
             with contextlib.suppress(TrainingError):  # no write outlives the run; the error in flight wins
                 self.step_checkpoints.wait()
             if run.group_store is not None and distributed.is_peer_failure(exc):
                 error = distributed.peer_failure_error(run.world, run.group_store, run.config.dist_timeout, exc)
-                self.run_stats.write("failed", str(error))
+                self.outcome.end(FAILED, f"failed: {error}")
+                self.run_stats.write(FAILED, str(error))
                 raise error from exc
-            self.run_stats.write("failed", f"{type(exc).__name__}: {exc}")
+            self.outcome.end(FAILED, f"failed: {type(exc).__name__}: {exc}")
+            self.run_stats.write(FAILED, f"{type(exc).__name__}: {exc}")
             raise
-        self.run_stats.write(self.status)
-        return self.status
+        self.run_stats.write(self.outcome.status)
+        return self.outcome.status
+
+    def _say_why_it_stopped(self) -> None:
+        """The one line on the terminal that says why the fit ended (as Lightning's "`Trainer.fit` stopped: ...")."""
+        if self.run.config.progress and self.run.world.is_main:
+            print(f"gpucore: training stopped: {self.outcome.reason}", file=sys.stderr, flush=True)
 
     def advance(self) -> None:
         """One epoch: train, validate, record, checkpoint. Ctrl-C keeps what is done in interrupted.pt."""
@@ -123,8 +151,9 @@ class FitLoop:
         started = time.perf_counter()
         try:
             run.module.train()
-            self.train_forward = run.forward
             self.callbacks.call("on_epoch_start", position.epoch + 1)  # after train(): frozen norms go back to eval
+            # The frozen epochs' folded forward, which FreezeBackbone built in on_epoch_start; else the model's.
+            self.train_forward = self.freeze.epoch_forward(run.forward) if self.freeze is not None else run.forward
             if run.device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(run.device)
             stats = self._train_pass(progress)
@@ -141,21 +170,21 @@ class FitLoop:
             progress.close()
             if not position.pass_complete():  # the partial epoch's training time, which no metrics.jsonl row holds
                 self.run_stats.interrupted_epoch_seconds = time.perf_counter() - started
-            self.stopped_by = signal_name(interrupt)
+            self.outcome.stopped_by = signal_name(interrupt)
             self.step_checkpoints.wait()  # interrupted.pt is then the newest file
             # At the last full optimizer step: mid-epoch, the samples its steps took; once every step of the pass is
             # done (a signal in the last one, raised before the engine returned), the next epoch's start.
             run.run_dir.save_interrupted(self.checkpointing.snapshot())
             # The steps since the last read of the metrics, for training_stats.json and the result (two reads).
-            position.engine_read(run.engine.steps_taken(), run.engine.steps_skipped())
-            self.status = "interrupted"
+            position.engine_read(*run.engine.step_counts())
+            self.outcome.end(INTERRUPTED, f"interrupted by {self.outcome.stopped_by}")
             return
         except BaseException:
             progress.close()  # the error then starts on a line of its own
             raise
         position.next_epoch()
-        if self.should_stop:
-            self.status = self.stop_status
+        if self.outcome.asked is not None:
+            self.outcome.end(*self.outcome.asked)
 
     def _train_pass(self, progress: EpochProgress) -> Optional[dict]:
         """The engine's statistics of one pass over the rest of the epoch started (run.train_set.current), or None
@@ -200,7 +229,7 @@ class FitLoop:
             return stats
         except OutOfMemoryError as exc:
             progress.close()
-            self.set_batching(self.oom.recover(exc, position.batching, epoch))
+            rebatch(run, position, self.oom.recover(exc, position.batching, epoch))
             return None
         except RuntimeError as exc:
             error = diagnosis(run, exc, nothing_trained=position.steps_taken == 0 and position.steps_in_pass == 0
@@ -215,13 +244,6 @@ class FitLoop:
         if reason and self.run.config.cuda_graphs == "true" and not self.warned_on_capture:
             self.warned_on_capture = True
             warnings.warn(f"cuda_graphs: true, but the steps run eagerly from here on: {reason}", stacklevel=2)
-
-    def set_batching(self, batching: Batching) -> None:
-        """From now on the run batches as `batching` (an out-of-memory retry, a resume of a run that had one)."""
-        run = self.run
-        self.position.restart_pass(batching)
-        run.engine.set_accumulate_grad_batches(batching.accumulate_grad_batches)
-        run.train_set = run.train_set.with_batch_size(batching.batch_size)  # the same plan
 
     def _epoch_record(self, stats: dict) -> dict:
         """The epoch's row of metrics.jsonl before validation: training metrics averaged over the ranks, counters."""
@@ -253,7 +275,7 @@ class FitLoop:
         self.step_checkpoints.wait()  # the epoch's checkpoints are then newer than its step.pt
         self.callbacks.call("on_epoch_end", record["epoch"], record)  # early stopping, loggers, the user's, checkpoints
         self.step_checkpoints.superseded()
-        self.run_stats.write("running")
+        self.run_stats.write(RUNNING)
         self._say_skipped_files()
         if run.config.progress and run.world.is_main:
             print_epoch(record, run.config.epochs, self.metric_modes)
@@ -272,25 +294,9 @@ class FitLoop:
         """The callbacks' last hook, after the report; also after an error."""
         self.callbacks.call("teardown")
 
-    # ---- state --------------------------------------------------------------------------------
-    def state_dict(self) -> dict:
-        """What a checkpoint keeps of the loop: its position after the last optimizer step (position.py), history,
-        best epoch and every callback's state."""
-        return dict(self.position.state_dict(), history=list(self.history), best=self.checkpoints.state_dict(),
-                    callbacks=self.callbacks.state_dict())
-
-    def load_state_dict(self, state: dict) -> None:
-        """Goes on from `state` (a checkpoint in the current format: checkpointing.migrate)."""
-        batching = self.position.batching
-        self.position.load_state_dict(state)
-        if self.position.batching != batching:
-            self.set_batching(self.position.batching)
-        self.history = list(state["history"])
-        self.callbacks.load_state_dict(state["callbacks"])
-
     def resume(self, path: str) -> None:
-        """Restores the run and this loop from checkpoint `path` (checkpointing.py)."""
-        self.resumed = self.checkpointing.resume(path)
+        """Restores the run and this loop's parts from checkpoint `path` (checkpointing.py)."""
+        self.outcome.resumed = self.checkpointing.resume(path)
 
 
 def _memory(device: torch.device) -> dict:

@@ -4,24 +4,32 @@ optimizer step), or raises the error that says what to change."""
 from __future__ import annotations
 
 import warnings
-from typing import List, Optional
+from typing import Optional
 
 import torch
 
 from ..checkpoint import host_snapshot
 from ..errors import OutOfMemoryError, TrainingError
-from .position import Batching
+from .fit_outcome import FitOutcome
+from .position import Batching, RunPosition
 from .rng import rng_state, set_rng_state
 
 
-class OomRetry:
-    """The out-of-memory policy of `run`'s fit loop; `reductions` (each retry: the epoch and its new batching) goes into
-    training_stats.json as oom_reductions."""
+def rebatch(run, position: RunPosition, batching: Batching) -> None:
+    """From now on `run` batches as `batching` (an out-of-memory retry, a resume of a run that had one): its position,
+    the engine's micro-batches per step and the training set's batches (the same plan)."""
+    position.restart_pass(batching)
+    run.engine.set_accumulate_grad_batches(batching.accumulate_grad_batches)
+    run.train_set = run.train_set.with_batch_size(batching.batch_size)
 
-    def __init__(self, run):
-        self.run = run
+
+class OomRetry:
+    """The out-of-memory policy of `run`'s fit loop; each retry (the epoch and its new batching) goes into `outcome`'s
+    oom_reductions (training_stats.json's)."""
+
+    def __init__(self, run, outcome: FitOutcome):
+        self.run, self.outcome = run, outcome
         self.enabled = run.config.on_oom == "reduce_batch"
-        self.reductions: List[dict] = []
         self._snapshot: Optional[dict] = None
 
     def before_pass(self) -> None:
@@ -44,7 +52,7 @@ class OomRetry:
         if run.device.type == "cuda":
             torch.cuda.empty_cache()
         halved = batching.halved()
-        self.reductions.append(dict(halved.to_dict(), epoch=epoch + 1))
+        self.outcome.oom_reductions.append(dict(halved.to_dict(), epoch=epoch + 1))
         warnings.warn(f"CUDA ran out of memory in epoch {epoch + 1}; retrying it with batch_size {halved.batch_size} "
                       f"and accumulate_grad_batches {halved.accumulate_grad_batches} (same effective batch)",
                       RuntimeWarning, stacklevel=3)

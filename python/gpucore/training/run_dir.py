@@ -13,6 +13,7 @@ from typing import IO, List, Mapping, Optional, Tuple
 from ..checkpoint import remove_stale_temporaries, write_json, write_jsonl, write_snapshot
 from ..config import RESUME_SETTABLE
 from ..errors import ConfigError
+from ..redact import masked_values
 from ..run_files import CHECKPOINTS, CONFIG, INTERRUPTED, METRICS, RESUME_CANDIDATES, RUN_LOCK, STATS
 from . import distributed
 
@@ -211,12 +212,15 @@ def check_resume_keeps_the_run(own: Mapping[str, object], given: Mapping[str, ob
                                weights: str, spelled=lambda key: f"config key '{key}'") -> None:
     """The one rule of every resume: ConfigError naming the first key of `given` (config values) that differs from the
     run's own (`own`, read from `source`) and that a resume may not set (RESUME_SETTABLE), with how to train with it
-    instead (a new run from `weights`). `asked`: the resume as asked for; `spelled`: a key as the user gave it."""
+    instead (a new run from `weights`). `asked`: the resume as asked for; `spelled`: a key as the user gave it.
+    Values are compared as the run's files record them, credentials masked: the real value of a URI whose credentials
+    config.json or a checkpoint masked (or another token for the same URI) keeps the run."""
     for key, value in given.items():
         if key in RESUME_SETTABLE or key not in own:
             continue
-        if json.dumps(value, sort_keys=True, default=str) != json.dumps(own[key], sort_keys=True, default=str):
-            raise ConfigError(f"{spelled(key)}: {asked} goes on with the run's own {key} ({own[key]!r} in {source}), "
+        value, recorded = masked_values(value), masked_values(own[key])
+        if json.dumps(value, sort_keys=True, default=str) != json.dumps(recorded, sort_keys=True, default=str):
+            raise ConfigError(f"{spelled(key)}: {asked} goes on with the run's own {key} ({recorded!r} in {source}), "
                               f"not {value!r}; a resume may set only {', '.join(RESUME_SETTABLE)}. To train with "
                               f"another {key}, start a new run from its weights: {weights}")
 
@@ -245,5 +249,5 @@ def resume_run_config(run_dir: str, overrides: Mapping[str, object], config_file
     location = os.path.abspath(run_dir)
     if os.path.abspath(os.path.join(own["run_dir"], own["name"])) != location:  # moved, or another working directory
         values.update(run_dir=os.path.dirname(location), name=os.path.basename(location))
-    values.update({key: value for key, value in overrides.items()}, resume=given)
-    return load_config(values)
+    values["resume"] = given
+    return load_config(values, overrides)  # --set data_kwargs.size=...: one entry of the run's own mapping

@@ -92,7 +92,7 @@ struct EpochStats {
 
 // Every read of device values on the host, by what read them (training_stats.json's host_syncs): "metrics" (the
 // running metrics and step counters, one copy at each log interval and each epoch's end), "evaluation" (a
-// validation pass's metrics), "counters" (steps_taken(), steps_skipped(), current_lr(), loss_scale() called on
+// validation pass's metrics), "counters" (step_counts(), current_lr(), loss_scale() called on
 // their own) and what the caller notes of its own (the Python side: a checkpoint's copy to the host, ...).
 class HostReads {
  public:
@@ -124,8 +124,8 @@ class Engine {
   EpochStats evaluate(BatchSource& batches, const ForwardFn& forward, const LossFn& loss);
 
   // Totals since construction (or restored from a checkpoint).
-  int64_t steps_taken() const;         // host read ("counters")
-  int64_t steps_skipped() const;       // host read ("counters")
+  // (optimizer steps taken, steps skipped): one host read ("counters"), the two counters copied together.
+  std::pair<int64_t, int64_t> step_counts() const;
   HostReads& host_reads() { return host_reads_; }
   const HostReads& host_reads() const { return host_reads_; }
   // Optimizer steps (windows) completed in the current or last train_epoch, also after an exception: where a

@@ -9,6 +9,7 @@ import numbers
 import warnings
 from typing import Any, Dict
 
+from ...redact import masked, masked_values
 from ..callbacks import Callback
 
 
@@ -60,8 +61,9 @@ class Logger(Callback):
             action(*args)
         except Exception as exc:  # noqa: BLE001 - a tracker's failure is never the run's
             self.off = True
-            warnings.warn(f"logger '{self.name}' is off for the rest of this run: {type(exc).__name__}: {exc}; "
-                          "training goes on", RuntimeWarning, stacklevel=2)
+            # A tracker's error may name its URI, credentials and all (MLflow's "API request to https://...").
+            warnings.warn(masked(f"logger '{self.name}' is off for the rest of this run: {type(exc).__name__}: {exc}; "
+                                 "training goes on"), RuntimeWarning, stacklevel=2)
 
 
 def step_metrics(metrics: dict) -> Dict[str, float]:
@@ -78,7 +80,7 @@ def numbers_of(record: dict) -> Dict[str, float]:
 
 def flat_config(config: dict) -> Dict[str, Any]:
     """The config as hyperparameters: mappings opened into dotted keys (data_kwargs.train_size), an empty one kept
-    as {}; numbers, strings and booleans as they are, lists and null as JSON text."""
+    as {}; numbers, strings (credentials in URIs masked) and booleans as they are, lists and null as JSON text."""
     flat: Dict[str, Any] = {}
 
     def add(prefix: str, value: Any) -> None:
@@ -90,6 +92,6 @@ def flat_config(config: dict) -> Dict[str, Any]:
         else:
             flat[prefix] = json.dumps(value)
 
-    for name, value in config.items():
+    for name, value in masked_values(config).items():
         add(name, value)
     return flat

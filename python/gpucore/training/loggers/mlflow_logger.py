@@ -11,9 +11,10 @@ per_class.json, training_stats.json and config.json as artifacts (checkpoints/be
 and the status: FINISHED, KILLED after Ctrl-C, FAILED after an error.
 
 The MLflow run's id is kept in every checkpoint (this callback's state) and in the run directory (mlflow_run.json),
-so a resume, or a torchrun restart before the first checkpoint, continues the same MLflow run. MLflow keeps every
-value it is given, so a metric goes on after the last step an earlier, killed start logged for it: each metric has
-one value per step, in the order of the steps."""
+so a resume, or a torchrun restart before the first checkpoint, continues the same MLflow run. Both, and the params,
+hold the tracking URI with its credentials masked (redact.py); only the client connects with the real one. MLflow
+keeps every value it is given, so a metric goes on after the last step an earlier, killed start logged for it: each
+metric has one value per step, in the order of the steps."""
 from __future__ import annotations
 
 import contextlib
@@ -27,6 +28,7 @@ import torch
 
 from ... import _build_info
 from ...checkpoint import write_json
+from ...redact import masked
 from ...run_files import BEST, CHECKPOINTS, CONFIG, MLFLOW_RUN, PER_CLASS, PLOTS, REPORT, STATS
 from .base import Logger, flat_config, numbers_of, step_metrics
 
@@ -55,11 +57,15 @@ class MLflowLogger(Logger):
         self.logged_up_to: Dict[str, int] = {}  # the last step of each metric an earlier start of this run logged
 
     def state_dict(self) -> dict:
-        return {"run_id": self.run_id, "tracking_uri": self.tracking_uri}
+        return {"run_id": self.run_id, "tracking_uri": masked(self.tracking_uri)}
 
     def load_state_dict(self, state: dict) -> None:
-        if state["tracking_uri"] == self.tracking_uri:  # another store does not know the run
+        if self._is_this_store(state["tracking_uri"]):  # another store does not know the run
             self.run_id = state["run_id"]
+
+    def _is_this_store(self, recorded_uri: str) -> bool:
+        """Whether `recorded_uri` (masked, or real as older releases recorded it) is this logger's tracking URI."""
+        return masked(recorded_uri) == masked(self.tracking_uri)
 
     def start(self, trainer) -> None:
         try:
@@ -70,7 +76,7 @@ class MLflowLogger(Logger):
             raise ImportError("the mlflow package is not installed (pip install 'gpucore[mlflow]', or pip install "
                               "mlflow; or leave mlflow out of config key loggers)") from exc
         client = MlflowClient(self.tracking_uri)
-        with _first_request_fails_fast():
+        with _environment_defaults(_FAIL_FAST):
             experiment = client.get_experiment_by_name(self.experiment)
         run_id = self.run_id or self._run_id_in_run_dir()
         if run_id is None:
@@ -107,7 +113,10 @@ class MLflowLogger(Logger):
             if self.log_model and os.path.isfile(best):
                 self.client.log_artifact(self.run_id, best, artifact_path=CHECKPOINTS)
         finally:
-            self.client.set_terminated(self.run_id, status=_STATUS.get(trainer.status, "FINISHED"))
+            # MLflow prints a tracking server's run URL, made from the URI as given: credentials and all.
+            with_credentials = masked(self.tracking_uri) != self.tracking_uri
+            with _environment_defaults({"MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"} if with_credentials else {}):
+                self.client.set_terminated(self.run_id, status=_STATUS.get(trainer.status, "FINISHED"))
 
     def _log(self, values: dict, step: int) -> None:
         from mlflow.entities import Metric
@@ -125,7 +134,7 @@ class MLflowLogger(Logger):
             return None
         with open(path, encoding="utf-8") as handle:
             saved = json.load(handle)
-        return saved["run_id"] if saved["tracking_uri"] == self.tracking_uri else None
+        return saved["run_id"] if self._is_this_store(saved["tracking_uri"]) else None
 
     def _artifact_location(self) -> Optional[str]:
         """A SQLite store's artifacts beside its database (MLflow's own default is ./mlruns wherever the run was
@@ -142,14 +151,17 @@ def _text(value) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
+# MLflow retries a tracking server it cannot reach for minutes (MLFLOW_HTTP_REQUEST_MAX_RETRIES, ..._TIMEOUT): the
+# first request gives up at once, or after 10 seconds without an answer, unless those are set; the run then trains on
+# without this logger.
+_FAIL_FAST = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+
+
 @contextlib.contextmanager
-def _first_request_fails_fast():
-    """MLflow retries a tracking server it cannot reach for minutes (MLFLOW_HTTP_REQUEST_MAX_RETRIES, ..._TIMEOUT):
-    the first request gives up at once, or after 10 seconds without an answer, unless those are set; the run then
-    trains on without this logger."""
-    limits = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
-    added = [name for name in limits if name not in os.environ]
-    os.environ.update({name: limits[name] for name in added})
+def _environment_defaults(values: Dict[str, str]):
+    """MLflow's environment variables `values` for the calls inside, each only where the user did not set it."""
+    added = [name for name in values if name not in os.environ]
+    os.environ.update({name: values[name] for name in added})
     try:
         yield
     finally:
