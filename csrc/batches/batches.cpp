@@ -1,10 +1,13 @@
 #include "gpucore/batches/batches.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/TensorOperators.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/index_select.h>
+#include <ATen/ops/isfinite.h>
+#include <ATen/ops/multinomial.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/randperm.h>
 #include <ATen/ops/zeros.h>
@@ -80,8 +83,11 @@ void EpochBatches::start_epoch(int64_t epoch, int64_t skip_batches) {
   // Drawn on the CPU from (seed, epoch) alone: the same order and augmentation on every device.
   const uint64_t epoch_seed = seed_ * 1000003ULL + static_cast<uint64_t>(epoch);
   const auto on_host = at::TensorOptions().dtype(at::kLong);
-  at::Tensor order = shuffle_ ? at::randperm(n, at::detail::createCPUGenerator(epoch_seed), on_host)
-                              : at::arange(n, on_host);
+  // torch.multinomial and torch.randperm with a torch.Generator seeded so draw the same (a torch Dataset's loader).
+  const at::Generator order_draws = at::detail::createCPUGenerator(epoch_seed);
+  at::Tensor order = sampling_weights_.defined() ? at::multinomial(sampling_weights_, n, /*replacement=*/true, order_draws)
+                     : shuffle_                   ? at::randperm(n, order_draws, on_host)
+                                                  : at::arange(n, on_host);
   if (world_size_ > 1 || first_sample_ > 0) {
     // Equal shards of the order's unserved rest: wrapped to a multiple of the world size (from the
     // order's start), then rank r takes every world_size-th sample from r. After b batches per rank
@@ -112,6 +118,22 @@ void EpochBatches::start_epoch(int64_t epoch, int64_t skip_batches) {
   }
   position_ = skip_batches;
   cursor_.fill_(batch_begin(skip_batches));
+}
+
+void EpochBatches::set_sampling_weights(const at::Tensor& weights) {
+  if (!weights.defined()) {
+    sampling_weights_ = at::Tensor();
+    return;
+  }
+  if (weights.dim() != 1 || weights.size(0) != samples_ || weights.scalar_type() != at::kDouble ||
+      !weights.device().is_cpu()) {
+    throw ConfigError("sampling weights must be one float64 CPU value per sample (" + std::to_string(samples_) +
+                      "), got " + std::string(c10::toString(weights.scalar_type())) + " " + c10::str(weights.sizes()));
+  }
+  if (!weights.isfinite().all().item<bool>() || (weights < 0).any().item<bool>() || weights.sum().item<double>() <= 0) {
+    throw ConfigError("sampling weights must be finite, non-negative and not all zero");
+  }
+  sampling_weights_ = weights.contiguous();
 }
 
 void EpochBatches::set_shard(int64_t rank, int64_t world_size, int64_t first_sample) {

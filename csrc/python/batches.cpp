@@ -114,6 +114,7 @@ void def_batches(py::module_& m) {
   py::class_<EpochBatches, BatchSource>(m, "EpochBatches")
       .def("start_epoch", &EpochBatches::start_epoch, py::arg("epoch"), py::arg("skip_batches") = 0,
            py::call_guard<py::gil_scoped_release>())
+      .def("set_sampling_weights", &EpochBatches::set_sampling_weights, py::arg("weights"))
       .def("set_shard", &EpochBatches::set_shard, py::arg("rank"), py::arg("world_size"), py::arg("first_sample") = 0)
       .def("remaining", &EpochBatches::remaining)
       .def("total_batches", &EpochBatches::total_batches)

@@ -107,10 +107,12 @@ at::Tensor prepare_inputs(const at::Tensor& inputs, const EngineConfig& config) 
   return x;
 }
 
-// The built-in loss of `config`, or the user's checked to be one value.
+// The built-in loss of `config`, or the user's checked to be one value. Both run outside autocast on float32
+// outputs (a bfloat16 output, cast, as the built-in losses take it), so a user's loss with float32 tensors of its
+// own (class weights) works under mixed precision as in float32.
 at::Tensor loss_of(const LossConfig& config, const at::Tensor& output, const at::Tensor& target, const LossFn& loss) {
   if (!loss) return compute_loss(config, output, target);
-  at::Tensor value = loss(output, target);
+  at::Tensor value = loss(output.to(at::kFloat), target);
   if (!value.defined() || value.numel() != 1) {
     throw ConfigError("the loss callable must return a single-element tensor, got " +
                       (value.defined() ? "shape " + c10::str(value.sizes()) : std::string("nothing")));

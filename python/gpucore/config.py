@@ -37,6 +37,7 @@ class Key:
     check: Optional[Callable[[Any], bool]] = None
     valid: str = ""  # what `check` accepts, for the error message
     optional: bool = False  # None allowed
+    words: Sequence[str] = ()  # a list key's values that are a word instead of a list (class_weights: balanced)
 
 
 _INT64_LIMIT = 2**63  # integer keys reach C++ as int64
@@ -84,6 +85,18 @@ def _non_negative(value):
 
 def _fraction(value):
     return 0 <= value < 1
+
+
+# Config key class_weights: a word, or one weight per class (finite, >= 0, not all 0); its length is checked against
+# the data's classes once they are read (data/class_balance.py).
+CLASS_WEIGHT_WORDS = ("none", "balanced")
+
+
+def _class_weights(value):
+    if isinstance(value, str):
+        return value in CLASS_WEIGHT_WORDS
+    return (len(value) > 0 and all(is_number(w) and math.isfinite(w) and w >= 0 for w in value)
+            and any(w > 0 for w in value))
 
 
 # The choices of the keys whose values the C++ core parses, read from its own tables (one list, not two).
@@ -136,9 +149,12 @@ KEYS = [
     Key("eval_batch_size", int, 256, "batch size for validation", check=_batch, valid=_BATCH_RANGE),
     Key("accumulate_grad_batches", int, doc="micro-batches per optimizer step (effective batch = batch_size x this)", **_core("accumulate_grad_batches")),
     Key("shuffle", bool, True, "reshuffle the training data every epoch (order depends only on seed and epoch)"),
+    Key("sampler", str, "none", "balanced: each epoch draws as many samples as the training set has, with replacement, each class equally often in expectation (a sample's chance is 1 / its class's count), from seed and epoch like the shuffle, resumable mid-epoch; for classification with class labels (image folders, tensors, a torch Dataset in one process), not a DataLoader; none: every sample once per epoch, in the order config key shuffle says", choices=["none", "balanced"]),
     Key("drop_last", bool, False, "drop the last incomplete training batch"),
     Key("loss", str, "cross_entropy", "built-in loss", choices=CORE_CHOICES["loss"]),
+    Key("loss_callable", str, None, "recorded by gpucore.train when its loss argument replaced the built-in loss: the callable's name (module:qualname; functools.partial(module:qualname, keyword=...) for a partial, its arguments' values not recorded). gpucore evaluate and the report cannot call it: they report the built-in loss (with class_weights) and say so. A run whose config has it trains only when given a loss callable (a resume: the same one)", optional=True),
     Key("label_smoothing", float, doc="cross_entropy label smoothing", **_core("label_smoothing")),
+    Key("class_weights", list, "none", "cross_entropy: a weight per class, torch's weight= (each batch's loss is sum(w[t_i] * l_i) / sum(w[t_i])), in training and in validation's loss: none; balanced, n_samples / (n_classes * the class's count in the training data), as scikit-learn's compute_class_weight('balanced'); or a list of one weight per class, in the classes' order. The weights used are in training_stats.json's class_weights", check=_class_weights, valid="none, balanced, or a list of one finite weight >= 0 per class, not all 0", words=CLASS_WEIGHT_WORDS),
     Key("mixup_alpha", float, doc="mixup, as timm's Mixup: each training batch blended with its reversed order by lambda ~ Beta(alpha, alpha), the targets one-hot (with label_smoothing) and blended alike, the loss their soft-target cross-entropy; accuracy still counts the true labels (single-label classification only; 0: off)", **_core("mixup_alpha")),
     Key("cutmix_alpha", float, doc="CutMix, as timm's: a box of the reversed batch pasted in, lambda ~ Beta(alpha, alpha) its complement's share of the image (4-D image inputs; 0: off)", **_core("cutmix_alpha")),
     Key("cutmix_minmax", list, None, "CutMix box sides drawn in [min, max] shares of the image's sides instead of from lambda (turns CutMix on, with alpha 1)", check=lambda v: len(v) == 2 and all(is_number(b) and b in CORE_RANGES["cutmix_minmax"] for b in v) and v[0] < v[1], valid=f"two numbers {CORE_RANGES['cutmix_minmax']}, min < max", optional=True),
@@ -282,6 +298,8 @@ def _coerce(key: Key, value: Any, where: str) -> Any:
             return None
         raise ConfigError(f"{where}: config key '{key.name}' must not be empty (default {key.default!r})")
     expected = key.type
+    if isinstance(value, str) and value.strip().lower() in key.words:
+        return value.strip().lower()
     try:
         if expected is bool:
             if isinstance(value, bool):
@@ -343,8 +361,9 @@ def _coerce(key: Key, value: Any, where: str) -> Any:
                           f"(default {key.default!r})") from None
     except (TypeError, ValueError):
         pass
+    words = f" or one of {', '.join(key.words)}" if key.words else ""
     raise ConfigError(
-        f"{where}: config key '{key.name}' must be {_type_name(expected)}, got {type(value).__name__} {value!r}"
+        f"{where}: config key '{key.name}' must be {_type_name(expected)}{words}, got {type(value).__name__} {value!r}"
     )
 
 

@@ -116,7 +116,9 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
             the seeded share `val_fraction` of the training data: unset, 0.1 of config key `data` and none of
             `train_data`; a DataLoader cannot be split, so val_fraction with one is a ConfigError). With val_data
             given, val_fraction does not apply. training_stats.json's `validation` records which.
-        loss: a callable (output, target) -> scalar tensor (default: config key `loss`).
+        loss: a callable (output, target) -> scalar tensor (default: config key `loss`), called as the built-in
+            losses are: with the model's output as float32 (a bf16-mixed forward's too), outside autocast; config.json
+            records its name (loss_callable), and an error inside it is a TrainingError naming it.
         callbacks: gpucore.Callback objects (or any objects with some of its hook methods), called after the
             built-in ones and before ModelCheckpoint.
         **overrides: config keys, e.g. `epochs=3, lr=3e-4`.

@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
 
 #include <map>
 #include <string>
@@ -11,6 +14,7 @@
 #include "gpucore/errors.h"
 #include "gpucore/train/engine.h"
 #include "gpucore/train/grad_scaler.h"
+#include "gpucore/train/losses.h"
 #include "gpucore/train/metrics.h"
 #include "gpucore/train/optimizer.h"
 #include "gpucore/train/schedule.h"
@@ -198,6 +202,46 @@ TEST(TensorBatches, ServesEverySampleOnceAndHonoursDropLast) {
   }
   std::sort(seen.begin(), seen.end());
   EXPECT_EQ(seen, std::vector<int64_t>({0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+}
+
+TEST(TensorBatches, SamplingWeightsDrawTheOrderAsMultinomialFromTheShufflesGeneratorAndResumeMidEpoch) {
+  const at::Tensor x = at::arange(12).to(at::kFloat).unsqueeze(1);
+  const at::Tensor y = at::arange(12);
+  const at::Tensor weights = at::rand({12}, at::kDouble) + 0.1;
+  TensorBatches whole(x, y, 5, true, false, 3, at::kCPU);
+  whole.set_sampling_weights(weights);
+  whole.start_epoch(2);
+  std::vector<at::Tensor> served;
+  at::Tensor inputs, targets;
+  while (whole.next(inputs, targets)) served.push_back(targets.clone());
+  const at::Tensor expected =
+      at::multinomial(weights, 12, /*replacement=*/true, at::detail::createCPUGenerator(3 * 1000003ULL + 2));
+  EXPECT_TRUE(at::equal(at::cat(served), expected));
+  TensorBatches resumed(x, y, 5, true, false, 3, at::kCPU);  // from batch 1 on: the same samples
+  resumed.set_sampling_weights(weights);
+  resumed.start_epoch(2, 1);
+  ASSERT_TRUE(resumed.next(inputs, targets));
+  EXPECT_TRUE(at::equal(targets, served[1]));
+}
+
+TEST(TensorBatches, SamplingWeightsMustBeOneFiniteNonNegativeFloat64PerSample) {
+  TensorBatches batches(at::zeros({4, 1}), at::arange(4), 2, true, false, 0, at::kCPU);
+  EXPECT_THROW(batches.set_sampling_weights(at::ones({3}, at::kDouble)), ConfigError);
+  EXPECT_THROW(batches.set_sampling_weights(at::ones({4}, at::kFloat)), ConfigError);
+  EXPECT_THROW(batches.set_sampling_weights(at::tensor({1.0, -1.0, 1.0, 1.0}, at::kDouble)), ConfigError);
+  EXPECT_THROW(batches.set_sampling_weights(at::tensor({1.0, NAN, 1.0, 1.0}, at::kDouble)), ConfigError);
+  EXPECT_THROW(batches.set_sampling_weights(at::zeros({4}, at::kDouble)), ConfigError);
+}
+
+TEST(Losses, CrossEntropyWeighsClassesAsTorchsWeight) {
+  const at::Tensor output = at::randn({9, 4});
+  const at::Tensor target = at::randint(0, 4, {9});
+  LossConfig config;
+  config.class_weights = at::rand({4}) + 0.1;
+  const at::Tensor per_sample = at::cross_entropy_loss(output, target, {}, at::Reduction::None);
+  const at::Tensor w = config.class_weights.index_select(0, target);
+  EXPECT_NEAR(compute_loss(config, output, target).item<double>(), ((w * per_sample).sum() / w.sum()).item<double>(),
+              1e-6);
 }
 
 TEST(Engine, AccumulationEqualsOneBigBatchWithoutPython) {

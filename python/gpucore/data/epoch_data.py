@@ -71,11 +71,14 @@ class EpochData:
     shard of `world_size` (rank `rank`)."""
 
     def __init__(self, plan: DataPlan, batch_size: int, *, seed: int, shuffle: bool = False, drop_last: bool = False,
-                 prefetch: int = 4, rank: int = 0, world_size: int = 1):
+                 prefetch: int = 4, rank: int = 0, world_size: int = 1,
+                 sampling_weights: Optional[torch.Tensor] = None):
+        """`sampling_weights` (float64, one per sample; config key sampler balanced): each epoch's order is that many
+        draws with replacement by these weights, from the same (seed, epoch) generator the shuffle draws from."""
         self.plan, self.batch_size = plan, batch_size
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self._settings = dict(seed=seed, shuffle=shuffle, drop_last=drop_last, prefetch=prefetch, rank=rank,
-                              world_size=world_size)
+                              world_size=world_size, sampling_weights=sampling_weights)
         self._tensors = self._loader = self._generator = self._sampler = self._served = None
         self.current = None  # the batch source of the epoch started last (epoch())
         data = plan.data
@@ -84,13 +87,23 @@ class EpochData:
             self._tensors = batch_source(plan, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed,
                                          device=torch.device(self.device), prefetch=prefetch)
             if plan.training:  # this rank's share from the start: total_batches() counts the shard's batches
+                if sampling_weights is not None:
+                    self._tensors.set_sampling_weights(sampling_weights)
                 self._tensors.set_shard(rank, world_size)
                 self._tensors.start_epoch(0)
         elif isinstance(data, torch.utils.data.DataLoader):
             self._loader = data  # the user's loader batches itself
         else:  # a torch Dataset's samples (DatasetSamples), each transformed as the plan says, by torch's loader
             self._served = data.served(plan.transforms, plan.normalization, seed)
-            if plan.training and world_size > 1:  # equal shards per rank, reshuffled per epoch by set_epoch
+            if sampling_weights is not None and world_size > 1:
+                raise ConfigError(f"config key 'sampler': balanced draws a torch Dataset's samples in one process "
+                                  f"only, not {world_size}: leave sampler out, or train on image folders or tensors, "
+                                  "which gpucore's own batch sources shard")
+            if sampling_weights is not None:  # torch.multinomial, drawn as the native sources draw it
+                self._generator = torch.Generator()
+                self._sampler = torch.utils.data.WeightedRandomSampler(sampling_weights, len(sampling_weights),
+                                                                       generator=self._generator)
+            elif plan.training and world_size > 1:  # equal shards per rank, reshuffled per epoch by set_epoch
                 self._sampler = torch.utils.data.distributed.DistributedSampler(
                     data, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed, drop_last=drop_last)
             elif shuffle:  # its own generator: the loader draws its workers' seed from the loader's before the order
@@ -147,7 +160,7 @@ class EpochData:
             self.current = self._tensors
             return self.current
         skip = check_whole_batches(first_sample, self.batch_size, self.world_size, epoch)
-        if self._generator is not None:  # the same order per (seed, epoch) as TensorBatches promises
+        if self._generator is not None:  # the same order per (seed, epoch) as TensorBatches promises (or draws)
             self._generator.manual_seed(self.seed * 1000003 + epoch)
         elif self._sampler is not None:  # DistributedSampler
             self._sampler.set_epoch(epoch)
@@ -205,17 +218,17 @@ def _checked(batch, loader):
 
 
 def training_set(data, config, device: torch.device, normalize=True, rank: int = 0, world_size: int = 1,
-                 identify: bool = False) -> EpochData:
+                 identify: bool = False, sampling_weights: Optional[torch.Tensor] = None) -> EpochData:
     """A run's training set as config keys transforms, crop_padding, hflip, cache, batch_size, shuffle, drop_last,
     prefetch, seed and data_kwargs (a torch Dataset's dict keys) say, sharded over `world_size` processes.
     `normalize`: True for its own statistics (when config key normalize asks for them), or the (mean, std) to use (a
-    checkpoint's); `identify`: record its identity."""
+    checkpoint's); `identify`: record its identity; `sampling_weights`: config key sampler balanced's, per sample."""
     plan = plan_data(dataset_samples(data, config.data_kwargs), device=device, training=True,
                      transforms=config.transforms, crop_padding=config.crop_padding, hflip=config.hflip,
                      cache=config.cache, normalize=config.normalize if normalize is True else normalize,
                      identify=identify)
     return EpochData(plan, config.batch_size, seed=config.seed, shuffle=config.shuffle, drop_last=config.drop_last,
-                     prefetch=config.prefetch, rank=rank, world_size=world_size)
+                     prefetch=config.prefetch, rank=rank, world_size=world_size, sampling_weights=sampling_weights)
 
 
 def validation_set(data, config, device: torch.device, normalization, identify: bool = False) -> Optional[EpochData]:

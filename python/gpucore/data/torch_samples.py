@@ -72,6 +72,19 @@ class DatasetSamples(torch.utils.data.Dataset):
         part.dataset = torch.utils.data.Subset(self.dataset, list(index))
         return part
 
+    def labels(self) -> torch.Tensor:
+        """Every sample's target, in order (config keys class_weights and sampler count classes): the data set's own
+        `targets` list (ImageFolder, CIFAR10; through torch Subsets) without reading a sample, else each sample's."""
+        dataset, index = self.dataset, None
+        while isinstance(dataset, torch.utils.data.Subset):
+            inner = torch.as_tensor(dataset.indices, dtype=torch.int64)
+            index, dataset = (inner if index is None else inner[index]), dataset.dataset
+        targets = getattr(dataset, "targets", None) if self.keys is None else None
+        if isinstance(targets, (list, torch.Tensor)) and len(targets) == len(dataset):
+            labels = torch.as_tensor(targets)
+            return labels if index is None else labels[index]
+        return torch.stack([_as_target(self._pair(self.dataset[i])[1], self.first) for i in range(len(self))])
+
     def image_shape(self) -> Tuple[int, ...]:
         """(channels, height, width) of the first image."""
         return self.first_shape

@@ -39,5 +39,5 @@ def forward_config(config, task, device: str, policy, channels_last: bool) -> _C
     engine.param_dtype = policy.param_dtype
     engine.channels_last = channels_last
     engine.top_k = config.top_k
-    engine.loss = task.loss_config()
+    engine.loss = task.loss_config(device)
     return engine

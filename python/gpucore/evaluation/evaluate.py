@@ -44,7 +44,8 @@ def evaluate(checkpoint: str, data: Union[None, str, os.PathLike, LabeledData, t
             gpucore.load).
 
     Returns:
-        The summary written to evaluation.json: checkpoint, data, split, samples, metrics, per class.
+        The summary written to evaluation.json: checkpoint, data, split, samples, metrics, the loss its metrics' loss
+        is (loss; with loss_note when the run trained with a loss callable, which cannot be rebuilt), per class.
 
     Raises:
         ConfigError: split test on data without a held-out split or with a data set object, data that does not
@@ -84,7 +85,7 @@ def evaluate(checkpoint: str, data: Union[None, str, os.PathLike, LabeledData, t
         out = os.path.join(root, f"evaluate-{split}")
     page = Page(out)
     summary = {"checkpoint": os.path.abspath(checkpoint), "data": name, "split": split, "samples": len(result),
-               "device": str(model.device), "metrics": result.metrics}
+               "device": str(model.device), "metrics": result.metrics, **loss_facts(config, model.task)}
     page.table("Evaluation", [(k, v) for k, v in summary.items() if k != "metrics"])
     rows = prediction_sections(page, result, model.classes, normalization, model.module, config, model.device)
     if rows is not None:
@@ -93,6 +94,18 @@ def evaluate(checkpoint: str, data: Union[None, str, os.PathLike, LabeledData, t
     summary["report"] = page.write(f"gpucore evaluate: {os.path.basename(checkpoint)} on {name} ({split})")
     write_json(os.path.join(out, EVALUATION), summary)
     return summary
+
+
+def loss_facts(config, task) -> dict:
+    """Which loss an evaluation's metrics report (loss), and, for a run that trained with a loss callable, that this is
+    not the run's own loss (loss_note): a callable cannot be rebuilt from a checkpoint."""
+    used = config.loss + (" with class weights " + ", ".join(f"{w:.4g}" for w in task.class_weights)
+                          if task.class_weights is not None else "")
+    if config.loss_callable is None:
+        return {"loss": used}
+    return {"loss": used, "loss_note": f"the run trained with the loss callable {config.loss_callable}, which cannot "
+                                       f"be rebuilt from its checkpoint: this loss is the built-in {used}, not the "
+                                       "loss of the run's val_loss"}
 
 
 def _check_classes(name: str, data, model, checkpoint: str) -> None:

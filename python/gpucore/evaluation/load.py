@@ -44,10 +44,13 @@ class LoadedModel:
     """
 
     def __init__(self, model: nn.Module, config, classes: Optional[List[str]], input_stats: Optional[dict],
-                 input_shape: Optional[List[int]], device: torch.device, checkpoint: str, weights: str = "raw"):
+                 input_shape: Optional[List[int]], device: torch.device, checkpoint: str, weights: str = "raw",
+                 class_weights: Optional[List[float]] = None):
         self.module, self.config, self.classes = model, config, classes
         self.weights = weights  # "ema": the run's exponential moving average (it monitored an EMA metric), else "raw"
-        self.task = task_of(config)  # what kind of model it is (its run's loss and heads): how its outputs decode
+        # What kind of model it is (its run's loss and heads): how its outputs decode; its loss weighs the classes as
+        # the run's did (config key class_weights resolved on the run's training data, which the checkpoint holds).
+        self.task = task_of(config).with_class_weights(class_weights)
         self.input_stats, self.input_shape, self.device, self.checkpoint = input_stats, input_shape, device, checkpoint
 
     def __repr__(self) -> str:
@@ -279,7 +282,7 @@ def from_payload(payload: dict, path: str, device: torch.device,
                           f"{state_mismatch(model, state, exc)}") from exc
     model.to(device=device, dtype=torch.float32).eval()
     return LoadedModel(model, config, payload.get("classes"), payload.get("input_stats"), payload.get("input_shape"),
-                       device, path, weights)
+                       device, path, weights, payload.get("class_weights"))
 
 
 def state_mismatch(model: nn.Module, state: dict, error: Exception, shown: int = 5) -> str:

@@ -130,9 +130,15 @@ def image_grid(images: Sequence[np.ndarray], titles: Sequence[str], path: str, c
 
 
 def per_class_bars(rows: Sequence[Dict], path: str) -> str:
-    """Precision, recall and F1 per class, side by side."""
+    """per_class_figure, saved to `path`."""
+    return _save(per_class_figure(rows), path)
+
+
+def per_class_figure(rows: Sequence[Dict]):
+    """Precision, recall and F1 per class, side by side; each class labelled with its support, the number of its
+    samples ('cat (n=12)'), which says how much each bar can be trusted on imbalanced data."""
     plt = _pyplot()
-    names = [row["class"] for row in rows]
+    names = [f"{row['class']} (n={row['support']})" for row in rows]
     figure, axis = plt.subplots(figsize=(max(6.0, 0.6 * len(names) + 2), 3.5))
     positions = np.arange(len(names))
     for offset, key in zip((-0.27, 0, 0.27), ("precision", "recall", "f1")):
@@ -143,4 +149,4 @@ def per_class_bars(rows: Sequence[Dict], path: str) -> str:
     axis.legend(loc="lower right")
     axis.grid(axis="y", alpha=0.3)
     figure.tight_layout()
-    return _save(figure, path)
+    return figure

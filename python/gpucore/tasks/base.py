@@ -4,6 +4,7 @@ engine's metrics score with), which predictions are right and how confident, per
 each is better. One subclass per kind; tasks/__init__.py picks the one for a config."""
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
@@ -31,9 +32,19 @@ class Task:
     predicts_masks = False  # predict: one mask PNG per input
     trains_on_masks = False  # its targets may be masks (N x H x W class ids), a segmentation folder's
     primary_metric = "loss"  # what config key monitor: auto follows, on the validation data when there is some
+    weighs_classes = False  # its loss takes a weight per class (config key class_weights)
 
     def __init__(self, loss: str, heads: int = 0, label_smoothing: float = 0.0):
         self.loss, self.heads, self.label_smoothing = loss, heads, label_smoothing
+        self.class_weights: Optional[List[float]] = None  # one per class, in the loss: with_class_weights
+
+    def with_class_weights(self, weights: Optional[Sequence[float]]) -> "Task":
+        """This task with its loss weighing each class by `weights` (config key class_weights resolved; None: 1)."""
+        if weights is not None:
+            self.check_weighs_classes()
+        task = copy.copy(self)
+        task.class_weights = None if weights is None else [float(w) for w in weights]
+        return task
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(loss={self.loss!r}, heads={self.heads})"
@@ -47,11 +58,20 @@ class Task:
         return self
 
     # ---- the engine ------------------------------------------------------------------------------
-    def loss_config(self) -> "_C.LossConfig":
+    def check_weighs_classes(self) -> None:
+        """ConfigError unless this task's loss takes class weights (config key class_weights)."""
+        if not self.weighs_classes:
+            raise ConfigError(f"config key 'class_weights' weighs the classes of loss cross_entropy; loss '{self.loss}' "
+                              f"({self.name}) takes no class weights: set class_weights: none")
+
+    def loss_config(self, device: str = "cpu") -> "_C.LossConfig":
+        """The engine's loss, its class weights (if any) on `device`, where the loss runs."""
         loss = _C.LossConfig()
         loss.kind = self.loss
         loss.label_smoothing = self.label_smoothing
         loss.heads = self.heads
+        if self.class_weights is not None:
+            loss.class_weights = torch.tensor(self.class_weights, dtype=torch.float32, device=device)
         return loss
 
     def metrics(self, top_k: int) -> List[Metric]:
@@ -78,7 +98,8 @@ class Task:
         return None
 
     def sample_losses(self, outputs: torch.Tensor, targets: torch.Tensor) -> Optional[torch.Tensor]:
-        """Each sample's loss (their mean is the metrics' loss), or None where the loss does not split by sample."""
+        """Each sample's loss (their mean is the metrics' loss; with class weights each is w[target] * loss, and the
+        metrics' loss their sum over the weights' sum), or None where the loss does not split by sample."""
         return None
 
     def target_text(self, targets: torch.Tensor, classes: Optional[List[str]]) -> List[str]:

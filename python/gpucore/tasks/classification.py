@@ -16,6 +16,7 @@ class Classification(Task):
     reports_top_k = True
     labels_from_folders = True
     primary_metric = "accuracy"
+    weighs_classes = True
 
     def decode(self, outputs: torch.Tensor) -> torch.Tensor:
         self.expect_dims(outputs, 2, "N x classes")
@@ -27,7 +28,8 @@ class Classification(Task):
     def sample_losses(self, outputs: torch.Tensor, targets: torch.Tensor) -> Optional[torch.Tensor]:
         if targets.dim() != 1:
             return None  # soft labels
-        return nn.functional.cross_entropy(outputs, targets.long(), reduction="none",
+        weight = None if self.class_weights is None else torch.tensor(self.class_weights, device=outputs.device)
+        return nn.functional.cross_entropy(outputs, targets.long(), weight=weight, reduction="none",
                                            label_smoothing=self.label_smoothing)
 
     def target_text(self, targets: torch.Tensor, classes: Optional[List[str]]) -> List[str]:

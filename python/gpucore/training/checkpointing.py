@@ -81,6 +81,7 @@ class Checkpointing:
                        best=states[ModelCheckpoint.STATE_KEY], model=run.module.state_dict(), engine=run.engine.state(),
                        rng=rng_state(),
                        config=dict(self.config_values or run.config.to_dict()), classes=run.classes,
+                       class_weights=run.task.class_weights,  # config key class_weights as resolved: evaluate's loss
                        data=run.data_identity,
                        input_shape=run.input_shape,
                        input_stats=({"mean": run.normalization[0], "std": run.normalization[1]}

@@ -19,6 +19,7 @@ from .. import transforms as transforms_list
 from ..config import run_name_of
 from ..data.builtin import (BUILTIN as BUILTIN_DATA, DATA_VAL_FRACTION, PYTHON_DATA, check_fits_task, class_names,
                             read_data, split)
+from ..data.class_balance import balanced_sampling_weights, class_count, class_labels, resolve_class_weights
 from ..data.epoch_data import EpochData, training_set, validation_set
 from ..device.placement import place_model
 from ..data.readers import ImageFiles, LabeledData
@@ -35,6 +36,7 @@ from .engine_config import check_monitor, cuda_graphs_plan, engine_config, param
 from .position import Batching
 from .rng import seed_everything
 from .run_dir import RunDir
+from .user_loss import UserLoss, callable_name
 
 
 @dataclass
@@ -47,7 +49,7 @@ class Run:
     policy: PrecisionPolicy
     module: nn.Module  # the model itself: its state is what checkpoints hold
     forward: Callable  # what the engine calls: the module, wrapped for DDP and torch.compile as asked
-    loss: Optional[Callable]
+    loss: Optional[UserLoss]  # train()'s loss argument, which replaces the task's built-in loss
     validation: Optional[dict]  # where the validation data came from, for training_stats.json (None: no validation)
     classes: Optional[List[str]]  # class names, when the data has them
     input_shape: Optional[List[int]]  # one input as the model takes it (C, H, W for images; H, W 0 when they vary)
@@ -71,8 +73,19 @@ class Run:
                 "launcher": self.world.launcher or None, "world_size": self.world.size,
                 "restart": self.world.restart,  # TORCHELASTIC_RESTART_COUNT
                 "validation": self.validation,
+                "loss": self.loss.name if self.loss is not None else self.config.loss,
+                "class_weights": self._class_weights(),
+                "sampler": self.config.sampler,
                 "model_kwargs_from_data": self.from_data,
                 "pretrained": self.pretrained.to_dict() if self.pretrained else None}
+
+    def _class_weights(self) -> Optional[dict]:
+        """The loss's weight per class by name (config key class_weights resolved), or None: every class weighs 1."""
+        weights = self.task.class_weights
+        if weights is None:
+            return None
+        names = self.classes if self.classes and len(self.classes) == len(weights) else range(len(weights))
+        return {str(name): weight for name, weight in zip(names, weights)}
 
     @property
     def normalization(self) -> Optional[tuple]:
@@ -102,6 +115,7 @@ class Run:
 
 def build_run(config, world: distributed.World, model=None, train_data=None, val_data=None, loss=None) -> Run:
     task = task_of(config)
+    loss = _user_loss(config, task, loss)
     seed_everything(config.seed)
     if config.deterministic:
         # cuBLAS is deterministic only with a fixed workspace, which torch otherwise refuses to run without.
@@ -136,10 +150,12 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
         raise ConfigError(f"train()'s model argument must be a torch.nn.Module, got {type(module).__name__}{named}")
     pretrained = _load_pretrained(module, config, world)
     _check_outputs(module, config, task, classes, model is not None)
+    task, sampling_weights = _class_balance(config, task, train_data, classes, module)
     channels_last = place_model(module, config, choice.device, policy)
     forward = _wrap_for_training(module, config, choice.device, world)
     ema = make_ema(module, config)
-    train_set = training_set(train_data, config, choice.device, rank=world.rank, world_size=world.size, identify=True)
+    train_set = training_set(train_data, config, choice.device, rank=world.rank, world_size=world.size, identify=True,
+                             sampling_weights=sampling_weights)
     distributed.check_same(train_set.total_batches(), "the number of batches per epoch (data length)")
     val_set = validation_set(val_data, config, choice.device, train_set.plan.normalization, identify=True)
     check_monitor(config, task, val_set is not None)
@@ -151,7 +167,7 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
                        engine_config(config, task, device, policy, steps_per_epoch, channels_last, world.size,
                                      cuda_graphs=graphs),
                        *ema_tensors(module, ema))
-    config = recorded_config(config, model, given)
+    config = recorded_config(config, model, given, loss)
     run_dir = RunDir(config, world)
     run_dir.create(config)
     return Run(config=config, task=task, world=world, device=choice.device, device_reason=choice.reason, policy=policy,
@@ -161,6 +177,39 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
                engine=engine, graphs_reason=graphs_reason, ema=ema, run_dir=run_dir, group_store=group_store)
 
 
+def _user_loss(config, task: Task, loss: Optional[Callable]) -> Optional[UserLoss]:
+    """train()'s loss argument as the engine calls it. Config key class_weights weighs the built-in loss, which a
+    loss callable replaces; a config that records a loss callable (loss_callable) trains only with one."""
+    if config.class_weights != "none":
+        task.check_weighs_classes()
+    if loss is None:
+        if config.loss_callable is not None:
+            raise ConfigError(f"config key 'loss_callable' says the run trained with the loss callable "
+                              f"{config.loss_callable}, which a config cannot call: pass it to gpucore.train(..., "
+                              f"loss=...), or remove the key to train with the built-in loss '{config.loss}'")
+        return None
+    if not callable(loss):
+        raise ConfigError(f"train()'s loss argument must be a callable (output, target) -> scalar tensor, got "
+                          f"{type(loss).__name__}")
+    if config.class_weights != "none":
+        raise ConfigError(f"config key 'class_weights' weighs the built-in loss '{config.loss}', which train()'s loss "
+                          f"argument ({callable_name(loss)}) replaces: give your loss the weights (e.g. "
+                          "functools.partial(F.cross_entropy, weight=w)), or set class_weights: none")
+    return UserLoss(loss)
+
+
+def _class_balance(config, task: Task, train_data, classes: Optional[List[str]], module: nn.Module):
+    """Config keys class_weights and sampler for the training data: the task with its loss's class weights, and the
+    balanced sampler's weight per sample (None without one)."""
+    if config.class_weights == "none" and config.sampler == "none":
+        return task, None
+    key = "sampler" if config.class_weights == "none" else "class_weights"
+    labels = class_labels(train_data, key)
+    n_classes = class_count(labels, classes, output_count(module))
+    task = task.with_class_weights(resolve_class_weights(config.class_weights, labels, n_classes, classes))
+    return task, balanced_sampling_weights(labels, n_classes) if config.sampler == "balanced" else None
+
+
 def python_model_name(model: nn.Module, config) -> str:
     """The run name of an unnamed run of `model`, given in Python: its built-in name, else its class's name
     (python_model_spec), e.g. 'fashion_mnist_cnn' or 'ResNet'."""
@@ -168,12 +217,13 @@ def python_model_name(model: nn.Module, config) -> str:
     return run_name_of(name.split(":")[-1].split(".")[-1])
 
 
-def recorded_config(config, model: Optional[nn.Module], train_data) -> Any:
+def recorded_config(config, model: Optional[nn.Module], train_data, loss: Optional[UserLoss] = None) -> Any:
     """The config that config.json and the checkpoints hold: what the run used. A model given in Python is recorded
     by the name that rebuilds it (the config's own built-in name, or 'package.module:ClassName': python_model_spec),
-    else as 'python:MODULE.QUALNAME' with model_kwargs {}; data given in Python as PYTHON_DATA. Never the defaults
-    it did not use. A folder or file of config key `data` is recorded as its absolute path."""
-    changes = {}
+    else as 'python:MODULE.QUALNAME' with model_kwargs {}; data given in Python as PYTHON_DATA; a loss callable by
+    its name (loss_callable). Never the defaults it did not use. A folder or file of config key `data` is recorded
+    as its absolute path."""
+    changes = {} if loss is None else {"loss_callable": loss.name}
     if model is not None:
         name, kwargs = python_model_spec(model, config.model, config.model_kwargs)
         changes.update(model=name, model_kwargs=kwargs)

@@ -44,6 +44,11 @@ class EpochBatches : public BatchSource {
   // sample `first_sample` on (the samples all ranks of an earlier run consumed before a resume, at any
   // world size); takes effect at start_epoch.
   void set_shard(int64_t rank, int64_t world_size, int64_t first_sample = 0);
+  // Draw each epoch's order as `samples` draws with replacement, sample i with probability weights[i] / sum
+  // (a balanced sampler: each class equally often in expectation), from the same (seed, epoch) generator as
+  // the shuffle; float64, one finite non-negative weight per sample. Undefined: shuffled or not, as constructed.
+  // Takes effect at start_epoch.
+  void set_sampling_weights(const at::Tensor& weights);
   // Starts `epoch`, skipping its first `skip_batches` batches (resume mid-epoch).
   virtual void start_epoch(int64_t epoch, int64_t skip_batches = 0);
   int64_t remaining() const override;
@@ -97,6 +102,7 @@ class EpochBatches : public BatchSource {
   uint64_t per_image_seed_ = 0;  // this epoch's seed of the per-image transforms' draws
   int64_t samples_;
   bool shuffle_, drop_last_;
+  at::Tensor sampling_weights_;  // float64 per sample on the host; undefined: no weighted draws
   uint64_t seed_;
   int64_t rank_ = 0, world_size_ = 1, first_sample_ = 0;
 };

@@ -22,6 +22,9 @@ struct LossConfig {
   LossKind kind = LossKind::kCrossEntropy;
   double label_smoothing = 0.0;  // cross_entropy
   int64_t heads = 0;             // multilabel_soft_margin: targets given as (N, heads) class indices
+  // cross_entropy: one float32 weight per class on the output's device, torch's `weight=` (the mean is
+  // sum(w[t_i] * l_i) / sum(w[t_i])); undefined: every class weighs 1.
+  at::Tensor class_weights;
 };
 
 // Mean over the batch. For multi-head targets given as indices, they are one-hot encoded first.
