@@ -21,6 +21,7 @@
 #include <fstream>
 #include <iterator>
 #include <thread>
+#include <tuple>
 
 #include "gpucore/data/readers.h"
 #include "gpucore/errors.h"
@@ -314,10 +315,29 @@ uint8_t cmyk_to_rgb(uint8_t ink, uint8_t black) {
   return static_cast<uint8_t>(std::clamp(not_black - (((product >> 8) + product) >> 8), 0, 255));
 }
 
+// What read_jpeg decodes of the stored (not yet oriented) image: the box rows [top, top + height), columns [left,
+// left + width) in its full-size pixels, at 1/scale of each side (libjpeg's DCT scaling: 1, 2, 4 or 8).
+struct JpegRegion {
+  int64_t top = 0, left = 0, height = 0, width = 0;
+  int scale = 1;
+};
+
+// The part [begin, begin + length) of a side of `full` pixels at 1/scale, where libjpeg's scaled side is
+// ceil(full / scale) pixels: its edges rounded to the nearest scaled pixel, at least one pixel long.
+std::pair<int64_t, int64_t> scaled_span(int64_t begin, int64_t length, int scale, int64_t full) {
+  if (scale == 1) return {begin, length};
+  const int64_t side = (full + scale - 1) / scale;
+  const int64_t first = std::min((2 * begin + scale) / (2 * scale), side - 1);
+  const int64_t end = std::clamp((2 * (begin + length) + scale) / (2 * scale), first + 1, side);
+  return {first, end - first};
+}
+
 // No object with a destructor is created between setjmp and a possible longjmp: `out`, `cmyk` and `bytes` live
-// in the caller. Returns the EXIF orientation to apply (1: none).
-int read_jpeg(const std::vector<unsigned char>& bytes, const DecodeOptions& options, std::vector<uint8_t>& cmyk,
-              Pixels& out) {
+// in the caller. Returns the EXIF orientation to apply (1: none). `header_only`: out.height and out.width are the
+// stored image's, nothing is decoded. `region` (or null: all of it): only its rows and the iMCU columns that cover
+// it are decoded (jpeg_skip_scanlines, jpeg_crop_scanline), and out holds exactly its pixels at its scale.
+int read_jpeg(const std::vector<unsigned char>& bytes, const DecodeOptions& options, const JpegRegion* region,
+              bool header_only, std::vector<uint8_t>& cmyk, Pixels& out) {
   jpeg_decompress_struct info;
   JpegErrors errors;
   info.err = jpeg_std_error(&errors.manager);
@@ -337,34 +357,70 @@ int read_jpeg(const std::vector<unsigned char>& bytes, const DecodeOptions& opti
     return 1;
   }
   const int orientation = options.exif_orientation ? jpeg_orientation(&info) : 1;
+  if (header_only) {
+    out.height = info.image_height;
+    out.width = info.image_width;
+    jpeg_destroy_decompress(&info);
+    return orientation;
+  }
   // Four components (CMYK, or YCCK, which libjpeg turns into CMYK) are read as CMYK and converted below.
   const bool four = info.jpeg_color_space == JCS_CMYK || info.jpeg_color_space == JCS_YCCK;
   info.out_color_space = four ? JCS_CMYK : options.channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  if (region != nullptr) {
+    info.scale_num = 1;
+    info.scale_denom = static_cast<unsigned int>(region->scale);
+  }
   jpeg_start_decompress(&info);
-  out.height = info.output_height;
-  out.width = info.output_width;
+  JDIMENSION top = 0, rows = info.output_height, left = 0, columns = info.output_width, skipped_columns = 0;
+  if (region != nullptr) {
+    std::tie(top, rows) = scaled_span(region->top, region->height, region->scale, info.image_height);
+    std::tie(left, columns) = scaled_span(region->left, region->width, region->scale, info.image_width);
+    if (columns < info.output_width) {
+      // One more pixel each side where there is one, so that no pixel kept sits at the edge of the columns decoded
+      // (upsampled chroma there would lack its neighbour); libjpeg widens this to whole iMCU columns.
+      JDIMENSION first = left > 0 ? left - 1 : 0;
+      JDIMENSION width = std::min<JDIMENSION>(left + columns + 1, info.output_width) - first;
+      jpeg_crop_scanline(&info, &first, &width);
+      skipped_columns = left - first;
+    }
+    if (top > 0) jpeg_skip_scanlines(&info, top);
+  }
+  out.height = rows;
+  out.width = columns;
   const int64_t stored_channels = info.output_components;
+  const size_t stride = static_cast<size_t>(info.output_width) * stored_channels;  // the columns decoded
   std::vector<uint8_t>& target = four ? cmyk : out.data;
-  target.resize(static_cast<size_t>(out.height * out.width * stored_channels));
+  target.resize(static_cast<size_t>(rows) * stride);
   // Up to 16 rows per call (a plain array: nothing with a destructor after setjmp), so libjpeg writes whole row
   // groups straight into the image.
   constexpr JDIMENSION kRows = 16;
-  while (info.output_scanline < info.output_height) {
-    JSAMPROW rows[kRows];
-    const JDIMENSION count = std::min(kRows, info.output_height - info.output_scanline);
+  while (info.output_scanline < top + rows) {
+    JSAMPROW scanlines[kRows];
+    const JDIMENSION count = std::min(kRows, top + rows - info.output_scanline);
     for (JDIMENSION k = 0; k < count; ++k) {
-      rows[k] = target.data() + static_cast<size_t>(info.output_scanline + k) * out.width * stored_channels;
+      scanlines[k] = target.data() + static_cast<size_t>(info.output_scanline - top + k) * stride;
     }
-    jpeg_read_scanlines(&info, rows, count);
+    jpeg_read_scanlines(&info, scanlines, count);
   }
-  jpeg_finish_decompress(&info);
+  const size_t row_bytes = static_cast<size_t>(columns) * stored_channels;
+  if (row_bytes != stride) {  // the box's columns, moved to the front of each row (never past where they are read)
+    for (JDIMENSION y = 0; y < rows; ++y) {
+      std::memmove(target.data() + y * row_bytes, target.data() + y * stride + skipped_columns * stored_channels,
+                   row_bytes);
+    }
+    target.resize(static_cast<size_t>(rows) * row_bytes);
+  }
+  // A region that ends above the last row leaves the rest unread: libjpeg's finish would refuse that; destroying
+  // the decompressor ends it.
+  if (info.output_scanline == info.output_height) jpeg_finish_decompress(&info);
   jpeg_destroy_decompress(&info);
   return orientation;
 }
 
-int decode_jpeg(const std::vector<unsigned char>& bytes, const DecodeOptions& options, Pixels& out) {
+int decode_jpeg(const std::vector<unsigned char>& bytes, const DecodeOptions& options, const JpegRegion* region,
+                Pixels& out) {
   std::vector<uint8_t> cmyk;
-  const int orientation = read_jpeg(bytes, options, cmyk, out);
+  const int orientation = read_jpeg(bytes, options, region, /*header_only=*/false, cmyk, out);
   if (out.error.empty() && !cmyk.empty()) {
     for (size_t i = 0; i < cmyk.size(); i += 4) {  // each pixel's C, M, Y, K becomes R, G, B and a dropped 4th
       for (size_t c = 0; c < 3; ++c) cmyk[i + c] = cmyk_to_rgb(cmyk[i + c], cmyk[i + 3]);
@@ -373,32 +429,116 @@ int decode_jpeg(const std::vector<unsigned char>& bytes, const DecodeOptions& op
   }
   return orientation;
 }
+
+// The stored size (out.height, out.width) and the EXIF orientation to apply, from the header alone.
+int read_jpeg_header(const std::vector<unsigned char>& bytes, const DecodeOptions& options, Pixels& out) {
+  std::vector<uint8_t> unused;
+  return read_jpeg(bytes, options, nullptr, /*header_only=*/true, unused, out);
+}
 #else
-int decode_jpeg(const std::vector<unsigned char>&, const DecodeOptions&, Pixels& out) {
+struct JpegRegion {
+  int64_t top = 0, left = 0, height = 0, width = 0;
+  int scale = 1;
+};
+std::pair<int64_t, int64_t> scaled_span(int64_t begin, int64_t length, int, int64_t) { return {begin, length}; }
+int decode_jpeg(const std::vector<unsigned char>&, const DecodeOptions&, const JpegRegion*, Pixels& out) {
+  missing_library("jpeg", out);
+  return 1;
+}
+int read_jpeg_header(const std::vector<unsigned char>&, const DecodeOptions&, Pixels& out) {
   missing_library("jpeg", out);
   return 1;
 }
 #endif
 
-Pixels decode(const std::string& path, const DecodeOptions& options) {
+bool is_jpeg(const std::vector<unsigned char>& bytes) {
+  return bytes.size() >= 3 && bytes[0] == 0xFF && bytes[1] == 0xD8 && bytes[2] == 0xFF;
+}
+
+// A whole image file's pixels, upright.
+Pixels decode_bytes(const std::vector<unsigned char>& bytes, const DecodeOptions& options) {
   Pixels out;
-  const std::vector<unsigned char> bytes = read_file(path, out.error);
-  if (!out.error.empty()) return out;
   static const unsigned char kPng[] = {0x89, 'P', 'N', 'G'};
   int orientation = 1;
   if (bytes.size() >= 4 && std::memcmp(bytes.data(), kPng, 4) == 0) {
     orientation = decode_png(bytes, options, out);
-  } else if (bytes.size() >= 3 && bytes[0] == 0xFF && bytes[1] == 0xD8 && bytes[2] == 0xFF) {
+  } else if (is_jpeg(bytes)) {
     if (options.mask) {
       out.error = "is a JPEG, which a segmentation mask cannot be: its lossy compression invents class ids along "
                   "the edges between classes; save the masks as PNG (grey class ids or a palette)";
       return out;
     }
-    orientation = decode_jpeg(bytes, options, out);
+    orientation = decode_jpeg(bytes, options, nullptr, out);
   } else {
     out.error = "neither PNG nor JPEG (by its first bytes)";
   }
   if (out.error.empty()) orient(orientation, options.channels, out);
+  return out;
+}
+
+Pixels decode(const std::string& path, const DecodeOptions& options) {
+  Pixels out;
+  const std::vector<unsigned char> bytes = read_file(path, out.error);
+  if (!out.error.empty()) return out;
+  return decode_bytes(bytes, options);
+}
+
+// A JPEG's header: its upright size and the orientation that turns the stored image upright.
+struct JpegHeader {
+  int64_t height = 0, width = 0;  // upright
+  int orientation = 1;
+  bool transposed() const { return orientation >= 5; }  // EXIF 5 to 8 swap the stored height and width
+};
+
+JpegHeader jpeg_header(const std::vector<unsigned char>& bytes, const DecodeOptions& options, Pixels& out) {
+  JpegHeader header;
+  header.orientation = read_jpeg_header(bytes, options, out);
+  header.height = header.transposed() ? out.width : out.height;
+  header.width = header.transposed() ? out.height : out.width;
+  out.height = out.width = 0;
+  return header;
+}
+
+// The largest DCT scale (1/8, 1/4, 1/2, else 1) at which a side of `length` stored pixels keeps at least `least`.
+// Checked on the spans read_jpeg decodes, so the rounding of their edges is counted.
+int dct_scale(const JpegRegion& box, int64_t image_height, int64_t image_width, int64_t least_height,
+              int64_t least_width) {
+  for (const int scale : {8, 4, 2}) {
+    if (scaled_span(box.top, box.height, scale, image_height).second >= least_height &&
+        scaled_span(box.left, box.width, scale, image_width).second >= least_width) {
+      return scale;
+    }
+  }
+  return 1;
+}
+
+// The upright box `box` of a JPEG (header `header`) decoded alone, upright: the box mapped through the orientation
+// to the stored pixels (orient's flips and transpose, backwards), decoded at the DCT scale that keeps it at least
+// least_height x least_width (upright) with kFast, then turned upright.
+Pixels decode_jpeg_box(const std::vector<unsigned char>& bytes, const DecodeOptions& options,
+                       const JpegHeader& header, const ImageBox& box, int64_t least_height, int64_t least_width,
+                       DecodeScaling scaling) {
+  const int flips = (header.orientation - 1) % 4;  // as orient(): 1 columns, 2 both, 3 rows
+  const bool flip_columns = header.orientation >= 2 && (flips == 1 || flips == 2);
+  const bool flip_rows = header.orientation >= 2 && flips >= 2;
+  // The box in orient()'s source rows and columns (upright, before its flips), then in the stored image's.
+  const int64_t row = flip_rows ? header.height - box.top - box.height : box.top;
+  const int64_t column = flip_columns ? header.width - box.left - box.width : box.left;
+  const bool transposed = header.transposed();
+  JpegRegion region;
+  region.top = transposed ? column : row;
+  region.left = transposed ? row : column;
+  region.height = transposed ? box.width : box.height;
+  region.width = transposed ? box.height : box.width;
+  const int64_t stored_height = transposed ? header.width : header.height;
+  const int64_t stored_width = transposed ? header.height : header.width;
+  if (scaling == DecodeScaling::kFast) {
+    region.scale = dct_scale(region, stored_height, stored_width, transposed ? least_width : least_height,
+                             transposed ? least_height : least_width);
+  }
+  Pixels out;
+  decode_jpeg(bytes, options, &region, out);
+  if (out.error.empty()) orient(header.orientation, options.channels, out);
   return out;
 }
 
@@ -491,6 +631,94 @@ std::string decode_image_into(const std::string& path, const DecodeOptions& opti
   return error;
 }
 
+DecodeScaling parse_decode_scaling(const std::string& name) {
+  if (name == "exact") return DecodeScaling::kExact;
+  if (name == "fast") return DecodeScaling::kFast;
+  throw ConfigError("decode must be 'fast' (JPEGs decoded at the DCT scale that keeps what is used at least its "
+                    "output size) or 'exact' (at full size, the pixels of a full decode), got '" + name + "'");
+}
+
+struct ImageFile::State {
+  std::vector<unsigned char> bytes;
+  bool jpeg = false;        // read by boxes; anything else is decoded whole into `whole`
+  JpegHeader header;        // a JPEG's, once read
+  bool header_read = false;
+  Pixels whole;             // a PNG (or what fails as neither), decoded once, upright
+  bool whole_read = false;
+};
+
+ImageFile::ImageFile(std::string path, DecodeOptions options)
+    : path_(std::move(path)), options_(options), state_(std::make_unique<State>()) {
+  check_image_request(options_, 0, 0);
+  std::string error;
+  state_->bytes = read_file(path_, error);
+  if (!error.empty()) throw ConfigError(std::string(file_kind(options_)) + " '" + path_ + "': " + error);
+  state_->jpeg = is_jpeg(state_->bytes) && !options_.mask;  // a JPEG mask is refused by decode_bytes
+}
+
+ImageFile::~ImageFile() = default;
+
+namespace {
+
+// Throws the error of pixels that failed, naming the file, as decode_image does.
+void throw_if_failed(const Pixels& pixels, const std::string& path, const DecodeOptions& options) {
+  const std::string named = std::string(file_kind(options)) + " '" + path + "'";
+  if (pixels.missing_library) throw MissingReaderError(named + " " + pixels.error);
+  if (!pixels.error.empty()) throw ConfigError(named + ": " + pixels.error);
+}
+
+at::Tensor as_tensor(const Pixels& pixels, int64_t channels) {
+  at::Tensor out = at::empty({pixels.height, pixels.width, channels}, at::TensorOptions().dtype(at::kByte));
+  std::memcpy(out.data_ptr(), pixels.data.data(), pixels.data.size());
+  return out;
+}
+
+}  // namespace
+
+std::array<int64_t, 2> ImageFile::size() {
+  State& state = *state_;
+  if (state.jpeg) {
+    if (!state.header_read) {
+      Pixels failed;
+      state.header = jpeg_header(state.bytes, options_, failed);
+      throw_if_failed(failed, path_, options_);
+      state.header_read = true;
+    }
+    return {state.header.height, state.header.width};
+  }
+  if (!state.whole_read) {
+    state.whole = decode_bytes(state.bytes, options_);
+    throw_if_failed(state.whole, path_, options_);
+    state.whole_read = true;
+  }
+  return {state.whole.height, state.whole.width};
+}
+
+at::Tensor ImageFile::read(const ImageBox& box, int64_t least_height, int64_t least_width, DecodeScaling scaling) {
+  const auto [height, width] = size();
+  if (box.top < 0 || box.left < 0 || box.height < 1 || box.width < 1 || box.top + box.height > height ||
+      box.left + box.width > width) {
+    throw ConfigError(std::string(file_kind(options_)) + " '" + path_ + "': the box (top " + std::to_string(box.top) +
+                      ", left " + std::to_string(box.left) + ", " + size_text(box.height, box.width) +
+                      ") is not inside the image (" + size_text(height, width) + ")");
+  }
+  if (!state_->jpeg) {
+    const Pixels& whole = state_->whole;
+    const int64_t channels = options_.channels;
+    at::Tensor out = at::empty({box.height, box.width, channels}, at::TensorOptions().dtype(at::kByte));
+    const size_t row_bytes = static_cast<size_t>(box.width * channels);
+    for (int64_t y = 0; y < box.height; ++y) {
+      std::memcpy(out.data_ptr<uint8_t>() + y * row_bytes,
+                  whole.data.data() + ((box.top + y) * whole.width + box.left) * channels, row_bytes);
+    }
+    return out;
+  }
+  const Pixels pixels = decode_jpeg_box(state_->bytes, options_, state_->header, box, least_height, least_width,
+                                        scaling);
+  throw_if_failed(pixels, path_, options_);
+  return as_tensor(pixels, options_.channels);
+}
+
 namespace {
 
 // Whether image `i` was decoded; one that was not is skipped (its "path: why" added to `skipped`) where skip_errors
@@ -559,7 +787,8 @@ DecodedImages decode_images(const std::vector<std::string>& paths, const DecodeO
 }
 
 DecodedImageList decode_images_at_own_size(const std::vector<std::string>& paths, const DecodeOptions& options,
-                                           int64_t threads, bool skip_errors, int64_t max_shorter_side) {
+                                           int64_t threads, bool skip_errors, int64_t max_shorter_side,
+                                           DecodeScaling scaling) {
   check_image_request(options, 0, 0);
   const int64_t channels = options.channels;
   if (threads < 1) throw ConfigError("threads must be >= 1, got " + std::to_string(threads));
@@ -572,18 +801,38 @@ DecodedImageList decode_images_at_own_size(const std::vector<std::string>& paths
   on_threads(paths.size(), threads, [&](size_t i) {
     Pixels& pixels = decoded[i];
     try {  // an exception must not escape a thread (that would end the process): it is this file's error
-      pixels = decode(paths[i], options);
+      // torchvision's _compute_resized_output_size: the shorter side to the bound, the longer in proportion
+      const auto bounded = [&](int64_t h, int64_t w) {
+        const int64_t shorter = std::min(h, w), longer = std::max(h, w);
+        const int64_t resized_longer = static_cast<int64_t>(static_cast<double>(max_shorter_side) * longer / shorter);
+        return h <= w ? std::array<int64_t, 2>{max_shorter_side, resized_longer}
+                      : std::array<int64_t, 2>{resized_longer, max_shorter_side};
+      };
+      std::vector<unsigned char> bytes = read_file(paths[i], pixels.error);
       if (!pixels.error.empty()) return;
-      const int64_t shorter = std::min(pixels.height, pixels.width), longer = std::max(pixels.height, pixels.width);
-      if (max_shorter_side == 0 || shorter <= max_shorter_side) {
+      int64_t full_height = 0, full_width = 0;  // the image's upright size at full scale
+      if (scaling == DecodeScaling::kFast && max_shorter_side > 0 && is_jpeg(bytes) && !options.mask) {
+        // A JPEG larger than the bound: decoded at the DCT scale that keeps it at least the bound.
+        const JpegHeader header = jpeg_header(bytes, options, pixels);
+        if (!pixels.error.empty()) return;
+        if (std::min(header.height, header.width) > max_shorter_side) {
+          const auto [least_height, least_width] = bounded(header.height, header.width);
+          pixels = decode_jpeg_box(bytes, options, header, {0, 0, header.height, header.width}, least_height,
+                                   least_width, scaling);
+          full_height = header.height, full_width = header.width;
+        }
+      }
+      if (full_height == 0 && pixels.error.empty()) {
+        pixels = decode_bytes(bytes, options);
+        full_height = pixels.height, full_width = pixels.width;
+      }
+      if (!pixels.error.empty()) return;
+      if (max_shorter_side == 0 || std::min(full_height, full_width) <= max_shorter_side) {
         images[i] = at::empty({pixels.height, pixels.width, channels}, at::TensorOptions().dtype(at::kByte));
         std::memcpy(images[i].data_ptr(), pixels.data.data(), pixels.data.size());
         return;
       }
-      // torchvision's _compute_resized_output_size: the shorter side to the bound, the longer in proportion
-      const int64_t resized_longer = static_cast<int64_t>(static_cast<double>(max_shorter_side) * longer / shorter);
-      const int64_t height = pixels.height <= pixels.width ? max_shorter_side : resized_longer;
-      const int64_t width = pixels.height <= pixels.width ? resized_longer : max_shorter_side;
+      const auto [height, width] = bounded(full_height, full_width);
       images[i] = at::empty({height, width, channels}, at::TensorOptions().dtype(at::kByte));
       resize_into(pixels, channels, height, width, /*nearest=*/options.mask, images[i].data_ptr<uint8_t>());
       ++downsized;

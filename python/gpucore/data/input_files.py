@@ -71,8 +71,9 @@ def _decode(paths: List[str], channels: int, size, max_resolution: Optional[int]
     if size is not None or max_resolution is None:
         return readers.read_files(paths, [0] * len(paths), channels=channels, size=size,
                                   exif_orientation=exif_orientation).inputs
+    # decoded at full size before the bound (decode: exact), whatever the run's decode: the truest pixels
     files = readers.read_files(paths, [0] * len(paths), channels=channels, max_resolution=max_resolution,
-                               exif_orientation=exif_orientation)
+                               exif_orientation=exif_orientation, decode="exact")
     return [image.permute(2, 0, 1) for image in files.images_at_own_size()]
 
 
