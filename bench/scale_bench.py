@@ -41,7 +41,7 @@ files to ready batches, no model, on the photo classification set only (once, wi
 workload). Not a test: quote the numbers with the machine; --quick sizes check the runner.
 
 --camera N: instead, the input pipeline alone on photos as cameras take them (bench/scale_data.py's camera set: N
-12-megapixel JPEGs, 2-3 MB each) to RandomResizedCrop(--crop) + RandomHorizontalFlip batches, no model: gpucore
+12-megapixel JPEGs, 1.7-2.4 MB each) to RandomResizedCrop(--crop) + RandomHorizontalFlip batches, no model: gpucore
 streamed (cache: none) with decode: fast (the crop's box alone, at the DCT scale that keeps it at least --crop) and
 decode: exact (the box alone, at full size); torch's DataLoader (as many workers as cores) with Pillow + torchvision
 v2; and the same with Pillow's draft() (DCT scaling to at least 2 x --crop a side), the bound the goal names. Rounds

@@ -13,7 +13,7 @@
   regions that follow the photo's own shapes and edges, which a segmentation model can learn from the pixels.
 - camera: photos as cameras take them, one ImageFolder (train/, a subfolder per source photograph) of 12-megapixel
   JPEGs (4000 x 3000, landscape or portrait in turn; quality 90, 4:2:0): each real photograph upscaled (bicubic) with
-  sensor-like noise (Gaussian, sigma 4 levels, on every pixel and channel), 2-3 MB each.
+  sensor-like noise (Gaussian, sigma 4 levels, on every pixel and channel), 1.7-2.4 MB each.
 - fashion_mnist_224: the real Fashion-MNIST (gpucore's reader finds it: $GPUCORE_FASHION_MNIST,
   /usr/share/datasets/fashion-mnist, ...) upscaled (bilinear) to 224 x 224 RGB JPEGs with its real labels, the
   test images as val/.
