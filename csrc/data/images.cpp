@@ -12,6 +12,7 @@
 #ifdef GPUCORE_WITH_PNG
 #include <png.h>
 #endif
+#include <zlib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -150,6 +151,10 @@ struct PngRead {
   int sample_bytes = 1;          // 2: 16-bit samples, big-endian (masks only; images keep the high byte)
   bool image_read = false;       // every row read: what follows the image data cannot spoil it
   int orientation = 1;
+  bool header_only = false;      // stop after the header: its size, interlacing and an eXIf chunk before the data
+  int64_t last_row = 0;          // > 0 (non-interlaced only): read the rows above it, not the rest
+  bool interlaced = false;       // header_only's answers
+  bool exif_before_data = false;
 };
 
 void read_png_bytes(png_structp png, png_bytep data, size_t length) {
@@ -195,6 +200,19 @@ bool read_png(PngRead& read, const DecodeOptions& options, Pixels& out) {
     png_destroy_read_struct(&png, &info, nullptr);
     return false;
   }
+  if (read.header_only) {
+    png_uint_32 exif_size = 0;
+    png_bytep exif = nullptr;
+    if (options.exif_orientation && png_get_eXIf_1(png, info, &exif_size, &exif) != 0) {
+      read.orientation = exif_orientation(exif, exif_size);
+      read.exif_before_data = true;
+    }
+    read.interlaced = png_get_interlace_type(png, info) != PNG_INTERLACE_NONE;
+    out.height = height;
+    out.width = width;
+    png_destroy_read_struct(&png, &info, nullptr);
+    return true;
+  }
   if (colour_type == PNG_COLOR_TYPE_PALETTE) {
     if (options.mask) {
       png_set_packing(png);
@@ -209,14 +227,19 @@ bool read_png(PngRead& read, const DecodeOptions& options, Pixels& out) {
   read.stored_channels = png_get_channels(png, info);
   read.sample_bytes = png_get_bit_depth(png, info) == 16 ? 2 : 1;
   const size_t row_bytes = png_get_rowbytes(png, info);
-  read.samples.resize(row_bytes * height);
-  read.rows.resize(height);
-  for (png_uint_32 y = 0; y < height; ++y) read.rows[y] = read.samples.data() + y * row_bytes;
-  png_read_image(png, read.rows.data());
-  out.height = height;
+  const png_uint_32 rows = read.last_row > 0 ? std::min<png_uint_32>(read.last_row, height) : height;
+  read.samples.resize(row_bytes * rows);
+  read.rows.resize(rows);
+  for (png_uint_32 y = 0; y < rows; ++y) read.rows[y] = read.samples.data() + y * row_bytes;
+  if (rows == height) {
+    png_read_image(png, read.rows.data());
+  } else {  // the rows above last_row, and no more (the caller knows the orientation from the header)
+    for (png_uint_32 y = 0; y < rows; ++y) png_read_row(png, read.rows[y], nullptr);
+  }
+  out.height = rows;
   out.width = width;
   read.image_read = true;
-  if (options.exif_orientation) {
+  if (options.exif_orientation && rows == height) {
     png_read_end(png, info);  // an eXIf chunk may come after the image data; Pillow reads it there too
     png_uint_32 exif_size = 0;
     png_bytep exif = nullptr;
@@ -258,9 +281,11 @@ void mask_ids(const PngRead& read, Pixels& out) {
   }
 }
 
-// Returns the EXIF orientation to apply (1: none).
-int decode_png(const std::vector<unsigned char>& bytes, const DecodeOptions& options, Pixels& out) {
+// Returns the EXIF orientation to apply (1: none). last_row > 0: only the rows above it (a non-interlaced PNG).
+int decode_png(const std::vector<unsigned char>& bytes, const DecodeOptions& options, Pixels& out,
+               int64_t last_row = 0) {
   PngRead read(bytes);
+  read.last_row = last_row;
   if (!read_png(read, options, out)) return 1;
   if (options.mask) {
     mask_ids(read, out);
@@ -269,8 +294,53 @@ int decode_png(const std::vector<unsigned char>& bytes, const DecodeOptions& opt
   }
   return read.orientation;
 }
+
+// A PNG's chunks walked by their lengths, nothing decompressed: whether they reach IEND with every IDAT chunk's CRC
+// right, and whether one is an eXIf chunk. Rows read partly stop inside the image data, where libpng has not yet
+// checked the CRC of the chunk it reads: checked here first, so a damaged file fails as its whole decode does.
+bool png_chunks_sound(const std::vector<unsigned char>& bytes, bool& has_exif) {
+  has_exif = false;
+  size_t offset = 8;  // after the signature
+  while (offset + 12 <= bytes.size()) {
+    const uint64_t length = (uint64_t{bytes[offset]} << 24) | (uint64_t{bytes[offset + 1]} << 16) |
+                            (uint64_t{bytes[offset + 2]} << 8) | bytes[offset + 3];
+    const unsigned char* type = bytes.data() + offset + 4;
+    if (offset + 12 + length > bytes.size()) return false;  // runs off the file
+    if (std::memcmp(type, "IEND", 4) == 0) return true;
+    if (std::memcmp(type, "eXIf", 4) == 0) has_exif = true;
+    if (std::memcmp(type, "IDAT", 4) == 0) {
+      const unsigned char* stored = type + 4 + length;
+      const uint32_t crc = (uint32_t{stored[0]} << 24) | (uint32_t{stored[1]} << 16) | (uint32_t{stored[2]} << 8) |
+                           stored[3];
+      if (crc32(0L, type, static_cast<uInt>(4 + length)) != crc) return false;
+    }
+    offset += 12 + length;  // length, type, data, CRC
+  }
+  return false;
+}
+
+// The stored size (out.height, out.width) and the orientation from an eXIf chunk before the image data; whether the
+// rows can be read partly: a sound (png_chunks_sound), non-interlaced PNG whose orientation is known before its data
+// (an eXIf chunk there, none at all, or orientation not asked for: one after the data would turn the image after its
+// rows are read). Otherwise the whole image is read, as decode_image reads it.
+int read_png_header(const std::vector<unsigned char>& bytes, const DecodeOptions& options, Pixels& out,
+                    bool& rows_readable) {
+  PngRead read(bytes);
+  read.header_only = true;
+  rows_readable = false;
+  if (!read_png(read, options, out)) return 1;
+  bool has_exif = false;
+  rows_readable = !read.interlaced && png_chunks_sound(bytes, has_exif) &&
+                  (read.exif_before_data || !options.exif_orientation || !has_exif);
+  return read.orientation;
+}
 #else
-int decode_png(const std::vector<unsigned char>&, const DecodeOptions&, Pixels& out) {
+int decode_png(const std::vector<unsigned char>&, const DecodeOptions&, Pixels& out, int64_t = 0) {
+  missing_library("png", out);
+  return 1;
+}
+int read_png_header(const std::vector<unsigned char>&, const DecodeOptions&, Pixels& out, bool& rows_readable) {
+  rows_readable = false;
   missing_library("png", out);
   return 1;
 }
@@ -317,7 +387,7 @@ uint8_t cmyk_to_rgb(uint8_t ink, uint8_t black) {
 
 // What read_jpeg decodes of the stored (not yet oriented) image: the box rows [top, top + height), columns [left,
 // left + width) in its full-size pixels, at 1/scale of each side (libjpeg's DCT scaling: 1, 2, 4 or 8).
-struct JpegRegion {
+struct StoredRegion {
   int64_t top = 0, left = 0, height = 0, width = 0;
   int scale = 1;
 };
@@ -336,7 +406,7 @@ std::pair<int64_t, int64_t> scaled_span(int64_t begin, int64_t length, int scale
 // in the caller. Returns the EXIF orientation to apply (1: none). `header_only`: out.height and out.width are the
 // stored image's, nothing is decoded. `region` (or null: all of it): only its rows and the iMCU columns that cover
 // it are decoded (jpeg_skip_scanlines, jpeg_crop_scanline), and out holds exactly its pixels at its scale.
-int read_jpeg(const std::vector<unsigned char>& bytes, const DecodeOptions& options, const JpegRegion* region,
+int read_jpeg(const std::vector<unsigned char>& bytes, const DecodeOptions& options, const StoredRegion* region,
               bool header_only, std::vector<uint8_t>& cmyk, Pixels& out) {
   jpeg_decompress_struct info;
   JpegErrors errors;
@@ -417,7 +487,7 @@ int read_jpeg(const std::vector<unsigned char>& bytes, const DecodeOptions& opti
   return orientation;
 }
 
-int decode_jpeg(const std::vector<unsigned char>& bytes, const DecodeOptions& options, const JpegRegion* region,
+int decode_jpeg(const std::vector<unsigned char>& bytes, const DecodeOptions& options, const StoredRegion* region,
                 Pixels& out) {
   std::vector<uint8_t> cmyk;
   const int orientation = read_jpeg(bytes, options, region, /*header_only=*/false, cmyk, out);
@@ -436,12 +506,12 @@ int read_jpeg_header(const std::vector<unsigned char>& bytes, const DecodeOption
   return read_jpeg(bytes, options, nullptr, /*header_only=*/true, unused, out);
 }
 #else
-struct JpegRegion {
+struct StoredRegion {
   int64_t top = 0, left = 0, height = 0, width = 0;
   int scale = 1;
 };
 std::pair<int64_t, int64_t> scaled_span(int64_t begin, int64_t length, int, int64_t) { return {begin, length}; }
-int decode_jpeg(const std::vector<unsigned char>&, const DecodeOptions&, const JpegRegion*, Pixels& out) {
+int decode_jpeg(const std::vector<unsigned char>&, const DecodeOptions&, const StoredRegion*, Pixels& out) {
   missing_library("jpeg", out);
   return 1;
 }
@@ -451,6 +521,11 @@ int read_jpeg_header(const std::vector<unsigned char>&, const DecodeOptions&, Pi
 }
 #endif
 
+bool is_png(const std::vector<unsigned char>& bytes) {
+  static const unsigned char kPng[] = {0x89, 'P', 'N', 'G'};
+  return bytes.size() >= 4 && std::memcmp(bytes.data(), kPng, 4) == 0;
+}
+
 bool is_jpeg(const std::vector<unsigned char>& bytes) {
   return bytes.size() >= 3 && bytes[0] == 0xFF && bytes[1] == 0xD8 && bytes[2] == 0xFF;
 }
@@ -458,9 +533,8 @@ bool is_jpeg(const std::vector<unsigned char>& bytes) {
 // A whole image file's pixels, upright.
 Pixels decode_bytes(const std::vector<unsigned char>& bytes, const DecodeOptions& options) {
   Pixels out;
-  static const unsigned char kPng[] = {0x89, 'P', 'N', 'G'};
   int orientation = 1;
-  if (bytes.size() >= 4 && std::memcmp(bytes.data(), kPng, 4) == 0) {
+  if (is_png(bytes)) {
     orientation = decode_png(bytes, options, out);
   } else if (is_jpeg(bytes)) {
     if (options.mask) {
@@ -483,15 +557,16 @@ Pixels decode(const std::string& path, const DecodeOptions& options) {
   return decode_bytes(bytes, options);
 }
 
-// A JPEG's header: its upright size and the orientation that turns the stored image upright.
-struct JpegHeader {
+// An image's header (JPEG, or PNG read by rows): its upright size and the orientation that turns the stored
+// image upright.
+struct ImageHeader {
   int64_t height = 0, width = 0;  // upright
   int orientation = 1;
   bool transposed() const { return orientation >= 5; }  // EXIF 5 to 8 swap the stored height and width
 };
 
-JpegHeader jpeg_header(const std::vector<unsigned char>& bytes, const DecodeOptions& options, Pixels& out) {
-  JpegHeader header;
+ImageHeader jpeg_header(const std::vector<unsigned char>& bytes, const DecodeOptions& options, Pixels& out) {
+  ImageHeader header;
   header.orientation = read_jpeg_header(bytes, options, out);
   header.height = header.transposed() ? out.width : out.height;
   header.width = header.transposed() ? out.height : out.width;
@@ -501,7 +576,7 @@ JpegHeader jpeg_header(const std::vector<unsigned char>& bytes, const DecodeOpti
 
 // The largest DCT scale (1/8, 1/4, 1/2, else 1) at which a side of `length` stored pixels keeps at least `least`.
 // Checked on the spans read_jpeg decodes, so the rounding of their edges is counted.
-int dct_scale(const JpegRegion& box, int64_t image_height, int64_t image_width, int64_t least_height,
+int dct_scale(const StoredRegion& box, int64_t image_height, int64_t image_width, int64_t least_height,
               int64_t least_width) {
   for (const int scale : {8, 4, 2}) {
     if (scaled_span(box.top, box.height, scale, image_height).second >= least_height &&
@@ -512,12 +587,8 @@ int dct_scale(const JpegRegion& box, int64_t image_height, int64_t image_width, 
   return 1;
 }
 
-// The upright box `box` of a JPEG (header `header`) decoded alone, upright: the box mapped through the orientation
-// to the stored pixels (orient's flips and transpose, backwards), decoded at the DCT scale that keeps it at least
-// least_height x least_width (upright) with kFast, then turned upright.
-Pixels decode_jpeg_box(const std::vector<unsigned char>& bytes, const DecodeOptions& options,
-                       const JpegHeader& header, const ImageBox& box, int64_t least_height, int64_t least_width,
-                       DecodeScaling scaling) {
+// The upright box `box` of an image (header `header`) in its stored pixels: orient()'s flips and transpose, backwards.
+StoredRegion stored_region(const ImageHeader& header, const ImageBox& box) {
   const int flips = (header.orientation - 1) % 4;  // as orient(): 1 columns, 2 both, 3 rows
   const bool flip_columns = header.orientation >= 2 && (flips == 1 || flips == 2);
   const bool flip_rows = header.orientation >= 2 && flips >= 2;
@@ -525,11 +596,22 @@ Pixels decode_jpeg_box(const std::vector<unsigned char>& bytes, const DecodeOpti
   const int64_t row = flip_rows ? header.height - box.top - box.height : box.top;
   const int64_t column = flip_columns ? header.width - box.left - box.width : box.left;
   const bool transposed = header.transposed();
-  JpegRegion region;
+  StoredRegion region;
   region.top = transposed ? column : row;
   region.left = transposed ? row : column;
   region.height = transposed ? box.width : box.height;
   region.width = transposed ? box.height : box.width;
+  return region;
+}
+
+// The upright box `box` of a JPEG (header `header`) decoded alone, upright: the box mapped to the stored pixels,
+// decoded at the DCT scale that keeps it at least least_height x least_width (upright) with kFast, then turned
+// upright.
+Pixels decode_jpeg_box(const std::vector<unsigned char>& bytes, const DecodeOptions& options,
+                       const ImageHeader& header, const ImageBox& box, int64_t least_height, int64_t least_width,
+                       DecodeScaling scaling) {
+  StoredRegion region = stored_region(header, box);
+  const bool transposed = header.transposed();
   const int64_t stored_height = transposed ? header.width : header.height;
   const int64_t stored_width = transposed ? header.height : header.width;
   if (scaling == DecodeScaling::kFast) {
@@ -539,6 +621,28 @@ Pixels decode_jpeg_box(const std::vector<unsigned char>& bytes, const DecodeOpti
   Pixels out;
   decode_jpeg(bytes, options, &region, out);
   if (out.error.empty()) orient(header.orientation, options.channels, out);
+  return out;
+}
+
+// The upright box `box` of a PNG whose rows can be read partly (read_png_header): its stored rows read down to the
+// box's last one and no further, the box cut from them, turned upright.
+Pixels decode_png_box(const std::vector<unsigned char>& bytes, const DecodeOptions& options,
+                      const ImageHeader& header, const ImageBox& box) {
+  const StoredRegion region = stored_region(header, box);
+  Pixels rows;
+  decode_png(bytes, options, rows, region.top + region.height);
+  if (!rows.error.empty()) return rows;
+  const int64_t channels = options.channels;
+  Pixels out;
+  out.height = region.height;
+  out.width = region.width;
+  out.data.resize(static_cast<size_t>(out.height * out.width * channels));
+  const size_t row_bytes = static_cast<size_t>(out.width * channels);
+  for (int64_t y = 0; y < out.height; ++y) {
+    std::memcpy(out.data.data() + y * row_bytes,
+                rows.data.data() + ((region.top + y) * rows.width + region.left) * channels, row_bytes);
+  }
+  orient(header.orientation, channels, out);
   return out;
 }
 
@@ -640,10 +744,11 @@ DecodeScaling parse_decode_scaling(const std::string& name) {
 
 struct ImageFile::State {
   std::vector<unsigned char> bytes;
-  bool jpeg = false;        // read by boxes; anything else is decoded whole into `whole`
-  JpegHeader header;        // a JPEG's, once read
+  bool jpeg = false;        // read by boxes (the DCT scale too)
+  bool png_rows = false;    // a PNG read by boxes, down to the box's last row (read_png_header); else decoded whole
+  ImageHeader header;       // a JPEG's or such a PNG's, once read
   bool header_read = false;
-  Pixels whole;             // a PNG (or what fails as neither), decoded once, upright
+  Pixels whole;             // anything else (or what fails as neither), decoded once, upright
   bool whole_read = false;
 };
 
@@ -686,6 +791,17 @@ std::array<int64_t, 2> ImageFile::size() {
     }
     return {state.header.height, state.header.width};
   }
+  if (!state.header_read && is_png(state.bytes) && !options_.mask) {
+    Pixels stored;
+    bool rows_readable = false;
+    state.header.orientation = read_png_header(state.bytes, options_, stored, rows_readable);
+    throw_if_failed(stored, path_, options_);
+    state.header.height = state.header.transposed() ? stored.width : stored.height;
+    state.header.width = state.header.transposed() ? stored.height : stored.width;
+    state.png_rows = rows_readable;
+  }
+  state.header_read = true;
+  if (state.png_rows) return {state.header.height, state.header.width};
   if (!state.whole_read) {
     state.whole = decode_bytes(state.bytes, options_);
     throw_if_failed(state.whole, path_, options_);
@@ -701,6 +817,11 @@ at::Tensor ImageFile::read(const ImageBox& box, int64_t least_height, int64_t le
     throw ConfigError(std::string(file_kind(options_)) + " '" + path_ + "': the box (top " + std::to_string(box.top) +
                       ", left " + std::to_string(box.left) + ", " + size_text(box.height, box.width) +
                       ") is not inside the image (" + size_text(height, width) + ")");
+  }
+  if (state_->png_rows) {
+    const Pixels pixels = decode_png_box(state_->bytes, options_, state_->header, box);
+    throw_if_failed(pixels, path_, options_);
+    return as_tensor(pixels, options_.channels);
   }
   if (!state_->jpeg) {
     const Pixels& whole = state_->whole;
@@ -813,7 +934,7 @@ DecodedImageList decode_images_at_own_size(const std::vector<std::string>& paths
       int64_t full_height = 0, full_width = 0;  // the image's upright size at full scale
       if (scaling == DecodeScaling::kFast && max_shorter_side > 0 && is_jpeg(bytes) && !options.mask) {
         // A JPEG larger than the bound: decoded at the DCT scale that keeps it at least the bound.
-        const JpegHeader header = jpeg_header(bytes, options, pixels);
+        const ImageHeader header = jpeg_header(bytes, options, pixels);
         if (!pixels.error.empty()) return;
         if (std::min(header.height, header.width) > max_shorter_side) {
           const auto [least_height, least_width] = bounded(header.height, header.width);

@@ -2,7 +2,11 @@
 jpeg_crop_scanline) is bit for bit the full decode's crop (baseline, progressive, 4:2:0, 4:2:2, 4:4:4, grey, CMYK;
 boxes on MCU boundaries and not; every EXIF orientation); with DCT scaling (decode: fast) the box is Pillow's draft()
 decode of it bit for bit, and a 224-px crop from it stays within a stated distance of torchvision's full-size path; streamed
-batches draw the same boxes either way, and the cache fill keeps images at max_resolution from a scaled decode."""
+batches draw the same boxes either way, and the cache fill keeps images at max_resolution from a scaled decode. A PNG
+box is read down to its last row and no further, bit for bit the full decode's crop."""
+import struct
+import zlib
+
 import numpy as np
 import pytest
 import torch
@@ -86,6 +90,66 @@ def test_the_box_is_in_the_upright_images_pixels_for_every_exif_orientation(tmp_
             full = torch.from_numpy(upright[top:top + height, left:left + width].copy()).permute(2, 0, 1)
             reduced = F.resize(full, list(scaled.shape[:2]), antialias=True).permute(1, 2, 0).numpy()
             assert np.abs(reduced.astype(int) - scaled).mean() < 6, orientation
+
+
+def png_that_stops_inflating(pixels, good_rows):
+    """An RGB PNG of `pixels` whose image data inflates to its first good_rows rows, then holds a deflate block of a
+    type that does not exist; every chunk's CRC right."""
+    height, width = pixels.shape[:2]
+    filtered = b"".join(b"\0" + pixels[y].tobytes() for y in range(good_rows))
+    deflate = zlib.compressobj()
+    data = deflate.compress(filtered) + deflate.flush(zlib.Z_FULL_FLUSH) + b"\xff" * 64  # block type 3: invalid
+
+    def chunk(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", data) + chunk(b"IEND", b"")
+
+
+def test_a_png_is_read_down_to_the_boxs_last_row_and_no_further(tmp_path):
+    pixels = photo(*SIZE, name="chelsea")
+    for orientation in (1, 6, 3, 8):
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        path = tmp_path / f"o{orientation}.png"
+        Image.fromarray(pixels).save(path, exif=exif)  # Pillow writes eXIf before the image data
+        upright = _C.decode_image(str(path), 3).numpy()
+        for top, left, height, width in [(5, 7, 33, 41), (0, 0, 40, 150), (100, 20, 57, 20)]:
+            for channels in (3, 1):
+                np.testing.assert_array_equal(box_of(path, (top, left, height, width), channels),
+                                              _C.decode_image(str(path), channels).numpy()[top:top + height,
+                                                                                         left:left + width],
+                                              err_msg=f"orientation {orientation}, box {(top, left, height, width)}")
+    # the rows below the box are never decompressed: a file whose last rows do not inflate (a stored deflate block's
+    # length spoilt, every chunk's CRC made right again) fails whole and gives the boxes above them; a byte spoilt
+    # under a CRC fails every box, as the whole decode does (the CRCs are checked before rows are read partly)
+    path = tmp_path / "plain.png"
+    Image.fromarray(pixels).save(path, compress_level=0)  # stored deflate blocks: a byte's place is its row's
+    whole = _C.decode_image(str(path), 3).numpy()
+    written = path.read_bytes()
+    spoilt = bytearray(written)
+    spoilt[len(spoilt) * 85 // 100] ^= 0xFF
+    (tmp_path / "crc.png").write_bytes(bytes(spoilt))
+    for box in [(10, 20, 60, 100), (150, 20, 40, 100)]:
+        with pytest.raises(ConfigError, match="corrupt PNG"):
+            box_of(tmp_path / "crc.png", box)
+    (tmp_path / "cut.png").write_bytes(png_that_stops_inflating(pixels, 30))
+    with pytest.raises(ConfigError, match="corrupt PNG"):
+        _C.decode_image(str(tmp_path / "cut.png"), 3)
+    # (zlib reads the next block's header as soon as a block ends: the box ends rows before the good data does)
+    np.testing.assert_array_equal(box_of(tmp_path / "cut.png", (10, 20, 15, 100)), whole[10:25, 20:120])
+    with pytest.raises(ConfigError, match="corrupt PNG"):
+        box_of(tmp_path / "cut.png", (25, 20, 15, 100))
+    # an eXIf chunk after the image data (which Pillow reads too) turns the image only once all of it is read: whole
+    written = (tmp_path / "o6.png").read_bytes()
+    start = written.index(b"eXIf") - 4
+    chunk = written[start:start + 12 + int.from_bytes(written[start:start + 4], "big")]
+    without = written.replace(chunk, b"")
+    (tmp_path / "after.png").write_bytes(without[:-12] + chunk + without[-12:])  # just before IEND
+    upright = _C.decode_image(str(tmp_path / "after.png"), 3).numpy()
+    assert upright.shape[:2] == SIZE[::-1]
+    np.testing.assert_array_equal(box_of(tmp_path / "after.png", (5, 7, 33, 41)), upright[5:38, 7:48])
 
 
 def big_jpeg(path, height=1200, width=1600):
