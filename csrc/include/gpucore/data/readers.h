@@ -57,7 +57,9 @@ struct ImageBox {
 // An image file read in two steps: its upright size from the header, then the pixels of one box of it. A JPEG decodes
 // only the rows and iMCU columns that cover the box (libjpeg-turbo's jpeg_skip_scanlines and jpeg_crop_scanline), the
 // box mapped through the EXIF orientation to the stored image's pixels first; without scaling the box's pixels are
-// bit for bit those of decode_image's whole image. A PNG is decoded whole once, at the first call that needs pixels.
+// bit for bit those of decode_image's whole image. A PNG is read down to the box's last row and no further where its
+// orientation is known before its image data, it is not interlaced and its IDAT CRCs are right; any other file is
+// decoded whole once, at the first call that needs pixels.
 class ImageFile {
  public:
   // Reads the file's bytes. Errors (here and below) are ConfigErrors "image 'path': why" (MissingReaderError for a
