@@ -39,6 +39,13 @@ the run, CPU busy share (CPU seconds of the process and its workers over wall se
 the images each saw per timed epoch and the last epoch's mean loss. Then the input pipeline alone: images/s from
 files to ready batches, no model, on the photo classification set only (once, with the first classification
 workload). Not a test: quote the numbers with the machine; --quick sizes check the runner.
+
+--camera N: instead, the input pipeline alone on photos as cameras take them (bench/scale_data.py's camera set: N
+12-megapixel JPEGs, 1.7-2.4 MB each) to RandomResizedCrop(--crop) + RandomHorizontalFlip batches, no model: gpucore
+streamed (cache: none) with decode: fast (the crop's box alone, at the DCT scale that keeps it at least --crop) and
+decode: exact (the box alone, at full size); torch's DataLoader (as many workers as cores) with Pillow + torchvision
+v2; and the same with Pillow's draft() (DCT scaling to at least 2 x --crop a side), the bound the goal names. Rounds
+interleaved; ratios to the DataLoader + Pillow loop and to the draft bound.
 """
 import argparse
 import copy
@@ -65,7 +72,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from augment_bench import MEAN, STD, TRANSFORMS, torchvision_pipeline  # noqa: E402
 from common import (EpochClock, PilImageFolder, PilSegmentationFolder, device_label, import_lightning,  # noqa: E402
                     import_torchvision, lightning_epoch_timer, lightning_module, result_json, stepped_per_batch, sync)
-from scale_data import DEFAULT_CACHE, SEGMENTATION_CLASSES, make_photos, make_segmentation  # noqa: E402
+from scale_data import DEFAULT_CACHE, SEGMENTATION_CLASSES, make_camera, make_photos, make_segmentation  # noqa: E402
 from train_bench import Skip, percentile  # noqa: E402
 
 WORKLOADS = {  # name: (gpucore's model name, frozen backbone, its data: "photos" (classes) or "segmentation")
@@ -425,6 +432,77 @@ def input_pipeline_alone(w: Workload, rounds: int) -> dict:
             for name, values in rates.items()}
 
 
+class PilDraftFolder(PilImageFolder):
+    """PilImageFolder with Pillow's JPEG draft mode: each file decoded at the smallest DCT scale that keeps both sides
+    at least `least` pixels (Image.draft), then `transform`."""
+
+    def __init__(self, root, transform, least):
+        super().__init__(root, transform)
+        self.least = least
+
+    def __getitem__(self, index):
+        from PIL import Image
+
+        path, label = self.items[index]
+        with Image.open(path) as picture:
+            picture.draft("RGB", (self.least, self.least))
+            return self.transform(picture.convert("RGB")), label
+
+
+def camera_pipeline(args, device) -> dict:
+    """The input pipeline alone on camera-sized JPEGs (--camera): images/s per path, second of two epochs, median over
+    rounds (paths interleaved, each round starting with the next), and the ratios the goal names."""
+    from augment_bench import later_epochs_rate
+    from torchvision.transforms import v2
+
+    root = os.path.join(make_camera(args.camera, cache_dir=args.cache_dir), "train")
+    recipe = [{"RandomResizedCrop": {"size": args.crop}}, "RandomHorizontalFlip"]
+    pipeline = v2.Compose([v2.PILToTensor(), v2.RandomResizedCrop(args.crop, antialias=True),
+                           v2.RandomHorizontalFlip(), v2.ToDtype(torch.float32, scale=True)])
+    cores = os.cpu_count() or 1
+    batch = min(args.batch_size, args.camera)
+    images = args.camera // batch * batch
+
+    def gpucore_loader(decode):
+        files = gpucore.data.read_image_folder(root, threads=cores, decode=decode)
+        return gpucore.DataLoader(files, batch, device=device, transforms=recipe, cache="none", shuffle=True,
+                                  drop_last=True, normalize=False)
+
+    def torch_loader(dataset):
+        return torch.utils.data.DataLoader(dataset, batch_size=batch, shuffle=True, drop_last=True,
+                                           num_workers=cores, persistent_workers=True,
+                                           generator=torch.Generator().manual_seed(0))
+
+    paths = {"gpucore streamed, decode: fast": lambda: gpucore_loader("fast"),
+             "gpucore streamed, decode: exact": lambda: gpucore_loader("exact"),
+             "DataLoader + Pillow": lambda: torch_loader(PilImageFolder(root, pipeline)),
+             "DataLoader + Pillow draft": lambda: torch_loader(PilDraftFolder(root, pipeline, 2 * args.crop))}
+    rates = {name: [] for name in paths}
+    for index in range(args.rounds):
+        names = list(paths)
+        for name in names[index % len(names):] + names[:index % len(names)]:
+            rates[name].append(later_epochs_rate(paths[name], 2, images, device))
+            print(f"round {index}: {name}: {rates[name][-1]:.1f} images/s", flush=True)
+            gc.collect()
+    rows = {name: {"images_per_s": statistics.median(values), "p10": percentile(values, 0.1),
+                   "p90": percentile(values, 0.9)} for name, values in rates.items()}
+    fast = rows["gpucore streamed, decode: fast"]["images_per_s"]
+    return {"data": root, "images": images, "batch_size": batch, "crop": args.crop, "rounds": args.rounds,
+            "paths": rows, "fast_over_dataloader": fast / rows["DataLoader + Pillow"]["images_per_s"],
+            "fast_over_pillow_draft": fast / rows["DataLoader + Pillow draft"]["images_per_s"]}
+
+
+def camera_markdown(result: dict, header: str) -> str:
+    lines = [header, "", "| input pipeline alone (no model) | images/s (p10-p90) | x DataLoader + Pillow | x Pillow draft |",
+             "|---|---|---|---|"]
+    loader = result["paths"]["DataLoader + Pillow"]["images_per_s"]
+    draft = result["paths"]["DataLoader + Pillow draft"]["images_per_s"]
+    for name, r in result["paths"].items():
+        lines.append(f"| {name} | {r['images_per_s']:.1f} ({r['p10']:.1f}-{r['p90']:.1f}) | "
+                     f"{r['images_per_s'] / loader:.2f}x | {r['images_per_s'] / draft:.2f}x |")
+    return "\n".join(lines) + "\n"
+
+
 def run_workload(name, args, device, folder, with_pipeline=True) -> dict:
     """Every trainer on one workload, rounds interleaved; with_pipeline: then the input pipeline alone, which is
     measured on the photo classification set only (a segmentation workload never runs it)."""
@@ -528,6 +606,8 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", action="append", choices=list(TRAINERS), help="run only these (repeatable)")
     parser.add_argument("--cache-dir", default=DEFAULT_CACHE, help="where bench/scale_data.py keeps the photos")
+    parser.add_argument("--camera", type=int, metavar="N",
+                        help="instead: the input pipeline alone on N 12-megapixel camera JPEGs (see above)")
     parser.add_argument("--markdown", help="also write the table here (the docs' form)")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
@@ -537,6 +617,20 @@ def main(argv=None):
         raise SystemExit("--images must be a multiple of --batch-size: every trainer then sees the same images")
     import_torchvision()  # before gpucore's model registry imports it (see import_torchvision)
     device = gpucore.select_device(args.device).device
+    if args.camera is not None:
+        if args.camera < 1:
+            raise SystemExit("--camera must be >= 1 (photos)")
+        camera = camera_pipeline(args, device)
+        result = result_json({"device": device_label(device), "cores": os.cpu_count(), "camera": camera}, args.json)
+        table = camera_markdown(camera, f"{result['device']}, {os.cpu_count()} cores, torch {torch.__version__}, "
+                                        f"{result['date']}; {camera['images']} camera JPEGs of 12 megapixels, "
+                                        f"RandomResizedCrop({args.crop}) + flip, batch {camera['batch_size']}, 2 "
+                                        f"epochs a path (the first untimed), {args.rounds} interleaved rounds")
+        if args.markdown:
+            with open(args.markdown, "w") as handle:
+                handle.write(table)
+        print("\n" + table)
+        return result
     if args.workloads is None:
         args.workloads = list(WORKLOADS) if device.type == "cuda" else ["resnet18_frozen", "resnet18"]
     side = segmentation_side(args)

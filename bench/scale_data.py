@@ -11,12 +11,16 @@
   gpucore.data.read_segmentation pairs by file name. A mask's class ids (0 to SEGMENTATION_CLASSES - 1) are the
   crop's luminance after a light blur (Gaussian, radius 2) cut into equal bands (0-63, 64-127, 128-191, 192-255):
   regions that follow the photo's own shapes and edges, which a segmentation model can learn from the pixels.
+- camera: photos as cameras take them, one ImageFolder (train/, a subfolder per source photograph) of 12-megapixel
+  JPEGs (4000 x 3000, landscape or portrait in turn; quality 90, 4:2:0): each real photograph upscaled (bicubic) with
+  sensor-like noise (Gaussian, sigma 4 levels, on every pixel and channel), 1.7-2.4 MB each.
 - fashion_mnist_224: the real Fashion-MNIST (gpucore's reader finds it: $GPUCORE_FASHION_MNIST,
   /usr/share/datasets/fashion-mnist, ...) upscaled (bilinear) to 224 x 224 RGB JPEGs with its real labels, the
   test images as val/.
 
     python bench/scale_data.py photos [--images 2000] [--val-images 200] [--min-size 256] [--max-size 500]
     python bench/scale_data.py segmentation [--images 2000] [--val-images 200] [--min-size 256] [--max-size 500]
+    python bench/scale_data.py camera [--images 48]
     python bench/scale_data.py fashion_mnist_224 [--images 6000] [--val-images 1000]
     [--cache-dir ~/.cache/gpucore/bench] [--seed 0]
 
@@ -144,6 +148,32 @@ def make_photos(images: int = 2000, val_images: int = 200, min_size: int = 256, 
     return _build(root, write)
 
 
+CAMERA_SIZE = (3000, 4000)  # height x width of a 12-megapixel landscape photo
+CAMERA_NOISE = 4.0  # the sensor noise's standard deviation, in levels of 255
+
+
+def make_camera(images: int = 48, seed: int = 0, cache_dir: str = DEFAULT_CACHE, size=CAMERA_SIZE) -> str:
+    """The camera-sized photo ImageFolder (made once; see the module's docstring): its root, holding train/. `size`:
+    (height, width) of the landscape photos (the portrait ones are turned)."""
+    from PIL import Image
+
+    suffix = "" if tuple(size) == CAMERA_SIZE else f"-{size[0]}x{size[1]}"
+    root = os.path.join(cache_dir, f"camera-{images}-seed{seed}{suffix}")
+
+    def write(folder):
+        photos = source_photos()
+        rng = np.random.default_rng(seed)
+        for index in range(images):
+            name, photo = photos[index % len(photos)]
+            height, width = tuple(size) if index % 2 == 0 else tuple(size)[::-1]
+            large = np.asarray(Image.fromarray(photo).resize((width, height), Image.BICUBIC), dtype=np.float32)
+            large += rng.normal(0.0, CAMERA_NOISE, large.shape).astype(np.float32)
+            picture = Image.fromarray(np.clip(large.round(), 0, 255).astype(np.uint8))
+            _write(os.path.join(folder, "train", name, f"{index:06d}.jpg"), _jpeg(picture))
+
+    return _build(root, write)
+
+
 def luminance_mask(picture):
     """The segmentation mask of a PIL RGB image: its luminance (ITU-R 601, PIL's "L"), blurred, cut into
     SEGMENTATION_CLASSES equal bands; a grey PIL image of class ids, the picture's size."""
@@ -199,9 +229,9 @@ def make_fashion_mnist_224(images: int = 6000, val_images: int = 1000, size: int
 
 def main(argv=None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("which", choices=["photos", "segmentation", "fashion_mnist_224"])
+    parser.add_argument("which", choices=["photos", "segmentation", "camera", "fashion_mnist_224"])
     parser.add_argument("--images", type=int, help="training images (default: photos and segmentation 2000, "
-                        "fashion_mnist_224 6000)")
+                        "camera 48, fashion_mnist_224 6000)")
     parser.add_argument("--val-images", type=int, help="validation images (default: photos and segmentation 200, "
                         "fashion_mnist_224 1000)")
     parser.add_argument("--min-size", type=int, default=256, help="photos, segmentation: smallest side in pixels")
@@ -213,6 +243,8 @@ def main(argv=None) -> str:
         make = make_photos if args.which == "photos" else make_segmentation
         root = make(args.images or 2000, 200 if args.val_images is None else args.val_images, args.min_size,
                     args.max_size, args.seed, args.cache_dir)
+    elif args.which == "camera":
+        root = make_camera(args.images or 48, args.seed, args.cache_dir)
     else:
         root = make_fashion_mnist_224(args.images or 6000, 1000 if args.val_images is None else args.val_images,
                                       cache_dir=args.cache_dir)

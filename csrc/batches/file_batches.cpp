@@ -35,6 +35,25 @@ std::pair<int64_t, int64_t> first_image_size(const std::vector<std::string>& pat
                     first_error);
 }
 
+// An image file as the per-image transforms read it: the box they resize decoded alone (ImageFile).
+class FileSource final : public PerImageSource {
+ public:
+  FileSource(const std::string& path, const DecodeOptions& options, DecodeScaling scaling)
+      : file_(path, options), scaling_(scaling) {}
+  std::array<int64_t, 2> size() override { return file_.size(); }
+  at::Tensor whole() override {
+    const auto [height, width] = file_.size();
+    return file_.read({0, 0, height, width}, height, width, DecodeScaling::kExact);
+  }
+  at::Tensor read_box(const std::array<int64_t, 4>& box, int64_t least_height, int64_t least_width) override {
+    return file_.read({box[0], box[1], box[2], box[3]}, least_height, least_width, scaling_);
+  }
+
+ private:
+  ImageFile file_;
+  DecodeScaling scaling_;
+};
+
 c10::Device with_index(const c10::Device& device) {
   if (!device.is_cuda() || device.has_index()) return device;
   return c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getDevice();
@@ -173,8 +192,13 @@ void FileBatches::read_images() {
     try {  // an exception must not escape a thread (that would end the process)
       if (per_image_) {
         const c10::ParallelGuard serial(true);  // torch's kernels on this thread alone
-        const at::Tensor image = images_.empty() ? decode_image(path, image_options()) : images_[sample];
-        const at::Tensor out = per_image_image(image, sample);  // C x h x w
+        at::Tensor out;  // C x h x w
+        if (images_.empty()) {
+          FileSource source(path, image_options(), config_.decode);
+          out = per_image_image(source, sample);
+        } else {
+          out = per_image_image(images_[sample], sample);
+        }
         at::from_blob(destination, {slot_height_, slot_width_, config_.channels}, at::TensorOptions().dtype(at::kByte))
             .copy_(out.permute({1, 2, 0}));
       } else {

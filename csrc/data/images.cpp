@@ -12,6 +12,7 @@
 #ifdef GPUCORE_WITH_PNG
 #include <png.h>
 #endif
+#include <zlib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -21,6 +22,7 @@
 #include <fstream>
 #include <iterator>
 #include <thread>
+#include <tuple>
 
 #include "gpucore/data/readers.h"
 #include "gpucore/errors.h"
@@ -149,6 +151,10 @@ struct PngRead {
   int sample_bytes = 1;          // 2: 16-bit samples, big-endian (masks only; images keep the high byte)
   bool image_read = false;       // every row read: what follows the image data cannot spoil it
   int orientation = 1;
+  bool header_only = false;      // stop after the header: its size, interlacing and an eXIf chunk before the data
+  int64_t last_row = 0;          // > 0 (non-interlaced only): read the rows above it, not the rest
+  bool interlaced = false;       // header_only's answers
+  bool exif_before_data = false;
 };
 
 void read_png_bytes(png_structp png, png_bytep data, size_t length) {
@@ -194,6 +200,19 @@ bool read_png(PngRead& read, const DecodeOptions& options, Pixels& out) {
     png_destroy_read_struct(&png, &info, nullptr);
     return false;
   }
+  if (read.header_only) {
+    png_uint_32 exif_size = 0;
+    png_bytep exif = nullptr;
+    if (options.exif_orientation && png_get_eXIf_1(png, info, &exif_size, &exif) != 0) {
+      read.orientation = exif_orientation(exif, exif_size);
+      read.exif_before_data = true;
+    }
+    read.interlaced = png_get_interlace_type(png, info) != PNG_INTERLACE_NONE;
+    out.height = height;
+    out.width = width;
+    png_destroy_read_struct(&png, &info, nullptr);
+    return true;
+  }
   if (colour_type == PNG_COLOR_TYPE_PALETTE) {
     if (options.mask) {
       png_set_packing(png);
@@ -208,14 +227,19 @@ bool read_png(PngRead& read, const DecodeOptions& options, Pixels& out) {
   read.stored_channels = png_get_channels(png, info);
   read.sample_bytes = png_get_bit_depth(png, info) == 16 ? 2 : 1;
   const size_t row_bytes = png_get_rowbytes(png, info);
-  read.samples.resize(row_bytes * height);
-  read.rows.resize(height);
-  for (png_uint_32 y = 0; y < height; ++y) read.rows[y] = read.samples.data() + y * row_bytes;
-  png_read_image(png, read.rows.data());
-  out.height = height;
+  const png_uint_32 rows = read.last_row > 0 ? std::min<png_uint_32>(read.last_row, height) : height;
+  read.samples.resize(row_bytes * rows);
+  read.rows.resize(rows);
+  for (png_uint_32 y = 0; y < rows; ++y) read.rows[y] = read.samples.data() + y * row_bytes;
+  if (rows == height) {
+    png_read_image(png, read.rows.data());
+  } else {  // the rows above last_row, and no more (the caller knows the orientation from the header)
+    for (png_uint_32 y = 0; y < rows; ++y) png_read_row(png, read.rows[y], nullptr);
+  }
+  out.height = rows;
   out.width = width;
   read.image_read = true;
-  if (options.exif_orientation) {
+  if (options.exif_orientation && rows == height) {
     png_read_end(png, info);  // an eXIf chunk may come after the image data; Pillow reads it there too
     png_uint_32 exif_size = 0;
     png_bytep exif = nullptr;
@@ -257,9 +281,11 @@ void mask_ids(const PngRead& read, Pixels& out) {
   }
 }
 
-// Returns the EXIF orientation to apply (1: none).
-int decode_png(const std::vector<unsigned char>& bytes, const DecodeOptions& options, Pixels& out) {
+// Returns the EXIF orientation to apply (1: none). last_row > 0: only the rows above it (a non-interlaced PNG).
+int decode_png(const std::vector<unsigned char>& bytes, const DecodeOptions& options, Pixels& out,
+               int64_t last_row = 0) {
   PngRead read(bytes);
+  read.last_row = last_row;
   if (!read_png(read, options, out)) return 1;
   if (options.mask) {
     mask_ids(read, out);
@@ -268,8 +294,53 @@ int decode_png(const std::vector<unsigned char>& bytes, const DecodeOptions& opt
   }
   return read.orientation;
 }
+
+// A PNG's chunks walked by their lengths, nothing decompressed: whether they reach IEND with every IDAT chunk's CRC
+// right, and whether one is an eXIf chunk. Rows read partly stop inside the image data, where libpng has not yet
+// checked the CRC of the chunk it reads: checked here first, so a damaged file fails as its whole decode does.
+bool png_chunks_sound(const std::vector<unsigned char>& bytes, bool& has_exif) {
+  has_exif = false;
+  size_t offset = 8;  // after the signature
+  while (offset + 12 <= bytes.size()) {
+    const uint64_t length = (uint64_t{bytes[offset]} << 24) | (uint64_t{bytes[offset + 1]} << 16) |
+                            (uint64_t{bytes[offset + 2]} << 8) | bytes[offset + 3];
+    const unsigned char* type = bytes.data() + offset + 4;
+    if (offset + 12 + length > bytes.size()) return false;  // runs off the file
+    if (std::memcmp(type, "IEND", 4) == 0) return true;
+    if (std::memcmp(type, "eXIf", 4) == 0) has_exif = true;
+    if (std::memcmp(type, "IDAT", 4) == 0) {
+      const unsigned char* stored = type + 4 + length;
+      const uint32_t crc = (uint32_t{stored[0]} << 24) | (uint32_t{stored[1]} << 16) | (uint32_t{stored[2]} << 8) |
+                           stored[3];
+      if (crc32(0L, type, static_cast<uInt>(4 + length)) != crc) return false;
+    }
+    offset += 12 + length;  // length, type, data, CRC
+  }
+  return false;
+}
+
+// The stored size (out.height, out.width) and the orientation from an eXIf chunk before the image data; whether the
+// rows can be read partly: a sound (png_chunks_sound), non-interlaced PNG whose orientation is known before its data
+// (an eXIf chunk there, none at all, or orientation not asked for: one after the data would turn the image after its
+// rows are read). Otherwise the whole image is read, as decode_image reads it.
+int read_png_header(const std::vector<unsigned char>& bytes, const DecodeOptions& options, Pixels& out,
+                    bool& rows_readable) {
+  PngRead read(bytes);
+  read.header_only = true;
+  rows_readable = false;
+  if (!read_png(read, options, out)) return 1;
+  bool has_exif = false;
+  rows_readable = !read.interlaced && png_chunks_sound(bytes, has_exif) &&
+                  (read.exif_before_data || !options.exif_orientation || !has_exif);
+  return read.orientation;
+}
 #else
-int decode_png(const std::vector<unsigned char>&, const DecodeOptions&, Pixels& out) {
+int decode_png(const std::vector<unsigned char>&, const DecodeOptions&, Pixels& out, int64_t = 0) {
+  missing_library("png", out);
+  return 1;
+}
+int read_png_header(const std::vector<unsigned char>&, const DecodeOptions&, Pixels& out, bool& rows_readable) {
+  rows_readable = false;
   missing_library("png", out);
   return 1;
 }
@@ -314,10 +385,29 @@ uint8_t cmyk_to_rgb(uint8_t ink, uint8_t black) {
   return static_cast<uint8_t>(std::clamp(not_black - (((product >> 8) + product) >> 8), 0, 255));
 }
 
+// What read_jpeg decodes of the stored (not yet oriented) image: the box rows [top, top + height), columns [left,
+// left + width) in its full-size pixels, at 1/scale of each side (libjpeg's DCT scaling: 1, 2, 4 or 8).
+struct StoredRegion {
+  int64_t top = 0, left = 0, height = 0, width = 0;
+  int scale = 1;
+};
+
+// The part [begin, begin + length) of a side of `full` pixels at 1/scale, where libjpeg's scaled side is
+// ceil(full / scale) pixels: its edges rounded to the nearest scaled pixel, at least one pixel long.
+std::pair<int64_t, int64_t> scaled_span(int64_t begin, int64_t length, int scale, int64_t full) {
+  if (scale == 1) return {begin, length};
+  const int64_t side = (full + scale - 1) / scale;
+  const int64_t first = std::min((2 * begin + scale) / (2 * scale), side - 1);
+  const int64_t end = std::clamp((2 * (begin + length) + scale) / (2 * scale), first + 1, side);
+  return {first, end - first};
+}
+
 // No object with a destructor is created between setjmp and a possible longjmp: `out`, `cmyk` and `bytes` live
-// in the caller. Returns the EXIF orientation to apply (1: none).
-int read_jpeg(const std::vector<unsigned char>& bytes, const DecodeOptions& options, std::vector<uint8_t>& cmyk,
-              Pixels& out) {
+// in the caller. Returns the EXIF orientation to apply (1: none). `header_only`: out.height and out.width are the
+// stored image's, nothing is decoded. `region` (or null: all of it): only its rows and the iMCU columns that cover
+// it are decoded (jpeg_skip_scanlines, jpeg_crop_scanline), and out holds exactly its pixels at its scale.
+int read_jpeg(const std::vector<unsigned char>& bytes, const DecodeOptions& options, const StoredRegion* region,
+              bool header_only, std::vector<uint8_t>& cmyk, Pixels& out) {
   jpeg_decompress_struct info;
   JpegErrors errors;
   info.err = jpeg_std_error(&errors.manager);
@@ -337,34 +427,70 @@ int read_jpeg(const std::vector<unsigned char>& bytes, const DecodeOptions& opti
     return 1;
   }
   const int orientation = options.exif_orientation ? jpeg_orientation(&info) : 1;
+  if (header_only) {
+    out.height = info.image_height;
+    out.width = info.image_width;
+    jpeg_destroy_decompress(&info);
+    return orientation;
+  }
   // Four components (CMYK, or YCCK, which libjpeg turns into CMYK) are read as CMYK and converted below.
   const bool four = info.jpeg_color_space == JCS_CMYK || info.jpeg_color_space == JCS_YCCK;
   info.out_color_space = four ? JCS_CMYK : options.channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  if (region != nullptr) {
+    info.scale_num = 1;
+    info.scale_denom = static_cast<unsigned int>(region->scale);
+  }
   jpeg_start_decompress(&info);
-  out.height = info.output_height;
-  out.width = info.output_width;
+  JDIMENSION top = 0, rows = info.output_height, left = 0, columns = info.output_width, skipped_columns = 0;
+  if (region != nullptr) {
+    std::tie(top, rows) = scaled_span(region->top, region->height, region->scale, info.image_height);
+    std::tie(left, columns) = scaled_span(region->left, region->width, region->scale, info.image_width);
+    if (columns < info.output_width) {
+      // One more pixel each side where there is one, so that no pixel kept sits at the edge of the columns decoded
+      // (upsampled chroma there would lack its neighbour); libjpeg widens this to whole iMCU columns.
+      JDIMENSION first = left > 0 ? left - 1 : 0;
+      JDIMENSION width = std::min<JDIMENSION>(left + columns + 1, info.output_width) - first;
+      jpeg_crop_scanline(&info, &first, &width);
+      skipped_columns = left - first;
+    }
+    if (top > 0) jpeg_skip_scanlines(&info, top);
+  }
+  out.height = rows;
+  out.width = columns;
   const int64_t stored_channels = info.output_components;
+  const size_t stride = static_cast<size_t>(info.output_width) * stored_channels;  // the columns decoded
   std::vector<uint8_t>& target = four ? cmyk : out.data;
-  target.resize(static_cast<size_t>(out.height * out.width * stored_channels));
+  target.resize(static_cast<size_t>(rows) * stride);
   // Up to 16 rows per call (a plain array: nothing with a destructor after setjmp), so libjpeg writes whole row
   // groups straight into the image.
   constexpr JDIMENSION kRows = 16;
-  while (info.output_scanline < info.output_height) {
-    JSAMPROW rows[kRows];
-    const JDIMENSION count = std::min(kRows, info.output_height - info.output_scanline);
+  while (info.output_scanline < top + rows) {
+    JSAMPROW scanlines[kRows];
+    const JDIMENSION count = std::min(kRows, top + rows - info.output_scanline);
     for (JDIMENSION k = 0; k < count; ++k) {
-      rows[k] = target.data() + static_cast<size_t>(info.output_scanline + k) * out.width * stored_channels;
+      scanlines[k] = target.data() + static_cast<size_t>(info.output_scanline - top + k) * stride;
     }
-    jpeg_read_scanlines(&info, rows, count);
+    jpeg_read_scanlines(&info, scanlines, count);
   }
-  jpeg_finish_decompress(&info);
+  const size_t row_bytes = static_cast<size_t>(columns) * stored_channels;
+  if (row_bytes != stride) {  // the box's columns, moved to the front of each row (never past where they are read)
+    for (JDIMENSION y = 0; y < rows; ++y) {
+      std::memmove(target.data() + y * row_bytes, target.data() + y * stride + skipped_columns * stored_channels,
+                   row_bytes);
+    }
+    target.resize(static_cast<size_t>(rows) * row_bytes);
+  }
+  // A region that ends above the last row leaves the rest unread: libjpeg's finish would refuse that; destroying
+  // the decompressor ends it.
+  if (info.output_scanline == info.output_height) jpeg_finish_decompress(&info);
   jpeg_destroy_decompress(&info);
   return orientation;
 }
 
-int decode_jpeg(const std::vector<unsigned char>& bytes, const DecodeOptions& options, Pixels& out) {
+int decode_jpeg(const std::vector<unsigned char>& bytes, const DecodeOptions& options, const StoredRegion* region,
+                Pixels& out) {
   std::vector<uint8_t> cmyk;
-  const int orientation = read_jpeg(bytes, options, cmyk, out);
+  const int orientation = read_jpeg(bytes, options, region, /*header_only=*/false, cmyk, out);
   if (out.error.empty() && !cmyk.empty()) {
     for (size_t i = 0; i < cmyk.size(); i += 4) {  // each pixel's C, M, Y, K becomes R, G, B and a dropped 4th
       for (size_t c = 0; c < 3; ++c) cmyk[i + c] = cmyk_to_rgb(cmyk[i + c], cmyk[i + 3]);
@@ -373,32 +499,150 @@ int decode_jpeg(const std::vector<unsigned char>& bytes, const DecodeOptions& op
   }
   return orientation;
 }
+
+// The stored size (out.height, out.width) and the EXIF orientation to apply, from the header alone.
+int read_jpeg_header(const std::vector<unsigned char>& bytes, const DecodeOptions& options, Pixels& out) {
+  std::vector<uint8_t> unused;
+  return read_jpeg(bytes, options, nullptr, /*header_only=*/true, unused, out);
+}
 #else
-int decode_jpeg(const std::vector<unsigned char>&, const DecodeOptions&, Pixels& out) {
+struct StoredRegion {
+  int64_t top = 0, left = 0, height = 0, width = 0;
+  int scale = 1;
+};
+std::pair<int64_t, int64_t> scaled_span(int64_t begin, int64_t length, int, int64_t) { return {begin, length}; }
+int decode_jpeg(const std::vector<unsigned char>&, const DecodeOptions&, const StoredRegion*, Pixels& out) {
+  missing_library("jpeg", out);
+  return 1;
+}
+int read_jpeg_header(const std::vector<unsigned char>&, const DecodeOptions&, Pixels& out) {
   missing_library("jpeg", out);
   return 1;
 }
 #endif
 
-Pixels decode(const std::string& path, const DecodeOptions& options) {
-  Pixels out;
-  const std::vector<unsigned char> bytes = read_file(path, out.error);
-  if (!out.error.empty()) return out;
+bool is_png(const std::vector<unsigned char>& bytes) {
   static const unsigned char kPng[] = {0x89, 'P', 'N', 'G'};
+  return bytes.size() >= 4 && std::memcmp(bytes.data(), kPng, 4) == 0;
+}
+
+bool is_jpeg(const std::vector<unsigned char>& bytes) {
+  return bytes.size() >= 3 && bytes[0] == 0xFF && bytes[1] == 0xD8 && bytes[2] == 0xFF;
+}
+
+// A whole image file's pixels, upright.
+Pixels decode_bytes(const std::vector<unsigned char>& bytes, const DecodeOptions& options) {
+  Pixels out;
   int orientation = 1;
-  if (bytes.size() >= 4 && std::memcmp(bytes.data(), kPng, 4) == 0) {
+  if (is_png(bytes)) {
     orientation = decode_png(bytes, options, out);
-  } else if (bytes.size() >= 3 && bytes[0] == 0xFF && bytes[1] == 0xD8 && bytes[2] == 0xFF) {
+  } else if (is_jpeg(bytes)) {
     if (options.mask) {
       out.error = "is a JPEG, which a segmentation mask cannot be: its lossy compression invents class ids along "
                   "the edges between classes; save the masks as PNG (grey class ids or a palette)";
       return out;
     }
-    orientation = decode_jpeg(bytes, options, out);
+    orientation = decode_jpeg(bytes, options, nullptr, out);
   } else {
     out.error = "neither PNG nor JPEG (by its first bytes)";
   }
   if (out.error.empty()) orient(orientation, options.channels, out);
+  return out;
+}
+
+Pixels decode(const std::string& path, const DecodeOptions& options) {
+  Pixels out;
+  const std::vector<unsigned char> bytes = read_file(path, out.error);
+  if (!out.error.empty()) return out;
+  return decode_bytes(bytes, options);
+}
+
+// An image's header (JPEG, or PNG read by rows): its upright size and the orientation that turns the stored
+// image upright.
+struct ImageHeader {
+  int64_t height = 0, width = 0;  // upright
+  int orientation = 1;
+  bool transposed() const { return orientation >= 5; }  // EXIF 5 to 8 swap the stored height and width
+};
+
+ImageHeader jpeg_header(const std::vector<unsigned char>& bytes, const DecodeOptions& options, Pixels& out) {
+  ImageHeader header;
+  header.orientation = read_jpeg_header(bytes, options, out);
+  header.height = header.transposed() ? out.width : out.height;
+  header.width = header.transposed() ? out.height : out.width;
+  out.height = out.width = 0;
+  return header;
+}
+
+// The largest DCT scale (1/8, 1/4, 1/2, else 1) at which a side of `length` stored pixels keeps at least `least`.
+// Checked on the spans read_jpeg decodes, so the rounding of their edges is counted.
+int dct_scale(const StoredRegion& box, int64_t image_height, int64_t image_width, int64_t least_height,
+              int64_t least_width) {
+  for (const int scale : {8, 4, 2}) {
+    if (scaled_span(box.top, box.height, scale, image_height).second >= least_height &&
+        scaled_span(box.left, box.width, scale, image_width).second >= least_width) {
+      return scale;
+    }
+  }
+  return 1;
+}
+
+// The upright box `box` of an image (header `header`) in its stored pixels: orient()'s flips and transpose, backwards.
+StoredRegion stored_region(const ImageHeader& header, const ImageBox& box) {
+  const int flips = (header.orientation - 1) % 4;  // as orient(): 1 columns, 2 both, 3 rows
+  const bool flip_columns = header.orientation >= 2 && (flips == 1 || flips == 2);
+  const bool flip_rows = header.orientation >= 2 && flips >= 2;
+  // The box in orient()'s source rows and columns (upright, before its flips), then in the stored image's.
+  const int64_t row = flip_rows ? header.height - box.top - box.height : box.top;
+  const int64_t column = flip_columns ? header.width - box.left - box.width : box.left;
+  const bool transposed = header.transposed();
+  StoredRegion region;
+  region.top = transposed ? column : row;
+  region.left = transposed ? row : column;
+  region.height = transposed ? box.width : box.height;
+  region.width = transposed ? box.height : box.width;
+  return region;
+}
+
+// The upright box `box` of a JPEG (header `header`) decoded alone, upright: the box mapped to the stored pixels,
+// decoded at the DCT scale that keeps it at least least_height x least_width (upright) with kFast, then turned
+// upright.
+Pixels decode_jpeg_box(const std::vector<unsigned char>& bytes, const DecodeOptions& options,
+                       const ImageHeader& header, const ImageBox& box, int64_t least_height, int64_t least_width,
+                       DecodeScaling scaling) {
+  StoredRegion region = stored_region(header, box);
+  const bool transposed = header.transposed();
+  const int64_t stored_height = transposed ? header.width : header.height;
+  const int64_t stored_width = transposed ? header.height : header.width;
+  if (scaling == DecodeScaling::kFast) {
+    region.scale = dct_scale(region, stored_height, stored_width, transposed ? least_width : least_height,
+                             transposed ? least_height : least_width);
+  }
+  Pixels out;
+  decode_jpeg(bytes, options, &region, out);
+  if (out.error.empty()) orient(header.orientation, options.channels, out);
+  return out;
+}
+
+// The upright box `box` of a PNG whose rows can be read partly (read_png_header): its stored rows read down to the
+// box's last one and no further, the box cut from them, turned upright.
+Pixels decode_png_box(const std::vector<unsigned char>& bytes, const DecodeOptions& options,
+                      const ImageHeader& header, const ImageBox& box) {
+  const StoredRegion region = stored_region(header, box);
+  Pixels rows;
+  decode_png(bytes, options, rows, region.top + region.height);
+  if (!rows.error.empty()) return rows;
+  const int64_t channels = options.channels;
+  Pixels out;
+  out.height = region.height;
+  out.width = region.width;
+  out.data.resize(static_cast<size_t>(out.height * out.width * channels));
+  const size_t row_bytes = static_cast<size_t>(out.width * channels);
+  for (int64_t y = 0; y < out.height; ++y) {
+    std::memcpy(out.data.data() + y * row_bytes,
+                rows.data.data() + ((region.top + y) * rows.width + region.left) * channels, row_bytes);
+  }
+  orient(header.orientation, channels, out);
   return out;
 }
 
@@ -491,6 +735,111 @@ std::string decode_image_into(const std::string& path, const DecodeOptions& opti
   return error;
 }
 
+DecodeScaling parse_decode_scaling(const std::string& name) {
+  if (name == "exact") return DecodeScaling::kExact;
+  if (name == "fast") return DecodeScaling::kFast;
+  throw ConfigError("decode must be 'fast' (JPEGs decoded at the DCT scale that keeps what is used at least its "
+                    "output size) or 'exact' (at full size, the pixels of a full decode), got '" + name + "'");
+}
+
+struct ImageFile::State {
+  std::vector<unsigned char> bytes;
+  bool jpeg = false;        // read by boxes (the DCT scale too)
+  bool png_rows = false;    // a PNG read by boxes, down to the box's last row (read_png_header); else decoded whole
+  ImageHeader header;       // a JPEG's or such a PNG's, once read
+  bool header_read = false;
+  Pixels whole;             // anything else (or what fails as neither), decoded once, upright
+  bool whole_read = false;
+};
+
+ImageFile::ImageFile(std::string path, DecodeOptions options)
+    : path_(std::move(path)), options_(options), state_(std::make_unique<State>()) {
+  check_image_request(options_, 0, 0);
+  std::string error;
+  state_->bytes = read_file(path_, error);
+  if (!error.empty()) throw ConfigError(std::string(file_kind(options_)) + " '" + path_ + "': " + error);
+  state_->jpeg = is_jpeg(state_->bytes) && !options_.mask;  // a JPEG mask is refused by decode_bytes
+}
+
+ImageFile::~ImageFile() = default;
+
+namespace {
+
+// Throws the error of pixels that failed, naming the file, as decode_image does.
+void throw_if_failed(const Pixels& pixels, const std::string& path, const DecodeOptions& options) {
+  const std::string named = std::string(file_kind(options)) + " '" + path + "'";
+  if (pixels.missing_library) throw MissingReaderError(named + " " + pixels.error);
+  if (!pixels.error.empty()) throw ConfigError(named + ": " + pixels.error);
+}
+
+at::Tensor as_tensor(const Pixels& pixels, int64_t channels) {
+  at::Tensor out = at::empty({pixels.height, pixels.width, channels}, at::TensorOptions().dtype(at::kByte));
+  std::memcpy(out.data_ptr(), pixels.data.data(), pixels.data.size());
+  return out;
+}
+
+}  // namespace
+
+std::array<int64_t, 2> ImageFile::size() {
+  State& state = *state_;
+  if (state.jpeg) {
+    if (!state.header_read) {
+      Pixels failed;
+      state.header = jpeg_header(state.bytes, options_, failed);
+      throw_if_failed(failed, path_, options_);
+      state.header_read = true;
+    }
+    return {state.header.height, state.header.width};
+  }
+  if (!state.header_read && is_png(state.bytes) && !options_.mask) {
+    Pixels stored;
+    bool rows_readable = false;
+    state.header.orientation = read_png_header(state.bytes, options_, stored, rows_readable);
+    throw_if_failed(stored, path_, options_);
+    state.header.height = state.header.transposed() ? stored.width : stored.height;
+    state.header.width = state.header.transposed() ? stored.height : stored.width;
+    state.png_rows = rows_readable;
+  }
+  state.header_read = true;
+  if (state.png_rows) return {state.header.height, state.header.width};
+  if (!state.whole_read) {
+    state.whole = decode_bytes(state.bytes, options_);
+    throw_if_failed(state.whole, path_, options_);
+    state.whole_read = true;
+  }
+  return {state.whole.height, state.whole.width};
+}
+
+at::Tensor ImageFile::read(const ImageBox& box, int64_t least_height, int64_t least_width, DecodeScaling scaling) {
+  const auto [height, width] = size();
+  if (box.top < 0 || box.left < 0 || box.height < 1 || box.width < 1 || box.top + box.height > height ||
+      box.left + box.width > width) {
+    throw ConfigError(std::string(file_kind(options_)) + " '" + path_ + "': the box (top " + std::to_string(box.top) +
+                      ", left " + std::to_string(box.left) + ", " + size_text(box.height, box.width) +
+                      ") is not inside the image (" + size_text(height, width) + ")");
+  }
+  if (state_->png_rows) {
+    const Pixels pixels = decode_png_box(state_->bytes, options_, state_->header, box);
+    throw_if_failed(pixels, path_, options_);
+    return as_tensor(pixels, options_.channels);
+  }
+  if (!state_->jpeg) {
+    const Pixels& whole = state_->whole;
+    const int64_t channels = options_.channels;
+    at::Tensor out = at::empty({box.height, box.width, channels}, at::TensorOptions().dtype(at::kByte));
+    const size_t row_bytes = static_cast<size_t>(box.width * channels);
+    for (int64_t y = 0; y < box.height; ++y) {
+      std::memcpy(out.data_ptr<uint8_t>() + y * row_bytes,
+                  whole.data.data() + ((box.top + y) * whole.width + box.left) * channels, row_bytes);
+    }
+    return out;
+  }
+  const Pixels pixels = decode_jpeg_box(state_->bytes, options_, state_->header, box, least_height, least_width,
+                                        scaling);
+  throw_if_failed(pixels, path_, options_);
+  return as_tensor(pixels, options_.channels);
+}
+
 namespace {
 
 // Whether image `i` was decoded; one that was not is skipped (its "path: why" added to `skipped`) where skip_errors
@@ -559,7 +908,8 @@ DecodedImages decode_images(const std::vector<std::string>& paths, const DecodeO
 }
 
 DecodedImageList decode_images_at_own_size(const std::vector<std::string>& paths, const DecodeOptions& options,
-                                           int64_t threads, bool skip_errors, int64_t max_shorter_side) {
+                                           int64_t threads, bool skip_errors, int64_t max_shorter_side,
+                                           DecodeScaling scaling) {
   check_image_request(options, 0, 0);
   const int64_t channels = options.channels;
   if (threads < 1) throw ConfigError("threads must be >= 1, got " + std::to_string(threads));
@@ -572,18 +922,38 @@ DecodedImageList decode_images_at_own_size(const std::vector<std::string>& paths
   on_threads(paths.size(), threads, [&](size_t i) {
     Pixels& pixels = decoded[i];
     try {  // an exception must not escape a thread (that would end the process): it is this file's error
-      pixels = decode(paths[i], options);
+      // torchvision's _compute_resized_output_size: the shorter side to the bound, the longer in proportion
+      const auto bounded = [&](int64_t h, int64_t w) {
+        const int64_t shorter = std::min(h, w), longer = std::max(h, w);
+        const int64_t resized_longer = static_cast<int64_t>(static_cast<double>(max_shorter_side) * longer / shorter);
+        return h <= w ? std::array<int64_t, 2>{max_shorter_side, resized_longer}
+                      : std::array<int64_t, 2>{resized_longer, max_shorter_side};
+      };
+      std::vector<unsigned char> bytes = read_file(paths[i], pixels.error);
       if (!pixels.error.empty()) return;
-      const int64_t shorter = std::min(pixels.height, pixels.width), longer = std::max(pixels.height, pixels.width);
-      if (max_shorter_side == 0 || shorter <= max_shorter_side) {
+      int64_t full_height = 0, full_width = 0;  // the image's upright size at full scale
+      if (scaling == DecodeScaling::kFast && max_shorter_side > 0 && is_jpeg(bytes) && !options.mask) {
+        // A JPEG larger than the bound: decoded at the DCT scale that keeps it at least the bound.
+        const ImageHeader header = jpeg_header(bytes, options, pixels);
+        if (!pixels.error.empty()) return;
+        if (std::min(header.height, header.width) > max_shorter_side) {
+          const auto [least_height, least_width] = bounded(header.height, header.width);
+          pixels = decode_jpeg_box(bytes, options, header, {0, 0, header.height, header.width}, least_height,
+                                   least_width, scaling);
+          full_height = header.height, full_width = header.width;
+        }
+      }
+      if (full_height == 0 && pixels.error.empty()) {
+        pixels = decode_bytes(bytes, options);
+        full_height = pixels.height, full_width = pixels.width;
+      }
+      if (!pixels.error.empty()) return;
+      if (max_shorter_side == 0 || std::min(full_height, full_width) <= max_shorter_side) {
         images[i] = at::empty({pixels.height, pixels.width, channels}, at::TensorOptions().dtype(at::kByte));
         std::memcpy(images[i].data_ptr(), pixels.data.data(), pixels.data.size());
         return;
       }
-      // torchvision's _compute_resized_output_size: the shorter side to the bound, the longer in proportion
-      const int64_t resized_longer = static_cast<int64_t>(static_cast<double>(max_shorter_side) * longer / shorter);
-      const int64_t height = pixels.height <= pixels.width ? max_shorter_side : resized_longer;
-      const int64_t width = pixels.height <= pixels.width ? resized_longer : max_shorter_side;
+      const auto [height, width] = bounded(full_height, full_width);
       images[i] = at::empty({height, width, channels}, at::TensorOptions().dtype(at::kByte));
       resize_into(pixels, channels, height, width, /*nearest=*/options.mask, images[i].data_ptr<uint8_t>());
       ++downsized;

@@ -150,7 +150,10 @@ void def_batches(py::module_& m) {
       .def_readwrite("prefetch", &FileBatchesConfig::prefetch)
       .def_readwrite("skip_errors", &FileBatchesConfig::skip_errors)
       .def_readwrite("exif_orientation", &FileBatchesConfig::exif_orientation)
-      .def_readwrite("own_sizes", &FileBatchesConfig::own_sizes);
+      .def_readwrite("own_sizes", &FileBatchesConfig::own_sizes)
+      .def_property(
+          "decode", [](const FileBatchesConfig& c) { return c.decode == DecodeScaling::kFast ? "fast" : "exact"; },
+          [](FileBatchesConfig& c, const std::string& name) { c.decode = parse_decode_scaling(name); });
   py::class_<FileBatches, EpochBatches>(m, "FileBatches")
       .def(py::init([](std::vector<std::string> paths, const std::optional<at::Tensor>& targets, int64_t batch_size,
                        bool shuffle, bool drop_last, uint64_t seed, const at::Device& device,

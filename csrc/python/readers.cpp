@@ -52,17 +52,31 @@ void def_readers(py::module_& m) {
   m.def(
       "decode_images_at_own_size",
       [](const std::vector<std::string>& paths, int64_t channels, int64_t threads, bool skip_errors,
-         int64_t max_shorter_side, bool exif_orientation) {
+         int64_t max_shorter_side, bool exif_orientation, const std::string& decode) {
+        const DecodeScaling scaling = parse_decode_scaling(decode);
         DecodedImageList decoded;
         {
           py::gil_scoped_release release;
           decoded = decode_images_at_own_size(paths, {channels, exif_orientation}, threads, skip_errors,
-                                              max_shorter_side);
+                                              max_shorter_side, scaling);
         }
         return py::make_tuple(decoded.images, decoded.kept, decoded.skipped, decoded.downsized);
       },
       py::arg("paths"), py::arg("channels"), py::arg("threads"), py::arg("skip_errors"), py::arg("max_shorter_side"),
-      py::arg("exif_orientation") = true);
+      py::arg("exif_orientation") = true, py::arg("decode") = "exact");
+  // One box (top, left, height, width) of an image, upright, read alone (ImageFile): a JPEG decodes only the rows and
+  // iMCU columns that cover it, with decode="fast" at the DCT scale that keeps it at least `least` (height, width).
+  m.def(
+      "decode_image_box",
+      [](const std::string& path, const std::array<int64_t, 4>& box, int64_t channels, bool exif_orientation,
+         const std::array<int64_t, 2>& least, const std::string& decode) {
+        const DecodeScaling scaling = parse_decode_scaling(decode);
+        ImageFile file(path, {channels, exif_orientation});
+        return file.read({box[0], box[1], box[2], box[3]}, least[0], least[1], scaling);
+      },
+      py::arg("path"), py::arg("box"), py::arg("channels") = 3, py::arg("exif_orientation") = true,
+      py::arg("least") = std::array<int64_t, 2>{0, 0}, py::arg("decode") = "exact",
+      py::call_guard<py::gil_scoped_release>());
   m.def("mixed_sizes_hint", &mixed_sizes_hint);
   m.def("mask_classes", &mask_classes, py::arg("masks"));
   m.def("missing_reader_message", &missing_reader_message, py::arg("format"));

@@ -35,8 +35,9 @@ def _images(files):
 
 
 def _epochs(folder, cache, value, epochs=2, **reader):
-    """Every batch (unshuffled, not normalised, float in [0, 1]) of `epochs` epochs of the folder through `value`."""
-    files = data.read_image_folder(folder, threads=2, **reader)
+    """Every batch (unshuffled, not normalised, float in [0, 1]) of `epochs` epochs of the folder through `value`,
+    each JPEG decoded at full scale (decode: exact), as torchvision's path decodes it."""
+    files = data.read_image_folder(folder, threads=2, decode="exact", **reader)
     loader = gpucore.DataLoader(files, batch_size=5, shuffle=False, device="cpu", seed=SEED, cache=cache,
                                 normalize=False, transforms=value)
     return files, [torch.cat([x for x, _ in loader]) for _ in range(epochs)]
@@ -98,8 +99,9 @@ def test_the_cache_keeps_each_image_at_a_bounded_shorter_side(folder):
 def test_streamed_and_cached_batches_agree_shuffled_and_normalised(folder):
     options = dict(batch_size=4, device="cpu", seed=1, transforms=[{"RandomResizedCrop": {"size": 20}},
                                                                    "RandomHorizontalFlip", {"ColorJitter": {"brightness": 0.3}}])
-    streamed = gpucore.DataLoader(data.read_image_folder(folder, threads=3), cache="none", **options)
-    cached = gpucore.DataLoader(data.read_image_folder(folder), cache="device", **options)
+    # decode: exact, the pixels the cache holds (decode: fast would crop JPEGs from a smaller decode when streamed)
+    streamed = gpucore.DataLoader(data.read_image_folder(folder, threads=3, decode="exact"), cache="none", **options)
+    cached = gpucore.DataLoader(data.read_image_folder(folder, decode="exact"), cache="device", **options)
     for _ in range(2):
         for (x, y), (ex, ey) in zip(streamed, cached):
             assert torch.equal(y, ey) and torch.equal(x, ex)

@@ -45,6 +45,21 @@ def test_photo_set_is_deterministic_cached_and_in_range(tmp_path):
     assert (first / "COMPLETE").stat().st_mtime_ns == made
 
 
+def test_camera_set_is_deterministic_cached_and_of_the_size_asked(tmp_path):
+    require("skimage")
+    require("sklearn")
+    from PIL import Image
+
+    data = runpy.run_path(str(BENCH / "scale_data.py"))
+    first, second = (pathlib.Path(data["make_camera"](4, cache_dir=str(tmp_path / cache), size=(60, 80)))
+                     for cache in ("a", "b"))
+    assert digests(first) == digests(second) and len(digests(first)) == 4
+    for index, path in enumerate(sorted(first.rglob("*.jpg"), key=lambda p: p.name)):
+        with Image.open(path) as picture:  # landscape and portrait in turn, 4:2:0 JPEG
+            assert picture.size == ((80, 60) if index % 2 == 0 else (60, 80)) and picture.mode == "RGB"
+    assert data["CAMERA_SIZE"] == (3000, 4000)
+
+
 def test_segmentation_set_pairs_the_photo_crops_with_masks_of_their_luminance(tmp_path):
     require("skimage")
     require("sklearn")

@@ -186,6 +186,13 @@ class ResizeTransform : public Transform {
     return on_float_mask(masks,
                          [&](const at::Tensor& m) { return ops::resized_crop(m, params[0], size, "nearest", false); });
   }
+  bool resizes_box() const override { return true; }
+  at::Tensor apply_to_region(const at::Tensor& region, int64_t input_height, int64_t input_width) const override {
+    // The whole region is the box; the output size is the full input's, which a reduced region need not give.
+    const at::Tensor box = at::tensor({int64_t{0}, int64_t{0}, region.size(2), region.size(3)}, kHostLong).unsqueeze(0);
+    return ops::resized_crop(region, box, output_size(input_height, input_width), interpolation_,
+                             antialias_ && interpolation_ == "bilinear");
+  }
 
  protected:
   std::string interpolation_;

@@ -147,8 +147,27 @@ at::Tensor TransformPipeline::apply_per_image(const at::Tensor& image, uint64_t 
   }
   const c10::ParallelGuard serial(true);  // reader threads: torch's kernels run on this thread alone
   at::Generator own = at::detail::createCPUGenerator(sample_seed(per_image_seed, sample));
-  at::Tensor x = image.permute({2, 0, 1}).unsqueeze(0).contiguous();
-  for (size_t k = 0; k < per_image_; ++k) {
+  return per_image_from(image.permute({2, 0, 1}).unsqueeze(0).contiguous(), 0, own);
+}
+
+at::Tensor TransformPipeline::apply_per_image(PerImageSource& source, uint64_t per_image_seed, int64_t sample) const {
+  if (per_image_ == 0) throw ConfigError("the transforms list has no per-image transforms");
+  const Transform& first = *uint8_stage_[0];
+  if (!first.resizes_box()) return apply_per_image(source.whole(), per_image_seed, sample);
+  const c10::ParallelGuard serial(true);
+  at::Generator own = at::detail::createCPUGenerator(sample_seed(per_image_seed, sample));
+  // The first transform's draw on the image's own size, as apply_per_image(image) draws it, then only its box read.
+  const auto [height, width] = source.size();
+  const at::Tensor boxes = first.sample(1, height, width, own)[0];
+  const int64_t* box = boxes.data_ptr<int64_t>();
+  const auto [least_height, least_width] = first.output_size(height, width);
+  const at::Tensor region = source.read_box({box[0], box[1], box[2], box[3]}, least_height, least_width);
+  at::Tensor x = first.apply_to_region(region.permute({2, 0, 1}).unsqueeze(0).contiguous(), height, width);
+  return per_image_from(x, 1, own);
+}
+
+at::Tensor TransformPipeline::per_image_from(at::Tensor x, size_t k, at::Generator& own) const {
+  for (; k < per_image_; ++k) {
     x = uint8_stage_[k]->apply(x, uint8_stage_[k]->sample(1, x.size(2), x.size(3), own));
   }
   return x[0];

@@ -193,6 +193,10 @@ at::Tensor Transform::apply_to_mask(const at::Tensor& masks, const std::vector<a
   return masks;  // a transform that moves no pixel leaves the mask as it is
 }
 
+at::Tensor Transform::apply_to_region(const at::Tensor&, int64_t, int64_t) const {
+  throw ConfigError("this transform does not resize a box of its input; only Resize and RandomResizedCrop do");
+}
+
 std::vector<TransformSpec> Transform::validation_form(const TransformSpec& spec) const {
   if (is_random()) return {};
   return {spec};

@@ -344,7 +344,7 @@ def _image_folder(root: str, kwargs: dict, classes: Optional[List[str]] = None,
     except TypeError as exc:
         reader = ("segmentation reader (channels, size, threads, on_error, exif_orientation)" if pair is not None
                   else "image-folder reader (channels, size, threads, on_error, max_resolution, allow_empty, "
-                       "exif_orientation)")
+                       "exif_orientation, decode)")
         raise ConfigError(f"config key 'data_kwargs' does not fit the {reader} of folder '{root}': {exc}") from exc
 
 

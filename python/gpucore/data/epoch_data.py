@@ -43,6 +43,7 @@ def batch_source(plan: DataPlan, *, batch_size: int, shuffle: bool, drop_last: b
         config.threads, config.prefetch, config.skip_errors = data.threads, prefetch, data.skip_errors
         config.exif_orientation = data.exif_orientation
         config.own_sizes = plan.own_sizes
+        config.decode = data.decode
         images = data.images_at_own_size() if plan.own_sizes and plan.cache != "none" else []
         segmentation = data.mask_paths is not None  # the masks are read with their images, batch by batch
         return _C.FileBatches(data.paths, None if segmentation else data.targets, batch_size, shuffle, drop_last,

@@ -23,6 +23,10 @@ from .class_folders import IMAGE_EXTENSIONS, is_system_file, read_class_folder
 # The longest shorter side of an image kept in memory at its own size (ImageFiles.images_at_own_size): a 4000 x 3000
 # phone photo would take 36 MB decoded; at 512 it takes 1 MB and still leaves a 224 crop room to be drawn.
 DEFAULT_MAX_RESOLUTION = 512
+# How JPEGs are decoded (data_kwargs decode): "fast", at the DCT scale that keeps what is used at least its output
+# size, or "exact", at full size (ImageFiles).
+DEFAULT_DECODE = "fast"
+_DECODE_MODES = ("fast", "exact")
 # Image format by file extension (its reader is optional at build time).
 _FORMATS = {".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg"}
 
@@ -137,6 +141,11 @@ class ImageFiles(LabeledData):
         exif_orientation: turn each image (and mask) upright as its EXIF orientation tag says, as
             PIL.ImageOps.exif_transpose and torchvision's decode_image(apply_exif_orientation=True) do; False: as
             stored.
+        decode: "fast" (default): JPEGs of images at their own sizes are decoded at the DCT scale (1/2, 1/4, 1/8 of
+            each side, as Pillow's draft() does) that keeps what the transforms use at least their output size, and
+            streamed ones only the part the first transform crops (RandomResizedCrop's box); "exact": every pixel at
+            full size, as decoding the whole image (the crop alone still, bit for bit). docs/guides/data.md says how
+            far "fast" is from "exact".
         root: the folder the paths are named relative to in the data set's identity (default: their common folder).
         unread: "path: why" of files found beside them and never decoded, for what a run reports as skipped.
 
@@ -149,7 +158,7 @@ class ImageFiles(LabeledData):
                  channels: int = 3, size=None, threads: Optional[int] = None, on_error: str = "raise",
                  origin: str = "image files", mask_paths: Optional[Sequence[str]] = None,
                  max_resolution: int = DEFAULT_MAX_RESOLUTION, exif_orientation: bool = True,
-                 root: Optional[str] = None, unread: Sequence[str] = ()):
+                 root: Optional[str] = None, unread: Sequence[str] = (), decode: str = DEFAULT_DECODE):
         count = len(mask_paths) if mask_paths is not None else (targets.shape[0] if targets is not None else None)
         if count != len(paths) or (mask_paths is None) == (targets is None):
             raise ConfigError(f"{origin}: {len(paths)} image files need as many targets or mask files (one of the "
@@ -165,6 +174,11 @@ class ImageFiles(LabeledData):
         if not isinstance(exif_orientation, bool):
             raise ConfigError(f"exif_orientation must be true or false, got {exif_orientation!r}")
         self.exif_orientation = exif_orientation
+        if decode not in _DECODE_MODES:
+            raise ConfigError(f"decode must be one of {', '.join(_DECODE_MODES)} ('fast': JPEGs decoded at the DCT "
+                              f"scale that keeps what is used at least its output size; 'exact': at full size), got "
+                              f"{decode!r}")
+        self.decode = decode
         self.paths, self.classes = list(paths), classes
         # The folder the files' names are relative to, for the data set's identity and the val_fraction split.
         self.root = root if root is not None else os.path.commonpath([os.path.dirname(os.path.abspath(p))
@@ -224,7 +238,8 @@ class ImageFiles(LabeledData):
         """
         if self._own_size is None:
             images, kept, skipped, downsized = _C.decode_images_at_own_size(
-                self.paths, self.channels, self.threads, self.skip_errors, self.max_resolution, self.exif_orientation)
+                self.paths, self.channels, self.threads, self.skip_errors, self.max_resolution, self.exif_orientation,
+                self.decode)
             if downsized:  # what FFCV's max_resolution does, said where it happens
                 warnings.warn(f"{self.origin}: {downsized} of {len(images)} images have a shorter side longer than "
                               f"max_resolution {self.max_resolution} and are kept in memory resized down to it (config "
@@ -286,7 +301,8 @@ class ImageFiles(LabeledData):
                           self.classes, channels=self.channels, size=self.size if self.size != (0, 0) else None,
                           threads=self.threads, on_error="skip" if self.skip_errors else "raise", origin=self.origin,
                           mask_paths=masks, max_resolution=self.max_resolution,
-                          exif_orientation=self.exif_orientation, root=self.root, unread=self.unread)
+                          exif_orientation=self.exif_orientation, root=self.root, unread=self.unread,
+                          decode=self.decode)
         if self._inputs is not None:
             part._inputs, part._targets = self._inputs[index], self._targets[index]
         if self._own_size is not None:
@@ -312,7 +328,7 @@ class ImageFiles(LabeledData):
             if images is None:
                 step = max(1, len(self) // limit)
                 images = _C.decode_images_at_own_size(self.paths[::step][:limit], self.channels, self.threads, True,
-                                                      self.max_resolution, self.exif_orientation)[0]
+                                                      self.max_resolution, self.exif_orientation, self.decode)[0]
             if not images:
                 raise ConfigError(f"{self.origin}: none of the sampled image files could be read")
             return pixel_stats(image.reshape(-1, self.channels).t() for image in images)  # H x W x C each
@@ -419,7 +435,8 @@ def from_tensors(inputs: torch.Tensor, targets: torch.Tensor) -> LabeledData:
 def read_image_folder(root: str, channels: int = 3, size=None, threads: Optional[int] = None,
                       on_error: str = "raise", max_resolution: int = DEFAULT_MAX_RESOLUTION, *,
                       classes: Optional[Sequence[str]] = None, classes_from: Optional[str] = None,
-                      allow_empty: bool = False, exif_orientation: bool = True) -> ImageFiles:
+                      allow_empty: bool = False, exif_orientation: bool = True,
+                      decode: str = DEFAULT_DECODE) -> ImageFiles:
     """One subfolder per class of PNG/JPEG images, read as torchvision's ImageFolder reads it (the sorted subfolder
     names are the classes; nested subfolders of a class are read, links followed), decoded on demand.
 
@@ -437,6 +454,8 @@ def read_image_folder(root: str, channels: int = 3, size=None, threads: Optional
         classes_from: where `classes` came from, for messages ("training folder 'data/train'", "the model").
         allow_empty: a class folder without images is a class all the same (else a ConfigError naming it).
         exif_orientation: turn each image upright as its EXIF orientation tag says (default); False: as stored.
+        decode: "fast" (JPEGs decoded at a reduced DCT scale where what is used stays at least its output size) or
+            "exact" (at full size); ImageFiles.
 
     Returns:
         ImageFiles; its `classes` are the class names, `unread` the image files of formats gpucore does not decode.
@@ -449,12 +468,13 @@ def read_image_folder(root: str, channels: int = 3, size=None, threads: Optional
         raise ConfigError(f"image folder '{root}' holds no .png/.jpg/.jpeg files in its class subfolders")
     return ImageFiles(folder.paths, torch.tensor(folder.labels), folder.classes, channels=channels, size=size,
                       threads=threads, on_error=on_error, origin=root, max_resolution=max_resolution,
-                      exif_orientation=exif_orientation, root=root, unread=folder.unread)
+                      exif_orientation=exif_orientation, root=root, unread=folder.unread, decode=decode)
 
 
 def read_files(paths: Sequence[str], labels: Optional[Sequence] = None, *, label_from_name: Optional[Callable] = None,
           channels: int = 3, size=None, threads: Optional[int] = None, on_error: str = "raise",
-          max_resolution: int = DEFAULT_MAX_RESOLUTION, exif_orientation: bool = True) -> ImageFiles:
+          max_resolution: int = DEFAULT_MAX_RESOLUTION, exif_orientation: bool = True,
+          decode: str = DEFAULT_DECODE) -> ImageFiles:
     """Images from a list of files with `labels`, or labels computed from each file's name; decoded on demand.
 
     Args:
@@ -467,6 +487,7 @@ def read_files(paths: Sequence[str], labels: Optional[Sequence] = None, *, label
         on_error: "raise", or "skip" to leave unreadable files out.
         max_resolution: the longest shorter side of an image cached at its own size (ImageFiles); 0: full size.
         exif_orientation: turn each image upright as its EXIF orientation tag says (default); False: as stored.
+        decode: "fast" or "exact", how JPEGs are decoded (ImageFiles).
 
     Returns:
         ImageFiles.
@@ -483,7 +504,7 @@ def read_files(paths: Sequence[str], labels: Optional[Sequence] = None, *, label
         raise ConfigError(f"Files: {len(paths)} files but {len(labels)} labels")
     return ImageFiles(paths, torch.as_tensor(labels), channels=channels, size=size, threads=threads,
                       on_error=on_error, origin=f"{len(paths)} files", max_resolution=max_resolution,
-                      exif_orientation=exif_orientation)
+                      exif_orientation=exif_orientation, decode=decode)
 
 
 def captcha_labels(alphabet: str, length: int) -> Callable[[str], List[int]]:

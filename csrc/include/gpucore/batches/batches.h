@@ -77,6 +77,10 @@ class EpochBatches : public BatchSource {
   at::Tensor per_image_image(const at::Tensor& image, int64_t sample) const {
     return pipeline_.apply_per_image(image, per_image_seed_, sample);
   }
+  // The same, the image read from `source` (only the box the first per-image transform resizes, where it does one).
+  at::Tensor per_image_image(PerImageSource& source, int64_t sample) const {
+    return pipeline_.apply_per_image(source, per_image_seed_, sample);
+  }
   // The batch of the samples `index` (on the device) from their inputs: targets gathered (or
   // `batch_targets` when given), images transformed (masks in the targets follow the geometry).
   void finish_batch(const at::Tensor& batch_inputs, const at::Tensor& index, at::Tensor& inputs, at::Tensor& targets,

@@ -18,6 +18,8 @@
 // any size to one: TransformPipeline::per_image_count, RandomResizedCrop, Resize + CenterCrop): each image is decoded at its own size and goes through those transforms on its reader thread, one image at a
 // time as torchvision does, with its sample's draws; the slots hold their output. `images` (uint8 H x W x C, one
 // per path, any sizes): the decoded images kept in memory (the cache of such a data set), read instead of the files.
+// Read from the files, only the part of each image the first per-image transform uses is decoded
+// (FileBatchesConfig::decode).
 #include <c10/core/Event.h>
 #include <c10/core/Stream.h>
 
@@ -45,6 +47,10 @@ struct FileBatchesConfig {
   // Each image at its own size through the list's per-image transforms (needs height = width = 0 and a list that
   // starts with them), instead of all at one size.
   bool own_sizes = false;
+  // Images at their own sizes read from their files: a JPEG decodes only the box the first per-image transform
+  // resizes (RandomResizedCrop's, Resize's whole image), at the DCT scale that keeps it at least that transform's
+  // output size with kFast, at full size with kExact (the same pixels as decoding the whole image).
+  DecodeScaling decode = DecodeScaling::kFast;
 };
 
 class FileBatches : public EpochBatches {

@@ -39,6 +39,12 @@ class Transform {
   // `images` N x C x H x W (uint8 in the uint8 stage, float after Normalize) on the training device;
   // `params`: sample()'s tensors, the rows of this batch's samples, on the same device. No host sync.
   virtual at::Tensor apply(const at::Tensor& images, const std::vector<at::Tensor>& params) const = 0;
+  // Whether it resizes one box of its input per sample (Resize, RandomResizedCrop): its params are then {boxes N x 4
+  // (top, left, height, width)}, and the box may be read on its own, reduced (PerImageSource::read_box).
+  virtual bool resizes_box() const { return false; }
+  // Such a transform on `region` (uint8 1 x C x h x w: the pixels of its box, reduced or not): the box resized to the
+  // size it gives an input of input_height x input_width.
+  virtual at::Tensor apply_to_region(const at::Tensor& region, int64_t input_height, int64_t input_width) const;
   // Geometric transforms only: the same geometry on an N x H x W integer mask, nearest, fill 0.
   virtual at::Tensor apply_to_mask(const at::Tensor& masks, const std::vector<at::Tensor>& params) const;
   // What validation and evaluation run instead of the entry `spec` that built this transform: the entry itself
@@ -62,6 +68,19 @@ uint64_t transform_seed(uint64_t seed, int64_t epoch);
 // per_image_count) draw from for images at their own sizes: `per_image_seed` is the first word of the epoch's
 // generator.
 uint64_t sample_seed(uint64_t per_image_seed, int64_t sample);
+
+// Where the per-image transforms read one image from when it is not decoded yet (an image file): its upright size,
+// and the pixels of the box the first per-image transform resizes (Transform::resizes_box), which a JPEG decodes
+// alone and may reduce by DCT scaling to no less than the size the box is resized to.
+class PerImageSource {
+ public:
+  virtual ~PerImageSource() = default;
+  virtual std::array<int64_t, 2> size() = 0;
+  virtual at::Tensor whole() = 0;  // uint8 H x W x C
+  // uint8 h x w x C covering exactly the box (top, left, height, width), h x w at least least_height x least_width
+  // where the box is (no less than the box where it is smaller).
+  virtual at::Tensor read_box(const std::array<int64_t, 4>& box, int64_t least_height, int64_t least_width) = 0;
+};
 
 // The whole list as a batch transform. Normalize is not a Transform: its mean and std go to the fused
 // augment op between the two stages; a list without one uses the data set's statistics when given.
@@ -97,6 +116,9 @@ class TransformPipeline {
   // One image (uint8 H x W x C on the host, any size) through the per-image transforms with sample `sample`'s
   // draws: uint8 C x h x w of their output size. Runs serially on the calling thread (reader threads).
   at::Tensor apply_per_image(const at::Tensor& image, uint64_t per_image_seed, int64_t sample) const;
+  // The same, the image read from `source`: when the first per-image transform resizes a box, its draws are made on
+  // the source's size (the same numbers as for the decoded image) and only that box is read; else all of it.
+  at::Tensor apply_per_image(PerImageSource& source, uint64_t per_image_seed, int64_t sample) const;
   // The batch `images` (N x C x H x W, uint8 or float32) through the list, as `dtype`; `params`: sample()'s
   // rows of this batch's samples on the images' device. `masks` (N x H x W class ids, or undefined)
   // follow the geometric transforms. dtype uint8 (a uint8 batch in) needs a list that does not normalise;
@@ -106,6 +128,9 @@ class TransformPipeline {
                    at::Tensor& masks, bool per_image_done = false) const;
 
  private:
+  // x (uint8 1 x C x H x W) through the per-image transforms from the k-th on, drawing from `own`.
+  at::Tensor per_image_from(at::Tensor x, size_t k, at::Generator& own) const;
+
   std::vector<std::unique_ptr<Transform>> uint8_stage_, float_stage_;
   std::vector<std::string> uint8_names_, float_names_;
   std::vector<double> mean_, std_;

@@ -3,6 +3,8 @@
 // offset or index) in its error, a ConfigError.
 #include <ATen/core/Tensor.h>
 
+#include <array>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,6 +39,49 @@ void check_image_request(const DecodeOptions& options, int64_t height, int64_t w
 // One PNG or JPEG image (detected from its first bytes) as uint8 H x W x channels (1: grey, 3: RGB).
 at::Tensor decode_image(const std::string& path, const DecodeOptions& options);
 
+// How far a JPEG may be reduced while it is decoded. kExact: never, the pixels decode_image gives. kFast: by libjpeg's
+// DCT scaling (each side 1/2, 1/4 or 1/8, the file's 8x8 blocks decoded as 4x4, 2x2 or 1x1, as Pillow's draft() does),
+// the most that keeps what is asked for at least the size it will be resized to; the pixels then differ from a
+// full-size decode and resize by a bounded amount (docs/guides/data.md).
+enum class DecodeScaling { kExact, kFast };
+
+// Config key data_kwargs `decode`: "exact" or "fast"; ConfigError naming the valid values otherwise.
+DecodeScaling parse_decode_scaling(const std::string& name);
+
+// A box of an image in its upright pixels (after EXIF orientation): rows [top, top + height), columns [left,
+// left + width).
+struct ImageBox {
+  int64_t top = 0, left = 0, height = 0, width = 0;
+};
+
+// An image file read in two steps: its upright size from the header, then the pixels of one box of it. A JPEG decodes
+// only the rows and iMCU columns that cover the box (libjpeg-turbo's jpeg_skip_scanlines and jpeg_crop_scanline), the
+// box mapped through the EXIF orientation to the stored image's pixels first; without scaling the box's pixels are
+// bit for bit those of decode_image's whole image. A PNG is read down to the box's last row and no further where its
+// orientation is known before its image data, it is not interlaced and its IDAT CRCs are right; any other file is
+// decoded whole once, at the first call that needs pixels.
+class ImageFile {
+ public:
+  // Reads the file's bytes. Errors (here and below) are ConfigErrors "image 'path': why" (MissingReaderError for a
+  // format gpucore was built without).
+  ImageFile(std::string path, DecodeOptions options);
+  ~ImageFile();
+  ImageFile(const ImageFile&) = delete;
+  ImageFile& operator=(const ImageFile&) = delete;
+  // The upright height and width (the header alone for a JPEG).
+  std::array<int64_t, 2> size();
+  // The pixels of `box` (inside the image) as uint8 h x w x channels. With kFast a JPEG is decoded at the smallest
+  // DCT scale at which the box keeps at least least_height x least_width pixels (the size it will be resized to),
+  // and h x w is the box at that scale (its edges rounded to the scaled pixels); else h x w is the box's size.
+  at::Tensor read(const ImageBox& box, int64_t least_height, int64_t least_width, DecodeScaling scaling);
+
+ private:
+  struct State;
+  std::string path_;
+  DecodeOptions options_;
+  std::unique_ptr<State> state_;
+};
+
 struct DecodedImages {
   at::Tensor images;                 // uint8 N x H x W x channels, in the order of the paths kept
   std::vector<int64_t> kept;         // index into the paths of each image
@@ -59,9 +104,12 @@ struct DecodedImageList {
 
 // Decodes `paths` on `threads` threads, each image at its own size; one whose shorter side is longer than
 // `max_shorter_side` (> 0) is resized to that shorter side, its aspect kept (torchvision's Resize(max_shorter_side),
-// as FFCV's max_resolution bounds its stored images); 0: every image at full size.
+// as FFCV's max_resolution bounds its stored images); 0: every image at full size. With DecodeScaling::kFast a JPEG
+// whose shorter side is longer than the bound is decoded at the DCT scale that keeps it at least the bound, then
+// resized as above.
 DecodedImageList decode_images_at_own_size(const std::vector<std::string>& paths, const DecodeOptions& options,
-                                           int64_t threads, bool skip_errors, int64_t max_shorter_side);
+                                           int64_t threads, bool skip_errors, int64_t max_shorter_side,
+                                           DecodeScaling scaling = DecodeScaling::kExact);
 
 // What brings images of mixed sizes to one, for the errors that find them (names the config keys).
 std::string mixed_sizes_hint();
