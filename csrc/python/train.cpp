@@ -118,6 +118,7 @@ void def_train(py::module_& m) {
   py::class_<LossConfig> loss(m, "LossConfig");
   loss.def(py::init<>())
       .def_readwrite("label_smoothing", &LossConfig::label_smoothing)
+      .def_readwrite("ignore_index", &LossConfig::ignore_index)
       .def_readwrite("heads", &LossConfig::heads);
   def_kind(loss, &LossConfig::kind, &parse_loss);
   m.def("reported_metrics", &reported_metrics, py::arg("loss"), py::arg("top_k"));

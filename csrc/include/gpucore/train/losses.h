@@ -22,6 +22,9 @@ struct LossConfig {
   LossKind kind = LossKind::kCrossEntropy;
   double label_smoothing = 0.0;  // cross_entropy
   int64_t heads = 0;             // multilabel_soft_margin: targets given as (N, heads) class indices
+  // cross_entropy: class targets of this value count in no loss or metric (as torch's ignore_index): the loss is
+  // the mean over the other targets, and the metrics leave them out of numerator and denominator.
+  int64_t ignore_index = -100;
 };
 
 // Mean over the batch. For multi-head targets given as indices, they are one-hot encoded first.
