@@ -129,6 +129,7 @@ KEYS = [
     Key("drop_last", bool, False, "drop the last incomplete training batch"),
     Key("loss", str, "cross_entropy", "built-in loss", choices=CORE_CHOICES["loss"]),
     Key("label_smoothing", float, doc="cross_entropy label smoothing", **_core("label_smoothing")),
+    Key("ignore_index", int, -100, "cross_entropy: targets of this class id (void or unlabelled pixels, e.g. 255 in VOC masks) count in no loss and no metric, left out of every numerator and denominator, as torch's and torchmetrics' ignore_index (docs: Training, Metrics)"),
     Key("mixup_alpha", float, doc="mixup, as timm's Mixup: each training batch blended with its reversed order by lambda ~ Beta(alpha, alpha), the targets one-hot (with label_smoothing) and blended alike, the loss their soft-target cross-entropy; accuracy still counts the true labels (single-label classification only; 0: off)", **_core("mixup_alpha")),
     Key("cutmix_alpha", float, doc="CutMix, as timm's: a box of the reversed batch pasted in, lambda ~ Beta(alpha, alpha) its complement's share of the image (4-D image inputs; 0: off)", **_core("cutmix_alpha")),
     Key("cutmix_minmax", list, None, "CutMix box sides drawn in [min, max] shares of the image's sides instead of from lambda (turns CutMix on, with alpha 1)", check=lambda v: len(v) == 2 and all(is_number(b) and b in CORE_RANGES["cutmix_minmax"] for b in v) and v[0] < v[1], valid=f"two numbers {CORE_RANGES['cutmix_minmax']}, min < max", optional=True),

@@ -21,7 +21,7 @@ DEFAULTS = {
     "cache": "auto", "prefetch": 4, "val_fraction": None, "normalize": True, "crop_padding": 0, "hflip": False,
     "transforms": [],
     "epochs": 10, "batch_size": 64, "eval_batch_size": 256, "accumulate_grad_batches": 1, "shuffle": True,
-    "drop_last": False, "loss": "cross_entropy", "label_smoothing": 0.0, "heads": 0, "top_k": 5,
+    "drop_last": False, "loss": "cross_entropy", "label_smoothing": 0.0, "ignore_index": -100, "heads": 0, "top_k": 5,
     "mixup_alpha": 0.0, "cutmix_alpha": 0.0, "cutmix_minmax": None, "mixup_prob": 1.0, "mixup_switch_prob": 0.5,
     "mixup_mode": "batch", "cutmix_correct_lam": True, "tta": "none",
     "optimizer": "adamw", "lr": 0.001, "lr_scaling": "none", "base_batch_size": 256, "weight_decay": 0.01,

@@ -357,9 +357,9 @@ def check_fits_task(name: str, task, *data_sets) -> None:
             continue
         if data.mask_paths is not None and not task.trains_on_masks:
             raise ConfigError(f"data '{name}' holds images and their masks (segmentation), but loss '{task.loss}' "
-                              f"({task.name}) does not train on masks: set loss: dice_bce (or bce_with_logits) and a "
-                              "segmentation model (e.g. smp:Unet; docs/guides/data.md), or give a folder of class "
-                              "subfolders")
+                              f"({task.name}) does not train on masks: set loss: dice_bce (or bce_with_logits) for "
+                              "foreground masks, cross_entropy for masks of class ids, and a segmentation model (e.g. "
+                              "smp:Unet; docs/guides/data.md), or give a folder of class subfolders")
         if data.mask_paths is None and data.classes is not None and task.predicts_masks:
             raise ConfigError(f"data '{name}' holds images of classes ({', '.join(data.classes[:5])}"
                               f"{', ...' if len(data.classes) > 5 else ''}), but loss '{task.loss}' ({task.name}) "

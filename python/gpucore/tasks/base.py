@@ -32,8 +32,13 @@ class Task:
     trains_on_masks = False  # its targets may be masks (N x H x W class ids), a segmentation folder's
     primary_metric = "loss"  # what config key monitor: auto follows, on the validation data when there is some
 
-    def __init__(self, loss: str, heads: int = 0, label_smoothing: float = 0.0):
-        self.loss, self.heads, self.label_smoothing = loss, heads, label_smoothing
+    @property
+    def primary_metrics(self) -> Sequence[str]:
+        """What monitor: auto follows: the first of these the validation reports (then val_loss)."""
+        return (self.primary_metric,)
+
+    def __init__(self, loss: str, heads: int = 0, label_smoothing: float = 0.0, ignore_index: int = -100):
+        self.loss, self.heads, self.label_smoothing, self.ignore_index = loss, heads, label_smoothing, ignore_index
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(loss={self.loss!r}, heads={self.heads})"
@@ -46,12 +51,17 @@ class Task:
         """The task whose rules fit outputs of this shape (a multi-label model with per-pixel outputs segments)."""
         return self
 
+    def as_task(self, kind: type) -> "Task":
+        """This task's loss settings under the rules of another kind of task."""
+        return kind(self.loss, self.heads, self.label_smoothing, self.ignore_index)
+
     # ---- the engine ------------------------------------------------------------------------------
     def loss_config(self) -> "_C.LossConfig":
         loss = _C.LossConfig()
         loss.kind = self.loss
         loss.label_smoothing = self.label_smoothing
         loss.heads = self.heads
+        loss.ignore_index = self.ignore_index
         return loss
 
     def metrics(self, top_k: int) -> List[Metric]:
@@ -72,6 +82,10 @@ class Task:
         """Per sample: the prediction is right in full (every head, label or pixel)."""
         right = predicted == targets.reshape(predicted.shape).to(predicted.dtype)
         return right.reshape(predicted.shape[0], -1).all(1)
+
+    def decoded_metrics(self, predicted: torch.Tensor, targets: torch.Tensor) -> Dict[str, float]:
+        """Metrics an evaluation adds to the engine's from the whole pass's decoded predictions (none by default)."""
+        return {}
 
     def confidence(self, outputs: torch.Tensor) -> Optional[torch.Tensor]:
         """How sure the model is of each prediction (per sample, or per head), or None where it has no such number."""

@@ -44,7 +44,7 @@ class FitLoop:
         self.run = run
         self.position = RunPosition(Batching.of(config), run.world.size)  # halved on out of memory
         self.metric_modes = run.task.metric_modes(config.top_k, SPLITS)  # the task's metrics by record name
-        monitor = Monitor(config.monitor, config.mode, config.min_delta, self.metric_modes, run.task.primary_metric)
+        monitor = Monitor(config.monitor, config.mode, config.min_delta, self.metric_modes, run.task.primary_metrics)
         self.checkpointing = Checkpointing(self)
         self.checkpoints = ModelCheckpoint(monitor, run.run_dir, self.checkpointing,
                                            config.save_every_n_epochs, config.keep_last_k)
