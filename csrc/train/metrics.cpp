@@ -56,19 +56,6 @@ void MetricTracker::update(const at::Tensor& output, const at::Tensor& target, c
   switch (loss_.kind) {
     case LossKind::kCrossEntropy:  // above
       break;
-    case LossKind::kMultiLabelSoftMargin:
-      if (loss_.heads > 0) {
-        const at::Tensor logits = output.reshape({n, loss_.heads, -1});
-        const at::Tensor predicted = logits.argmax(-1);
-        const at::Tensor truth =
-            target.is_floating_point() ? target.reshape({n, loss_.heads, -1}).argmax(-1) : target;
-        const at::Tensor hits = predicted == truth;
-        add[kCharCorrect] = hits.sum().to(at::kDouble);
-        add[kCharTotal] = at::full_like(zero, static_cast<double>(n * loss_.heads));
-        add[kSeqCorrect] = hits.all(1).sum().to(at::kDouble);
-        break;
-      }
-      [[fallthrough]];  // without heads: a set of labels per sample, scored as bce_with_logits scores them
     case LossKind::kCTC: {
       // Greedy decoding on the device: best class per step, repeats collapsed, blanks (0) dropped,
       // then compared with the target sequence in full.
@@ -85,10 +72,23 @@ void MetricTracker::update(const at::Tensor& output, const at::Tensor& target, c
       add[kSeqCorrect] = (decoded.slice(1, 0, width) == truth).all(1).sum().to(at::kDouble);
       break;
     }
+    case LossKind::kMultiLabelSoftMargin:
+      if (loss_.heads > 0) {
+        const at::Tensor logits = output.reshape({n, loss_.heads, -1});
+        const at::Tensor predicted = logits.argmax(-1);
+        const at::Tensor truth =
+            target.is_floating_point() ? target.reshape({n, loss_.heads, -1}).argmax(-1) : target;
+        const at::Tensor hits = predicted == truth;
+        add[kCharCorrect] = hits.sum().to(at::kDouble);
+        add[kCharTotal] = at::full_like(zero, static_cast<double>(n * loss_.heads));
+        add[kSeqCorrect] = hits.all(1).sum().to(at::kDouble);
+        break;
+      }
+      [[fallthrough]];  // without heads: a set of labels per sample, scored as bce_with_logits scores them
     case LossKind::kBCEWithLogits:
     case LossKind::kDiceBCE: {
-      const at::Tensor predicted = (output > 0).reshape({n, -1});  // sigmoid(x) > 0.5
-      const at::Tensor truth = (prepare_target(loss_, output, target) > 0.5).reshape({n, -1});
+      const at::Tensor predicted = (output > 0).flatten(1);  // sigmoid(x) > 0.5
+      const at::Tensor truth = (prepare_target(loss_, output, target) > 0.5).flatten(1);
       const at::Tensor inter = (predicted & truth).sum().to(at::kDouble);
       add[kInter] = inter;
       add[kUnion] = (predicted | truth).sum().to(at::kDouble);
@@ -137,9 +137,6 @@ void MetricTracker::add_confusion(const at::Tensor& output, const at::Tensor& ta
 
 namespace {
 
-// A metric read() reports: its name, and its value from the host sums, or none when the batches gave it nothing
-// to count (no labels for accuracy, no output with more than top_k classes for top-k). Every name lives here, so
-// reported_metrics and read() cannot disagree.
 // What the metrics are computed from: the host copy of the sums and, in an evaluation, of the per-class counts
 // (MetricTracker's class_counts_): cross_entropy's confusion matrix (confusion[true * classes + predicted],
 // pixels counted) or the labels' [TP..., FP..., FN...].
@@ -150,6 +147,9 @@ struct HostSums {
   int64_t classes;             // the classes or labels they count
 };
 
+// A metric read() reports: its name, and its value from the host sums, or none when the batches gave it nothing
+// to count (no labels for accuracy, no output with more than top_k classes for top-k). Every name lives here, so
+// reported_metrics and read() cannot disagree.
 struct Metric {
   std::string name;
   std::function<std::optional<double>(const HostSums&)> value;

@@ -184,7 +184,9 @@ def test_a_multi_class_segmentation_run_evaluates_predicts_and_reports(tmp_path,
 
     assert cli.main(["report", run_dir, "--device", "cpu"]) == 0
     page = open(os.path.join(run_dir, "report.html"), encoding="utf-8").read()
-    assert "Validation masks" in page and "Not drawn" not in page and "image IoU" in page
+    assert "Validation masks" in page and "Not drawn" not in page
+    assert "mean IoU over the classes in its true or predicted mask: a per-image number, not the metrics table" in page
+    assert "docs/guides/training.md#metrics" in page  # where each metric is defined
     rows = json.load(open(os.path.join(run_dir, "per_class.json")))
     assert [row["iou"] for row in rows] == pytest.approx(iou.tolist(), abs=1e-6)
 
@@ -198,8 +200,7 @@ def test_report_without_the_validation_pass_fails_and_writes_nothing(tmp_path, m
         raise RuntimeError("the model's outputs do not decode")
 
     monkeypatch.setattr("gpucore.evaluation.run_report.evaluation_pass", fails)
-    with pytest.warns(RuntimeWarning, match="could not draw the validation pass"):
-        assert cli.main(["report", result.run_dir, "--device", "cpu"]) == 2
-    assert "the validation pass: RuntimeError: the model's outputs do not decode; report.html was not written" in (
-        capsys.readouterr().err)
+    assert cli.main(["report", result.run_dir, "--device", "cpu"]) == 2
+    assert ("error: report of '" + result.run_dir + "': the validation pass: RuntimeError: the model's outputs do "
+            "not decode; report.html was not written") in capsys.readouterr().err
     assert not os.path.exists(os.path.join(result.run_dir, "report.html"))

@@ -71,6 +71,8 @@ def _classification(page, result, classes, normalization, module, config, device
 
     def title(i):
         t, p = int(result.targets[i]), int(result.predicted[i])
+        if t == result.task.ignore_index:
+            return f"(ignored)\npred {names[p]}"
         return f"{names[t]}" if t == p else f"true {names[t]}\npred {names[p]}"
 
     page.figure("Validation predictions", "val_predictions.png", lambda path: plots.image_grid(

@@ -7,6 +7,8 @@ import torch
 
 from .base import Task
 
+IGNORED = -1  # class_masks' id of the pixels no metric counts (config key ignore_index), outside every class
+
 
 class Segmentation(Task):
     name = "segmentation"
@@ -25,13 +27,16 @@ class Segmentation(Task):
     def correct(self, predicted: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Every counted pixel right (ignore_index pixels are not counted)."""
         truth = self.class_masks(targets)
-        right = (predicted == truth) | (truth == self.ignore_index)
+        right = (predicted == truth) | (truth == IGNORED)
         return right.reshape(right.shape[0], -1).all(1)
 
     def class_masks(self, targets: torch.Tensor) -> torch.Tensor:
-        """Targets as N x H x W class ids: a one-channel float mask's foreground (> 0.5) is 1."""
+        """Targets as N x H x W class ids, IGNORED where they are ignore_index: a one-channel float mask's
+        foreground (> 0.5) is 1."""
         truth = targets[:, 0] if targets.dim() == 4 else targets
-        return (truth > 0.5).long() if truth.is_floating_point() else truth.long()
+        if truth.is_floating_point():
+            return (truth > 0.5).long()
+        return torch.where(truth == self.ignore_index, IGNORED, truth.long())
 
     def add_prediction_columns(self, rows, outputs, predicted, classes, top_k) -> None:
         """The share of the image predicted as foreground (class > 0)."""
