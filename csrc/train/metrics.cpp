@@ -153,6 +153,7 @@ struct HostSums {
 struct Metric {
   std::string name;
   std::function<std::optional<double>(const HostSums&)> value;
+  bool evaluation_only = false;  // needs the per-class counts only an evaluation's tracker keeps
 };
 
 // num / den where the sums counted something (den > 0), else `empty`.
@@ -212,10 +213,10 @@ std::vector<Metric> metrics_of(const LossConfig& loss, int64_t top_k) {
                            }});
       }
       // Per-pixel class targets, in evaluations (validation, gpucore evaluate) only.
-      metrics.push_back({"miou", class_mean(0, false)});
-      metrics.push_back({"miou_no_background", class_mean(1, false)});  // class 0 left out of the mean
-      metrics.push_back({"mdice", class_mean(0, true)});
-      metrics.push_back({"mdice_no_background", class_mean(1, true)});
+      metrics.push_back({"miou", class_mean(0, false), true});
+      metrics.push_back({"miou_no_background", class_mean(1, false), true});  // class 0 left out of the mean
+      metrics.push_back({"mdice", class_mean(0, true), true});
+      metrics.push_back({"mdice_no_background", class_mean(1, true), true});
       break;
     case LossKind::kCTC:
       metrics.push_back({"seq_accuracy", share(kSeqCorrect, kCount)});
@@ -237,7 +238,7 @@ std::vector<Metric> metrics_of(const LossConfig& loss, int64_t top_k) {
       metrics.push_back({"dice", share(kDiceNum, kDiceDen, 1.0)});  // multi-label: the labels' micro F1
       // Multi-label outputs (N, labels) only: samples with every label right; the labels' macro F1 (evaluations).
       metrics.push_back({"subset_accuracy", share(kSeqCorrect, kCharTotal)});
-      metrics.push_back({"f1_macro", label_f1_macro});
+      metrics.push_back({"f1_macro", label_f1_macro, true});
       break;
   }
   return metrics;
@@ -245,9 +246,11 @@ std::vector<Metric> metrics_of(const LossConfig& loss, int64_t top_k) {
 
 }  // namespace
 
-std::vector<std::string> reported_metrics(const LossConfig& loss, int64_t top_k) {
+std::vector<std::string> reported_metrics(const LossConfig& loss, int64_t top_k, bool training) {
   std::vector<std::string> names;
-  for (const Metric& metric : metrics_of(loss, top_k)) names.push_back(metric.name);
+  for (const Metric& metric : metrics_of(loss, top_k)) {
+    if (!(training && metric.evaluation_only)) names.push_back(metric.name);
+  }
   return names;
 }
 

@@ -64,15 +64,17 @@ class Task:
         loss.ignore_index = self.ignore_index
         return loss
 
-    def metrics(self, top_k: int) -> List[Metric]:
-        """What the engine may report for this task, in its order; the names are the C++ engine's
-        (_C.reported_metrics). The loss is the one number minimised: the others are shares of what is right."""
+    def metrics(self, top_k: int, training: bool = False) -> List[Metric]:
+        """What the engine may report for this task, in its order (training: in the training split, without the
+        class means and macro F1 only an evaluation reports); the names are the C++ engine's (_C.reported_metrics).
+        The loss is the one number minimised: the others are shares of what is right."""
         return [Metric(name, "min" if name == "loss" else "max")
-                for name in _C.reported_metrics(self.loss_config(), top_k)]
+                for name in _C.reported_metrics(self.loss_config(), top_k, training)]
 
     def metric_modes(self, top_k: int, splits: Sequence[str]) -> Dict[str, str]:
         """Each metric as an epoch's record names it (SPLIT_NAME: train_loss, val_accuracy, ...) and its mode."""
-        return {f"{split}_{metric.name}": metric.mode for split in splits for metric in self.metrics(top_k)}
+        return {f"{split}_{metric.name}": metric.mode for split in splits
+                for metric in self.metrics(top_k, training=split == "train")}
 
     # ---- predictions -----------------------------------------------------------------------------
     def decode(self, outputs: torch.Tensor) -> torch.Tensor:

@@ -12,7 +12,9 @@ namespace gpucore {
 
 // The names read() may report for this loss ("loss", "accuracy", "top5_accuracy", ...): top-k only
 // when the output has more than top_k classes, which is known once the model has run.
-std::vector<std::string> reported_metrics(const LossConfig& loss, int64_t top_k);
+// training: only those the training step's sums report (not the class means and macro F1, which need an
+// evaluation's per-class counts).
+std::vector<std::string> reported_metrics(const LossConfig& loss, int64_t top_k, bool training = false);
 
 class MetricTracker {
  public:
