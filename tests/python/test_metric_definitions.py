@@ -18,9 +18,9 @@ from conftest import batches, engine, require
 VOID = 255
 
 
-def evaluate(output, target, batch_size, ignore_index=-100, loss="cross_entropy"):
+def evaluate(output, target, batch_size, ignore_index=-100, loss="cross_entropy", label_smoothing=0.0):
     """The engine's evaluation of `output` as an identity model's, `batch_size` samples at a time."""
-    eng = engine([nn.Parameter(torch.zeros(1))], ignore_index=ignore_index, loss=loss)
+    eng = engine([nn.Parameter(torch.zeros(1))], ignore_index=ignore_index, loss=loss, label_smoothing=label_smoothing)
     return eng.evaluate(batches(output, target, batch_size), lambda x: x, None)["metrics"]
 
 
@@ -31,20 +31,21 @@ def with_void(target, share, generator, ignore_index):
     return target
 
 
-@pytest.mark.parametrize("ignore_index", [-100, VOID])
-def test_ignored_targets_count_in_no_loss_or_accuracy_at_any_batch_size(ignore_index):
+@pytest.mark.parametrize("ignore_index, label_smoothing", [(-100, 0.0), (VOID, 0.0), (-100, 0.2)])
+def test_ignored_targets_count_in_no_loss_or_accuracy_at_any_batch_size(ignore_index, label_smoothing):
     classification = require("torchmetrics.classification")
     generator = torch.Generator().manual_seed(60)
     output = torch.randn(33, 12, generator=generator)
     target = with_void(torch.randint(0, 12, (33,), generator=generator), 0.25, generator, ignore_index)
     expected = {
-        "loss": nn.functional.cross_entropy(output, target, ignore_index=ignore_index).item(),
+        "loss": nn.functional.cross_entropy(output, target, ignore_index=ignore_index,
+                                            label_smoothing=label_smoothing).item(),  # the smoothed loss
         "accuracy": classification.MulticlassAccuracy(12, average="micro", ignore_index=ignore_index)(output, target),
         "top5_accuracy": classification.MulticlassAccuracy(12, top_k=5, average="micro",
                                                            ignore_index=ignore_index)(output, target),
     }
     for batch_size in (1, 16, 33):
-        metrics = evaluate(output, target, batch_size, ignore_index)
+        metrics = evaluate(output, target, batch_size, ignore_index, label_smoothing=label_smoothing)
         for name, value in expected.items():
             assert metrics[name] == pytest.approx(float(value), rel=1e-6), f"{name}, batches of {batch_size}"
 
