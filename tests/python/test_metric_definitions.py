@@ -143,7 +143,7 @@ def class_masks(images, generator):
 @pytest.mark.draws_report
 def test_a_multi_class_segmentation_run_evaluates_predicts_and_reports(tmp_path, monkeypatch, capsys):
     classification = require("torchmetrics.classification")
-    (tmp_path / "seg_models.py").write_text(SEG_MODELS)
+    (tmp_path / "three_class_models.py").write_text(SEG_MODELS)  # a name no other test imports
     monkeypatch.syspath_prepend(str(tmp_path))
     generator = torch.Generator().manual_seed(62)
     images = torch.randint(0, 256, (48, 3, 12, 12), generator=generator, dtype=torch.uint8)
@@ -151,7 +151,8 @@ def test_a_multi_class_segmentation_run_evaluates_predicts_and_reports(tmp_path,
     data = tmp_path / "classes.npz"
     np.savez(data, x_train=images[:32].numpy(), y_train=masks[:32].numpy(), x_val=images[32:].numpy(),
              y_val=masks[32:].numpy())
-    result = gpucore.train({"loss": "cross_entropy", "ignore_index": VOID, "model": "seg_models:three_classes",
+    result = gpucore.train({"loss": "cross_entropy", "ignore_index": VOID,
+                            "model": "three_class_models:three_classes",
                             "data": str(data), "epochs": 2, "batch_size": 8, "eval_batch_size": 5, "lr": 0.05,
                             "device": "cpu", "precision": "32", "progress": False, "seed": 0,
                             "run_dir": str(tmp_path / "runs"), "name": "seg"})
