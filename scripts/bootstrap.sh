@@ -114,6 +114,10 @@ if [ "$TESTS" = 1 ]; then
       ttach tqdm matplotlib scipy \
     || echo "bootstrap: grad-cam could not be installed; the pytorch-grad-cam cross-checks will skip"
   "$PY" -m pip install -q captcha || echo "bootstrap: captcha could not be installed; the captcha example's test will skip"
+  # The metrics' reference (IoU, Dice, F1, character error rate checked against torchmetrics), torch pinned.
+  # Optional: without it those cross-checks skip and say why.
+  "$PY" -m pip install -q -c <(echo "torch==$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])')") \
+    torchmetrics || echo "bootstrap: torchmetrics could not be installed; the metrics' cross-checks will skip"
   # The loggers' trackers (config key loggers): gpucore's mlflow extra (the tests read a real SQLite store back) and
   # tensorboard (its event reader), torch pinned (neither needs it). Optional: without them those tests skip.
   "$PY" -m pip install -q -c <(echo "torch==$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])')") \

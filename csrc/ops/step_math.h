@@ -27,6 +27,13 @@ GPUCORE_HOST_DEVICE inline int64_t classes_beating(const Value& value, int64_t c
   return count;
 }
 
+// accumulate_metrics' loss slots: sums[0] += loss * weight, sums[1] += weight, where weight is what the batch's
+// mean loss is the mean over; a batch of nothing counted (its mean is NaN) adds nothing to sums[0].
+GPUCORE_HOST_DEVICE inline void add_loss(double* sums, float loss, double weight) {
+  if (weight > 0) sums[0] += static_cast<double>(loss) * weight;
+  sums[1] += weight;
+}
+
 // The learning-rate schedules as one function of the step count, computed in double and rounded to
 // float32 once, as torch's schedulers compute in Python floats. The engine builds the parameters once from
 // its gpucore::ScheduleConfig (train/schedule.h), which names its kind from this enum.

@@ -84,13 +84,13 @@ ScheduleParams schedule_params(const at::Tensor& step, const at::Tensor& lr, con
 }
 
 void accumulate_metrics(const at::Tensor& sums, const at::Tensor& output, const std::optional<at::Tensor>& target,
-                        const at::Tensor& loss, int64_t top_k) {
+                        const at::Tensor& loss, int64_t top_k, int64_t ignore_index) {
   static const auto op =
       c10::Dispatcher::singleton()
           .findSchemaOrThrow("gpucore::accumulate_metrics", "")
           .typed<void(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, const at::Tensor&,
-                      int64_t)>();
-  op.call(sums, output, target, loss, top_k);
+                      int64_t, int64_t)>();
+  op.call(sums, output, target, loss, top_k, ignore_index);
 }
 
 void count_step(const at::Tensor& counters, const at::Tensor& found_inf) {
@@ -117,7 +117,8 @@ void next_indices(const at::Tensor& order, const at::Tensor& cursor, const at::T
 // The schemas (kernels in cpu/ and cuda/; fake kernels in the Python module named here).
 TORCH_LIBRARY_FRAGMENT(gpucore, m) {
   m.set_python_module("gpucore.ops");
-  m.def("accumulate_metrics(Tensor(a!) sums, Tensor output, Tensor? target, Tensor loss, int top_k) -> ()");
+  m.def("accumulate_metrics(Tensor(a!) sums, Tensor output, Tensor? target, Tensor loss, int top_k, "
+        "int ignore_index=-100) -> ()");
   m.def("count_step(Tensor(a!) counters, Tensor(b!) found_inf) -> ()");
   m.def("learning_rate(Tensor step, Tensor(a!) lr, Tensor schedule) -> ()");
   m.def("next_indices(Tensor order, Tensor(a!) cursor, Tensor(b!) index) -> ()");

@@ -3,12 +3,17 @@
 // many, with CPU and CUDA kernels, so a step issues few ops (each costs host time, and a CUDA graph
 // replays them all). All three write into tensors the engine keeps, so their addresses never change.
 //
-//   accumulate_metrics(Tensor(a!) sums, Tensor output, Tensor? target, Tensor loss, int top_k) -> ()
-//       sums: float64, at least 5 slots. sums[0] += loss * N, sums[1] += N (N = output.size(0); loss:
-//       the batch's mean, float32 0-dim). With integer class targets (N, ...) for an output (N, C, ...):
-//       sums[2] += how many samples argmax over C hits (ties: the first maximum, NaN the largest, as
-//       torch.argmax), sums[4] += target.numel(), and with top_k > 0, sums[3] += how many targets are
-//       among the top_k classes. Targets outside [0, C) are never hits.
+//   accumulate_metrics(Tensor(a!) sums, Tensor output, Tensor? target, Tensor loss, int top_k,
+//                      int ignore_index=-100) -> ()
+//       sums: float64, at least 5 slots; sums over counted elements, divided once when read, so a pass's
+//       numbers do not depend on how it was batched. sums[0] += loss * w, sums[1] += w, with loss the batch's
+//       mean (float32 0-dim) and w the number of elements it is the mean over: the targets that are not
+//       ignore_index with integer class targets, else N (= output.size(0)); a batch with w = 0 adds nothing
+//       to sums[0] (its mean is NaN). (A per-element loss weight would make w the sum of the counted
+//       elements' weights.) With integer class targets (N, ...) for an output (N, C, ...), over the targets
+//       that are not ignore_index: sums[2] += how many argmax over C hits (ties: the first maximum, NaN the
+//       largest, as torch.argmax), sums[4] += how many there are, and with top_k > 0, sums[3] += how many are
+//       among the top_k classes. Other targets outside [0, C) count, but are never hits.
 //   count_step(Tensor(a!) counters, Tensor(b!) found_inf) -> ()
 //       counters: float32 [steps taken, steps skipped, skipped in a row]; found_inf: float32 0-dim, 1 when
 //       this optimizer step was skipped. Advances the counters as the step went, then zeroes found_inf
@@ -41,7 +46,7 @@ ScheduleParams schedule_params(const at::Tensor& step, const at::Tensor& lr, con
 
 // The ops through the dispatcher (CPU or CUDA kernel by the tensors' device).
 void accumulate_metrics(const at::Tensor& sums, const at::Tensor& output, const std::optional<at::Tensor>& target,
-                        const at::Tensor& loss, int64_t top_k);
+                        const at::Tensor& loss, int64_t top_k, int64_t ignore_index);
 void count_step(const at::Tensor& counters, const at::Tensor& found_inf);
 void learning_rate(const at::Tensor& step, const at::Tensor& lr, const at::Tensor& schedule);
 void next_indices(const at::Tensor& order, const at::Tensor& cursor, const at::Tensor& index);

@@ -118,10 +118,11 @@ void def_train(py::module_& m) {
   py::class_<LossConfig> loss(m, "LossConfig");
   loss.def(py::init<>())
       .def_readwrite("label_smoothing", &LossConfig::label_smoothing)
+      .def_readwrite("ignore_index", &LossConfig::ignore_index)
       .def_readwrite("heads", &LossConfig::heads)
       .def_readwrite("class_weights", &LossConfig::class_weights);
   def_kind(loss, &LossConfig::kind, &parse_loss);
-  m.def("reported_metrics", &reported_metrics, py::arg("loss"), py::arg("top_k"));
+  m.def("reported_metrics", &reported_metrics, py::arg("loss"), py::arg("top_k"), py::arg("training") = false);
   // The choices of the config keys whose values the core parses, from the core's own tables: config.py offers these.
   m.def("config_choices", [] {
     return std::map<std::string, std::vector<std::string>>{

@@ -273,7 +273,7 @@ EpochStats Engine::evaluate(BatchSource& batches, const ForwardFn& forward, cons
 EpochStats evaluate(BatchSource& batches, const ForwardFn& forward, const LossFn& loss, const EngineConfig& config) {
   const auto start = std::chrono::steady_clock::now();
   at::NoGradGuard no_grad;
-  MetricTracker tracker(config.loss, config.top_k, config.device);
+  MetricTracker tracker(config.loss, config.top_k, config.device, /*per_class=*/true);
   at::Tensor inputs, targets;
   while (batches.next(inputs, targets)) {
     at::Tensor output;

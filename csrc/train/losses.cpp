@@ -80,7 +80,8 @@ at::Tensor compute_loss(const LossConfig& config, const at::Tensor& output, cons
         shape_error(config.kind, "an output of (N, classes, ...) and integer class targets of (N, ...) or class "
                     "probabilities of the output's shape", output, target);
       }
-      return at::cross_entropy_loss(out, t, config.class_weights, at::Reduction::Mean, -100, config.label_smoothing);
+      return at::cross_entropy_loss(out, t, config.class_weights, at::Reduction::Mean, config.ignore_index,
+                                   config.label_smoothing);
     }
     case LossKind::kMultiLabelSoftMargin: {
       const at::Tensor flat = out.reshape({out.size(0), -1});

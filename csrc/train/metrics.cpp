@@ -7,6 +7,7 @@
 #include <ATen/ops/full.h>
 #include <ATen/ops/where.h>
 #include <ATen/ops/full_like.h>
+#include <ATen/ops/ones.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/zeros.h>
 
@@ -22,12 +23,14 @@ namespace {
 enum Slot { kLossSum, kCount, kCorrect, kCorrectTopK, kAccTotal, kCharCorrect, kCharTotal, kSeqCorrect, kInter, kUnion, kDiceNum, kDiceDen, kSlots };
 }
 
-MetricTracker::MetricTracker(LossConfig loss, int64_t top_k, const at::Device& device) : loss_(loss), top_k_(top_k) {
+MetricTracker::MetricTracker(LossConfig loss, int64_t top_k, const at::Device& device, bool per_class)
+    : loss_(loss), top_k_(top_k), per_class_(per_class) {
   sums_ = at::zeros({kSlots}, at::TensorOptions().dtype(at::kDouble).device(device));
 }
 
 void MetricTracker::reset() {
   sums_.zero_();
+  class_counts_ = at::Tensor();
   samples_host_ = 0;
   top_k_computed_ = false;
 }
@@ -43,26 +46,16 @@ void MetricTracker::update(const at::Tensor& output, const at::Tensor& target, c
     const bool top_k = labels && top_k_ > 0 && output.dim() == 2 && output.size(1) > top_k_;
     top_k_computed_ = top_k_computed_ || top_k;
     ops::accumulate_metrics(sums_, output, labels ? std::optional<at::Tensor>(target) : std::nullopt, loss,
-                            top_k ? top_k_ : 0);
+                            top_k ? top_k_ : 0, loss_.ignore_index);
+    if (per_class_ && labels && output.dim() > 2) add_confusion(output, target);
     return;
   }
-  ops::accumulate_metrics(sums_, output, std::nullopt, loss, 0);
+  ops::accumulate_metrics(sums_, output, std::nullopt, loss, 0, loss_.ignore_index);
   const auto zero = at::zeros({}, sums_.options());
   std::vector<at::Tensor> add(kSlots, zero);
   switch (loss_.kind) {
     case LossKind::kCrossEntropy:  // above
       break;
-    case LossKind::kMultiLabelSoftMargin: {
-      if (loss_.heads <= 0) break;
-      const at::Tensor logits = output.reshape({n, loss_.heads, -1});
-      const at::Tensor predicted = logits.argmax(-1);
-      const at::Tensor truth = target.is_floating_point() ? target.reshape({n, loss_.heads, -1}).argmax(-1) : target;
-      const at::Tensor hits = predicted == truth;
-      add[kCharCorrect] = hits.sum().to(at::kDouble);
-      add[kCharTotal] = at::full_like(zero, static_cast<double>(n * loss_.heads));
-      add[kSeqCorrect] = hits.all(1).sum().to(at::kDouble);
-      break;
-    }
     case LossKind::kCTC: {
       // Greedy decoding on the device: best class per step, repeats collapsed, blanks (0) dropped,
       // then compared with the target sequence in full.
@@ -79,10 +72,23 @@ void MetricTracker::update(const at::Tensor& output, const at::Tensor& target, c
       add[kSeqCorrect] = (decoded.slice(1, 0, width) == truth).all(1).sum().to(at::kDouble);
       break;
     }
+    case LossKind::kMultiLabelSoftMargin:
+      if (loss_.heads > 0) {
+        const at::Tensor logits = output.reshape({n, loss_.heads, -1});
+        const at::Tensor predicted = logits.argmax(-1);
+        const at::Tensor truth =
+            target.is_floating_point() ? target.reshape({n, loss_.heads, -1}).argmax(-1) : target;
+        const at::Tensor hits = predicted == truth;
+        add[kCharCorrect] = hits.sum().to(at::kDouble);
+        add[kCharTotal] = at::full_like(zero, static_cast<double>(n * loss_.heads));
+        add[kSeqCorrect] = hits.all(1).sum().to(at::kDouble);
+        break;
+      }
+      [[fallthrough]];  // without heads: a set of labels per sample, scored as bce_with_logits scores them
     case LossKind::kBCEWithLogits:
     case LossKind::kDiceBCE: {
-      const at::Tensor predicted = output > 0;  // sigmoid(x) > 0.5
-      const at::Tensor truth = prepare_target(loss_, output, target) > 0.5;
+      const at::Tensor predicted = (output > 0).flatten(1);  // sigmoid(x) > 0.5
+      const at::Tensor truth = (prepare_target(loss_, output, target) > 0.5).flatten(1);
       const at::Tensor inter = (predicted & truth).sum().to(at::kDouble);
       add[kInter] = inter;
       add[kUnion] = (predicted | truth).sum().to(at::kDouble);
@@ -90,26 +96,108 @@ void MetricTracker::update(const at::Tensor& output, const at::Tensor& target, c
       add[kDiceDen] = (predicted.sum() + truth.sum()).to(at::kDouble);
       add[kCorrect] = (predicted == truth).sum().to(at::kDouble);
       add[kAccTotal] = at::full_like(zero, static_cast<double>(truth.numel()));
+      if (output.dim() == 2) {  // labels per sample (multi-label), not pixels: samples right in full, per label
+        add[kSeqCorrect] = (predicted == truth).all(1).sum().to(at::kDouble);
+        add[kCharTotal] = at::full_like(zero, static_cast<double>(n));
+        if (per_class_) add_label_counts(predicted, truth);
+      }
       break;
     }
   }
   sums_.add_(at::stack(add));
 }
 
+void MetricTracker::add_label_counts(const at::Tensor& predicted, const at::Tensor& truth) {
+  const int64_t labels = predicted.size(1);
+  if (!class_counts_.defined()) {
+    class_counts_ = at::zeros({3 * labels}, sums_.options());
+    classes_ = labels;
+  }
+  TORCH_CHECK(classes_ == labels, "metrics: outputs of ", labels, " labels after outputs of ", classes_,
+              " in one pass");
+  class_counts_.add_(at::cat({(predicted & truth).sum(0), (predicted & ~truth).sum(0), (~predicted & truth).sum(0)})
+                         .to(at::kDouble));
+}
+
+void MetricTracker::add_confusion(const at::Tensor& output, const at::Tensor& target) {
+  const int64_t classes = output.size(1), cells = classes * classes;
+  if (!class_counts_.defined()) {
+    class_counts_ = at::zeros({cells + 1}, sums_.options());
+    classes_ = classes;
+  }
+  TORCH_CHECK(classes_ == classes, "metrics: outputs of ", classes, " classes after outputs of other "
+              "class counts in one pass");
+  // Cell true * C + predicted of each counted pixel; the ignored ones (and targets outside [0, C)) land in the
+  // extra last cell, which no metric reads: no boolean indexing, so no host sync on CUDA.
+  const at::Tensor truth = target.to(at::kLong).reshape(-1), predicted = output.argmax(1).reshape(-1);
+  const at::Tensor counted = (truth != loss_.ignore_index) & (truth >= 0) & (truth < classes);
+  const at::Tensor cell = at::where(counted, truth * classes + predicted, at::full_like(truth, cells));
+  class_counts_.scatter_add_(0, cell, at::ones({1}, sums_.options()).expand_as(cell));
+}
+
 namespace {
+
+// What the metrics are computed from: the host copy of the sums and, in an evaluation, of the per-class counts
+// (MetricTracker's class_counts_): cross_entropy's confusion matrix (confusion[true * classes + predicted],
+// pixels counted) or the labels' [TP..., FP..., FN...].
+struct HostSums {
+  const double* s;
+  bool top_k_computed;
+  const double* class_counts;  // null without them
+  int64_t classes;             // the classes or labels they count
+};
 
 // A metric read() reports: its name, and its value from the host sums, or none when the batches gave it nothing
 // to count (no labels for accuracy, no output with more than top_k classes for top-k). Every name lives here, so
 // reported_metrics and read() cannot disagree.
 struct Metric {
   std::string name;
-  std::function<std::optional<double>(const double* s, bool top_k_computed)> value;
+  std::function<std::optional<double>(const HostSums&)> value;
+  bool evaluation_only = false;  // needs the per-class counts only an evaluation's tracker keeps
 };
 
 // num / den where the sums counted something (den > 0), else `empty`.
-std::function<std::optional<double>(const double*, bool)> share(Slot num, Slot den,
-                                                                  std::optional<double> empty = std::nullopt) {
-  return [=](const double* s, bool) { return s[den] > 0 ? std::optional<double>(s[num] / s[den]) : empty; };
+std::function<std::optional<double>(const HostSums&)> share(Slot num, Slot den,
+                                                            std::optional<double> empty = std::nullopt) {
+  return [=](const HostSums& h) { return h.s[den] > 0 ? std::optional<double>(h.s[num] / h.s[den]) : empty; };
+}
+
+// The mean over classes `first`.. of each class's IoU (dice: Dice, 2 TP / (2 TP + FP + FN)) from the confusion
+// matrix; a class with no true and no predicted pixel has none and is left out of the mean (as torchmetrics'
+// JaccardIndex(average="macro"), mmsegmentation's and Cityscapes' mIoU).
+std::function<std::optional<double>(const HostSums&)> class_mean(int64_t first, bool dice) {
+  return [=](const HostSums& h) -> std::optional<double> {
+    if (h.class_counts == nullptr) return std::nullopt;
+    const int64_t c = h.classes;
+    const double* confusion = h.class_counts;
+    double total = 0;
+    int64_t scored = 0;
+    for (int64_t k = first; k < c; ++k) {
+      double true_pixels = 0, predicted_pixels = 0;
+      for (int64_t j = 0; j < c; ++j) {
+        true_pixels += confusion[k * c + j];
+        predicted_pixels += confusion[j * c + k];
+      }
+      const double hits = confusion[k * c + k], wrong = true_pixels + predicted_pixels - 2 * hits;
+      if (hits + wrong == 0) continue;
+      total += dice ? 2 * hits / (2 * hits + wrong) : hits / (hits + wrong);
+      ++scored;
+    }
+    return scored > 0 ? std::optional<double>(total / static_cast<double>(scored)) : std::nullopt;
+  };
+}
+
+// The labels' F1, 2 TP / (2 TP + FP + FN), averaged over every label: one neither true nor predicted scores 0 (as
+// torchmetrics' MultilabelF1Score(average="macro") and scikit-learn's f1_score(average="macro", zero_division=0)).
+std::optional<double> label_f1_macro(const HostSums& h) {
+  if (h.class_counts == nullptr || h.classes == 0) return std::nullopt;
+  const double *tp = h.class_counts, *fp = tp + h.classes, *fn = fp + h.classes;
+  double total = 0;
+  for (int64_t k = 0; k < h.classes; ++k) {
+    const double den = 2 * tp[k] + fp[k] + fn[k];
+    total += den > 0 ? 2 * tp[k] / den : 0.0;
+  }
+  return total / static_cast<double>(h.classes);
 }
 
 std::vector<Metric> metrics_of(const LossConfig& loss, int64_t top_k) {
@@ -118,10 +206,17 @@ std::vector<Metric> metrics_of(const LossConfig& loss, int64_t top_k) {
     case LossKind::kCrossEntropy:
       metrics.push_back({"accuracy", share(kCorrect, kAccTotal)});  // soft labels: none
       if (top_k > 0) {
-        metrics.push_back({"top" + std::to_string(top_k) + "_accuracy", [](const double* s, bool computed) {
-                             return computed ? std::optional<double>(s[kCorrectTopK] / s[kCount]) : std::nullopt;
+        metrics.push_back({"top" + std::to_string(top_k) + "_accuracy", [](const HostSums& h) {
+                             return h.top_k_computed && h.s[kAccTotal] > 0
+                                        ? std::optional<double>(h.s[kCorrectTopK] / h.s[kAccTotal])
+                                        : std::nullopt;
                            }});
       }
+      // Per-pixel class targets, in evaluations (validation, gpucore evaluate) only.
+      metrics.push_back({"miou", class_mean(0, false), true});
+      metrics.push_back({"miou_no_background", class_mean(1, false), true});  // class 0 left out of the mean
+      metrics.push_back({"mdice", class_mean(0, true), true});
+      metrics.push_back({"mdice_no_background", class_mean(1, true), true});
       break;
     case LossKind::kCTC:
       metrics.push_back({"seq_accuracy", share(kSeqCorrect, kCount)});
@@ -129,17 +224,21 @@ std::vector<Metric> metrics_of(const LossConfig& loss, int64_t top_k) {
     case LossKind::kMultiLabelSoftMargin:
       if (loss.heads > 0) {
         metrics.push_back({"char_accuracy", share(kCharCorrect, kCharTotal)});
-        metrics.push_back({"seq_accuracy", [](const double* s, bool) {
-                             return s[kCharTotal] > 0 ? std::optional<double>(s[kSeqCorrect] / s[kCount])
-                                                      : std::nullopt;
+        metrics.push_back({"seq_accuracy", [](const HostSums& h) {
+                             return h.s[kCharTotal] > 0 ? std::optional<double>(h.s[kSeqCorrect] / h.s[kCount])
+                                                        : std::nullopt;
                            }});
+        break;
       }
-      break;
+      [[fallthrough]];
     case LossKind::kBCEWithLogits:
     case LossKind::kDiceBCE:
       metrics.push_back({"accuracy", share(kCorrect, kAccTotal)});  // of the labels or pixels
       metrics.push_back({"iou", share(kInter, kUnion, 1.0)});      // nothing predicted or true: a perfect 1
-      metrics.push_back({"dice", share(kDiceNum, kDiceDen, 1.0)});
+      metrics.push_back({"dice", share(kDiceNum, kDiceDen, 1.0)});  // multi-label: the labels' micro F1
+      // Multi-label outputs (N, labels) only: samples with every label right; the labels' macro F1 (evaluations).
+      metrics.push_back({"subset_accuracy", share(kSeqCorrect, kCharTotal)});
+      metrics.push_back({"f1_macro", label_f1_macro, true});
       break;
   }
   return metrics;
@@ -147,22 +246,26 @@ std::vector<Metric> metrics_of(const LossConfig& loss, int64_t top_k) {
 
 }  // namespace
 
-std::vector<std::string> reported_metrics(const LossConfig& loss, int64_t top_k) {
+std::vector<std::string> reported_metrics(const LossConfig& loss, int64_t top_k, bool training) {
   std::vector<std::string> names;
-  for (const Metric& metric : metrics_of(loss, top_k)) names.push_back(metric.name);
+  for (const Metric& metric : metrics_of(loss, top_k)) {
+    if (!(training && metric.evaluation_only)) names.push_back(metric.name);
+  }
   return names;
 }
 
 std::map<std::string, double> MetricTracker::read() const {
-  const at::Tensor host = sums_.cpu();
-  return read(host.data_ptr<double>());
+  // One host copy of the sums and the confusion matrix together.
+  const at::Tensor host = (class_counts_.defined() ? at::cat({sums_, class_counts_}) : sums_).cpu();
+  return read(host.data_ptr<double>(), class_counts_.defined() ? host.data_ptr<double>() + kSlots : nullptr);
 }
 
-std::map<std::string, double> MetricTracker::read(const double* s) const {
+std::map<std::string, double> MetricTracker::read(const double* s, const double* class_counts) const {
   std::map<std::string, double> metrics;
   if (s[kCount] == 0) return metrics;
+  const HostSums host{s, top_k_computed_, class_counts, class_counts != nullptr ? classes_ : 0};
   for (const Metric& metric : metrics_of(loss_, top_k_)) {
-    if (const std::optional<double> value = metric.value(s, top_k_computed_)) metrics[metric.name] = *value;
+    if (const std::optional<double> value = metric.value(host)) metrics[metric.name] = *value;
   }
   return metrics;
 }

@@ -662,18 +662,23 @@ TEST_F(KernelsAgainstCpu, AccumulateMetrics) {
         output = at::where(random.uniform(c.output_shape, 0.0, 1.0) < 0.05, at::full({}, NAN, dtype), output);
         std::vector<int64_t> target_shape = {n};
         target_shape.insert(target_shape.end(), c.output_shape.begin() + 2, c.output_shape.end());
-        const at::Tensor targets = random.integers(target_shape, -1, classes + 1);  // some outside [0, C): no hit
+        // Some outside [0, C): counted, no hit; some ignore_index (-1 here): not counted.
+        const at::Tensor targets = random.integers(target_shape, -2, classes + 1);
+        const int64_t ignore_index = -1;
         const std::optional<at::Tensor> target = c.with_targets ? std::optional<at::Tensor>(targets) : std::nullopt;
         const at::Tensor loss = random.uniform({}, 0.0, 3.0);
         const at::Tensor sums = random.integers({5}, 0, 100).to(at::kDouble);
-        const DeviceCopy device_sums(sums), device_loss(loss), out(output.contiguous()), label(targets);
-        accumulate_metrics(sums, output, target, loss, top_k);
+        const DeviceCopy device_sums(sums), device_loss(loss), out(output.contiguous()), label(targets),
+            counted(at::zeros({1}, at::kLong));
+        accumulate_metrics(sums, output, target, loss, top_k, ignore_index);
         const int64_t spatial = c.with_targets && n > 0 ? targets.numel() / n : 0;
         cuda::launch_accumulate_metrics(device_sums.get<double>(), device_loss.get<float>(), out.get(), launch_type,
                                         c.with_targets ? label.get<int64_t>() : nullptr, n,
-                                        c.with_targets ? classes : 0, spatial, top_k, nullptr);
+                                        c.with_targets ? classes : 0, spatial, top_k, ignore_index,
+                                        c.with_targets ? counted.get<unsigned long long>() : nullptr, nullptr);
         expect_ran();
         expect_bitwise_equal(device_sums.host(), sums);
+        expect_bitwise_equal(counted.host(), at::zeros({1}, at::kLong));  // left at zero for the next batch
       }
     }
   }

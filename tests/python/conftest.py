@@ -149,7 +149,7 @@ def schedule(kind, **values):
 
 
 def engine(params, *, lr=1.0, scaler=False, clip=0.0, kind="sgd", accumulate=1, loss="cross_entropy", heads=0,
-           label_smoothing=0.0):
+           label_smoothing=0.0, ignore_index=-100):
     config = _C.EngineConfig()
     config.device = torch.device("cpu")
     config.accumulate_grad_batches = accumulate
@@ -160,6 +160,7 @@ def engine(params, *, lr=1.0, scaler=False, clip=0.0, kind="sgd", accumulate=1, 
     loss_config.kind = loss
     loss_config.heads = heads
     loss_config.label_smoothing = label_smoothing
+    loss_config.ignore_index = ignore_index
     config.loss = loss_config
     optimizer = _C.OptimizerConfig()
     optimizer.kind = kind

@@ -177,9 +177,11 @@ def test_a_loss_that_does_not_fit_the_folder_is_refused_before_the_first_step(tm
         Image.fromarray(crop).save(classes / f"{index}.png")
     runs = tmp_path / "runs"
     with pytest.raises(gpucore.ConfigError, match=r"data '.*masks_folder' holds images and their masks "
-                                                  r"\(segmentation\), but loss 'cross_entropy' \(classification\) does "
-                                                  r"not train on masks: set loss: dice_bce \(or bce_with_logits\)"):
-        gpucore.train(dict(RUN, loss="cross_entropy", model="fast_cnn", data=str(tmp_path / "masks_folder"),
+                                                  r"\(segmentation\), but loss 'multilabel_soft_margin' \(multi-label "
+                                                  r"classification\) does not train on masks: set loss: dice_bce \(or "
+                                                  r"bce_with_logits\) for foreground masks, cross_entropy for masks of "
+                                                  r"class ids"):
+        gpucore.train(dict(RUN, loss="multilabel_soft_margin", model="fast_cnn", data=str(tmp_path / "masks_folder"),
                            run_dir=str(runs)))
     with pytest.raises(gpucore.ConfigError, match=r"data '.*classes_folder' holds images of classes \(bright, dark\), "
                                                   r"but loss 'dice_bce' \(segmentation\) trains on masks: give a "

@@ -15,16 +15,19 @@ from conftest import assert_states_equal, engine, schedule
 SLOTS = 12  # the engine's metric sums; the op owns the first five
 
 
-def reference_sums(output, target, loss, top_k):
-    """What the op adds, in plain PyTorch: loss * N, N, argmax hits, top-k hits, targets."""
-    n, classes = output.shape[0], output.shape[1]
-    hits = output.argmax(1) == target
+def reference_sums(output, target, loss, top_k, ignore_index=-100):
+    """What the op adds, in plain PyTorch, over the targets that are not ignore_index: loss * their number, their
+    number, argmax hits, top-k hits, their number."""
+    classes = output.shape[1]
+    counted = target != ignore_index
+    hits = (output.argmax(1) == target) & counted
+    count = counted.sum().double()
     sums = torch.zeros(SLOTS, dtype=torch.float64)
-    sums[0], sums[1] = loss.double() * n, n
-    sums[2], sums[4] = hits.sum().double(), target.numel()
+    sums[0], sums[1] = (loss.double() * count if count > 0 else 0.0), count
+    sums[2], sums[4] = hits.sum().double(), count
     if top_k:
-        top = output.topk(top_k, 1).indices
-        sums[3] = (top == target.unsqueeze(1)).any(1).sum().double()
+        top = output.topk(min(top_k, classes), 1).indices
+        sums[3] = ((top == target.unsqueeze(1)).any(1) & counted).sum().double()
     return sums
 
 
@@ -34,7 +37,7 @@ def test_accumulate_metrics_matches_argmax_and_topk(dtype):
     generator = torch.Generator().manual_seed(3)
     output = torch.stack([torch.randperm(10, generator=generator) for _ in range(257)]).to(dtype) - 4.5
     target = torch.randint(0, 10, (257,), generator=generator)
-    target[:5] = -100  # ignored labels are never hits
+    target[:5] = -100  # ignored labels: neither hits nor counted
     loss = torch.rand((), generator=generator)
     sums = torch.rand(SLOTS, dtype=torch.float64, generator=generator)  # adds to what is there
     expected = sums + reference_sums(output, target, loss, 5)
@@ -50,6 +53,20 @@ def test_accumulate_metrics_per_pixel_and_without_targets():
     only_loss = torch.zeros(SLOTS, dtype=torch.float64)
     torch.ops.gpucore.accumulate_metrics(only_loss, output, None, loss, 0)
     assert only_loss.tolist() == [loss.double().item() * 3, 3.0] + [0.0] * (SLOTS - 2)
+
+
+def test_accumulate_metrics_leaves_ignore_index_out_of_every_sum():
+    generator = torch.Generator().manual_seed(11)
+    output, target = torch.randn(4, 3, 5, 6, generator=generator), torch.randint(0, 3, (4, 5, 6), generator=generator)
+    target[torch.rand(target.shape, generator=generator) < 0.3] = 255
+    loss = torch.rand((), generator=generator)
+    sums = torch.zeros(SLOTS, dtype=torch.float64)
+    torch.ops.gpucore.accumulate_metrics(sums, output, target, loss, 0, 255)
+    assert torch.equal(sums, reference_sums(output, target, loss, 0, ignore_index=255))
+    assert 0 < sums[4] < target.numel()
+    # A batch with every target ignored: its mean loss is NaN, and it adds nothing.
+    torch.ops.gpucore.accumulate_metrics(sums, output, torch.full_like(target, 255), torch.tensor(float("nan")), 0, 255)
+    assert torch.equal(sums, reference_sums(output, target, loss, 0, ignore_index=255))
 
 
 def test_accumulate_metrics_ties_and_nan_follow_argmax():

@@ -23,34 +23,47 @@ struct RowValues {
   __device__ double operator()(int64_t j) const { return as_double(values[j * stride]); }
 };
 
-// One thread per (sample, position); a block sums its hits and adds them to sums with one atomic each
-// (whole numbers: exact in any order). Thread 0 of block 0 adds the loss and the counts.
+// One thread per (sample, position); a block sums its hits and counted targets and adds them with one atomic
+// each (whole numbers: exact in any order).
 template <typename T>
-__global__ void accumulate_metrics_kernel(double* sums, const float* loss, const T* output, const int64_t* targets,
-                                          int64_t n, int64_t classes, int64_t spatial, int64_t top_k) {
-  __shared__ unsigned long long block_hits[2];
-  if (threadIdx.x < 2) block_hits[threadIdx.x] = 0;
+__global__ void accumulate_metrics_kernel(double* sums, unsigned long long* counted, const T* output,
+                                          const int64_t* targets, int64_t n, int64_t classes, int64_t spatial,
+                                          int64_t top_k, int64_t ignore_index) {
+  __shared__ unsigned long long block_counts[3];  // hits, top-k hits, counted targets
+  if (threadIdx.x < 3) block_counts[threadIdx.x] = 0;
   __syncthreads();
   const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (targets != nullptr && row < n * spatial) {
+  if (row < n * spatial) {
     const int64_t label = targets[row];
-    if (label >= 0 && label < classes) {
-      const RowValues<T> value{output + (row / spatial) * classes * spatial + row % spatial, spatial};
-      const int64_t beaten = classes_beating(value, classes, label, top_k > 1 ? top_k : 1);
-      if (beaten == 0) atomicAdd(&block_hits[0], 1ULL);
-      if (beaten < top_k) atomicAdd(&block_hits[1], 1ULL);
+    if (label != ignore_index) {
+      atomicAdd(&block_counts[2], 1ULL);
+      if (label >= 0 && label < classes) {
+        const RowValues<T> value{output + (row / spatial) * classes * spatial + row % spatial, spatial};
+        const int64_t beaten = classes_beating(value, classes, label, top_k > 1 ? top_k : 1);
+        if (beaten == 0) atomicAdd(&block_counts[0], 1ULL);
+        if (beaten < top_k) atomicAdd(&block_counts[1], 1ULL);
+      }
     }
   }
   __syncthreads();
-  if (threadIdx.x == 0 && targets != nullptr) {
-    atomicAdd(&sums[2], static_cast<double>(block_hits[0]));
-    if (top_k > 0) atomicAdd(&sums[3], static_cast<double>(block_hits[1]));
+  if (threadIdx.x == 0) {
+    atomicAdd(&sums[2], static_cast<double>(block_counts[0]));
+    if (top_k > 0) atomicAdd(&sums[3], static_cast<double>(block_counts[1]));
+    atomicAdd(counted, block_counts[2]);
   }
-  if (blockIdx.x == 0 && threadIdx.x == 0) {
-    atomicAdd(&sums[0], static_cast<double>(*loss) * static_cast<double>(n));
-    atomicAdd(&sums[1], static_cast<double>(n));
-    if (targets != nullptr) atomicAdd(&sums[4], static_cast<double>(n * spatial));
+}
+
+// After the blocks: the loss weighted by the targets counted (by N without targets), as the CPU kernel adds it;
+// the count is left at zero for the next launch.
+__global__ void add_loss_kernel(double* sums, const float* loss, unsigned long long* counted, int64_t n) {
+  if (counted == nullptr) {
+    add_loss(sums, *loss, static_cast<double>(n));
+    return;
   }
+  const auto count = static_cast<double>(*counted);
+  add_loss(sums, *loss, count);
+  sums[4] += count;
+  *counted = 0;
 }
 
 __global__ void count_step_kernel(float* counters, float* found_inf) {
@@ -74,20 +87,25 @@ __global__ void advance_cursor_kernel(int64_t* cursor, int64_t count) { *cursor 
 
 template <typename T>
 void launch_metrics(double* sums, const float* loss, const void* output, const int64_t* targets, int64_t n,
-                    int64_t classes, int64_t spatial, int64_t top_k, cudaStream_t stream) {
-  const int64_t rows = targets != nullptr ? n * spatial : 1;
-  const unsigned blocks = static_cast<unsigned>((rows + kThreads - 1) / kThreads);
-  GPUCORE_LAUNCH(accumulate_metrics_kernel, blocks > 0 ? blocks : 1, kThreads, 0, stream, sums, loss,
-                 static_cast<const T*>(output), targets, n, classes, spatial, top_k);
+                    int64_t classes, int64_t spatial, int64_t top_k, int64_t ignore_index, unsigned long long* counted,
+                    cudaStream_t stream) {
+  const int64_t rows = n * spatial;
+  if (targets != nullptr && rows > 0) {
+    const unsigned blocks = static_cast<unsigned>((rows + kThreads - 1) / kThreads);
+    GPUCORE_LAUNCH(accumulate_metrics_kernel, blocks, kThreads, 0, stream, sums, counted,
+                   static_cast<const T*>(output), targets, n, classes, spatial, top_k, ignore_index);
+  }
+  GPUCORE_LAUNCH(add_loss_kernel, 1, 1, 0, stream, sums, loss, targets != nullptr ? counted : nullptr, n);
 }
 
 }  // namespace
 
 void launch_accumulate_metrics(double* sums, const float* loss, const void* output, KernelDtype type,
                                const int64_t* targets, int64_t n, int64_t classes, int64_t spatial, int64_t top_k,
-                               cudaStream_t stream) {
+                               int64_t ignore_index, unsigned long long* counted, cudaStream_t stream) {
   MetricsOutputDtypes::dispatch(type, [&](auto element) {
-    launch_metrics<typename decltype(element)::type>(sums, loss, output, targets, n, classes, spatial, top_k, stream);
+    launch_metrics<typename decltype(element)::type>(sums, loss, output, targets, n, classes, spatial, top_k,
+                                                     ignore_index, counted, stream);
   });
 }
 

@@ -31,12 +31,14 @@ class EvaluationResult:
     """One evaluation pass's metrics and, per sample, what the task needs to show them (the report, gpucore
     evaluate). Not to be confused with gpucore.Predictions, what `gpucore.predict` returns for new inputs."""
 
-    metrics: dict  # the engine's metrics of the pass: loss, accuracy, ... (no split prefix)
+    metrics: dict  # the engine's metrics of the pass: loss, accuracy, ... (no split prefix), and the task's from the
+    # decoded predictions (CTC's cer)
     targets: torch.Tensor  # CPU, as the data holds them
     predicted: torch.Tensor  # CPU, the task's decoding: classes, per-head classes, CTC sequences or masks
     outputs: Optional[torch.Tensor]  # CPU float32 raw outputs; None where the task keeps only the decoded ones
     task: Task
     data: EpochData  # the data set, to fetch the inputs of chosen samples
+    output_channels: int  # the model's outputs per sample (classes; for masks, per pixel)
 
     def __len__(self) -> int:
         return self.targets.shape[0]
@@ -91,12 +93,14 @@ def evaluation_pass(module: nn.Module, config, task: Task, data: EpochData, devi
     evaluated = with_tta(module, config.tta)
     outputs, decoded = [], []
     rules = [task]  # the task's rules for outputs of the shape the model gives, settled by the first batch
+    channels = [0]
 
     def forward(inputs: torch.Tensor) -> torch.Tensor:
         output = evaluated(inputs)
         scores = output.detach().float()
         if not decoded:
             rules[0] = task.for_outputs(scores)
+            channels[0] = scores.shape[1] if scores.dim() > 1 else 1
         decoded.append(rules[0].decode(scores).to("cpu"))
         if rules[0].keeps_outputs:
             outputs.append(scores.to("cpu"))
@@ -106,9 +110,11 @@ def evaluation_pass(module: nn.Module, config, task: Task, data: EpochData, devi
     stats = _C.evaluate(_C.PythonBatches(recording, device), forward, settings)
     if not recording.targets:
         raise ConfigError(f"no samples to evaluate in {data.description}")
-    return EvaluationResult(metrics=dict(stats["metrics"]), targets=torch.cat(recording.targets),
-                            predicted=_cat_padded(decoded), outputs=_cat_padded(outputs) if outputs else None,
-                            task=rules[0], data=data)
+    targets, predicted = torch.cat(recording.targets), _cat_padded(decoded)
+    metrics = {**stats["metrics"], **rules[0].decoded_metrics(predicted, targets)}
+    return EvaluationResult(metrics=metrics, targets=targets, predicted=predicted,
+                            outputs=_cat_padded(outputs) if outputs else None, task=rules[0], data=data,
+                            output_channels=channels[0])
 
 
 def _cat_padded(parts: List[torch.Tensor]) -> torch.Tensor:

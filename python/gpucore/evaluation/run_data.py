@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 from typing import Optional, Tuple
 
-from ..data.builtin import BUILTIN, check_fits_task, is_python_data, load_data
+import torch
+
+from ..data.builtin import BUILTIN, check_fits_task, check_model_segments, is_python_data, load_data
 from ..data.plan import is_native
 from ..data.readers import ImageFiles, LabeledData
 from ..errors import ConfigError
@@ -44,6 +46,7 @@ def read_named(model, data, val_fraction: Optional[float]) -> Tuple[str, object,
     classes = model.classes if isinstance(model.task, Classification) else None  # folders labelled by its names
     train, val = load_data(name, kwargs, val_fraction, config.seed, classes=classes)
     check_fits_task(name, model.task, train, val)
+    _check_model_segments(name, model, train, val)
     return name, train, val
 
 
@@ -57,7 +60,21 @@ def given_data_set(data, model, what: str):
                           "config key data takes it (a built-in data set, a folder, a .npz file), or "
                           f"{DATA_SET_OBJECTS}")
     check_fits_task(describe(data), model.task, data)
+    _check_model_segments(describe(data), model, data)
     return data
+
+
+def _check_model_segments(name: str, model, *data_sets) -> None:
+    """A checkpoint whose model classifies (one row of outputs per image) takes no masks."""
+    shape = model.input_shape
+
+    def classifier_evidence():
+        if not model.is_image_model or not all(shape or ()):
+            return None  # images at their own sizes, or not images: nothing to probe with
+        outputs = model(torch.zeros(1, *shape, dtype=torch.uint8))
+        return f"outputs of shape {tuple(outputs.shape)}: one row per image" if outputs.dim() == 2 else None
+
+    check_model_segments(name, model.task, classifier_evidence, f"the model of '{model.checkpoint}'", *data_sets)
 
 
 def describe(data) -> str:

@@ -65,8 +65,8 @@ def write_report(run_dir: str, device: str = "auto", module: Union[None, str, nn
 
     Raises:
         ConfigError: a folder that is not a run directory; a model the config cannot rebuild and none given; data
-            of another kind, or that does not fit the model; a report that would lack figures the existing
-            report.html has (that one is kept, unchanged).
+            of another kind, or that does not fit the model; a validation pass that fails (nothing is written); a
+            report that would lack figures the existing report.html has (that one is kept, unchanged).
     """
     started = time.perf_counter()
     run_dir = os.path.abspath(run_dir)
@@ -115,8 +115,9 @@ def write_report(run_dir: str, device: str = "auto", module: Union[None, str, nn
         if val_set is not None:
             result = page.attempt("the validation pass",
                                   lambda: evaluation_pass(module, config, model.task, val_set, target))
-            if result is not None:
-                rows = prediction_sections(page, result, classes, normalization, module, config, target)
+            if result is None:  # a page without the model's predictions is no report: say why, write nothing
+                raise ConfigError(f"report of '{run_dir}': {page.failures[-1]}; {REPORT} was not written")
+            rows = prediction_sections(page, result, classes, normalization, module, config, target)
         if train_set is not None:
             train_batch_section(page, train_set, normalization, classes, model.task)
         page.table("Config", sorted(masked_values(config.to_dict()).items()), ("key", "value"))

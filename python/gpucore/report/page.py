@@ -66,6 +66,34 @@ def mask_iou(truth: torch.Tensor, guess: torch.Tensor) -> torch.Tensor:
     return torch.where(union > 0, overlap / union.clamp_min(1), torch.ones(truth.shape[0]))
 
 
+def image_miou(truth: torch.Tensor, guess: torch.Tensor, classes: int) -> torch.Tensor:
+    """Per image (N x H x W class masks): the mean IoU over the classes in its true or predicted mask, pixels whose
+    truth is outside [0, classes) (ignore_index) left out; 1 when no pixel counts."""
+    scores = []
+    for t, g in zip(truth, guess):
+        matrix = confusion(t, g, classes).double()
+        hits = matrix.diagonal()
+        union = matrix.sum(0) + matrix.sum(1) - hits
+        present = union > 0
+        scores.append((hits[present] / union[present]).mean().item() if present.any() else 1.0)
+    return torch.tensor(scores)
+
+
+def segmentation_per_class(matrix: torch.Tensor, names: Sequence[str]) -> List[dict]:
+    """Per class from a pixel confusion matrix (matrix[true, predicted], ignored pixels left out): IoU = TP / (TP + FP
+    + FN), Dice = 2 TP / (2 TP + FP + FN) (None for a class with no true and no predicted pixel: it is in no mean),
+    precision, recall (0 where undefined) and support (true pixels)."""
+    m = matrix.double()
+    hits, predicted, support = m.diagonal(), m.sum(0), m.sum(1)
+    wrong = predicted + support - 2 * hits
+    rows = per_class(matrix, names)
+    for row, tp, fp_fn in zip(rows, hits.tolist(), wrong.tolist()):
+        scored = tp + fp_fn > 0
+        row["iou"] = tp / (tp + fp_fn) if scored else None
+        row["dice"] = 2 * tp / (2 * tp + fp_fn) if scored else None
+    return rows
+
+
 
 # ---- the page ------------------------------------------------------------------------------------
 _DRAWING = ".plots.tmp-"  # the folder a page draws into (+ its process id), moved to plots/ when the page is written
@@ -112,11 +140,11 @@ class Page:
         self.sections.append(f"<h2>{html.escape(heading)}</h2>" + (f"<p>{html.escape(note)}</p>" if note else "")
                              + f'<img alt="{html.escape(name)}" src="data:image/png;base64,{data}">')
 
-    def table(self, heading: str, rows: Sequence[Sequence[Any]], header: Sequence[str] = ()) -> None:
+    def table(self, heading: str, rows: Sequence[Sequence[Any]], header: Sequence[str] = (), note: str = "") -> None:
         head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
         body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(c))}</td>" for c in row) + "</tr>" for row in rows)
         self.sections.append(f"<h2>{html.escape(heading)}</h2><table>{'<tr>' + head + '</tr>' if head else ''}"
-                             f"{body}</table>")
+                             f"{body}</table>" + (f"<p>{html.escape(note)}</p>" if note else ""))
 
     def write(self, title: str) -> str:
         failures = "".join(f"<li>{html.escape(f)}</li>" for f in self.failures)

@@ -10,6 +10,16 @@ import numpy as np
 
 MISTAKE, RIGHT = "#d62728", "#2ca02c"  # title colours of wrong and right predictions
 
+
+def class_colours(count: int) -> np.ndarray:
+    """RGB in [0, 1] per class id of a mask (count x 3): 0, the background, black; 1 red (a binary mask's
+    foreground); the others hues a golden-ratio step apart, so neighbouring ids differ."""
+    import colorsys
+
+    colours = [(0.0, 0.0, 0.0), (1.0, 0.0, 0.0)]
+    colours += [colorsys.hsv_to_rgb((k * 0.618034) % 1.0, 0.8, 0.95) for k in range(2, count)]
+    return np.array(colours[:max(count, 2)])
+
 # Keys of metrics.jsonl rows that are no per-epoch metric to plot against its train/val twin.
 _NOT_METRICS = ("epoch", "lr", "loss_scale", "skipped_steps", "epoch_time_s", "samples_per_s", "gpu_memory_peak_bytes",
                 "gpu_memory_allocated_bytes")

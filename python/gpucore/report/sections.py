@@ -14,9 +14,11 @@ from ..cam import CAM
 from ..tasks.base import names_for, output_names
 from ..tasks.decode import as_text
 from . import plots
-from .page import GRID, Page, confusion, display_images, is_images, mask_iou, per_class
+from .page import (GRID, Page, confusion, display_images, image_miou, is_images, mask_iou, per_class,
+                   segmentation_per_class)
 
 TOP_LOSSES = 8
+METRICS_DOCS = "docs/guides/training.md#metrics"  # the definitions, in gpucore's repository (the page is offline)
 
 
 # ---- what the predictions show -------------------------------------------------------------------
@@ -26,14 +28,18 @@ def prediction_sections(page: Page, result, classes: Optional[List[str]], normal
     per-class metrics, the validation grid, the worst mistakes with Grad-CAM, masks with IoU, decoded strings.
     Returns the per-class rows (or None)."""
     page.table("Metrics (" + result.data.description + f", {len(result)} samples)",
-               [(k, v) for k, v in result.metrics.items()], ("metric", "value"))
+               [(k, v) for k, v in result.metrics.items()], ("metric", "value"),
+               "What each name means (formula, averaging, what is ignored, precision) and the torchmetrics call that "
+               f"reproduces it: the Metrics section of gpucore's training guide, {METRICS_DOCS}.")
     section = result.task.report_sections
     if section == "classification":
         return _classification(page, result, classes, normalization, module, config, device)
     if section == "sequences":
         return _sequences(page, result, classes, normalization)
     if section == "segmentation":
-        _segmentation(page, result, normalization)
+        return _segmentation(page, result, classes, normalization)
+    if section == "multi_label":
+        return _multi_label(page, result, classes)
     return None
 
 
@@ -65,6 +71,8 @@ def _classification(page, result, classes, normalization, module, config, device
 
     def title(i):
         t, p = int(result.targets[i]), int(result.predicted[i])
+        if t == result.task.ignore_index:
+            return f"(ignored)\npred {names[p]}"
         return f"{names[t]}" if t == p else f"true {names[t]}\npred {names[p]}"
 
     page.figure("Validation predictions", "val_predictions.png", lambda path: plots.image_grid(
@@ -122,26 +130,55 @@ def _sequences(page, result, classes, normalization) -> Optional[List[dict]]:
     return rows
 
 
-def _segmentation(page, result, normalization) -> None:
+def _multi_label(page, result, classes) -> List[dict]:
+    """Per label: precision, recall, F1 and support, each label a yes/no decision (logit > 0) over all samples."""
+    predicted = result.predicted.reshape(len(result), -1)
+    truth = result.targets.reshape(len(result), -1) > 0.5
+    names = names_for(classes, predicted.shape[1])
+    rows = [per_class(confusion(truth[:, k].long(), predicted[:, k].long(), 2), ["no", "yes"])[1] | {"class": name}
+            for k, name in enumerate(names)]
+    page.table("Per label", [(r["class"], r["precision"], r["recall"], r["f1"], r["support"]) for r in rows],
+               ("label", "precision", "recall", "F1", "support"))
+    page.figure("Precision, recall and F1 per label", "per_class.png", lambda path: plots.per_class_bars(rows, path))
+    return rows
+
+
+def _segmentation(page, result, classes, normalization) -> List[dict]:
+    """Per-class IoU and Dice over all validation pixels, then the first images with their true and predicted masks."""
+    count = max(result.output_channels, 2)  # one output channel: background and foreground
+    truth_all = result.task.class_masks(result.targets)
+    names = names_for(classes, count)
+    rows = segmentation_per_class(confusion(truth_all, result.predicted, count), names)
+    page.table("Per class (pixels of all validation images)",
+               [(r["class"], r["iou"], r["dice"], r["precision"], r["recall"], r["support"]) for r in rows],
+               ("class", "IoU", "Dice", "precision", "recall", "support (pixels)"))
     shown = list(range(min(12, len(result))))
     inputs = result.inputs(shown)
     pictures = display_images(inputs, normalization)
-    truth, guess = result.targets[shown].long(), result.predicted[shown].long()
-    truth = truth[:, 0] if truth.dim() == 4 else truth
-    iou = mask_iou(truth, guess)
+    truth, guess = truth_all[shown], result.predicted[shown].long()
+    binary = result.output_channels == 1
+    iou = mask_iou(truth, guess) if binary else image_miou(truth, guess, count)
+    colours = plots.class_colours(count)
     images, titles = [], []
     for k in range(len(shown)):
         base = pictures[k] if pictures[k].ndim == 3 else np.repeat(pictures[k][..., None], 3, -1)
-        images += [base, _mask_overlay(base, truth[k]), _mask_overlay(base, guess[k])]
-        titles += [f"sample {shown[k]}", "true mask", f"predicted, IoU {float(iou[k]):.2f}"]
+        images += [base, _mask_overlay(base, truth[k], colours), _mask_overlay(base, guess[k], colours)]
+        titles += [f"sample {shown[k]}", "true mask", f"predicted, image IoU {float(iou[k]):.2f}"]
+    what = ("the image's foreground IoU" if binary else
+            "the image's mean IoU over the classes in its true or predicted mask")
     page.figure("Validation masks", "val_predictions.png", lambda path: plots.image_grid(images, titles, path, columns=6),
-                "Each image, its true mask and the predicted one (red), with the image's foreground IoU.")
+                f"Each image, its true mask and the predicted one (classes in colour, background and ignored pixels "
+                f"left clear), with {what}: a per-image number, not the metrics table's, which pools all validation "
+                "pixels.")
+    return rows
 
 
-def _mask_overlay(picture: np.ndarray, mask: torch.Tensor) -> np.ndarray:
+def _mask_overlay(picture: np.ndarray, mask: torch.Tensor, colours: np.ndarray) -> np.ndarray:
+    """Each pixel of class 1.. tinted with its class's colour; background (0) and ignored pixels as they are."""
     out = picture.copy()
-    on = mask.numpy() > 0
-    out[on] = 0.5 * out[on] + 0.5 * np.array([1.0, 0.0, 0.0])
+    ids = mask.numpy()
+    on = (ids > 0) & (ids < len(colours))
+    out[on] = 0.5 * out[on] + 0.5 * colours[ids[on]]
     return out
 
 

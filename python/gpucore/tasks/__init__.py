@@ -15,11 +15,11 @@ from .sequences import CTCSequence, MultiHead, SequenceTask
 TASKS = (Classification, MultiHead, CTCSequence, MultiLabel, Segmentation)  # asked in this order
 
 
-def task_for(loss: str, heads: int = 0, label_smoothing: float = 0.0) -> Task:
+def task_for(loss: str, heads: int = 0, label_smoothing: float = 0.0, ignore_index: int = -100) -> Task:
     """The task that trains with built-in loss `loss` and `heads` heads."""
     for task in TASKS:
         if task.handles(loss, heads):
-            return task(loss, heads, label_smoothing)
+            return task(loss, heads, label_smoothing, ignore_index)
     if heads > 0:
         with_heads = sorted(name for task in TASKS for name in task.losses if task.handles(name, heads))
         raise ConfigError(f"config key 'heads' ({heads}) is used by loss {', '.join(with_heads)} only; loss "
@@ -29,8 +29,8 @@ def task_for(loss: str, heads: int = 0, label_smoothing: float = 0.0) -> Task:
 
 
 def task_of(config) -> Task:
-    """The task of a TrainConfig (config keys loss, heads, label_smoothing)."""
-    return task_for(config.loss, config.heads, config.label_smoothing)
+    """The task of a TrainConfig (config keys loss, heads, label_smoothing, ignore_index)."""
+    return task_for(config.loss, config.heads, config.label_smoothing, config.ignore_index)
 
 
 __all__ = ["CTCSequence", "Classification", "Metric", "MultiHead", "MultiLabel", "Segmentation", "SequenceTask",

@@ -34,8 +34,13 @@ class Task:
     primary_metric = "loss"  # what config key monitor: auto follows, on the validation data when there is some
     weighs_classes = False  # its loss takes a weight per class (config key class_weights)
 
-    def __init__(self, loss: str, heads: int = 0, label_smoothing: float = 0.0):
-        self.loss, self.heads, self.label_smoothing = loss, heads, label_smoothing
+    @property
+    def primary_metrics(self) -> Sequence[str]:
+        """What monitor: auto follows: the first of these the validation reports (then val_loss)."""
+        return (self.primary_metric,)
+
+    def __init__(self, loss: str, heads: int = 0, label_smoothing: float = 0.0, ignore_index: int = -100):
+        self.loss, self.heads, self.label_smoothing, self.ignore_index = loss, heads, label_smoothing, ignore_index
         self.class_weights: Optional[List[float]] = None  # one per class, in the loss: with_class_weights
 
     def with_class_weights(self, weights: Optional[Sequence[float]]) -> "Task":
@@ -57,6 +62,10 @@ class Task:
         """The task whose rules fit outputs of this shape (a multi-label model with per-pixel outputs segments)."""
         return self
 
+    def as_task(self, kind: type) -> "Task":
+        """This task's loss settings under the rules of another kind of task."""
+        return kind(self.loss, self.heads, self.label_smoothing, self.ignore_index)
+
     # ---- the engine ------------------------------------------------------------------------------
     def check_weighs_classes(self) -> None:
         """ConfigError unless this task's loss takes class weights (config key class_weights)."""
@@ -72,17 +81,20 @@ class Task:
         loss.heads = self.heads
         if self.class_weights is not None:
             loss.class_weights = torch.tensor(self.class_weights, dtype=torch.float32, device=device)
+        loss.ignore_index = self.ignore_index
         return loss
 
-    def metrics(self, top_k: int) -> List[Metric]:
-        """What the engine may report for this task, in its order; the names are the C++ engine's
-        (_C.reported_metrics). The loss is the one number minimised: the others are shares of what is right."""
+    def metrics(self, top_k: int, training: bool = False) -> List[Metric]:
+        """What the engine may report for this task, in its order (training: in the training split, without the
+        class means and macro F1 only an evaluation reports); the names are the C++ engine's (_C.reported_metrics).
+        The loss is the one number minimised: the others are shares of what is right."""
         return [Metric(name, "min" if name == "loss" else "max")
-                for name in _C.reported_metrics(self.loss_config(), top_k)]
+                for name in _C.reported_metrics(self.loss_config(), top_k, training)]
 
     def metric_modes(self, top_k: int, splits: Sequence[str]) -> Dict[str, str]:
         """Each metric as an epoch's record names it (SPLIT_NAME: train_loss, val_accuracy, ...) and its mode."""
-        return {f"{split}_{metric.name}": metric.mode for split in splits for metric in self.metrics(top_k)}
+        return {f"{split}_{metric.name}": metric.mode for split in splits
+                for metric in self.metrics(top_k, training=split == "train")}
 
     # ---- predictions -----------------------------------------------------------------------------
     def decode(self, outputs: torch.Tensor) -> torch.Tensor:
@@ -92,6 +104,10 @@ class Task:
         """Per sample: the prediction is right in full (every head, label or pixel)."""
         right = predicted == targets.reshape(predicted.shape).to(predicted.dtype)
         return right.reshape(predicted.shape[0], -1).all(1)
+
+    def decoded_metrics(self, predicted: torch.Tensor, targets: torch.Tensor) -> Dict[str, float]:
+        """Metrics an evaluation adds to the engine's from the whole pass's decoded predictions (none by default)."""
+        return {}
 
     def confidence(self, outputs: torch.Tensor) -> Optional[torch.Tensor]:
         """How sure the model is of each prediction (per sample, or per head), or None where it has no such number."""

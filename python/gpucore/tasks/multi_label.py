@@ -1,5 +1,6 @@
 """A set of labels per input (loss bce_with_logits, or multilabel_soft_margin without heads): each label whose
-logit is positive (sigmoid > 0.5), the rule the engine's iou, dice and element accuracy score with."""
+logit is positive (sigmoid > 0.5), the rule the engine's iou, dice, element accuracy, subset accuracy and macro F1
+score with."""
 from __future__ import annotations
 
 import torch
@@ -10,11 +11,8 @@ from .base import Task, names_for
 class MultiLabel(Task):
     name = "multi-label classification"
     losses = ("bce_with_logits", "multilabel_soft_margin")
-
-    @property
-    def primary_metric(self) -> str:
-        """The labels' accuracy; multilabel_soft_margin without heads reports only its loss."""
-        return "accuracy" if self.loss == "bce_with_logits" else "loss"
+    report_sections = "multi_label"
+    primary_metric = "accuracy"  # of the labels
 
     @property
     def trains_on_masks(self) -> bool:
@@ -25,7 +23,7 @@ class MultiLabel(Task):
         """Per-pixel outputs (N x K x H x W) are masks: segmentation's rules and rows."""
         from .segmentation import Segmentation
 
-        return Segmentation(self.loss, self.heads, self.label_smoothing) if outputs.dim() == 4 else self
+        return self.as_task(Segmentation) if outputs.dim() == 4 else self
 
     def decode(self, outputs: torch.Tensor) -> torch.Tensor:
         return outputs > 0

@@ -1,11 +1,13 @@
-"""A mask per input (loss dice_bce; bce_with_logits with per-pixel outputs): N x H x W, each pixel's class: with
-one output channel the foreground where the logit is positive (the engine's iou and dice), else the channel
-with the highest logit."""
+"""A mask per input (loss dice_bce; bce_with_logits or cross_entropy with per-pixel outputs): N x H x W, each pixel's
+class: with one output channel the foreground where the logit is positive (the engine's iou and dice), else the
+channel with the highest logit (cross_entropy's masks of class ids; targets of ignore_index are scored in no metric)."""
 from __future__ import annotations
 
 import torch
 
 from .base import Task
+
+IGNORED = -1  # class_masks' id of the pixels no metric counts (config key ignore_index), outside every class
 
 
 class Segmentation(Task):
@@ -23,8 +25,18 @@ class Segmentation(Task):
         return (outputs[:, 0] > 0).long() if outputs.shape[1] == 1 else outputs.argmax(1)
 
     def correct(self, predicted: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Every counted pixel right (ignore_index pixels are not counted)."""
+        truth = self.class_masks(targets)
+        right = (predicted == truth) | (truth == IGNORED)
+        return right.reshape(right.shape[0], -1).all(1)
+
+    def class_masks(self, targets: torch.Tensor) -> torch.Tensor:
+        """Targets as N x H x W class ids, IGNORED where they are ignore_index: a one-channel float mask's
+        foreground (> 0.5) is 1."""
         truth = targets[:, 0] if targets.dim() == 4 else targets
-        return super().correct(predicted, (truth > 0.5).long() if truth.is_floating_point() else truth)
+        if truth.is_floating_point():
+            return (truth > 0.5).long()
+        return torch.where(truth == self.ignore_index, IGNORED, truth.long())
 
     def add_prediction_columns(self, rows, outputs, predicted, classes, top_k) -> None:
         """The share of the image predicted as foreground (class > 0)."""

@@ -2,7 +2,7 @@
 the captcha's characters) or a sequence of any length read by CTC (loss ctc)."""
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
@@ -86,6 +86,16 @@ class CTCSequence(SequenceTask):
     def class_count(self, outputs: torch.Tensor) -> int:
         return outputs.shape[-1]
 
+    def decoded_metrics(self, predicted: torch.Tensor, targets: torch.Tensor) -> Dict[str, float]:
+        """cer: the character error rate, edit distances (insertions, deletions, substitutions) summed over all
+        samples over the target characters summed, as torchmetrics' CharErrorRate pools them."""
+        edits = characters = 0
+        for guess, truth in zip(predicted.tolist(), targets.tolist()):
+            truth = [c for c in truth if c >= 0]
+            edits += edit_distance([c for c in guess if c >= 0], truth)
+            characters += len(truth)
+        return {"cer": edits / characters} if characters else {}
+
     def alphabet(self, classes: Optional[List[str]], count: int) -> List[str]:
         return names_for(classes, count) if classes else ["-"] + [str(i) for i in range(1, count)]  # 0: the blank
 
@@ -94,6 +104,17 @@ class CTCSequence(SequenceTask):
         same = (targets >= 0).sum(1) == (predicted >= 0).sum(1)
         width = min(targets.shape[1], predicted.shape[1])
         return targets[same][:, :width], predicted[same][:, :width], " (sequences of the right length)"
+
+
+def edit_distance(a: List[int], b: List[int]) -> int:
+    """Levenshtein distance: the fewest insertions, deletions and substitutions that turn `a` into `b`."""
+    previous = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        current = [i]
+        for j, y in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y)))
+        previous = current
+    return previous[-1]
 
 
 def pad_sequences(sequences: torch.Tensor, width: int) -> torch.Tensor:

@@ -260,15 +260,16 @@ def _binds(signature: inspect.Signature, count: int) -> bool:
 
 class Monitor:
     """The metric that decides "better" (config keys monitor, mode, min_delta). `auto` is settled by the first
-    epoch's record: the task's primary metric on the validation data, else the validation loss, else the training
-    loss; mode `auto` is the metric's own (`modes`: the task's metrics by record name, Task.metric_modes)."""
+    epoch's record: the first of the task's primary metrics on the validation data that it reports, else the
+    validation loss, else the training loss; mode `auto` is the metric's own (`modes`: the task's metrics by record
+    name, Task.metric_modes)."""
 
-    def __init__(self, name: str, mode: str, min_delta: float, modes: Dict[str, str], primary_metric: str):
+    def __init__(self, name: str, mode: str, min_delta: float, modes: Dict[str, str], primary_metrics: Sequence[str]):
         self.name = None if name == "auto" else name
         self.mode = None if mode == "auto" else mode
         self.min_delta = min_delta
         self.modes = modes
-        self.auto_order = (f"val_{primary_metric}", "val_loss")
+        self.auto_order = tuple(f"val_{metric}" for metric in primary_metrics) + ("val_loss",)
 
     def value(self, record: dict) -> Optional[float]:
         if self.name is None:

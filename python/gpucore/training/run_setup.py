@@ -17,8 +17,8 @@ from .. import _C
 from .. import transforms as transforms_list
 
 from ..config import run_name_of
-from ..data.builtin import (BUILTIN as BUILTIN_DATA, DATA_VAL_FRACTION, PYTHON_DATA, check_fits_task, class_names,
-                            read_data, split)
+from ..data.builtin import (BUILTIN as BUILTIN_DATA, DATA_VAL_FRACTION, PYTHON_DATA, check_fits_task,
+                            check_model_segments, class_names, read_data, split)
 from ..data.class_balance import balanced_sampling_weights, class_count, class_labels, resolve_class_weights
 from ..data.epoch_data import EpochData, training_set, validation_set
 from ..device.placement import place_model
@@ -28,7 +28,7 @@ from ..data.torch_samples import DatasetSamples, dataset_samples
 from ..device.select import PrecisionPolicy, resolve_precision, select_device
 from ..errors import ConfigError
 from ..models.pretrained import NO_WEIGHTS, LoadReport, load_pretrained, resolve_weights_path
-from ..models.registry import build_model, kwargs_from_data, output_count, python_model_spec
+from ..models.registry import build_model, classifier_head, kwargs_from_data, output_count, python_model_spec
 from ..tasks import Classification, Task, task_of
 from . import distributed
 from .ema import ema_tensors, make_ema
@@ -151,6 +151,10 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
     pretrained = _load_pretrained(module, config, world)
     _check_outputs(module, config, task, classes, model is not None)
     task, sampling_weights = _class_balance(config, task, train_data, classes, module)
+    if given is None:
+        check_model_segments(config.data, task, lambda: _classifier_evidence(module, input_shape),
+                             "the model given to train()" if model is not None else f"model '{config.model}'",
+                             train_data, val_data)
     channels_last = place_model(module, config, choice.device, policy)
     forward = _wrap_for_training(module, config, choice.device, world)
     ema = make_ema(module, config)
@@ -352,6 +356,27 @@ def _check_outputs(module: nn.Module, config, task: Task, classes: Optional[List
                           f"({_listed(classes)}): {fix}")
     warnings.warn(f"{whose} has {outputs} outputs, but the data has {len(classes)} classes ({_listed(classes)}): "
                   f"outputs {len(classes)} to {outputs - 1} name no class; {fix}", stacklevel=4)
+
+
+def _classifier_evidence(module: nn.Module, input_shape) -> Optional[str]:
+    """Why `module` is a classifier, or None: its outputs for one input of zeros of the data's shape (eval mode: no
+    BatchNorm statistics move) are one row per image; or, where it takes no such input (another size, images at their
+    own sizes), its head is a Linear layer."""
+    training = module.training
+    try:
+        if input_shape and all(input_shape):
+            with torch.no_grad():
+                output = module.eval()(torch.zeros(1, *input_shape))
+            output = output[0] if isinstance(output, (tuple, list)) else output
+            return f"outputs of shape {tuple(output.shape)}: one row per image" if output.dim() == 2 else None
+    except Exception:  # noqa: BLE001 - only a probe; the head below, else the first step, tells
+        pass
+    finally:
+        module.train(training)
+    head = classifier_head(module)
+    if head is not None and isinstance(module.get_submodule(head), nn.Linear):
+        return f"its head {head} is a Linear layer of {module.get_submodule(head).out_features} outputs"
+    return None
 
 
 def _listed(classes: List[str], most: int = 5) -> str:

@@ -25,6 +25,9 @@ struct LossConfig {
   // cross_entropy: one float32 weight per class on the output's device, torch's `weight=` (the mean is
   // sum(w[t_i] * l_i) / sum(w[t_i])); undefined: every class weighs 1.
   at::Tensor class_weights;
+  // cross_entropy: class targets of this value count in no loss or metric (as torch's ignore_index): the loss is
+  // the mean over the other targets, and the metrics leave them out of numerator and denominator.
+  int64_t ignore_index = -100;
 };
 
 // Mean over the batch. For multi-head targets given as indices, they are one-hot encoded first.

@@ -12,32 +12,48 @@ namespace gpucore {
 
 // The names read() may report for this loss ("loss", "accuracy", "top5_accuracy", ...): top-k only
 // when the output has more than top_k classes, which is known once the model has run.
-std::vector<std::string> reported_metrics(const LossConfig& loss, int64_t top_k);
+// training: only those the training step's sums report (not the class means and macro F1, which need an
+// evaluation's per-class counts).
+std::vector<std::string> reported_metrics(const LossConfig& loss, int64_t top_k, bool training = false);
 
 class MetricTracker {
  public:
-  // top_k: extra top-k accuracy for classification (0 = off).
-  MetricTracker(LossConfig loss, int64_t top_k, const at::Device& device);
+  // top_k: extra top-k accuracy for classification (0 = off). per_class: also counts per class on the device, for
+  // the metrics averaged over classes: with per-pixel class targets (cross_entropy segmentation) a confusion
+  // matrix (mean IoU and Dice), with multi-label outputs each label's TP, FP and FN (macro F1). An evaluation's
+  // tracker; the training step's keeps to its fixed sums.
+  MetricTracker(LossConfig loss, int64_t top_k, const at::Device& device, bool per_class = false);
 
   // Starts over (an epoch), in place: the sums keep their address.
   void reset();
   // output: model output; target: as given by the data; loss: the batch's mean loss (float32). Reads
   // them without autograd.
   void update(const at::Tensor& output, const at::Tensor& target, const at::Tensor& loss);
-  // Host read: "loss" always; "accuracy" and "top{k}_accuracy" (cross_entropy); "char_accuracy" and
-  // "seq_accuracy" (multi-head); "accuracy", "iou" and "dice" (bce_with_logits, dice_bce).
+  // Host read: "loss" always; "accuracy" and "top{k}_accuracy" (cross_entropy), with per_class and per-pixel
+  // targets also "miou", "mdice" and both without class 0; "char_accuracy" and "seq_accuracy" (multi-head);
+  // "accuracy", "iou" and "dice" (bce_with_logits, dice_bce, multilabel_soft_margin without heads), for
+  // multi-label outputs also "subset_accuracy" and with per_class "f1_macro".
   std::map<std::string, double> read() const;
-  // The same from sums() already copied to the host (a caller that copies more in the same read).
-  std::map<std::string, double> read(const double* host_sums) const;
+  // The same from sums() already copied to the host (a caller that copies more in the same read), and the per-class
+  // counts' copy (none: null).
+  std::map<std::string, double> read(const double* host_sums, const double* host_class_counts = nullptr) const;
   int64_t samples_seen_on_host() const { return samples_host_; }
   // A replayed CUDA graph updates the sums without update() running on the host: the Engine counts its batches.
   void set_samples_seen_on_host(int64_t samples) { samples_host_ = samples; }
   const at::Tensor& sums() const { return sums_; }
 
  private:
+  void add_confusion(const at::Tensor& output, const at::Tensor& target);
+  void add_label_counts(const at::Tensor& predicted, const at::Tensor& truth);
+
   LossConfig loss_;
   int64_t top_k_;
-  at::Tensor sums_;  // float64 [loss*n, n, correct, correct_k, char_correct, char_total, seq_correct, inter, union, dice_num, dice_den]
+  at::Tensor sums_;  // float64 [loss sum, what it is the mean over (counted targets, else samples), correct, correct_k, char_correct, char_total, seq_correct, inter, union, dice_num, dice_den]
+  // per_class, float64, undefined until a batch needs them: cross_entropy's confusion matrix, classes x classes + 1
+  // (the last cell: pixels not counted); multi-label: [TP..., FP..., FN...] per label.
+  at::Tensor class_counts_;
+  int64_t classes_ = 0;  // the classes or labels class_counts_ counts
+  bool per_class_;
   int64_t samples_host_ = 0;     // counted from batch shapes, no sync
   bool top_k_computed_ = false;  // known from shapes: the output had more than top_k classes
 };
