@@ -41,6 +41,8 @@ class LoadedModel:
         device: where the model is.
         checkpoint: the checkpoint's path.
         weights: "ema" (the run's moving average) or "raw".
+        class_weights: the loss's weight per class the run trained with (config key class_weights resolved), or
+            None.
     """
 
     def __init__(self, model: nn.Module, config, classes: Optional[List[str]], input_stats: Optional[dict],
