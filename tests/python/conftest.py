@@ -40,6 +40,19 @@ def resident_bytes() -> int:
     return gdevice.memory_stats("cpu")["allocated"]
 
 
+class Pairs(torch.utils.data.Dataset):
+    """A plain torch Dataset of (features, label) pairs: no tensors gpucore could see through."""
+
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def __len__(self):
+        return len(self.y)
+
+    def __getitem__(self, index):
+        return self.x[index], int(self.y[index])
+
+
 def require(name):
     """The module `name`, for a test that needs it: skips the test when the package is not installed at all, and
     fails it (the import's own error) when it is installed but cannot be imported, which pytest.importorskip would

@@ -19,7 +19,7 @@ from gpucore.data.epoch_data import training_set
 from gpucore.data.torch_samples import dataset_samples
 from gpucore.report import plots
 from gpucore.report.page import confusion, per_class
-from conftest import assert_resume_matches, require
+from conftest import Pairs, assert_resume_matches, require
 
 FEATURES, CLASSES = 12, 4
 # One epoch in fixed batches, a plain optimizer: a plain PyTorch loop can take the same steps.
@@ -215,19 +215,6 @@ def epoch_labels(train_data, seed, epoch, **overrides):
     weights = balanced_sampling_weights(labels, int(labels.max()) + 1)
     source = training_set(train_data, config, torch.device("cpu"), sampling_weights=weights)
     return torch.cat([targets for _, targets in source.batches(epoch)])
-
-
-class Pairs(torch.utils.data.Dataset):
-    """A torch Dataset of (features, label) pairs."""
-
-    def __init__(self, x, y):
-        self.x, self.y = x, y
-
-    def __len__(self):
-        return len(self.y)
-
-    def __getitem__(self, index):
-        return self.x[index], int(self.y[index])
 
 
 def test_the_balanced_sampler_draws_each_class_equally_often_seeded_by_seed_and_epoch():

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 import gpucore
-from conftest import assert_resume_matches
+from conftest import Pairs, assert_resume_matches
 
 SAMPLES, SEED = 200, 5
 
@@ -33,19 +33,6 @@ class Seen(nn.Module):
     def forward(self, x):
         (self.trained_on if self.training else self.evaluated_on).extend(x[:, 0].long().tolist())
         return self.net(x)
-
-
-class Pairs(torch.utils.data.Dataset):
-    """A plain torch Dataset (no tensors gpucore could see through)."""
-
-    def __init__(self, x, y):
-        self.x, self.y = x, y
-
-    def __len__(self):
-        return len(self.y)
-
-    def __getitem__(self, index):
-        return self.x[index], self.y[index]
 
 
 FORMS = {"tensors": lambda x, y: (x, y), "gpucore data set": gpucore.data.from_tensors, "torch Dataset": Pairs}
