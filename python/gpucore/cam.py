@@ -12,7 +12,7 @@ import base64
 import contextlib
 import difflib
 import os
-from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
@@ -449,17 +449,8 @@ class CamResult:
         Raises:
             ConfigError: as many names as maps are needed.
         """
-        if names is not None and len(names) != len(self):
-            raise ConfigError(f"save: {len(names)} names for {len(self)} maps")
-        os.makedirs(directory, exist_ok=True)
-        pictures = self.overlay(images) if images is not None else self.heatmaps()
-        paths = []
-        for index, picture in enumerate(pictures):
-            path = os.path.join(directory, f"{names[index] if names is not None else f'{prefix}_{index:04d}'}.png")
-            with open(path, "wb") as handle:
-                handle.write(encode_png(picture))
-            paths.append(path)
-        return paths
+        return _save_pngs(directory, lambda: self.overlay(images) if images is not None else self.heatmaps(),
+                          len(self), names, prefix, "maps")
 
     def _picture(self) -> torch.Tensor:
         """The notebook's grid: the first DISPLAY_LIMIT maps (overlays once overlay() was called), DISPLAY_COLUMNS a
@@ -577,16 +568,24 @@ class PhotoCams:
         Raises:
             ConfigError: as many names as photos are needed.
         """
-        if names is not None and len(names) != len(self):
-            raise ConfigError(f"save: {len(names)} names for {len(self)} photos")
-        os.makedirs(directory, exist_ok=True)
-        paths = []
-        for index in range(len(self)):
-            path = os.path.join(directory, f"{names[index] if names is not None else f'{prefix}_{index:04d}'}.png")
-            with open(path, "wb") as handle:
-                handle.write(encode_png(self.overlay(index, alpha)))
-            paths.append(path)
-        return paths
+        return _save_pngs(directory, lambda: (self.overlay(index, alpha) for index in range(len(self))), len(self),
+                          names, prefix, "photos")
+
+
+def _save_pngs(directory: str, pictures: Callable[[], Iterable[torch.Tensor]], count: int,
+               names: Optional[Sequence[str]], prefix: str, what: str) -> List[str]:
+    """`count` H x W x 3 uint8 pictures (made by `pictures` once the names are checked, one at a time where it
+    yields them) as PNG files in `directory`, named `names` (without .png) or PREFIX_0000.png, ...; the paths."""
+    if names is not None and len(names) != count:
+        raise ConfigError(f"save: {len(names)} names for {count} {what}")
+    os.makedirs(directory, exist_ok=True)
+    paths = []
+    for index, picture in enumerate(pictures()):
+        path = os.path.join(directory, f"{names[index] if names is not None else f'{prefix}_{index:04d}'}.png")
+        with open(path, "wb") as handle:
+            handle.write(encode_png(picture))
+        paths.append(path)
+    return paths
 
 
 def photo_gradcam(model, photos: Sequence, target_layer: Union[str, nn.Module, Sequence[Union[str, nn.Module]]] = AUTO_LAYER,

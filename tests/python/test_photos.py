@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from torch import nn
 
 import gpucore
 from gpucore.checkpoint import FORMAT
