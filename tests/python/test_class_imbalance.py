@@ -22,10 +22,11 @@ from gpucore.report.page import confusion, per_class
 from conftest import Pairs, assert_resume_matches, require
 
 FEATURES, CLASSES = 12, 4
-# One epoch in fixed batches, a plain optimizer: a plain PyTorch loop can take the same steps.
+# One epoch in fixed batches, a plain optimizer in float32 (auto is bf16 on a CPU with native bf16): a plain PyTorch
+# loop can take the same steps.
 PLAIN = dict(epochs=1, batch_size=16, shuffle=False, normalize=False, optimizer="sgd", momentum=0.0,
-             weight_decay=0.0, schedule="constant", lr=0.1, device="cpu", progress=False, report=False,
-             log_every_n_steps=1, val_fraction=0.0)
+             weight_decay=0.0, schedule="constant", lr=0.1, device="cpu", precision="32", progress=False,
+             report=False, log_every_n_steps=1, val_fraction=0.0)
 
 
 def data(samples, generator, counts=None):
