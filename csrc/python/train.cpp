@@ -84,7 +84,6 @@ LogFn python_log(const py::object& on_log) {
 py::dict stats_dict(const EpochStats& stats) {
   py::dict out;
   out["metrics"] = stats.metrics;
-  out["optimizer_steps"] = stats.optimizer_steps;
   out["steps_taken"] = stats.steps_taken;
   out["samples"] = stats.samples;
   out["seconds"] = stats.seconds;
@@ -296,7 +295,7 @@ void def_train(py::module_& m) {
           py::arg("batches"), py::arg("model"), py::arg("loss") = py::none(), py::arg("on_log") = py::none(),
           py::arg("epoch") = 0, py::arg("first_batch") = 0, py::arg("on_step") = py::none(),
           py::arg("step_calls") = StepCalls{},
-          "One pass over `batches`. on_log(metrics, steps_taken) at log intervals; on_step(windows_in_epoch, "
+          "One pass over `batches`. on_log(metrics, steps_taken) at log intervals; on_step(steps_in_pass, "
           "checkpoint_due) after the optimizer steps step_calls asks for.")
       .def(
           "evaluate",
@@ -313,7 +312,7 @@ void def_train(py::module_& m) {
            py::arg("source"), "Counts a host read of device values made outside the engine (a checkpoint's copy)")
       .def("graph_stats",
            [](const Engine& self) {
-             const GraphStats& g = self.graph_stats();
+             const GraphStats g = self.graph_stats();
              py::dict stats;
              stats["captured"] = g.captured;
              stats["replays"] = g.replays;
@@ -321,11 +320,10 @@ void def_train(py::module_& m) {
              stats["reason"] = g.reason.empty() ? py::object(py::none()) : py::object(py::str(g.reason));
              return stats;
            },
-           "cuda_graphs: steps captured, replayed and run eagerly, and why steps went eager after a failed capture")
-      .def("windows_in_epoch", &Engine::windows_in_epoch)
+           "cuda_graphs: steps captured, replayed and run eagerly, and why steps run eagerly (None: they do not)")
+      .def("steps_in_pass", &Engine::steps_in_pass,
+           "Optimizer steps completed in the current or last train_epoch, also after an exception")
       .def("set_accumulate_grad_batches", &Engine::set_accumulate_grad_batches, py::arg("accumulate_grad_batches"))
-      .def("current_lr", &Engine::current_lr)
-      .def("loss_scale", &Engine::loss_scale)
       .def("step_buffers", [](const Engine& self) {  // the live tensors, for address checks
         py::dict out;
         for (const auto& [name, tensor] : self.step_buffers()) out[py::str(name)] = tensor;

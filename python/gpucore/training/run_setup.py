@@ -68,7 +68,7 @@ class Run:
     def summary(self) -> dict:
         """The facts of the run for training_stats.json."""
         return {"device": str(self.device), "device_reason": self.device_reason, "precision": self.policy.to_dict(),
-                "channels_last": self.channels_last, "torch": torch.__version__, "config": self.config.to_dict(),
+                "channels_last": self.channels_last, "torch": torch.__version__, "config": self.run_dir.config,
                 "classes": self.classes, "data": self.data_identity, "run_dir": self.run_dir.path,
                 "launcher": self.world.launcher or None, "world_size": self.world.size,
                 "restart": self.world.restart,  # TORCHELASTIC_RESTART_COUNT
@@ -165,12 +165,13 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
     check_monitor(config, task, val_set is not None)
     steps_per_epoch = Batching.of(config).steps_in(train_set.total_batches())
     graphs, graphs_reason = cuda_graphs_plan(config, device, data_parallel=world.launched)
-    if graphs_reason and config.cuda_graphs == "true":
-        warnings.warn(f"cuda_graphs: true, but this run's steps run eagerly: {graphs_reason}", stacklevel=3)
     engine = _C.Engine(param_groups(module, config),
                        engine_config(config, task, device, policy, steps_per_epoch, channels_last, world.size,
                                      cuda_graphs=graphs),
                        *ema_tensors(module, ema))
+    eager_reason = graphs_reason or engine.graph_stats()["reason"]
+    if eager_reason and config.cuda_graphs == "true":
+        warnings.warn(f"cuda_graphs: true, but this run's steps run eagerly: {eager_reason}", stacklevel=3)
     config = recorded_config(config, model, given, loss)
     run_dir = RunDir(config, world)
     run_dir.create(config)
