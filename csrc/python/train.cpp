@@ -128,7 +128,7 @@ void def_train(py::module_& m) {
     return std::map<std::string, std::vector<std::string>>{
         {"loss", loss_names()},           {"mixup_mode", mix_mode_names()}, {"optimizer", optimizer_names()},
         {"schedule", schedule_names()},   {"precision", precision_names()}, {"tf32", toggle_names()},
-        {"cudnn_benchmark", toggle_names()}};
+        {"cudnn_benchmark", toggle_names()}, {"channels_last", toggle_names()}, {"cuda_graphs", toggle_names()}};
   });
   // The valid values of the numeric config keys the core checks too, and the core's defaults of them: config.py
   // checks those keys against these ranges and gives the one message a user sees.
