@@ -246,6 +246,20 @@ def test_set_accepts_json_and_yaml_flow_for_lists_and_mappings():
         load_config(None, parse_overrides(["data_kwargs=[1, 2"]))
 
 
+def test_the_four_toggles_take_the_cores_one_list_of_values():
+    from gpucore import _C
+    from gpucore.config import KEY_BY_NAME
+    from gpucore.device.select import TOGGLES
+
+    toggles = ("tf32", "cudnn_benchmark", "channels_last", "cuda_graphs")
+    assert all(_C.config_choices()[key] == list(TOGGLES) == ["auto", "true", "false"] for key in toggles)
+    assert all(KEY_BY_NAME[key].choices == list(TOGGLES) and KEY_BY_NAME[key].default == "auto" for key in toggles)
+    with pytest.raises(gpucore.ConfigError, match="config key 'cuda_graphs' is 'maybe'; valid values: auto, true, false"):
+        load_config({"cuda_graphs": "maybe"})
+    with pytest.raises(gpucore.ConfigError, match="tf32 must be auto, true or false; got int 1"):
+        gpucore.resolve_precision("32", "cpu", tf32=1)
+
+
 def test_every_loss_the_core_parses_belongs_to_a_task():
     from gpucore.config import KEY_BY_NAME
     from gpucore.tasks import TASKS
