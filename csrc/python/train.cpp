@@ -169,9 +169,10 @@ void def_train(py::module_& m) {
     return defaults;
   });
 
-  // Every setting of a default-constructed EngineConfig (with its loss, optimizer, schedule, ... configs: "schedule.kind"),
-  // ParamGroup ("param_group.weight_decay") and FileBatchesConfig ("file_batches.prefetch"), as the bindings read
-  // them: test_engine_config compares them with config.py's defaults, the keys' truth, so that they cannot drift.
+  // Every setting of a default-constructed EngineConfig (with its loss, optimizer, schedule, ... configs:
+  // "schedule.kind"), ParamGroup ("param_group.weight_decay") and FileBatchesConfig ("file_batches.prefetch"), as the
+  // bindings read them: test_engine_config compares them with config.py's defaults, the keys' truth, so that they
+  // cannot drift apart.
   m.def("default_settings", [] {
     py::dict out;
     add_settings(out, py::cast(EngineConfig{}), "");
@@ -268,7 +269,8 @@ void def_train(py::module_& m) {
       .def(py::init([](std::vector<at::Tensor> params, double weight_decay, double lr_scale) {
              return ParamGroup{std::move(params), weight_decay, lr_scale};
            }),
-           py::arg("params"), py::arg("weight_decay") = ParamGroup{}.weight_decay, py::arg("lr_scale") = ParamGroup{}.lr_scale)
+           py::arg("params"), py::arg("weight_decay") = ParamGroup{}.weight_decay,
+           py::arg("lr_scale") = ParamGroup{}.lr_scale)
       .def_readonly("params", &ParamGroup::params)
       .def_readonly("weight_decay", &ParamGroup::weight_decay)
       .def_readonly("lr_scale", &ParamGroup::lr_scale)

@@ -26,6 +26,8 @@
 
 namespace gpucore {
 
+// The defaults of the settings that are config keys' values are the keys' defaults in config.py (test_engine_config
+// compares every one, through _C.default_settings()).
 struct EngineConfig {
   at::Device device = at::kCPU;
   std::optional<at::ScalarType> autocast_dtype;  // bfloat16 or float16; nullopt: no autocast
@@ -39,7 +41,7 @@ struct EngineConfig {
   bool channels_last = false;
   int64_t log_every_n_steps = 50;                // optimizer steps between host reads
   int64_t max_nonfinite_steps = 20;              // skipped steps in a row before a TrainingError
-  int64_t top_k = 5;                             // the defaults of the keys' settings are config.py's
+  int64_t top_k = 5;
   LossConfig loss;
   OptimizerConfig optimizer;
   ScheduleConfig schedule;

@@ -1,6 +1,6 @@
 #pragma once
-// The numeric config keys the engine and the batch sources take as they are, with the core's defaults and valid ranges: what
-// config.py offers and checks (_C.config_ranges, _C.config_defaults), so the two languages cannot disagree.
+// The numeric config keys the engine and the batch sources take as they are, with the core's defaults and valid
+// ranges: what config.py offers and checks (_C.config_ranges, _C.config_defaults), so the two languages cannot disagree.
 #include <optional>
 #include <string>
 #include <vector>
