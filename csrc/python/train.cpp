@@ -4,6 +4,7 @@
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
+#include "gpucore/batches/file_batches.h"
 #include "gpucore/device/precision.h"
 #include "gpucore/errors.h"
 #include "gpucore/train/ema.h"
@@ -111,6 +112,23 @@ void def_kind(py::class_<Config>& config, Kind Config::*kind, Kind (*parse)(cons
       [kind, parse](Config& c, const std::string& name) { c.*kind = parse(name); });
 }
 
+// The fields of a bound settings object (its def_readwrite and read-only properties) into `out` by dotted name
+// ("schedule.kind"), a nested *Config opened in turn.
+void add_settings(py::dict& out, const py::object& settings, const std::string& prefix) {
+  for (const py::handle name : py::module_::import("builtins").attr("dir")(settings)) {
+    const std::string field = py::str(name);
+    if (field.rfind('_', 0) == 0 || field == "params") continue;  // a ParamGroup's parameters are no setting
+    const py::object value = settings.attr(name);
+    if (PyCallable_Check(value.ptr())) continue;
+    const std::string type = py::str(py::type::of(value).attr("__name__"));
+    if (type.size() > 6 && type.compare(type.size() - 6, 6, "Config") == 0) {
+      add_settings(out, value, prefix + field + ".");
+    } else {
+      out[py::str(prefix + field)] = value;
+    }
+  }
+}
+
 }  // namespace
 
 void def_train(py::module_& m) {
@@ -127,7 +145,7 @@ void def_train(py::module_& m) {
     return std::map<std::string, std::vector<std::string>>{
         {"loss", loss_names()},           {"mixup_mode", mix_mode_names()}, {"optimizer", optimizer_names()},
         {"schedule", schedule_names()},   {"precision", precision_names()}, {"tf32", toggle_names()},
-        {"cudnn_benchmark", toggle_names()}};
+        {"cudnn_benchmark", toggle_names()}, {"channels_last", toggle_names()}, {"cuda_graphs", toggle_names()}};
   });
   // The valid values of the numeric config keys the core checks too, and the core's defaults of them: config.py
   // checks those keys against these ranges and gives the one message a user sees.
@@ -148,6 +166,18 @@ void def_train(py::module_& m) {
                                                       : py::object(py::float_(*setting.default_value));
     }
     return defaults;
+  });
+
+  // Every setting of a default-constructed EngineConfig (with its loss, optimizer, schedule, ... configs:
+  // "schedule.kind"), ParamGroup ("param_group.weight_decay") and FileBatchesConfig ("file_batches.prefetch"), as the
+  // bindings read them: test_engine_config compares them with config.py's defaults, the keys' truth, so that they
+  // cannot drift apart.
+  m.def("default_settings", [] {
+    py::dict out;
+    add_settings(out, py::cast(EngineConfig{}), "");
+    add_settings(out, py::cast(ParamGroup{}), "param_group.");
+    add_settings(out, py::cast(FileBatchesConfig{}), "file_batches.");
+    return out;
   });
 
   py::class_<OptimizerConfig> optimizer(m, "OptimizerConfig");
@@ -238,7 +268,8 @@ void def_train(py::module_& m) {
       .def(py::init([](std::vector<at::Tensor> params, double weight_decay, double lr_scale) {
              return ParamGroup{std::move(params), weight_decay, lr_scale};
            }),
-           py::arg("params"), py::arg("weight_decay") = 0.0, py::arg("lr_scale") = 1.0)
+           py::arg("params"), py::arg("weight_decay") = ParamGroup{}.weight_decay,
+           py::arg("lr_scale") = ParamGroup{}.lr_scale)
       .def_readonly("params", &ParamGroup::params)
       .def_readonly("weight_decay", &ParamGroup::weight_decay)
       .def_readonly("lr_scale", &ParamGroup::lr_scale)

@@ -184,7 +184,7 @@ def engine(params, *, lr=1.0, scaler=False, clip=0.0, kind="sgd", accumulate=1, 
     scaler_config.enabled = scaler
     scaler_config.growth_interval = 2
     config.scaler = scaler_config
-    return _C.Engine([_C.ParamGroup(params)], config)
+    return _C.Engine([_C.ParamGroup(params, weight_decay=0.0)], config)
 
 
 def batches(x, y, batch_size):

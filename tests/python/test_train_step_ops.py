@@ -192,4 +192,4 @@ def engine_on(device, params):
     config.device = device
     config.log_every_n_steps = 10**6
     config.schedule = schedule("cosine", base_lr=1e-3, total_steps=100)
-    return _C.Engine([_C.ParamGroup(params)], config)
+    return _C.Engine([_C.ParamGroup(params, weight_decay=0.0)], config)

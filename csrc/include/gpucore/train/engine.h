@@ -26,6 +26,8 @@
 
 namespace gpucore {
 
+// The defaults of the settings that are config keys' values are the keys' defaults in config.py (test_engine_config
+// compares every one, through _C.default_settings()).
 struct EngineConfig {
   at::Device device = at::kCPU;
   std::optional<at::ScalarType> autocast_dtype;  // bfloat16 or float16; nullopt: no autocast
@@ -33,6 +35,9 @@ struct EngineConfig {
   int64_t accumulate_grad_batches = 1;           // micro-batches per optimizer step
   double clip_grad_norm = 0.0;                   // 0: off
   double clip_grad_value = 0.0;                  // 0: off
+  // channels_last and cuda_graphs are resolved here (true or false); config keys channels_last and cuda_graphs, whose
+  // default auto decides them by the device and the model (engine_config.py), are a toggle. So are device and the
+  // dtypes (config keys device and precision, auto) and scaler.enabled (precision 16-mixed).
   bool channels_last = false;
   int64_t log_every_n_steps = 50;                // optimizer steps between host reads
   int64_t max_nonfinite_steps = 20;              // skipped steps in a row before a TrainingError
