@@ -15,8 +15,8 @@
 #include <algorithm>
 
 #include "gpucore/errors.h"
+#include "ops/batch_cursor.h"
 #include "ops/cpu/batch_memory.h"
-#include "ops/train_step.h"
 
 namespace gpucore {
 

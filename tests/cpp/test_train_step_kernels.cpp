@@ -74,22 +74,6 @@ TEST_F(KernelsAgainstCpu, CountStep) {
   }
 }
 
-TEST_F(KernelsAgainstCpu, NextIndices) {
-  Random random(15);
-  const at::Tensor order = random.permutation(1000);
-  for (const int64_t count : {0, 1, 255, 256, 600}) {  // none, one, a block, past it, three blocks
-    SCOPED_TRACE(count);
-    const at::Tensor cursor = at::full({1}, 37, at::kLong), index = at::full({count}, -1, at::kLong);
-    const DeviceCopy device_order(order), device_cursor(cursor), device_index(index);
-    next_indices(order, cursor, index);
-    cuda::launch_next_indices(device_order.get<int64_t>(), device_cursor.get<int64_t>(), device_index.get<int64_t>(),
-                              count, nullptr);
-    expect_ran();
-    expect_bitwise_equal(device_index.host(), index);
-    expect_bitwise_equal(device_cursor.host(), cursor);
-  }
-}
-
 TEST_F(KernelsAgainstCpu, LearningRate) {
   std::vector<ScheduleConfig> configs(5);
   configs[0] = {ScheduleKind::kConstant, 0.1, 10, 100};
