@@ -16,8 +16,8 @@
 
 #include "gpucore/errors.h"
 #include "gpucore/ranges.h"
+#include "ops/batch_cursor.h"
 #include "ops/cpu/batch_memory.h"
-#include "ops/train_step.h"
 
 namespace gpucore {
 

@@ -21,8 +21,9 @@ from ..data.builtin import (BUILTIN as BUILTIN_DATA, DATA_VAL_FRACTION, PYTHON_D
                             check_model_segments, class_names, read_data, split)
 from ..data.class_balance import balanced_sampling_weights, class_count, class_labels, resolve_class_weights
 from ..data.epoch_data import EpochData, training_set, validation_set
+from ..data.image_files import ImageFiles
+from ..data.labeled_data import LabeledData
 from ..device.placement import place_model
-from ..data.readers import ImageFiles, LabeledData
 from ..data.tensor_inputs import as_images
 from ..data.torch_samples import DatasetSamples, dataset_samples
 from ..device.select import PrecisionPolicy, resolve_precision, select_device
