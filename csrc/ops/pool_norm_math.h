@@ -12,9 +12,9 @@ template <typename M>
 GPUCORE_HOST_DEVICE inline int window_argmax(M a, M b, M c, M d, M* max) {
   int index = 0;
   M best = a;
-  if (b > best || b != b) best = b, index = 1;
-  if (c > best || c != c) best = c, index = 2;
-  if (d > best || d != d) best = d, index = 3;
+  if ((b > best) | (b != b)) best = b, index = 1;
+  if ((c > best) | (c != c)) best = c, index = 2;
+  if ((d > best) | (d != d)) best = d, index = 3;
   *max = best;
   return index;
 }
@@ -23,9 +23,9 @@ GPUCORE_HOST_DEVICE inline int window_argmax(M a, M b, M c, M d, M* max) {
 template <typename M>
 GPUCORE_HOST_DEVICE inline M window_max(M a, M b, M c, M d) {
   M best = a;
-  best = (b > best || b != b) ? b : best;
-  best = (c > best || c != c) ? c : best;
-  best = (d > best || d != d) ? d : best;
+  best = ((b > best) | (b != b)) ? b : best;
+  best = ((c > best) | (c != c)) ? c : best;
+  best = ((d > best) | (d != d)) ? d : best;
   return best;
 }
 
@@ -34,7 +34,7 @@ GPUCORE_HOST_DEVICE inline M window_max(M a, M b, M c, M d) {
 template <typename M>
 GPUCORE_HOST_DEVICE inline M norm_relu(M y, M scale, M shift) {
   const M z = y * scale + shift;
-  return z > M(0) || z != z ? z : M(0);
+  return (z > M(0)) | (z != z) ? z : M(0);
 }
 
 // The gradient reaching one pooled value y, torch's batch-norm backward after the ReLU's mask (out > 0):

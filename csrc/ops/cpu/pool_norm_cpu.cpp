@@ -22,6 +22,8 @@ namespace {
 
 // Fixed blocks of rows for the channels-last sums (their partial sums are C values each).
 constexpr int64_t kSumBlocks = 64;
+// Contiguous planes sum in float over chunks of this many values, the chunks in float64.
+constexpr int64_t kSumChunk = 1024;
 
 template <typename M>
 std::vector<M> channel_values(const at::Tensor& values) {
@@ -41,122 +43,167 @@ void store_channel_values(at::Tensor& values, const std::vector<M>& from) {
   });
 }
 
-// Per-channel sums of two quantities over the pooled tensor: value(row, ow, c, sum0, sum1) adds one pooled
-// element's into the row's float sums. Rows: plane * OH + oh (contiguous), n * OH + oh (channels-last).
-template <typename M, typename Value>
-void channel_sums(const PoolNormShape& s, const Value& value, std::vector<double>& sum0, std::vector<double>& sum1) {
-  const int64_t C = s.channels, OH = s.pooled_height, OW = s.pooled_width;
-  sum0.assign(C, 0.0);
-  sum1.assign(C, 0.0);
+// sum(f(i)) over i < n: in eight float lanes (which the compiler vectorises; a single float sum it may not
+// reorder), chunk by chunk into float64, in a fixed order.
+template <typename M, typename F>
+inline double lane_sum(int64_t n, const F& f) {
+  double total = 0.0;
+  for (int64_t chunk = 0; chunk < n; chunk += kSumChunk) {
+    const int64_t end = std::min(n, chunk + kSumChunk);
+    M lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = chunk;
+    for (; i + 8 <= end; i += 8) {
+      for (int l = 0; l < 8; ++l) lane[l] += f(i + l);
+    }
+    M rest = 0;
+    for (; i < end; ++i) rest += f(i);
+    for (int l = 0; l < 8; ++l) rest += lane[l];
+    total += static_cast<double>(rest);
+  }
+  return total;
+}
+
+// Per-channel sums over the pooled tensor. Contiguous: plane(p, c) gives plane p's sum (channel c = p % C).
+// Channels-last: row(r, sums) adds pooled row r (n * OH + oh: OW pixels of C channels) into the C float sums.
+template <typename M, typename Plane, typename Row>
+std::vector<double> channel_sums(const PoolNormShape& s, const Plane& plane, const Row& row) {
+  const int64_t C = s.channels;
+  std::vector<double> sums(C, 0.0);
   if (!s.channels_last) {
     const int64_t planes = s.batch * C;
-    std::vector<double> plane0(planes), plane1(planes);
+    std::vector<double> per_plane(planes);
     at::parallel_for(0, planes, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t p = begin; p < end; ++p) {
-        const int64_t c = p % C;
-        double a0 = 0.0, a1 = 0.0;
-        for (int64_t oh = 0; oh < OH; ++oh) {
-          M r0 = 0, r1 = 0;
-          const int64_t row = p * OH + oh;
-          for (int64_t ow = 0; ow < OW; ++ow) value(row, ow, c, r0, r1);
-          a0 += r0, a1 += r1;
-        }
-        plane0[p] = a0, plane1[p] = a1;
-      }
+      for (int64_t p = begin; p < end; ++p) per_plane[p] = plane(p, p % C);
     });
-    for (int64_t p = 0; p < planes; ++p) sum0[p % C] += plane0[p], sum1[p % C] += plane1[p];
-    return;
+    for (int64_t p = 0; p < planes; ++p) sums[p % C] += per_plane[p];
+    return sums;
   }
-  const int64_t rows = s.batch * OH, blocks = std::min(rows, kSumBlocks);
-  std::vector<double> block0(blocks * C, 0.0), block1(blocks * C, 0.0);
+  const int64_t rows = s.batch * s.pooled_height, blocks = std::min(rows, kSumBlocks);
+  std::vector<double> per_block(blocks * C, 0.0);
   at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
-    std::vector<M> r0(C), r1(C);
+    std::vector<M> partial(C);
     for (int64_t b = begin; b < end; ++b) {
-      double* a0 = block0.data() + b * C;
-      double* a1 = block1.data() + b * C;
-      for (int64_t row = rows * b / blocks; row < rows * (b + 1) / blocks; ++row) {
-        std::fill(r0.begin(), r0.end(), M(0));
-        std::fill(r1.begin(), r1.end(), M(0));
-        M* __restrict s0 = r0.data();
-        M* __restrict s1 = r1.data();
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          for (int64_t c = 0; c < C; ++c) value(row, ow, c, s0[c], s1[c]);
-        }
-        for (int64_t c = 0; c < C; ++c) a0[c] += s0[c], a1[c] += s1[c];
+      double* acc = per_block.data() + b * C;
+      for (int64_t r = rows * b / blocks; r < rows * (b + 1) / blocks; ++r) {
+        std::fill(partial.begin(), partial.end(), M(0));
+        row(r, partial.data());
+        for (int64_t c = 0; c < C; ++c) acc[c] += static_cast<double>(partial[c]);
       }
     }
   });
   for (int64_t b = 0; b < blocks; ++b) {
-    for (int64_t c = 0; c < C; ++c) sum0[c] += block0[b * C + c], sum1[c] += block1[b * C + c];
+    for (int64_t c = 0; c < C; ++c) sums[c] += per_block[b * C + c];
   }
+  return sums;
 }
 
-// Runs each(row, ow, c) on every pooled element, rows split among threads (as channel_sums numbers them).
-template <typename Each>
-void each_pooled(const PoolNormShape& s, const Each& each) {
-  const int64_t C = s.channels, OH = s.pooled_height, OW = s.pooled_width;
-  const int64_t rows = s.channels_last ? s.batch * OH : s.batch * C * OH;
-  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, s.channels_last ? OW * C : OW));
-  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) {
-      if (s.channels_last) {
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          for (int64_t c = 0; c < C; ++c) each(row, ow, c);
-        }
-      } else {
-        const int64_t c = (row / OH) % C;
-        for (int64_t ow = 0; ow < OW; ++ow) each(row, ow, c);
-      }
-    }
-  });
+// The window's four elements' gradients, branch-free (so the loops vectorise): the maximum torch's max_pool2d picks
+// (window_argmax's rule) gets gy, the others zero.
+template <typename T, typename M>
+__attribute__((always_inline)) inline void route(M a, M b, M c, M d, T gy, T* ga, T* gb, T* gc, T* gd) {
+  const bool tb = (b > a) | (b != b);
+  const M best_ab = tb ? b : a;
+  const bool tc = (c > best_ab) | (c != c);
+  const M best_abc = tc ? c : best_ab;
+  const bool td = (d > best_abc) | (d != d);
+  const T zero = T(0);
+  const T after_d = td ? zero : gy;  // gy unless d is the maximum
+  const T after_c = tc ? zero : after_d;
+  *gd = td ? gy : zero;
+  *gc = tc ? after_d : zero;
+  *gb = tb ? after_c : zero;
+  *ga = tb ? zero : after_c;
 }
 
-// Where a pooled element's window starts in the input, and the input's step to its next column and row.
-struct Windows {
-  int64_t C, H, W, OH, OW, column, line;
-  bool channels_last;
-  Windows(const PoolNormShape& s)
-      : C(s.channels), H(s.height), W(s.width), OH(s.pooled_height), OW(s.pooled_width),
-        column(s.channels_last ? s.channels : 1), line(s.channels_last ? s.width * s.channels : s.width),
-        channels_last(s.channels_last) {}
-  int64_t pooled(int64_t row, int64_t ow, int64_t c) const {
-    return channels_last ? (row * OW + ow) * C + c : row * OW + ow;
-  }
-  int64_t window(int64_t row, int64_t ow, int64_t c) const {
-    const int64_t outer = row / OH, oh = row % OH;  // outer: the plane (contiguous), the sample (channels-last)
-    return channels_last ? ((outer * H + 2 * oh) * W + 2 * ow) * C + c : (outer * H + 2 * oh) * W + 2 * ow;
-  }
-};
+// route() over the C channels of one channels-last window (restrict parameters: the loop vectorises).
+template <typename T>
+void route_channels(const T* __restrict a, const T* __restrict b, const T* __restrict c, const T* __restrict d,
+                    const T* __restrict gy, T* __restrict ga, T* __restrict gb, T* __restrict gc, T* __restrict gd,
+                    int64_t C) {
+  using M = at::opmath_type<T>;
+  for (int64_t i = 0; i < C; ++i) route<T, M>(M(a[i]), M(b[i]), M(c[i]), M(d[i]), gy[i], ga + i, gb + i, gc + i, gd + i);
+}
 
 // Per-channel float64 statistics and parameters of one call.
 struct Channels {
   std::vector<double> mean, invstd, var;  // var: the batch's biased variance (training only)
 };
 
+// The pooled values of pooled rows [begin, end): contiguous, row = plane * OH + oh; channels-last, n * OH + oh.
+template <typename T>
+void pool_rows(const PoolNormShape& s, const T* __restrict x, T* __restrict pooled, int64_t begin, int64_t end) {
+  using M = at::opmath_type<T>;
+  const int64_t C = s.channels_last ? s.channels : 1, H = s.height, W = s.width, OH = s.pooled_height,
+                OW = s.pooled_width;
+  for (int64_t r = begin; r < end; ++r) {
+    const int64_t outer = r / OH, oh = r % OH;
+    const T* __restrict r0 = x + (outer * H + 2 * oh) * W * C;
+    const T* __restrict r1 = r0 + W * C;
+    T* __restrict y = pooled + r * OW * C;
+    if (C == 1) {
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        y[ow] = static_cast<T>(window_max<M>(M(r0[2 * ow]), M(r0[2 * ow + 1]), M(r1[2 * ow]), M(r1[2 * ow + 1])));
+      }
+    } else {
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        const T *a = r0 + 2 * ow * C, *b = a + C, *c = r1 + 2 * ow * C, *d = c + C;
+        T* __restrict yo = y + ow * C;
+        for (int64_t ch = 0; ch < C; ++ch) yo[ch] = static_cast<T>(window_max<M>(M(a[ch]), M(b[ch]), M(c[ch]), M(d[ch])));
+      }
+    }
+  }
+}
+
 template <typename T>
 void forward_kernel(const PoolNormShape& s, const T* __restrict x, T* __restrict pooled, T* __restrict out,
                     bool training, const std::vector<double>& gamma, const std::vector<double>& beta, Channels& stats,
                     double eps) {
   using M = at::opmath_type<T>;
-  const Windows win(s);
-  const int64_t C = s.channels, col = win.column, line = win.line;
+  const int64_t C = s.channels, OH = s.pooled_height, OW = s.pooled_width, area = OH * OW;
+  const int64_t rows = s.channels_last ? s.batch * OH : s.batch * C * OH;
+  const int64_t row_size = s.channels_last ? OW * C : OW;
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, row_size));
+  const int64_t px = s.channels_last ? OW : 0;  // pixels per channels-last row
   if (training) {
-    std::vector<double> sums, unused;
-    channel_sums<M>(s, [&](int64_t row, int64_t ow, int64_t c, M& sum, M&) {
-      const T* w = x + win.window(row, ow, c);
-      const T y = static_cast<T>(window_max<M>(M(w[0]), M(w[col]), M(w[line]), M(w[line + col])));
-      pooled[win.pooled(row, ow, c)] = y;
-      sum += M(y);
-    }, sums, unused);
+    // The pool, and the sums in the same pass (its rows still in cache).
+    const std::vector<double> sums = channel_sums<M>(
+        s,
+        [&](int64_t p, int64_t) {
+          pool_rows<T>(s, x, pooled, p * OH, (p + 1) * OH);
+          const T* __restrict y = pooled + p * area;
+          return lane_sum<M>(area, [&](int64_t i) { return M(y[i]); });
+        },
+        [&](int64_t r, M* __restrict sum) {
+          pool_rows<T>(s, x, pooled, r, r + 1);
+          const T* __restrict y = pooled + r * OW * C;
+          for (int64_t ow = 0; ow < px; ++ow) {
+            for (int64_t c = 0; c < C; ++c) sum[c] += M(y[ow * C + c]);
+          }
+        });
     const double count = static_cast<double>(s.count());
     std::vector<M> mean(C);
     stats.mean.resize(C);
     for (int64_t c = 0; c < C; ++c) stats.mean[c] = sums[c] / count, mean[c] = static_cast<M>(stats.mean[c]);
-    std::vector<double> squares;
-    channel_sums<M>(s, [&](int64_t row, int64_t ow, int64_t c, M& sum, M&) {
-      const M d = M(pooled[win.pooled(row, ow, c)]) - mean[c];
-      sum += d * d;
-    }, squares, unused);
+    const std::vector<double> squares = channel_sums<M>(
+        s,
+        [&](int64_t p, int64_t c) {
+          const T* __restrict y = pooled + p * area;
+          const M m = mean[c];
+          return lane_sum<M>(area, [&](int64_t i) {
+            const M d = M(y[i]) - m;
+            return d * d;
+          });
+        },
+        [&](int64_t r, M* __restrict sum) {
+          const T* __restrict y = pooled + r * OW * C;
+          const M* __restrict m = mean.data();
+          for (int64_t ow = 0; ow < px; ++ow) {
+            for (int64_t c = 0; c < C; ++c) {
+              const M d = M(y[ow * C + c]) - m[c];
+              sum[c] += d * d;
+            }
+          }
+        });
     stats.var.resize(C);
     stats.invstd.resize(C);
     for (int64_t c = 0; c < C; ++c) {
@@ -164,19 +211,31 @@ void forward_kernel(const PoolNormShape& s, const T* __restrict x, T* __restrict
       stats.invstd[c] = 1.0 / std::sqrt(stats.var[c] + eps);
     }
   } else {
-    each_pooled(s, [&](int64_t row, int64_t ow, int64_t c) {
-      const T* w = x + win.window(row, ow, c);
-      pooled[win.pooled(row, ow, c)] = static_cast<T>(window_max<M>(M(w[0]), M(w[col]), M(w[line]), M(w[line + col])));
-    });
+    at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) { pool_rows<T>(s, x, pooled, begin, end); });
   }
   std::vector<M> scale(C), shift(C);
   for (int64_t c = 0; c < C; ++c) {
     scale[c] = static_cast<M>(gamma[c]) * static_cast<M>(stats.invstd[c]);
     shift[c] = static_cast<M>(beta[c]) - static_cast<M>(stats.mean[c]) * scale[c];
   }
-  each_pooled(s, [&](int64_t row, int64_t ow, int64_t c) {
-    const int64_t i = win.pooled(row, ow, c);
-    out[i] = static_cast<T>(norm_relu<M>(M(pooled[i]), scale[c], shift[c]));
+  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const T* __restrict y = pooled + r * row_size;
+      T* __restrict o = out + r * row_size;
+      if (!s.channels_last) {
+        const int64_t c = (r / OH) % C;
+        const M sc = scale[c], sh = shift[c];
+        for (int64_t i = 0; i < OW; ++i) o[i] = static_cast<T>(norm_relu<M>(M(y[i]), sc, sh));
+      } else {
+        const M* __restrict sc = scale.data();
+        const M* __restrict sh = shift.data();
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          for (int64_t c = 0; c < C; ++c) {
+            o[ow * C + c] = static_cast<T>(norm_relu<M>(M(y[ow * C + c]), sc[c], sh[c]));
+          }
+        }
+      }
+    }
   });
 }
 
@@ -228,53 +287,95 @@ void backward_kernel(const PoolNormShape& s, const T* __restrict grad, const T* 
                      const std::vector<double>& gamma, const Channels& stats, std::vector<double>& grad_weight,
                      std::vector<double>& grad_bias) {
   using M = at::opmath_type<T>;
-  const Windows win(s);
-  const int64_t C = s.channels, col = win.column, line = win.line;
+  const int64_t C = s.channels, H = s.height, W = s.width, OH = s.pooled_height, OW = s.pooled_width;
+  const int64_t area = OH * OW, px = s.channels_last ? OW : 0;
   std::vector<M> mean(C);
   for (int64_t c = 0; c < C; ++c) mean[c] = static_cast<M>(stats.mean[c]);
-  std::vector<double> sum_g, sum_gx;
-  channel_sums<M>(s, [&](int64_t row, int64_t ow, int64_t c, M& g_sum, M& gx_sum) {
-    const int64_t i = win.pooled(row, ow, c);
-    const M o = M(out[i]);
-    const M g = o > M(0) || o != o ? M(grad[i]) : M(0);
-    g_sum += g;
-    gx_sum += g * (M(pooled[i]) - mean[c]);
-  }, sum_g, sum_gx);
+  // The ReLU's mask: out > 0 (or NaN), as threshold_backward.
+  const auto masked = [](M g, M o) { return (o > M(0)) | (o != o) ? g : M(0); };
+  grad_bias = channel_sums<M>(
+      s,
+      [&](int64_t p, int64_t) {
+        const T *__restrict g = grad + p * area, *__restrict o = out + p * area;
+        return lane_sum<M>(area, [&](int64_t i) { return masked(M(g[i]), M(o[i])); });
+      },
+      [&](int64_t r, M* __restrict sum) {
+        const T *__restrict g = grad + r * OW * C, *__restrict o = out + r * OW * C;
+        for (int64_t i = 0; i < px; ++i) {
+          for (int64_t c = 0; c < C; ++c) sum[c] += masked(M(g[i * C + c]), M(o[i * C + c]));
+        }
+      });
+  const std::vector<double> sum_gx = channel_sums<M>(
+      s,
+      [&](int64_t p, int64_t c) {
+        const T *__restrict g = grad + p * area, *__restrict o = out + p * area, *__restrict y = pooled + p * area;
+        const M m = mean[c];
+        return lane_sum<M>(area, [&](int64_t i) { return masked(M(g[i]), M(o[i])) * (M(y[i]) - m); });
+      },
+      [&](int64_t r, M* __restrict sum) {
+        const int64_t at = r * OW * C;
+        const T *__restrict g = grad + at, *__restrict o = out + at, *__restrict y = pooled + at;
+        const M* __restrict m = mean.data();
+        for (int64_t i = 0; i < px; ++i) {
+          for (int64_t c = 0; c < C; ++c) {
+            sum[c] += masked(M(g[i * C + c]), M(o[i * C + c])) * (M(y[i * C + c]) - m[c]);
+          }
+        }
+      });
   grad_weight.resize(C);
-  grad_bias = sum_g;
   const double count = static_cast<double>(s.count());
   std::vector<M> mean_g(C), k(C), gain(C);
   for (int64_t c = 0; c < C; ++c) {
     grad_weight[c] = sum_gx[c] * stats.invstd[c];
-    mean_g[c] = training ? static_cast<M>(sum_g[c] / count) : M(0);
+    mean_g[c] = training ? static_cast<M>(grad_bias[c] / count) : M(0);
     k[c] = training ? static_cast<M>(sum_gx[c] * stats.invstd[c] * stats.invstd[c] / count) : M(0);
     gain[c] = static_cast<M>(gamma[c] * stats.invstd[c]);
   }
-  each_pooled(s, [&](int64_t row, int64_t ow, int64_t c) {
-    const int64_t i = win.pooled(row, ow, c);
-    const M o = M(out[i]);
-    const T gy = static_cast<T>(pooled_grad<M>(M(grad[i]), o > M(0) || o != o, M(pooled[i]), mean[c], mean_g[c],
-                                               k[c], gain[c]));
-    const int64_t at = win.window(row, ow, c);
-    const T* w = x + at;
-    M max;
-    const int index = window_argmax<M>(M(w[0]), M(w[col]), M(w[line]), M(w[line + col]), &max);
-    T* gw = grad_input + at;
-    gw[0] = index == 0 ? gy : T(0);
-    gw[col] = index == 1 ? gy : T(0);
-    gw[line] = index == 2 ? gy : T(0);
-    gw[line + col] = index == 3 ? gy : T(0);
-  });
-  // The last column and row where W and H are odd: in no window (max_pool2d's floor), their gradient zero.
-  const int64_t H = s.height, W = s.width, outer = s.channels_last ? s.batch : s.batch * C;
-  if (H % 2 == 0 && W % 2 == 0) return;
-  at::parallel_for(0, outer, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t o = begin; o < end; ++o) {
-      T* plane = grad_input + o * H * line;
-      if (W % 2 == 1) {
-        for (int64_t h = 0; h < H; ++h) std::fill_n(plane + h * line + (W - 1) * col, col, T(0));
+  // Each window writes its four input gradients; the last column and row where W and H are odd (in no window:
+  // max_pool2d's floor) are written zero beside them.
+  const int64_t lanes = s.channels_last ? C : 1;
+  const int64_t rows = s.channels_last ? s.batch * OH : s.batch * C * OH;
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, OW * lanes));
+  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+    std::vector<T> row_grads(OW * lanes);  // the pooled row's gradients, then routed (two loops that vectorise)
+    T* __restrict gys = row_grads.data();
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t outer = r / OH, oh = r % OH, in_row = (outer * H + 2 * oh) * W * lanes;
+      const T *__restrict x0 = x + in_row, *__restrict x1 = x0 + W * lanes;
+      T *__restrict g0 = grad_input + in_row, *__restrict g1 = g0 + W * lanes;
+      const int64_t at = r * OW * lanes;
+      const T *__restrict g = grad + at, *__restrict o = out + at, *__restrict y = pooled + at;
+      if (!s.channels_last) {
+        const int64_t c = outer % C;
+        const M m = mean[c], mg = mean_g[c], kc = k[c], gn = gain[c];
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          gys[ow] = static_cast<T>(pooled_grad<M>(masked(M(g[ow]), M(o[ow])), true, M(y[ow]), m, mg, kc, gn));
+        }
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          route<T, M>(M(x0[2 * ow]), M(x0[2 * ow + 1]), M(x1[2 * ow]), M(x1[2 * ow + 1]), gys[ow], &g0[2 * ow],
+                      &g0[2 * ow + 1], &g1[2 * ow], &g1[2 * ow + 1]);
+        }
+      } else {
+        const M *__restrict m = mean.data(), *__restrict mg = mean_g.data(), *__restrict kc = k.data(),
+                *__restrict gn = gain.data();
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          const int64_t i = ow * C;
+          for (int64_t c = 0; c < C; ++c) {
+            gys[i + c] = static_cast<T>(
+                pooled_grad<M>(masked(M(g[i + c]), M(o[i + c])), true, M(y[i + c]), m[c], mg[c], kc[c], gn[c]));
+          }
+        }
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          const int64_t w = 2 * ow * C;
+          route_channels<T>(x0 + w, x0 + w + C, x1 + w, x1 + w + C, gys + ow * C, g0 + w, g0 + w + C, g1 + w,
+                            g1 + w + C, C);
+        }
       }
-      if (H % 2 == 1) std::fill_n(plane + (H - 1) * line, line, T(0));
+      if (W % 2 == 1) {
+        std::fill_n(g0 + (W - 1) * lanes, lanes, T(0));
+        std::fill_n(g1 + (W - 1) * lanes, lanes, T(0));
+      }
+      if (H % 2 == 1 && oh == OH - 1) std::fill_n(g1 + W * lanes, W * lanes, T(0));
     }
   });
 }
