@@ -110,7 +110,9 @@ class FastCNN(nn.Module):
     quarter of the pixels, and pooling first is the same as pooling after a ReLU), then `extra[i]` more 3x3
     conv-BN-ReLU layers at the pooled size; a max-pool to 3x3 and a linear head on all 9 positions (28x28 in: 14, 7
     and 3 pixels wide, so that pool changes nothing; seed 0 of the speedrun: 92.77% against 92.58% with a global
-    max-pool)."""
+    max-pool). fused (model_kwargs, default FUSED_POOL_NORM): each block's max-pool, BatchNorm and ReLU run as one op
+    (MaxPoolBatchNormReLU, with nn.Identity in the pool's and the ReLU's places, so the layers' indices and the
+    state_dict keys are the unfused network's and checkpoints load either way)."""
 
     def __init__(self, num_classes: int = 10, in_channels: int = 1, widths: Sequence[int] = (32, 64, 128),
                  extra: Sequence[int] = (0, 1, 0), fused: bool = FUSED_POOL_NORM):
