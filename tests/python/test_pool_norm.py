@@ -180,3 +180,27 @@ def test_fast_cnn_keeps_its_state_dict_and_result():
     plain.eval()
     with torch.no_grad():
         torch.testing.assert_close(fused(x), plain(x), rtol=1e-4, atol=1e-4)
+
+
+def test_fast_cnn_traces_with_torch_fx():
+    """torch.fx (frozen layers' folding) traces the fused blocks as the torch functions they stand for."""
+    torch.manual_seed(0)
+    model = FastCNN().eval()
+    graph = torch.fx.symbolic_trace(model)
+    x = torch.randn(4, 1, 28, 28)
+    with torch.no_grad():
+        torch.testing.assert_close(graph(x), model(x), rtol=1e-4, atol=1e-5)
+
+
+def test_unfused_fallback_matches():
+    """Where the op cannot run, the module's torch functions give the same result (here: forced)."""
+    norm = random_norm(6, 2)
+    fused, fallback = fused_copy(norm), fused_copy(norm)
+    fallback._fusable = lambda x: False
+    x = torch.randn(4, 6, 9, 10)
+    for train in (True, False):
+        fused.train(train)
+        fallback.train(train)
+        torch.testing.assert_close(fused(x), fallback(x), rtol=1e-4, atol=1e-5)
+    for key in ("running_mean", "running_var", "num_batches_tracked"):
+        torch.testing.assert_close(getattr(fused, key), getattr(fallback, key))

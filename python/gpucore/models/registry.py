@@ -75,21 +75,29 @@ class MaxPoolBatchNormReLU(nn.BatchNorm2d):
     run instead, with the same result."""
 
     def forward(self, x):
-        if not self._fusable(x):
-            return torch.relu(super().forward(nn.functional.max_pool2d(x, 2)))
         factor = 0.0 if self.momentum is None else self.momentum
-        if self.training and self.num_batches_tracked is not None:
+        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
             self.num_batches_tracked.add_(1)
             if self.momentum is None:  # a cumulative moving average, as BatchNorm2d's
                 factor = 1.0 / float(self.num_batches_tracked)
-        out, _pooled, _mean, _invstd, running_mean, running_var = torch.ops.gpucore.maxpool_bn_relu(
-            x, self.weight, self.bias, self.running_mean, self.running_var, self.training, factor, self.eps)
-        if self.training:
-            with torch.no_grad():
-                torch._foreach_copy_([self.running_mean, self.running_var], [running_mean, running_var])
-        return out
+        if self._fusable(x):
+            out, _pooled, _mean, _invstd, running_mean, running_var = torch.ops.gpucore.maxpool_bn_relu(
+                x, self.weight, self.bias, self.running_mean, self.running_var, self.training, factor, self.eps)
+            if self.training:
+                with torch.no_grad():
+                    torch._foreach_copy_([self.running_mean, self.running_var], [running_mean, running_var])
+            return out
+        # BatchNorm2d's forward as torch.fx traces it (no checks on the input's values)
+        tracked = not self.training or self.track_running_stats
+        normed = nn.functional.batch_norm(
+            nn.functional.max_pool2d(x, 2), self.running_mean if tracked else None,
+            self.running_var if tracked else None, self.weight, self.bias,
+            self.training or (self.running_mean is None and self.running_var is None), factor, self.eps)
+        return torch.relu(normed)
 
     def _fusable(self, x) -> bool:
+        if isinstance(x, torch.fx.Proxy):  # torch.fx traces the torch functions (frozen layers fold around them)
+            return False
         if torch.jit.is_scripting() or torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting():
             return False
         return (self.affine and self.track_running_stats and x.dim() == 4
