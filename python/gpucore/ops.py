@@ -109,6 +109,12 @@ def _maxpool_bn_relu_backward(grad_out, input, pooled, out, weight, save_mean, s
             weight.new_empty(weight.shape), weight.new_empty(weight.shape))
 
 
+# The device types maxpool_bn_relu has kernels for ('cpu'; 'cuda' in a CUDA build), read once: a set torch.compile
+# reads as a constant (MaxPoolBatchNormReLU falls back to torch's functions elsewhere).
+POOL_NORM_DEVICES = frozenset(device for device, key in (("cpu", "CPU"), ("cuda", "CUDA"))
+                              if torch._C._dispatch_has_kernel_for_dispatch_key("gpucore::maxpool_bn_relu", key))
+
+
 # maxpool_bn_relu's gradient: of out only (pooled, the statistics and the new running statistics are not
 # differentiable; they are what the backward and the caller's buffers need).
 def _maxpool_bn_relu_setup(ctx, inputs, output):

@@ -204,3 +204,20 @@ def test_unfused_fallback_matches():
         torch.testing.assert_close(fused(x), fallback(x), rtol=1e-4, atol=1e-5)
     for key in ("running_mean", "running_var", "num_batches_tracked"):
         torch.testing.assert_close(getattr(fused, key), getattr(fallback, key))
+
+
+def test_fast_cnn_under_torch_compile():
+    """torch.compile (fullgraph, AOTAutograd through the fake kernels and the registered gradient) gives eager's
+    outputs, gradients and running statistics."""
+    torch.manual_seed(0)
+    model = FastCNN().train()
+    reference = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    x = torch.randn(8, 1, 28, 28)
+    out, expected = compiled(x), reference(x)
+    out.square().sum().backward()
+    expected.square().sum().backward()
+    torch.testing.assert_close(out, expected)
+    for (name, param), ref in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(param.grad, ref.grad, msg=name)
+    torch.testing.assert_close(model.state_dict(), reference.state_dict())

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError
+from ..ops import POOL_NORM_DEVICES
 from ..redact import holds_mask, masked_value_message
 from ..values import is_int
 from . import segmentation_models
@@ -102,14 +103,7 @@ class MaxPoolBatchNormReLU(nn.BatchNorm2d):
             return False
         return (self.affine and self.track_running_stats and x.dim() == 4
                 and x.dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64)
-                and self.weight.dtype in (x.dtype, torch.float32) and _has_pool_norm_kernel(x.device.type))
-
-
-@functools.lru_cache(maxsize=None)
-def _has_pool_norm_kernel(device_type: str) -> bool:
-    """Whether gpucore::maxpool_bn_relu has a kernel for `device_type` ('cpu'; 'cuda' in a CUDA build)."""
-    key = {"cpu": "CPU", "cuda": "CUDA"}.get(device_type)
-    return key is not None and torch._C._dispatch_has_kernel_for_dispatch_key("gpucore::maxpool_bn_relu", key)
+                and self.weight.dtype in (x.dtype, torch.float32) and x.device.type in POOL_NORM_DEVICES)
 
 
 class FastCNN(nn.Module):
