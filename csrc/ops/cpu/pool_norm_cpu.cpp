@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "ops/cpu/vector_clones.h"
@@ -115,13 +116,34 @@ __attribute__((always_inline)) inline void route(M a, M b, M c, M d, T gy, T* ga
   *ga = tb ? zero : after_c;
 }
 
-// route() over the C channels of one channels-last window (restrict parameters: the loop vectorises).
+// route() over one channels-last pooled row: OW windows of C channels (restrict parameters: the loop vectorises).
 template <typename T>
-void route_channels(const T* __restrict a, const T* __restrict b, const T* __restrict c, const T* __restrict d,
-                    const T* __restrict gy, T* __restrict ga, T* __restrict gb, T* __restrict gc, T* __restrict gd,
-                    int64_t C) {
+void route_row(const T* __restrict x0, const T* __restrict x1, const T* __restrict gy, T* __restrict g0,
+               T* __restrict g1, int64_t OW, int64_t C) {
   using M = at::opmath_type<T>;
-  for (int64_t i = 0; i < C; ++i) route<T, M>(M(a[i]), M(b[i]), M(c[i]), M(d[i]), gy[i], ga + i, gb + i, gc + i, gd + i);
+  for (int64_t ow = 0; ow < OW; ++ow) {
+    const int64_t w = 2 * ow * C, i = ow * C;
+    for (int64_t c = 0; c < C; ++c) {
+      route<T, M>(M(x0[w + c]), M(x0[w + C + c]), M(x1[w + c]), M(x1[w + C + c]), gy[i + c], g0 + w + c,
+                  g0 + w + C + c, g1 + w + c, g1 + w + C + c);
+    }
+  }
+}
+
+// float32's, also compiled for AVX2 and AVX-512 (vector_clones.h; -ffp-contract=off: the same values).
+GPUCORE_VECTOR_CLONES void route_row_float(const float* __restrict x0, const float* __restrict x1,
+                                           const float* __restrict gy, float* __restrict g0, float* __restrict g1,
+                                           int64_t OW, int64_t C) {
+  route_row<float>(x0, x1, gy, g0, g1, OW, C);
+}
+
+template <typename T>
+void route_channels_last_row(const T* x0, const T* x1, const T* gy, T* g0, T* g1, int64_t OW, int64_t C) {
+  if constexpr (std::is_same_v<T, float>) {
+    route_row_float(x0, x1, gy, g0, g1, OW, C);
+  } else {
+    route_row<T>(x0, x1, gy, g0, g1, OW, C);
+  }
 }
 
 // Per-channel float64 statistics and parameters of one call.
@@ -365,11 +387,7 @@ void backward_kernel(const PoolNormShape& s, const T* __restrict grad, const T* 
                 pooled_grad<M>(masked(M(g[i + c]), M(o[i + c])), true, M(y[i + c]), m[c], mg[c], kc[c], gn[c]));
           }
         }
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          const int64_t w = 2 * ow * C;
-          route_channels<T>(x0 + w, x0 + w + C, x1 + w, x1 + w + C, gys + ow * C, g0 + w, g0 + w + C, g1 + w,
-                            g1 + w + C, C);
-        }
+        route_channels_last_row<T>(x0, x1, gys, g0, g1, OW, C);
       }
       if (W % 2 == 1) {
         std::fill_n(g0 + (W - 1) * lanes, lanes, T(0));
