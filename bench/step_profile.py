@@ -3,7 +3,8 @@ fashion_mnist_speedrun.yaml: fast_cnn, its batch, on 28 x 28 inputs) and ResNet-
 frozen and with all layers training, each on batches held in memory, in the precision and layout gpucore's `auto`
 picks, with fused AdamW: the step the plain loops run.
 
-    python -m bench profile [--steps 10] [--batch-size 32] [--size 224] [--json out.json]
+    python -m bench profile [--steps 10] [--batch-size 32] [--size 224] [--block-rounds 20] [--skip-resnet]
+                            [--json out.json]
 
 Per model: ms per step, and the share of the step's self CPU time by op group (convolution, batch norm, max pool,
 ReLU, the optimizer, the rest), with the ten ops taking most. The groups are what the leads would save at most: a
