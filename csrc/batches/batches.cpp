@@ -15,8 +15,9 @@
 #include <algorithm>
 
 #include "gpucore/errors.h"
+#include "gpucore/ranges.h"
+#include "ops/batch_cursor.h"
 #include "ops/cpu/batch_memory.h"
-#include "ops/train_step.h"
 
 namespace gpucore {
 
@@ -59,7 +60,7 @@ EpochBatches::EpochBatches(int64_t samples, const at::Tensor& targets, int64_t b
     throw ConfigError(what + ": inputs and targets must have the same number of samples, got " +
                       std::to_string(samples) + " inputs and targets of shape " + c10::str(targets.sizes()));
   }
-  if (batch_size < 1) throw ConfigError("batch_size must be >= 1, got " + std::to_string(batch_size));
+  ranges::kBatchSize.require("batch_size", batch_size);
   if (augment_.dtype != at::kFloat && augment_.dtype != at::kHalf && augment_.dtype != at::kBFloat16) {
     throw ConfigError("batch dtype must be float32, float16 or bfloat16, got '" +
                       std::string(c10::getDtypeNames(augment_.dtype).first) + "'");

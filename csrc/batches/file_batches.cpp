@@ -11,6 +11,7 @@
 
 #include "gpucore/data/readers.h"
 #include "gpucore/errors.h"
+#include "gpucore/ranges.h"
 
 namespace gpucore {
 
@@ -75,7 +76,7 @@ FileBatches::FileBatches(std::vector<std::string> paths, const at::Tensor& targe
   if (mask_paths_.empty() && !targets.defined()) throw ConfigError("image files: the targets tensor is missing");
   check_image_request(image_options(), config_.height, config_.width);
   if (config_.threads < 1) throw ConfigError("threads must be >= 1, got " + std::to_string(config_.threads));
-  if (config_.prefetch < 1) throw ConfigError("prefetch must be >= 1, got " + std::to_string(config_.prefetch));
+  ranges::kPrefetch.require("prefetch", config_.prefetch);
   if (!images_.empty() && images_.size() != paths_.size()) {
     throw ConfigError("image files: " + std::to_string(paths_.size()) + " paths but " +
                       std::to_string(images_.size()) + " decoded images");

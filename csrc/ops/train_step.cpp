@@ -45,19 +45,6 @@ void check_count_step_inputs(const at::Tensor& counters, const at::Tensor& found
               ", found_inf on ", found_inf.device());
 }
 
-void check_next_indices_inputs(const at::Tensor& order, const at::Tensor& cursor, const at::Tensor& index) {
-  TORCH_CHECK(order.scalar_type() == at::kLong && order.dim() == 1 && order.is_contiguous(),
-              "next_indices: order must be a contiguous int64 vector, got ", order.scalar_type(), " ", order.sizes());
-  TORCH_CHECK(cursor.scalar_type() == at::kLong && cursor.numel() == 1,
-              "next_indices: cursor must be one int64 value, got ", cursor.scalar_type(), " ", cursor.sizes());
-  TORCH_CHECK(index.scalar_type() == at::kLong && index.dim() == 1 && index.is_contiguous(),
-              "next_indices: index must be a contiguous int64 vector, got ", index.scalar_type(), " ", index.sizes());
-  TORCH_CHECK(index.numel() <= order.numel(), "next_indices: a batch of ", index.numel(), " from an order of ",
-              order.numel());
-  TORCH_CHECK(cursor.device() == order.device() && index.device() == order.device(),
-              "next_indices: order, cursor and index must be on one device");
-}
-
 static_assert(std::is_trivially_copyable_v<ScheduleParams>, "ScheduleParams travels as its bytes");
 
 at::Tensor pack_schedule_params(const ScheduleParams& params) {
@@ -107,13 +94,6 @@ void learning_rate(const at::Tensor& step, const at::Tensor& lr, const at::Tenso
   op.call(step, lr, schedule);
 }
 
-void next_indices(const at::Tensor& order, const at::Tensor& cursor, const at::Tensor& index) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("gpucore::next_indices", "")
-                             .typed<void(const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
-  op.call(order, cursor, index);
-}
-
 // The schemas (kernels in cpu/ and cuda/; fake kernels in the Python module named here).
 TORCH_LIBRARY_FRAGMENT(gpucore, m) {
   m.set_python_module("gpucore.ops");
@@ -121,7 +101,6 @@ TORCH_LIBRARY_FRAGMENT(gpucore, m) {
         "int ignore_index=-100) -> ()");
   m.def("count_step(Tensor(a!) counters, Tensor(b!) found_inf) -> ()");
   m.def("learning_rate(Tensor step, Tensor(a!) lr, Tensor schedule) -> ()");
-  m.def("next_indices(Tensor order, Tensor(a!) cursor, Tensor(b!) index) -> ()");
 }
 
 }  // namespace gpucore::ops

@@ -1,7 +1,8 @@
 #pragma once
 // The training step's bookkeeping as torch ops (namespace gpucore), one op each where ATen needed
 // many, with CPU and CUDA kernels, so a step issues few ops (each costs host time, and a CUDA graph
-// replays them all). All three write into tensors the engine keeps, so their addresses never change.
+// replays them all). All three write into tensors the engine keeps, so their addresses never change. (The batch
+// cursor, next_indices, is batch_cursor.h's.)
 //
 //   accumulate_metrics(Tensor(a!) sums, Tensor output, Tensor? target, Tensor loss, int top_k,
 //                      int ignore_index=-100) -> ()
@@ -21,9 +22,6 @@
 //   learning_rate(Tensor step, Tensor(a!) lr, Tensor schedule) -> ()
 //       lr (float32 0-dim) = the schedule's rate at `step` (a 0-dim count), see step_math.h. schedule: the
 //       ScheduleParams as pack_schedule_params made them, a CPU tensor read on the host by either kernel.
-//   next_indices(Tensor order, Tensor(a!) cursor, Tensor(b!) index) -> ()
-//       The epoch's next batch of sample indices from a device-side cursor: index[i] = order[cursor + i]
-//       for i < index.numel(), then cursor += index.numel(). order, index: int64 vectors; cursor: one int64.
 #include <ATen/core/Tensor.h>
 
 #include "ops/step_math.h"
@@ -38,7 +36,6 @@ constexpr int64_t kMaxCountedSteps = int64_t{1} << 24;
 void check_metrics_inputs(const at::Tensor& sums, const at::Tensor& output, const std::optional<at::Tensor>& target,
                           const at::Tensor& loss, int64_t top_k);
 void check_count_step_inputs(const at::Tensor& counters, const at::Tensor& found_inf);
-void check_next_indices_inputs(const at::Tensor& order, const at::Tensor& cursor, const at::Tensor& index);
 // The schedule's parameters as the learning_rate op takes them: their bytes in a CPU uint8 tensor, made once.
 at::Tensor pack_schedule_params(const ScheduleParams& params);
 // The kernels' parameters from the op's arguments, checked.
@@ -49,6 +46,5 @@ void accumulate_metrics(const at::Tensor& sums, const at::Tensor& output, const 
                         const at::Tensor& loss, int64_t top_k, int64_t ignore_index);
 void count_step(const at::Tensor& counters, const at::Tensor& found_inf);
 void learning_rate(const at::Tensor& step, const at::Tensor& lr, const at::Tensor& schedule);
-void next_indices(const at::Tensor& order, const at::Tensor& cursor, const at::Tensor& index);
 
 }  // namespace gpucore::ops

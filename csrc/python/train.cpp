@@ -4,6 +4,7 @@
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
+#include "gpucore/batches/file_batches.h"
 #include "gpucore/device/precision.h"
 #include "gpucore/errors.h"
 #include "gpucore/train/ema.h"
@@ -84,7 +85,6 @@ LogFn python_log(const py::object& on_log) {
 py::dict stats_dict(const EpochStats& stats) {
   py::dict out;
   out["metrics"] = stats.metrics;
-  out["optimizer_steps"] = stats.optimizer_steps;
   out["steps_taken"] = stats.steps_taken;
   out["samples"] = stats.samples;
   out["seconds"] = stats.seconds;
@@ -112,6 +112,23 @@ void def_kind(py::class_<Config>& config, Kind Config::*kind, Kind (*parse)(cons
       [kind, parse](Config& c, const std::string& name) { c.*kind = parse(name); });
 }
 
+// The fields of a bound settings object (its def_readwrite and read-only properties) into `out` by dotted name
+// ("schedule.kind"), a nested *Config opened in turn.
+void add_settings(py::dict& out, const py::object& settings, const std::string& prefix) {
+  for (const py::handle name : py::module_::import("builtins").attr("dir")(settings)) {
+    const std::string field = py::str(name);
+    if (field.rfind('_', 0) == 0 || field == "params") continue;  // a ParamGroup's parameters are no setting
+    const py::object value = settings.attr(name);
+    if (PyCallable_Check(value.ptr())) continue;
+    const std::string type = py::str(py::type::of(value).attr("__name__"));
+    if (type.size() > 6 && type.compare(type.size() - 6, 6, "Config") == 0) {
+      add_settings(out, value, prefix + field + ".");
+    } else {
+      out[py::str(prefix + field)] = value;
+    }
+  }
+}
+
 }  // namespace
 
 void def_train(py::module_& m) {
@@ -128,7 +145,7 @@ void def_train(py::module_& m) {
     return std::map<std::string, std::vector<std::string>>{
         {"loss", loss_names()},           {"mixup_mode", mix_mode_names()}, {"optimizer", optimizer_names()},
         {"schedule", schedule_names()},   {"precision", precision_names()}, {"tf32", toggle_names()},
-        {"cudnn_benchmark", toggle_names()}};
+        {"cudnn_benchmark", toggle_names()}, {"channels_last", toggle_names()}, {"cuda_graphs", toggle_names()}};
   });
   // The valid values of the numeric config keys the core checks too, and the core's defaults of them: config.py
   // checks those keys against these ranges and gives the one message a user sees.
@@ -149,6 +166,18 @@ void def_train(py::module_& m) {
                                                       : py::object(py::float_(*setting.default_value));
     }
     return defaults;
+  });
+
+  // Every setting of a default-constructed EngineConfig (with its loss, optimizer, schedule, ... configs:
+  // "schedule.kind"), ParamGroup ("param_group.weight_decay") and FileBatchesConfig ("file_batches.prefetch"), as the
+  // bindings read them: test_engine_config compares them with config.py's defaults, the keys' truth, so that they
+  // cannot drift apart.
+  m.def("default_settings", [] {
+    py::dict out;
+    add_settings(out, py::cast(EngineConfig{}), "");
+    add_settings(out, py::cast(ParamGroup{}), "param_group.");
+    add_settings(out, py::cast(FileBatchesConfig{}), "file_batches.");
+    return out;
   });
 
   py::class_<OptimizerConfig> optimizer(m, "OptimizerConfig");
@@ -239,7 +268,8 @@ void def_train(py::module_& m) {
       .def(py::init([](std::vector<at::Tensor> params, double weight_decay, double lr_scale) {
              return ParamGroup{std::move(params), weight_decay, lr_scale};
            }),
-           py::arg("params"), py::arg("weight_decay") = 0.0, py::arg("lr_scale") = 1.0)
+           py::arg("params"), py::arg("weight_decay") = ParamGroup{}.weight_decay,
+           py::arg("lr_scale") = ParamGroup{}.lr_scale)
       .def_readonly("params", &ParamGroup::params)
       .def_readonly("weight_decay", &ParamGroup::weight_decay)
       .def_readonly("lr_scale", &ParamGroup::lr_scale)
@@ -296,7 +326,7 @@ void def_train(py::module_& m) {
           py::arg("batches"), py::arg("model"), py::arg("loss") = py::none(), py::arg("on_log") = py::none(),
           py::arg("epoch") = 0, py::arg("first_batch") = 0, py::arg("on_step") = py::none(),
           py::arg("step_calls") = StepCalls{},
-          "One pass over `batches`. on_log(metrics, steps_taken) at log intervals; on_step(windows_in_epoch, "
+          "One pass over `batches`. on_log(metrics, steps_taken) at log intervals; on_step(steps_in_pass, "
           "checkpoint_due) after the optimizer steps step_calls asks for.")
       .def(
           "evaluate",
@@ -313,7 +343,7 @@ void def_train(py::module_& m) {
            py::arg("source"), "Counts a host read of device values made outside the engine (a checkpoint's copy)")
       .def("graph_stats",
            [](const Engine& self) {
-             const GraphStats& g = self.graph_stats();
+             const GraphStats g = self.graph_stats();
              py::dict stats;
              stats["captured"] = g.captured;
              stats["replays"] = g.replays;
@@ -321,11 +351,10 @@ void def_train(py::module_& m) {
              stats["reason"] = g.reason.empty() ? py::object(py::none()) : py::object(py::str(g.reason));
              return stats;
            },
-           "cuda_graphs: steps captured, replayed and run eagerly, and why steps went eager after a failed capture")
-      .def("windows_in_epoch", &Engine::windows_in_epoch)
+           "cuda_graphs: steps captured, replayed and run eagerly, and why steps run eagerly (None: they do not)")
+      .def("steps_in_pass", &Engine::steps_in_pass,
+           "Optimizer steps completed in the current or last train_epoch, also after an exception")
       .def("set_accumulate_grad_batches", &Engine::set_accumulate_grad_batches, py::arg("accumulate_grad_batches"))
-      .def("current_lr", &Engine::current_lr)
-      .def("loss_scale", &Engine::loss_scale)
       .def("step_buffers", [](const Engine& self) {  // the live tensors, for address checks
         py::dict out;
         for (const auto& [name, tensor] : self.step_buffers()) out[py::str(name)] = tensor;

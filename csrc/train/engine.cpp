@@ -161,7 +161,7 @@ EpochStats Engine::train_epoch(BatchSource& batches, const ForwardFn& forward, c
   EpochStats stats;
   const int64_t total = batches.remaining();
   const int64_t k = config_.accumulate_grad_batches;
-  windows_in_epoch_ = 0;
+  steps_in_pass_ = 0;
   at::Tensor inputs, targets;
   for (int64_t index = 0; index < total && batches.next(inputs, targets); ++index) {
     // The last window of an epoch may be short; dividing by its real length keeps the step equal
@@ -177,25 +177,24 @@ EpochStats Engine::train_epoch(BatchSource& batches, const ForwardFn& forward, c
       if (last_in_window && config_.cuda_graphs) ++graph_stats_.eager_steps;
     }
     if (!last_in_window) continue;
-    const int64_t done = ++windows_in_epoch_;
+    const int64_t steps_in_pass = ++steps_in_pass_;
     if (on_step) {
       bool due = false;
       if (index + 1 < total) {  // the epoch's last step: its end-of-epoch checkpoint follows
-        const int64_t step_of_epoch = step_calls.steps_before + done;
+        const int64_t step_of_epoch = step_calls.steps_before + steps_in_pass;
         due = (step_calls.every_n_steps > 0 && step_of_epoch % step_calls.every_n_steps == 0) ||
               (step_calls.every_seconds > 0 &&
                std::chrono::duration<double>(Clock::now() - last_due).count() >= step_calls.every_seconds);
         if (due) last_due = Clock::now();
       }
-      if (due || step_calls.every_step) on_step(done, due);  // first: a callback that stops the run in on_log keeps this step
+      if (due || step_calls.every_step) on_step(steps_in_pass, due);  // first: a callback that stops the run in on_log keeps this step
     }
-    if (on_log && done % config_.log_every_n_steps == 0) {
+    if (on_log && steps_in_pass % config_.log_every_n_steps == 0) {
       const auto [metrics, steps_taken] = read_metrics(tracker);
       on_log(metrics, steps_taken);
     }
   }
   std::tie(stats.metrics, stats.steps_taken) = read_metrics(tracker);
-  stats.optimizer_steps = windows_in_epoch_;
   stats.samples = tracker.samples_seen_on_host();
   stats.seconds = seconds_since(start);
   return stats;
@@ -359,14 +358,12 @@ std::pair<int64_t, int64_t> Engine::step_counts() const {
   const float* values = taken_skipped.const_data_ptr<float>();
   return {static_cast<int64_t>(values[0]), static_cast<int64_t>(values[1])};
 }
-double Engine::current_lr() const {
-  host_reads_.note("counters");
-  return lr_.item<double>();
-}
-double Engine::loss_scale() const {
-  if (!scaler_.enabled()) return 1.0;
-  host_reads_.note("counters");
-  return scaler_.scale_tensor().item<double>();
+
+GraphStats Engine::graph_stats() const {
+  GraphStats stats = graph_stats_;
+  if (stats.reason.empty() && config_.cuda_graphs && config_.accumulate_grad_batches > 1)
+    stats.reason = "accumulate_grad_batches > 1 (a captured step holds one micro-batch so far)";
+  return stats;
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Engine::step_buffers() const {

@@ -1,5 +1,6 @@
 #include "gpucore/train/settings.h"
 
+#include "gpucore/batches/file_batches.h"
 #include "gpucore/train/engine.h"
 
 namespace gpucore {
@@ -29,6 +30,9 @@ std::vector<NumericSetting> numeric_settings() {
       real("mixup_switch_prob", ranges::kMixupSwitchProb, engine.mixup.switch_prob),
       NumericSetting{"cutmix_minmax", ranges::kCutmixMinmax, std::nullopt, false},
       NumericSetting{"crop_padding", ranges::kCropPadding, std::nullopt, true},
+      NumericSetting{"batch_size", ranges::kBatchSize, std::nullopt, true},
+      NumericSetting{"eval_batch_size", ranges::kBatchSize, std::nullopt, true},
+      integer("prefetch", ranges::kPrefetch, FileBatchesConfig{}.prefetch),
       real("ema_decay", ranges::kEmaDecay, engine.ema.decay),
       real("ema_warmup_gamma", ranges::kEmaWarmupGamma, engine.ema.warmup_gamma),
       real("ema_warmup_power", ranges::kEmaWarmupPower, engine.ema.warmup_power),

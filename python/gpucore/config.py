@@ -50,10 +50,6 @@ _EPOCHS_LIMIT = 2**31
 _IN_EPOCHS = "the engine counts them in int64 optimizer steps"
 
 
-# A batch_size beyond the data serves all of it at once; beyond this bound it can only be a mistake.
-_BATCH_RANGE = "> 0 and < 2^31 (samples)"
-
-
 # Config key loggers' values (training/loggers/ has a logger of each name).
 LOGGERS = ("csv", "tensorboard", "mlflow")
 
@@ -65,10 +61,6 @@ _FOLDER_NAME = "one folder name: not empty, not . or .., without / \\ or NUL cha
 def is_folder_name(value: str) -> bool:
     """Whether `value` names one folder (config key name)."""
     return value not in ("", ".", "..") and not any(character in value for character in "/\\\0")
-
-
-def _batch(value):
-    return 0 < value < 2**31
 
 
 def _epochs(value):
@@ -102,17 +94,20 @@ def _class_weights(value):
 # The choices of the keys whose values the C++ core parses, read from its own tables (one list, not two).
 CORE_CHOICES = _C.config_choices()
 # The numeric keys the C++ core checks too: their ranges and the core's defaults, read from the core
-# (gpucore/ranges.h), so this table's message is the one a user sees; the core keeps them as invariants.
+# (gpucore/ranges.h), so this table's message is the one a user sees; the core keeps them as invariants (the batch
+# sources check batch_size, eval_batch_size and prefetch as their arguments).
 CORE_RANGES = _C.config_ranges()
 CORE_DEFAULTS = _C.config_defaults()
 # Eager steps of cuda_graphs before the capture, the engine's own setting.
 GRAPH_WARMUP_STEPS = _C.EngineConfig().graph_warmup_steps
 
 
-def _core(name: str) -> dict:
-    """A Key's default, check and valid values for a numeric key the core checks too, from the core."""
+def _core(name: str, unit: str = "") -> dict:
+    """A Key's default, check and valid values for a numeric key the core checks too, from the core; the default is
+    left to the Key where config.py's is the only one (not in CORE_DEFAULTS). `unit`: what the message adds."""
     valid = CORE_RANGES[name]
-    return dict(default=CORE_DEFAULTS[name], check=valid.__contains__, valid=str(valid))
+    default = dict(default=CORE_DEFAULTS[name]) if name in CORE_DEFAULTS else {}
+    return dict(default, check=valid.__contains__, valid=f"{valid}{unit}")
 
 
 
@@ -137,7 +132,7 @@ KEYS = [
     Key("data", str, "fashion_mnist", "built-in data set (fashion_mnist: the real one, from data_kwargs path, $GPUCORE_FASHION_MNIST, /usr/share/datasets/fashion-mnist or ~/.cache/gpucore/fashion-mnist, test set as validation; synthetic_fashion, synthetic_sequences, synthetic_captcha) or a path: a .npz; a folder of IDX files (train-/t10k-images-idx3-ubyte[.gz] and labels); a folder of x_train.npy/y_train.npy[/x_val.npy/y_val.npy]; an image folder (class subfolders, or images/ and masks/ for segmentation, each optionally under train/ and val/ or test/)"),
     Key("data_kwargs", dict, {}, "keyword arguments for the built-in data set (train_size, val_size; fashion_mnist also path; the synthetic ones seed; synthetic_sequences also steps, classes, max_length, noise) or the image-folder reader (channels: 1 or 3; size: [height, width] to resize to, none: the images' own sizes, mixed sizes needing transforms that start with RandomResizedCrop or Resize + CenterCrop; threads; on_error: raise or skip; max_resolution: 512, the longest shorter side of an image cached at its own size, 0: full size; exif_orientation: true, each image turned upright as its EXIF orientation says, false: as stored; decode: fast, JPEGs of images at their own sizes decoded at the DCT scale (1/2, 1/4, 1/8) that keeps what the transforms use at least their output size, and streamed ones only the part the first transform crops, exact: at full size; allow_empty: false, a class folder without images is an error, true: a class all the same; a segmentation folder takes channels, size, threads, on_error and exif_orientation; a torch Dataset of dict samples: image_key and label_key, default the first of image, img, pixel_values, input and of label, labels, target)"),
     Key("cache", str, "auto", "where the data set lives while training: device (uint8 on the training device, no host work per step), host (host memory, batches copied over pinned memory), none (image folders only: decoded batch by batch on reader threads while training runs), auto (device if it takes at most a quarter of the free device memory, else host, else none)", choices=["auto", "device", "host", "none"]),
-    Key("prefetch", int, 4, "cache none: batches decoded ahead of training", check=_positive, valid="> 0"),
+    Key("prefetch", int, doc="cache none: batches decoded ahead of training", **_core("prefetch")),
     Key("val_fraction", float, None, "share of the training data held out for validation (seeded by seed; which samples, in training_stats.json's validation) when there is no validation data: config key data without a validation split, or the caller's train_data (tensors, a gpucore data set or a torch Dataset; a DataLoader cannot be split) without val_data. Unset: 0.1 of config key data, none of the caller's data. Never applies when val_data is given", check=_fraction, valid="in [0, 1)", optional=True),
     Key("normalize", bool, True, "standardise inputs with the training set's mean and std, per channel for images (uint8 images are scaled to [0, 1] first)"),
     Key("crop_padding", int, 0, "images: random crop of the image padded by this many pixels, each epoch (training only; 0: off)", check=CORE_RANGES["crop_padding"].__contains__, valid=f"{CORE_RANGES['crop_padding']} (pixels)"),
@@ -145,8 +140,8 @@ KEYS = [
     Key("transforms", list, [], "images: torchvision.transforms.v2 names with their arguments, applied per sample on the device (a name, or a one-key mapping of the name to its arguments: [RandomResizedCrop: {size: 224}, RandomHorizontalFlip]); crop_padding and hflip are prepended as RandomCrop and RandomHorizontalFlip, normalize is the Normalize of a list without one; validation uses the deterministic form (docs: Data and transforms; every name: the transforms reference)", check=transforms_list.check, valid="a list of supported transforms"),
     # the loop
     Key("epochs", int, 10, "training epochs", check=_epochs, valid=f"> 0 and < 2^31 ({_IN_EPOCHS})"),
-    Key("batch_size", int, 64, "micro-batch size per process (a batch larger than the data is all of it)", check=_batch, valid=_BATCH_RANGE),
-    Key("eval_batch_size", int, 256, "batch size for validation", check=_batch, valid=_BATCH_RANGE),
+    Key("batch_size", int, 64, "micro-batch size per process (a batch larger than the data is all of it)", **_core("batch_size", " (samples)")),
+    Key("eval_batch_size", int, 256, "batch size for validation", **_core("eval_batch_size", " (samples)")),
     Key("accumulate_grad_batches", int, doc="micro-batches per optimizer step (effective batch = batch_size x this)", **_core("accumulate_grad_batches")),
     Key("shuffle", bool, True, "reshuffle the training data every epoch (order depends only on seed and epoch)"),
     Key("sampler", str, "none", "balanced: each epoch draws as many samples as the training set has, with replacement, each class equally often in expectation (a sample's chance is 1 / its class's count), from seed and epoch like the shuffle, resumable mid-epoch; for classification with class labels (image folders, tensors, a torch Dataset in one process), not a DataLoader; none: every sample once per epoch, in the order config key shuffle says", choices=["none", "balanced"]),
@@ -206,9 +201,9 @@ KEYS = [
     Key("precision", str, "auto", "auto, bf16-mixed, 16-mixed, 32 or 64", choices=CORE_CHOICES["precision"]),
     Key("tf32", str, "auto", "TF32 matmul/cuDNN on Ampere and newer", choices=CORE_CHOICES["tf32"]),
     Key("cudnn_benchmark", str, "auto", "cuDNN autotuning on CUDA", choices=CORE_CHOICES["cudnn_benchmark"]),
-    Key("channels_last", str, "auto", "channels-last memory format for the model and 4-D inputs; auto: on for conv nets on the CPU and on CUDA, where oneDNN's and cuDNN's convolutions run faster in it (python -m bench layout)", choices=["auto", "true", "false"]),
+    Key("channels_last", str, "auto", "channels-last memory format for the model and 4-D inputs; auto: on for conv nets on the CPU and on CUDA, where oneDNN's and cuDNN's convolutions run faster in it (python -m bench layout)", choices=CORE_CHOICES["channels_last"]),
     Key("compile", bool, False, "torch.compile the model first"),
-    Key("cuda_graphs", str, "auto", f"capture each optimizer step (mixup/CutMix, forward, loss, backward, clipping, optimizer, loss scale, schedule, metrics, EMA) as one CUDA graph after {GRAPH_WARMUP_STEPS} eager warm-up steps and replay it: true (warns when a run cannot: another device, compile, devices > 1, accumulate_grad_batches > 1, loss ctc, a model that syncs with the host), auto (the same, silently: every CUDA run that can; on an H100 the step of a small CNN ran 3.4-3.6x faster, and never slower), false. The short last batch and validation run eagerly; training_stats.json's cuda_graphs says what ran", choices=["auto", "true", "false"]),
+    Key("cuda_graphs", str, "auto", f"capture each optimizer step (mixup/CutMix, forward, loss, backward, clipping, optimizer, loss scale, schedule, metrics, EMA) as one CUDA graph after {GRAPH_WARMUP_STEPS} eager warm-up steps and replay it: true (warns when a run cannot: another device, compile, devices > 1, accumulate_grad_batches > 1, loss ctc, a model that syncs with the host), auto (the same, silently: every CUDA run that can; on an H100 the step of a small CNN ran 3.4-3.6x faster, and never slower), false. The short last batch and validation run eagerly; training_stats.json's cuda_graphs says what ran", choices=CORE_CHOICES["cuda_graphs"]),
     Key("deterministic", bool, False, "deterministic algorithms only (torch.use_deterministic_algorithms)"),
     Key("devices", int, 1, "processes for data-parallel training on this machine (one per GPU; gloo on CPU); >1 starts them itself, like torchrun --nproc_per_node", check=_positive, valid="> 0"),
     Key("dist_timeout", int, 600, "seconds a collective (or the whole devices > 1 job) may wait before the job stops with an error", check=lambda v: 0 < v < 2**31, valid="> 0 and < 2^31 (seconds)"),

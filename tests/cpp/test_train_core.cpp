@@ -48,6 +48,7 @@ TEST(StepGraph, ABuildOrDeviceWithoutCudaCapturesNothingAndSaysWhy) {
 
 TEST(Schedule, WarmupRisesLinearlyToTheBaseRate) {
   ScheduleConfig config;
+  config.kind = ScheduleKind::kConstant;
   config.base_lr = 0.4;
   config.warmup_steps = 4;
   config.total_steps = 100;
@@ -81,6 +82,7 @@ TEST(Schedule, StepDecay) {
 
 TEST(Schedule, SettingsOutOfRangeFailTheirCheckAndSettingsThatDoNotFitTogetherAreConfigErrors) {
   ScheduleConfig config;
+  config.kind = ScheduleKind::kConstant;
   config.base_lr = 0;
   EXPECT_THROW(validate(config), c10::Error);  // config.py's range of lr
   config.base_lr = 0.1;
@@ -254,6 +256,7 @@ TEST(Engine, AccumulationEqualsOneBigBatchWithoutPython) {
     config.accumulate_grad_batches = accumulate;
     config.optimizer.kind = OptimizerKind::kSGD;
     config.optimizer.momentum = 0.0;
+    config.schedule.kind = ScheduleKind::kConstant;
     config.schedule.base_lr = 0.5;
     Engine engine({{{w}, 0.0}}, config);
     TensorBatches batches(x, y, batch, false, false, 0, at::kCPU);

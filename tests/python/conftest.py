@@ -6,6 +6,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from gpucore import _C
 from gpucore.data.png import encode_png
@@ -184,11 +185,34 @@ def engine(params, *, lr=1.0, scaler=False, clip=0.0, kind="sgd", accumulate=1, 
     scaler_config.enabled = scaler
     scaler_config.growth_interval = 2
     config.scaler = scaler_config
-    return _C.Engine([_C.ParamGroup(params)], config)
+    return _C.Engine([_C.ParamGroup(params, weight_decay=0.0)], config)
 
 
 def batches(x, y, batch_size):
     return _C.TensorBatches(x, y, batch_size, False, False, 0, torch.device("cpu"))
+
+
+# ---- small gpucore.train runs (test_train, test_train_matches_torch, _run_dir_and_resume, _out_of_memory) ------------
+
+SMALL = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 1024, "val_size": 256, "seed": 3}, "progress": False,
+         "batch_size": 64}
+
+
+def mlp(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Flatten(), nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 5))
+
+
+def tensors(n=128, seed=1):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 16, generator=generator), torch.randint(0, 5, (n,), generator=generator)
+
+
+def plain(tmp_path, **overrides):
+    base = dict(run_dir=str(tmp_path), progress=False, shuffle=False, normalize=False, schedule="constant",
+                seed=0, epochs=1, device="cpu", precision="32")  # float32: compared with float32 torch loops
+    base.update(overrides)
+    return base
 
 
 # ---- shared checks: bitwise states, resumed runs, memory growth ------------------------------------------------------

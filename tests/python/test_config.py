@@ -246,6 +246,20 @@ def test_set_accepts_json_and_yaml_flow_for_lists_and_mappings():
         load_config(None, parse_overrides(["data_kwargs=[1, 2"]))
 
 
+def test_the_four_toggles_take_the_cores_one_list_of_values():
+    from gpucore import _C
+    from gpucore.config import KEY_BY_NAME
+    from gpucore.device.select import TOGGLES
+
+    toggles = ("tf32", "cudnn_benchmark", "channels_last", "cuda_graphs")
+    assert all(_C.config_choices()[key] == list(TOGGLES) == ["auto", "true", "false"] for key in toggles)
+    assert all(KEY_BY_NAME[key].choices == list(TOGGLES) and KEY_BY_NAME[key].default == "auto" for key in toggles)
+    with pytest.raises(gpucore.ConfigError, match="config key 'cuda_graphs' is 'maybe'; valid values: auto, true, false"):
+        load_config({"cuda_graphs": "maybe"})
+    with pytest.raises(gpucore.ConfigError, match="tf32 must be auto, true or false; got int 1"):
+        gpucore.resolve_precision("32", "cpu", tf32=1)
+
+
 def test_every_loss_the_core_parses_belongs_to_a_task():
     from gpucore.config import KEY_BY_NAME
     from gpucore.tasks import TASKS
@@ -257,7 +271,11 @@ def test_every_loss_the_core_parses_belongs_to_a_task():
 # The numeric keys the C++ core checks too, with their valid values written out here by hand: config.py reads these
 # ranges (and the defaults) from the core (_C.config_ranges, _C.config_defaults).
 # Those whose default is config.py's alone, with the valid values config.py's message gives.
-DEFAULT_IN_PYTHON = {"cutmix_minmax": "two numbers in (0, 1], min < max", "crop_padding": "in [0, 65536) (pixels)"}
+DEFAULT_IN_PYTHON = {"cutmix_minmax": "two numbers in (0, 1], min < max", "crop_padding": "in [0, 65536) (pixels)",
+                     "batch_size": "in [1, 2^31) (samples)", "eval_batch_size": "in [1, 2^31) (samples)"}
+# Those a batch source checks (its batch_size, a FileBatches' prefetch), not the engine: a value just outside and the
+# one inside at that bound.
+BATCH_SOURCE_BOUNDS = {"batch_size": (0, 1), "eval_batch_size": (2**31, 2**31 - 1), "prefetch": (0, 1)}
 # For each, a value just outside its range and the one inside at that bound.
 BOUNDS = {
     "accumulate_grad_batches": (0, 1), "clip_grad_norm": (-0.5, 0.0), "clip_grad_value": (-0.5, 0.0),
@@ -284,8 +302,8 @@ def test_config_pys_ranges_and_defaults_of_numeric_keys_are_the_cores():
     from gpucore.config import KEY_BY_NAME
 
     ranges = core_ranges()
-    # each key the core checks has its bounds tested below (the two of DEFAULT_IN_PYTHON by their own tests)
-    assert sorted(ranges) == sorted([*BOUNDS, *DEFAULT_IN_PYTHON])
+    # each key the core checks has its bounds tested below (cutmix_minmax and crop_padding by their own tests)
+    assert sorted(ranges) == sorted({*BOUNDS, *DEFAULT_IN_PYTHON, *BATCH_SOURCE_BOUNDS})
     assert _C.config_defaults() == {key: KEY_BY_NAME[key].default for key in ranges if key not in DEFAULT_IN_PYTHON}
     for key in ranges:
         assert KEY_BY_NAME[key].valid == DEFAULT_IN_PYTHON.get(key, ranges[key])
@@ -320,6 +338,26 @@ def test_a_numeric_key_out_of_the_cores_range_gets_config_pys_message_and_fails_
                            engine_config(config, task_of(config), "cpu", resolve_precision("32", "cpu"),
                                          steps_per_epoch=1, channels_last=False))
         engine.train_epoch(_C.TensorBatches(x, y, 4, False, False, 0, torch.device("cpu")), model, None, None)
+
+
+@pytest.mark.parametrize("key", sorted(BATCH_SOURCE_BOUNDS))
+def test_a_batch_key_out_of_the_cores_range_gets_config_pys_message_and_the_batch_source_refuses_it(key):
+    from gpucore import _C
+
+    outside, inside = BATCH_SOURCE_BOUNDS[key]
+    assert getattr(load_config({key: inside}), key) == inside
+    with pytest.raises(gpucore.ConfigError) as refused:
+        load_config({key: outside})
+    valid = DEFAULT_IN_PYTHON.get(key, core_ranges()[key])
+    assert str(refused.value) == f"config: config key '{key}' is {outside!r}; it must be {valid}"
+    if key == "prefetch":  # a FileBatches' check (test_streaming: "prefetch must be >= 1, got 0")
+        assert valid == ">= 1"
+        return
+    # batch_size and eval_batch_size reach the core as a batch source's batch_size
+    x, y = torch.randn(4, 2), torch.randint(0, 3, (4,))
+    with pytest.raises(gpucore.ConfigError, match=re.escape(f"batch_size must be in [1, 2^31), got {outside}")):
+        _C.TensorBatches(x, y, outside, False, False, 0, torch.device("cpu"))
+    assert _C.TensorBatches(x, y, inside, False, False, 0, torch.device("cpu")).remaining() == -(-4 // inside)
 
 
 def test_crop_padding_out_of_the_cores_range_gets_config_pys_message_and_randomcrop_refuses_it_too():

@@ -63,8 +63,8 @@ def test_on_the_cpu_true_warns_and_trains_exactly_as_eager(tmp_path):
     ({"compile": True}, False, "compile: true (torch.compile makes graphs of its own: its mode reduce-overhead)"),
     # DDP, also in one process under torchrun: its capture failed on an H200 (2026-11-26)
     ({}, True, "data-parallel training (DDP's forward and gradient all-reduce inside a captured step are not verified)"),
-    ({"accumulate_grad_batches": 2}, False,
-     "accumulate_grad_batches > 1 (a captured step holds one micro-batch so far)"),
+    # the engine's to say (Engine.graph_stats), as the batching can change mid-run (an out-of-memory retry)
+    ({"accumulate_grad_batches": 2}, False, None),
     ({"loss": "ctc", "heads": 4}, False, "loss ctc (torch's CTC loss reads the target lengths on the host)"),
     ({}, False, None),
     ({"mixup_alpha": 0.2, "cutmix_alpha": 1.0}, False, None),  # drawn on the host, copied in before each replay
@@ -163,6 +163,27 @@ def test_a_model_that_syncs_falls_back_to_eager_steps_with_a_warning(tmp_path):
     assert graphs["captured"] == 0 and graphs["replays"] == 0 and graphs["eager_steps"] == 20
     assert_states_close(graphed.model.state_dict(), eager.model.state_dict())
     torch.nn.functional.dropout(torch.ones(8, device="cuda"), 0.5)  # the random number generator works on
+
+
+@pytest.mark.needs_cuda
+def test_the_engine_says_why_it_steps_eagerly_with_accumulation(tmp_path):
+    """A captured step holds one micro-batch: the engine steps eagerly with accumulate_grad_batches > 1, from the
+    start or after an out-of-memory retry doubled it, and says so in graph_stats (training_stats.json's reason)."""
+    model = nn.Linear(4, 3).cuda()
+    config = _C.EngineConfig()
+    config.device, config.cuda_graphs = torch.device("cuda"), True
+    engine = _C.Engine([_C.ParamGroup(list(model.parameters()))], config)
+    assert engine.graph_stats()["reason"] is None
+    engine.set_accumulate_grad_batches(2)  # what on_oom: reduce_batch does as it halves the batch
+    accumulating = "accumulate_grad_batches > 1 (a captured step holds one micro-batch so far)"
+    assert engine.graph_stats()["reason"] == accumulating
+    x, y = torch.randn(64, 4, device="cuda"), torch.randint(0, 3, (64,), device="cuda")
+    engine.train_epoch(_C.TensorBatches(x, y, 8, False, False, 0, torch.device("cuda")), model, None, None)
+    assert engine.graph_stats() == {"captured": 0, "replays": 0, "eager_steps": 4, "reason": accumulating}
+    with pytest.warns(UserWarning, match="cuda_graphs: true, but this run's steps run eagerly: accumulate_grad_batches > 1"):
+        result = gpucore.train(run_config(tmp_path, "accumulating", device="cuda", epochs=1, cuda_graphs=True,
+                                          accumulate_grad_batches=2, data_kwargs=dict(DATA, train_size=64 * 4)))
+    assert stats_of(result)["cuda_graphs"]["reason"] == accumulating
 
 
 @pytest.mark.needs_cuda

@@ -39,7 +39,7 @@ def ema_engine(model, ema, decay, warmup=False, scaler=False):
     scaler_config.enabled = scaler
     config.scaler = scaler_config
     config.ema.decay, config.ema.warmup = decay, warmup
-    return _C.Engine([_C.ParamGroup(list(model.parameters()))], config, *ema_tensors(model, ema))
+    return _C.Engine([_C.ParamGroup(list(model.parameters()), weight_decay=0.0)], config, *ema_tensors(model, ema))
 
 
 def states(model):

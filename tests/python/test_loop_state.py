@@ -66,7 +66,7 @@ def test_the_engine_calls_on_step_only_where_a_step_checkpoint_is_due_or_every_s
     engine.train_epoch(_batches(36, 4), model, None, None, on_step=record,
                        step_calls=_C.StepCalls(every_step=True, every_n_steps=2))
     assert calls == [(1, False), (2, True), (3, False), (4, True), (5, False)]  # 9 micro-batches: 5 steps
-    assert engine.windows_in_epoch() == 5
+    assert engine.steps_in_pass() == 5
 
 
 def test_logs_carry_the_steps_taken_read_with_the_metrics():

@@ -23,21 +23,21 @@ def test_scaler_skips_inf_steps_halves_the_scale_and_holds_the_schedule():
     logged = []
     weights = []
     hook = lambda m, steps: (logged.append(dict(m)), weights.append(model.weight.detach().clone()))
-    eng.train_epoch(batches(x, y, 4), model, loss, hook)
+    stats = eng.train_epoch(batches(x, y, 4), model, loss, hook)
     assert eng.step_counts() == (2, 1)
     assert [m["loss_scale"] for m in logged] == [65536.0, 32768.0, 32768.0]
     assert torch.equal(weights[0], weights[1])      # the skipped step changed nothing
     assert not torch.equal(weights[1], weights[2])
     # the step schedule halves per taken step: after 2 taken steps lr is 0.25, not 0.125
-    assert eng.current_lr() == pytest.approx(0.25)
+    assert stats["metrics"]["lr"] == pytest.approx(0.25)
 
 
 def test_scale_grows_after_growth_interval_good_steps():
     model = nn.Linear(4, 3)
     x, y = torch.randn(16, 4), torch.randint(0, 3, (16,))
     eng = engine(list(model.parameters()), scaler=True)
-    eng.train_epoch(batches(x, y, 4), model, None, None)
-    assert eng.loss_scale() == 65536.0 * 4  # growth_interval 2, 4 good steps
+    stats = eng.train_epoch(batches(x, y, 4), model, None, None)
+    assert stats["metrics"]["loss_scale"] == 65536.0 * 4  # growth_interval 2, 4 good steps
 
 
 def test_clipping_sees_unscaled_gradients():
@@ -71,10 +71,10 @@ def test_init_scale_and_growth_interval_reach_the_engines_scaler():
     cpu = gpucore.resolve_precision("32", "cpu")
     policy = SimpleNamespace(autocast_dtype=cpu.autocast_dtype, param_dtype=cpu.param_dtype, loss_scaling=True)
     model = nn.Linear(4, 3)
-    eng = _C.Engine([_C.ParamGroup(list(model.parameters()))],
+    eng = _C.Engine([_C.ParamGroup(list(model.parameters()), weight_decay=0.0)],
                     engine_config(config, task_of(config), "cpu", policy, steps_per_epoch=7, channels_last=False))
     generator = torch.Generator().manual_seed(7)
     x, y = torch.randn(28, 4, generator=generator), torch.randint(0, 3, (28,), generator=generator)
-    eng.train_epoch(batches(x, y, 4), model, None, None)
+    stats = eng.train_epoch(batches(x, y, 4), model, None, None)
     assert eng.step_counts() == (7, 0)
-    assert eng.loss_scale() == 1024.0 * 2 ** (7 // 3)
+    assert stats["metrics"]["loss_scale"] == 1024.0 * 2 ** (7 // 3)

@@ -132,6 +132,7 @@ def test_a_constant_schedule_resumes_with_more_epochs_and_another_batch_size_is_
     assert longer.run_dir == first.run_dir and [row["epoch"] for row in longer.history] == [1, 2, 3]
     assert json.load(open(os.path.join(first.run_dir, "training_stats.json")))["batch"]["per_process"] == 64
     assert json.load(open(os.path.join(first.run_dir, "config.json"))) == dict(written, epochs=3)
+    assert_one_recorded_config(first.run_dir)
 
     cli = gpucore_cli(tmp_path, "train", "--resume", first.run_dir, "--set", "epochs=4")
     _, err = cli.communicate(timeout=120)
@@ -139,3 +140,13 @@ def test_a_constant_schedule_resumes_with_more_epochs_and_another_batch_size_is_
     assert "resuming from " in err and "epoch 4 of 4, from its start, optimizer step 24" in err
     assert [row["epoch"] for row in map(json.loads, open(os.path.join(first.run_dir, "metrics.jsonl")))] == [1, 2, 3, 4]
     assert json.load(open(os.path.join(first.run_dir, "config.json"))) == dict(written, epochs=4)
+    assert_one_recorded_config(first.run_dir)
+
+
+def assert_one_recorded_config(run_dir):
+    """config.json, training_stats.json's config and the last checkpoint's hold the same values: after a resume, the
+    run's first `resume` (how a start was asked for is not what the run is) and the resumed run's epochs."""
+    recorded = json.load(open(os.path.join(run_dir, "config.json")))
+    assert recorded["resume"] is None and recorded["epochs"] > 2
+    assert json.load(open(os.path.join(run_dir, "training_stats.json")))["config"] == recorded
+    assert torch.load(os.path.join(run_dir, "checkpoints", "last.pt"), weights_only=True)["config"] == recorded

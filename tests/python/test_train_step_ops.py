@@ -118,15 +118,6 @@ def test_train_step_ops_pass_opcheck():
                           (torch.tensor(4.0), torch.empty(()), _C.pack_schedule(schedule("onecycle", total_steps=20))))
 
 
-def test_next_indices_reads_the_order_from_the_cursor_and_advances_it():
-    order, cursor, index = torch.randperm(10), torch.tensor(3), torch.empty(4, dtype=torch.long)
-    torch.ops.gpucore.next_indices(order, cursor, index)
-    assert torch.equal(index, order[3:7]) and cursor.item() == 7
-    with pytest.raises(RuntimeError, match="runs past"):
-        torch.ops.gpucore.next_indices(order, cursor, index)
-    torch.library.opcheck(torch.ops.gpucore.next_indices, (order, torch.tensor(2), index))
-
-
 def addresses(buffers):
     return {name: tensor.data_ptr() for name, tensor in buffers.items()}
 
@@ -192,4 +183,4 @@ def engine_on(device, params):
     config.device = device
     config.log_every_n_steps = 10**6
     config.schedule = schedule("cosine", base_lr=1e-3, total_steps=100)
-    return _C.Engine([_C.ParamGroup(params)], config)
+    return _C.Engine([_C.ParamGroup(params, weight_decay=0.0)], config)

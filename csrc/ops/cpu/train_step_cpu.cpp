@@ -76,23 +76,12 @@ void learning_rate_cpu(const at::Tensor& step, const at::Tensor& lr, const at::T
   lr.data_ptr<float>()[0] = static_cast<float>(scheduled_lr(params, count));
 }
 
-void next_indices_cpu(const at::Tensor& order, const at::Tensor& cursor, const at::Tensor& index) {
-  check_next_indices_inputs(order, cursor, index);
-  int64_t* position = cursor.data_ptr<int64_t>();
-  const int64_t count = index.numel();
-  TORCH_CHECK(*position >= 0 && *position + count <= order.numel(), "next_indices: a batch of ", count, " at ",
-              *position, " runs past the order's ", order.numel(), " samples");
-  std::copy_n(order.data_ptr<int64_t>() + *position, count, index.data_ptr<int64_t>());
-  *position += count;
-}
-
 }  // namespace
 
 TORCH_LIBRARY_IMPL(gpucore, CPU, m) {
   m.impl("accumulate_metrics", &accumulate_metrics_cpu);
   m.impl("count_step", &count_step_cpu);
   m.impl("learning_rate", &learning_rate_cpu);
-  m.impl("next_indices", &next_indices_cpu);
 }
 
 }  // namespace gpucore::ops

@@ -49,21 +49,12 @@ void learning_rate_cuda(const at::Tensor& step, const at::Tensor& lr, const at::
   check_kernel_launch("gpucore::learning_rate");
 }
 
-void next_indices_cuda(const at::Tensor& order, const at::Tensor& cursor, const at::Tensor& index) {
-  check_next_indices_inputs(order, cursor, index);
-  const c10::cuda::CUDAGuard guard(order.device());
-  cuda::launch_next_indices(order.data_ptr<int64_t>(), cursor.data_ptr<int64_t>(), index.data_ptr<int64_t>(),
-                            index.numel(), c10::cuda::getCurrentCUDAStream().stream());
-  check_kernel_launch("gpucore::next_indices");
-}
-
 }  // namespace
 
 TORCH_LIBRARY_IMPL(gpucore, CUDA, m) {
   m.impl("accumulate_metrics", &accumulate_metrics_cuda);
   m.impl("count_step", &count_step_cuda);
   m.impl("learning_rate", &learning_rate_cuda);
-  m.impl("next_indices", &next_indices_cuda);
 }
 
 }  // namespace gpucore::ops

@@ -78,13 +78,6 @@ __global__ void learning_rate_kernel(const float* step, float* lr, ScheduleParam
   *lr = static_cast<float>(scheduled_lr(params, static_cast<double>(*step)));
 }
 
-__global__ void gather_indices_kernel(const int64_t* order, const int64_t* cursor, int64_t* index, int64_t count) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < count) index[i] = order[*cursor + i];
-}
-
-__global__ void advance_cursor_kernel(int64_t* cursor, int64_t count) { *cursor += count; }
-
 template <typename T>
 void launch_metrics(double* sums, const float* loss, const void* output, const int64_t* targets, int64_t n,
                     int64_t classes, int64_t spatial, int64_t top_k, int64_t ignore_index, unsigned long long* counted,
@@ -111,13 +104,6 @@ void launch_accumulate_metrics(double* sums, const float* loss, const void* outp
 
 void launch_count_step(float* counters, float* found_inf, cudaStream_t stream) {
   GPUCORE_LAUNCH(count_step_kernel, 1, 1, 0, stream, counters, found_inf);
-}
-
-void launch_next_indices(const int64_t* order, int64_t* cursor, int64_t* index, int64_t count, cudaStream_t stream) {
-  if (count == 0) return;
-  const unsigned blocks = static_cast<unsigned>((count + kThreads - 1) / kThreads);
-  GPUCORE_LAUNCH(gather_indices_kernel, blocks, kThreads, 0, stream, order, cursor, index, count);
-  GPUCORE_LAUNCH(advance_cursor_kernel, 1, 1, 0, stream, cursor, count);
 }
 
 void launch_learning_rate(const float* step, float* lr, const ScheduleParams& params, cudaStream_t stream) {

@@ -19,8 +19,6 @@ void launch_accumulate_metrics(double* sums, const float* loss, const void* outp
                                const int64_t* targets, int64_t n, int64_t classes, int64_t spatial, int64_t top_k,
                                int64_t ignore_index, unsigned long long* counted, cudaStream_t stream);
 void launch_count_step(float* counters, float* found_inf, cudaStream_t stream);
-// index[i] = order[*cursor + i] for i < count, then *cursor += count (two launches: every read before the move).
-void launch_next_indices(const int64_t* order, int64_t* cursor, int64_t* index, int64_t count, cudaStream_t stream);
 void launch_learning_rate(const float* step, float* lr, const ScheduleParams& params, cudaStream_t stream);
 
 }  // namespace gpucore::ops::cuda

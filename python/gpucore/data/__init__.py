@@ -1,12 +1,13 @@
-"""Data, as a chain: the native readers (readers.py; class_folders.py, folders as ImageFolder reads them) and the
-built-in data sets (builtin.py) -> one plan per data set (plan.py; identity.py, what the data set is) -> its batches
-per epoch from the C++ batch sources (epoch_data.py); gpucore.DataLoader (loader.py), tensors as model inputs
-(tensor_inputs.py), files to predict on (input_files.py) and the PNG writer (png.py). `gpucore.data.read_npz(...)`
-and the other readers are re-exported here, where users have always found them."""
+"""Data, as a chain: the native readers (readers.py: samples in memory, labeled_data.py, or image files decoded on
+demand, image_files.py; class_folders.py, folders as ImageFolder reads them) and the built-in data sets (builtin.py)
+-> one plan per data set (plan.py; identity.py, what the data set is) -> its batches per epoch from the C++ batch
+sources (epoch_data.py); gpucore.DataLoader (loader.py), tensors as model inputs (tensor_inputs.py), files to predict
+on (input_files.py) and the PNG writer (png.py). `gpucore.data.read_npz(...)`, `gpucore.data.ImageFiles` and the
+other readers are re-exported here, where users have always found them."""
+from .image_files import ImageFiles
+from .labeled_data import LabeledData
 from .readers import (
     IMAGE_EXTENSIONS,
-    ImageFiles,
-    LabeledData,
     captcha_labels,
     from_tensors,
     max_image_pixels,

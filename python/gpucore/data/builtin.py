@@ -16,6 +16,7 @@ from .. import _C
 from ..errors import ConfigError
 from ..values import is_int
 from . import readers
+from .image_files import ImageFiles
 from .identity import held_out_by_name, relative_names
 from .torch_samples import dataset_samples
 
@@ -333,7 +334,7 @@ def _segmentation_layout(root: str) -> Optional[Tuple[str, str]]:
 
 
 def _image_folder(root: str, kwargs: dict, classes: Optional[List[str]] = None,
-                  classes_from: Optional[str] = None) -> readers.ImageFiles:
+                  classes_from: Optional[str] = None) -> ImageFiles:
     """A folder of images/ and masks/ (read_segmentation: the masks are the targets), else of class subfolders,
     labelled by `classes` when given (a held-out folder: its training set's)."""
     pair = _segmentation_layout(root)
@@ -353,7 +354,7 @@ def check_fits_task(name: str, task, *data_sets) -> None:
     layout) need a task that trains on masks, class subfolders one that predicts something other than masks. Either
     mismatch would otherwise fail at the first step with a shape error, or score class labels as masks."""
     for data in data_sets:
-        if not isinstance(data, readers.ImageFiles):
+        if not isinstance(data, ImageFiles):
             continue
         if data.mask_paths is not None and not task.trains_on_masks:
             raise ConfigError(_not_on_masks(name, task, ""))
@@ -369,7 +370,7 @@ def check_model_segments(name: str, task, classifier_evidence, whose: str, *data
     cross_entropy, bce_with_logits) need a model of per-pixel outputs. `classifier_evidence()` says why the model is a
     classifier (its outputs for a blank input are one row per image, ...) or None: it would fail at the first step
     with a shape error."""
-    masks = any(isinstance(data, readers.ImageFiles) and data.mask_paths is not None for data in data_sets)
+    masks = any(isinstance(data, ImageFiles) and data.mask_paths is not None for data in data_sets)
     if not masks or task.predicts_masks or not task.trains_on_masks:
         return
     evidence = classifier_evidence()
@@ -517,7 +518,7 @@ def split(dataset, fraction: float, seed: int):
     if not fraction:
         return dataset, None, None
     count = _split_length(dataset)
-    if isinstance(dataset, readers.ImageFiles):
+    if isinstance(dataset, ImageFiles):
         train_index, val_index = held_out_by_name(relative_names(dataset), fraction, seed)
         record = ValSplit(fraction=fraction, seed=seed, samples=count, val_index=val_index, how=_BY_FILE_NAME)
         return dataset.subset(train_index), dataset.subset(val_index), record

@@ -7,7 +7,7 @@ from typing import List, Optional, Sequence
 import torch
 
 from ..errors import ConfigError
-from .readers import ImageFiles
+from .image_files import ImageFiles
 from .torch_samples import DatasetSamples
 
 

@@ -11,8 +11,8 @@ import torch
 from .. import _C
 from .. import transforms as transforms_list
 from ..errors import ConfigError
+from .image_files import ImageFiles
 from .plan import DataPlan, plan_data
-from .readers import ImageFiles
 from .tensor_inputs import as_images, prepare_inputs
 from .torch_samples import dataset_samples, describe
 

@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 
 from ..errors import ConfigError
-from .readers import ImageFiles
+from .image_files import ImageFiles
 from .torch_samples import DatasetSamples
 
 

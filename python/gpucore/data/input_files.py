@@ -13,6 +13,7 @@ from .. import _C, transforms
 from ..errors import ConfigError
 from . import readers
 from .class_folders import read_folder_tree
+from .image_files import DEFAULT_MAX_RESOLUTION
 from .torch_samples import _part, _uint8_image
 
 ARRAY_EXTENSIONS = (".npy", ".npz")
@@ -96,7 +97,7 @@ def _decode(paths: List[str], names: List[str], folders: List[str], channels: in
     own_sizes = size is None and max_resolution is not None
     files = readers.read_files(paths, list(range(len(paths))), channels=channels, size=None if own_sizes else size,
                                on_error=on_error, exif_orientation=exif_orientation,
-                               max_resolution=max_resolution if own_sizes else readers.DEFAULT_MAX_RESOLUTION,
+                               max_resolution=max_resolution if own_sizes else DEFAULT_MAX_RESOLUTION,
                                decode="exact")  # whatever the run's decode: predictions from the truest pixels
     images = ([image.permute(2, 0, 1) for image in files.images_at_own_size()] if own_sizes else files.inputs)
     if not len(images):

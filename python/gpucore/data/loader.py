@@ -9,8 +9,9 @@ import torch
 from ..device.select import select_device
 from ..errors import ConfigError
 from .epoch_data import batch_source, skipped_files
+from .image_files import ImageFiles
+from .labeled_data import LabeledData
 from .plan import is_native, plan_data
-from .readers import LabeledData, ImageFiles
 
 
 class DataLoader:

@@ -18,7 +18,7 @@ from ..config import KEY_BY_NAME
 from ..device.select import memory_stats
 from ..errors import ConfigError
 from .identity import identity_of
-from .readers import ImageFiles
+from .image_files import ImageFiles
 from .tensor_inputs import as_images, input_stats
 from .torch_samples import DatasetSamples, dataset_samples
 

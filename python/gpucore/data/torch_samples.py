@@ -15,7 +15,7 @@ import torch
 from .. import _C
 from .. import transforms as transforms_list
 from ..errors import ConfigError
-from .readers import LabeledData
+from .labeled_data import LabeledData
 from .tensor_inputs import pixel_stats
 
 IMAGE_KEYS = ("image", "img", "pixel_values", "input")  # a dict sample's image, the first found (data_kwargs image_key)

@@ -197,12 +197,16 @@ def assess_devices(facts: Optional[_C.SystemFacts] = None) -> list:
     return [_verdict(v) for v in _C.assess_all_devices(facts or system_facts(), _probe)]
 
 
+# The values of the toggles (tf32, cudnn_benchmark, channels_last, cuda_graphs): auto, true, false, from the core.
+TOGGLES = tuple(_C.config_choices()["tf32"])
+
+
 def _toggle(value: Union[bool, str], key: str) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
         return value.strip().lower()
-    raise ConfigError(f"{key} must be auto, true or false; got {type(value).__name__} {value!r}")
+    raise ConfigError(f"{key} must be {', '.join(TOGGLES[:-1])} or {TOGGLES[-1]}; got {type(value).__name__} {value!r}")
 
 
 _DTYPES = {"": None, "bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32, "float64": torch.float64}

@@ -9,7 +9,7 @@ from torch import nn
 
 from ..checkpoint import write_json
 from ..data.builtin import class_names, is_python_data
-from ..data.readers import LabeledData
+from ..data.labeled_data import LabeledData
 from ..errors import ConfigError
 from ..report.page import Page
 from ..tasks import Classification

@@ -15,8 +15,8 @@ from torch import nn
 from ..cam import PhotoGeometry
 from ..checkpoint import load_checkpoint, model_state
 from ..config import load_config
+from ..data.image_files import DEFAULT_MAX_RESOLUTION
 from ..data.input_files import images_from_list, read_size
-from ..data.readers import DEFAULT_MAX_RESOLUTION
 from ..data.tensor_inputs import as_images, model_inputs, prepare_inputs
 from ..device.select import select_device
 from .. import transforms

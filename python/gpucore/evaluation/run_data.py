@@ -8,8 +8,9 @@ from typing import Optional, Tuple
 import torch
 
 from ..data.builtin import BUILTIN, check_fits_task, check_model_segments, is_python_data, load_data
+from ..data.image_files import ImageFiles
+from ..data.labeled_data import LabeledData
 from ..data.plan import is_native
-from ..data.readers import ImageFiles, LabeledData
 from ..errors import ConfigError
 from ..tasks import Classification
 

@@ -18,8 +18,8 @@ from torch import nn
 
 from ..checkpoint import load_checkpoint, write_json
 from ..data.builtin import is_python_data
+from ..data.labeled_data import LabeledData
 from ..data.plan import is_native
-from ..data.readers import LabeledData
 from ..device.select import select_device
 from ..errors import ConfigError
 from ..redact import masked_values

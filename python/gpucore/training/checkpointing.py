@@ -71,7 +71,6 @@ class Checkpointing:
                  outcome: FitOutcome):
         self.run, self.position, self.history, self.callbacks = run, position, history, callbacks
         self.monitor, self.outcome = monitor, outcome
-        self.config_values: Optional[dict] = None  # a resumed run's config.json (the checkpoint's batching keys)
 
     def payload(self) -> dict:
         """What a checkpoint holds: enough to resume exactly after the last optimizer step done (at any world
@@ -80,7 +79,7 @@ class Checkpointing:
         payload = dict(self.position.state_dict(), history=list(self.history), callbacks=states,
                        best=states[ModelCheckpoint.STATE_KEY], model=run.module.state_dict(), engine=run.engine.state(),
                        rng=rng_state(),
-                       config=dict(self.config_values or run.config.to_dict()), classes=run.classes,
+                       config=dict(run.run_dir.config), classes=run.classes,
                        class_weights=run.task.class_weights,  # config key class_weights as resolved: evaluate's loss
                        data=run.data_identity,
                        input_shape=run.input_shape,
@@ -136,8 +135,7 @@ class Checkpointing:
         set_rng_state(checkpoint["rng"])
         self.callbacks.call("on_load_checkpoint", saved)
         run.run_dir.write_history(self.history)  # rows written after this checkpoint (a kill) are dropped
-        self.config_values = self._config_used(saved_config)
-        run.run_dir.write_config(self.config_values)
+        run.run_dir.write_config(self._config_used(saved_config))
         position.engine_read(*run.engine.step_counts())
         if run.world.is_main:
             epochs = run.config.epochs

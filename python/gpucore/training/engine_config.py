@@ -59,7 +59,8 @@ def cuda_graphs_plan(config, device: str, data_parallel: bool = False) -> Tuple[
     """Config key cuda_graphs resolved: whether the engine captures its steps as CUDA graphs, and when it will not
     although asked (true or auto), why. `data_parallel`: the model runs under DistributedDataParallel (a launched
     run: torchrun, srun or devices: N, one process included). What the engine can find only by trying (a model that
-    syncs with the host) it reports itself: Engine.graph_stats()."""
+    syncs with the host) and what it cannot capture at the batching it trains (accumulate_grad_batches > 1, also after an
+    out-of-memory retry doubled it) it reports itself: Engine.graph_stats()."""
     if config.cuda_graphs == "false":
         return False, None
     reason = _why_steps_stay_eager(config, torch.device(device), data_parallel)
@@ -75,8 +76,6 @@ def _why_steps_stay_eager(config, device: torch.device, data_parallel: bool) -> 
         # Under torchrun with one process too: an H200 (2026-11-26) failed such a capture in dropout ("Offset
         # increment outside graph capture encountered unexpectedly").
         return "data-parallel training (DDP's forward and gradient all-reduce inside a captured step are not verified)"
-    if config.accumulate_grad_batches > 1:
-        return "accumulate_grad_batches > 1 (a captured step holds one micro-batch so far)"
     if config.loss == "ctc":
         return "loss ctc (torch's CTC loss reads the target lengths on the host)"
     return None

@@ -88,7 +88,8 @@ class FitLoop:
         self.callbacks, self.checkpointing, self.checkpoints, self.freeze = callbacks, checkpointing, checkpoints, freeze
         self.validation, self.oom, self.run_stats, self.step_checkpoints = validation, oom, run_stats, step_checkpoints
         self.step_boundaries = StepBoundaries()  # where SIGTERM and SIGUSR1 are raised
-        self.warned_on_capture = False  # cuda_graphs: a failed capture is warned about once
+        # cuda_graphs: why the engine steps eagerly, as last said (setup warned of the reason it started with)
+        self.eager_reason_said = run.engine.graph_stats()["reason"]
         self.train_forward = run.forward  # what the engine calls this epoch (FreezeBackbone's folded forward)
         # Files left out that the terminal was told of: those of formats gpucore does not decode, when read.
         self.files_said = set().union(*(getattr(s.data, "unread", []) for s in (run.train_set, run.val_set) if s))
@@ -200,13 +201,13 @@ class FitLoop:
 
         step_hook = self.callbacks.overridden("on_train_step_end")
 
-        def on_step(done: int, checkpoint_due: bool):  # where the engine's step_calls ask: a step boundary
-            position.steps_done(done)
+        def on_step(steps_in_pass: int, checkpoint_due: bool):  # where the engine's step_calls ask: a step boundary
+            position.steps_done(steps_in_pass)
             self.step_boundaries.raise_pending()
             if step_hook:  # before the step checkpoint, which then holds the callbacks' state after the step
-                self.callbacks.call("on_train_step_end", position.step_in_epoch(done))
+                self.callbacks.call("on_train_step_end", position.step_in_epoch(steps_in_pass))
             if checkpoint_due:
-                self.step_checkpoints.write(self.checkpointing.snapshot(copy=True), done, engine.windows_in_epoch)
+                self.step_checkpoints.write(self.checkpointing.snapshot(copy=True), steps_in_pass, engine.steps_in_pass)
 
         checkpoints = self.step_checkpoints
         step_calls = _C.StepCalls(every_step=step_hook, every_n_steps=checkpoints.every_n_steps,
@@ -223,9 +224,9 @@ class FitLoop:
                         # None: no call into Python (and the GIL) after the steps
                         on_step=on_step if checkpoints.enabled or step_hook else None, step_calls=step_calls)
                 finally:  # also after an interrupt: the steps done are where a resume goes on
-                    position.steps_done(engine.windows_in_epoch())
+                    position.steps_done(engine.steps_in_pass())
             position.engine_read(stats["steps_taken"], stats["metrics"].get("skipped_steps", 0))
-            self._warn_on_failed_capture()
+            self._warn_on_eager_steps()
             return stats
         except OutOfMemoryError as exc:
             progress.close()
@@ -238,11 +239,12 @@ class FitLoop:
                 raise
             raise error from exc
 
-    def _warn_on_failed_capture(self) -> None:
-        """cuda_graphs: true and the engine found, by trying, a step it could not capture: say so once."""
+    def _warn_on_eager_steps(self) -> None:
+        """cuda_graphs: true and the engine steps eagerly for a new reason (a step it could not capture, found by
+        trying; accumulate_grad_batches > 1 after an out-of-memory retry): say so once."""
         reason = self.run.engine.graph_stats()["reason"]
-        if reason and self.run.config.cuda_graphs == "true" and not self.warned_on_capture:
-            self.warned_on_capture = True
+        if reason and reason != self.eager_reason_said and self.run.config.cuda_graphs == "true":
+            self.eager_reason_said = reason
             warnings.warn(f"cuda_graphs: true, but the steps run eagerly from here on: {reason}", stacklevel=2)
 
     def _epoch_record(self, stats: dict) -> dict:

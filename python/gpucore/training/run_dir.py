@@ -48,6 +48,9 @@ class RunDir:
                 self.lock = claim_or_refuse(path, f"resume: {self.resume}")
         path = distributed.broadcast(path if world.is_main else None)
         self.path = path
+        # config.json's values: the run's config; a resume's once its checkpoint is read (write_config). What
+        # training_stats.json and every checkpoint record, so the three never disagree.
+        self.config: dict = config.to_dict()
         self.checkpoint_dir = os.path.join(path, CHECKPOINTS)
         self.stats_path = os.path.join(path, STATS)
         self.metrics_path = os.path.join(path, METRICS)
@@ -83,6 +86,7 @@ class RunDir:
 
     def write_config(self, values: dict) -> None:
         """config.json: the keys the run trains with."""
+        self.config = dict(values)
         if self.world.is_main:
             write_json(os.path.join(self.path, CONFIG), values)
 

@@ -21,8 +21,9 @@ from ..data.builtin import (BUILTIN as BUILTIN_DATA, DATA_VAL_FRACTION, PYTHON_D
                             check_model_segments, class_names, read_data, split)
 from ..data.class_balance import balanced_sampling_weights, class_count, class_labels, resolve_class_weights
 from ..data.epoch_data import EpochData, training_set, validation_set
+from ..data.image_files import ImageFiles
+from ..data.labeled_data import LabeledData
 from ..device.placement import place_model
-from ..data.readers import ImageFiles, LabeledData
 from ..data.tensor_inputs import as_images
 from ..data.torch_samples import DatasetSamples, dataset_samples
 from ..device.select import PrecisionPolicy, resolve_precision, select_device
@@ -68,7 +69,7 @@ class Run:
     def summary(self) -> dict:
         """The facts of the run for training_stats.json."""
         return {"device": str(self.device), "device_reason": self.device_reason, "precision": self.policy.to_dict(),
-                "channels_last": self.channels_last, "torch": torch.__version__, "config": self.config.to_dict(),
+                "channels_last": self.channels_last, "torch": torch.__version__, "config": self.run_dir.config,
                 "classes": self.classes, "data": self.data_identity, "run_dir": self.run_dir.path,
                 "launcher": self.world.launcher or None, "world_size": self.world.size,
                 "restart": self.world.restart,  # TORCHELASTIC_RESTART_COUNT
@@ -165,12 +166,13 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
     check_monitor(config, task, val_set is not None)
     steps_per_epoch = Batching.of(config).steps_in(train_set.total_batches())
     graphs, graphs_reason = cuda_graphs_plan(config, device, data_parallel=world.launched)
-    if graphs_reason and config.cuda_graphs == "true":
-        warnings.warn(f"cuda_graphs: true, but this run's steps run eagerly: {graphs_reason}", stacklevel=3)
     engine = _C.Engine(param_groups(module, config),
                        engine_config(config, task, device, policy, steps_per_epoch, channels_last, world.size,
                                      cuda_graphs=graphs),
                        *ema_tensors(module, ema))
+    eager_reason = graphs_reason or engine.graph_stats()["reason"]
+    if eager_reason and config.cuda_graphs == "true":
+        warnings.warn(f"cuda_graphs: true, but this run's steps run eagerly: {eager_reason}", stacklevel=3)
     config = recorded_config(config, model, given, loss)
     run_dir = RunDir(config, world)
     run_dir.create(config)

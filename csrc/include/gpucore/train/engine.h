@@ -26,6 +26,8 @@
 
 namespace gpucore {
 
+// The defaults of the settings that are config keys' values are the keys' defaults in config.py (test_engine_config
+// compares every one, through _C.default_settings()).
 struct EngineConfig {
   at::Device device = at::kCPU;
   std::optional<at::ScalarType> autocast_dtype;  // bfloat16 or float16; nullopt: no autocast
@@ -33,6 +35,9 @@ struct EngineConfig {
   int64_t accumulate_grad_batches = 1;           // micro-batches per optimizer step
   double clip_grad_norm = 0.0;                   // 0: off
   double clip_grad_value = 0.0;                  // 0: off
+  // channels_last and cuda_graphs are resolved here (true or false); config keys channels_last and cuda_graphs, whose
+  // default auto decides them by the device and the model (engine_config.py), are a toggle. So are device and the
+  // dtypes (config keys device and precision, auto) and scaler.enabled (precision 16-mixed).
   bool channels_last = false;
   int64_t log_every_n_steps = 50;                // optimizer steps between host reads
   int64_t max_nonfinite_steps = 20;              // skipped steps in a row before a TrainingError
@@ -49,8 +54,8 @@ struct EngineConfig {
   int64_t graph_warmup_steps = 3;
 };
 
-// What cuda_graphs did: steps captured (each capture is also a step), replayed and run eagerly, and why the
-// steps went eager after a capture failed (empty while none failed).
+// What cuda_graphs did: steps captured (each capture is also a step), replayed and run eagerly, and why steps run
+// eagerly (empty: only warm-up and short last batches do).
 struct GraphStats {
   int64_t captured = 0;
   int64_t replays = 0;
@@ -66,13 +71,13 @@ using LossFn = std::function<at::Tensor(const at::Tensor& output, const at::Tens
 // Called at log intervals with the running metrics of the epoch and the run's optimizer steps taken, read in the
 // same copy to the host.
 using LogFn = std::function<void(const std::map<std::string, double>& metrics, int64_t steps_taken)>;
-// Called after an optimizer step, where StepCalls asks for it, with the steps (windows) completed in this train_epoch
-// and whether a step checkpoint is due after this one; no host read.
-using StepFn = std::function<void(int64_t windows_in_epoch, bool checkpoint_due)>;
+// Called after an optimizer step, where StepCalls asks for it, with the optimizer steps (accumulation windows, taken
+// or skipped) completed in this train_epoch and whether a step checkpoint is due after this one; no host read.
+using StepFn = std::function<void(int64_t steps_in_pass, bool checkpoint_due)>;
 
 // When train_epoch calls on_step, decided without a host read and without the caller (so a Python caller's GIL is
 // taken only then): after every step with every_step (a per-step callback), else only where a step checkpoint is
-// due: at a step of the epoch (steps_before + windows done) that is a multiple of every_n_steps, or once
+// due: at a step of the epoch (steps_before + steps_in_pass) that is a multiple of every_n_steps, or once
 // every_seconds have passed since the pass began or since the last due step. Never due at the epoch's last step,
 // which the end-of-epoch checkpoint follows.
 struct StepCalls {
@@ -84,7 +89,6 @@ struct StepCalls {
 
 struct EpochStats {
   std::map<std::string, double> metrics;  // loss, accuracy, ... (see MetricTracker), lr, loss_scale, skipped_steps
-  int64_t optimizer_steps = 0;            // windows completed this epoch (taken or skipped)
   int64_t steps_taken = 0;                // the run's optimizer steps taken, as of the epoch's end (Engine only)
   int64_t samples = 0;
   double seconds = 0;
@@ -92,8 +96,7 @@ struct EpochStats {
 
 // Every read of device values on the host, by what read them (training_stats.json's host_syncs): "metrics" (the
 // running metrics and step counters, one copy at each log interval and each epoch's end), "evaluation" (a
-// validation pass's metrics), "counters" (step_counts(), current_lr(), loss_scale() called on
-// their own) and what the caller notes of its own (the Python side: a checkpoint's copy to the host, ...).
+// validation pass's metrics), "counters" (step_counts() called on its own) and what the caller notes of its own (the Python side: a checkpoint's copy to the host, ...).
 class HostReads {
  public:
   void note(const std::string& source, int64_t count = 1) { counts_[source] += count; }
@@ -128,14 +131,15 @@ class Engine {
   std::pair<int64_t, int64_t> step_counts() const;
   HostReads& host_reads() { return host_reads_; }
   const HostReads& host_reads() const { return host_reads_; }
-  // Optimizer steps (windows) completed in the current or last train_epoch, also after an exception: where a
-  // resumed run picks the data up again. Safe to read from another thread while an epoch trains.
-  int64_t windows_in_epoch() const { return windows_in_epoch_.load(); }
+  // Optimizer steps (accumulation windows, taken or skipped) completed in the current or last train_epoch (one pass
+  // over what its batches held), also after an exception: where a resumed run picks the data up again. Safe to read
+  // from another thread while an epoch trains.
+  int64_t steps_in_pass() const { return steps_in_pass_.load(); }
   // Micro-batches per step from now on (on_oom: reduce_batch doubles it as the batch halves).
   void set_accumulate_grad_batches(int64_t accumulate_grad_batches);
-  double current_lr() const;           // host read ("counters")
-  const GraphStats& graph_stats() const { return graph_stats_; }
-  double loss_scale() const;           // host read ("counters")
+  // cuda_graphs: the steps captured, replayed and run eagerly, and why steps run eagerly now (empty: they do not, or
+  // cuda_graphs is off): a capture that failed, else what the engine cannot capture (accumulate_grad_batches > 1).
+  GraphStats graph_stats() const;
 
   // The tensors every training step reads or writes besides the model's and the optimizer's (metric sums,
   // counters, found_inf, lr): allocated once, so their addresses never change (what a CUDA graph needs).
@@ -174,14 +178,14 @@ class Engine {
   at::Tensor found_inf_;     // float32 0-dim, zero between steps
   at::Tensor lr_;            // float32 0-dim: the schedule's rate for the next step
   mutable HostReads host_reads_;  // the const host reads count too
-  std::atomic<int64_t> windows_in_epoch_{0};
+  std::atomic<int64_t> steps_in_pass_{0};
   WeightAverage ema_;        // off unless config.ema.decay > 0
   StepGraph graph_;          // cuda_graphs: the captured step
   std::vector<int64_t> graph_key_;       // the captured step's input and target shapes and trainable parameters
   at::Tensor graph_inputs_, graph_targets_;  // the captured step's static inputs, refilled before each replay
   int64_t graph_warmup_left_ = 0;        // eager steps before the next capture
   int64_t graph_batch_size_ = 0;         // the captured step's batch size (while warming up: the largest seen)
-  GraphStats graph_stats_;
+  GraphStats graph_stats_;               // its reason: a failed capture's (eager from then on)
 };
 
 }  // namespace gpucore

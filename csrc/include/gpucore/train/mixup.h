@@ -26,7 +26,7 @@ struct MixupConfig {
   double switch_prob = 0.5;            // with both on: chance of CutMix instead of mixup
   MixMode mode = MixMode::kBatch;
   bool correct_lam = true;             // CutMix's lambda from the box's area after clipping at the image's border
-  uint64_t seed = 0;
+  uint64_t seed = 42;                  // config key seed's default
   bool enabled() const { return mixup_alpha > 0 || cutmix_alpha > 0 || !cutmix_minmax.empty(); }
 };
 

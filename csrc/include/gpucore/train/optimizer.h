@@ -26,7 +26,7 @@ struct OptimizerConfig {
 
 struct ParamGroup {
   std::vector<at::Tensor> params;
-  double weight_decay = 0.0;
+  double weight_decay = 0.01;  // config key weight_decay's default; the group without decay sets 0
   // The group's learning rate is the step's lr times this (> 0): a fine-tuned backbone trains slower
   // than its new head. Applied on the device, so a step still never synchronises with the host.
   double lr_scale = 1.0;

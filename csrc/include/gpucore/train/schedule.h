@@ -18,13 +18,15 @@ ScheduleKind parse_schedule(const std::string& name);  // constant, step, multis
 std::string to_string(ScheduleKind kind);
 
 struct ScheduleConfig {
-  ScheduleKind kind = ScheduleKind::kConstant;
+  // The defaults are config.py's keys' (test_engine_config compares them), but for the counts in optimizer steps,
+  // which engine_config.py derives from the keys in epochs (warmup_epochs, epochs, step_size, milestones).
+  ScheduleKind kind = ScheduleKind::kCosine;
   double base_lr = 1e-3;              // the peak rate for onecycle
-  int64_t warmup_steps = 0;           // linear warm-up from base_lr / warmup_steps
-  int64_t total_steps = 1;            // cosine and onecycle
-  int64_t step_size = 1;              // step
+  int64_t warmup_steps = 0;           // linear warm-up from base_lr / warmup_steps (config key warmup_epochs)
+  int64_t total_steps = 1;            // cosine and onecycle (config key epochs, in steps)
+  int64_t step_size = 1;              // step: optimizer steps between decays (config key step_size is in epochs)
   double gamma = 0.1;                 // step, multistep
-  std::vector<int64_t> milestones;    // multistep
+  std::vector<int64_t> milestones;    // multistep: in optimizer steps (config key milestones: in epochs)
   double min_lr = 0.0;                // cosine floor
   double pct_start = 0.3;             // onecycle
   double div_factor = 25.0;           // onecycle: initial = base_lr / div_factor

@@ -1,6 +1,6 @@
 #pragma once
-// The numeric config keys the engine takes as they are, with the engine's defaults and valid ranges: what
-// config.py offers and checks (_C.config_ranges, _C.config_defaults), so the two languages cannot disagree.
+// The numeric config keys the engine and the batch sources take as they are, with the core's defaults and valid
+// ranges: what config.py offers and checks (_C.config_ranges, _C.config_defaults), so the two languages cannot disagree.
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,8 +12,9 @@ namespace gpucore {
 struct NumericSetting {
   std::string key;                      // the config key
   Range range;
-  // The engine's default (EngineConfig{}); none where config.py's is the only one: cutmix_minmax (a list) and
-  // crop_padding (0, off; the transforms list's RandomCrop padding).
+  // The core's default (EngineConfig{}, FileBatchesConfig{}); none where config.py's is the only one: cutmix_minmax
+  // (a list), crop_padding (0, off; the transforms list's RandomCrop padding), batch_size and eval_batch_size (a batch
+  // source's constructor argument).
   std::optional<double> default_value;
   bool integer = false;
 };
