@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "ops/cuda/device_values.h"
 #include "ops/cuda/kernel_launch.h"
 #include "ops/cuda/pool_norm_kernels.h"
 #include "ops/pool_norm_math.h"
@@ -13,16 +14,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 4096;
-
-// Half, bfloat16 and float compute in float32; double in double.
-__device__ inline float to_math(__half v) { return __half2float(v); }
-__device__ inline float to_math(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ inline float to_math(float v) { return v; }
-__device__ inline double to_math(double v) { return v; }
-__device__ inline void store(__half* out, float v) { *out = __float2half(v); }
-__device__ inline void store(__nv_bfloat16* out, float v) { *out = __float2bfloat16(v); }
-__device__ inline void store(float* out, float v) { *out = v; }
-__device__ inline void store(double* out, double v) { *out = v; }
 
 // Where pooled element i (in the tensors' memory order) is: its channel and the offset of its window in the input.
 struct Place {
@@ -44,21 +35,6 @@ __device__ inline Place place(const PoolNormDims& d, int64_t i) {
 __device__ inline int64_t channel_element(const PoolNormDims& d, int64_t c, int64_t j) {
   const int64_t area = d.pooled_height * d.pooled_width, n = j / area, pixel = j % area;
   return d.channels_last ? (n * area + pixel) * d.channels + c : (n * d.channels + c) * area + pixel;
-}
-
-// Sum of `value` over the block (kThreads threads); every thread gets the result.
-template <typename M>
-__device__ M block_sum(M value) {
-  __shared__ M partial[kThreads];
-  partial[threadIdx.x] = value;
-  __syncthreads();
-  for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
-    __syncthreads();
-  }
-  const M total = partial[0];
-  __syncthreads();
-  return total;
 }
 
 template <typename T>
@@ -92,14 +68,14 @@ __global__ void stats_kernel(const T* pooled, PoolNormChannels ch, bool training
   }
   M sum = 0;
   for (int64_t j = threadIdx.x; j < count; j += blockDim.x) sum += to_math(pooled[channel_element(d, c, j)]);
-  const double mean = static_cast<double>(block_sum<M>(sum)) / static_cast<double>(count);
+  const double mean = static_cast<double>(block_sum<kThreads>(sum)) / static_cast<double>(count);
   const M mean_m = static_cast<M>(mean);
   M squares = 0;
   for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
     const M diff = to_math(pooled[channel_element(d, c, j)]) - mean_m;
     squares += diff * diff;
   }
-  const double var = static_cast<double>(block_sum<M>(squares)) / static_cast<double>(count);
+  const double var = static_cast<double>(block_sum<kThreads>(squares)) / static_cast<double>(count);
   if (threadIdx.x == 0) {
     save_mean[c] = mean_m;
     save_invstd[c] = static_cast<M>(1.0 / sqrt(var + eps));
@@ -147,8 +123,8 @@ __global__ void grad_sums_kernel(const T* grad_out, const T* pooled, const T* ou
     sum_g += g;
     sum_gx += g * (to_math(pooled[i]) - mean);
   }
-  sum_g = block_sum<M>(sum_g);
-  sum_gx = block_sum<M>(sum_gx);
+  sum_g = block_sum<kThreads>(sum_g);
+  sum_gx = block_sum<kThreads>(sum_gx);
   if (threadIdx.x == 0) {
     static_cast<M*>(grad_bias_)[c] = sum_g;
     static_cast<M*>(grad_weight_)[c] = sum_gx * static_cast<const M*>(save_invstd_)[c];
