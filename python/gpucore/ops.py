@@ -86,3 +86,52 @@ def _mix_targets(targets, params, num_classes, smoothing):
 @torch.library.register_fake("gpucore::ema_update")
 def _ema_update(averages, sources, counters, decay, warmup, warmup_gamma, warmup_power):
     return None  # moves averages toward sources, in place
+
+
+def _pool_norm_format(input):
+    return torch._prims_common.suggest_memory_format(input)  # the C++ kernels' choice: channels-last or contiguous
+
+
+@torch.library.register_fake("gpucore::maxpool_bn_relu")
+def _maxpool_bn_relu(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    n, c, h, w = input.shape
+    like = dict(dtype=input.dtype, device=input.device, memory_format=_pool_norm_format(input))
+    stats = dict(dtype=torch.float64 if input.dtype == torch.float64 else torch.float32, device=input.device)
+    kept = c if training else 0
+    return (torch.empty((n, c, h // 2, w // 2), **like), torch.empty((n, c, h // 2, w // 2), **like),
+            torch.empty((c,), **stats), torch.empty((c,), **stats), running_mean.new_empty((kept,)),
+            running_var.new_empty((kept,)))
+
+
+@torch.library.register_fake("gpucore::maxpool_bn_relu_backward")
+def _maxpool_bn_relu_backward(grad_out, input, pooled, out, weight, save_mean, save_invstd, training):
+    return (torch.empty(input.shape, dtype=input.dtype, device=input.device, memory_format=_pool_norm_format(input)),
+            weight.new_empty(weight.shape), weight.new_empty(weight.shape))
+
+
+# The device types maxpool_bn_relu has kernels for ('cpu'; 'cuda' in a CUDA build), read once: a set torch.compile
+# reads as a constant (MaxPoolBatchNormReLU falls back to torch's functions elsewhere).
+POOL_NORM_DEVICES = frozenset(device for device, key in (("cpu", "CPU"), ("cuda", "CUDA"))
+                              if torch._C._dispatch_has_kernel_for_dispatch_key("gpucore::maxpool_bn_relu", key))
+
+
+# maxpool_bn_relu's gradient: of out only (pooled, the statistics and the new running statistics are not
+# differentiable; they are what the backward and the caller's buffers need).
+def _maxpool_bn_relu_setup(ctx, inputs, output):
+    input, weight, _bias, _running_mean, _running_var, training, _momentum, _eps = inputs
+    out, pooled, save_mean, save_invstd = output[:4]
+    ctx.save_for_backward(input, pooled, out, weight, save_mean, save_invstd)
+    ctx.training = training
+
+
+def _maxpool_bn_relu_grad(ctx, grad_out, *_unused):
+    if grad_out is None:
+        return (None,) * 8
+    input, pooled, out, weight, save_mean, save_invstd = ctx.saved_tensors
+    grad_input, grad_weight, grad_bias = torch.ops.gpucore.maxpool_bn_relu_backward(
+        grad_out, input, pooled, out, weight, save_mean, save_invstd, ctx.training)
+    return grad_input, grad_weight, grad_bias, None, None, None, None, None
+
+
+torch.library.register_autograd("gpucore::maxpool_bn_relu", _maxpool_bn_relu_grad,
+                                setup_context=_maxpool_bn_relu_setup)

@@ -3,6 +3,7 @@
 #include <cfloat>
 
 #include "ops/cuda/cam_kernels.h"
+#include "ops/cuda/device_values.h"
 #include "ops/cuda/kernel_launch.h"
 #include "ops/jet_colormap.h"
 
@@ -12,20 +13,6 @@ namespace {
 constexpr int kThreads = 256;
 
 __constant__ uint8_t jet_rgb[256][3] = {GPUCORE_JET_RGB_ENTRIES};  // loaded with the module on each device
-
-// Sum of `value` over the block; every thread gets the result.
-__device__ float block_sum(float value) {
-  __shared__ float partial[kThreads];
-  partial[threadIdx.x] = value;
-  __syncthreads();
-  for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
-    __syncthreads();
-  }
-  const float total = partial[0];
-  __syncthreads();
-  return total;
-}
 
 __device__ float block_reduce_max(float value) {
   __shared__ float partial[kThreads];
@@ -48,7 +35,7 @@ __global__ void cam_weights_kernel(const float* activations, const float* gradie
   float sum_a = 0;
   if (method != 0) {
     for (int64_t i = threadIdx.x; i < area; i += blockDim.x) sum_a += act[i];
-    sum_a = block_sum(sum_a);
+    sum_a = block_sum<kThreads>(sum_a);
   }
   float weight = 0;
   for (int64_t i = threadIdx.x; i < area; i += blockDim.x) {
@@ -64,7 +51,7 @@ __global__ void cam_weights_kernel(const float* activations, const float* gradie
       weight += g * act[i] / (sum_a + 1e-7f);
     }
   }
-  weight = block_sum(weight);
+  weight = block_sum<kThreads>(weight);
   if (threadIdx.x == 0) out[blockIdx.x] = method == 0 ? weight / static_cast<float>(area) : weight;
 }
 

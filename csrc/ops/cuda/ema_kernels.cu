@@ -4,6 +4,7 @@
 
 #include <type_traits>
 
+#include "ops/cuda/device_values.h"
 #include "ops/cuda/ema_kernels.h"
 #include "ops/cuda/kernel_launch.h"
 
@@ -13,15 +14,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocksPerTensor = 1024;
 
-// Half, bfloat16 and float average in float32, as torch's lerp; double in double.
-__device__ inline float to_math(__half v) { return __half2float(v); }
-__device__ inline float to_math(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ inline float to_math(float v) { return v; }
-__device__ inline double to_math(double v) { return v; }
-__device__ inline void store(__half* out, float v) { *out = __float2half(v); }
-__device__ inline void store(__nv_bfloat16* out, float v) { *out = __float2bfloat16(v); }
-__device__ inline void store(float* out, float v) { *out = v; }
-__device__ inline void store(double* out, double v) { *out = v; }
+// Half, bfloat16 and float average in float32, as torch's lerp (device_values.h); double in double.
 
 // blockIdx.y: the chunk's tensor; blocks along x stride over its elements. Every thread reads the weight from
 // the counters (a skipped step returns at once), so no host value is needed.

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError
+from ..ops import POOL_NORM_DEVICES
 from ..redact import holds_mask, masked_value_message
 from ..values import is_int
 from . import segmentation_models
@@ -63,25 +64,75 @@ class CaptchaCNN(nn.Module):
         return self.classifier(self.pool(self.features(x)))
 
 
+# Whether FastCNN's blocks run gpucore::maxpool_bn_relu by default (model_kwargs fused: true or false).
+FUSED_POOL_NORM = True
+
+
+class MaxPoolBatchNormReLU(nn.BatchNorm2d):
+    """MaxPool2d(2), then this BatchNorm2d, then ReLU, as one op (gpucore::maxpool_bn_relu, csrc/ops/pool_norm.h):
+    the BatchNorm's parameters, buffers and state_dict keys are a BatchNorm2d's, and its running statistics and
+    num_batches_tracked advance as BatchNorm2d's do. Where the op cannot run (a device without its kernel, torch.jit,
+    torch.export and ONNX export, no affine parameters or running statistics) the three torch modules' functions
+    run instead, with the same result."""
+
+    def forward(self, x):
+        factor = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
+            self.num_batches_tracked.add_(1)
+            if self.momentum is None:  # a cumulative moving average, as BatchNorm2d's
+                factor = 1.0 / float(self.num_batches_tracked)
+        if self._fusable(x):
+            out, _pooled, _mean, _invstd, running_mean, running_var = torch.ops.gpucore.maxpool_bn_relu(
+                x, self.weight, self.bias, self.running_mean, self.running_var, self.training, factor, self.eps)
+            if self.training:
+                with torch.no_grad():
+                    torch._foreach_copy_([self.running_mean, self.running_var], [running_mean, running_var])
+            return out
+        # BatchNorm2d's forward as torch.fx traces it (no checks on the input's values)
+        tracked = not self.training or self.track_running_stats
+        normed = nn.functional.batch_norm(
+            nn.functional.max_pool2d(x, 2), self.running_mean if tracked else None,
+            self.running_var if tracked else None, self.weight, self.bias,
+            self.training or (self.running_mean is None and self.running_var is None), factor, self.eps)
+        return torch.relu(normed)
+
+    def _fusable(self, x) -> bool:
+        if isinstance(x, torch.fx.Proxy):  # torch.fx traces the torch functions (frozen layers fold around them)
+            return False
+        if torch.jit.is_scripting() or torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting():
+            return False
+        return (self.affine and self.track_running_stats and x.dim() == 4
+                and x.dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+                and self.weight.dtype in (x.dtype, torch.float32) and x.device.type in POOL_NORM_DEVICES)
+
+
 class FastCNN(nn.Module):
     """The speedrun's network (examples/configs/fashion_mnist_speedrun.yaml): one block per width, each a 3x3
     convolution, a 2x2 max-pool, then BatchNorm and ReLU (airbench's order: the norm and the activation run on a
     quarter of the pixels, and pooling first is the same as pooling after a ReLU), then `extra[i]` more 3x3
     conv-BN-ReLU layers at the pooled size; a max-pool to 3x3 and a linear head on all 9 positions (28x28 in: 14, 7
     and 3 pixels wide, so that pool changes nothing; seed 0 of the speedrun: 92.77% against 92.58% with a global
-    max-pool)."""
+    max-pool). fused (model_kwargs, default FUSED_POOL_NORM): each block's max-pool, BatchNorm and ReLU run as one op
+    (MaxPoolBatchNormReLU, with nn.Identity in the pool's and the ReLU's places, so the layers' indices and the
+    state_dict keys are the unfused network's and checkpoints load either way)."""
 
     def __init__(self, num_classes: int = 10, in_channels: int = 1, widths: Sequence[int] = (32, 64, 128),
-                 extra: Sequence[int] = (0, 1, 0)):
+                 extra: Sequence[int] = (0, 1, 0), fused: bool = FUSED_POOL_NORM):
         super().__init__()
+        if not isinstance(fused, bool):
+            raise ConfigError(f"model_kwargs of fast_cnn: fused must be true or false, got {fused!r}")
         if len(widths) != len(extra) or not widths or not all(is_int(n) and n > 0 for n in widths) \
                 or not all(is_int(n) and n >= 0 for n in extra):
             raise ConfigError(f"model_kwargs of fast_cnn: widths (positive integers, one per block) and extra (as many "
                               f"integers >= 0) are needed, got widths {list(widths)} and extra {list(extra)}")
         layers, channels = [], in_channels
         for width, more in zip(widths, extra):
-            layers += [nn.Conv2d(channels, width, 3, padding=1, bias=False), nn.MaxPool2d(2), nn.BatchNorm2d(width),
-                       nn.ReLU(inplace=True)]
+            if fused:  # the pool and the ReLU run in the BatchNorm's place; the Identity layers keep the indices
+                layers += [nn.Conv2d(channels, width, 3, padding=1, bias=False), nn.Identity(),
+                           MaxPoolBatchNormReLU(width), nn.Identity()]
+            else:
+                layers += [nn.Conv2d(channels, width, 3, padding=1, bias=False), nn.MaxPool2d(2),
+                           nn.BatchNorm2d(width), nn.ReLU(inplace=True)]
             for _ in range(more):
                 layers += [nn.Conv2d(width, width, 3, padding=1, bias=False), nn.BatchNorm2d(width),
                            nn.ReLU(inplace=True)]
