@@ -55,7 +55,7 @@ class RunDir:
         self.stats_path = os.path.join(path, STATS)
         self.metrics_path = os.path.join(path, METRICS)
 
-    def create(self, config) -> None:
+    def create(self) -> None:
         """The folders, without what killed writes of an earlier start left, and config.json (a resume writes it
         once the checkpoint is read and checked: `write_config`, with the values the resumed run goes on with)."""
         if not self.world.is_main:
@@ -68,7 +68,7 @@ class RunDir:
         for folder in (self.path, self.checkpoint_dir):
             remove_stale_temporaries(folder)
         if self.resume_from is None:
-            self.write_config(config.to_dict())
+            self.write_config(self.config)
 
     def release(self) -> None:
         """The run is over: another may claim its directory (a resume, a run of the same name)."""

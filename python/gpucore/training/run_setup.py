@@ -175,7 +175,7 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
         warnings.warn(f"cuda_graphs: true, but this run's steps run eagerly: {eager_reason}", stacklevel=3)
     config = recorded_config(config, model, given, loss)
     run_dir = RunDir(config, world)
-    run_dir.create(config)
+    run_dir.create()
     return Run(config=config, task=task, world=world, device=choice.device, device_reason=choice.reason, policy=policy,
                module=module, forward=forward, loss=loss, validation=validation,
                classes=classes, input_shape=input_shape, from_data=from_data, pretrained=pretrained,
