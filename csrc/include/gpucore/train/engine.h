@@ -96,7 +96,8 @@ struct EpochStats {
 
 // Every read of device values on the host, by what read them (training_stats.json's host_syncs): "metrics" (the
 // running metrics and step counters, one copy at each log interval and each epoch's end), "evaluation" (a
-// validation pass's metrics), "counters" (step_counts() called on its own) and what the caller notes of its own (the Python side: a checkpoint's copy to the host, ...).
+// validation pass's metrics), "counters" (step_counts() called on its own) and what the caller notes of its own
+// (the Python side: a checkpoint's copy to the host, ...).
 class HostReads {
  public:
   void note(const std::string& source, int64_t count = 1) { counts_[source] += count; }
