@@ -5,8 +5,9 @@ user would, and by PyTorch Lightning, over several seeds, interleaved (seed 0 in
     python -m bench speedrun [--seeds 0 1 2 3 4] [--target 0.925] [--only NAME] [--set KEY=VALUE] [--json out.json]
 
 Each trainer first trains one untimed epoch on 2,048 images (a warm process for all three); per seed, each goes
-first in turn. Per seed the three train the config's network from the same initial weights on the same uint8 images held in
-memory, standardised with the training set's mean and std, in the precision and memory layout gpucore's config picks
+first in turn. Per seed the three train the config's network from the same initial weights (the plain loop and
+Lightning build it from torch's modules, as an independently written script would: fast_cnn's max-pool, BatchNorm and
+ReLU as three layers, not gpucore's fused op) on the same uint8 images held in memory, standardised with the training set's mean and std, in the precision and memory layout gpucore's config picks
 on this machine (bf16 autocast and channels-last on a CPU with native bf16, float32 otherwise), with the config's
 recipe: AdamW (no decay on biases and norm weights), the one-cycle schedule stepped per batch, label-smoothed
 cross-entropy, random horizontal flips. The plain loop and Lightning draw each batch by indexing the uint8 tensor
@@ -75,8 +76,14 @@ class Recipe:
         self.channels_last = resolve_channels_last(self.config.channels_last, device, self.new_model())
         self.seed = self.config.seed
 
-    def new_model(self) -> nn.Module:
-        return build_model(self.config.model, self.config.model_kwargs)
+    def new_model(self, torch_layers: bool = False) -> nn.Module:
+        """The config's network. torch_layers: built from torch's modules only, as an independently written loop
+        would build it (fast_cnn without gpucore's fused max-pool + BatchNorm + ReLU op; the same state_dict keys,
+        so the same initial weights load)."""
+        kwargs = dict(self.config.model_kwargs)
+        if torch_layers and self.config.model == "fast_cnn":
+            kwargs["fused"] = False
+        return build_model(self.config.model, kwargs)
 
     def for_seed(self, seed: int) -> "Recipe":
         recipe = copy.copy(self)
@@ -93,8 +100,8 @@ class Recipe:
         recipe.images, recipe.labels = self.images[:2048], self.labels[:2048]
         return recipe
 
-    def model(self) -> nn.Module:
-        model = self.new_model()
+    def model(self, torch_layers: bool = False) -> nn.Module:
+        model = self.new_model(torch_layers)
         model.load_state_dict(self.initial)
         layout = torch.channels_last if self.channels_last else torch.preserve_format
         return model.to(self.device, memory_format=layout)
@@ -167,7 +174,7 @@ def train_gpucore(r: Recipe) -> Tuple[nn.Module, Curve]:
 
 
 def train_plain(r: Recipe) -> Tuple[nn.Module, Curve]:
-    model = r.model()
+    model = r.model(torch_layers=True)
     optimizer, schedule = r.optimizer(model)
     generator = torch.Generator().manual_seed(r.seed)
     curve = []
@@ -207,7 +214,7 @@ def train_lightning(r: Recipe) -> Optional[Tuple[nn.Module, Curve]]:
         def on_train_epoch_end(self, trainer, module):
             accuracy.append(r.test_accuracy(module.net))
 
-    module = lightning_module(L, r.model(), lambda net, batch: r.loss(net(batch[0]), batch[1]),
+    module = lightning_module(L, r.model(torch_layers=True), lambda net, batch: r.loss(net(batch[0]), batch[1]),
                               lambda net: stepped_per_batch(*r.optimizer(net)))
     timer = lightning_epoch_timer(L, r.device)
     precision = {"bf16-mixed": "bf16-mixed", "16-mixed": "16-mixed"}.get(r.policy.precision, "32-true")
