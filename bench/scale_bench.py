@@ -5,7 +5,8 @@ step fed with tensors already in memory.
 
     python -m bench scale [--workloads resnet18_frozen resnet18 ...] [--images 512] [--min-size 256]
                           [--max-size 500] [--batch-size 32] [--epochs 2] [--rounds 3] [--only TRAINER ...]
-                          [--cache-dir DIR] [--markdown table.md] [--json out.json]
+                          [--data photos|camera] [--camera-size H W] [--cache-dir DIR] [--markdown table.md]
+                          [--json out.json]
 
 The data is bench/scale_data.py's photo folder (real photographs cut into random crops with sides in
 [--min-size, --max-size], 10 classes: the source photograph). Recipe, the same for every trainer: RandomResizedCrop
@@ -38,7 +39,14 @@ percentiles) and its ratio to gpucore streamed, seconds per epoch, peak RSS of t
 the run, CPU busy share (CPU seconds of the process and its workers over wall seconds x cores, the whole run),
 the images each saw per timed epoch and the last epoch's mean loss. Then the input pipeline alone: images/s from
 files to ready batches, no model, on the photo classification set only (once, with the first classification
-workload). Not a test: quote the numbers with the machine; --quick sizes check the runner.
+workload). After each workload, what share of the limit row's images/s the gpucore rows reach, later epochs and
+first epochs (the cache fill of cache: auto is in its first epoch; each row's first epoch also starts its workers
+and creates oneDNN's kernels, the limit's too). Not a test: quote the numbers with the machine; --quick sizes check
+the runner.
+
+--data camera: the training workloads on photos as cameras take them instead (bench/scale_data.py's camera set:
+--images 12-megapixel JPEGs of --camera-size, 1.7-2.4 MB each, one class per source photograph): the issue's end to
+end goal, gpucore streamed and its cache's first epoch against the limit.
 
 --camera N: instead, the input pipeline alone on photos as cameras take them (bench/scale_data.py's camera set: N
 12-megapixel JPEGs, 1.7-2.4 MB each) to RandomResizedCrop(--crop) + RandomHorizontalFlip batches, no model: gpucore
@@ -72,7 +80,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from augment_bench import MEAN, STD, TRANSFORMS, torchvision_pipeline  # noqa: E402
 from common import (EpochClock, PilImageFolder, PilSegmentationFolder, device_label, import_lightning,  # noqa: E402
                     import_torchvision, lightning_epoch_timer, lightning_module, result_json, stepped_per_batch, sync)
-from scale_data import DEFAULT_CACHE, SEGMENTATION_CLASSES, make_camera, make_photos, make_segmentation  # noqa: E402
+from scale_data import (CAMERA_SIZE, DEFAULT_CACHE, SEGMENTATION_CLASSES, make_camera, make_photos,  # noqa: E402
+                        make_segmentation)
 from train_bench import Skip, percentile  # noqa: E402
 
 WORKLOADS = {  # name: (gpucore's model name, frozen backbone, its data: "photos" (classes) or "segmentation")
@@ -354,6 +363,7 @@ TRAINERS = {
     "limit: tensors in memory": train_limit,
 }
 REFERENCE = "gpucore streamed"
+LIMIT = "limit: tensors in memory"
 
 
 class ProcessMeter:
@@ -455,7 +465,7 @@ def camera_pipeline(args, device) -> dict:
     from augment_bench import later_epochs_rate
     from torchvision.transforms import v2
 
-    root = os.path.join(make_camera(args.camera, cache_dir=args.cache_dir), "train")
+    root = os.path.join(make_camera(args.camera, cache_dir=args.cache_dir, size=args.camera_size), "train")
     recipe = [{"RandomResizedCrop": {"size": args.crop}}, "RandomHorizontalFlip"]
     pipeline = v2.Compose([v2.PILToTensor(), v2.RandomResizedCrop(args.crop, antialias=True),
                            v2.RandomHorizontalFlip(), v2.ToDtype(torch.float32, scale=True)])
@@ -542,6 +552,8 @@ def run_workload(name, args, device, folder, with_pipeline=True) -> dict:
                          "p90": percentile(rates, 0.9),
                          "epoch_s": statistics.median(s for v in values for s in v["epoch_s"][1:]),
                          "first_epoch_s": statistics.median(v["epoch_s"][0] for v in values),
+                         "first_epoch_images_per_s": statistics.median(v["images_per_epoch"][0] / v["epoch_s"][0]
+                                                                       for v in values),
                          "images_per_epoch": sorted({n for v in values for n in v["images_per_epoch"]}),
                          "last_loss": statistics.median(v["loss"][-1] for v in values),
                          "peak_rss_mb": max(v["peak_rss_mb"] for v in values),
@@ -550,11 +562,22 @@ def run_workload(name, args, device, folder, with_pipeline=True) -> dict:
     for row in rows.values():
         if "images_per_s" in row:
             row["ratio_to_gpucore_streamed"] = row["images_per_s"] / reference if reference else None
-    return {"model": workload.config.model, "frozen_backbone": workload.frozen, "data": folder,
+    return {"of_limit": of_limit(rows), "model": workload.config.model, "frozen_backbone": workload.frozen, "data": folder,
             "task": "segmentation" if workload.segmentation else "classification", "images": workload.images,
             "classes": workload.classes, "steps_per_epoch": workload.steps_per_epoch,
             "precision": workload.policy.precision, "channels_last": workload.channels_last, "trainers": rows,
             **({"input_pipeline": input_pipeline_alone(workload, args.rounds)} if with_pipeline else {})}
+
+
+def of_limit(rows: dict) -> dict:
+    """The gpucore rows' images/s as shares of the limit row's, later epochs and first epochs ({} when the limit or
+    both gpucore rows did not run)."""
+    limit = rows.get(LIMIT, {})
+    if "images_per_s" not in limit:
+        return {}
+    return {f"{name}{', first epoch' if first else ''}": rows[name][key] / limit[key]
+            for first, key in ((False, "images_per_s"), (True, "first_epoch_images_per_s"))
+            for name in ("gpucore streamed", "gpucore cached") if key in rows.get(name, {})}
 
 
 def markdown(results: dict, header: str) -> str:
@@ -574,6 +597,11 @@ def markdown(results: dict, header: str) -> str:
             lines.append(f"| {name} | {trainer} | {r['images_per_s']:.1f} ({r['p10']:.1f}-{r['p90']:.1f}) | "
                          f"{'' if ratio is None else f'{ratio:.2f}x'} | {r['epoch_s']:.1f} | {r['first_epoch_s']:.1f} | "
                          f"{r['peak_rss_mb']:.0f} | {r['cpu_busy_share']:.0%} | {r['last_loss']:.3f} |")
+    shares = [f"{name}: " + ", ".join(f"{row} {share:.0%}" for row, share in workload["of_limit"].items())
+              for name, workload in results["workloads"].items() if workload.get("of_limit")]
+    if shares:
+        lines += ["", "Share of the limit's images/s (first epoch: against the limit's first epoch): "
+                  + "; ".join(shares) + "."]
     first = next((w for w in results["workloads"].values() if "input_pipeline" in w), None)
     if first is None:  # a segmentation workload alone: the input pipeline is measured on the photo classes only
         return "\n".join(lines) + "\n"
@@ -608,6 +636,11 @@ def main(argv=None):
     parser.add_argument("--cache-dir", default=DEFAULT_CACHE, help="where bench/scale_data.py keeps the photos")
     parser.add_argument("--camera", type=int, metavar="N",
                         help="instead: the input pipeline alone on N 12-megapixel camera JPEGs (see above)")
+    parser.add_argument("--data", choices=["photos", "camera"], default="photos",
+                        help="the classification workloads' photos: mixed sizes in [--min-size, --max-size], or "
+                             "--images camera JPEGs (see above)")
+    parser.add_argument("--camera-size", type=int, nargs=2, default=list(CAMERA_SIZE), metavar=("H", "W"),
+                        help="the camera photos' height and width, landscape (the portrait ones are turned)")
     parser.add_argument("--markdown", help="also write the table here (the docs' form)")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
@@ -634,15 +667,25 @@ def main(argv=None):
     if args.workloads is None:
         args.workloads = list(WORKLOADS) if device.type == "cuda" else ["resnet18_frozen", "resnet18"]
     side = segmentation_side(args)
+    camera = args.data == "camera"
+    if camera and any(WORKLOADS[name][2] != "photos" for name in args.workloads):
+        raise SystemExit("--data camera trains the classification workloads only (its photos have no masks)")
+
+    def photos():
+        if camera:
+            return make_camera(args.images, cache_dir=args.cache_dir, size=args.camera_size)
+        return make_photos(args.images, 0, args.min_size, args.max_size, cache_dir=args.cache_dir)
+
     try:  # the sets the workloads read, made once
-        roots = {data: make_photos(args.images, 0, args.min_size, args.max_size, cache_dir=args.cache_dir)
-                 if data == "photos" else make_segmentation(args.images, 0, side, side, cache_dir=args.cache_dir)
+        roots = {data: photos() if data == "photos" else make_segmentation(args.images, 0, side, side,
+                                                                           cache_dir=args.cache_dir)
                  for data in sorted({WORKLOADS[name][2] for name in args.workloads})}
     except ImportError as exc:  # scikit-image or scikit-learn, whose photos these are
         print(f"every workload left out: {exc}", flush=True)
         return result_json({"device": device_label(device), "skipped": str(exc)}, args.json)
     results = {"device": device_label(device), "cores": os.cpu_count(), "data": roots.get("photos"),
-               "photo_sides": [args.min_size, args.max_size], "batch_size": args.batch_size, "epochs": args.epochs,
+               **({"camera_size": args.camera_size} if camera else {"photo_sides": [args.min_size, args.max_size]}),
+               "batch_size": args.batch_size, "epochs": args.epochs,
                "rounds": args.rounds, "crop": args.crop, "workloads": {}}
     if "segmentation" in roots:
         results.update(segmentation_data=roots["segmentation"], segmentation_side=side)
@@ -661,8 +704,10 @@ def main(argv=None):
             print(f"{name}: left out: {exc}", flush=True)
         result = result_json(results, args.json)  # after every workload: a long run's finished part is kept
         header = (f"{result['device']}, {os.cpu_count()} cores, torch {torch.__version__}, {result['date']}; "
-                  f"precision {policy.precision} (`auto`; channels-last for the conv nets); {args.images} JPEG photos "
-                  f"with sides {args.min_size}-{args.max_size} px, RandomResizedCrop({args.crop}) + flip + ColorJitter "
+                  f"precision {policy.precision} (`auto`; channels-last for the conv nets); {args.images} "
+                  + (f"camera JPEGs of {args.camera_size[0]} x {args.camera_size[1]} px" if camera else
+                     f"JPEG photos with sides {args.min_size}-{args.max_size} px")
+                  + f", RandomResizedCrop({args.crop}) + flip + ColorJitter "
                   f"+ Normalize, batch {args.batch_size}, {args.epochs} epochs a run (the first untimed), "
                   f"{args.rounds} interleaved rounds; random weights"
                   + (f"; segformer_b0: {args.images} crops of the same photos, all {side} x {side} px (gpucore "

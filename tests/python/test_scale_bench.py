@@ -158,3 +158,40 @@ def test_scale_bench_quick_form_segformer_b0(tmp_path):
     table = (tmp_path / "table.md").read_text()
     assert "| segformer_b0 | DataLoader + plain loop |" in table and "all 64 x 64 px" in table
     assert "input pipeline alone" not in table  # measured on the photo classes only
+
+
+def test_scale_bench_trains_camera_photos_against_the_limit(tmp_path):
+    """--data camera: the training workloads on the camera set (here 16 small ones); each gpucore row's share of
+    the limit is its images/s over the limit's, later epochs and first epochs, as the table says."""
+    require("skimage")
+    require("torchvision")
+    bench = runpy.run_path(str(BENCH / "scale_bench.py"))
+    trainers = ["gpucore streamed", "gpucore cached", "limit: tensors in memory"]
+    result = bench["main"](["--device", "cpu", "--data", "camera", "--camera-size", "60", "80", "--workloads",
+                            "resnet18_frozen", "--images", "16", "--batch-size", "8", "--crop", "32", "--rounds", "1",
+                            "--cache-dir", str(tmp_path), "--markdown", str(tmp_path / "table.md"),
+                            *(word for name in trainers for word in ("--only", name))])
+    assert result["camera_size"] == [60, 80] and "photo_sides" not in result
+    workload = result["workloads"]["resnet18_frozen"]
+    assert pathlib.Path(workload["data"]).parent.name == "camera-16-seed0-60x80" and workload["classes"] == 10
+    rows = workload["trainers"]
+    assert set(rows) == set(trainers) and all(row["images_per_epoch"] == [16] for row in rows.values())
+    limit = rows["limit: tensors in memory"]
+    for name in trainers[:2]:
+        row = rows[name]
+        assert row["first_epoch_images_per_s"] == pytest.approx(16 / row["first_epoch_s"])
+        assert workload["of_limit"][name] == pytest.approx(row["images_per_s"] / limit["images_per_s"])
+        assert workload["of_limit"][f"{name}, first epoch"] == pytest.approx(
+            row["first_epoch_images_per_s"] / limit["first_epoch_images_per_s"])
+    table = (tmp_path / "table.md").read_text()
+    assert "16 camera JPEGs of 60 x 80 px" in table
+    share = f"{workload['of_limit']['gpucore streamed']:.0%}"
+    assert f"Share of the limit's images/s (first epoch: against the limit's first epoch): resnet18_frozen: " \
+           f"gpucore streamed {share}" in table
+
+
+def test_scale_bench_refuses_segmentation_on_camera_photos(tmp_path):
+    bench = runpy.run_path(str(BENCH / "scale_bench.py"))
+    with pytest.raises(SystemExit, match="--data camera trains the classification workloads only"):
+        bench["main"](["--device", "cpu", "--data", "camera", "--workloads", "segformer_b0", "--cache-dir",
+                       str(tmp_path)])
