@@ -15,6 +15,8 @@
 #
 #   GPUCORE_BUNDLE  the bundle folder (default .gpu-bundle)    PYTHON  the interpreter (default python3)
 #   GPUCORE_VERIFY_STEPS  the steps to run (default "build ctest doctor ddp syncs realrun pytest speedrun bench")
+#                         also: camera (not by default: ResNet-18 trained from 128 12-megapixel JPEGs it makes first,
+#                         `python -m bench scale --data camera`, each gpucore row's share of the limit; about 5 min)
 #   GPUCORE_VERIFY_FROM   wheel (default: the bundle's wheel where one fits, else the source) or source (always build)
 #   GPUCORE_VERIFY_BENCHES  what the bench step runs (default "all"; e.g. "train cam layout")
 #   GPUCORE_PYTEST_ARGS   what pytest runs, instead of tests/python (e.g. "tests/python -k cuda")
@@ -153,6 +155,9 @@ wants speedrun && STEP_LOG=checks step coldrun "tail -n 2 | head -n 1" -- "$PY" 
 # shellcheck disable=SC2086  # a list of bench names
 wants bench && STEP_LOG=checks step bench "tail -n 1" -- "$PY" -m bench ${GPUCORE_VERIFY_BENCHES:-all} --device cuda \
   --json "$OUT/bench.json"
+# Issue 56's end-to-end goal on camera photos: streamed and the cache's first epoch against the limit.
+wants camera && STEP_LOG=checks step camera "grep 'Share of the limit'" -- "$PY" -m bench scale --device cuda \
+  --data camera --images 128 --workloads resnet18_frozen resnet18 --rounds 2 --epochs 3
 
 echo
 echo "gpucore on $GPU (compute capability $ARCH), $((SECONDS - START)) s in all; logs in $OUT"
