@@ -562,10 +562,11 @@ def run_workload(name, args, device, folder, with_pipeline=True) -> dict:
     for row in rows.values():
         if "images_per_s" in row:
             row["ratio_to_gpucore_streamed"] = row["images_per_s"] / reference if reference else None
-    return {"of_limit": of_limit(rows), "model": workload.config.model, "frozen_backbone": workload.frozen, "data": folder,
+    return {"model": workload.config.model, "frozen_backbone": workload.frozen, "data": folder,
             "task": "segmentation" if workload.segmentation else "classification", "images": workload.images,
             "classes": workload.classes, "steps_per_epoch": workload.steps_per_epoch,
             "precision": workload.policy.precision, "channels_last": workload.channels_last, "trainers": rows,
+            "of_limit": of_limit(rows),
             **({"input_pipeline": input_pipeline_alone(workload, args.rounds)} if with_pipeline else {})}
 
 
@@ -577,7 +578,7 @@ def of_limit(rows: dict) -> dict:
         return {}
     return {f"{name}{', first epoch' if first else ''}": rows[name][key] / limit[key]
             for first, key in ((False, "images_per_s"), (True, "first_epoch_images_per_s"))
-            for name in ("gpucore streamed", "gpucore cached") if key in rows.get(name, {})}
+            for name in (REFERENCE, "gpucore cached") if key in rows.get(name, {})}
 
 
 def markdown(results: dict, header: str) -> str:
@@ -656,7 +657,8 @@ def main(argv=None):
         camera = camera_pipeline(args, device)
         result = result_json({"device": device_label(device), "cores": os.cpu_count(), "camera": camera}, args.json)
         table = camera_markdown(camera, f"{result['device']}, {os.cpu_count()} cores, torch {torch.__version__}, "
-                                        f"{result['date']}; {camera['images']} camera JPEGs of 12 megapixels, "
+                                        f"{result['date']}; {camera['images']} camera JPEGs of {args.camera_size[0]} x "
+                                        f"{args.camera_size[1]} px, "
                                         f"RandomResizedCrop({args.crop}) + flip, batch {camera['batch_size']}, 2 "
                                         f"epochs a path (the first untimed), {args.rounds} interleaved rounds")
         if args.markdown:

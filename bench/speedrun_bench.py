@@ -4,16 +4,17 @@ user would, and by PyTorch Lightning, over several seeds, interleaved (seed 0 in
 
     python -m bench speedrun [--seeds 0 1 2 3 4] [--target 0.925] [--only NAME] [--set KEY=VALUE] [--json out.json]
 
-Each trainer first trains one untimed epoch on 2,048 images (a warm process for all three); per seed, each goes
-first in turn. Per seed the three train the config's network from the same initial weights (the plain loop and
-Lightning build it from torch's modules, as an independently written script would: fast_cnn's max-pool, BatchNorm and
-ReLU as three layers, not gpucore's fused op) on the same uint8 images held in memory, standardised with the training set's mean and std, in the precision and memory layout gpucore's config picks
-on this machine (bf16 autocast and channels-last on a CPU with native bf16, float32 otherwise), with the config's
-recipe: AdamW (no decay on biases and norm weights), the one-cycle schedule stepped per batch, label-smoothed
-cross-entropy, random horizontal flips. The plain loop and Lightning draw each batch by indexing the uint8 tensor
-with the epoch's random permutation (no DataLoader workers: for data already in memory they cost more than they
-save), use torch's fused AdamW and build no per-sample Dataset. After each epoch, outside the clock, each model is
-evaluated on the 10,000 test images (the test-time flip of config key tta included; gpucore by its own validation).
+Each trainer first trains one untimed epoch on 2,048 images (a warm process for all three); per seed, each goes first
+in turn. Per seed the three train the config's network from the same initial weights (the plain loop and Lightning
+build it from torch's modules, as an independently written script would: fast_cnn's max-pool, BatchNorm and ReLU as
+three layers, not gpucore's fused op) on the same uint8 images held in memory, standardised with the training set's
+mean and std, in the precision and memory layout gpucore's config picks on this machine (bf16 autocast and
+channels-last on a CPU with native bf16, float32 otherwise), with the config's recipe: AdamW (no decay on biases and
+norm weights), the one-cycle schedule stepped per batch, label-smoothed cross-entropy, random horizontal flips. The
+plain loop and Lightning draw each batch by indexing the uint8 tensor with the epoch's random permutation (no
+DataLoader workers: for data already in memory they cost more than they save), use torch's fused AdamW and build no
+per-sample Dataset. After each epoch, outside the clock, each model is evaluated on the 10,000 test images (the
+test-time flip of config key tta included; gpucore by its own validation).
 
 Reports per trainer: the final test accuracy (the last epoch's, never the best one) as mean, spread and minimum, the
 training seconds (the epochs' steps only: reading the data, set-up and evaluation are not in it) and samples/s, and
