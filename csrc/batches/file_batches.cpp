@@ -7,6 +7,10 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/ParallelGuard.h>
 
+#ifdef __linux__
+#include <pthread.h>
+#endif
+
 #include <algorithm>
 
 #include "gpucore/data/readers.h"
@@ -153,7 +157,14 @@ void FileBatches::stop_readers() {
 }
 
 void FileBatches::start_readers() {
-  for (int64_t t = 0; t < config_.threads; ++t) readers_.emplace_back([this] { read_images(); });
+  for (int64_t t = 0; t < config_.threads; ++t) {
+    readers_.emplace_back([this] {
+#ifdef __linux__
+      pthread_setname_np(pthread_self(), "gpucore-reader");  // as top -H, py-spy and gdb list it
+#endif
+      read_images();
+    });
+  }
 }
 
 void FileBatches::start_epoch(int64_t epoch, int64_t skip_batches) {
@@ -172,53 +183,56 @@ void FileBatches::start_epoch(int64_t epoch, int64_t skip_batches) {
 }
 
 void FileBatches::read_images() {
-  const size_t image_bytes = static_cast<size_t>(slot_height_ * slot_width_ * config_.channels);
-  const int64_t* order = order_host_.data_ptr<int64_t>();
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
     work_ready_.wait(lock, [&] {
       return stop_ || (next_sample_ < end_sample_ && batch_of(next_sample_) < released_ + config_.prefetch);
     });
     if (stop_) return;
-    const int64_t position = next_sample_++;
-    const int64_t batch = batch_of(position), row = position - batch_begin(batch);
-    Slot& slot = slots_[static_cast<size_t>(batch % config_.prefetch)];
-    const int64_t sample = order[position];
-    uint8_t* destination = slot.host.data_ptr<uint8_t>() + static_cast<size_t>(row) * image_bytes;
-    uint8_t* mask_destination = mask_paths_.empty() ? nullptr
-                                                    : slot.host_masks.data_ptr<uint8_t>() +
-                                                          static_cast<size_t>(row) * config_.height * config_.width;
-    lock.unlock();
-    std::string path = paths_[static_cast<size_t>(sample)], error;
-    try {  // an exception must not escape a thread (that would end the process)
-      if (per_image_) {
-        const c10::ParallelGuard serial(true);  // torch's kernels on this thread alone
-        at::Tensor out;  // C x h x w
-        if (images_.empty()) {
-          FileSource source(path, image_options(), config_.decode);
-          out = per_image_image(source, sample);
-        } else {
-          out = per_image_image(images_[sample], sample);
-        }
-        at::from_blob(destination, {slot_height_, slot_width_, config_.channels}, at::TensorOptions().dtype(at::kByte))
-            .copy_(out.permute({1, 2, 0}));
-      } else {
-        error = decode_image_into(path, image_options(), config_.height, config_.width, config_.resize, destination);
-        if (error.empty() && mask_destination != nullptr) {
-          path = mask_paths_[static_cast<size_t>(sample)];
-          error = decode_image_into(path, mask_options(), config_.height, config_.width, config_.resize,
-                                    mask_destination);
-        }
-      }
-    } catch (const std::exception& e) {
-      error = e.what();
-      const std::string named = "image '" + path + "': ";  // decode_image's error names the file, as the row does
-      if (error.rfind(named, 0) == 0) error.erase(0, named.size());
-    }
-    lock.lock();
-    if (!error.empty()) slot.failed.push_back({row, sample, path, error});
-    if (++slot.decoded == batch_end(batch) - batch_begin(batch)) batch_ready_.notify_all();
+    read_next_image(lock);
   }
+}
+
+void FileBatches::read_next_image(std::unique_lock<std::mutex>& lock) {
+  const size_t image_bytes = static_cast<size_t>(slot_height_ * slot_width_ * config_.channels);
+  const int64_t position = next_sample_++;
+  const int64_t batch = batch_of(position), row = position - batch_begin(batch);
+  Slot& slot = slots_[static_cast<size_t>(batch % config_.prefetch)];
+  const int64_t sample = order_host_.data_ptr<int64_t>()[position];
+  uint8_t* destination = slot.host.data_ptr<uint8_t>() + static_cast<size_t>(row) * image_bytes;
+  uint8_t* mask_destination = mask_paths_.empty() ? nullptr
+                                                  : slot.host_masks.data_ptr<uint8_t>() +
+                                                        static_cast<size_t>(row) * config_.height * config_.width;
+  lock.unlock();
+  std::string path = paths_[static_cast<size_t>(sample)], error;
+  try {  // an exception must not escape a thread (that would end the process)
+    if (per_image_) {
+      const c10::ParallelGuard serial(true);  // torch's kernels on this thread alone
+      at::Tensor out;  // C x h x w
+      if (images_.empty()) {
+        FileSource source(path, image_options(), config_.decode);
+        out = per_image_image(source, sample);
+      } else {
+        out = per_image_image(images_[sample], sample);
+      }
+      at::from_blob(destination, {slot_height_, slot_width_, config_.channels}, at::TensorOptions().dtype(at::kByte))
+          .copy_(out.permute({1, 2, 0}));
+    } else {
+      error = decode_image_into(path, image_options(), config_.height, config_.width, config_.resize, destination);
+      if (error.empty() && mask_destination != nullptr) {
+        path = mask_paths_[static_cast<size_t>(sample)];
+        error = decode_image_into(path, mask_options(), config_.height, config_.width, config_.resize,
+                                  mask_destination);
+      }
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+    const std::string named = "image '" + path + "': ";  // decode_image's error names the file, as the row does
+    if (error.rfind(named, 0) == 0) error.erase(0, named.size());
+  }
+  lock.lock();
+  if (!error.empty()) slot.failed.push_back({row, sample, path, error});
+  if (++slot.decoded == batch_end(batch) - batch_begin(batch)) batch_ready_.notify_all();
 }
 
 void FileBatches::release_slots(int64_t batch) {
@@ -250,7 +264,15 @@ bool FileBatches::next(at::Tensor& inputs, at::Tensor& targets) {
   const int64_t rows = batch_end(batch) - batch_begin(batch);
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    batch_ready_.wait(lock, [&] { return slot.decoded == rows; });
+    while (slot.decoded != rows) {
+      // The images of this batch no reader has taken yet are decoded here: the training thread never sleeps while
+      // its batch has work left, and a batch never waits on readers that get no core (a CPU busy with other work).
+      if (next_sample_ < batch_end(batch)) {
+        read_next_image(lock);
+      } else {
+        batch_ready_.wait(lock);
+      }
+    }
   }
   // The readers are done with this slot until it is released.
   at::Tensor images = slot.host.slice(0, 0, rows);

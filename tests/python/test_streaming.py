@@ -1,6 +1,9 @@
 """Image files decoded while training runs (cache none): the same batches as the in-memory path, resize,
 unreadable files, resume, shards, memory; segmentation masks that follow the images' crop and flip."""
 import os
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -59,6 +62,60 @@ def test_streamed_batches_equal_the_in_memory_batches(tmp_path, threads, prefetc
     assert streamed.cache == "none" and in_memory.cache == "device"
     assert len(streamed) == len(in_memory) == 6
     assert_same_batches(batches(streamed), batches(in_memory))
+
+
+def reader_threads():
+    """The thread ids of this process's streamed-set readers (named gpucore-reader)."""
+    tasks = "/proc/self/task"
+    named = []
+    for tid in os.listdir(tasks):
+        try:
+            with open(os.path.join(tasks, tid, "comm")) as handle:
+                if handle.read().strip() == "gpucore-reader":
+                    named.append(int(tid))
+        except FileNotFoundError:  # a thread that ended meanwhile
+            pass
+    return named
+
+
+LINUX_ONLY = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and CPU affinity are Linux's")
+
+
+@LINUX_ONLY
+def test_reader_threads_are_named_and_end_with_their_loader(tmp_path):
+    root = str(image_folder(tmp_path / "train"))
+    loader = gpucore.DataLoader(data.read_image_folder(root, threads=3), cache="none", batch_size=8, device="cpu")
+    next(iter(loader))
+    assert len(reader_threads()) == 3
+    del loader
+    assert reader_threads() == []
+
+
+@LINUX_ONLY
+@pytest.mark.parametrize("sizes", [None, [(10, 12), (13, 9)]], ids=["one_size", "own_sizes"])
+def test_batches_are_the_same_when_the_readers_get_no_core(tmp_path, sizes):
+    """The readers share one core with a busy process: the training thread decodes what no reader has taken of the
+    batch it waits for, and the batches are those of an unloaded run, bit for bit, whoever decoded each image."""
+    root = str(image_folder(tmp_path / "train", per_class=24, sizes=sizes))
+    transforms = [{"RandomResizedCrop": {"size": 8}}, "RandomHorizontalFlip"] if sizes else ()
+
+    def loader():
+        return gpucore.DataLoader(data.read_image_folder(root, threads=2), cache="none", batch_size=8, device="cpu",
+                                  seed=3, transforms=transforms)
+
+    expected = batches(loader())
+    cores = os.sched_getaffinity(0)
+    core = min(cores)
+    busy = subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{core}}})\nwhile True: pass"])
+    try:
+        time.sleep(0.3)  # the busy loop runs
+        os.sched_setaffinity(0, {core})  # this thread, and the readers it starts from now on
+        starved = batches(loader())
+    finally:
+        os.sched_setaffinity(0, cores)
+        busy.kill()
+        busy.wait()
+    assert_same_batches(starved, expected)
 
 
 def test_resize_matches_torch_and_streaming_resizes_alike(tmp_path):

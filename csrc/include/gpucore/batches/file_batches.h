@@ -89,6 +89,9 @@ class FileBatches : public EpochBatches {
   };
 
   void read_images();        // a reader thread's loop
+  // Takes the next image of the epoch's order (the caller holds `lock`, and next_sample_ < end_sample_), decodes it
+  // into its slot with the lock released, and counts it (a failure is recorded in the slot).
+  void read_next_image(std::unique_lock<std::mutex>& lock);
   void stop_readers();       // waits until no reader touches a slot
   void start_readers();
   void release_slots(int64_t batch);  // frees the slots of batches before `batch` whose copies are done
