@@ -158,12 +158,10 @@ void FileBatches::stop_readers() {
 
 void FileBatches::start_readers() {
   for (int64_t t = 0; t < config_.threads; ++t) {
-    readers_.emplace_back([this] {
+    readers_.emplace_back([this] { read_images(); });
 #ifdef __linux__
-      pthread_setname_np(pthread_self(), "gpucore-reader");  // as top -H, py-spy and gdb list it
+    pthread_setname_np(readers_.back().native_handle(), "gpucore-reader");  // as top -H, py-spy and gdb list it
 #endif
-      read_images();
-    });
   }
 }
 

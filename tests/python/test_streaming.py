@@ -88,6 +88,9 @@ def test_reader_threads_are_named_and_end_with_their_loader(tmp_path):
     next(iter(loader))
     assert len(reader_threads()) == 3
     del loader
+    deadline = time.monotonic() + 2.0  # a joined thread stays listed until the kernel has reaped it, a moment later
+    while reader_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert reader_threads() == []
 
 
