@@ -2,6 +2,7 @@ import gzip
 import pathlib
 import struct
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -52,6 +53,16 @@ class Pairs(torch.utils.data.Dataset):
 
     def __getitem__(self, index):
         return self.x[index], int(self.y[index])
+
+
+def settled(read, expected, seconds: float = 2.0):
+    """read() once it returns `expected` or `seconds` pass: a thread pthread_join has returned for is still listed
+    (/proc/self/task, the status' thread count) until the kernel has reaped it, a moment later; one never joined
+    stays."""
+    deadline = time.monotonic() + seconds
+    while read() != expected and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return read()
 
 
 def require(name):

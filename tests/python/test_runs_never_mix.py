@@ -18,6 +18,7 @@ import torch
 
 import gpucore
 from gpucore.models import registry, torchvision_build
+from conftest import settled
 from test_streaming import image_folder
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
@@ -100,15 +101,6 @@ def os_threads():
         return next(int(line.split()[1]) for line in handle if line.startswith("Threads:"))
 
 
-def os_threads_settled(expected: int, seconds: float = 2.0) -> int:
-    """The process's thread count once it reaches `expected` or `seconds` pass: a thread pthread_join has returned
-    for is still counted until the kernel has reaped it, a moment later; one never joined stays."""
-    deadline = time.monotonic() + seconds
-    while os_threads() != expected and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return os_threads()
-
-
 def os_threads_quiet(seconds: float = 0.3, limit: float = 3.0) -> int:
     """The process's thread count once it has not changed for `seconds` (at most `limit` seconds of waiting): right after
     a run, threads it joined may still be counted until the kernel reaps them."""
@@ -186,9 +178,9 @@ def test_no_way_out_of_an_epoch_leaves_reader_threads_behind(tmp_path, cache, fa
     before = os_threads_quiet()
     for _ in range(3):
         held = failing_run()
-        after = os_threads_settled(before)
+        after = settled(os_threads, before)
         assert after <= before, f"{after - before} threads more after a run the {failure} ended"
-        before = min(before, after)  # a thread of an earlier test that ended meanwhile is not the run's
+        before = after  # fewer: a thread of an earlier test ended meanwhile, not the run's
     assert held.value is not None
 
 

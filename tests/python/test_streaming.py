@@ -13,7 +13,7 @@ import torch.nn.functional as F
 import gpucore
 from gpucore import _C, data
 from gpucore.data.png import encode_png
-from conftest import assert_no_growth, require
+from conftest import assert_no_growth, require, settled
 
 
 def write_png(path, image):
@@ -88,10 +88,7 @@ def test_reader_threads_are_named_and_end_with_their_loader(tmp_path):
     next(iter(loader))
     assert len(reader_threads()) == 3
     del loader
-    deadline = time.monotonic() + 2.0  # a joined thread stays listed until the kernel has reaped it, a moment later
-    while reader_threads() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert reader_threads() == []
+    assert settled(reader_threads, []) == []
 
 
 @LINUX_ONLY
