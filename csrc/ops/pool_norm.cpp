@@ -7,16 +7,28 @@
 namespace gpucore::ops {
 namespace {
 
-void check_parameter(const at::Tensor& param, const char* name, const at::Tensor& input, at::ScalarType dtype) {
-  TORCH_CHECK(param.dim() == 1 && param.size(0) == input.size(1), "maxpool_bn_relu: ", name,
-              " must hold one value per channel (", input.size(1), "), got ", param.sizes());
-  TORCH_CHECK(param.scalar_type() == dtype, "maxpool_bn_relu: weight, bias, running_mean and running_var must "
-              "share one dtype, the input's or float32; ", name, " is ", param.scalar_type(), ", weight ", dtype);
-  TORCH_CHECK(param.device() == input.device(), "maxpool_bn_relu: ", name, " is on ", param.device(),
-              ", the input on ", input.device());
+void check_parameter(const char* op, const at::Tensor& param, const char* name, int64_t channels,
+                     const at::Tensor& input, at::ScalarType dtype) {
+  TORCH_CHECK(param.dim() == 1 && param.size(0) == channels, op, ": ", name, " must hold one value per channel (",
+              channels, "), got ", param.sizes());
+  TORCH_CHECK(param.scalar_type() == dtype, op, ": weight, bias, running_mean and running_var must share one dtype, "
+              "the input's or float32; ", name, " is ", param.scalar_type(), ", weight ", dtype);
+  TORCH_CHECK(param.device() == input.device(), op, ": ", name, " is on ", param.device(), ", the input on ",
+              input.device());
 }
 
 }  // namespace
+
+void check_norm_parameters(const char* op, int64_t channels, const at::Tensor& input, const at::Tensor& weight,
+                           const at::Tensor& bias, const at::Tensor& running_mean, const at::Tensor& running_var) {
+  const at::ScalarType dtype = input.scalar_type(), param_type = weight.scalar_type();
+  TORCH_CHECK(param_type == dtype || param_type == at::kFloat, op, ": weight must be the input's dtype (", dtype,
+              ") or float32, got ", param_type);
+  check_parameter(op, weight, "weight", channels, input, param_type);
+  check_parameter(op, bias, "bias", channels, input, param_type);
+  check_parameter(op, running_mean, "running_mean", channels, input, param_type);
+  check_parameter(op, running_var, "running_var", channels, input, param_type);
+}
 
 at::ScalarType pool_norm_math_type(at::ScalarType input) {
   return input == at::kDouble ? at::kDouble : at::kFloat;
@@ -28,13 +40,7 @@ PoolNormShape pool_norm_shape(const at::Tensor& input, const at::Tensor& weight,
   const at::ScalarType dtype = input.scalar_type();
   TORCH_CHECK(dtype == at::kFloat || dtype == at::kDouble || dtype == at::kHalf || dtype == at::kBFloat16,
               "maxpool_bn_relu: input must be float32, float64, float16 or bfloat16, got ", dtype);
-  const at::ScalarType param_type = weight.scalar_type();
-  TORCH_CHECK(param_type == dtype || param_type == at::kFloat, "maxpool_bn_relu: weight must be the input's dtype ("
-              , dtype, ") or float32, got ", param_type);
-  check_parameter(weight, "weight", input, param_type);
-  check_parameter(bias, "bias", input, param_type);
-  check_parameter(running_mean, "running_mean", input, param_type);
-  check_parameter(running_var, "running_var", input, param_type);
+  check_norm_parameters("maxpool_bn_relu", input.size(1), input, weight, bias, running_mean, running_var);
   PoolNormShape shape{input.size(0), input.size(1), input.size(2), input.size(3), input.size(2) / 2,
                       input.size(3) / 2, input.suggest_memory_format() == at::MemoryFormat::ChannelsLast};
   TORCH_CHECK(shape.pooled_height > 0 && shape.pooled_width > 0, "maxpool_bn_relu: the input (", input.sizes(),

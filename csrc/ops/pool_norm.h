@@ -36,6 +36,10 @@ struct PoolNormShape {
   int64_t count() const { return batch * pooled_height * pooled_width; }  // values per channel
 };
 
+// Checks the batch norm's four per-channel tensors (`channels` values of one dtype, the input's or float32, on the
+// input's device); errors begin with op.
+void check_norm_parameters(const char* op, int64_t channels, const at::Tensor& input, const at::Tensor& weight,
+                           const at::Tensor& bias, const at::Tensor& running_mean, const at::Tensor& running_var);
 // Checks the forward's arguments (TORCH_CHECK) and gives its shape.
 PoolNormShape pool_norm_shape(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
                               const at::Tensor& running_mean, const at::Tensor& running_var, bool training);

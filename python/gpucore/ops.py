@@ -109,6 +109,29 @@ def _maxpool_bn_relu_backward(grad_out, input, pooled, out, weight, save_mean, s
             weight.new_empty(weight.shape), weight.new_empty(weight.shape))
 
 
+@torch.library.register_fake("gpucore::conv3x3_maxpool_bn_relu")
+def _conv3x3_maxpool_bn_relu(input, conv_weight, weight, bias, running_mean, running_var, training, momentum, eps):
+    n, _, h, w = input.shape
+    c = conv_weight.shape[0]
+    channels_last = torch.channels_last in (_pool_norm_format(input), _pool_norm_format(conv_weight))
+    out_format = torch.channels_last if channels_last else torch.contiguous_format
+    size = (n, c, h // 2, w // 2)
+    stats = dict(dtype=torch.float64 if input.dtype == torch.float64 else torch.float32, device=input.device)
+    kept = c if training else 0
+    return (input.new_empty(size).contiguous(memory_format=out_format),
+            input.new_empty(size).contiguous(memory_format=torch.channels_last),
+            input.new_empty(size, dtype=torch.uint8).contiguous(memory_format=torch.channels_last),
+            torch.empty((c,), **stats), torch.empty((c,), **stats), running_mean.new_empty((kept,)),
+            running_var.new_empty((kept,)))
+
+
+@torch.library.register_fake("gpucore::conv3x3_maxpool_bn_relu_backward")
+def _conv3x3_maxpool_bn_relu_backward(grad_out, input, conv_weight, pooled, window, out, weight, save_mean,
+                                      save_invstd, training):
+    return (conv_weight.new_empty(conv_weight.shape).contiguous(memory_format=_pool_norm_format(conv_weight)),
+            weight.new_empty(weight.shape), weight.new_empty(weight.shape))
+
+
 # The device types maxpool_bn_relu has kernels for ('cpu'; 'cuda' in a CUDA build), read once: a set torch.compile
 # reads as a constant (MaxPoolBatchNormReLU falls back to torch's functions elsewhere).
 POOL_NORM_DEVICES = frozenset(device for device, key in (("cpu", "CPU"), ("cuda", "CUDA"))
@@ -135,3 +158,34 @@ def _maxpool_bn_relu_grad(ctx, grad_out, *_unused):
 
 torch.library.register_autograd("gpucore::maxpool_bn_relu", _maxpool_bn_relu_grad,
                                 setup_context=_maxpool_bn_relu_setup)
+
+
+# The device types conv3x3_maxpool_bn_relu has kernels for ('cpu'), read once as POOL_NORM_DEVICES is.
+CONV_POOL_NORM_DEVICES = frozenset(device for device, key in (("cpu", "CPU"), ("cuda", "CUDA"))
+                                   if torch._C._dispatch_has_kernel_for_dispatch_key(
+                                       "gpucore::conv3x3_maxpool_bn_relu", key))
+
+
+# conv3x3_maxpool_bn_relu's gradient: of out only, for the convolution's and the batch norm's weights; the input's
+# is not computed (the op is a first layer's), so a graph that needs it is refused rather than given none.
+def _conv3x3_maxpool_bn_relu_setup(ctx, inputs, output):
+    input, conv_weight, weight, _bias, _running_mean, _running_var, training, _momentum, _eps = inputs
+    out, pooled, window, save_mean, save_invstd = output[:5]
+    ctx.save_for_backward(input, conv_weight, pooled, window, out, weight, save_mean, save_invstd)
+    ctx.training = training
+
+
+def _conv3x3_maxpool_bn_relu_grad(ctx, grad_out, *_unused):
+    if ctx.needs_input_grad[0]:
+        raise RuntimeError("gpucore::conv3x3_maxpool_bn_relu computes no gradient for its input (a first layer's "
+                           "input needs none); run the convolution, max-pool, batch norm and ReLU as torch's ops "
+                           "where the input requires grad")
+    if grad_out is None:
+        return (None,) * 9
+    grad_conv, grad_weight, grad_bias = torch.ops.gpucore.conv3x3_maxpool_bn_relu_backward(
+        grad_out, *ctx.saved_tensors, ctx.training)
+    return None, grad_conv, grad_weight, grad_bias, None, None, None, None, None
+
+
+torch.library.register_autograd("gpucore::conv3x3_maxpool_bn_relu", _conv3x3_maxpool_bn_relu_grad,
+                                setup_context=_conv3x3_maxpool_bn_relu_setup)

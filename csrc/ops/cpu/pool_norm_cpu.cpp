@@ -1,7 +1,6 @@
 // CPU kernels of gpucore::maxpool_bn_relu and its backward (pool_norm.h). The pooled tensor's rows (one pooled row
 // of one plane for contiguous tensors, one pooled row of all channels for channels-last ones) are split among
-// threads; per-channel sums add up in float32 along a row and in float64 across rows, per plane or per fixed block
-// of rows, then in a fixed order: the same result for any thread count.
+// threads; the batch norm over the pooled values is pooled_norm.h's, shared with conv3x3_maxpool_bn_relu.
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
@@ -10,10 +9,11 @@
 #include <torch/library.h>
 
 #include <algorithm>
-#include <cmath>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
+#include "ops/cpu/pooled_norm.h"
 #include "ops/cpu/vector_clones.h"
 #include "ops/pool_norm.h"
 #include "ops/pool_norm_math.h"
@@ -21,82 +21,7 @@
 namespace gpucore::ops {
 namespace {
 
-// Fixed blocks of rows for the channels-last sums (their partial sums are C values each).
-constexpr int64_t kSumBlocks = 64;
-// Contiguous planes sum in float over chunks of this many values, the chunks in float64.
-constexpr int64_t kSumChunk = 1024;
-
-template <typename M>
-std::vector<M> channel_values(const at::Tensor& values) {
-  std::vector<M> out(values.size(0));
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, values.scalar_type(), "maxpool_bn_relu_cpu", [&] {
-    const scalar_t* data = values.data_ptr<scalar_t>();
-    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<M>(data[i * values.stride(0)]);
-  });
-  return out;
-}
-
-template <typename M>
-void store_channel_values(at::Tensor& values, const std::vector<M>& from) {
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, values.scalar_type(), "maxpool_bn_relu_cpu", [&] {
-    scalar_t* data = values.data_ptr<scalar_t>();
-    for (size_t i = 0; i < from.size(); ++i) data[i] = static_cast<scalar_t>(from[i]);
-  });
-}
-
-// sum(f(i)) over i < n: in eight float lanes (which the compiler vectorises; a single float sum it may not
-// reorder), chunk by chunk into float64, in a fixed order.
-template <typename M, typename F>
-inline double lane_sum(int64_t n, const F& f) {
-  double total = 0.0;
-  for (int64_t chunk = 0; chunk < n; chunk += kSumChunk) {
-    const int64_t end = std::min(n, chunk + kSumChunk);
-    M lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int64_t i = chunk;
-    for (; i + 8 <= end; i += 8) {
-      for (int l = 0; l < 8; ++l) lane[l] += f(i + l);
-    }
-    M rest = 0;
-    for (; i < end; ++i) rest += f(i);
-    for (int l = 0; l < 8; ++l) rest += lane[l];
-    total += static_cast<double>(rest);
-  }
-  return total;
-}
-
-// Per-channel sums over the pooled tensor. Contiguous: plane(p, c) gives plane p's sum (channel c = p % C).
-// Channels-last: row(r, sums) adds pooled row r (n * OH + oh: OW pixels of C channels) into the C float sums.
-template <typename M, typename Plane, typename Row>
-std::vector<double> channel_sums(const PoolNormShape& s, const Plane& plane, const Row& row) {
-  const int64_t C = s.channels;
-  std::vector<double> sums(C, 0.0);
-  if (!s.channels_last) {
-    const int64_t planes = s.batch * C;
-    std::vector<double> per_plane(planes);
-    at::parallel_for(0, planes, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t p = begin; p < end; ++p) per_plane[p] = plane(p, p % C);
-    });
-    for (int64_t p = 0; p < planes; ++p) sums[p % C] += per_plane[p];
-    return sums;
-  }
-  const int64_t rows = s.batch * s.pooled_height, blocks = std::min(rows, kSumBlocks);
-  std::vector<double> per_block(blocks * C, 0.0);
-  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
-    std::vector<M> partial(C);
-    for (int64_t b = begin; b < end; ++b) {
-      double* acc = per_block.data() + b * C;
-      for (int64_t r = rows * b / blocks; r < rows * (b + 1) / blocks; ++r) {
-        std::fill(partial.begin(), partial.end(), M(0));
-        row(r, partial.data());
-        for (int64_t c = 0; c < C; ++c) acc[c] += static_cast<double>(partial[c]);
-      }
-    }
-  });
-  for (int64_t b = 0; b < blocks; ++b) {
-    for (int64_t c = 0; c < C; ++c) sums[c] += per_block[b * C + c];
-  }
-  return sums;
-}
+using pooled_norm::Channels;
 
 // The window's four elements' gradients, branch-free (so the loops vectorise): the maximum torch's max_pool2d picks
 // (window_argmax's rule) gets gy, the others zero.
@@ -146,11 +71,6 @@ void route_channels_last_row(const T* x0, const T* x1, const T* gy, T* g0, T* g1
   }
 }
 
-// Per-channel float64 statistics and parameters of one call.
-struct Channels {
-  std::vector<double> mean, invstd, var;  // var: the batch's biased variance (training only)
-};
-
 // The pooled values of pooled rows [begin, end): contiguous, row = plane * OH + oh; channels-last, n * OH + oh.
 template <typename T>
 void pool_rows(const PoolNormShape& s, const T* __restrict x, T* __restrict pooled, int64_t begin, int64_t end) {
@@ -176,97 +96,6 @@ void pool_rows(const PoolNormShape& s, const T* __restrict x, T* __restrict pool
   }
 }
 
-template <typename T>
-void forward_kernel(const PoolNormShape& s, const T* __restrict x, T* __restrict pooled, T* __restrict out,
-                    bool training, const std::vector<double>& gamma, const std::vector<double>& beta, Channels& stats,
-                    double eps) {
-  using M = at::opmath_type<T>;
-  const int64_t C = s.channels, OH = s.pooled_height, OW = s.pooled_width, area = OH * OW;
-  const int64_t rows = s.channels_last ? s.batch * OH : s.batch * C * OH;
-  const int64_t row_size = s.channels_last ? OW * C : OW;
-  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, row_size));
-  const int64_t px = s.channels_last ? OW : 0;  // pixels per channels-last row
-  if (training) {
-    // The pool, and the sums in the same pass (its rows still in cache).
-    const std::vector<double> sums = channel_sums<M>(
-        s,
-        [&](int64_t p, int64_t) {
-          pool_rows<T>(s, x, pooled, p * OH, (p + 1) * OH);
-          const T* __restrict y = pooled + p * area;
-          return lane_sum<M>(area, [&](int64_t i) { return M(y[i]); });
-        },
-        [&](int64_t r, M* __restrict sum) {
-          pool_rows<T>(s, x, pooled, r, r + 1);
-          const T* __restrict y = pooled + r * OW * C;
-          for (int64_t ow = 0; ow < px; ++ow) {
-            for (int64_t c = 0; c < C; ++c) sum[c] += M(y[ow * C + c]);
-          }
-        });
-    const double count = static_cast<double>(s.count());
-    std::vector<M> mean(C);
-    stats.mean.resize(C);
-    for (int64_t c = 0; c < C; ++c) stats.mean[c] = sums[c] / count, mean[c] = static_cast<M>(stats.mean[c]);
-    const std::vector<double> squares = channel_sums<M>(
-        s,
-        [&](int64_t p, int64_t c) {
-          const T* __restrict y = pooled + p * area;
-          const M m = mean[c];
-          return lane_sum<M>(area, [&](int64_t i) {
-            const M d = M(y[i]) - m;
-            return d * d;
-          });
-        },
-        [&](int64_t r, M* __restrict sum) {
-          const T* __restrict y = pooled + r * OW * C;
-          const M* __restrict m = mean.data();
-          for (int64_t ow = 0; ow < px; ++ow) {
-            for (int64_t c = 0; c < C; ++c) {
-              const M d = M(y[ow * C + c]) - m[c];
-              sum[c] += d * d;
-            }
-          }
-        });
-    stats.var.resize(C);
-    stats.invstd.resize(C);
-    for (int64_t c = 0; c < C; ++c) {
-      stats.var[c] = squares[c] / count;
-      stats.invstd[c] = 1.0 / std::sqrt(stats.var[c] + eps);
-    }
-  } else {
-    at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) { pool_rows<T>(s, x, pooled, begin, end); });
-  }
-  std::vector<M> scale(C), shift(C);
-  for (int64_t c = 0; c < C; ++c) {
-    scale[c] = static_cast<M>(gamma[c]) * static_cast<M>(stats.invstd[c]);
-    shift[c] = static_cast<M>(beta[c]) - static_cast<M>(stats.mean[c]) * scale[c];
-  }
-  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const T* __restrict y = pooled + r * row_size;
-      T* __restrict o = out + r * row_size;
-      if (!s.channels_last) {
-        const int64_t c = (r / OH) % C;
-        const M sc = scale[c], sh = shift[c];
-        for (int64_t i = 0; i < OW; ++i) o[i] = static_cast<T>(norm_relu<M>(M(y[i]), sc, sh));
-      } else {
-        const M* __restrict sc = scale.data();
-        const M* __restrict sh = shift.data();
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          for (int64_t c = 0; c < C; ++c) {
-            o[ow * C + c] = static_cast<T>(norm_relu<M>(M(y[ow * C + c]), sc[c], sh[c]));
-          }
-        }
-      }
-    }
-  });
-}
-
-at::Tensor channel_tensor(const std::vector<double>& values, const at::TensorOptions& options) {
-  at::Tensor out = at::empty({static_cast<int64_t>(values.size())}, options);
-  store_channel_values(out, values);
-  return out;
-}
-
 PoolNormOutputs maxpool_bn_relu_cpu(const at::Tensor& input_, const at::Tensor& weight, const at::Tensor& bias,
                                     const at::Tensor& running_mean, const at::Tensor& running_var, bool training,
                                     double momentum, double eps) {
@@ -277,30 +106,20 @@ PoolNormOutputs maxpool_bn_relu_cpu(const at::Tensor& input_, const at::Tensor& 
   at::Tensor pooled = at::empty(size, input.options().memory_format(format));
   at::Tensor out = at::empty(size, input.options().memory_format(format));
   const at::TensorOptions math = input.options().dtype(pool_norm_math_type(input.scalar_type()));
-  Channels stats;
-  if (!training) {
-    stats.mean = channel_values<double>(running_mean);
-    stats.invstd = channel_values<double>(running_var);
-    for (double& v : stats.invstd) v = 1.0 / std::sqrt(v + eps);
-  }
-  const std::vector<double> gamma = channel_values<double>(weight), beta = channel_values<double>(bias);
+  Channels stats = training ? Channels{} : pooled_norm::running_channels(running_mean, running_var, eps);
+  const std::vector<double> gamma = pooled_norm::channel_values<double>(weight),
+                            beta = pooled_norm::channel_values<double>(bias);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "maxpool_bn_relu_cpu", [&] {
-    forward_kernel<scalar_t>(s, input.const_data_ptr<scalar_t>(), pooled.data_ptr<scalar_t>(),
-                             out.data_ptr<scalar_t>(), training, gamma, beta, stats, eps);
+    const scalar_t* x = input.const_data_ptr<scalar_t>();
+    scalar_t* pooled_values = pooled.data_ptr<scalar_t>();
+    pooled_norm::normalize_pooled<scalar_t>(
+        s, [&](int64_t begin, int64_t end) { pool_rows<scalar_t>(s, x, pooled_values, begin, end); },
+        pooled_values, out.data_ptr<scalar_t>(), training, gamma, beta, stats, eps);
   });
   at::Tensor new_mean = at::empty({0}, running_mean.options()), new_var = at::empty({0}, running_var.options());
-  if (training) {
-    // torch's batch_norm: running = (1 - momentum) * running + momentum * batch, the variance unbiased.
-    std::vector<double> mean = channel_values<double>(running_mean), var = channel_values<double>(running_var);
-    const double count = static_cast<double>(s.count());
-    for (int64_t c = 0; c < s.channels; ++c) {
-      mean[c] = (1.0 - momentum) * mean[c] + momentum * stats.mean[c];
-      var[c] = (1.0 - momentum) * var[c] + momentum * stats.var[c] * count / (count - 1.0);
-    }
-    new_mean = channel_tensor(mean, running_mean.options());
-    new_var = channel_tensor(var, running_var.options());
-  }
-  return {out, pooled, channel_tensor(stats.mean, math), channel_tensor(stats.invstd, math), new_mean, new_var};
+  if (training) std::tie(new_mean, new_var) = pooled_norm::updated_running(s, running_mean, running_var, momentum, stats);
+  return {out, pooled, pooled_norm::channel_tensor(stats.mean, math), pooled_norm::channel_tensor(stats.invstd, math),
+          new_mean, new_var};
 }
 
 template <typename T>
@@ -310,49 +129,10 @@ void backward_kernel(const PoolNormShape& s, const T* __restrict grad, const T* 
                      std::vector<double>& grad_bias) {
   using M = at::opmath_type<T>;
   const int64_t C = s.channels, H = s.height, W = s.width, OH = s.pooled_height, OW = s.pooled_width;
-  const int64_t area = OH * OW, px = s.channels_last ? OW : 0;
-  std::vector<M> mean(C);
-  for (int64_t c = 0; c < C; ++c) mean[c] = static_cast<M>(stats.mean[c]);
-  // The ReLU's mask: out > 0 (or NaN), as threshold_backward.
-  const auto masked = [](M g, M o) { return (o > M(0)) | (o != o) ? g : M(0); };
-  grad_bias = channel_sums<M>(
-      s,
-      [&](int64_t p, int64_t) {
-        const T *__restrict g = grad + p * area, *__restrict o = out + p * area;
-        return lane_sum<M>(area, [&](int64_t i) { return masked(M(g[i]), M(o[i])); });
-      },
-      [&](int64_t r, M* __restrict sum) {
-        const T *__restrict g = grad + r * OW * C, *__restrict o = out + r * OW * C;
-        for (int64_t i = 0; i < px; ++i) {
-          for (int64_t c = 0; c < C; ++c) sum[c] += masked(M(g[i * C + c]), M(o[i * C + c]));
-        }
-      });
-  const std::vector<double> sum_gx = channel_sums<M>(
-      s,
-      [&](int64_t p, int64_t c) {
-        const T *__restrict g = grad + p * area, *__restrict o = out + p * area, *__restrict y = pooled + p * area;
-        const M m = mean[c];
-        return lane_sum<M>(area, [&](int64_t i) { return masked(M(g[i]), M(o[i])) * (M(y[i]) - m); });
-      },
-      [&](int64_t r, M* __restrict sum) {
-        const int64_t at = r * OW * C;
-        const T *__restrict g = grad + at, *__restrict o = out + at, *__restrict y = pooled + at;
-        const M* __restrict m = mean.data();
-        for (int64_t i = 0; i < px; ++i) {
-          for (int64_t c = 0; c < C; ++c) {
-            sum[c] += masked(M(g[i * C + c]), M(o[i * C + c])) * (M(y[i * C + c]) - m[c]);
-          }
-        }
-      });
-  grad_weight.resize(C);
-  const double count = static_cast<double>(s.count());
-  std::vector<M> mean_g(C), k(C), gain(C);
-  for (int64_t c = 0; c < C; ++c) {
-    grad_weight[c] = sum_gx[c] * stats.invstd[c];
-    mean_g[c] = training ? static_cast<M>(grad_bias[c] / count) : M(0);
-    k[c] = training ? static_cast<M>(sum_gx[c] * stats.invstd[c] * stats.invstd[c] / count) : M(0);
-    gain[c] = static_cast<M>(gamma[c] * stats.invstd[c]);
-  }
+  const pooled_norm::GradCoefficients<M> co =
+      pooled_norm::grad_coefficients<T>(s, grad, pooled, out, training, gamma, stats);
+  grad_weight = co.grad_weight;
+  grad_bias = co.grad_bias;
   // Each window writes its four input gradients; the last column and row where W and H are odd (in no window:
   // max_pool2d's floor) are written zero beside them.
   const int64_t lanes = s.channels_last ? C : 1;
@@ -369,24 +149,17 @@ void backward_kernel(const PoolNormShape& s, const T* __restrict grad, const T* 
       const T *__restrict g = grad + at, *__restrict o = out + at, *__restrict y = pooled + at;
       if (!s.channels_last) {
         const int64_t c = outer % C;
-        const M m = mean[c], mg = mean_g[c], kc = k[c], gn = gain[c];
+        const M m = co.mean[c], mg = co.mean_g[c], kc = co.k[c], gn = co.gain[c];
         for (int64_t ow = 0; ow < OW; ++ow) {
-          gys[ow] = static_cast<T>(pooled_grad<M>(masked(M(g[ow]), M(o[ow])), true, M(y[ow]), m, mg, kc, gn));
+          gys[ow] = static_cast<T>(
+              pooled_grad<M>(pooled_norm::masked(M(g[ow]), M(o[ow])), true, M(y[ow]), m, mg, kc, gn));
         }
         for (int64_t ow = 0; ow < OW; ++ow) {
           route<T, M>(M(x0[2 * ow]), M(x0[2 * ow + 1]), M(x1[2 * ow]), M(x1[2 * ow + 1]), gys[ow], &g0[2 * ow],
                       &g0[2 * ow + 1], &g1[2 * ow], &g1[2 * ow + 1]);
         }
       } else {
-        const M *__restrict m = mean.data(), *__restrict mg = mean_g.data(), *__restrict kc = k.data(),
-                *__restrict gn = gain.data();
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          const int64_t i = ow * C;
-          for (int64_t c = 0; c < C; ++c) {
-            gys[i + c] = static_cast<T>(
-                pooled_grad<M>(masked(M(g[i + c]), M(o[i + c])), true, M(y[i + c]), m[c], mg[c], kc[c], gn[c]));
-          }
-        }
+        pooled_norm::pooled_row_grads<T, T>(co, g, o, y, OW, C, gys, C);
         route_channels_last_row<T>(x0, x1, gys, g0, g1, OW, C);
       }
       if (W % 2 == 1) {
@@ -408,15 +181,17 @@ PoolNormGrads maxpool_bn_relu_backward_cpu(const at::Tensor& grad_out, const at:
   const at::Tensor pooled_values = pool_norm_layout(pooled, s.channels_last);
   const at::Tensor out_values = pool_norm_layout(out, s.channels_last);
   at::Tensor grad_input = at::empty_like(input);
-  Channels stats{channel_values<double>(save_mean), channel_values<double>(save_invstd), {}};
-  const std::vector<double> gamma = channel_values<double>(weight);
+  const Channels stats{pooled_norm::channel_values<double>(save_mean), pooled_norm::channel_values<double>(save_invstd),
+                       {}};
+  const std::vector<double> gamma = pooled_norm::channel_values<double>(weight);
   std::vector<double> grad_weight, grad_bias;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "maxpool_bn_relu_backward_cpu", [&] {
     backward_kernel<scalar_t>(s, grad.const_data_ptr<scalar_t>(), input.const_data_ptr<scalar_t>(),
                               pooled_values.const_data_ptr<scalar_t>(), out_values.const_data_ptr<scalar_t>(),
                               grad_input.data_ptr<scalar_t>(), training, gamma, stats, grad_weight, grad_bias);
   });
-  return {grad_input, channel_tensor(grad_weight, weight.options()), channel_tensor(grad_bias, weight.options())};
+  return {grad_input, pooled_norm::channel_tensor(grad_weight, weight.options()),
+          pooled_norm::channel_tensor(grad_bias, weight.options())};
 }
 
 }  // namespace

@@ -8,14 +8,16 @@ import difflib
 import functools
 import importlib
 import inspect
+import itertools
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
+from torch.nn.modules import module as torch_module
 
 from ..errors import ConfigError
-from ..ops import POOL_NORM_DEVICES
+from ..ops import CONV_POOL_NORM_DEVICES, POOL_NORM_DEVICES
 from ..redact import holds_mask, masked_value_message
 from ..values import is_int
 from . import segmentation_models
@@ -76,17 +78,11 @@ class MaxPoolBatchNormReLU(nn.BatchNorm2d):
     run instead, with the same result."""
 
     def forward(self, x):
-        factor = 0.0 if self.momentum is None else self.momentum
-        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
-            self.num_batches_tracked.add_(1)
-            if self.momentum is None:  # a cumulative moving average, as BatchNorm2d's
-                factor = 1.0 / float(self.num_batches_tracked)
+        factor = self._running_factor()
         if self._fusable(x):
             out, _pooled, _mean, _invstd, running_mean, running_var = torch.ops.gpucore.maxpool_bn_relu(
                 x, self.weight, self.bias, self.running_mean, self.running_var, self.training, factor, self.eps)
-            if self.training:
-                with torch.no_grad():
-                    torch._foreach_copy_([self.running_mean, self.running_var], [running_mean, running_var])
+            self._keep_running(running_mean, running_var)
             return out
         # BatchNorm2d's forward as torch.fx traces it (no checks on the input's values)
         tracked = not self.training or self.track_running_stats
@@ -95,6 +91,50 @@ class MaxPoolBatchNormReLU(nn.BatchNorm2d):
             self.running_var if tracked else None, self.weight, self.bias,
             self.training or (self.running_mean is None and self.running_var is None), factor, self.eps)
         return torch.relu(normed)
+
+    def after_conv(self, conv: nn.Conv2d, x):
+        """conv(x), then this block, as one op (gpucore::conv3x3_maxpool_bn_relu): FastCNN's first block, whose
+        convolution's full-size output is never written. The caller checks conv_fusable(conv, x) first."""
+        if torch.is_autocast_enabled(x.device.type):  # the casts autocast gives conv2d
+            dtype = torch.get_autocast_dtype(x.device.type)
+            x, conv_weight = x.to(dtype), conv.weight.to(dtype)
+        else:
+            conv_weight = conv.weight
+        out, *_saved, running_mean, running_var = torch.ops.gpucore.conv3x3_maxpool_bn_relu(
+            x, conv_weight, self.weight, self.bias, self.running_mean, self.running_var, self.training,
+            self._running_factor(), self.eps)
+        self._keep_running(running_mean, running_var)
+        return out
+
+    def conv_fusable(self, conv: nn.Module, x) -> bool:
+        """Whether after_conv(conv, x) gives what conv then this block give: a 3x3 convolution (stride 1, padding 1,
+        no bias) of an input with few channels (an image's: at most 4) that needs no gradient, float32 under
+        autocast or the convolution's dtype without, on a device with the op's kernel."""
+        if not (isinstance(conv, nn.Conv2d) and self._fusable(x)) or x.requires_grad:
+            return False
+        if not (conv.kernel_size == (3, 3) and conv.stride == (1, 1) and conv.padding == (1, 1)
+                and conv.dilation == (1, 1) and conv.groups == 1 and conv.bias is None
+                and conv.padding_mode == "zeros" and x.shape[1] == conv.in_channels <= 4):
+            return False
+        if torch.is_autocast_enabled(x.device.type):
+            same_dtype = x.dtype == conv.weight.dtype == torch.float32  # autocast casts both
+        else:
+            same_dtype = x.dtype == conv.weight.dtype
+        return same_dtype and x.device.type in CONV_POOL_NORM_DEVICES
+
+    def _running_factor(self) -> float:
+        """The running statistics' momentum for this call, num_batches_tracked advanced as BatchNorm2d's."""
+        factor = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
+            self.num_batches_tracked.add_(1)
+            if self.momentum is None:  # a cumulative moving average, as BatchNorm2d's
+                factor = 1.0 / float(self.num_batches_tracked)
+        return factor
+
+    def _keep_running(self, running_mean, running_var):
+        if self.training:
+            with torch.no_grad():
+                torch._foreach_copy_([self.running_mean, self.running_var], [running_mean, running_var])
 
     def _fusable(self, x) -> bool:
         if isinstance(x, torch.fx.Proxy):  # torch.fx traces the torch functions (frozen layers fold around them)
@@ -141,7 +181,27 @@ class FastCNN(nn.Module):
         self.classifier = nn.Sequential(nn.AdaptiveMaxPool2d(3), nn.Flatten(), nn.Linear(channels * 9, num_classes))
 
     def forward(self, x):
-        return self.classifier(self.features(x))
+        features = self.features
+        conv, norm = features[0], features[2]
+        if isinstance(norm, MaxPoolBatchNormReLU) and norm.conv_fusable(conv, x) \
+                and not _hooked(features, *itertools.islice(features, 4)):
+            x = norm.after_conv(conv, x)  # the first block as one op
+            for layer in itertools.islice(features, 4, None):
+                x = layer(x)
+        else:
+            x = features(x)
+        return self.classifier(x)
+
+
+def _hooked(*modules: nn.Module) -> bool:
+    """Whether calling any of these modules runs a hook (its own or a global one): a layer run inside a fused op
+    would not run its hooks."""
+    if any(getattr(torch_module, name, None) for name in (
+            "_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+            "_global_backward_pre_hooks")):
+        return True
+    return any(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
+               for m in modules)
 
 
 BUILTIN = {"fashion_mnist_cnn": FashionMnistCNN, "fast_cnn": FastCNN, "captcha_cnn": CaptchaCNN}
