@@ -46,6 +46,10 @@ void fill_tile(const InputView<T>& x, int64_t n, int64_t oh, M* __restrict tile)
     std::fill_n(row, Cin, M(0));
     std::fill_n(row + (W + 1) * Cin, Cin, M(0));
     const T* src = x.data + n * x.stride_n + h * x.stride_h;
+    if (x.stride_w == Cin && (Cin == 1 || x.stride_c == 1)) {  // the row's W x Cin values in order (a copy)
+      for (int64_t i = 0; i < W * Cin; ++i) row[Cin + i] = M(src[i]);
+      continue;
+    }
     for (int64_t w = 0; w < W; ++w) {
       for (int64_t ci = 0; ci < Cin; ++ci) row[(w + 1) * Cin + ci] = M(src[w * x.stride_w + ci * x.stride_c]);
     }
