@@ -154,7 +154,9 @@ class FastCNN(nn.Module):
     and 3 pixels wide, so that pool changes nothing; seed 0 of the speedrun: 92.77% against 92.58% with a global
     max-pool). fused (model_kwargs, default FUSED_POOL_NORM): each block's max-pool, BatchNorm and ReLU run as one op
     (MaxPoolBatchNormReLU, with nn.Identity in the pool's and the ReLU's places, so the layers' indices and the
-    state_dict keys are the unfused network's and checkpoints load either way)."""
+    state_dict keys are the unfused network's and checkpoints load either way), and the first block's convolution
+    with them where MaxPoolBatchNormReLU.conv_fusable allows and no hook is on those layers (after_conv: the
+    convolution's full-size output is never written)."""
 
     def __init__(self, num_classes: int = 10, in_channels: int = 1, widths: Sequence[int] = (32, 64, 128),
                  extra: Sequence[int] = (0, 1, 0), fused: bool = FUSED_POOL_NORM):
