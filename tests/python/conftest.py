@@ -302,3 +302,15 @@ def assert_no_growth(action, repeats, tolerance_bytes, warmup=0, what="", each=T
     shown = grown if each else grown[-1]
     assert grown[-1] < tolerance_bytes, f"resident set grew by {shown} bytes {what}"
     return grown
+
+
+def random_norm(channels, seed, momentum=0.1, dtype=torch.float32):
+    """A BatchNorm2d with random parameters and running statistics (the fused pool + norm ops' tests)."""
+    torch.manual_seed(seed)
+    norm = nn.BatchNorm2d(channels, momentum=momentum).to(dtype)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+        norm.bias.uniform_(-0.5, 0.5)
+        norm.running_mean.uniform_(-0.5, 0.5)
+        norm.running_var.uniform_(0.5, 2.0)
+    return norm

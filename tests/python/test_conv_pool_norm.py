@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import gpucore  # noqa: F401  (loads the ops)
+from conftest import random_norm
 from gpucore.models.registry import FastCNN
 
 TOLERANCE = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.float64: dict(rtol=1e-10, atol=1e-12),
@@ -24,17 +25,6 @@ def reference(x, conv_weight, norm, training, conv_dtype=None):
         conv = conv.to(conv_dtype).to(x.dtype)
     return F.relu(F.batch_norm(F.max_pool2d(conv, 2), norm.running_mean, norm.running_var, norm.weight, norm.bias,
                                training, norm.momentum, norm.eps))
-
-
-def random_norm(channels, seed, dtype=torch.float32):
-    torch.manual_seed(seed)
-    norm = nn.BatchNorm2d(channels).to(dtype)
-    with torch.no_grad():
-        norm.weight.uniform_(0.5, 1.5)
-        norm.bias.uniform_(-0.5, 0.5)
-        norm.running_mean.uniform_(-0.5, 0.5)
-        norm.running_var.uniform_(0.5, 2.0)
-    return norm
 
 
 def fused(x, conv_weight, norm, training):
@@ -59,7 +49,7 @@ def gradients(out, grad, conv_weight, norm):
                                             ((1, 1, 4, 5), 3), ((4, 2, 10, 8), 16)])
 def test_matches_torch(shape, channels, dtype, channels_last, training):
     seed = sum(shape) + channels
-    norm, norm_ref = random_norm(channels, seed, dtype), random_norm(channels, seed, dtype)
+    norm, norm_ref = random_norm(channels, seed, dtype=dtype), random_norm(channels, seed, dtype=dtype)
     torch.manual_seed(seed + 1)
     layout = torch.channels_last if channels_last else torch.contiguous_format
     x = (torch.randn(shape) * 2 + 0.3).to(dtype).contiguous(memory_format=layout)

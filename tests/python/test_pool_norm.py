@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 import gpucore  # noqa: F401  (loads the ops)
+from conftest import random_norm
 from gpucore.models.registry import FastCNN, MaxPoolBatchNormReLU
 
 TOLERANCE = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.float64: dict(rtol=1e-10, atol=1e-12),
@@ -16,17 +17,6 @@ TOLERANCE = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.float64: dict(rtol
 
 def unfused(norm):
     return nn.Sequential(nn.MaxPool2d(2), norm, nn.ReLU(inplace=True))
-
-
-def random_norm(channels, seed, momentum=0.1):
-    torch.manual_seed(seed)
-    norm = nn.BatchNorm2d(channels, momentum=momentum)
-    with torch.no_grad():
-        norm.weight.uniform_(0.5, 1.5)
-        norm.bias.uniform_(-0.5, 0.5)
-        norm.running_mean.uniform_(-0.5, 0.5)
-        norm.running_var.uniform_(0.5, 2.0)
-    return norm
 
 
 def fused_copy(norm):
