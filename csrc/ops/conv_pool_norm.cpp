@@ -66,16 +66,7 @@ ConvPoolNormShape conv_pool_norm_backward_shape(const at::Tensor& grad_out, cons
     TORCH_CHECK(tensor->device() == input.device(), op, ": ", name, " is on ", tensor->device(), ", the input on ",
                 input.device());
   }
-  const at::ScalarType math = pool_norm_math_type(input.scalar_type());
-  for (const auto& [tensor, name] : {std::pair{&save_mean, "save_mean"}, {&save_invstd, "save_invstd"}}) {
-    TORCH_CHECK(tensor->dim() == 1 && tensor->size(0) == channels && tensor->scalar_type() == math &&
-                    tensor->device() == input.device(),
-                op, ": ", name, " must be ", channels, " ", math, " values on ", input.device(), ", got ",
-                tensor->scalar_type(), " ", tensor->sizes());
-  }
-  TORCH_CHECK(weight.dim() == 1 && weight.size(0) == channels &&
-                  (weight.scalar_type() == input.scalar_type() || weight.scalar_type() == at::kFloat),
-              op, ": weight must be ", channels, " values of the input's dtype or float32");
+  check_saved_norm(op.c_str(), channels, input, weight, save_mean, save_invstd);
   const PoolNormShape shape{input.size(0), channels, input.size(2), input.size(3), input.size(2) / 2,
                             input.size(3) / 2, true};
   return {shape, input.size(1), convolution_channels_last(input, conv_weight)};

@@ -30,6 +30,21 @@ void check_norm_parameters(const char* op, int64_t channels, const at::Tensor& i
   check_parameter(op, running_var, "running_var", channels, input, param_type);
 }
 
+void check_saved_norm(const char* op, int64_t channels, const at::Tensor& input, const at::Tensor& weight,
+                      const at::Tensor& save_mean, const at::Tensor& save_invstd) {
+  const at::ScalarType math = pool_norm_math_type(input.scalar_type());
+  for (const auto& [tensor, name] : {std::pair{&save_mean, "save_mean"}, {&save_invstd, "save_invstd"}}) {
+    TORCH_CHECK(tensor->dim() == 1 && tensor->size(0) == channels && tensor->scalar_type() == math &&
+                    tensor->device() == input.device(),
+                op, ": ", name, " must be ", channels, " ", math, " values on ", input.device(), ", got ",
+                tensor->scalar_type(), " ", tensor->sizes());
+  }
+  TORCH_CHECK(weight.dim() == 1 && weight.size(0) == channels &&
+                  (weight.scalar_type() == input.scalar_type() || weight.scalar_type() == at::kFloat) &&
+                  weight.device() == input.device(),
+              op, ": weight must be ", channels, " values of the input's dtype or float32");
+}
+
 at::ScalarType pool_norm_math_type(at::ScalarType input) {
   return input == at::kDouble ? at::kDouble : at::kFloat;
 }
@@ -64,17 +79,7 @@ PoolNormShape pool_norm_backward_shape(const at::Tensor& grad_out, const at::Ten
     TORCH_CHECK(tensor->device() == input.device(), "maxpool_bn_relu_backward: ", name, " is on ",
                 tensor->device(), ", the input on ", input.device());
   }
-  const at::ScalarType math = pool_norm_math_type(input.scalar_type());
-  for (const auto& [tensor, name] : {std::pair{&save_mean, "save_mean"}, {&save_invstd, "save_invstd"}}) {
-    TORCH_CHECK(tensor->dim() == 1 && tensor->size(0) == input.size(1) && tensor->scalar_type() == math &&
-                    tensor->device() == input.device(),
-                "maxpool_bn_relu_backward: ", name, " must be ", input.size(1), " ", math, " values on ",
-                input.device(), ", got ", tensor->scalar_type(), " ", tensor->sizes());
-  }
-  TORCH_CHECK(weight.dim() == 1 && weight.size(0) == input.size(1) &&
-                  (weight.scalar_type() == input.scalar_type() || weight.scalar_type() == at::kFloat) &&
-                  weight.device() == input.device(),
-              "maxpool_bn_relu_backward: weight must be ", input.size(1), " values of the input's dtype or float32");
+  check_saved_norm("maxpool_bn_relu_backward", input.size(1), input, weight, save_mean, save_invstd);
   return PoolNormShape{input.size(0), input.size(1), input.size(2), input.size(3), input.size(2) / 2,
                        input.size(3) / 2, input.suggest_memory_format() == at::MemoryFormat::ChannelsLast};
 }

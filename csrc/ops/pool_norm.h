@@ -40,6 +40,10 @@ struct PoolNormShape {
 // input's device); errors begin with op.
 void check_norm_parameters(const char* op, int64_t channels, const at::Tensor& input, const at::Tensor& weight,
                            const at::Tensor& bias, const at::Tensor& running_mean, const at::Tensor& running_var);
+// Checks what a backward gets of the forward's batch norm: its weight (`channels` values, the input's dtype or
+// float32) and the saved statistics (`channels` values of the math type), all on the input's device.
+void check_saved_norm(const char* op, int64_t channels, const at::Tensor& input, const at::Tensor& weight,
+                      const at::Tensor& save_mean, const at::Tensor& save_invstd);
 // Checks the forward's arguments (TORCH_CHECK) and gives its shape.
 PoolNormShape pool_norm_shape(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
                               const at::Tensor& running_mean, const at::Tensor& running_var, bool training);

@@ -132,10 +132,16 @@ def _conv3x3_maxpool_bn_relu_backward(grad_out, input, conv_weight, pooled, wind
             weight.new_empty(weight.shape), weight.new_empty(weight.shape))
 
 
-# The device types maxpool_bn_relu has kernels for ('cpu'; 'cuda' in a CUDA build), read once: a set torch.compile
-# reads as a constant (MaxPoolBatchNormReLU falls back to torch's functions elsewhere).
-POOL_NORM_DEVICES = frozenset(device for device, key in (("cpu", "CPU"), ("cuda", "CUDA"))
-                              if torch._C._dispatch_has_kernel_for_dispatch_key("gpucore::maxpool_bn_relu", key))
+def _kernel_devices(op: str) -> frozenset:
+    """The device types gpucore op `op` has kernels for ('cpu'; 'cuda' in a CUDA build)."""
+    return frozenset(device for device, key in (("cpu", "CPU"), ("cuda", "CUDA"))
+                     if torch._C._dispatch_has_kernel_for_dispatch_key(f"gpucore::{op}", key))
+
+
+# The device types of the two blocks' kernels, read once: sets torch.compile reads as constants (MaxPoolBatchNormReLU
+# and FastCNN fall back to torch's functions elsewhere). conv3x3_maxpool_bn_relu has a CPU kernel only.
+POOL_NORM_DEVICES = _kernel_devices("maxpool_bn_relu")
+CONV_POOL_NORM_DEVICES = _kernel_devices("conv3x3_maxpool_bn_relu")
 
 
 # maxpool_bn_relu's gradient: of out only (pooled, the statistics and the new running statistics are not
@@ -158,12 +164,6 @@ def _maxpool_bn_relu_grad(ctx, grad_out, *_unused):
 
 torch.library.register_autograd("gpucore::maxpool_bn_relu", _maxpool_bn_relu_grad,
                                 setup_context=_maxpool_bn_relu_setup)
-
-
-# The device types conv3x3_maxpool_bn_relu has kernels for ('cpu'), read once as POOL_NORM_DEVICES is.
-CONV_POOL_NORM_DEVICES = frozenset(device for device, key in (("cpu", "CPU"), ("cuda", "CUDA"))
-                                   if torch._C._dispatch_has_kernel_for_dispatch_key(
-                                       "gpucore::conv3x3_maxpool_bn_relu", key))
 
 
 # conv3x3_maxpool_bn_relu's gradient: of out only, for the convolution's and the batch norm's weights; the input's

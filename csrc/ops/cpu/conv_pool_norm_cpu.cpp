@@ -347,8 +347,7 @@ ConvPoolNormGrads conv3x3_maxpool_bn_relu_backward_cpu(const at::Tensor& grad_ou
   const at::Tensor pooled_values = pool_norm_layout(pooled, true);
   const at::Tensor out_values = pool_norm_layout(out, true);
   const at::Tensor places = pool_norm_layout(window, true);
-  const Channels stats{pooled_norm::channel_values<double>(save_mean),
-                       pooled_norm::channel_values<double>(save_invstd), {}};
+  const Channels stats = pooled_norm::saved_channels(save_mean, save_invstd);
   const std::vector<double> gamma = pooled_norm::channel_values<double>(weight);
   const int64_t C = s.channels, Cin = shape.in_channels, OH = s.pooled_height, OW = s.pooled_width;
   std::vector<double> grad_conv, grad_weight, grad_bias;

@@ -181,8 +181,7 @@ PoolNormGrads maxpool_bn_relu_backward_cpu(const at::Tensor& grad_out, const at:
   const at::Tensor pooled_values = pool_norm_layout(pooled, s.channels_last);
   const at::Tensor out_values = pool_norm_layout(out, s.channels_last);
   at::Tensor grad_input = at::empty_like(input);
-  const Channels stats{pooled_norm::channel_values<double>(save_mean), pooled_norm::channel_values<double>(save_invstd),
-                       {}};
+  const Channels stats = pooled_norm::saved_channels(save_mean, save_invstd);
   const std::vector<double> gamma = pooled_norm::channel_values<double>(weight);
   std::vector<double> grad_weight, grad_bias;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "maxpool_bn_relu_backward_cpu", [&] {

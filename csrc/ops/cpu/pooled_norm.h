@@ -116,6 +116,11 @@ inline Channels running_channels(const at::Tensor& running_mean, const at::Tenso
   return stats;
 }
 
+// The statistics a forward saved for its backward (save_mean, save_invstd).
+inline Channels saved_channels(const at::Tensor& save_mean, const at::Tensor& save_invstd) {
+  return Channels{channel_values<double>(save_mean), channel_values<double>(save_invstd), {}};
+}
+
 // The forward's batch norm and ReLU of the pooled tensor (shape s: pooled rows of OW values, or OW x C values
 // channels-last). pool_rows(begin, end) writes pooled rows [begin, end) (contiguous: row = plane * OH + oh;
 // channels-last: n * OH + oh); training calls it inside the first statistics pass (its rows still in cache) and
