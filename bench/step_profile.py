@@ -21,6 +21,7 @@ float32); the median of the rounds. `--skip-resnet` leaves out the two ResNet-18
 """
 import argparse
 import collections
+import functools
 import os
 import statistics
 import sys
@@ -98,7 +99,7 @@ def profile_step(model, x, y, steps, frozen=False):
 
 def time_blocks(device, batch, rounds, iterations=5):
     """ms per forward + backward of the speedrun's three pool + BN + ReLU blocks, fused and unfused, by layout."""
-    from gpucore.models.registry import MaxPoolBatchNormReLU
+    from gpucore.models.fused_blocks import pool_norm_relu
     native_bf16 = device.type == "cuda" or bool(cpu_bf16_isa())
     dtype = torch.bfloat16 if native_bf16 else torch.float32
     shapes = [(batch, 32, 28, 28), (batch, 64, 14, 14), (batch, 128, 7, 7)]
@@ -112,7 +113,8 @@ def time_blocks(device, batch, rounds, iterations=5):
         blocks = {
             "unfused": [nn.Sequential(nn.MaxPool2d(2), nn.BatchNorm2d(c), nn.ReLU(inplace=True)).to(device).train()
                         for _, c, _, _ in shapes],
-            "fused": [MaxPoolBatchNormReLU(c).to(device).train() for _, c, _, _ in shapes],
+            "fused": [functools.partial(pool_norm_relu, nn.BatchNorm2d(c).to(device).train())
+                      for _, c, _, _ in shapes],
         }
 
         def run(variant):

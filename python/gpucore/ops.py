@@ -138,8 +138,8 @@ def _kernel_devices(op: str) -> frozenset:
                      if torch._C._dispatch_has_kernel_for_dispatch_key(f"gpucore::{op}", key))
 
 
-# The device types of the two blocks' kernels, read once: sets torch.compile reads as constants (MaxPoolBatchNormReLU
-# and FastCNN fall back to torch's functions elsewhere). conv3x3_maxpool_bn_relu has a CPU kernel only.
+# The device types of the two blocks' kernels, read once: sets torch.compile reads as constants (FastCNN runs torch's
+# layers elsewhere: models/fused_blocks.py). conv3x3_maxpool_bn_relu has a CPU kernel only.
 POOL_NORM_DEVICES = _kernel_devices("maxpool_bn_relu")
 CONV_POOL_NORM_DEVICES = _kernel_devices("conv3x3_maxpool_bn_relu")
 

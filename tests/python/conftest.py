@@ -1,3 +1,4 @@
+import collections
 import gzip
 import pathlib
 import struct
@@ -314,3 +315,10 @@ def random_norm(channels, seed, momentum=0.1, dtype=torch.float32):
         norm.running_mean.uniform_(-0.5, 0.5)
         norm.running_var.uniform_(0.5, 2.0)
     return norm
+
+
+def ran_ops(model, x) -> collections.Counter:
+    """How often model(x) ran each op, by name (torch's profiler): which fused ops a forward took."""
+    with torch.profiler.profile() as prof:
+        model(x)
+    return collections.Counter(event.name for event in prof.events())

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import gpucore  # noqa: F401  (loads the ops)
-from conftest import random_norm
+from conftest import random_norm, ran_ops
+from gpucore.models.fused_blocks import conv_pool_norm_relu
 from gpucore.models.registry import FastCNN
 
 TOLERANCE = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.float64: dict(rtol=1e-10, atol=1e-12),
@@ -136,12 +137,6 @@ def test_refuses_an_input_gradient_and_bad_arguments():
         fused(torch.randn(1, 1, 2, 3), torch.randn(4, 1, 3, 3), norm, True)
 
 
-def ran_ops(model, x):
-    with torch.profiler.profile() as prof:
-        model(x)
-    return {event.name for event in prof.events()}
-
-
 @pytest.mark.parametrize("channels_last", [False, True])
 @pytest.mark.parametrize("in_channels", [1, 3])
 def test_fast_cnn_first_block_matches_torch_modules(channels_last, in_channels):
@@ -177,7 +172,7 @@ def test_fast_cnn_first_block_matches_torch_modules(channels_last, in_channels):
     with torch.no_grad():
         x = torch.randn(8, in_channels, 28, 28).contiguous(memory_format=layout)
         torch.testing.assert_close(model(x), plain(x), rtol=1e-4, atol=1e-4)
-        features = model.features[4:](model.features[2].after_conv(model.features[0], x))
+        features = model.features[4:](conv_pool_norm_relu(model.features[0], model.features[2], x))
         assert features.is_contiguous(memory_format=layout)
 
 

@@ -1,6 +1,6 @@
 """gpucore::maxpool_bn_relu (csrc/ops/pool_norm.h) against torch's MaxPool2d(2) -> BatchNorm2d -> ReLU: outputs,
 running statistics and every gradient, float32 and bfloat16, contiguous and channels-last, odd sizes, N = 1,
-ties in the windows; opcheck, gradcheck, the module and FastCNN with it."""
+ties in the windows; opcheck, gradcheck; FastCNN with it, its hooks and Grad-CAM."""
 import copy
 
 import pytest
@@ -8,8 +8,10 @@ import torch
 from torch import nn
 
 import gpucore  # noqa: F401  (loads the ops)
-from conftest import random_norm
-from gpucore.models.registry import FastCNN, MaxPoolBatchNormReLU
+from conftest import random_norm, ran_ops
+from gpucore.cam import CAM
+from gpucore.models.fused_blocks import pool_norm_relu
+from gpucore.models.registry import FastCNN
 
 TOLERANCE = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.float64: dict(rtol=1e-10, atol=1e-12),
              torch.bfloat16: dict(rtol=1.6e-2, atol=1e-2)}
@@ -19,8 +21,15 @@ def unfused(norm):
     return nn.Sequential(nn.MaxPool2d(2), norm, nn.ReLU(inplace=True))
 
 
+class Fused(nn.BatchNorm2d):
+    """MaxPool2d(2) -> this BatchNorm2d -> ReLU through fused_blocks.pool_norm_relu, as FastCNN runs them."""
+
+    def forward(self, x):
+        return pool_norm_relu(self, x)
+
+
 def fused_copy(norm):
-    fused = MaxPoolBatchNormReLU(norm.num_features, eps=norm.eps, momentum=norm.momentum)
+    fused = Fused(norm.num_features, eps=norm.eps, momentum=norm.momentum)
     fused.load_state_dict(norm.state_dict())
     return fused
 
@@ -153,7 +162,7 @@ def test_fast_cnn_keeps_its_state_dict_and_result():
     fused = FastCNN(fused=True)
     assert list(fused.state_dict()) == list(plain.state_dict())
     fused.load_state_dict(plain.state_dict())
-    assert sum(isinstance(m, MaxPoolBatchNormReLU) for m in fused.modules()) == 3
+    assert [type(m) for m in fused.modules()] == [type(m) for m in plain.modules()]
     x = torch.randn(32, 1, 28, 28)
     outs = []
     for model in (plain, fused):
@@ -170,6 +179,7 @@ def test_fast_cnn_keeps_its_state_dict_and_result():
     plain.eval()
     with torch.no_grad():
         torch.testing.assert_close(fused(x), plain(x), rtol=1e-4, atol=1e-4)
+        assert ran_ops(fused, x)["gpucore::maxpool_bn_relu"] == 2  # and the first block's convolution with it
 
 
 def test_fast_cnn_traces_with_torch_fx():
@@ -182,18 +192,48 @@ def test_fast_cnn_traces_with_torch_fx():
         torch.testing.assert_close(graph(x), model(x), rtol=1e-4, atol=1e-5)
 
 
-def test_unfused_fallback_matches():
-    """Where the op cannot run, the module's torch functions give the same result (here: forced)."""
-    norm = random_norm(6, 2)
-    fused, fallback = fused_copy(norm), fused_copy(norm)
-    fallback._fusable = lambda x: False
-    x = torch.randn(4, 6, 9, 10)
-    for train in (True, False):
-        fused.train(train)
-        fallback.train(train)
-        torch.testing.assert_close(fused(x), fallback(x), rtol=1e-4, atol=1e-5)
-    for key in ("running_mean", "running_var", "num_batches_tracked"):
-        torch.testing.assert_close(getattr(fused, key), getattr(fallback, key))
+def test_fast_cnn_hooks_see_their_own_layers_outputs():
+    """A hook on any layer of a fused block sees that layer's own output, the one the unfused network's layer gives
+    (the max-pool's place: the pooled map; the BatchNorm's: before the ReLU); the blocks without a hook still run
+    as one op, and so does every block once the hook is gone."""
+    torch.manual_seed(0)
+    plain = FastCNN(fused=False).eval()
+    fused = FastCNN(fused=True).eval()
+    fused.load_state_dict(plain.state_dict())
+    x = torch.randn(4, 1, 28, 28)
+    blocks = [range(0, 4), range(4, 8), range(11, 15)]  # conv, pool, norm, ReLU; 8-10: conv, norm, ReLU
+    for index in range(len(plain.features)):
+        seen = []
+        handles = [net.features[index].register_forward_hook(lambda module, args, out: seen.append(out.clone()))
+                   for net in (plain, fused)]
+        with torch.no_grad():
+            plain(x)
+            ops = ran_ops(fused, x)
+        for handle in handles:
+            handle.remove()
+        torch.testing.assert_close(seen[1], seen[0], rtol=1e-4, atol=1e-5, msg=lambda m: f"features.{index}: {m}")
+        # a hook on a block's pool, norm or ReLU: that block layer by layer; on the first convolution: that
+        # block's convolution apart; every other block one op
+        apart = sum(index in block[1:] for block in blocks[1:])  # blocks 2 and 3 run maxpool_bn_relu
+        assert ops["gpucore::conv3x3_maxpool_bn_relu"] == (index not in blocks[0]), index
+        assert ops["gpucore::maxpool_bn_relu"] == 2 - apart + (index == 0), index
+    with torch.no_grad():
+        ops = ran_ops(fused, x)
+    assert (ops["gpucore::conv3x3_maxpool_bn_relu"], ops["gpucore::maxpool_bn_relu"]) == (1, 2)
+
+
+@pytest.mark.parametrize("layer", ["features.12", "features.13", "features.14", "features.6", "auto"])
+def test_fast_cnn_gradcam_maps_the_unfused_layers(layer):
+    """Grad-CAM on a fused block's layer gives the unfused network's map (it hooks that layer, so the block runs
+    layer by layer)."""
+    torch.manual_seed(1)
+    plain = FastCNN(fused=False).eval()
+    fused = FastCNN(fused=True).eval()
+    fused.load_state_dict(plain.state_dict())
+    x = torch.randn(3, 1, 28, 28)
+    maps = [CAM(net, layer)(x, targets=[1, 4, 7]).cams for net in (plain, fused)]
+    assert maps[0].abs().sum() > 0
+    torch.testing.assert_close(maps[1], maps[0], rtol=1e-4, atol=1e-4)
 
 
 def test_fast_cnn_under_torch_compile():

@@ -8,7 +8,6 @@ import difflib
 import functools
 import importlib
 import inspect
-import itertools
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence, Tuple
 
@@ -17,11 +16,11 @@ from torch import nn
 from torch.nn.modules import module as torch_module
 
 from ..errors import ConfigError
-from ..ops import CONV_POOL_NORM_DEVICES, POOL_NORM_DEVICES
 from ..redact import holds_mask, masked_value_message
 from ..values import is_int
 from . import segmentation_models
 from .downloads import refuse_downloads
+from .fused_blocks import conv_fusable, conv_pool_norm_relu, pool_norm_fusable, pool_norm_relu
 from .torchvision_build import mismatch_message
 
 
@@ -70,93 +69,17 @@ class CaptchaCNN(nn.Module):
 FUSED_POOL_NORM = True
 
 
-class MaxPoolBatchNormReLU(nn.BatchNorm2d):
-    """MaxPool2d(2), then this BatchNorm2d, then ReLU, as one op (gpucore::maxpool_bn_relu, csrc/ops/pool_norm.h):
-    the BatchNorm's parameters, buffers and state_dict keys are a BatchNorm2d's, and its running statistics and
-    num_batches_tracked advance as BatchNorm2d's do. Where the op cannot run (a device without its kernel, torch.jit,
-    torch.export and ONNX export, no affine parameters or running statistics) the three torch modules' functions
-    run instead, with the same result."""
-
-    def forward(self, x):
-        factor = self._running_factor()
-        if self._fusable(x):
-            out, _pooled, _mean, _invstd, running_mean, running_var = torch.ops.gpucore.maxpool_bn_relu(
-                x, self.weight, self.bias, self.running_mean, self.running_var, self.training, factor, self.eps)
-            self._keep_running(running_mean, running_var)
-            return out
-        # BatchNorm2d's forward as torch.fx traces it (no checks on the input's values)
-        tracked = not self.training or self.track_running_stats
-        normed = nn.functional.batch_norm(
-            nn.functional.max_pool2d(x, 2), self.running_mean if tracked else None,
-            self.running_var if tracked else None, self.weight, self.bias,
-            self.training or (self.running_mean is None and self.running_var is None), factor, self.eps)
-        return torch.relu(normed)
-
-    def after_conv(self, conv: nn.Conv2d, x):
-        """conv(x), then this block, as one op (gpucore::conv3x3_maxpool_bn_relu): FastCNN's first block, whose
-        convolution's full-size output is never written. The caller checks conv_fusable(conv, x) first."""
-        if torch.is_autocast_enabled(x.device.type):  # the casts autocast gives conv2d
-            dtype = torch.get_autocast_dtype(x.device.type)
-            x, conv_weight = x.to(dtype), conv.weight.to(dtype)
-        else:
-            conv_weight = conv.weight
-        out, *_saved, running_mean, running_var = torch.ops.gpucore.conv3x3_maxpool_bn_relu(
-            x, conv_weight, self.weight, self.bias, self.running_mean, self.running_var, self.training,
-            self._running_factor(), self.eps)
-        self._keep_running(running_mean, running_var)
-        return out
-
-    def conv_fusable(self, conv: nn.Module, x) -> bool:
-        """Whether after_conv(conv, x) gives what conv then this block give: a 3x3 convolution (stride 1, padding 1,
-        no bias) of an input with few channels (an image's: at most 4) that needs no gradient, float32 under
-        autocast or the convolution's dtype without, on a device with the op's kernel."""
-        if not (isinstance(conv, nn.Conv2d) and self._fusable(x)) or x.requires_grad:
-            return False
-        if not (conv.kernel_size == (3, 3) and conv.stride == (1, 1) and conv.padding == (1, 1)
-                and conv.dilation == (1, 1) and conv.groups == 1 and conv.bias is None
-                and conv.padding_mode == "zeros" and x.shape[1] == conv.in_channels <= 4):
-            return False
-        if torch.is_autocast_enabled(x.device.type):
-            same_dtype = x.dtype == conv.weight.dtype == torch.float32  # autocast casts both
-        else:
-            same_dtype = x.dtype == conv.weight.dtype
-        return same_dtype and x.device.type in CONV_POOL_NORM_DEVICES
-
-    def _running_factor(self) -> float:
-        """The running statistics' momentum for this call, num_batches_tracked advanced as BatchNorm2d's."""
-        factor = 0.0 if self.momentum is None else self.momentum
-        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
-            self.num_batches_tracked.add_(1)
-            if self.momentum is None:  # a cumulative moving average, as BatchNorm2d's
-                factor = 1.0 / float(self.num_batches_tracked)
-        return factor
-
-    def _keep_running(self, running_mean, running_var):
-        if self.training:
-            with torch.no_grad():
-                torch._foreach_copy_([self.running_mean, self.running_var], [running_mean, running_var])
-
-    def _fusable(self, x) -> bool:
-        if isinstance(x, torch.fx.Proxy):  # torch.fx traces the torch functions (frozen layers fold around them)
-            return False
-        if torch.jit.is_scripting() or torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting():
-            return False
-        return (self.affine and self.track_running_stats and x.dim() == 4
-                and x.dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64)
-                and self.weight.dtype in (x.dtype, torch.float32) and x.device.type in POOL_NORM_DEVICES)
-
-
 class FastCNN(nn.Module):
     """The speedrun's network (examples/configs/fashion_mnist_speedrun.yaml): one block per width, each a 3x3
     convolution, a 2x2 max-pool, then BatchNorm and ReLU (airbench's order: the norm and the activation run on a
     quarter of the pixels, and pooling first is the same as pooling after a ReLU), then `extra[i]` more 3x3
     conv-BN-ReLU layers at the pooled size; a max-pool to 3x3 and a linear head on all 9 positions (28x28 in: 14, 7
     and 3 pixels wide, so that pool changes nothing; seed 0 of the speedrun: 92.77% against 92.58% with a global
-    max-pool). fused (model_kwargs, default FUSED_POOL_NORM): each block's max-pool, BatchNorm and ReLU run as one op
-    (MaxPoolBatchNormReLU, with nn.Identity in the pool's and the ReLU's places, so the layers' indices and the
-    state_dict keys are the unfused network's and checkpoints load either way), and the first block's convolution
-    with them where MaxPoolBatchNormReLU.conv_fusable allows and no hook is on those layers (after_conv: the
-    convolution's full-size output is never written)."""
+    max-pool). The layers are torch's in any case (their indices, state_dict keys and hooks are the same with and
+    without fused). fused (model_kwargs, default FUSED_POOL_NORM): the forward runs each block's max-pool, BatchNorm
+    and ReLU as one op, and the first block's convolution with them (its full-size output never written), where
+    models/fused_blocks.py's checks allow; a block with a hook on any of its layers, or a hook on `features`, runs
+    layer by layer, so every hook sees its own layer's output."""
 
     def __init__(self, num_classes: int = 10, in_channels: int = 1, widths: Sequence[int] = (32, 64, 128),
                  extra: Sequence[int] = (0, 1, 0), fused: bool = FUSED_POOL_NORM):
@@ -167,32 +90,44 @@ class FastCNN(nn.Module):
                 or not all(is_int(n) and n >= 0 for n in extra):
             raise ConfigError(f"model_kwargs of fast_cnn: widths (positive integers, one per block) and extra (as many "
                               f"integers >= 0) are needed, got widths {list(widths)} and extra {list(extra)}")
-        layers, channels = [], in_channels
+        layers, channels, pooled = [], in_channels, []
         for width, more in zip(widths, extra):
-            if fused:  # the pool and the ReLU run in the BatchNorm's place; the Identity layers keep the indices
-                layers += [nn.Conv2d(channels, width, 3, padding=1, bias=False), nn.Identity(),
-                           MaxPoolBatchNormReLU(width), nn.Identity()]
-            else:
-                layers += [nn.Conv2d(channels, width, 3, padding=1, bias=False), nn.MaxPool2d(2),
-                           nn.BatchNorm2d(width), nn.ReLU(inplace=True)]
+            pooled.append(len(layers))
+            layers += [nn.Conv2d(channels, width, 3, padding=1, bias=False), nn.MaxPool2d(2), nn.BatchNorm2d(width),
+                       nn.ReLU(inplace=True)]
             for _ in range(more):
                 layers += [nn.Conv2d(width, width, 3, padding=1, bias=False), nn.BatchNorm2d(width),
                            nn.ReLU(inplace=True)]
             channels = width
         self.features = nn.Sequential(*layers)
+        self.fused, self._pooled = fused, frozenset(pooled)  # the blocks' first layers' indices
         self.classifier = nn.Sequential(nn.AdaptiveMaxPool2d(3), nn.Flatten(), nn.Linear(channels * 9, num_classes))
 
     def forward(self, x):
         features = self.features
-        conv, norm = features[0], features[2]
-        if isinstance(norm, MaxPoolBatchNormReLU) and norm.conv_fusable(conv, x) \
-                and not _hooked(features, *itertools.islice(features, 4)):
-            x = norm.after_conv(conv, x)  # the first block as one op
-            for layer in itertools.islice(features, 4, None):
-                x = layer(x)
-        else:
-            x = features(x)
+        if not self.fused or _hooked(features):
+            return self.classifier(features(x))
+        layers, index = list(features), 0
+        while index < len(layers):
+            if index in self._pooled:
+                x = _pooled_block(*layers[index:index + 4], x)
+                index += 4
+            else:
+                x = layers[index](x)
+                index += 1
         return self.classifier(x)
+
+
+def _pooled_block(conv, pool, norm, relu, x):
+    """FastCNN's conv -> max-pool -> BatchNorm -> ReLU block in as few ops as its hooks and `x` allow: all four as
+    one (fused_blocks.conv_pool_norm_relu, the first block's), the last three as one, else layer by layer (a layer
+    inside a fused op would not run its hooks, and a hook must see that layer's own output)."""
+    if not _hooked(conv, pool, norm, relu) and conv_fusable(conv, norm, x):
+        return conv_pool_norm_relu(conv, norm, x)
+    x = conv(x)
+    if not _hooked(pool, norm, relu) and pool_norm_fusable(norm, x):
+        return pool_norm_relu(norm, x)
+    return relu(norm(pool(x)))
 
 
 def _hooked(*modules: nn.Module) -> bool:
