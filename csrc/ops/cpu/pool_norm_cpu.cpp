@@ -41,33 +41,64 @@ __attribute__((always_inline)) inline void route(M a, M b, M c, M d, T gy, T* ga
   *ga = tb ? zero : after_c;
 }
 
-// route() over one channels-last pooled row: OW windows of C channels (restrict parameters: the loop vectorises).
+// One channels-last pooled row's backward (OW windows of C channels; restrict parameters: the loops vectorise):
+// the pooled values' gradients into gys, then route()d to the windows' elements in g0 (upper row) and g1.
 template <typename T>
-void route_row(const T* __restrict x0, const T* __restrict x1, const T* __restrict gy, T* __restrict g0,
-               T* __restrict g1, int64_t OW, int64_t C) {
+__attribute__((always_inline)) inline void backward_row(const pooled_norm::GradCoefficients<at::opmath_type<T>>& co,
+                                                        const T* __restrict g, const T* __restrict o,
+                                                        const T* __restrict y, const T* __restrict x0,
+                                                        const T* __restrict x1, T* __restrict gys, T* __restrict g0,
+                                                        T* __restrict g1, int64_t OW, int64_t C) {
   using M = at::opmath_type<T>;
+  pooled_norm::pooled_row_grads<T, T>(co, g, o, y, OW, C, gys, C);
   for (int64_t ow = 0; ow < OW; ++ow) {
     const int64_t w = 2 * ow * C, i = ow * C;
     for (int64_t c = 0; c < C; ++c) {
-      route<T, M>(M(x0[w + c]), M(x0[w + C + c]), M(x1[w + c]), M(x1[w + C + c]), gy[i + c], g0 + w + c,
+      route<T, M>(M(x0[w + c]), M(x0[w + C + c]), M(x1[w + c]), M(x1[w + C + c]), gys[i + c], g0 + w + c,
                   g0 + w + C + c, g1 + w + c, g1 + w + C + c);
     }
   }
 }
 
+// One channels-last pooled row's maxima (OW windows of C channels) from input rows r0 and r1.
+template <typename T>
+__attribute__((always_inline)) inline void pool_row(const T* __restrict r0, const T* __restrict r1,
+                                                    T* __restrict y, int64_t OW, int64_t C) {
+  using M = at::opmath_type<T>;
+  for (int64_t ow = 0; ow < OW; ++ow) {
+    const T *a = r0 + 2 * ow * C, *b = a + C, *c = r1 + 2 * ow * C, *d = c + C;
+    T* __restrict yo = y + ow * C;
+    for (int64_t ch = 0; ch < C; ++ch) yo[ch] = static_cast<T>(window_max<M>(M(a[ch]), M(b[ch]), M(c[ch]), M(d[ch])));
+  }
+}
+
 // float32's, also compiled for AVX2 and AVX-512 (vector_clones.h; -ffp-contract=off: the same values).
-GPUCORE_VECTOR_CLONES void route_row_float(const float* __restrict x0, const float* __restrict x1,
-                                           const float* __restrict gy, float* __restrict g0, float* __restrict g1,
-                                           int64_t OW, int64_t C) {
-  route_row<float>(x0, x1, gy, g0, g1, OW, C);
+GPUCORE_VECTOR_CLONES void backward_row_float(const pooled_norm::GradCoefficients<float>& co, const float* g,
+                                              const float* o, const float* y, const float* x0, const float* x1,
+                                              float* gys, float* g0, float* g1, int64_t OW, int64_t C) {
+  backward_row<float>(co, g, o, y, x0, x1, gys, g0, g1, OW, C);
+}
+
+GPUCORE_VECTOR_CLONES void pool_row_float(const float* r0, const float* r1, float* y, int64_t OW, int64_t C) {
+  pool_row<float>(r0, r1, y, OW, C);
 }
 
 template <typename T>
-void route_channels_last_row(const T* x0, const T* x1, const T* gy, T* g0, T* g1, int64_t OW, int64_t C) {
+void channels_last_backward_row(const pooled_norm::GradCoefficients<at::opmath_type<T>>& co, const T* g, const T* o,
+                                const T* y, const T* x0, const T* x1, T* gys, T* g0, T* g1, int64_t OW, int64_t C) {
   if constexpr (std::is_same_v<T, float>) {
-    route_row_float(x0, x1, gy, g0, g1, OW, C);
+    backward_row_float(co, g, o, y, x0, x1, gys, g0, g1, OW, C);
   } else {
-    route_row<T>(x0, x1, gy, g0, g1, OW, C);
+    backward_row<T>(co, g, o, y, x0, x1, gys, g0, g1, OW, C);
+  }
+}
+
+template <typename T>
+void channels_last_pool_row(const T* r0, const T* r1, T* y, int64_t OW, int64_t C) {
+  if constexpr (std::is_same_v<T, float>) {
+    pool_row_float(r0, r1, y, OW, C);
+  } else {
+    pool_row<T>(r0, r1, y, OW, C);
   }
 }
 
@@ -87,11 +118,7 @@ void pool_rows(const PoolNormShape& s, const T* __restrict x, T* __restrict pool
         y[ow] = static_cast<T>(window_max<M>(M(r0[2 * ow]), M(r0[2 * ow + 1]), M(r1[2 * ow]), M(r1[2 * ow + 1])));
       }
     } else {
-      for (int64_t ow = 0; ow < OW; ++ow) {
-        const T *a = r0 + 2 * ow * C, *b = a + C, *c = r1 + 2 * ow * C, *d = c + C;
-        T* __restrict yo = y + ow * C;
-        for (int64_t ch = 0; ch < C; ++ch) yo[ch] = static_cast<T>(window_max<M>(M(a[ch]), M(b[ch]), M(c[ch]), M(d[ch])));
-      }
+      channels_last_pool_row<T>(r0, r1, y, OW, C);
     }
   }
 }
@@ -159,8 +186,7 @@ void backward_kernel(const PoolNormShape& s, const T* __restrict grad, const T* 
                       &g0[2 * ow + 1], &g1[2 * ow], &g1[2 * ow + 1]);
         }
       } else {
-        pooled_norm::pooled_row_grads<T, T>(co, g, o, y, OW, C, gys, C);
-        route_channels_last_row<T>(x0, x1, gys, g0, g1, OW, C);
+        channels_last_backward_row<T>(co, g, o, y, x0, x1, gys, g0, g1, OW, C);
       }
       if (W % 2 == 1) {
         std::fill_n(g0 + (W - 1) * lanes, lanes, T(0));

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "ops/pool_norm.h"
@@ -24,6 +25,102 @@ namespace gpucore::ops::pooled_norm {
 constexpr int64_t kSumBlocks = 64;
 // Contiguous planes sum in float over chunks of this many values, the chunks in float64.
 constexpr int64_t kSumChunk = 1024;
+
+// The channels-last passes over one pooled row (px pixels of C channels), vectorised across the channels: each
+// channel's values add up in the same order in every compiled version, so all give the same results.
+enum class RowPass {
+  kSum,                // sum[c] += y
+  kSquares,            // sum[c] += (y - a[c])^2, a the mean
+  kNormRelu,           // out = norm_relu(y, a[c], b[c]), a the scale, b the shift
+  kMaskedSum,          // sum[c] += masked(g, o)
+  kMaskedDeviations,   // sum[c] += masked(g, o) * (y - a[c]), a the mean
+};
+
+// One pass's operands: the pooled values y, the gradient g reaching out o, per-channel a and b, the sums or out.
+template <typename T>
+struct Row {
+  using M = at::opmath_type<T>;
+  const T* y = nullptr;
+  const T* g = nullptr;
+  const T* o = nullptr;
+  const M* a = nullptr;
+  const M* b = nullptr;
+  M* sum = nullptr;
+  T* out = nullptr;
+  int64_t px = 0, C = 0;
+};
+
+// The ReLU's mask: out > 0 (or NaN), as threshold_backward.
+template <typename M>
+inline M masked(M g, M o) {
+  return (o > M(0)) | (o != o) ? g : M(0);
+}
+
+template <typename T, typename M>
+__attribute__((always_inline)) inline void add_values(const T* __restrict y, const M* __restrict a,
+                                                      M* __restrict sum, int64_t px, int64_t C, bool squares) {
+  for (int64_t i = 0; i < px; ++i) {
+    if (squares) {
+      for (int64_t c = 0; c < C; ++c) {
+        const M d = M(y[i * C + c]) - a[c];
+        sum[c] += d * d;
+      }
+    } else {
+      for (int64_t c = 0; c < C; ++c) sum[c] += M(y[i * C + c]);
+    }
+  }
+}
+
+template <typename T, typename M>
+__attribute__((always_inline)) inline void normalize_values(const T* __restrict y, const M* __restrict scale,
+                                                            const M* __restrict shift, T* __restrict out, int64_t px,
+                                                            int64_t C) {
+  for (int64_t i = 0; i < px; ++i) {
+    for (int64_t c = 0; c < C; ++c) out[i * C + c] = static_cast<T>(norm_relu<M>(M(y[i * C + c]), scale[c], shift[c]));
+  }
+}
+
+template <typename T, typename M>
+__attribute__((always_inline)) inline void add_gradients(const T* __restrict g, const T* __restrict o,
+                                                         const T* __restrict y, const M* __restrict mean,
+                                                         M* __restrict sum, int64_t px, int64_t C, bool deviations) {
+  for (int64_t i = 0; i < px; ++i) {
+    if (deviations) {
+      for (int64_t c = 0; c < C; ++c) sum[c] += masked(M(g[i * C + c]), M(o[i * C + c])) * (M(y[i * C + c]) - mean[c]);
+    } else {
+      for (int64_t c = 0; c < C; ++c) sum[c] += masked(M(g[i * C + c]), M(o[i * C + c]));
+    }
+  }
+}
+
+template <typename T>
+__attribute__((always_inline)) inline void row_pass(RowPass pass, const Row<T>& r) {
+  using M = at::opmath_type<T>;
+  switch (pass) {
+    case RowPass::kSum:
+      return add_values<T, M>(r.y, r.a, r.sum, r.px, r.C, false);
+    case RowPass::kSquares:
+      return add_values<T, M>(r.y, r.a, r.sum, r.px, r.C, true);
+    case RowPass::kNormRelu:
+      return normalize_values<T, M>(r.y, r.a, r.b, r.out, r.px, r.C);
+    case RowPass::kMaskedSum:
+      return add_gradients<T, M>(r.g, r.o, r.y, r.a, r.sum, r.px, r.C, false);
+    case RowPass::kMaskedDeviations:
+      return add_gradients<T, M>(r.g, r.o, r.y, r.a, r.sum, r.px, r.C, true);
+  }
+}
+
+// float32's, also compiled for AVX2 and AVX-512 (pooled_norm_rows.cpp, vector_clones.h).
+void row_pass_float(RowPass pass, const Row<float>& r);
+
+template <typename T>
+void run_row_pass(RowPass pass, const Row<T>& r) {
+  if constexpr (std::is_same_v<T, float>) {
+    row_pass_float(pass, r);
+  } else {
+    row_pass<T>(pass, r);
+  }
+}
 
 template <typename M>
 std::vector<M> channel_values(const at::Tensor& values) {
@@ -143,12 +240,9 @@ void normalize_pooled(const PoolNormShape& s, const PoolRows& pool_rows, const T
           const T* __restrict y = pooled + p * area;
           return lane_sum<M>(area, [&](int64_t i) { return M(y[i]); });
         },
-        [&](int64_t r, M* __restrict sum) {
+        [&](int64_t r, M* sum) {
           pool_rows(r, r + 1);
-          const T* __restrict y = pooled + r * OW * C;
-          for (int64_t ow = 0; ow < px; ++ow) {
-            for (int64_t c = 0; c < C; ++c) sum[c] += M(y[ow * C + c]);
-          }
+          run_row_pass<T>(RowPass::kSum, Row<T>{.y = pooled + r * OW * C, .sum = sum, .px = px, .C = C});
         });
     const double count = static_cast<double>(s.count());
     std::vector<M> mean(C);
@@ -164,15 +258,9 @@ void normalize_pooled(const PoolNormShape& s, const PoolRows& pool_rows, const T
             return d * d;
           });
         },
-        [&](int64_t r, M* __restrict sum) {
-          const T* __restrict y = pooled + r * OW * C;
-          const M* __restrict m = mean.data();
-          for (int64_t ow = 0; ow < px; ++ow) {
-            for (int64_t c = 0; c < C; ++c) {
-              const M d = M(y[ow * C + c]) - m[c];
-              sum[c] += d * d;
-            }
-          }
+        [&](int64_t r, M* sum) {
+          run_row_pass<T>(RowPass::kSquares,
+                          Row<T>{.y = pooled + r * OW * C, .a = mean.data(), .sum = sum, .px = px, .C = C});
         });
     stats.var.resize(C);
     stats.invstd.resize(C);
@@ -197,13 +285,8 @@ void normalize_pooled(const PoolNormShape& s, const PoolRows& pool_rows, const T
         const M sc = scale[c], sh = shift[c];
         for (int64_t i = 0; i < OW; ++i) o[i] = static_cast<T>(norm_relu<M>(M(y[i]), sc, sh));
       } else {
-        const M* __restrict sc = scale.data();
-        const M* __restrict sh = shift.data();
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          for (int64_t c = 0; c < C; ++c) {
-            o[ow * C + c] = static_cast<T>(norm_relu<M>(M(y[ow * C + c]), sc[c], sh[c]));
-          }
-        }
+        run_row_pass<T>(RowPass::kNormRelu,
+                        Row<T>{.y = y, .a = scale.data(), .b = shift.data(), .out = o, .px = OW, .C = C});
       }
     }
   });
@@ -221,12 +304,6 @@ inline std::tuple<at::Tensor, at::Tensor> updated_running(const PoolNormShape& s
     var[c] = (1.0 - momentum) * var[c] + momentum * stats.var[c] * count / (count - 1.0);
   }
   return {channel_tensor(mean, running_mean.options()), channel_tensor(var, running_var.options())};
-}
-
-// The ReLU's mask: out > 0 (or NaN), as threshold_backward.
-template <typename M>
-inline M masked(M g, M o) {
-  return (o > M(0)) | (o != o) ? g : M(0);
 }
 
 // The backward's per-channel coefficients (pooled_grad's) and the batch norm's parameter gradients.
@@ -254,11 +331,9 @@ GradCoefficients<at::opmath_type<T>> grad_coefficients(const PoolNormShape& s, c
         const T *__restrict g = grad + p * area, *__restrict o = out + p * area;
         return lane_sum<M>(area, [&](int64_t i) { return masked(M(g[i]), M(o[i])); });
       },
-      [&](int64_t r, M* __restrict sum) {
-        const T *__restrict g = grad + r * OW * C, *__restrict o = out + r * OW * C;
-        for (int64_t i = 0; i < px; ++i) {
-          for (int64_t c = 0; c < C; ++c) sum[c] += masked(M(g[i * C + c]), M(o[i * C + c]));
-        }
+      [&](int64_t r, M* sum) {
+        const int64_t at = r * OW * C;
+        run_row_pass<T>(RowPass::kMaskedSum, Row<T>{.g = grad + at, .o = out + at, .sum = sum, .px = px, .C = C});
       });
   const std::vector<double> sum_gx = channel_sums<M>(
       s,
@@ -267,15 +342,10 @@ GradCoefficients<at::opmath_type<T>> grad_coefficients(const PoolNormShape& s, c
         const M m = co.mean[c];
         return lane_sum<M>(area, [&](int64_t i) { return masked(M(g[i]), M(o[i])) * (M(y[i]) - m); });
       },
-      [&](int64_t r, M* __restrict sum) {
+      [&](int64_t r, M* sum) {
         const int64_t at = r * OW * C;
-        const T *__restrict g = grad + at, *__restrict o = out + at, *__restrict y = pooled + at;
-        const M* __restrict m = co.mean.data();
-        for (int64_t i = 0; i < px; ++i) {
-          for (int64_t c = 0; c < C; ++c) {
-            sum[c] += masked(M(g[i * C + c]), M(o[i * C + c])) * (M(y[i * C + c]) - m[c]);
-          }
-        }
+        run_row_pass<T>(RowPass::kMaskedDeviations, Row<T>{.y = pooled + at, .g = grad + at, .o = out + at,
+                                                           .a = co.mean.data(), .sum = sum, .px = px, .C = C});
       });
   co.grad_weight.resize(C);
   co.mean_g.resize(C);
