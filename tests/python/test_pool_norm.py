@@ -217,9 +217,46 @@ def test_fast_cnn_hooks_see_their_own_layers_outputs():
         apart = sum(index in block[1:] for block in blocks[1:])  # blocks 2 and 3 run maxpool_bn_relu
         assert ops["gpucore::conv3x3_maxpool_bn_relu"] == (index not in blocks[0]), index
         assert ops["gpucore::maxpool_bn_relu"] == 2 - apart + (index == 0), index
+    for index in range(len(plain.classifier)):  # the head's max-pool to 3 x 3 and flatten, skipped unhooked
+        seen = []
+        handles = [net.classifier[index].register_forward_hook(lambda module, args, out: seen.append(out.clone()))
+                   for net in (plain, fused)]
+        with torch.no_grad():
+            plain(x)
+            fused(x)
+        for handle in handles:
+            handle.remove()
+        torch.testing.assert_close(seen[1], seen[0], rtol=1e-4, atol=1e-5)
     with torch.no_grad():
         ops = ran_ops(fused, x)
     assert (ops["gpucore::conv3x3_maxpool_bn_relu"], ops["gpucore::maxpool_bn_relu"]) == (1, 2)
+    assert ops["aten::adaptive_max_pool2d"] == 0
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_fast_cnn_head_skips_the_identity_pool(channels_last):
+    """On a 3 x 3 feature map the head's max-pool is skipped and a channels-last map meets the linear weight
+    permuted to its order: outputs and every gradient as the torch layers give them, within float rounding; other
+    sizes run the pool."""
+    torch.manual_seed(2)
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    plain = FastCNN(fused=False).to(memory_format=layout).train()
+    fused = FastCNN(fused=True).to(memory_format=layout).train()
+    fused.load_state_dict(plain.state_dict())
+    for size in (28, 40):  # 3 x 3 and 5 x 5 feature maps
+        x = torch.randn(6, 1, size, size).contiguous(memory_format=layout)
+        outs = [net(x) for net in (plain, fused)]
+        torch.testing.assert_close(outs[1], outs[0], rtol=1e-4, atol=1e-5)
+        for out in outs:
+            out.logsumexp(1).sum().backward()
+        for (name, param), ref in zip(fused.named_parameters(), plain.parameters()):
+            torch.testing.assert_close(param.grad, ref.grad, rtol=1e-3, atol=1e-4 * max(1.0, ref.grad.abs().max().item()),
+                                       msg=lambda message, name=name: f"{name} at {size} px: {message}")
+        fused.zero_grad()
+        plain.zero_grad()
+        with torch.no_grad():
+            assert (ran_ops(fused.eval(), x)["aten::adaptive_max_pool2d"] == 0) == (size == 28)
+        fused.train()
 
 
 @pytest.mark.parametrize("layer", ["features.12", "features.13", "features.14", "features.6", "auto"])

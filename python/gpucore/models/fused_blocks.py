@@ -12,13 +12,17 @@ from torch import nn
 from ..ops import CONV_POOL_NORM_DEVICES, POOL_NORM_DEVICES
 
 
+def traced(x) -> bool:
+    """Whether the forward is being traced or exported (torch.fx, TorchScript, ONNX, torch.export): those see the
+    torch layers, never the fused forms."""
+    return (isinstance(x, torch.fx.Proxy) or torch.jit.is_scripting() or torch.onnx.is_in_onnx_export()
+            or torch.compiler.is_exporting())
+
+
 def pool_norm_fusable(norm: nn.BatchNorm2d, x) -> bool:
     """Whether pool_norm_relu(norm, x) gives MaxPool2d(2) -> norm -> ReLU: an affine BatchNorm with running statistics
-    on a 4-d input of a floating dtype on a device with the op's kernel, outside torch.fx tracing, TorchScript and
-    export (those see the torch layers)."""
-    if isinstance(x, torch.fx.Proxy):
-        return False
-    if torch.jit.is_scripting() or torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting():
+    on a 4-d input of a floating dtype on a device with the op's kernel, not traced()."""
+    if traced(x):
         return False
     return (isinstance(norm, nn.BatchNorm2d) and norm.affine and norm.track_running_stats and x.dim() == 4
             and x.dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64)

@@ -20,7 +20,7 @@ from ..redact import holds_mask, masked_value_message
 from ..values import is_int
 from . import segmentation_models
 from .downloads import refuse_downloads
-from .fused_blocks import conv_fusable, conv_pool_norm_relu, pool_norm_fusable, pool_norm_relu
+from .fused_blocks import conv_fusable, conv_pool_norm_relu, pool_norm_fusable, pool_norm_relu, traced
 from .torchvision_build import mismatch_message
 
 
@@ -115,7 +115,20 @@ class FastCNN(nn.Module):
             else:
                 x = layers[index](x)
                 index += 1
-        return self.classifier(x)
+        return self._head(x)
+
+    def _head(self, x):
+        """The classifier on a feature map already 3 x 3 (28-px images): its max-pool to 3 x 3 changes nothing there
+        and is skipped, and a channels-last map meets the linear layer's weight permuted to its own order, where
+        flattening it would copy it into torch's order (and its gradient back): the same values up to float
+        rounding. Hooks on the classifier, other sizes and traced() forwards run the torch layers."""
+        pool, flatten, linear = self.classifier
+        if traced(x) or x.shape[-2:] != (3, 3) or _hooked(self.classifier, pool, flatten, linear):
+            return self.classifier(x)
+        if x.is_contiguous() or not x.is_contiguous(memory_format=torch.channels_last):
+            return linear(flatten(x))
+        weight = linear.weight.unflatten(1, (x.shape[1], 3, 3)).permute(0, 2, 3, 1).flatten(1)
+        return nn.functional.linear(x.permute(0, 2, 3, 1).flatten(1), weight, linear.bias)
 
 
 def _pooled_block(conv, pool, norm, relu, x):
