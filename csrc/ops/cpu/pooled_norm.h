@@ -11,6 +11,7 @@
 #include <ATen/ops/empty.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <tuple>
 #include <type_traits>
@@ -32,8 +33,7 @@ enum class RowPass {
   kSum,                // sum[c] += y
   kSquares,            // sum[c] += (y - a[c])^2, a the mean
   kNormRelu,           // out = norm_relu(y, a[c], b[c]), a the scale, b the shift
-  kMaskedSum,          // sum[c] += masked(g, o)
-  kMaskedDeviations,   // sum[c] += masked(g, o) * (y - a[c]), a the mean
+  kGradientSums,       // sum[c] += masked(g, o), sum[C + c] += masked(g, o) * (y - a[c]), a the mean
 };
 
 // One pass's operands: the pooled values y, the gradient g reaching out o, per-channel a and b, the sums or out.
@@ -83,12 +83,13 @@ __attribute__((always_inline)) inline void normalize_values(const T* __restrict 
 template <typename T, typename M>
 __attribute__((always_inline)) inline void add_gradients(const T* __restrict g, const T* __restrict o,
                                                          const T* __restrict y, const M* __restrict mean,
-                                                         M* __restrict sum, int64_t px, int64_t C, bool deviations) {
+                                                         M* __restrict sum, M* __restrict deviations, int64_t px,
+                                                         int64_t C) {
   for (int64_t i = 0; i < px; ++i) {
-    if (deviations) {
-      for (int64_t c = 0; c < C; ++c) sum[c] += masked(M(g[i * C + c]), M(o[i * C + c])) * (M(y[i * C + c]) - mean[c]);
-    } else {
-      for (int64_t c = 0; c < C; ++c) sum[c] += masked(M(g[i * C + c]), M(o[i * C + c]));
+    for (int64_t c = 0; c < C; ++c) {
+      const M gm = masked(M(g[i * C + c]), M(o[i * C + c]));
+      sum[c] += gm;
+      deviations[c] += gm * (M(y[i * C + c]) - mean[c]);
     }
   }
 }
@@ -103,10 +104,8 @@ __attribute__((always_inline)) inline void row_pass(RowPass pass, const Row<T>& 
       return add_values<T, M>(r.y, r.a, r.sum, r.px, r.C, true);
     case RowPass::kNormRelu:
       return normalize_values<T, M>(r.y, r.a, r.b, r.out, r.px, r.C);
-    case RowPass::kMaskedSum:
-      return add_gradients<T, M>(r.g, r.o, r.y, r.a, r.sum, r.px, r.C, false);
-    case RowPass::kMaskedDeviations:
-      return add_gradients<T, M>(r.g, r.o, r.y, r.a, r.sum, r.px, r.C, true);
+    case RowPass::kGradientSums:
+      return add_gradients<T, M>(r.g, r.o, r.y, r.a, r.sum, r.sum + r.C, r.px, r.C);
   }
 }
 
@@ -185,19 +184,22 @@ std::vector<double> block_sums(int64_t rows, int64_t width, const Row& row) {
   return sums;
 }
 
-// Per-channel sums over the pooled tensor. Contiguous: plane(p, c) gives plane p's sum (channel c = p % C).
-// Channels-last: row(r, sums) adds pooled row r (n * OH + oh: OW pixels of C channels) into the C float sums.
-template <typename M, typename Plane, typename Row>
+// K per-channel sums over the pooled tensor, sum k of channel c at [k * C + c]. Contiguous: plane(p, c) gives plane
+// p's K sums (channel c = p % C) as a std::array<double, K>. Channels-last: row(r, sums) adds pooled row r (n * OH +
+// oh: OW pixels of C channels) into the K * C float sums.
+template <int K, typename M, typename Plane, typename Row>
 std::vector<double> channel_sums(const PoolNormShape& s, const Plane& plane, const Row& row) {
   const int64_t C = s.channels;
-  if (s.channels_last) return block_sums<M>(s.batch * s.pooled_height, C, row);
-  std::vector<double> sums(C, 0.0);
+  if (s.channels_last) return block_sums<M>(s.batch * s.pooled_height, K * C, row);
+  std::vector<double> sums(K * C, 0.0);
   const int64_t planes = s.batch * C;
-  std::vector<double> per_plane(planes);
+  std::vector<std::array<double, K>> per_plane(planes);
   at::parallel_for(0, planes, 1, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) per_plane[p] = plane(p, p % C);
   });
-  for (int64_t p = 0; p < planes; ++p) sums[p % C] += per_plane[p];
+  for (int64_t p = 0; p < planes; ++p) {
+    for (int k = 0; k < K; ++k) sums[k * C + p % C] += per_plane[p][k];
+  }
   return sums;
 }
 
@@ -233,12 +235,12 @@ void normalize_pooled(const PoolNormShape& s, const PoolRows& pool_rows, const T
   const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, row_size));
   const int64_t px = s.channels_last ? OW : 0;  // pixels per channels-last row
   if (training) {
-    const std::vector<double> sums = channel_sums<M>(
+    const std::vector<double> sums = channel_sums<1, M>(
         s,
         [&](int64_t p, int64_t) {
           pool_rows(p * OH, (p + 1) * OH);
           const T* __restrict y = pooled + p * area;
-          return lane_sum<M>(area, [&](int64_t i) { return M(y[i]); });
+          return std::array<double, 1>{lane_sum<M>(area, [&](int64_t i) { return M(y[i]); })};
         },
         [&](int64_t r, M* sum) {
           pool_rows(r, r + 1);
@@ -248,15 +250,15 @@ void normalize_pooled(const PoolNormShape& s, const PoolRows& pool_rows, const T
     std::vector<M> mean(C);
     stats.mean.resize(C);
     for (int64_t c = 0; c < C; ++c) stats.mean[c] = sums[c] / count, mean[c] = static_cast<M>(stats.mean[c]);
-    const std::vector<double> squares = channel_sums<M>(
+    const std::vector<double> squares = channel_sums<1, M>(
         s,
         [&](int64_t p, int64_t c) {
           const T* __restrict y = pooled + p * area;
           const M m = mean[c];
-          return lane_sum<M>(area, [&](int64_t i) {
+          return std::array<double, 1>{lane_sum<M>(area, [&](int64_t i) {
             const M d = M(y[i]) - m;
             return d * d;
-          });
+          })};
         },
         [&](int64_t r, M* sum) {
           run_row_pass<T>(RowPass::kSquares,
@@ -325,28 +327,23 @@ GradCoefficients<at::opmath_type<T>> grad_coefficients(const PoolNormShape& s, c
   GradCoefficients<M> co;
   co.mean.resize(C);
   for (int64_t c = 0; c < C; ++c) co.mean[c] = static_cast<M>(stats.mean[c]);
-  co.grad_bias = channel_sums<M>(
-      s,
-      [&](int64_t p, int64_t) {
-        const T *__restrict g = grad + p * area, *__restrict o = out + p * area;
-        return lane_sum<M>(area, [&](int64_t i) { return masked(M(g[i]), M(o[i])); });
-      },
-      [&](int64_t r, M* sum) {
-        const int64_t at = r * OW * C;
-        run_row_pass<T>(RowPass::kMaskedSum, Row<T>{.g = grad + at, .o = out + at, .sum = sum, .px = px, .C = C});
-      });
-  const std::vector<double> sum_gx = channel_sums<M>(
+  // the masked gradients' sums (grad_bias) and their sums times the deviations, in one pass over the three tensors
+  const std::vector<double> sums = channel_sums<2, M>(
       s,
       [&](int64_t p, int64_t c) {
         const T *__restrict g = grad + p * area, *__restrict o = out + p * area, *__restrict y = pooled + p * area;
         const M m = co.mean[c];
-        return lane_sum<M>(area, [&](int64_t i) { return masked(M(g[i]), M(o[i])) * (M(y[i]) - m); });
+        return std::array<double, 2>{
+            lane_sum<M>(area, [&](int64_t i) { return masked(M(g[i]), M(o[i])); }),
+            lane_sum<M>(area, [&](int64_t i) { return masked(M(g[i]), M(o[i])) * (M(y[i]) - m); })};
       },
       [&](int64_t r, M* sum) {
         const int64_t at = r * OW * C;
-        run_row_pass<T>(RowPass::kMaskedDeviations, Row<T>{.y = pooled + at, .g = grad + at, .o = out + at,
-                                                           .a = co.mean.data(), .sum = sum, .px = px, .C = C});
+        run_row_pass<T>(RowPass::kGradientSums, Row<T>{.y = pooled + at, .g = grad + at, .o = out + at,
+                                                       .a = co.mean.data(), .sum = sum, .px = px, .C = C});
       });
+  co.grad_bias.assign(sums.begin(), sums.begin() + C);
+  const double* sum_gx = sums.data() + C;
   co.grad_weight.resize(C);
   co.mean_g.resize(C);
   co.k.resize(C);
