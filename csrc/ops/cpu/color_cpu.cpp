@@ -74,7 +74,8 @@ GPUCORE_VECTOR_CLONES void blend_with_grayscale(const Image& image, double facto
   }
 }
 
-GPUCORE_VECTOR_CLONES void shift_image_hue(const Image& image, float hue) {
+// flatten: shift_hue inlined into each clone (GCC left it a call, so no clone vectorised it).
+__attribute__((flatten)) GPUCORE_VECTOR_CLONES void shift_image_hue(const Image& image, float hue) {
   if (image.channels != 3) return;  // hue leaves one channel unchanged, as torchvision
   const int64_t count = image.plane();
   uint8_t *__restrict r = image.channel(0), *__restrict g = image.channel(1), *__restrict b = image.channel(2);
