@@ -1,8 +1,16 @@
 """The CPU kernels' fast paths give the same values as the plain ones: a horizontal flip moved past color
 transforms into the fused augment pass, batch outputs whose memory is reused, and loops split over threads
-(OpenMP) against one thread."""
+(OpenMP) against one thread; the AVX2/AVX-512 clones of the hot loops hold their loops."""
+import pathlib
+import platform
+import re
+import shutil
+import subprocess
+
 import pytest
 import torch
+
+import gpucore
 
 from gpucore import _C, transforms
 
@@ -100,3 +108,27 @@ def test_threaded_kernels_equal_one_thread():
         torch.set_num_threads(threads)
     names = ["color_ops", "resized_crop", "crop", "affine", "augment"]
     assert_states_equal(dict(zip(names, several)), dict(zip(names, one)), label="threads changed the result")
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64" or not shutil.which("objdump"), reason="x86-64 clones, objdump")
+def test_vector_clones_do_not_call_out_to_baseline_code():
+    """Each function GCC clones for AVX2 and AVX-512 (vector_clones.h) has its loops inside each clone: a clone
+    whose body calls or jumps to another gpucore function (route_row_float jumped to the baseline route_row;
+    shift_image_hue called shift_hue per pixel) runs that function's baseline SSE2 code on every CPU."""
+    library = pathlib.Path(gpucore.__file__).parent / "libgpucore_core.so"
+    listing = subprocess.run(["objdump", "-d", "--no-show-raw-insn", "-C", str(library)], capture_output=True,
+                             text=True, check=True).stdout
+    clones, escapes = 0, []
+    for arch in ("arch_x86_64_v3", "arch_x86_64_v4"):
+        for body in re.findall(rf"^[0-9a-f]+ <([^\n]*?\[clone \.{arch}\])>:\n(.*?)(?:\n\n|\Z)", listing,
+                               re.M | re.S):
+            name, code = body
+            if "gpucore::" not in name:
+                continue
+            clones += 1
+            for target in re.findall(r"\b(?:call|jmp)\s+[0-9a-f]+ <([^\n]*)>", code):
+                target = re.sub(r"\+0x[0-9a-f]+$", "", target)
+                if "gpucore::" in target and target != name and f"[clone .{arch}]" not in target:
+                    escapes.append(f"{name} -> {target}")
+    assert clones >= 10, f"only {clones} cloned gpucore functions found: has vector_clones.h stopped cloning?"
+    assert not escapes, "clones leaving for baseline code:\n" + "\n".join(sorted(set(escapes)))
