@@ -116,6 +116,10 @@ def test_vector_clones_do_not_call_out_to_baseline_code():
     whose body calls or jumps to another gpucore function (route_row_float jumped to the baseline route_row;
     shift_image_hue called shift_hue per pixel) runs that function's baseline SSE2 code on every CPU."""
     library = pathlib.Path(gpucore.__file__).parent / "libgpucore_core.so"
+    symbols = subprocess.run(["objdump", "-t", "-C", str(library)], capture_output=True, text=True, check=True).stdout
+    assert "gpucore::" in symbols, (
+        f"{library} is stripped (no .symtab): its clones cannot be found by name; pyproject.toml's install.strip = "
+        "false keeps the symbols")
     listing = subprocess.run(["objdump", "-d", "--no-show-raw-insn", "-C", str(library)], capture_output=True,
                              text=True, check=True).stdout
     clones, escapes = 0, []
