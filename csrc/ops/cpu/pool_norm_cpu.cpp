@@ -83,25 +83,6 @@ GPUCORE_VECTOR_CLONES void pool_row_float(const float* r0, const float* r1, floa
   pool_row<float>(r0, r1, y, OW, C);
 }
 
-template <typename T>
-void channels_last_backward_row(const pooled_norm::GradCoefficients<at::opmath_type<T>>& co, const T* g, const T* o,
-                                const T* y, const T* x0, const T* x1, T* gys, T* g0, T* g1, int64_t OW, int64_t C) {
-  if constexpr (std::is_same_v<T, float>) {
-    backward_row_float(co, g, o, y, x0, x1, gys, g0, g1, OW, C);
-  } else {
-    backward_row<T>(co, g, o, y, x0, x1, gys, g0, g1, OW, C);
-  }
-}
-
-template <typename T>
-void channels_last_pool_row(const T* r0, const T* r1, T* y, int64_t OW, int64_t C) {
-  if constexpr (std::is_same_v<T, float>) {
-    pool_row_float(r0, r1, y, OW, C);
-  } else {
-    pool_row<T>(r0, r1, y, OW, C);
-  }
-}
-
 // The pooled values of pooled rows [begin, end): contiguous, row = plane * OH + oh; channels-last, n * OH + oh.
 template <typename T>
 void pool_rows(const PoolNormShape& s, const T* __restrict x, T* __restrict pooled, int64_t begin, int64_t end) {
@@ -118,7 +99,7 @@ void pool_rows(const PoolNormShape& s, const T* __restrict x, T* __restrict pool
         y[ow] = static_cast<T>(window_max<M>(M(r0[2 * ow]), M(r0[2 * ow + 1]), M(r1[2 * ow]), M(r1[2 * ow + 1])));
       }
     } else {
-      channels_last_pool_row<T>(r0, r1, y, OW, C);
+      call_vector_clone<T>(pool_row_float, pool_row<T>, r0, r1, y, OW, C);
     }
   }
 }
@@ -186,7 +167,7 @@ void backward_kernel(const PoolNormShape& s, const T* __restrict grad, const T* 
                       &g0[2 * ow + 1], &g1[2 * ow], &g1[2 * ow + 1]);
         }
       } else {
-        channels_last_backward_row<T>(co, g, o, y, x0, x1, gys, g0, g1, OW, C);
+        call_vector_clone<T>(backward_row_float, backward_row<T>, co, g, o, y, x0, x1, gys, g0, g1, OW, C);
       }
       if (W % 2 == 1) {
         std::fill_n(g0 + (W - 1) * lanes, lanes, T(0));

@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "ops/cpu/vector_clones.h"
 #include "ops/pool_norm.h"
 #include "ops/pool_norm_math.h"
 
@@ -114,11 +115,7 @@ void row_pass_float(RowPass pass, const Row<float>& r);
 
 template <typename T>
 void run_row_pass(RowPass pass, const Row<T>& r) {
-  if constexpr (std::is_same_v<T, float>) {
-    row_pass_float(pass, r);
-  } else {
-    row_pass<T>(pass, r);
-  }
+  call_vector_clone<T>(row_pass_float, row_pass<T>, pass, r);
 }
 
 template <typename M>

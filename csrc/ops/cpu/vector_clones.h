@@ -9,3 +9,22 @@
 #else
 #define GPUCORE_VECTOR_CLONES
 #endif
+
+#include <type_traits>
+#include <utility>
+
+namespace gpucore::ops {
+
+// A kernel templated on its element type whose float32 version is compiled into a GPUCORE_VECTOR_CLONES entry point
+// (float_clone: a plain function that calls the template, which must be always_inline so each clone holds its loops):
+// float32 calls that entry point, other types (bfloat16, half, double) the template itself.
+template <typename T, typename FloatClone, typename Template, typename... Args>
+inline void call_vector_clone(FloatClone float_clone, Template generic, Args&&... args) {
+  if constexpr (std::is_same_v<T, float>) {
+    float_clone(std::forward<Args>(args)...);
+  } else {
+    generic(std::forward<Args>(args)...);
+  }
+}
+
+}  // namespace gpucore::ops
