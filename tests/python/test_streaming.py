@@ -82,11 +82,17 @@ LINUX_ONLY = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/p
 
 
 @LINUX_ONLY
-def test_reader_threads_are_named_and_end_with_their_loader(tmp_path):
+def test_reader_threads_are_named_idle_on_a_cpu_device_and_end_with_their_loader(tmp_path):
+    """Training on the CPU the readers run as SCHED_IDLE (they decode in the time the step's threads leave idle);
+    this thread, which decodes what they have not, keeps its own policy."""
     root = str(image_folder(tmp_path / "train"))
+    own_policy = os.sched_getscheduler(0)
     loader = gpucore.DataLoader(data.read_image_folder(root, threads=3), cache="none", batch_size=8, device="cpu")
     next(iter(loader))
-    assert len(reader_threads()) == 3
+    readers = reader_threads()
+    assert len(readers) == 3
+    assert [os.sched_getscheduler(tid) for tid in readers] == [os.SCHED_IDLE] * 3
+    assert os.sched_getscheduler(0) == own_policy != os.SCHED_IDLE
     del loader
     assert settled(reader_threads, []) == []
 
