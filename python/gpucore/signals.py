@@ -122,11 +122,12 @@ class StepBoundaries:
 
 
 @contextlib.contextmanager
-def interrupts_deferred() -> Iterator[None]:
+def interrupts_deferred(replay: bool = True) -> Iterator[None]:
     """Ctrl-C, SIGTERM and SIGUSR1 during the block are held back and handled once the block is done, by the handler
     that was in place before it (during training: StepBoundaries'; outside: KeyboardInterrupt for Ctrl-C, the default
-    action for the others), so a write is never cut in the middle. The main thread only: Python delivers signals
-    there."""
+    action for the others), so a write is never cut in the middle. replay False: they are dropped instead (a run
+    already stopping by a signal, writing interrupted.pt: a second Ctrl-C, or `timeout` and container runtimes
+    sending SIGTERM to a process and its group alike). The main thread only: Python delivers signals there."""
     if not _in_main_thread():
         yield
         return
@@ -138,7 +139,7 @@ def interrupts_deferred() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        if received:
+        if received and replay:
             handler = previous[received[0]]
             if callable(handler):
                 handler(received[0], None)

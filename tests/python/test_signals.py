@@ -259,3 +259,37 @@ def test_a_signal_to_the_devices_2_launcher_stops_both_workers_cleanly(tmp_path,
         assert "per process x 2 processes" in resumed.stderr.read()
         assert stats(tmp_path, "stopped")["world_size"] == 2
         assert_states_equal(weights(tmp_path, "stopped"), weights(tmp_path, "straight"), label="resumed")
+
+
+class SignalAgainWhileSaving(SignalInsideTheForward):
+    """SignalInsideTheForward, then the same signal once more while the stopped run takes its interrupted.pt snapshot
+    (the model's first state_dict after the first signal): a second Ctrl-C, or `timeout` and container runtimes that
+    send SIGTERM to the process and to its group."""
+
+    def __init__(self, signum, at):
+        super().__init__(signum, at)
+        self.sent_again = False
+
+    def state_dict(self, *args, **kwargs):
+        if self.signum is not None and self.calls >= self.at and not self.sent_again:
+            self.sent_again = True
+            os.kill(os.getpid(), self.signum)
+        return super().state_dict(*args, **kwargs)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_the_same_signal_again_while_interrupted_pt_is_written_does_not_lose_it(tmp_path, signum):
+    config = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 64 * 12, "val_size": 64, "seed": 3},
+              "epochs": 2, "batch_size": 64, "progress": False, "report": False, "loggers": [], "seed": 5,
+              "run_dir": str(tmp_path), "cuda_graphs": False, "device": "cpu"}
+    import gpucore
+
+    straight = gpucore.train(dict(config, name="straight"), model=SignalInsideTheForward())
+    model = SignalAgainWhileSaving(signum, 5)
+    stopped = train_interrupted(dict(config, name="stopped"), model=model)
+    assert model.sent_again and stopped.status == "interrupted" and stopped.steps == 5
+    saved = torch.load(tmp_path / "stopped" / "checkpoints" / "interrupted.pt", map_location="cpu", weights_only=False)
+    assert int(saved["model"]["features.1.num_batches_tracked"]) == 5
+    resumed = gpucore.train(dict(config, name="stopped", resume="auto"), model=SignalAgainWhileSaving(None, 0))
+    assert resumed.steps == straight.steps
+    assert_states_equal(resumed.model, straight.model, label="resumed != uninterrupted")

@@ -17,7 +17,7 @@ import torch
 from ..config import KEY_BY_NAME
 from ..data.class_folders import listed
 from ..errors import OutOfMemoryError, TrainingError
-from ..signals import StepBoundaries, signal_name
+from ..signals import StepBoundaries, interrupts_deferred, signal_name
 from .. import _C
 from . import distributed
 from .callbacks import CallbackList, EarlyStopping, FreezeBackbone, ModelCheckpoint, Monitor
@@ -172,10 +172,11 @@ class FitLoop:
             if not position.pass_complete():  # the partial epoch's training time, which no metrics.jsonl row holds
                 self.run_stats.interrupted_epoch_seconds = time.perf_counter() - started
             self.outcome.stopped_by = signal_name(interrupt)
-            self.step_checkpoints.wait()  # interrupted.pt is then the newest file
-            # At the last full optimizer step: mid-epoch, the samples its steps took; once every step of the pass is
-            # done (a signal in the last one, raised before the engine returned), the next epoch's start.
-            run.run_dir.save_interrupted(self.checkpointing.snapshot())
+            with interrupts_deferred(replay=False):  # the run is stopping: the same signal again must not stop the save
+                self.step_checkpoints.wait()  # interrupted.pt is then the newest file
+                # At the last full optimizer step: mid-epoch, the samples its steps took; once every step of the pass
+                # is done (a signal in the last one, raised before the engine returned), the next epoch's start.
+                run.run_dir.save_interrupted(self.checkpointing.snapshot())
             # The steps since the last read of the metrics, for training_stats.json and the result (two reads).
             position.engine_read(*run.engine.step_counts())
             self.outcome.end(INTERRUPTED, f"interrupted by {self.outcome.stopped_by}")
