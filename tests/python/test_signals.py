@@ -293,3 +293,32 @@ def test_the_same_signal_again_while_interrupted_pt_is_written_does_not_lose_it(
     resumed = gpucore.train(dict(config, name="stopped", resume="auto"), model=SignalAgainWhileSaving(None, 0))
     assert resumed.steps == straight.steps
     assert_states_equal(resumed.model, straight.model, label="resumed != uninterrupted")
+
+
+def test_a_signal_while_the_next_epochs_batches_start_saves_the_epochs_start(tmp_path, monkeypatch):
+    """A signal while the next epoch's batch source starts (before its first step; a streamed source starting its
+    readers): interrupted.pt holds that epoch's start, the run is interrupted (not failed), the resume is bitwise."""
+    import gpucore
+    from gpucore.data.epoch_data import EpochData
+
+    config = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 64 * 12, "val_size": 64, "seed": 3},
+              "epochs": 2, "batch_size": 64, "progress": False, "report": False, "loggers": [], "seed": 5,
+              "run_dir": str(tmp_path), "cuda_graphs": False, "device": "cpu"}
+    straight = gpucore.train(dict(config, name="straight"), model=SignalInsideTheForward())
+    starting = EpochData.epoch
+
+    def epoch_then_signal(self, epoch, *args, **kwargs):
+        source = starting(self, epoch, *args, **kwargs)
+        if epoch == 1 and self.plan.training:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return source
+
+    monkeypatch.setattr(EpochData, "epoch", epoch_then_signal)
+    stopped = train_interrupted(dict(config, name="stopped"), model=SignalInsideTheForward())
+    monkeypatch.undo()
+    assert stopped.status == "interrupted" and stopped.stopped_by == "SIGTERM" and stopped.steps == 12
+    saved = torch.load(tmp_path / "stopped" / "checkpoints" / "interrupted.pt", map_location="cpu", weights_only=False)
+    assert (saved["epoch"], saved["samples_consumed"]) == (1, 0)
+    resumed = gpucore.train(dict(config, name="stopped", resume="auto"), model=SignalInsideTheForward())
+    assert resumed.steps == straight.steps
+    assert_states_equal(resumed.model, straight.model, label="resumed != uninterrupted")

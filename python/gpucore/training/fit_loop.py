@@ -146,11 +146,12 @@ class FitLoop:
         run, config, position = self.run, self.run.config, self.position
         # The epoch's batch source is no local of these frames (run.train_set.current): a traceback kept after an
         # error would keep a streamed source, and its reader threads, alive after train()'s run.close().
-        steps = position.batching.steps_in(run.train_set.epoch(position.epoch, position.start_sample).remaining())
-        progress = EpochProgress(config.progress and run.world.is_main, steps, position.epoch + 1, config.epochs,
-                                 config.log_every_n_steps)
         started = time.perf_counter()
+        progress = None  # a signal may land before the epoch's bar exists (its source starting): the same save
         try:
+            steps = position.batching.steps_in(run.train_set.epoch(position.epoch, position.start_sample).remaining())
+            progress = EpochProgress(config.progress and run.world.is_main, steps, position.epoch + 1, config.epochs,
+                                     config.log_every_n_steps)
             run.module.train()
             self.callbacks.call("on_epoch_start", position.epoch + 1)  # after train(): frozen norms go back to eval
             # The frozen epochs' folded forward, which FreezeBackbone built in on_epoch_start; else the model's.
@@ -168,7 +169,8 @@ class FitLoop:
             self.checkpoints.monitor.value(record)  # a monitor the record lacks fails before anything is written
             self._end_epoch(record)
         except KeyboardInterrupt as interrupt:
-            progress.close()
+            if progress is not None:
+                progress.close()
             if not position.pass_complete():  # the partial epoch's training time, which no metrics.jsonl row holds
                 self.run_stats.interrupted_epoch_seconds = time.perf_counter() - started
             self.outcome.stopped_by = signal_name(interrupt)
@@ -182,7 +184,8 @@ class FitLoop:
             self.outcome.end(INTERRUPTED, f"interrupted by {self.outcome.stopped_by}")
             return
         except BaseException:
-            progress.close()  # the error then starts on a line of its own
+            if progress is not None:
+                progress.close()  # the error then starts on a line of its own
             raise
         position.next_epoch()
         if self.outcome.asked is not None:
