@@ -130,6 +130,14 @@ def test_a_program_that_handles_sigterm_itself_keeps_its_handler():
         signal.signal(signal.SIGTERM, previous)
 
 
+def in_process_run(tmp_path, train_size=64 * 12, **keys):
+    """The config of the in-process runs below: 64-sample batches of synthetic_fashion on the CPU, 2 epochs, nothing
+    drawn or logged; `keys` change or add keys."""
+    return {"data": "synthetic_fashion", "data_kwargs": {"train_size": train_size, "val_size": 64, "seed": 3},
+            "epochs": 2, "batch_size": 64, "progress": False, "report": False, "loggers": [], "seed": 5,
+            "run_dir": str(tmp_path), "cuda_graphs": False, "device": "cpu", **keys}
+
+
 class SignalInsideTheForward(torch.nn.Module):
     """Sends `signum` to this process in the middle of the `at`-th forward, after BatchNorm has updated its running
     statistics: where a signal landing inside a step does the most harm."""
@@ -153,10 +161,7 @@ class SignalInsideTheForward(torch.nn.Module):
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 @pytest.mark.parametrize("accumulate", [1, 2])
 def test_a_signal_inside_a_step_waits_for_the_step_and_the_resume_is_bitwise(tmp_path, signum, accumulate):
-    config = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 64 * 12, "val_size": 64, "seed": 3},
-              "epochs": 2, "batch_size": 64, "accumulate_grad_batches": accumulate, "progress": False,
-              "report": False, "loggers": [], "run_dir": str(tmp_path), "seed": 5, "cuda_graphs": False,
-              "device": "cpu"}
+    config = in_process_run(tmp_path, accumulate_grad_batches=accumulate)
     import gpucore
 
     straight = gpucore.train(dict(config, name="straight"), model=SignalInsideTheForward())
@@ -177,10 +182,8 @@ def test_a_signal_in_the_last_step_of_an_epoch_with_a_short_last_batch_resumes_a
     interrupted.pt holds the next epoch's start, not steps x batch samples (past the end of a short last batch)."""
     import gpucore
 
-    config = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 64 * 12 + 20, "val_size": 64, "seed": 3},
-              "epochs": 3, "batch_size": 64, "progress": False, "report": False, "loggers": [], "seed": 5,
-              "run_dir": str(tmp_path), "cuda_graphs": False, "device": "cpu",
-              "checkpoint_every_n_steps": 100}  # step checkpoints on: the engine calls back after every step
+    config = in_process_run(tmp_path, 64 * 12 + 20, epochs=3,
+                            checkpoint_every_n_steps=100)  # step checkpoints on: the engine calls back after every step
     straight = gpucore.train(dict(config, name="straight"), model=SignalInsideTheForward())
     stopped = train_interrupted(dict(config, name="stopped"), model=SignalInsideTheForward(signal.SIGTERM, 13 + 13))
     assert stopped.status == "interrupted" and stopped.steps == 26
@@ -279,9 +282,7 @@ class SignalAgainWhileSaving(SignalInsideTheForward):
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_the_same_signal_again_while_interrupted_pt_is_written_does_not_lose_it(tmp_path, signum):
-    config = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 64 * 12, "val_size": 64, "seed": 3},
-              "epochs": 2, "batch_size": 64, "progress": False, "report": False, "loggers": [], "seed": 5,
-              "run_dir": str(tmp_path), "cuda_graphs": False, "device": "cpu"}
+    config = in_process_run(tmp_path)
     import gpucore
 
     straight = gpucore.train(dict(config, name="straight"), model=SignalInsideTheForward())
@@ -301,9 +302,7 @@ def test_a_signal_while_the_next_epochs_batches_start_saves_the_epochs_start(tmp
     import gpucore
     from gpucore.data.epoch_data import EpochData
 
-    config = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 64 * 12, "val_size": 64, "seed": 3},
-              "epochs": 2, "batch_size": 64, "progress": False, "report": False, "loggers": [], "seed": 5,
-              "run_dir": str(tmp_path), "cuda_graphs": False, "device": "cpu"}
+    config = in_process_run(tmp_path)
     straight = gpucore.train(dict(config, name="straight"), model=SignalInsideTheForward())
     starting = EpochData.epoch
 
