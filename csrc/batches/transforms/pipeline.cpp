@@ -140,30 +140,49 @@ std::array<int64_t, 2> TransformPipeline::per_image_size() const {
   return uint8_stage_[per_image_ - 1]->output_size(1, 1);  // one size, whatever the input's
 }
 
+namespace {
+
+// uint8 H x W x C as the transforms take it: 1 x C x H x W, contiguous.
+at::Tensor planar(const at::Tensor& image) { return image.permute({2, 0, 1}).unsqueeze(0).contiguous(); }
+
+// An image already in memory (a cached set's): its box is a view, so only the box is copied into the planar layout
+// the transforms take, not the whole image (which then costs what the box's pixels cost, as a decoded file's does).
+class InMemorySource final : public PerImageSource {
+ public:
+  explicit InMemorySource(const at::Tensor& image) : image_(image) {}
+  std::array<int64_t, 2> size() override { return {image_.size(0), image_.size(1)}; }
+  at::Tensor whole() override { return image_; }
+  at::Tensor read_box(const std::array<int64_t, 4>& box, int64_t, int64_t) override {
+    return image_.slice(0, box[0], box[0] + box[2]).slice(1, box[1], box[1] + box[3]);
+  }
+
+ private:
+  at::Tensor image_;
+};
+
+}  // namespace
+
 at::Tensor TransformPipeline::apply_per_image(const at::Tensor& image, uint64_t per_image_seed, int64_t sample) const {
-  if (per_image_ == 0) throw ConfigError("the transforms list has no per-image transforms");
   if (image.dim() != 3 || image.scalar_type() != at::kByte) {
     throw ConfigError("a per-image transform needs a uint8 H x W x C image, got " + c10::str(image.sizes()));
   }
-  const c10::ParallelGuard serial(true);  // reader threads: torch's kernels run on this thread alone
-  at::Generator own = at::detail::createCPUGenerator(sample_seed(per_image_seed, sample));
-  return per_image_from(image.permute({2, 0, 1}).unsqueeze(0).contiguous(), 0, own);
+  InMemorySource source(image);
+  return apply_per_image(source, per_image_seed, sample);
 }
 
 at::Tensor TransformPipeline::apply_per_image(PerImageSource& source, uint64_t per_image_seed, int64_t sample) const {
   if (per_image_ == 0) throw ConfigError("the transforms list has no per-image transforms");
-  const Transform& first = *uint8_stage_[0];
-  if (!first.resizes_box()) return apply_per_image(source.whole(), per_image_seed, sample);
-  const c10::ParallelGuard serial(true);
+  const c10::ParallelGuard serial(true);  // reader threads: torch's kernels run on this thread alone
   at::Generator own = at::detail::createCPUGenerator(sample_seed(per_image_seed, sample));
-  // The first transform's draw on the image's own size, as apply_per_image(image) draws it, then only its box read.
+  const Transform& first = *uint8_stage_[0];
+  if (!first.resizes_box()) return per_image_from(planar(source.whole()), 0, own);
+  // The first transform's draw on the image's own size, as on the whole image, then only its box read.
   const auto [height, width] = source.size();
   const at::Tensor boxes = first.sample(1, height, width, own)[0];
   const int64_t* box = boxes.data_ptr<int64_t>();
   const auto [least_height, least_width] = first.output_size(height, width);
   const at::Tensor region = source.read_box({box[0], box[1], box[2], box[3]}, least_height, least_width);
-  at::Tensor x = first.apply_to_region(region.permute({2, 0, 1}).unsqueeze(0).contiguous(), height, width);
-  return per_image_from(x, 1, own);
+  return per_image_from(first.apply_to_region(planar(region), height, width), 1, own);
 }
 
 at::Tensor TransformPipeline::per_image_from(at::Tensor x, size_t k, at::Generator& own) const {
