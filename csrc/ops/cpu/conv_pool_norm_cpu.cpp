@@ -215,18 +215,20 @@ __attribute__((always_inline)) inline void conv_weight_grad_row_by_channels(
   }
 }
 
-// float32's, also compiled for AVX2 and AVX-512 (vector_clones.h; -ffp-contract=off: the same values).
-GPUCORE_VECTOR_CLONES void conv_pool_row_float(const float* tile, const float* taps, int64_t W, int64_t OW,
-                                               int64_t Cin, int64_t C, float* pooled, uint8_t* window) {
-  conv_pool_row_by_channels<float>(tile, taps, W, OW, Cin, C, pooled, window);
+// The two, also compiled for AVX2 and AVX-512 for each type (vector_clones.h; -ffp-contract=off: the same values).
+template <typename T>
+GPUCORE_VECTOR_CLONES void cloned_conv_pool_row(const at::opmath_type<T>* tile, const at::opmath_type<T>* taps,
+                                                int64_t W, int64_t OW, int64_t Cin, int64_t C, T* pooled,
+                                                uint8_t* window) {
+  conv_pool_row_by_channels<T>(tile, taps, W, OW, Cin, C, pooled, window);
 }
 
-GPUCORE_VECTOR_CLONES void conv_weight_grad_row_float(const float* tile,
-                                                      const pooled_norm::GradCoefficients<float>& co, const float* g,
-                                                      const float* o, const float* y, const uint8_t* place, int64_t W,
-                                                      int64_t OW, int64_t Cin, int64_t C, float* grads, float* places,
-                                                      float* partial) {
-  conv_weight_grad_row_by_channels<float>(GPUCORE_WEIGHT_GRAD_ARGS);
+template <typename T>
+GPUCORE_VECTOR_CLONES void cloned_conv_weight_grad_row(
+    const at::opmath_type<T>* tile, const pooled_norm::GradCoefficients<at::opmath_type<T>>& co, const T* g,
+    const T* o, const T* y, const uint8_t* place, int64_t W, int64_t OW, int64_t Cin, int64_t C,
+    at::opmath_type<T>* grads, at::opmath_type<T>* places, at::opmath_type<T>* partial) {
+  conv_weight_grad_row_by_channels<T>(GPUCORE_WEIGHT_GRAD_ARGS);
 }
 
 #undef GPUCORE_WEIGHT_GRAD_ARGS
@@ -295,9 +297,8 @@ ConvPoolNormOutputs conv3x3_maxpool_bn_relu_cpu(const at::Tensor& input, const a
       auto& scratch = thread_scratch<scalar_t>(shape);
       for (int64_t r = begin; r < end; ++r) {
         fill_tile(x, r / OH, r % OH, scratch.tile.data());
-        call_vector_clone<scalar_t>(conv_pool_row_float, conv_pool_row_by_channels<scalar_t>, scratch.tile.data(),
-                                    taps.data(), s.width, s.pooled_width, shape.in_channels, s.channels,
-                                    pooled_values + r * row_size, places + r * row_size);
+        cloned_conv_pool_row<scalar_t>(scratch.tile.data(), taps.data(), s.width, s.pooled_width, shape.in_channels,
+                                       s.channels, pooled_values + r * row_size, places + r * row_size);
       }
     };
     pooled_norm::normalize_pooled<scalar_t>(s, pool_rows, pooled_values, out.data_ptr<scalar_t>(), training, gamma,
@@ -347,9 +348,8 @@ ConvPoolNormGrads conv3x3_maxpool_bn_relu_backward_cpu(const at::Tensor& grad_ou
       auto& scratch = thread_scratch<scalar_t>(shape);
       const int64_t at = r * OW * C;
       fill_tile(x, r / OH, r % OH, scratch.tile.data());
-      call_vector_clone<scalar_t>(conv_weight_grad_row_float, conv_weight_grad_row_by_channels<scalar_t>,
-                                  scratch.tile.data(), co, g + at, o + at, y + at, place + at, s.width, OW, Cin, C,
-                                  scratch.grads.data(), scratch.places.data(), partial);
+      cloned_conv_weight_grad_row<scalar_t>(scratch.tile.data(), co, g + at, o + at, y + at, place + at, s.width, OW,
+                                            Cin, C, scratch.grads.data(), scratch.places.data(), partial);
     });
   });
   // [kh][kw][ci][c] -> C x Cin x 3 x 3, in conv_weight's dtype and memory format

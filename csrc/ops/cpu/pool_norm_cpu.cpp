@@ -72,15 +72,17 @@ __attribute__((always_inline)) inline void pool_row(const T* __restrict r0, cons
   }
 }
 
-// float32's, also compiled for AVX2 and AVX-512 (vector_clones.h; -ffp-contract=off: the same values).
-GPUCORE_VECTOR_CLONES void backward_row_float(const pooled_norm::GradCoefficients<float>& co, const float* g,
-                                              const float* o, const float* y, const float* x0, const float* x1,
-                                              float* gys, float* g0, float* g1, int64_t OW, int64_t C) {
-  backward_row<float>(co, g, o, y, x0, x1, gys, g0, g1, OW, C);
+// The two, also compiled for AVX2 and AVX-512 for each type (vector_clones.h; -ffp-contract=off: the same values).
+template <typename T>
+GPUCORE_VECTOR_CLONES void cloned_backward_row(const pooled_norm::GradCoefficients<at::opmath_type<T>>& co,
+                                               const T* g, const T* o, const T* y, const T* x0, const T* x1, T* gys,
+                                               T* g0, T* g1, int64_t OW, int64_t C) {
+  backward_row<T>(co, g, o, y, x0, x1, gys, g0, g1, OW, C);
 }
 
-GPUCORE_VECTOR_CLONES void pool_row_float(const float* r0, const float* r1, float* y, int64_t OW, int64_t C) {
-  pool_row<float>(r0, r1, y, OW, C);
+template <typename T>
+GPUCORE_VECTOR_CLONES void cloned_pool_row(const T* r0, const T* r1, T* y, int64_t OW, int64_t C) {
+  pool_row<T>(r0, r1, y, OW, C);
 }
 
 // The pooled values of pooled rows [begin, end): contiguous, row = plane * OH + oh; channels-last, n * OH + oh.
@@ -99,7 +101,7 @@ void pool_rows(const PoolNormShape& s, const T* __restrict x, T* __restrict pool
         y[ow] = static_cast<T>(window_max<M>(M(r0[2 * ow]), M(r0[2 * ow + 1]), M(r1[2 * ow]), M(r1[2 * ow + 1])));
       }
     } else {
-      call_vector_clone<T>(pool_row_float, pool_row<T>, r0, r1, y, OW, C);
+      cloned_pool_row<T>(r0, r1, y, OW, C);
     }
   }
 }
@@ -167,7 +169,7 @@ void backward_kernel(const PoolNormShape& s, const T* __restrict grad, const T* 
                       &g0[2 * ow + 1], &g1[2 * ow], &g1[2 * ow + 1]);
         }
       } else {
-        call_vector_clone<T>(backward_row_float, backward_row<T>, co, g, o, y, x0, x1, gys, g0, g1, OW, C);
+        cloned_backward_row<T>(co, g, o, y, x0, x1, gys, g0, g1, OW, C);
       }
       if (W % 2 == 1) {
         std::fill_n(g0 + (W - 1) * lanes, lanes, T(0));

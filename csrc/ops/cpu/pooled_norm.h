@@ -17,7 +17,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "ops/cpu/vector_clones.h"
 #include "ops/pool_norm.h"
 #include "ops/pool_norm_math.h"
 
@@ -110,13 +109,9 @@ __attribute__((always_inline)) inline void row_pass(RowPass pass, const Row<T>& 
   }
 }
 
-// float32's, also compiled for AVX2 and AVX-512 (pooled_norm_rows.cpp, vector_clones.h).
-void row_pass_float(RowPass pass, const Row<float>& r);
-
+// row_pass, also compiled for AVX2 and AVX-512 (pooled_norm_rows.cpp, vector_clones.h), for each floating type.
 template <typename T>
-void run_row_pass(RowPass pass, const Row<T>& r) {
-  call_vector_clone<T>(row_pass_float, row_pass<T>, pass, r);
-}
+void run_row_pass(RowPass pass, const Row<T>& r);
 
 template <typename M>
 std::vector<M> channel_values(const at::Tensor& values) {
