@@ -176,25 +176,36 @@ def test_fast_cnn_first_block_matches_torch_modules(channels_last, in_channels):
         assert features.is_contiguous(memory_format=layout)
 
 
-def test_fast_cnn_under_bfloat16_autocast():
-    """Under CPU autocast the op gets bfloat16 input and convolution weights, as autocast gives conv2d."""
+def test_fast_cnn_under_bfloat16_autocast_fuses_the_first_block_in_float32():
+    """Under CPU autocast the first block's op runs in float32 (faster there than torch's bfloat16 layers, and more
+    exact) and the other blocks run torch's bfloat16 layers (the op's bfloat16 kernels are slower there:
+    fused_blocks.faster_than_layers). Against the float32 network, the output and the first convolution's gradient
+    are then no further off than the unfused bfloat16 network's (seed 0: 0.012 against 0.026, 0.32 against 0.42)."""
     torch.manual_seed(0)
     plain = FastCNN(fused=False).to(memory_format=torch.channels_last)
     model = FastCNN(fused=True).to(memory_format=torch.channels_last)
     model.load_state_dict(plain.state_dict())
+    exact = copy.deepcopy(plain)
     x = torch.randn(16, 1, 28, 28)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert "gpucore::conv3x3_maxpool_bn_relu" in ran_ops(copy.deepcopy(model), x)
+        ops = ran_ops(copy.deepcopy(model), x)
+        seen = []  # the second block's input: the first block's output
+        hooked = copy.deepcopy(model)
+        hooked.features[4].register_forward_pre_hook(lambda module, args: seen.append(args[0].dtype))
+        hooked(x)
+    assert ops["gpucore::conv3x3_maxpool_bn_relu"] == 1 and ops["gpucore::maxpool_bn_relu"] == 0, ops
+    assert seen == [torch.float32]
     results = []
-    for net in (plain, model):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+    for net, autocast in ((exact, False), (plain, True), (model, True)):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
             out = net(x)
-        assert out.dtype == torch.bfloat16
+        assert out.dtype == (torch.bfloat16 if autocast else torch.float32)
         out.float().logsumexp(1).sum().backward()
         results.append((out.float(), net.features[0].weight.grad.clone()))
-    (out, grad), (fused_out, fused_grad) = results
+    (out, grad), (plain_out, plain_grad), (fused_out, fused_grad) = results
+    assert (fused_out - out).abs().max() <= (plain_out - out).abs().max()
+    assert (fused_grad - grad).abs().max() <= (plain_grad - grad).abs().max()
     torch.testing.assert_close(fused_out, out, rtol=5e-2, atol=5e-2)
-    torch.testing.assert_close(fused_grad, grad, rtol=5e-2, atol=5e-2 * grad.abs().max().item())
 
 
 def test_fast_cnn_runs_torch_layers_where_the_op_must_not_run():
