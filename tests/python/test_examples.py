@@ -228,8 +228,11 @@ def test_own_dataset_example_trains_with_the_scripts_dataset_and_loss(tmp_path):
     assert result.best_metric > 0.5  # chance is 0.1; this seeded run reaches 0.65
     test = example["FashionMNIST"](example["DEBIAN"], train=False, limit=500)
     loaded = gpucore.load(os.path.join(result.checkpoint_dir, "best.pt"), "cpu", model=example["Net"]())
-    with torch.no_grad():
-        logits = loaded.module(loaded.preprocess(torch.from_numpy(test.images.copy())[:, None]))
+    # in the run's precision, as gpucore evaluates (on a CPU with native bf16 the run is bf16-mixed: the float32 loss
+    # differs in the 4th digit)
+    autocast = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(result.precision)
+    with torch.no_grad(), torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+        logits = loaded.module(loaded.preprocess(torch.from_numpy(test.images.copy())[:, None])).float()
     labels = torch.from_numpy(test.labels.astype(np.int64))
     expected = example["smoothed_cross_entropy"](logits, labels)
     torch.testing.assert_close(expected, torch.nn.functional.cross_entropy(logits, labels, label_smoothing=0.1))
