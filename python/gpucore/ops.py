@@ -151,6 +151,7 @@ def _maxpool_bn_relu_setup(ctx, inputs, output):
     out, pooled, save_mean, save_invstd = output[:4]
     ctx.save_for_backward(input, pooled, out, weight, save_mean, save_invstd)
     ctx.training = training
+    ctx.set_materialize_grads(False)  # no zero-filled gradients of the outputs only the backward reads (pooled, ...)
 
 
 def _maxpool_bn_relu_grad(ctx, grad_out, *_unused):
@@ -173,6 +174,7 @@ def _conv3x3_maxpool_bn_relu_setup(ctx, inputs, output):
     out, pooled, window, save_mean, save_invstd = output[:5]
     ctx.save_for_backward(input, conv_weight, pooled, window, out, weight, save_mean, save_invstd)
     ctx.training = training
+    ctx.set_materialize_grads(False)  # as _maxpool_bn_relu_setup
 
 
 def _conv3x3_maxpool_bn_relu_grad(ctx, grad_out, *_unused):

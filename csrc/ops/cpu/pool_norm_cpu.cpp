@@ -73,11 +73,43 @@ __attribute__((always_inline)) inline void pool_row(const T* __restrict r0, cons
 }
 
 // The two, also compiled for AVX2 and AVX-512 for each type (vector_clones.h; -ffp-contract=off: the same values).
+// A 16-bit type's row backward: widened to its math type, the math type's backward_row, the two gradient rows
+// narrowed. route()'s selects on 16-bit values stay scalar (their conversions branch on NaN), plain widening and
+// narrowing loops vectorise. The same values as backward_row<T>: widening is exact, and each gradient is rounded to T
+// once, at the end instead of in gys (it is copied or zeroed in between).
+template <typename T>
+__attribute__((always_inline)) inline void backward_row_widened(
+    const pooled_norm::GradCoefficients<at::opmath_type<T>>& co, const T* __restrict g, const T* __restrict o,
+    const T* __restrict y, const T* __restrict x0, const T* __restrict x1, T* __restrict g0, T* __restrict g1,
+    int64_t OW, int64_t C) {
+  using M = at::opmath_type<T>;
+  const int64_t n = OW * C, wide = 2 * n;  // a pooled row's values; an input row's (the windows' two columns)
+  thread_local std::vector<M> rows;
+  rows.resize(4 * n + 4 * wide);
+  M *gm = rows.data(), *om = gm + n, *ym = om + n, *gys = ym + n, *x0m = gys + n, *x1m = x0m + wide,
+    *g0m = x1m + wide, *g1m = g0m + wide;
+  const auto widen = [](const T* __restrict from, M* __restrict to, int64_t count) {
+    for (int64_t i = 0; i < count; ++i) to[i] = static_cast<M>(from[i]);
+  };
+  widen(g, gm, n);
+  widen(o, om, n);
+  widen(y, ym, n);
+  widen(x0, x0m, wide);
+  widen(x1, x1m, wide);
+  backward_row<M>(co, gm, om, ym, x0m, x1m, gys, g0m, g1m, OW, C);
+  for (int64_t i = 0; i < wide; ++i) g0[i] = static_cast<T>(g0m[i]);
+  for (int64_t i = 0; i < wide; ++i) g1[i] = static_cast<T>(g1m[i]);
+}
+
 template <typename T>
 GPUCORE_VECTOR_CLONES void cloned_backward_row(const pooled_norm::GradCoefficients<at::opmath_type<T>>& co,
                                                const T* g, const T* o, const T* y, const T* x0, const T* x1, T* gys,
                                                T* g0, T* g1, int64_t OW, int64_t C) {
-  backward_row<T>(co, g, o, y, x0, x1, gys, g0, g1, OW, C);
+  if constexpr (sizeof(T) == 2) {
+    backward_row_widened<T>(co, g, o, y, x0, x1, g0, g1, OW, C);
+  } else {
+    backward_row<T>(co, g, o, y, x0, x1, gys, g0, g1, OW, C);
+  }
 }
 
 template <typename T>

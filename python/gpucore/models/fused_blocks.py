@@ -19,25 +19,14 @@ def traced(x) -> bool:
             or torch.compiler.is_exporting())
 
 
-def faster_than_layers(dtype: torch.dtype, device: torch.device) -> bool:
-    """Whether the blocks' kernels run faster than torch's layers for inputs of `dtype` on `device`. On the CPU only
-    float32 and float64: the bfloat16 and float16 kernels compute each value through float32 and were measured slower
-    than torch's own bfloat16 layers, which use the CPU's bf16 instructions (the speedrun's blocks, forward and
-    backward, on a 2-core AMD EPYC with AVX512-BF16, 2026-11-28: max-pool + BatchNorm + ReLU 8.9 ms against 5.1 and
-    2.9 against 1.5; the first block 15.4 against 11.1; the whole step 65 ms against 31: docs/benchmarks.md)."""
-    return device.type != "cpu" or dtype in (torch.float32, torch.float64)
-
-
 def pool_norm_fusable(norm: nn.BatchNorm2d, x) -> bool:
     """Whether pool_norm_relu(norm, x) gives MaxPool2d(2) -> norm -> ReLU: an affine BatchNorm with running statistics
-    on a 4-d input of a floating dtype on a device with the op's kernel, not traced(); and whether it is worth it
-    (faster_than_layers)."""
+    on a 4-d input of a floating dtype on a device with the op's kernel, not traced()."""
     if traced(x):
         return False
     return (isinstance(norm, nn.BatchNorm2d) and norm.affine and norm.track_running_stats and x.dim() == 4
             and x.dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64)
-            and norm.weight.dtype in (x.dtype, torch.float32) and x.device.type in POOL_NORM_DEVICES
-            and faster_than_layers(x.dtype, x.device))
+            and norm.weight.dtype in (x.dtype, torch.float32) and x.device.type in POOL_NORM_DEVICES)
 
 
 def pool_norm_relu(norm: nn.BatchNorm2d, x):
@@ -52,8 +41,8 @@ def pool_norm_relu(norm: nn.BatchNorm2d, x):
 def conv_fusable(conv: nn.Module, norm: nn.BatchNorm2d, x) -> bool:
     """Whether conv_pool_norm_relu(conv, norm, x) gives conv -> MaxPool2d(2) -> norm -> ReLU: a 3x3 convolution
     (stride 1, padding 1, no bias) of an input with few channels (an image's: at most 4) that needs no gradient,
-    float32 under autocast or the convolution's dtype without, on a device with the op's kernel. Under a CPU
-    autocast the op runs in float32 (conv_pool_norm_relu), so the block fuses for any autocast dtype."""
+    float32 under autocast (where a CPU's op then runs in float32: conv_pool_norm_relu) or the convolution's dtype
+    without, on a device with the op's kernel."""
     if not (isinstance(conv, nn.Conv2d) and pool_norm_fusable(norm, x)) or x.requires_grad:
         return False
     if not (conv.kernel_size == (3, 3) and conv.stride == (1, 1) and conv.padding == (1, 1)
@@ -70,12 +59,11 @@ def conv_fusable(conv: nn.Module, norm: nn.BatchNorm2d, x) -> bool:
 def conv_pool_norm_relu(conv: nn.Conv2d, norm: nn.BatchNorm2d, x):
     """conv(x), then MaxPool2d(2), `norm` and ReLU, as one op whose convolution's full-size output is never written;
     the caller checks conv_fusable(conv, norm, x) first."""
-    if torch.is_autocast_enabled(x.device.type) and not faster_than_layers(torch.get_autocast_dtype(x.device.type),
-                                                                           x.device):
-        # The float32 kernel, not the casts autocast gives conv2d: on the image's few channels it is faster than
-        # torch's bfloat16 convolution and pooling (the speedrun's first block, forward and backward, 2-core AMD
-        # EPYC with AVX512-BF16, 2026-11-28: 3.3 ms against 11-12 ms), and no less exact. The block's output is then
-        # float32; the next convolution casts it as autocast does any input.
+    if torch.is_autocast_enabled(x.device.type) and x.device.type == "cpu":
+        # The float32 kernel, not the casts autocast gives conv2d: on the image's few channels it is faster than its
+        # bfloat16 kernel and than torch's bfloat16 convolution and pooling (the speedrun's first block, forward and
+        # backward, 2-core AMD EPYC with AVX512-BF16, 2026-11-28: 3.3 ms against 15.4 and 11-12 ms), and more exact.
+        # The block's output is then float32; the next convolution casts it as autocast casts any input.
         conv_weight = conv.weight
     elif torch.is_autocast_enabled(x.device.type):  # the casts autocast gives conv2d
         dtype = torch.get_autocast_dtype(x.device.type)

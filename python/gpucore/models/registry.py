@@ -78,9 +78,9 @@ class FastCNN(nn.Module):
     max-pool). The layers are torch's in any case (their indices, state_dict keys and hooks are the same with and
     without fused). fused (model_kwargs, default FUSED_POOL_NORM): the forward runs each block's max-pool, BatchNorm
     and ReLU as one op, and the first block's convolution with them (its full-size output never written), where
-    models/fused_blocks.py's checks allow and the ops are faster than torch's layers (on a CPU under bf16: the first
-    block's op in float32, the other blocks torch's bf16 layers); a block with a hook on any of its layers, or a hook
-    on `features`, runs layer by layer, so every hook sees its own layer's output."""
+    models/fused_blocks.py's checks allow (under a CPU autocast the first block's op runs in float32: faster there
+    than in bf16, and more exact); a block with a hook on any of its layers, or a hook on `features`, runs layer by
+    layer, so every hook sees its own layer's output."""
 
     def __init__(self, num_classes: int = 10, in_channels: int = 1, widths: Sequence[int] = (32, 64, 128),
                  extra: Sequence[int] = (0, 1, 0), fused: bool = FUSED_POOL_NORM):
