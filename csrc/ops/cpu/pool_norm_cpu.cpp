@@ -72,7 +72,6 @@ __attribute__((always_inline)) inline void pool_row(const T* __restrict r0, cons
   }
 }
 
-// The two, also compiled for AVX2 and AVX-512 for each type (vector_clones.h; -ffp-contract=off: the same values).
 // A 16-bit type's row backward: widened to its math type, the math type's backward_row, the two gradient rows
 // narrowed. route()'s selects on 16-bit values stay scalar (their conversions branch on NaN), plain widening and
 // narrowing loops vectorise. The same values as backward_row<T>: widening is exact, and each gradient is rounded to T
@@ -101,6 +100,7 @@ __attribute__((always_inline)) inline void backward_row_widened(
   for (int64_t i = 0; i < wide; ++i) g1[i] = static_cast<T>(g1m[i]);
 }
 
+// The two, also compiled for AVX2 and AVX-512 for each type (vector_clones.h; -ffp-contract=off: the same values).
 template <typename T>
 GPUCORE_VECTOR_CLONES void cloned_backward_row(const pooled_norm::GradCoefficients<at::opmath_type<T>>& co,
                                                const T* g, const T* o, const T* y, const T* x0, const T* x1, T* gys,
