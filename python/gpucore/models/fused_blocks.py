@@ -41,8 +41,8 @@ def pool_norm_relu(norm: nn.BatchNorm2d, x):
 def conv_fusable(conv: nn.Module, norm: nn.BatchNorm2d, x) -> bool:
     """Whether conv_pool_norm_relu(conv, norm, x) gives conv -> MaxPool2d(2) -> norm -> ReLU: a 3x3 convolution
     (stride 1, padding 1, no bias) of an input with few channels (an image's: at most 4) that needs no gradient,
-    float32 under autocast (where a CPU's op then runs in float32: conv_pool_norm_relu) or the convolution's dtype
-    without, on a device with the op's kernel."""
+    float32 under autocast (the op then runs in float32) or the convolution's dtype without, on a device with the op's
+    kernel (the CPU's alone)."""
     if not (isinstance(conv, nn.Conv2d) and pool_norm_fusable(norm, x)) or x.requires_grad:
         return False
     if not (conv.kernel_size == (3, 3) and conv.stride == (1, 1) and conv.padding == (1, 1)
@@ -50,7 +50,11 @@ def conv_fusable(conv: nn.Module, norm: nn.BatchNorm2d, x) -> bool:
             and conv.padding_mode == "zeros" and x.shape[1] == conv.in_channels <= 4):
         return False
     if torch.is_autocast_enabled(x.device.type):
-        same_dtype = x.dtype == conv.weight.dtype == torch.float32  # autocast casts both
+        # Not the casts autocast gives conv2d: on the image's few channels the float32 kernel is faster than the op's
+        # bfloat16 kernel and than torch's bfloat16 convolution and pooling (the speedrun's first block, forward and
+        # backward, 2-core AMD EPYC with AVX512-BF16, 2026-11-28: 3.3 ms against 15.4 and 11-12 ms), and more exact.
+        # The block's output is then float32; the next convolution casts it as autocast casts any input.
+        same_dtype = x.dtype == conv.weight.dtype == torch.float32
     else:
         same_dtype = x.dtype == conv.weight.dtype
     return same_dtype and x.device.type in CONV_POOL_NORM_DEVICES
@@ -58,20 +62,9 @@ def conv_fusable(conv: nn.Module, norm: nn.BatchNorm2d, x) -> bool:
 
 def conv_pool_norm_relu(conv: nn.Conv2d, norm: nn.BatchNorm2d, x):
     """conv(x), then MaxPool2d(2), `norm` and ReLU, as one op whose convolution's full-size output is never written;
-    the caller checks conv_fusable(conv, norm, x) first."""
-    if torch.is_autocast_enabled(x.device.type) and x.device.type == "cpu":
-        # The float32 kernel, not the casts autocast gives conv2d: on the image's few channels it is faster than its
-        # bfloat16 kernel and than torch's bfloat16 convolution and pooling (the speedrun's first block, forward and
-        # backward, 2-core AMD EPYC with AVX512-BF16, 2026-11-28: 3.3 ms against 15.4 and 11-12 ms), and more exact.
-        # The block's output is then float32; the next convolution casts it as autocast casts any input.
-        conv_weight = conv.weight
-    elif torch.is_autocast_enabled(x.device.type):  # the casts autocast gives conv2d
-        dtype = torch.get_autocast_dtype(x.device.type)
-        x, conv_weight = x.to(dtype), conv.weight.to(dtype)
-    else:
-        conv_weight = conv.weight
+    the caller checks conv_fusable(conv, norm, x) first (under autocast: in float32)."""
     out, *_saved, running_mean, running_var = torch.ops.gpucore.conv3x3_maxpool_bn_relu(
-        x, conv_weight, norm.weight, norm.bias, norm.running_mean, norm.running_var, norm.training,
+        x, conv.weight, norm.weight, norm.bias, norm.running_mean, norm.running_var, norm.training,
         _running_factor(norm), norm.eps)
     _keep_running(norm, running_mean, running_var)
     return out
