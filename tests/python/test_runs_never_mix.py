@@ -75,6 +75,33 @@ def test_two_runs_of_one_name_started_together_train_in_two_run_directories_and_
     assert f"resuming from {tmp_path / 'runs' / 'same' / 'checkpoints'}" in err
 
 
+def test_a_run_directory_taken_a_moment_ago_names_its_process_not_the_killed_run_before_it(tmp_path, capfd):
+    # The lock file still names a killed run's process; a new run takes the lock and writes its own id only a
+    # moment later (as claim does, between flock and write): the message names the new run's process.
+    from gpucore.training.run_dir import RUN_LOCK, free_run_dir
+    run_dir = tmp_path / "runs" / "same"
+    run_dir.mkdir(parents=True)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (run_dir / RUN_LOCK).write_text(f"{dead.pid}\n")
+    taker = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import fcntl, os, sys, time
+        handle = open({str(run_dir / RUN_LOCK)!r}, "a+")
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        print("locked", flush=True)
+        time.sleep(0.3)
+        handle.truncate(0); handle.write(f"{{os.getpid()}}\\n"); handle.flush()
+        sys.stdin.read()""")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert taker.stdout.readline() == "locked\n"
+        path, lock = free_run_dir(str(tmp_path / "runs"), "same")
+        lock.close()
+    finally:
+        taker.communicate("")
+    assert path == str(tmp_path / "runs" / "same-2")
+    assert f"same is in use (process {taker.pid} is training there): this run is {path}" in capfd.readouterr().err
+
+
 def test_a_resume_of_a_run_in_progress_is_refused_and_a_new_run_takes_the_next_name(tmp_path):
     config = dict(SMALL, run_dir=str(tmp_path), name="busy")
 

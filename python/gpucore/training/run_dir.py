@@ -8,6 +8,7 @@ import itertools
 import json
 import os
 import sys
+import time
 from typing import IO, List, Mapping, Optional, Tuple
 
 from ..checkpoint import remove_stale_temporaries, write_json, write_jsonl, write_snapshot
@@ -149,13 +150,31 @@ def claim(run_dir: str) -> Optional[IO]:
 
 
 def holder(run_dir: str) -> str:
-    """Who holds run directory `run_dir`'s lock, for messages: 'process PID'."""
+    """Who holds run directory `run_dir`'s lock, for messages: 'process PID'. The holder writes its id just after
+    taking the lock, so a file still empty, or naming a process that has ended (a killed run's), is read again for a
+    moment; 'another process' when no live id appears."""
+    deadline = time.monotonic() + 2.0
+    while True:
+        try:
+            with open(os.path.join(run_dir, RUN_LOCK), encoding="utf-8") as handle:
+                pid = handle.read().strip()
+        except OSError:
+            pid = ""
+        if pid.isdigit() and _is_running(int(pid)):
+            return f"process {pid}"
+        if time.monotonic() > deadline:
+            return "another process"
+        time.sleep(0.01)
+
+
+def _is_running(pid: int) -> bool:
     try:
-        with open(os.path.join(run_dir, RUN_LOCK), encoding="utf-8") as handle:
-            pid = handle.read().strip()
-    except OSError:
-        pid = ""
-    return f"process {pid}" if pid else "another process"
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def claim_or_refuse(run_dir: str, asked: str) -> IO:
