@@ -87,11 +87,34 @@ COUNTING_WORKER = textwrap.dedent("""
 """)
 
 
+# WORKER with torch.distributed's Python collectives recording each call: gpucore's own exchanges must not use them
+# (see distributed.py: a tensor handed to gloo could be released by gloo's thread as the interpreter exits: SIGABRT).
+RECORDING_WORKER = textwrap.dedent("""
+    import json, os, runpy, sys, torch.distributed as dist
+
+    called = []
+
+    def recording(name, collective):
+        def call(*args, **kwargs):
+            called.append(name)
+            return collective(*args, **kwargs)
+        return call
+
+    for name in ("all_reduce", "barrier", "broadcast", "all_gather", "all_gather_object", "broadcast_object_list",
+                 "gather", "gather_object", "reduce", "scatter", "all_to_all", "monitored_barrier"):
+        setattr(dist, name, recording(name, getattr(dist, name)))
+    runpy.run_path(os.path.join(os.path.dirname(__file__), "worker.py"))
+    with open(os.path.join(sys.argv[1], "collectives_%s.json" % os.environ.get("RANK", "0")), "w") as out:
+        json.dump(called, out)
+""")
+
+
 @pytest.fixture
 def workdir(tmp_path):
     (tmp_path / "ddp_models.py").write_text(MODELS)
     (tmp_path / "worker.py").write_text(WORKER)
     (tmp_path / "counting_worker.py").write_text(COUNTING_WORKER)
+    (tmp_path / "recording_worker.py").write_text(RECORDING_WORKER)
     return tmp_path
 
 
@@ -151,6 +174,20 @@ def test_compiled_ddp_all_reduces_once_per_optimizer_step(workdir):
         counted = json.load(open(workdir / "two" / f"all_reduces_{rank}.json"))
         assert counted["steps"] == 4  # 128 samples per rank, micro-batches of 16, 2 per step
         assert counted["buckets"] == [0] * 4
+
+
+def test_gpucores_exchanges_between_ranks_hand_no_tensor_to_the_backend(workdir):
+    # The config and data-length checks, rank 0's run directory, each epoch's metrics and the checkpoint barriers
+    # go through the store; the training metrics still average over both ranks' samples: one process with the
+    # same global batch trains on the same samples with the same weights.
+    run_workers(workdir, workdir / "two", 2, batch=16, accumulate=1, script="recording_worker.py")
+    run_workers(workdir, workdir / "one", 1, batch=32, accumulate=1, script="recording_worker.py")
+    for rank in range(2):
+        assert json.load(open(workdir / "two" / f"collectives_{rank}.json")) == []
+    two, one = ([json.loads(line) for line in open(workdir / name / "ddp" / "metrics.jsonl")] for name in ("two", "one"))
+    assert [row["epoch"] for row in two] == [1, 2]
+    for metric in ("train_loss", "train_accuracy", "train_top5_accuracy"):
+        assert [row[metric] for row in two] == pytest.approx([row[metric] for row in one], rel=1e-5), metric
 
 
 def test_devices_2_starts_the_processes_itself(workdir, monkeypatch):

@@ -8,6 +8,7 @@ metrics are averaged over ranks at the end of each epoch, and only rank 0 writes
 from __future__ import annotations
 
 import datetime
+import itertools
 import json
 import os
 import socket
@@ -210,40 +211,64 @@ def peer_failure_error(world: World, store: dist.Store, timeout_s: int, exc: Bas
                          f"{type(exc).__name__}: {str(exc).strip()[:500]}")
 
 
+# ---- exchanges between the ranks ------------------------------------------------------------------------
+# gpucore's own exchanges (the config and data checks, rank 0's choices, the epoch's metrics, waiting for a
+# checkpoint) go through the process group's store, not its backend. A tensor handed to gloo is released by gloo's
+# worker thread after the collective returns; when Python had dropped it first, that release needs the GIL, and
+# near the process's end it came after the interpreter had begun to exit: SIGABRT ("terminate called without an
+# active exception", seen in CI). Through the store no tensor of ours is held by the backend's threads, and no
+# object passes through GPU memory. Every rank makes the same exchanges in the same order: the count names each.
+_EXCHANGES = itertools.count()
+
+
+def _store() -> dist.Store:
+    return dist.distributed_c10d._get_default_store()
+
+
+def _exchange_key(number: int, rank: int) -> str:
+    return f"gpucore/exchange/{number}/{rank}"
+
+
+def all_values(value):
+    """Every rank's `value` (JSON), in rank order; [value] without a process group. Also a barrier."""
+    if not dist.is_initialized():
+        return [value]
+    store, number = _store(), next(_EXCHANGES)
+    store.set(_exchange_key(number, dist.get_rank()), json.dumps(value))
+    keys = [_exchange_key(number, rank) for rank in range(dist.get_world_size())]
+    store.wait(keys)
+    return [json.loads(store.get(key)) for key in keys]
+
+
 def check_same(value, what: str) -> None:
     """Stops every rank with a clear message when the ranks disagree on `value` (config, data length)."""
-    if not dist.is_initialized():
-        return
-    values = [None] * dist.get_world_size()
-    dist.all_gather_object(values, value)
+    values = all_values(value)
     if any(v != values[0] for v in values):
         raise ConfigError(f"the ranks disagree on {what}: " + ", ".join(f"rank {r}: {v}" for r, v in enumerate(values)))
 
 
 def broadcast(value):
-    """Rank 0's value on every rank."""
+    """Rank 0's value (JSON) on every rank."""
     if not dist.is_initialized():
         return value
-    box = [value]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
+    store, number = _store(), next(_EXCHANGES)
+    if dist.get_rank() == 0:
+        store.set(_exchange_key(number, 0), json.dumps(value))
+    return json.loads(store.get(_exchange_key(number, 0)))  # waits for it, up to dist_timeout
 
 
-def average_metrics(metrics: dict, samples: int, device: torch.device) -> dict:
-    """Per-rank epoch means -> means over all ranks' samples (one all-reduce and one host read per epoch)."""
+def average_metrics(metrics: dict, samples: int) -> dict:
+    """Per-rank epoch means -> means over all ranks' samples, summed in rank order (the same floats on every rank)."""
     if not dist.is_initialized() or not metrics:
         return metrics
     names = sorted(metrics)
-    values = torch.tensor([metrics[n] * samples for n in names] + [float(samples)], dtype=torch.float64,
-                          device=device if device.type == "cuda" else "cpu")
-    dist.all_reduce(values)
-    *sums, total = values.tolist()  # one host read
-    return {n: sums[i] / total for i, n in enumerate(names)}
+    ranks = all_values([[metrics[n] * samples for n in names], samples])
+    total = float(sum(rank_samples for _, rank_samples in ranks))
+    return {n: sum(sums[i] for sums, _ in ranks) / total for i, n in enumerate(names)}
 
 
 def barrier() -> None:
-    if dist.is_initialized():
-        dist.barrier()
+    all_values(None)
 
 
 def free_port() -> int:
