@@ -1,6 +1,5 @@
 // PNG (libpng) and JPEG (libjpeg-turbo) decoding, as Pillow and torchvision decode them (readers.h), one image or
 // many on a few threads, resized to a fixed size where asked.
-#include <ATen/ops/_upsample_bilinear2d_aa.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/upsample_nearest2d.h>
@@ -26,6 +25,7 @@
 
 #include "gpucore/data/readers.h"
 #include "gpucore/errors.h"
+#include "ops/cpu/bilinear_resize.h"
 
 namespace gpucore {
 
@@ -667,8 +667,12 @@ void resize_into(const Pixels& pixels, int64_t channels, int64_t height, int64_t
   const at::Tensor source = at::from_blob(const_cast<uint8_t*>(pixels.data.data()),
                                           {pixels.height, pixels.width, channels}, bytes);
   const at::Tensor planes = source.permute({2, 0, 1}).unsqueeze(0);
-  const at::Tensor resized = nearest ? at::upsample_nearest2d(planes, {height, width})
-                                     : at::_upsample_bilinear2d_aa(planes, {height, width}, /*align_corners=*/false);
+  at::Tensor resized = at::empty({1, channels, height, width}, bytes);
+  if (nearest) {
+    at::upsample_nearest2d_out(resized, planes, {height, width});
+  } else {
+    ops::bilinear_resize_into(planes, resized, /*antialias=*/true);  // torchvision's Resize, rounded as it rounds
+  }
   at::from_blob(dst, {height, width, channels}, bytes).copy_(resized[0].permute({1, 2, 0}));
 }
 

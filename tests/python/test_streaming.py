@@ -124,7 +124,10 @@ def test_batches_are_the_same_when_the_readers_get_no_core(tmp_path, sizes):
     assert_same_batches(starved, expected)
 
 
-def test_resize_matches_torch_and_streaming_resizes_alike(tmp_path):
+def test_resize_matches_torchvision_and_streaming_resizes_alike(tmp_path):
+    # torchvision's Resize: torch's uint8 kernel on CPUs with AVX2, float32 rounded on others (ATEN_CPU_CAPABILITY
+    # default), where torch's own uint8 kernel rounds otherwise.
+    TF = require("torchvision.transforms.v2.functional")
     root = image_folder(tmp_path / "mixed", per_class=6, sizes=[(10, 12), (23, 17), (8, 8)])
     with pytest.raises(gpucore.ConfigError, match=r"data_kwargs: \{size: \[H, W\]\} .* start config key transforms "
                                                   r"with RandomResizedCrop: \{size: S\} \(training\) or Resize: "
@@ -133,7 +136,7 @@ def test_resize_matches_torch_and_streaming_resizes_alike(tmp_path):
     files = data.read_image_folder(str(root), size=(9, 11))
     for path, image in zip(files.paths, files.inputs):
         original = _C.decode_image(path, 3).permute(2, 0, 1)[None]
-        expected = F.interpolate(original, size=(9, 11), mode="bilinear", antialias=True)[0]
+        expected = TF.resize(original, [9, 11], antialias=True)[0]
         assert torch.equal(image, original[0] if original.shape[-2:] == (9, 11) else expected), path
     options = dict(batch_size=5, device="cpu", seed=1, shuffle=True)
     streamed = gpucore.DataLoader(data.read_image_folder(str(root), size=(9, 11)), cache="none", **options)

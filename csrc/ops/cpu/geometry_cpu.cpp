@@ -1,12 +1,9 @@
 // CPU kernels of the geometric ops (crop, resized_crop, affine): one pass per output plane, the per-pixel
 // arithmetic shared with the CUDA kernels (ops/resample_math.h).
 #include <ATen/Parallel.h>
-#include <ATen/ops/_upsample_bilinear2d_aa.h>
 #include <ATen/ops/bmm.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/linspace.h>
-#include <ATen/ops/round.h>
-#include <ATen/ops/upsample_bilinear2d.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -14,8 +11,8 @@
 #include <vector>
 
 #include "ops/cpu/batch_memory.h"
+#include "ops/cpu/bilinear_resize.h"
 #include "ops/cpu/shifted_plane.h"
-#include "ops/cpu/torch_capability.h"
 #include "ops/geometry.h"
 #include "ops/resample_math.h"
 
@@ -113,13 +110,6 @@ at::Tensor resized_crop_cpu(const at::Tensor& images, const at::Tensor& boxes, a
     // are equal, and several times faster than the per-pixel taps the CUDA kernel uses. One image per task,
     // written straight into its slice of the batch (ATen runs single-threaded inside a parallel region). The box
     // is copied out row by row first: ATen would make a strided view contiguous element by element, 4x slower.
-    // torchvision resizes uint8 natively only where torch runs its vector kernels; elsewhere it goes through
-    // float32 (interpolate, round half to even), and so does this.
-    const bool through_float = in.scalar_type() == at::kByte && !torch_runs_vector_kernels();
-    const auto resize = [&](const at::Tensor& crop) {
-      return antialias ? at::_upsample_bilinear2d_aa(crop, {oh, ow}, false)
-                       : at::upsample_bilinear2d(crop, {oh, ow}, false);
-    };
     at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
       for (int64_t image = begin; image < end; ++image) {
         const int64_t* b = box_data + image * 4;
@@ -129,13 +119,7 @@ at::Tensor resized_crop_cpu(const at::Tensor& images, const at::Tensor& boxes, a
           copy_box(from, source.sizes(), source.strides(), b, to);
         });
         at::Tensor slice = out.narrow(0, image, 1);
-        if (through_float) {
-          slice.copy_(resize(crop.to(at::kFloat)).round_());
-        } else if (antialias) {
-          at::_upsample_bilinear2d_aa_out(slice, crop, {oh, ow}, false);
-        } else {
-          at::upsample_bilinear2d_out(slice, crop, {oh, ow}, false);
-        }
+        bilinear_resize_into(crop, slice, antialias);
       }
     });
     return out;

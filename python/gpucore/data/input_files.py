@@ -170,14 +170,17 @@ def images_from_list(images: Sequence, channels: int, size: Optional[Tuple[int, 
                      max_resolution: Optional[int] = None, origin: str = "inputs") -> InputImages:
     """In-memory images, each brought to what read_input_images makes of an image file: `channels` channels
     (uint8_images), resized to `size` (height, width) when given, else with `max_resolution` given, each at its own
-    size, its shorter side at most max_resolution (0: full size), as a list; else they must share one size. Resized with the readers' kernel (torch's antialiased bilinear on uint8), so
-    an image gives what the same pixels saved as a PNG file give. A ConfigError names a bad element by its index."""
+    size, its shorter side at most max_resolution (0: full size), as a list; else they must share one size. Resized as
+    the readers resize (gpucore's resized_crop over the whole image: torchvision's antialiased bilinear, rounded as it
+    rounds), so an image gives what the same pixels saved as a PNG file give. A ConfigError names a bad element by its
+    index."""
     read = []
     for tensor in uint8_images(images, channels, origin):
         height, width = tensor.shape[1:]
         target = read_size(height, width, size, max_resolution)
         if target != (height, width):
-            tensor = torch.ops.aten._upsample_bilinear2d_aa(tensor.unsqueeze(0), list(target), False)[0]
+            whole = torch.tensor([[0, 0, height, width]])
+            tensor = torch.ops.gpucore.resized_crop(tensor.unsqueeze(0), whole, list(target), "bilinear", True)[0]
         read.append(tensor.contiguous())
     if size is None and max_resolution is not None:
         return InputImages(read, None, None)
