@@ -225,7 +225,7 @@ def remove_stale_temporaries(folder: str) -> list:
         return removed
     for name in names:
         stem, sep, pid = name.rpartition(".tmp-")
-        if not sep or not stem or not pid.isdigit() or (int(pid) != os.getpid() and _process_alive(int(pid))):
+        if not sep or not stem or not pid.isdigit() or (int(pid) != os.getpid() and process_alive(int(pid))):
             continue
         try:
             os.remove(os.path.join(folder, name))
@@ -235,7 +235,8 @@ def remove_stale_temporaries(folder: str) -> list:
     return removed
 
 
-def _process_alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` exists (one of another user counts, as does any the platform cannot tell about)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -15,7 +15,7 @@ from typing import Any, Callable, List, Sequence
 import numpy as np
 import torch
 
-from ..checkpoint import atomic_write
+from ..checkpoint import atomic_write, process_alive
 from ..run_files import PLOTS, REPORT
 from ..signals import interrupts_deferred
 
@@ -181,15 +181,8 @@ def _remove_stale_drawings(folder: str) -> None:
 
 
 def _running(pid: int) -> bool:
-    if pid == os.getpid():
-        return False  # this process's own leftovers (an earlier page that was interrupted)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # another user's process, or a platform without signal 0
-        return True
-    return True
+    # this process's own leftovers (an earlier page that was interrupted) are not a running page's
+    return pid != os.getpid() and process_alive(pid)
 
 
 _STYLE = ("body{font-family:sans-serif;margin:24px;color:#222}h1{font-size:22px}"

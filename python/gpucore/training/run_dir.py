@@ -11,7 +11,7 @@ import sys
 import time
 from typing import IO, List, Mapping, Optional, Tuple
 
-from ..checkpoint import remove_stale_temporaries, write_json, write_jsonl, write_snapshot
+from ..checkpoint import process_alive, remove_stale_temporaries, write_json, write_jsonl, write_snapshot
 from ..config import RESUME_SETTABLE
 from ..errors import ConfigError
 from ..redact import masked_values
@@ -160,21 +160,11 @@ def holder(run_dir: str) -> str:
                 pid = handle.read().strip()
         except OSError:
             pid = ""
-        if pid.isdigit() and _is_running(int(pid)):
+        if pid.isdigit() and process_alive(int(pid)):
             return f"process {pid}"
         if time.monotonic() > deadline:
             return "another process"
         time.sleep(0.01)
-
-
-def _is_running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def claim_or_refuse(run_dir: str, asked: str) -> IO:
