@@ -33,14 +33,17 @@ enum class RowPass {
   kSum,                // sum[c] += y
   kSquares,            // sum[c] += (y - a[c])^2, a the mean
   kNormRelu,           // out = norm_relu(y, a[c], b[c]), a the scale, b the shift
+  kNormAddRelu,        // out = norm_add_relu(y, a[c], b[c], r): the same plus a residual r before the ReLU
   kGradientSums,       // sum[c] += masked(g, o), sum[C + c] += masked(g, o) * (y - a[c]), a the mean
 };
 
-// One pass's operands: the pooled values y, the gradient g reaching out o, per-channel a and b, the sums or out.
+// One pass's operands: the pooled values y, the gradient g reaching out o, per-channel a and b, the sums or out,
+// the residual r.
 template <typename T>
 struct Row {
   using M = at::opmath_type<T>;
   const T* y = nullptr;
+  const T* r = nullptr;
   const T* g = nullptr;
   const T* o = nullptr;
   const M* a = nullptr;
@@ -80,6 +83,25 @@ __attribute__((always_inline)) inline void normalize_values(const T* __restrict 
   }
 }
 
+// The batch norm's output rounded to T (as torch's batch_norm writes it), plus the residual r, rounded to T (as
+// torch's add), then the ReLU: torch's relu(batch_norm(y) + r) in the input's dtype.
+template <typename T, typename M>
+inline M norm_add_relu(M y, M scale, M shift, M r) {
+  const M z = static_cast<M>(static_cast<T>(static_cast<M>(static_cast<T>(y * scale + shift)) + r));
+  return (z > M(0)) | (z != z) ? z : M(0);
+}
+
+template <typename T, typename M>
+__attribute__((always_inline)) inline void normalize_add_values(const T* __restrict y, const T* __restrict r,
+                                                                const M* __restrict scale, const M* __restrict shift,
+                                                                T* __restrict out, int64_t px, int64_t C) {
+  for (int64_t i = 0; i < px; ++i) {
+    for (int64_t c = 0; c < C; ++c) {
+      out[i * C + c] = static_cast<T>(norm_add_relu<T, M>(M(y[i * C + c]), scale[c], shift[c], M(r[i * C + c])));
+    }
+  }
+}
+
 template <typename T, typename M>
 __attribute__((always_inline)) inline void add_gradients(const T* __restrict g, const T* __restrict o,
                                                          const T* __restrict y, const M* __restrict mean,
@@ -104,6 +126,8 @@ __attribute__((always_inline)) inline void row_pass(RowPass pass, const Row<T>& 
       return add_values<T, M>(r.y, r.a, r.sum, r.px, r.C, true);
     case RowPass::kNormRelu:
       return normalize_values<T, M>(r.y, r.a, r.b, r.out, r.px, r.C);
+    case RowPass::kNormAddRelu:
+      return normalize_add_values<T, M>(r.y, r.r, r.a, r.b, r.out, r.px, r.C);
     case RowPass::kGradientSums:
       return add_gradients<T, M>(r.g, r.o, r.y, r.a, r.sum, r.sum + r.C, r.px, r.C);
   }
@@ -215,11 +239,13 @@ inline Channels saved_channels(const at::Tensor& save_mean, const at::Tensor& sa
 // The forward's batch norm and ReLU of the pooled tensor (shape s: pooled rows of OW values, or OW x C values
 // channels-last). pool_rows(begin, end) writes pooled rows [begin, end) (contiguous: row = plane * OH + oh;
 // channels-last: n * OH + oh); training calls it inside the first statistics pass (its rows still in cache) and
-// fills stats, evaluation uses the running statistics in stats.
+// fills stats, evaluation uses the running statistics in stats. A residual (the pooled tensor's shape and layout;
+// nullptr: none) is added to the batch norm's output before the ReLU.
 template <typename T, typename PoolRows>
 void normalize_pooled(const PoolNormShape& s, const PoolRows& pool_rows, const T* __restrict pooled,
                       T* __restrict out, bool training, const std::vector<double>& gamma,
-                      const std::vector<double>& beta, Channels& stats, double eps) {
+                      const std::vector<double>& beta, Channels& stats, double eps,
+                      const T* __restrict residual = nullptr) {
   using M = at::opmath_type<T>;
   const int64_t C = s.channels, OH = s.pooled_height, OW = s.pooled_width, area = OH * OW;
   const int64_t rows = s.channels_last ? s.batch * OH : s.batch * C * OH;
@@ -273,14 +299,19 @@ void normalize_pooled(const PoolNormShape& s, const PoolRows& pool_rows, const T
   at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const T* __restrict y = pooled + r * row_size;
+      const T* __restrict res = residual == nullptr ? nullptr : residual + r * row_size;
       T* __restrict o = out + r * row_size;
       if (!s.channels_last) {
         const int64_t c = (r / OH) % C;
         const M sc = scale[c], sh = shift[c];
-        for (int64_t i = 0; i < OW; ++i) o[i] = static_cast<T>(norm_relu<M>(M(y[i]), sc, sh));
+        if (res == nullptr) {
+          for (int64_t i = 0; i < OW; ++i) o[i] = static_cast<T>(norm_relu<M>(M(y[i]), sc, sh));
+        } else {
+          for (int64_t i = 0; i < OW; ++i) o[i] = static_cast<T>(norm_add_relu<T, M>(M(y[i]), sc, sh, M(res[i])));
+        }
       } else {
-        run_row_pass<T>(RowPass::kNormRelu,
-                        Row<T>{.y = y, .a = scale.data(), .b = shift.data(), .out = o, .px = OW, .C = C});
+        run_row_pass<T>(res == nullptr ? RowPass::kNormRelu : RowPass::kNormAddRelu,
+                        Row<T>{.y = y, .r = res, .a = scale.data(), .b = shift.data(), .out = o, .px = OW, .C = C});
       }
     }
   });

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..ops import CONV_POOL_NORM_DEVICES, POOL_NORM_DEVICES
+from ..ops import CONV_POOL_NORM_DEVICES, NORM_RELU_DEVICES, POOL_NORM_DEVICES
 
 
 def traced(x) -> bool:
@@ -34,6 +34,27 @@ def pool_norm_relu(norm: nn.BatchNorm2d, x):
     out, _pooled, _mean, _invstd, running_mean, running_var = torch.ops.gpucore.maxpool_bn_relu(
         x, norm.weight, norm.bias, norm.running_mean, norm.running_var, norm.training, _running_factor(norm),
         norm.eps)
+    _keep_running(norm, running_mean, running_var)
+    return out
+
+
+def norm_relu_fusable(norm: nn.BatchNorm2d, x, residual=None) -> bool:
+    """Whether norm_relu(norm, x, residual) gives ReLU(norm(x) + residual) (residual None: ReLU(norm(x))): as
+    pool_norm_fusable, on a device with bn_add_relu's kernel, the residual (if any) a tensor of x's size and dtype."""
+    if traced(x) or traced(residual):
+        return False
+    return (isinstance(norm, nn.BatchNorm2d) and norm.affine and norm.track_running_stats and x.dim() == 4
+            and x.dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+            and norm.weight.dtype in (x.dtype, torch.float32) and x.device.type in NORM_RELU_DEVICES
+            and (residual is None or (isinstance(residual, torch.Tensor) and residual.shape == x.shape
+                                      and residual.dtype == x.dtype and residual.device == x.device)))
+
+
+def norm_relu(norm: nn.BatchNorm2d, x, residual=None):
+    """ReLU(norm(x) + residual) (or ReLU(norm(x))) as one op; the caller checks norm_relu_fusable first."""
+    out, _mean, _invstd, running_mean, running_var = torch.ops.gpucore.bn_add_relu(
+        x, residual, norm.weight, norm.bias, norm.running_mean, norm.running_var, norm.training,
+        _running_factor(norm), norm.eps)
     _keep_running(norm, running_mean, running_var)
     return out
 
