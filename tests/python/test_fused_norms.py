@@ -127,6 +127,9 @@ def test_hooked_layers_and_shared_outputs_keep_torchs_layers():
         FusedNormsForward(Shared(), None)
     off = FusedNorms(True, Shared(), None, torch.device("cpu"), None)
     assert off.forward is None and off.summary() == {"unchanged": "the model is wrapped for DDP or torch.compile"}
+    fast_cnn = gpucore.models.build_model("fast_cnn", {})  # its own fused max-pool + BatchNorm + ReLU stay
+    off = FusedNorms(True, fast_cnn, fast_cnn, torch.device("cpu"), None)
+    assert off.summary() == {"unchanged": "the model chooses its own fused ops (fast_cnn: model_kwargs fused)"}
 
 
 # One epoch of 4 steps: a ResNet-18 on 16-sample batches is chaotic over more (its last BatchNorms normalise 16

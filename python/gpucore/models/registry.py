@@ -82,6 +82,10 @@ class FastCNN(nn.Module):
     than in bf16, and more exact); a block with a hook on any of its layers, or a hook on `features`, runs layer by
     layer, so every hook sees its own layer's output."""
 
+    # Its forward chooses its own fused ops (model_kwargs fused), so gpucore.train's fused_norms leaves it as it is:
+    # a traced graph of it would show torch's layers, and fusing their BatchNorm + ReLU would undo the pool's fusion.
+    fuses_own_norms = True
+
     def __init__(self, num_classes: int = 10, in_channels: int = 1, widths: Sequence[int] = (32, 64, 128),
                  extra: Sequence[int] = (0, 1, 0), fused: bool = FUSED_POOL_NORM):
         super().__init__()

@@ -7,7 +7,8 @@ CPU step (`python -m bench profile`).
 The forward is a torch.fx graph of the model (graph_forward.py) with those calls replaced: the same BatchNorm
 modules, parameters and running statistics (updated as BatchNorm2d updates them), the same state_dict and
 checkpoints. A BatchNorm or ReLU module with hooks of its own, a BatchNorm whose output has other users, or a
-tensor the op cannot take (another device, dtype or shape) runs torch's layers."""
+tensor the op cannot take (another device, dtype or shape) runs torch's layers; a model with a module whose
+`fuses_own_norms` is true (fast_cnn) is left as it is."""
 from __future__ import annotations
 
 import operator
@@ -132,6 +133,8 @@ class FusedNorms:
             self.off = f"gpucore::bn_add_relu has a CPU kernel only; on {device.type} torch's layers run"
         elif forward is not module:  # it calls the model itself: not a DDP wrapper (its reducer) or a compiled one
             self.off = "the model is wrapped for DDP or torch.compile"
+        elif any(getattr(m, "fuses_own_norms", False) for m in module.modules()):
+            self.off = "the model chooses its own fused ops (fast_cnn: model_kwargs fused)"
         else:
             try:
                 self.forward = FusedNormsForward(module, autocast_dtype, note_host_read)
