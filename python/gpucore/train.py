@@ -56,7 +56,7 @@ class TrainResult:
             one), the step counters read on resume and after an interrupt, and with on_oom: reduce_batch or several
             processes one per epoch more. host_syncs_by_source says which.
         host_syncs_by_source: host_syncs by what read: metrics, evaluation, checkpoint, counters, oom_snapshot,
-            distributed_metrics, frozen_layers_check, fused_norms_check.
+            distributed_metrics, frozen_layers_check.
         model: the trained model.
         skipped_files: unreadable image files left out (data_kwargs on_error: skip).
         model_ema: the weights' moving average after the last step (config key ema_decay), None without one.

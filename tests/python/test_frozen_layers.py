@@ -12,8 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import gpucore
 from gpucore.training import frozen_layers
-from gpucore.training.frozen_layers import FrozenLayersForward
-from gpucore.training.graph_forward import CannotRewrite
+from gpucore.training.frozen_layers import CannotFold, FrozenLayersForward
 
 
 class Net(nn.Module):
@@ -163,14 +162,14 @@ class Scaled(Net):
 
 def test_untraceable_or_unfoldable_models_raise_cannot_fold_saying_why():
     model = Branching().requires_grad_(False).eval()
-    with pytest.raises(CannotRewrite, match="torch.fx cannot trace the model"):
+    with pytest.raises(CannotFold, match="torch.fx cannot trace the model"):
         FrozenLayersForward(model, None)
     trainable = Net()  # nothing frozen
-    with pytest.raises(CannotRewrite, match="no frozen convolution or linear layer"):
+    with pytest.raises(CannotFold, match="no frozen convolution or linear layer"):
         FrozenLayersForward(trainable, None)
     hooked = frozen_net()
     hooked.register_forward_hook(lambda module, inputs, output: None)
-    with pytest.raises(CannotRewrite, match="forward hooks of its own"):
+    with pytest.raises(CannotFold, match="forward hooks of its own"):
         FrozenLayersForward(hooked, None)
 
 
@@ -224,7 +223,7 @@ def test_a_frozen_run_through_the_folded_forward_trains_as_through_the_model(tmp
     folded = gpucore.train(dict(config, run_dir=str(tmp_path / "folded")), callbacks=[StateAfterEpochs(folded_states)])
 
     def refuse(self, *args):
-        raise CannotRewrite("switched off by the test")
+        raise CannotFold("switched off by the test")
 
     monkeypatch.setattr(frozen_layers.FrozenLayersForward, "__init__", refuse)
     plain = gpucore.train(dict(config, run_dir=str(tmp_path / "plain")), callbacks=[StateAfterEpochs(plain_states)])

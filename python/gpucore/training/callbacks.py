@@ -20,8 +20,7 @@ from ..errors import ConfigError
 from ..models.registry import backbone_split
 from ..run_files import BEST, EVERY_N_PREFIX, INTERRUPTED, LAST, every_n_name
 from .fit_outcome import EARLY_STOPPED
-from .frozen_layers import FrozenLayersForward
-from .graph_forward import CannotRewrite
+from .frozen_layers import CannotFold, FrozenLayersForward
 from .run_dir import RunDir
 
 
@@ -397,7 +396,7 @@ class FreezeBackbone(Callback):
         if self.forward is None and self.fold_off is None:
             try:
                 self.forward = FrozenLayersForward(self.model, self.autocast_dtype, trainer.run.engine.note_host_read)
-            except CannotRewrite as exc:
+            except CannotFold as exc:
                 self.fold_off = str(exc)
 
     def epoch_forward(self, model_forward):

@@ -58,8 +58,7 @@ def fit_loop(run: Run, callbacks: Sequence[Any] = ()) -> "FitLoop":
         wrapped = None if run.forward is run.module else "the model is wrapped for DDP or torch.compile"
         freeze = FreezeBackbone(run.module, config.freeze_epochs, run.policy.autocast_dtype, wrapped)
         built_in.append(freeze)
-    fused_norms = FusedNorms(config.fused_norms, run.module, run.forward, run.device, run.policy.autocast_dtype,
-                             run.engine.note_host_read)
+    fused_norms = FusedNorms(config.fused_norms, run.module, run.forward, run.device)
     trainer = Trainer(run, position, history, outcome)
     callback_list = CallbackList([*built_in, *make_loggers(run), *callbacks], trainer)
     checkpointing = Checkpointing(run, position, history, callback_list, monitor, outcome)

@@ -7,7 +7,7 @@ On a frozen ResNet-18 the BatchNorms and autocast's weight casts are about a thi
 
 The model is untouched: its parameters, buffers, state_dict, hooks and checkpoints stay as they are. The forward is
 a torch.fx graph of the model that calls the model's own modules (the head trains through them), with only the
-folded layers replaced (graph_forward.py). It is checked against the model's own forward on its first batch, with the same random
+folded layers replaced. It is checked against the model's own forward on its first batch, with the same random
 draws; where the model cannot be traced, or the check fails, training goes on through the model's own forward and
 `FrozenLayersForward.summary()` (training_stats.json's frozen_layers) says why."""
 from __future__ import annotations
@@ -15,15 +15,24 @@ from __future__ import annotations
 from typing import Callable, Dict, Optional
 
 import torch
+import torch.fx
 from torch import nn
 from torch.nn import functional as F
 
-from .graph_forward import CannotRewrite, CheckedGraphForward, trace, unhooked
-
 _CONV_FORWARDS = (nn.Conv1d.forward, nn.Conv2d.forward, nn.Conv3d.forward)
+# On a check's first batch the folded forward may differ from the model's own by rounding only: relative to the
+# output's largest value, this much (reduced-precision autocast rounds every layer's output to 8 or 11 bits).
+_CHECK_TOLERANCE = {None: 1e-3, torch.bfloat16: 5e-2, torch.float16: 5e-2}
+
+
+class CannotFold(Exception):
+    """The model's frozen layers cannot be folded; the message says why."""
+
+
 def _untrained_and_unhooked(module: nn.Module) -> bool:
     """None of its own parameters train, and it has no hooks that a replaced call would skip."""
-    return not any(p.requires_grad for p in module.parameters(recurse=False)) and unhooked(module)
+    return (not any(p.requires_grad for p in module.parameters(recurse=False))
+            and not module._forward_hooks and not module._forward_pre_hooks)
 
 
 def _frozen(module: nn.Module) -> bool:
@@ -84,7 +93,12 @@ class FrozenLayer(nn.Module):
 
 def _fold(module: nn.Module, autocast_dtype: Optional[torch.dtype]) -> tuple:
     """The fx graph of `module` with its frozen layers replaced, the BatchNorms folded and the layers cast once."""
-    graph = trace(module)
+    if module._forward_hooks or module._forward_pre_hooks:
+        raise CannotFold("the model has forward hooks of its own, which a traced graph of it would not call")
+    try:
+        graph = torch.fx.symbolic_trace(module)
+    except Exception as exc:  # noqa: BLE001  tracing fails in many ways (control flow on values, non-tensor inputs)
+        raise CannotFold(f"torch.fx cannot trace the model ({type(exc).__name__}: {str(exc).splitlines()[0]})") from exc
     modules = dict(graph.named_modules())
     folded = cast = 0
     for node in list(graph.graph.nodes):
@@ -110,22 +124,58 @@ def _fold(module: nn.Module, autocast_dtype: Optional[torch.dtype]) -> tuple:
         else:
             cast += 1
     if not folded + cast:
-        raise CannotRewrite("the model has no frozen convolution or linear layer to fold or cast")
+        raise CannotFold("the model has no frozen convolution or linear layer to fold or cast")
     graph.graph.lint()
     graph.recompile()
     return graph, folded, cast
 
 
-class FrozenLayersForward(CheckedGraphForward):
+class FrozenLayersForward(nn.Module):
     """What the engine calls while the backbone is frozen: `module`'s forward through its folded graph (see the
     module docstring). Build it after the freeze (parameters without gradients, norms in eval mode) and drop it
-    when the layers train again. Raises CannotRewrite where nothing can be folded."""
+    when the layers train again. Raises CannotFold where nothing can be folded."""
 
     def __init__(self, module: nn.Module, autocast_dtype: Optional[torch.dtype],
                  note_host_read: Optional[Callable[[str], None]] = None):
-        graph, folded, cast = _fold(module, autocast_dtype)
-        super().__init__(module, graph, autocast_dtype, "frozen_layers_check", note_host_read)
-        self.folded, self.cast = folded, cast
+        super().__init__()
+        graph, self.folded, self.cast = _fold(module, autocast_dtype)
+        self.module, self.autocast_dtype = module, autocast_dtype
+        self.note_host_read = note_host_read  # the engine's count of host reads (the check makes one)
+        self.__dict__["graph"] = graph  # not a submodule: the model's modules are registered once, under module
+        self.failed: Optional[str] = None  # why the check on the first batch failed
+        self.checked = False
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        if not self.checked:
+            self.checked = True
+            self._check(inputs)
+        return self.module(inputs) if self.failed else self.graph(inputs)
+
+    def _check(self, inputs: torch.Tensor) -> None:
+        """The model's own forward on `inputs`, with the random draws the folded forward then makes (dropout) and
+        the buffers (a head's BatchNorm statistics) put back after it, against the folded forward's."""
+        buffers = [buffer.clone() for buffer in self.module.buffers()]
+        devices = [inputs.device] if inputs.device.type == "cuda" else []
+
+        def untouched(forward):  # the output, the random state and the buffers as they were before
+            with torch.random.fork_rng(devices=devices), torch.no_grad():
+                output = forward(inputs)
+                for buffer, saved in zip(self.module.buffers(), buffers):
+                    buffer.copy_(saved)
+            return output
+
+        expected, got = untouched(self.module), untouched(self.graph)
+        if not isinstance(expected, torch.Tensor) or not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+            self.failed = f"its output is not the model's: {type(got).__name__} against {type(expected).__name__}"
+            return
+        expected, got = expected.float(), got.float()
+        error, scale = torch.stack([(got - expected).abs().max(), expected.abs().max()]).tolist()  # one host read
+        if self.note_host_read is not None:
+            self.note_host_read("frozen_layers_check")
+        tolerance = _CHECK_TOLERANCE.get(self.autocast_dtype, 5e-2) * scale
+        if not error <= tolerance:  # also NaN
+            self.failed = (f"on the first batch it differs from the model's own forward by {error:.3g} (allowed "
+                           f"{tolerance:.3g}): the model's forward does more than its traced graph shows")
 
     def summary(self) -> Dict[str, object]:
         """training_stats.json's frozen_layers: the layers made once and the BatchNorms folded into them, or why the

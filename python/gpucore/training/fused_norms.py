@@ -1,130 +1,125 @@
-"""The forward that a model's trainable BatchNorms train through on a CPU (config key fused_norms): each
-BatchNorm2d -> ReLU and BatchNorm2d -> + residual -> ReLU of the model's forward (every ResNet block has one of each)
-runs as one op, gpucore::bn_add_relu (csrc/ops/norm_relu.h), where torch runs batch_norm, add and relu forward and
-threshold_backward and batch_norm_backward backward. On a ResNet-18 at 224 px in bf16 they are about a fifth of a
-CPU step (`python -m bench profile`).
+"""The forward a torchvision ResNet trains through on a CPU (config key fused_norms): the model's own forward, with
+each torchvision BasicBlock's and Bottleneck's BatchNorm -> ReLU and BatchNorm -> + identity -> ReLU as one op
+(gpucore::bn_add_relu, csrc/ops/norm_relu.h) and the ResNet's stem, BatchNorm -> ReLU -> MaxPool2d(3, 2, 1), as one
+op (gpucore::bn_relu_maxpool, csrc/ops/norm_relu_pool.h). Where torch runs batch_norm, add, relu and max_pool2d
+forward and their backwards, each a pass over the activations (the stem's at 112 x 112 px), these ops make fewer
+passes and write no full-size ReLU output or gradient (`python -m bench profile`).
 
-The forward is a torch.fx graph of the model (graph_forward.py) with those calls replaced: the same BatchNorm
-modules, parameters and running statistics (updated as BatchNorm2d updates them), the same state_dict and
-checkpoints. A BatchNorm or ReLU module with hooks of its own, a BatchNorm whose output has other users, or a
-tensor the op cannot take (another device, dtype or shape) runs torch's layers; a model with a module whose
-`fuses_own_norms` is true (fast_cnn) is left as it is."""
+Only those classes' forwards are replaced, each by the same calls in the same order (the same modules, parameters,
+running statistics and state_dict; the convolutions and downsample still called as modules, with their hooks), and
+only while the engine's forward runs: the model's own forward and any Python in it run as written. A block or ResNet
+whose class overrides forward, a BatchNorm, ReLU or max-pool with a hook (or a global hook), or a tensor the ops
+cannot take (another device or dtype) runs torch's layers."""
 from __future__ import annotations
 
-import operator
-from typing import Callable, Dict, Optional
+import sys
+import types
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
-import torch.fx
 from torch import nn
-from torch.nn import functional as F
 
-from ..models.fused_blocks import norm_relu, norm_relu_fusable
+from ..models.fused_blocks import (hooked, norm_relu, norm_relu_fusable, norm_relu_pool, norm_relu_pool_fusable,
+                                   stem_pool)
 from ..ops import NORM_RELU_DEVICES
-from .graph_forward import CannotRewrite, CheckedGraphForward, trace, unhooked
 
-_RELU_FUNCTIONS = (torch.relu, torch.relu_, F.relu)
-_ADD_FUNCTIONS = (operator.add, operator.iadd, torch.add)
+_TORCHVISION_RESNET = "torchvision.models.resnet"
 
 
-class NormAddReLU(nn.Module):
-    """ReLU(norm(x) + residual), or ReLU(norm(x)) without a residual: gpucore::bn_add_relu where it takes the
-    tensors, else torch's layers."""
+def _norm_relu(norm: nn.Module, relu: nn.Module, x: torch.Tensor, residual: Optional[torch.Tensor] = None):
+    """relu(norm(x) + residual) (or relu(norm(x))): one op where the layers are plain and unhooked, else theirs."""
+    if (type(norm) is nn.BatchNorm2d and type(relu) is nn.ReLU and not hooked(norm, relu)
+            and norm_relu_fusable(norm, x, residual)):
+        return norm_relu(norm, x, residual)
+    out = norm(x)
+    if residual is not None:
+        out += residual
+    return relu(out)
 
-    def __init__(self, norm: nn.BatchNorm2d):
+
+def _basic_block_forward(self, x):  # torchvision's BasicBlock.forward, fused
+    identity = x
+    out = _norm_relu(self.bn1, self.relu, self.conv1(x))
+    out = self.conv2(out)
+    if self.downsample is not None:
+        identity = self.downsample(x)
+    return _norm_relu(self.bn2, self.relu, out, identity)
+
+
+def _bottleneck_forward(self, x):  # torchvision's Bottleneck.forward, fused
+    identity = x
+    out = _norm_relu(self.bn1, self.relu, self.conv1(x))
+    out = _norm_relu(self.bn2, self.relu, self.conv2(out))
+    out = self.conv3(out)
+    if self.downsample is not None:
+        identity = self.downsample(x)
+    return _norm_relu(self.bn3, self.relu, out, identity)
+
+
+def _resnet_forward(self, x):  # torchvision's ResNet._forward_impl, the stem fused
+    x = self.conv1(x)
+    if (type(self.bn1) is nn.BatchNorm2d and type(self.relu) is nn.ReLU and stem_pool(self.maxpool)
+            and not hooked(self.bn1, self.relu, self.maxpool) and norm_relu_pool_fusable(self.bn1, x)):
+        x = norm_relu_pool(self.bn1, x)
+    else:
+        x = self.maxpool(self.relu(self.bn1(x)))
+    x = self.layer1(x)
+    x = self.layer2(x)
+    x = self.layer3(x)
+    x = self.layer4(x)
+    x = self.avgpool(x)
+    x = torch.flatten(x, 1)
+    return self.fc(x)
+
+
+def _fused_forwards(module: nn.Module) -> List[Tuple[nn.Module, Callable]]:
+    """The torchvision BasicBlocks, Bottlenecks and ResNets in `module` whose class's forward is torchvision's own
+    (not a subclass, no forward set on the instance), each with its fused forward."""
+    resnet = sys.modules.get(_TORCHVISION_RESNET)
+    if resnet is None:  # no torchvision model was built in this process
+        return []
+    forwards = {resnet.BasicBlock: _basic_block_forward, resnet.Bottleneck: _bottleneck_forward}
+    found = []
+    for m in module.modules():
+        if "forward" in m.__dict__:
+            continue
+        if type(m) in forwards:
+            found.append((m, forwards[type(m)]))
+        elif type(m) is resnet.ResNet and type(m)._forward_impl is resnet.ResNet._forward_impl:
+            found.append((m, _resnet_forward))
+    return found
+
+
+class FusedNormsForward(nn.Module):
+    """What the engine calls while fused_norms is on: `module` itself, its torchvision ResNet parts' forwards
+    replaced by the fused ones (see the module docstring) for the call's duration."""
+
+    def __init__(self, module: nn.Module, fused: List[Tuple[nn.Module, Callable]]):
         super().__init__()
-        object.__setattr__(self, "norm", norm)  # not a submodule: its parameters stay the model's alone
+        self.module, self.__dict__["fused"] = module, fused  # not submodules: the model's own
 
-    def forward(self, x: torch.Tensor, residual: Optional[torch.Tensor] = None) -> torch.Tensor:
-        if norm_relu_fusable(self.norm, x, residual):
-            return norm_relu(self.norm, x, residual)
-        out = self.norm(x)
-        return torch.relu(out if residual is None else out + residual)
+    def forward(self, inputs):
+        for part, forward in self.fused:
+            part.forward = types.MethodType(forward, part)
+        try:
+            return self.module(inputs)
+        finally:
+            for part, _ in self.fused:
+                part.__dict__.pop("forward", None)
 
-
-def _fusable_norm(module: nn.Module) -> bool:
-    """A BatchNorm2d (BatchNorm2d's own forward: not SyncBatchNorm's) with affine parameters, running statistics and
-    no hooks."""
-    return (isinstance(module, nn.BatchNorm2d) and type(module).forward is nn.modules.batchnorm._BatchNorm.forward
-            and module.affine and module.track_running_stats and unhooked(module))
-
-
-def _is_relu(node: torch.fx.Node, modules: Dict[str, nn.Module]) -> bool:
-    """A ReLU call of one tensor: an unhooked nn.ReLU module, torch.relu(_) or F.relu."""
-    if node.op == "call_module":
-        module = modules.get(node.target)  # None: a call this rewrite added
-        return type(module) is nn.ReLU and unhooked(module) and len(node.args) == 1 and not node.kwargs
-    return (node.op == "call_function" and node.target in _RELU_FUNCTIONS and len(node.args) == 1
-            and set(node.kwargs) <= {"inplace"})
-
-
-def _only_user(node: torch.fx.Node) -> Optional[torch.fx.Node]:
-    return next(iter(node.users)) if len(node.users) == 1 else None
-
-
-def _rewrite(module: nn.Module) -> tuple:
-    """The fx graph of `module` with each fusable BatchNorm -> (add ->) ReLU as one NormAddReLU call; the counts of
-    the two forms."""
-    graph = trace(module)
-    modules = dict(graph.named_modules())
-    plain = residual = 0
-    for node in list(graph.graph.nodes):
-        if not (node.op == "call_module" and _fusable_norm(modules[node.target]) and len(node.args) == 1
-                and not node.kwargs):
-            continue
-        after = _only_user(node)
-        other = None
-        if (after is not None and after.op == "call_function" and after.target in _ADD_FUNCTIONS
-                and len(after.args) == 2 and not after.kwargs and node in after.args):
-            other = after.args[1] if after.args[0] is node else after.args[0]
-            if not isinstance(other, torch.fx.Node) or other is node:
-                continue
-            add, after = after, _only_user(after)
-        if after is None or not _is_relu(after, modules):
-            continue
-        name = f"gpucore_norm_relu_{plain + residual}"
-        graph.add_submodule(name, NormAddReLU(modules[node.target]))
-        with graph.graph.inserting_before(after):
-            fused = graph.graph.call_module(name, (node.args[0],) if other is None else (node.args[0], other))
-        after.replace_all_uses_with(fused)
-        graph.graph.erase_node(after)
-        if other is not None:
-            graph.graph.erase_node(add)
-        graph.graph.erase_node(node)
-        if other is None:
-            plain += 1
-        else:
-            residual += 1
-    if not plain + residual:
-        raise CannotRewrite("the model has no BatchNorm2d followed by a ReLU (or by an add, then a ReLU)")
-    graph.graph.lint()
-    graph.recompile()
-    return graph, plain, residual
-
-
-class FusedNormsForward(CheckedGraphForward):
-    """What the engine trains through while fused_norms is on: `module`'s forward with its BatchNorm + ReLU calls
-    fused (see the module docstring). Raises CannotRewrite where the model has none or cannot be traced."""
-
-    def __init__(self, module: nn.Module, autocast_dtype: Optional[torch.dtype],
-                 note_host_read: Optional[Callable[[str], None]] = None):
-        graph, plain, residual = _rewrite(module)
-        super().__init__(module, graph, autocast_dtype, "fused_norms_check", note_host_read)
-        self.plain, self.residual = plain, residual
-
-    def summary(self) -> Dict[str, object]:
-        """training_stats.json's fused_norms: the fused calls, or why the model's own forward was used."""
-        if self.failed:
-            return {"unchanged": self.failed}
-        return {"norm_relu": self.plain, "norm_add_relu": self.residual}
+    def summary(self) -> Dict[str, int]:
+        names = {_basic_block_forward: "basic_blocks", _bottleneck_forward: "bottlenecks", _resnet_forward: "stems"}
+        counts = {name: 0 for name in names.values()}
+        for _, forward in self.fused:
+            counts[names[forward]] += 1
+        return {name: count for name, count in counts.items() if count}
 
 
 class FusedNorms:
     """Config key fused_norms for one run: the forward the engine trains through (`forward`: a FusedNormsForward,
     or None and `off` says why not) and training_stats.json's account of it."""
 
-    def __init__(self, enabled: bool, module: nn.Module, forward, device: torch.device,
-                 autocast_dtype: Optional[torch.dtype], note_host_read: Optional[Callable[[str], None]] = None):
+    def __init__(self, enabled: bool, module: nn.Module, forward, device: torch.device):
         self.forward: Optional[FusedNormsForward] = None
         self.off: Optional[str] = None
         if not enabled:
@@ -133,13 +128,12 @@ class FusedNorms:
             self.off = f"gpucore::bn_add_relu has a CPU kernel only; on {device.type} torch's layers run"
         elif forward is not module:  # it calls the model itself: not a DDP wrapper (its reducer) or a compiled one
             self.off = "the model is wrapped for DDP or torch.compile"
-        elif any(getattr(m, "fuses_own_norms", False) for m in module.modules()):
-            self.off = "the model chooses its own fused ops (fast_cnn: model_kwargs fused)"
         else:
-            try:
-                self.forward = FusedNormsForward(module, autocast_dtype, note_host_read)
-            except CannotRewrite as exc:
-                self.off = str(exc)
+            fused = _fused_forwards(module)
+            if fused:
+                self.forward = FusedNormsForward(module, fused)
+            else:
+                self.off = "the model has no torchvision ResNet block (BasicBlock, Bottleneck) or stem"
 
     def epoch_forward(self, model_forward):
         """What the engine calls: the fused forward where there is one, else `model_forward`."""
