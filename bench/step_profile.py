@@ -18,8 +18,9 @@ blocks alone (`--block-rounds`, 0: not run): the three blocks' forward + backwar
 batch; 32 x 28 x 28, 64 x 14 x 14, 128 x 7 x 7 in), fused against MaxPool2d + BatchNorm2d + ReLU, in training
 mode, interleaved round by round, channels-last and contiguous, bfloat16 where the CPU has native bfloat16 (else
 float32); the median of the rounds. ResNet-18 with all layers training is profiled twice too: through its own
-forward and through fused_norms' (each BatchNorm -> ReLU and BatchNorm -> + residual -> ReLU as gpucore::bn_add_relu,
-gpucore.train's default on a CPU); then its step alone both ways (`--norm-rounds`, 0: not run), interleaved round by
+forward and through fused_norms' (each block's BatchNorm -> ReLU and BatchNorm -> + identity -> ReLU as gpucore::bn_add_relu,
+and its stem's BatchNorm -> ReLU -> max-pool as gpucore::bn_relu_maxpool: gpucore.train's default on a CPU); then its
+step alone both ways (`--norm-rounds`, 0: not run), interleaved round by
 round, the median of the rounds. `--skip-resnet` leaves out the ResNet-18 profiles and timing.
 """
 import argparse
@@ -40,13 +41,13 @@ from gpucore.models import build_model
 from gpucore.device.placement import resolve_channels_last
 from gpucore.device.select import cpu_bf16_isa
 from gpucore.ops import NORM_RELU_DEVICES
-from gpucore.training.fused_norms import FusedNormsForward
+from gpucore.training.fused_norms import FusedNorms
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import device_label, import_torchvision, result_json, sync  # noqa: E402
 
 GROUPS = (("convolution", ("conv", "mkldnn_convolution")), ("fused max pool + BN + ReLU", ("maxpool_bn_relu",)),
-          ("fused BN + add + ReLU", ("bn_add_relu",)),
+          ("fused BN + add + ReLU", ("bn_add_relu",)), ("fused BN + ReLU + max pool", ("bn_relu_maxpool",)),
           ("batch norm", ("batch_norm",)),
           ("max pool", ("max_pool",)), ("ReLU", ("relu", "threshold", "clamp_min")),
           ("dtype and layout copies", ("copy_", "_to_copy")),
@@ -81,7 +82,7 @@ def training_step(model, x, y, frozen=False, fused_norms=False):
                 module.eval()
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3, fused=True)
     dtype = policy.autocast_dtype
-    forward = FusedNormsForward(model, dtype) if fused_norms else model
+    forward = FusedNorms(True, model, model, device).epoch_forward(model) if fused_norms else model
 
     def step():
         with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):

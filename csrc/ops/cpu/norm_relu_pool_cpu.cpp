@@ -1,8 +1,8 @@
 // CPU kernel of gpucore::bn_relu_maxpool and its backward (norm_relu_pool.h), on channels-last tensors: rows of W
 // pixels of C channels, the loops over the channels (they vectorise). Forward: pooled_norm.h's batch statistics of
 // the input, then each output row's windows from the (at most three) input rows they cover. Backward: each input
-// row's gradients gathered from the (at most two) rows of windows that cover it, twice: for the batch norm's sums,
-// then for the input's gradient.
+// row's gradients gathered from the (at most two) rows of windows that cover it, summed for the batch norm and kept
+// in the input gradient's tensor, which the second pass overwrites with the input's gradient.
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
@@ -143,11 +143,12 @@ GPUCORE_VECTOR_CLONES void gather_row(const T* __restrict g, const T* __restrict
   }
 }
 
-// sum[c] += gin, sum[C + c] += gin * (x - mean) over one input row.
+// sum[c] += gin, sum[C + c] += gin * (x - mean) over one input row, and gin kept in T (kept: the input gradient's
+// row, which input_grad_row then overwrites).
 template <typename T>
 GPUCORE_VECTOR_CLONES void add_row_sums(const at::opmath_type<T>* __restrict gin, const T* __restrict x,
                                         const at::opmath_type<T>* __restrict mean, int64_t W, int64_t C,
-                                        at::opmath_type<T>* __restrict sum) {
+                                        at::opmath_type<T>* __restrict sum, T* __restrict kept) {
   using M = at::opmath_type<T>;
   for (int64_t w = 0; w < W; ++w) {
     for (int64_t c = 0; c < C; ++c) {
@@ -156,19 +157,21 @@ GPUCORE_VECTOR_CLONES void add_row_sums(const at::opmath_type<T>* __restrict gin
       sum[C + c] += gm * (load<T, M>(x, w * C + c) - mean[c]);
     }
   }
+  for (int64_t i = 0; i < W * C; ++i) store<T, M>(kept, i, gin[i]);  // exact: gin is already rounded to T
 }
 
+// One input row's gradient, in place of its kept pool-and-ReLU gradient (add_row_sums).
 template <typename T>
 GPUCORE_VECTOR_CLONES void input_grad_row(const pooled_norm::GradCoefficients<at::opmath_type<T>>& co,
-                                          const at::opmath_type<T>* __restrict gin, const T* __restrict x, int64_t W,
-                                          int64_t C, T* __restrict grad_input) {
+                                          const T* __restrict x, int64_t W, int64_t C, T* grad_input) {
   using M = at::opmath_type<T>;
   const M *__restrict m = co.mean.data(), *__restrict mg = co.mean_g.data(), *__restrict kc = co.k.data(),
           *__restrict gn = co.gain.data();
   for (int64_t w = 0; w < W; ++w) {
     for (int64_t c = 0; c < C; ++c) {
       const int64_t i = w * C + c;
-      store<T, M>(grad_input, i, pooled_grad<M>(gin[i], true, load<T, M>(x, i), m[c], mg[c], kc[c], gn[c]));
+      store<T, M>(grad_input, i,
+                  pooled_grad<M>(load<T, M>(grad_input, i), true, load<T, M>(x, i), m[c], mg[c], kc[c], gn[c]));
     }
   }
 }
@@ -238,25 +241,23 @@ NormReluPoolGrads bn_relu_maxpool_backward_cpu(const at::Tensor& grad_out, const
     std::vector<M> mean(C);
     for (int64_t c = 0; c < C; ++c) mean[c] = static_cast<M>(stats.mean[c]);
     const PoolNormShape in = input_shape(s);
+    scalar_t* gx = grad_input.data_ptr<scalar_t>();
     const std::vector<double> sums = pooled_norm::channel_sums<2, M>(
         in, [](int64_t, int64_t) { return std::array<double, 2>{}; },  // channels-last: rows only
         [&](int64_t r, M* sum) {
           thread_local std::vector<M> gin;
           gin.resize((W + 2) * C);
           row_gradients(r, gin.data());
-          add_row_sums<scalar_t>(gin.data(), x + r * W * C, mean.data(), W, C, sum);
+          add_row_sums<scalar_t>(gin.data(), x + r * W * C, mean.data(), W, C, sum, gx + r * W * C);
         });
     const pooled_norm::GradCoefficients<M> co =
         pooled_norm::coefficients_from_sums<M>(sums, static_cast<double>(in.count()), training, gamma, stats);
     grad_weight = co.grad_weight;
     grad_bias = co.grad_bias;
-    scalar_t* gx = grad_input.data_ptr<scalar_t>();
     at::parallel_for(0, s.batch * H, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, W * C)),
                      [&](int64_t begin, int64_t end) {
-                       std::vector<M> gin((W + 2) * C);
                        for (int64_t r = begin; r < end; ++r) {
-                         row_gradients(r, gin.data());
-                         input_grad_row<scalar_t>(co, gin.data(), x + r * W * C, W, C, gx + r * W * C);
+                         input_grad_row<scalar_t>(co, x + r * W * C, W, C, gx + r * W * C);
                        }
                      });
   });
