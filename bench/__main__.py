@@ -34,8 +34,7 @@ BENCHES = {
                                      "--min-size", "64", "--max-size", "64", "--crop", "32", "--rounds", "1"]),
     "process": ("process_bench.py", [], ["--workloads", "speedrun", "--repeats", "1", "--epochs", "1",
                                          "--train-size", "512", "--test-size", "256"]),
-    "profile": ("step_profile.py", [], ["--steps", "1", "--batch-size", "2", "--size", "64", "--block-rounds", "1",
-                                       "--norm-rounds", "1"]),
+    "profile": ("step_profile.py", [], ["--steps", "1", "--batch-size", "2", "--size", "64", "--block-rounds", "1"]),
 }
 
 

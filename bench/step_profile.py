@@ -3,8 +3,8 @@ fashion_mnist_speedrun.yaml: fast_cnn, its batch, on 28 x 28 inputs) and ResNet-
 frozen and with all layers training, each on batches held in memory, in the precision and layout gpucore's `auto`
 picks, with fused AdamW: the step the plain loops run.
 
-    python -m bench profile [--steps 10] [--batch-size 32] [--size 224] [--block-rounds 20] [--norm-rounds 10]
-                            [--skip-resnet] [--json out.json]
+    python -m bench profile [--steps 10] [--batch-size 32] [--size 224] [--block-rounds 20] [--skip-resnet]
+                            [--json out.json]
 
 Per model: ms per step, and the share of the step's self CPU time by op group (convolution, batch norm, max pool,
 ReLU, the optimizer, the rest), with the ten ops taking most. The groups are what the leads would save at most: a
@@ -17,15 +17,10 @@ The speedrun's network is profiled twice: with its max-pool + BatchNorm + ReLU b
 blocks alone (`--block-rounds`, 0: not run): the three blocks' forward + backward at the speedrun's shapes (its
 batch; 32 x 28 x 28, 64 x 14 x 14, 128 x 7 x 7 in), fused against MaxPool2d + BatchNorm2d + ReLU, in training
 mode, interleaved round by round, channels-last and contiguous, bfloat16 where the CPU has native bfloat16 (else
-float32); the median of the rounds. ResNet-18 with all layers training is profiled twice too: through its own
-forward and through fused_norms' (each block's BatchNorm -> ReLU and BatchNorm -> + identity -> ReLU as gpucore::bn_add_relu,
-and its stem's BatchNorm -> ReLU -> max-pool as gpucore::bn_relu_maxpool: gpucore.train's default on a CPU); then its
-step alone both ways (`--norm-rounds`, 0: not run), interleaved round by
-round, the median of the rounds. `--skip-resnet` leaves out the ResNet-18 profiles and timing.
+float32); the median of the rounds. `--skip-resnet` leaves out the two ResNet-18 profiles.
 """
 import argparse
 import collections
-import copy
 import functools
 import os
 import statistics
@@ -40,14 +35,11 @@ from gpucore.config import load_config
 from gpucore.models import build_model
 from gpucore.device.placement import resolve_channels_last
 from gpucore.device.select import cpu_bf16_isa
-from gpucore.ops import NORM_RELU_DEVICES
-from gpucore.training.fused_norms import FusedNorms
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import device_label, import_torchvision, result_json, sync  # noqa: E402
 
 GROUPS = (("convolution", ("conv", "mkldnn_convolution")), ("fused max pool + BN + ReLU", ("maxpool_bn_relu",)),
-          ("fused BN + add + ReLU", ("bn_add_relu",)), ("fused BN + ReLU + max pool", ("bn_relu_maxpool",)),
           ("batch norm", ("batch_norm",)),
           ("max pool", ("max_pool",)), ("ReLU", ("relu", "threshold", "clamp_min")),
           ("dtype and layout copies", ("copy_", "_to_copy")),
@@ -64,10 +56,7 @@ def group_of(name: str) -> str:
     return "rest"
 
 
-def training_step(model, x, y, frozen=False, fused_norms=False):
-    """One training step of `model` on (x, y) as a function, in the precision and layout `auto` picks, with fused
-    AdamW; fused_norms: through gpucore's fused BatchNorm + ReLU forward (config key fused_norms) instead of the
-    model's own. Gives (step, policy, channels_last)."""
+def profile_step(model, x, y, steps, frozen=False):
     device = x.device
     policy = gpucore.resolve_precision("auto", device)
     policy.apply()
@@ -82,22 +71,16 @@ def training_step(model, x, y, frozen=False, fused_norms=False):
                 module.eval()
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3, fused=True)
     dtype = policy.autocast_dtype
-    forward = FusedNorms(True, model, model, device).epoch_forward(model) if fused_norms else model
 
     def step():
         with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-            loss = nn.functional.cross_entropy(forward(x), y)
+            loss = nn.functional.cross_entropy(model(x), y)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
 
     for _ in range(3):  # oneDNN's kernels created, the allocator grown
         step()
-    return step, policy, layout == torch.channels_last
-
-
-def profile_step(model, x, y, steps, frozen=False, fused_norms=False):
-    step, policy, channels_last = training_step(model, x, y, frozen, fused_norms)
     start = time.perf_counter()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
         for _ in range(steps):
@@ -109,7 +92,7 @@ def profile_step(model, x, y, steps, frozen=False, fused_norms=False):
     for event in events:
         groups[group_of(event.key)] += event.self_cpu_time_total
     top = sorted(events, key=lambda e: -e.self_cpu_time_total)[:10]
-    return {"ms_per_step_profiled": ms, "precision": policy.precision, "channels_last": channels_last,
+    return {"ms_per_step_profiled": ms, "precision": policy.precision, "channels_last": layout == torch.channels_last,
             "group_share": {g: groups[g] / total for g, _ in (*GROUPS, ("rest", ()))},
             "top_ops": [(e.key, e.self_cpu_time_total / total) for e in top]}
 
@@ -157,28 +140,6 @@ def time_blocks(device, batch, rounds, iterations=5):
     return results
 
 
-def time_fused_norms(device, batch, size, rounds, steps=2):
-    """ms per ResNet-18 training step (all layers) through torch's layers and through fused_norms' forward, the
-    same initial weights and batch, interleaved round by round: the median of the rounds for each."""
-    tv = import_torchvision()
-    torch.manual_seed(0)
-    model = tv.models.resnet18(num_classes=10)
-    x = torch.randn(batch, 3, size, size, device=device)
-    y = torch.randint(0, 10, (batch,), device=device)
-    variants = {"torch layers": training_step(copy.deepcopy(model), x, y)[0],
-                "fused_norms": training_step(copy.deepcopy(model), x, y, fused_norms=True)[0]}
-    times = {name: [] for name in variants}
-    for _ in range(rounds):
-        for name, step in variants.items():  # interleaved: both see the same machine load
-            sync(device)
-            start = time.perf_counter()
-            for _ in range(steps):
-                step()
-            sync(device)
-            times[name].append((time.perf_counter() - start) * 1000 / steps)
-    return {name: statistics.median(t) for name, t in times.items()}
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto")
@@ -187,8 +148,6 @@ def main(argv=None):
     parser.add_argument("--size", type=int, default=224, help="ResNet-18's input side")
     parser.add_argument("--block-rounds", type=int, default=20, help="rounds of the fused-block timing (0: none)")
     parser.add_argument("--skip-resnet", action="store_true", help="profile the speedrun's network only")
-    parser.add_argument("--norm-rounds", type=int, default=10,
-                        help="rounds of the ResNet-18 step timing, torch's layers against fused_norms (0: none)")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     device = gpucore.select_device(args.device).device
@@ -206,15 +165,13 @@ def main(argv=None):
             tv.models.resnet18(num_classes=10), torch.randn(args.batch_size, 3, args.size, args.size), True),
         f"ResNet-18 all layers, batch {args.batch_size}, {args.size} px": (
             tv.models.resnet18(num_classes=10), torch.randn(args.batch_size, 3, args.size, args.size), False),
-        f"ResNet-18 all layers through fused_norms, batch {args.batch_size}, {args.size} px": (
-            tv.models.resnet18(num_classes=10), torch.randn(args.batch_size, 3, args.size, args.size), False),
     }
     if args.skip_resnet:
         models = {name: value for name, value in models.items() if "ResNet" not in name}
     results = {}
     for name, (model, x, frozen) in models.items():
         y = torch.randint(0, 10, (len(x),), device=device)
-        r = results[name] = profile_step(model, x.to(device), y, args.steps, frozen, "fused_norms" in name)
+        r = results[name] = profile_step(model, x.to(device), y, args.steps, frozen)
         print(f"\n{name}: {r['ms_per_step_profiled']:.1f} ms/step under the profiler, {r['precision']}"
               f"{' + channels-last' if r['channels_last'] else ''}")
         print("  by group: " + ", ".join(f"{g} {share:.0%}" for g, share in r["group_share"].items()))
@@ -224,15 +181,9 @@ def main(argv=None):
         print(f"\nspeedrun's 3 pool + BN + ReLU blocks, forward + backward, batch {config.batch_size}, {layout} "
               f"{r['dtype']}: unfused {r['unfused']:.2f} ms, fused {r['fused']:.2f} ms "
               f"({r['unfused'] / r['fused']:.2f}x), median of {args.block_rounds} interleaved rounds")
-    norms = (time_fused_norms(device, args.batch_size, args.size, args.norm_rounds)
-             if args.norm_rounds > 0 and not args.skip_resnet and device.type in NORM_RELU_DEVICES else {})
-    if norms:
-        print(f"\nResNet-18 training step (all layers), batch {args.batch_size}, {args.size} px: torch's layers "
-              f"{norms['torch layers']:.1f} ms, fused_norms {norms['fused_norms']:.1f} ms "
-              f"({norms['torch layers'] / norms['fused_norms']:.3f}x), median of {args.norm_rounds} interleaved rounds")
     print(f"\n{device_label(device)}, torch {torch.__version__}")
-    return result_json({"device": device_label(device), "steps": args.steps, "models": results, "blocks": blocks,
-                        "fused_norms_step_ms": norms}, args.json)
+    return result_json({"device": device_label(device), "steps": args.steps, "models": results, "blocks": blocks},
+                       args.json)
 
 
 if __name__ == "__main__":

@@ -132,41 +132,6 @@ def _conv3x3_maxpool_bn_relu_backward(grad_out, input, conv_weight, pooled, wind
             weight.new_empty(weight.shape), weight.new_empty(weight.shape))
 
 
-@torch.library.register_fake("gpucore::bn_add_relu")
-def _bn_add_relu(input, residual, weight, bias, running_mean, running_var, training, momentum, eps):
-    c = input.shape[1]
-    stats = dict(dtype=torch.float64 if input.dtype == torch.float64 else torch.float32, device=input.device)
-    kept = c if training else 0
-    return (torch.empty(input.shape, dtype=input.dtype, device=input.device, memory_format=_pool_norm_format(input)),
-            torch.empty((c,), **stats), torch.empty((c,), **stats), running_mean.new_empty((kept,)),
-            running_var.new_empty((kept,)))
-
-
-@torch.library.register_fake("gpucore::bn_add_relu_backward")
-def _bn_add_relu_backward(grad_out, input, out, weight, save_mean, save_invstd, training, residual):
-    like = dict(dtype=input.dtype, device=input.device, memory_format=_pool_norm_format(input))
-    return (torch.empty(input.shape, **like), torch.empty(input.shape if residual else (0,), **like),
-            weight.new_empty(weight.shape), weight.new_empty(weight.shape))
-
-
-@torch.library.register_fake("gpucore::bn_relu_maxpool")
-def _bn_relu_maxpool(input, weight, bias, running_mean, running_var, training, momentum, eps):
-    n, c, h, w = input.shape
-    size = (n, c, (h - 1) // 2 + 1, (w - 1) // 2 + 1)
-    stats = dict(dtype=torch.float64 if input.dtype == torch.float64 else torch.float32, device=input.device)
-    kept = c if training else 0
-    return (input.new_empty(size).contiguous(memory_format=torch.channels_last),
-            input.new_empty(size, dtype=torch.uint8).contiguous(memory_format=torch.channels_last),
-            torch.empty((c,), **stats), torch.empty((c,), **stats), running_mean.new_empty((kept,)),
-            running_var.new_empty((kept,)))
-
-
-@torch.library.register_fake("gpucore::bn_relu_maxpool_backward")
-def _bn_relu_maxpool_backward(grad_out, input, out, window, weight, save_mean, save_invstd, training):
-    return (input.new_empty(input.shape).contiguous(memory_format=torch.channels_last),
-            weight.new_empty(weight.shape), weight.new_empty(weight.shape))
-
-
 def _kernel_devices(op: str) -> frozenset:
     """The device types gpucore op `op` has kernels for ('cpu'; 'cuda' in a CUDA build)."""
     return frozenset(device for device, key in (("cpu", "CPU"), ("cuda", "CUDA"))
@@ -177,8 +142,6 @@ def _kernel_devices(op: str) -> frozenset:
 # layers elsewhere: models/fused_blocks.py). conv3x3_maxpool_bn_relu has a CPU kernel only.
 POOL_NORM_DEVICES = _kernel_devices("maxpool_bn_relu")
 CONV_POOL_NORM_DEVICES = _kernel_devices("conv3x3_maxpool_bn_relu")
-NORM_RELU_DEVICES = _kernel_devices("bn_add_relu")  # a CPU kernel only: cuDNN's batch norm runs on a GPU
-NORM_RELU_POOL_DEVICES = _kernel_devices("bn_relu_maxpool")  # a CPU kernel only, as bn_add_relu
 
 
 # maxpool_bn_relu's gradient: of out only (pooled, the statistics and the new running statistics are not
@@ -202,49 +165,6 @@ def _maxpool_bn_relu_grad(ctx, grad_out, *_unused):
 
 torch.library.register_autograd("gpucore::maxpool_bn_relu", _maxpool_bn_relu_grad,
                                 setup_context=_maxpool_bn_relu_setup)
-
-
-# bn_add_relu's gradient: of out only, for the input, the residual, weight and bias.
-def _bn_add_relu_setup(ctx, inputs, output):
-    input, residual, weight, _bias, _running_mean, _running_var, training, _momentum, _eps = inputs
-    out, save_mean, save_invstd = output[:3]
-    ctx.save_for_backward(input, out, weight, save_mean, save_invstd)
-    ctx.training = training
-    ctx.residual = residual is not None
-    ctx.set_materialize_grads(False)  # as _maxpool_bn_relu_setup
-
-
-def _bn_add_relu_grad(ctx, grad_out, *_unused):
-    if grad_out is None:
-        return (None,) * 9
-    grad_input, grad_residual, grad_weight, grad_bias = torch.ops.gpucore.bn_add_relu_backward(
-        grad_out, *ctx.saved_tensors, ctx.training, ctx.residual)
-    return (grad_input, grad_residual if ctx.residual else None, grad_weight, grad_bias, None, None, None, None,
-            None)
-
-
-torch.library.register_autograd("gpucore::bn_add_relu", _bn_add_relu_grad, setup_context=_bn_add_relu_setup)
-
-
-# bn_relu_maxpool's gradient: of out only, for the input, weight and bias.
-def _bn_relu_maxpool_setup(ctx, inputs, output):
-    input, weight, _bias, _running_mean, _running_var, training, _momentum, _eps = inputs
-    out, window, save_mean, save_invstd = output[:4]
-    ctx.save_for_backward(input, out, window, weight, save_mean, save_invstd)
-    ctx.training = training
-    ctx.set_materialize_grads(False)  # as _maxpool_bn_relu_setup
-
-
-def _bn_relu_maxpool_grad(ctx, grad_out, *_unused):
-    if grad_out is None:
-        return (None,) * 8
-    grad_input, grad_weight, grad_bias = torch.ops.gpucore.bn_relu_maxpool_backward(
-        grad_out, *ctx.saved_tensors, ctx.training)
-    return grad_input, grad_weight, grad_bias, None, None, None, None, None
-
-
-torch.library.register_autograd("gpucore::bn_relu_maxpool", _bn_relu_maxpool_grad,
-                                setup_context=_bn_relu_maxpool_setup)
 
 
 # conv3x3_maxpool_bn_relu's gradient: of out only, for the convolution's and the batch norm's weights; the input's

@@ -33,17 +33,14 @@ enum class RowPass {
   kSum,                // sum[c] += y
   kSquares,            // sum[c] += (y - a[c])^2, a the mean
   kNormRelu,           // out = norm_relu(y, a[c], b[c]), a the scale, b the shift
-  kNormAddRelu,        // out = norm_add_relu(y, a[c], b[c], r): the same plus a residual r before the ReLU
   kGradientSums,       // sum[c] += masked(g, o), sum[C + c] += masked(g, o) * (y - a[c]), a the mean
 };
 
-// One pass's operands: the pooled values y, the gradient g reaching out o, per-channel a and b, the sums or out,
-// the residual r.
+// One pass's operands: the pooled values y, the gradient g reaching out o, per-channel a and b, the sums or out.
 template <typename T>
 struct Row {
   using M = at::opmath_type<T>;
   const T* y = nullptr;
-  const T* r = nullptr;
   const T* g = nullptr;
   const T* o = nullptr;
   const M* a = nullptr;
@@ -83,25 +80,6 @@ __attribute__((always_inline)) inline void normalize_values(const T* __restrict 
   }
 }
 
-// The batch norm's output rounded to T (as torch's batch_norm writes it), plus the residual r, rounded to T (as
-// torch's add), then the ReLU: torch's relu(batch_norm(y) + r) in the input's dtype.
-template <typename T, typename M>
-inline M norm_add_relu(M y, M scale, M shift, M r) {
-  const M z = static_cast<M>(static_cast<T>(static_cast<M>(static_cast<T>(y * scale + shift)) + r));
-  return (z > M(0)) | (z != z) ? z : M(0);
-}
-
-template <typename T, typename M>
-__attribute__((always_inline)) inline void normalize_add_values(const T* __restrict y, const T* __restrict r,
-                                                                const M* __restrict scale, const M* __restrict shift,
-                                                                T* __restrict out, int64_t px, int64_t C) {
-  for (int64_t i = 0; i < px; ++i) {
-    for (int64_t c = 0; c < C; ++c) {
-      out[i * C + c] = static_cast<T>(norm_add_relu<T, M>(M(y[i * C + c]), scale[c], shift[c], M(r[i * C + c])));
-    }
-  }
-}
-
 template <typename T, typename M>
 __attribute__((always_inline)) inline void add_gradients(const T* __restrict g, const T* __restrict o,
                                                          const T* __restrict y, const M* __restrict mean,
@@ -126,8 +104,6 @@ __attribute__((always_inline)) inline void row_pass(RowPass pass, const Row<T>& 
       return add_values<T, M>(r.y, r.a, r.sum, r.px, r.C, true);
     case RowPass::kNormRelu:
       return normalize_values<T, M>(r.y, r.a, r.b, r.out, r.px, r.C);
-    case RowPass::kNormAddRelu:
-      return normalize_add_values<T, M>(r.y, r.r, r.a, r.b, r.out, r.px, r.C);
     case RowPass::kGradientSums:
       return add_gradients<T, M>(r.g, r.o, r.y, r.a, r.sum, r.sum + r.C, r.px, r.C);
   }
@@ -236,103 +212,75 @@ inline Channels saved_channels(const at::Tensor& save_mean, const at::Tensor& sa
   return Channels{channel_values<double>(save_mean), channel_values<double>(save_invstd), {}};
 }
 
-// The batch statistics of the pooled tensor (shape s: pooled rows of OW values, or OW x C values channels-last)
-// into stats (mean, invstd, the biased var), in two passes (the sums, then the squared deviations from the mean).
-// pool_rows(begin, end) writes pooled rows [begin, end) (contiguous: row = plane * OH + oh; channels-last:
-// n * OH + oh), called inside the first pass (its rows still in cache).
-template <typename T, typename PoolRows>
-void batch_statistics(const PoolNormShape& s, const PoolRows& pool_rows, const T* __restrict pooled, Channels& stats,
-                      double eps) {
-  using M = at::opmath_type<T>;
-  const int64_t C = s.channels, OH = s.pooled_height, OW = s.pooled_width, area = OH * OW;
-  const int64_t px = s.channels_last ? OW : 0;  // pixels per channels-last row
-  const std::vector<double> sums = channel_sums<1, M>(
-      s,
-      [&](int64_t p, int64_t) {
-        pool_rows(p * OH, (p + 1) * OH);
-        const T* __restrict y = pooled + p * area;
-        return std::array<double, 1>{lane_sum<M>(area, [&](int64_t i) { return M(y[i]); })};
-      },
-      [&](int64_t r, M* sum) {
-        pool_rows(r, r + 1);
-        run_row_pass<T>(RowPass::kSum, Row<T>{.y = pooled + r * OW * C, .sum = sum, .px = px, .C = C});
-      });
-  const double count = static_cast<double>(s.count());
-  std::vector<M> mean(C);
-  stats.mean.resize(C);
-  for (int64_t c = 0; c < C; ++c) stats.mean[c] = sums[c] / count, mean[c] = static_cast<M>(stats.mean[c]);
-  const std::vector<double> squares = channel_sums<1, M>(
-      s,
-      [&](int64_t p, int64_t c) {
-        const T* __restrict y = pooled + p * area;
-        const M m = mean[c];
-        return std::array<double, 1>{lane_sum<M>(area, [&](int64_t i) {
-          const M d = M(y[i]) - m;
-          return d * d;
-        })};
-      },
-      [&](int64_t r, M* sum) {
-        run_row_pass<T>(RowPass::kSquares,
-                        Row<T>{.y = pooled + r * OW * C, .a = mean.data(), .sum = sum, .px = px, .C = C});
-      });
-  stats.var.resize(C);
-  stats.invstd.resize(C);
-  for (int64_t c = 0; c < C; ++c) {
-    stats.var[c] = squares[c] / count;
-    stats.invstd[c] = 1.0 / std::sqrt(stats.var[c] + eps);
-  }
-}
-
-// The per-channel scale and shift of the normalisation: weight * invstd and bias - mean * scale, in M.
-template <typename M>
-void norm_scale_shift(const std::vector<double>& gamma, const std::vector<double>& beta, const Channels& stats,
-                      std::vector<M>& scale, std::vector<M>& shift) {
-  const size_t C = gamma.size();
-  scale.resize(C);
-  shift.resize(C);
-  for (size_t c = 0; c < C; ++c) {
-    scale[c] = static_cast<M>(gamma[c]) * static_cast<M>(stats.invstd[c]);
-    shift[c] = static_cast<M>(beta[c]) - static_cast<M>(stats.mean[c]) * scale[c];
-  }
-}
-
-// The forward's batch norm and ReLU of the pooled tensor (shape s), its rows written by pool_rows (as
-// batch_statistics'): training computes the batch statistics into stats, evaluation uses the running statistics
-// in stats. A residual (the pooled tensor's shape and layout; nullptr: none) is added to the batch norm's output
-// before the ReLU.
+// The forward's batch norm and ReLU of the pooled tensor (shape s: pooled rows of OW values, or OW x C values
+// channels-last). pool_rows(begin, end) writes pooled rows [begin, end) (contiguous: row = plane * OH + oh;
+// channels-last: n * OH + oh); training calls it inside the first statistics pass (its rows still in cache) and
+// fills stats, evaluation uses the running statistics in stats.
 template <typename T, typename PoolRows>
 void normalize_pooled(const PoolNormShape& s, const PoolRows& pool_rows, const T* __restrict pooled,
                       T* __restrict out, bool training, const std::vector<double>& gamma,
-                      const std::vector<double>& beta, Channels& stats, double eps,
-                      const T* __restrict residual = nullptr) {
+                      const std::vector<double>& beta, Channels& stats, double eps) {
   using M = at::opmath_type<T>;
-  const int64_t C = s.channels, OH = s.pooled_height, OW = s.pooled_width;
+  const int64_t C = s.channels, OH = s.pooled_height, OW = s.pooled_width, area = OH * OW;
   const int64_t rows = s.channels_last ? s.batch * OH : s.batch * C * OH;
   const int64_t row_size = s.channels_last ? OW * C : OW;
   const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, row_size));
+  const int64_t px = s.channels_last ? OW : 0;  // pixels per channels-last row
   if (training) {
-    batch_statistics<T>(s, pool_rows, pooled, stats, eps);
+    const std::vector<double> sums = channel_sums<1, M>(
+        s,
+        [&](int64_t p, int64_t) {
+          pool_rows(p * OH, (p + 1) * OH);
+          const T* __restrict y = pooled + p * area;
+          return std::array<double, 1>{lane_sum<M>(area, [&](int64_t i) { return M(y[i]); })};
+        },
+        [&](int64_t r, M* sum) {
+          pool_rows(r, r + 1);
+          run_row_pass<T>(RowPass::kSum, Row<T>{.y = pooled + r * OW * C, .sum = sum, .px = px, .C = C});
+        });
+    const double count = static_cast<double>(s.count());
+    std::vector<M> mean(C);
+    stats.mean.resize(C);
+    for (int64_t c = 0; c < C; ++c) stats.mean[c] = sums[c] / count, mean[c] = static_cast<M>(stats.mean[c]);
+    const std::vector<double> squares = channel_sums<1, M>(
+        s,
+        [&](int64_t p, int64_t c) {
+          const T* __restrict y = pooled + p * area;
+          const M m = mean[c];
+          return std::array<double, 1>{lane_sum<M>(area, [&](int64_t i) {
+            const M d = M(y[i]) - m;
+            return d * d;
+          })};
+        },
+        [&](int64_t r, M* sum) {
+          run_row_pass<T>(RowPass::kSquares,
+                          Row<T>{.y = pooled + r * OW * C, .a = mean.data(), .sum = sum, .px = px, .C = C});
+        });
+    stats.var.resize(C);
+    stats.invstd.resize(C);
+    for (int64_t c = 0; c < C; ++c) {
+      stats.var[c] = squares[c] / count;
+      stats.invstd[c] = 1.0 / std::sqrt(stats.var[c] + eps);
+    }
   } else {
     at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) { pool_rows(begin, end); });
   }
-  std::vector<M> scale, shift;
-  norm_scale_shift<M>(gamma, beta, stats, scale, shift);
+  std::vector<M> scale(C), shift(C);
+  for (int64_t c = 0; c < C; ++c) {
+    scale[c] = static_cast<M>(gamma[c]) * static_cast<M>(stats.invstd[c]);
+    shift[c] = static_cast<M>(beta[c]) - static_cast<M>(stats.mean[c]) * scale[c];
+  }
   at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const T* __restrict y = pooled + r * row_size;
-      const T* __restrict res = residual == nullptr ? nullptr : residual + r * row_size;
       T* __restrict o = out + r * row_size;
       if (!s.channels_last) {
         const int64_t c = (r / OH) % C;
         const M sc = scale[c], sh = shift[c];
-        if (res == nullptr) {
-          for (int64_t i = 0; i < OW; ++i) o[i] = static_cast<T>(norm_relu<M>(M(y[i]), sc, sh));
-        } else {
-          for (int64_t i = 0; i < OW; ++i) o[i] = static_cast<T>(norm_add_relu<T, M>(M(y[i]), sc, sh, M(res[i])));
-        }
+        for (int64_t i = 0; i < OW; ++i) o[i] = static_cast<T>(norm_relu<M>(M(y[i]), sc, sh));
       } else {
-        run_row_pass<T>(res == nullptr ? RowPass::kNormRelu : RowPass::kNormAddRelu,
-                        Row<T>{.y = y, .r = res, .a = scale.data(), .b = shift.data(), .out = o, .px = OW, .C = C});
+        run_row_pass<T>(RowPass::kNormRelu,
+                        Row<T>{.y = y, .a = scale.data(), .b = shift.data(), .out = o, .px = OW, .C = C});
       }
     }
   });
@@ -359,30 +307,6 @@ struct GradCoefficients {
   std::vector<double> grad_weight, grad_bias;
 };
 
-// From the per-channel sums of the masked gradients (sums[c]) and of their products with the deviations from the mean
-// (sums[C + c]) over `count` values a channel.
-template <typename M>
-GradCoefficients<M> coefficients_from_sums(const std::vector<double>& sums, double count, bool training,
-                                           const std::vector<double>& gamma, const Channels& stats) {
-  const int64_t C = static_cast<int64_t>(gamma.size());
-  GradCoefficients<M> co;
-  co.mean.resize(C);
-  for (int64_t c = 0; c < C; ++c) co.mean[c] = static_cast<M>(stats.mean[c]);
-  co.grad_bias.assign(sums.begin(), sums.begin() + C);
-  const double* sum_gx = sums.data() + C;
-  co.grad_weight.resize(C);
-  co.mean_g.resize(C);
-  co.k.resize(C);
-  co.gain.resize(C);
-  for (int64_t c = 0; c < C; ++c) {
-    co.grad_weight[c] = sum_gx[c] * stats.invstd[c];
-    co.mean_g[c] = training ? static_cast<M>(co.grad_bias[c] / count) : M(0);
-    co.k[c] = training ? static_cast<M>(sum_gx[c] * stats.invstd[c] * stats.invstd[c] / count) : M(0);
-    co.gain[c] = static_cast<M>(gamma[c] * stats.invstd[c]);
-  }
-  return co;
-}
-
 // From the gradient reaching out, and out and the pooled values the forward wrote (shape s).
 template <typename T>
 GradCoefficients<at::opmath_type<T>> grad_coefficients(const PoolNormShape& s, const T* __restrict grad,
@@ -392,14 +316,15 @@ GradCoefficients<at::opmath_type<T>> grad_coefficients(const PoolNormShape& s, c
   using M = at::opmath_type<T>;
   const int64_t C = s.channels, OW = s.pooled_width, area = s.pooled_height * OW;
   const int64_t px = s.channels_last ? OW : 0;
-  std::vector<M> mean(C);
-  for (int64_t c = 0; c < C; ++c) mean[c] = static_cast<M>(stats.mean[c]);
+  GradCoefficients<M> co;
+  co.mean.resize(C);
+  for (int64_t c = 0; c < C; ++c) co.mean[c] = static_cast<M>(stats.mean[c]);
   // the masked gradients' sums (grad_bias) and their sums times the deviations, in one pass over the three tensors
   const std::vector<double> sums = channel_sums<2, M>(
       s,
       [&](int64_t p, int64_t c) {
         const T *__restrict g = grad + p * area, *__restrict o = out + p * area, *__restrict y = pooled + p * area;
-        const M m = mean[c];
+        const M m = co.mean[c];
         return std::array<double, 2>{
             lane_sum<M>(area, [&](int64_t i) { return masked(M(g[i]), M(o[i])); }),
             lane_sum<M>(area, [&](int64_t i) { return masked(M(g[i]), M(o[i])) * (M(y[i]) - m); })};
@@ -407,9 +332,22 @@ GradCoefficients<at::opmath_type<T>> grad_coefficients(const PoolNormShape& s, c
       [&](int64_t r, M* sum) {
         const int64_t at = r * OW * C;
         run_row_pass<T>(RowPass::kGradientSums, Row<T>{.y = pooled + at, .g = grad + at, .o = out + at,
-                                                       .a = mean.data(), .sum = sum, .px = px, .C = C});
+                                                       .a = co.mean.data(), .sum = sum, .px = px, .C = C});
       });
-  return coefficients_from_sums<M>(sums, static_cast<double>(s.count()), training, gamma, stats);
+  co.grad_bias.assign(sums.begin(), sums.begin() + C);
+  const double* sum_gx = sums.data() + C;
+  co.grad_weight.resize(C);
+  co.mean_g.resize(C);
+  co.k.resize(C);
+  co.gain.resize(C);
+  const double count = static_cast<double>(s.count());
+  for (int64_t c = 0; c < C; ++c) {
+    co.grad_weight[c] = sum_gx[c] * stats.invstd[c];
+    co.mean_g[c] = training ? static_cast<M>(co.grad_bias[c] / count) : M(0);
+    co.k[c] = training ? static_cast<M>(sum_gx[c] * stats.invstd[c] * stats.invstd[c] / count) : M(0);
+    co.gain[c] = static_cast<M>(gamma[c] * stats.invstd[c]);
+  }
+  return co;
 }
 
 // The gradients of one channels-last pooled row's values (OW pixels of C channels), each rounded to T, into

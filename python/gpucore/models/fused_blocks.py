@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..ops import CONV_POOL_NORM_DEVICES, NORM_RELU_DEVICES, NORM_RELU_POOL_DEVICES, POOL_NORM_DEVICES
+from ..ops import CONV_POOL_NORM_DEVICES, POOL_NORM_DEVICES
 
 
 def traced(x) -> bool:
@@ -17,17 +17,6 @@ def traced(x) -> bool:
     torch layers, never the fused forms."""
     return (isinstance(x, torch.fx.Proxy) or torch.jit.is_scripting() or torch.onnx.is_in_onnx_export()
             or torch.compiler.is_exporting())
-
-
-def hooked(*modules: nn.Module) -> bool:
-    """Whether calling any of these modules runs a hook (its own or a global one): a layer run inside a fused op
-    would not run its hooks."""
-    if any(getattr(torch.nn.modules.module, name, None) for name in (
-            "_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
-            "_global_backward_pre_hooks")):
-        return True
-    return any(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
-               for m in modules)
 
 
 def pool_norm_fusable(norm: nn.BatchNorm2d, x) -> bool:
@@ -43,53 +32,6 @@ def pool_norm_fusable(norm: nn.BatchNorm2d, x) -> bool:
 def pool_norm_relu(norm: nn.BatchNorm2d, x):
     """MaxPool2d(2), then `norm`, then ReLU as one op; the caller checks pool_norm_fusable(norm, x) first."""
     out, _pooled, _mean, _invstd, running_mean, running_var = torch.ops.gpucore.maxpool_bn_relu(
-        x, norm.weight, norm.bias, norm.running_mean, norm.running_var, norm.training, _running_factor(norm),
-        norm.eps)
-    _keep_running(norm, running_mean, running_var)
-    return out
-
-
-def norm_relu_fusable(norm: nn.BatchNorm2d, x, residual=None) -> bool:
-    """Whether norm_relu(norm, x, residual) gives ReLU(norm(x) + residual) (residual None: ReLU(norm(x))): as
-    pool_norm_fusable, on a device with bn_add_relu's kernel, the residual (if any) a tensor of x's size and dtype."""
-    if traced(x) or traced(residual):
-        return False
-    return (isinstance(norm, nn.BatchNorm2d) and norm.affine and norm.track_running_stats and x.dim() == 4
-            and x.dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64)
-            and norm.weight.dtype in (x.dtype, torch.float32) and x.device.type in NORM_RELU_DEVICES
-            and (residual is None or (isinstance(residual, torch.Tensor) and residual.shape == x.shape
-                                      and residual.dtype == x.dtype and residual.device == x.device)))
-
-
-def norm_relu(norm: nn.BatchNorm2d, x, residual=None):
-    """ReLU(norm(x) + residual) (or ReLU(norm(x))) as one op; the caller checks norm_relu_fusable first."""
-    out, _mean, _invstd, running_mean, running_var = torch.ops.gpucore.bn_add_relu(
-        x, residual, norm.weight, norm.bias, norm.running_mean, norm.running_var, norm.training,
-        _running_factor(norm), norm.eps)
-    _keep_running(norm, running_mean, running_var)
-    return out
-
-
-def stem_pool(module: nn.Module) -> bool:
-    """Whether `module` is a ResNet stem's max-pool, the one norm_relu_pool computes: MaxPool2d(3, stride 2,
-    padding 1), no dilation, ceil_mode or indices."""
-    def pair(value):
-        return tuple(value) if isinstance(value, (tuple, list)) else (value, value)
-
-    return (type(module) is nn.MaxPool2d and pair(module.kernel_size) == (3, 3) and pair(module.stride) == (2, 2)
-            and pair(module.padding) == (1, 1) and pair(module.dilation) == (1, 1) and not module.ceil_mode
-            and not module.return_indices)
-
-
-def norm_relu_pool_fusable(norm: nn.BatchNorm2d, x) -> bool:
-    """Whether norm_relu_pool(norm, x) gives MaxPool2d(3, 2, 1)(ReLU(norm(x))): as norm_relu_fusable, on a device
-    with bn_relu_maxpool's kernel."""
-    return norm_relu_fusable(norm, x) and x.device.type in NORM_RELU_POOL_DEVICES
-
-
-def norm_relu_pool(norm: nn.BatchNorm2d, x):
-    """MaxPool2d(3, 2, 1)(ReLU(norm(x))) as one op (channels-last out); the caller checks norm_relu_pool_fusable."""
-    out, _window, _mean, _invstd, running_mean, running_var = torch.ops.gpucore.bn_relu_maxpool(
         x, norm.weight, norm.bias, norm.running_mean, norm.running_var, norm.training, _running_factor(norm),
         norm.eps)
     _keep_running(norm, running_mean, running_var)

@@ -13,13 +13,14 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
+from torch.nn.modules import module as torch_module
 
 from ..errors import ConfigError
 from ..redact import holds_mask, masked_value_message
 from ..values import is_int
 from . import segmentation_models
 from .downloads import refuse_downloads
-from .fused_blocks import conv_fusable, conv_pool_norm_relu, hooked, pool_norm_fusable, pool_norm_relu, traced
+from .fused_blocks import conv_fusable, conv_pool_norm_relu, pool_norm_fusable, pool_norm_relu, traced
 from .torchvision_build import mismatch_message
 
 
@@ -105,7 +106,7 @@ class FastCNN(nn.Module):
 
     def forward(self, x):
         features = self.features
-        if not self.fused or hooked(features):
+        if not self.fused or _hooked(features):
             return self.classifier(features(x))
         layers, index = list(features), 0
         while index < len(layers):
@@ -123,7 +124,7 @@ class FastCNN(nn.Module):
         flattening it would copy it into torch's order (and its gradient back): the same values up to float
         rounding. Hooks on the classifier, other sizes and traced() forwards run the torch layers."""
         pool, flatten, linear = self.classifier
-        if traced(x) or x.shape[-2:] != (3, 3) or hooked(self.classifier, pool, flatten, linear):
+        if traced(x) or x.shape[-2:] != (3, 3) or _hooked(self.classifier, pool, flatten, linear):
             return self.classifier(x)
         if x.is_contiguous() or not x.is_contiguous(memory_format=torch.channels_last):
             return linear(flatten(x))
@@ -135,12 +136,23 @@ def _pooled_block(conv, pool, norm, relu, x):
     """FastCNN's conv -> max-pool -> BatchNorm -> ReLU block in as few ops as its hooks and `x` allow: all four as
     one (fused_blocks.conv_pool_norm_relu, the first block's), the last three as one, else layer by layer (a layer
     inside a fused op would not run its hooks, and a hook must see that layer's own output)."""
-    if not hooked(conv, pool, norm, relu) and conv_fusable(conv, norm, x):
+    if not _hooked(conv, pool, norm, relu) and conv_fusable(conv, norm, x):
         return conv_pool_norm_relu(conv, norm, x)
     x = conv(x)
-    if not hooked(pool, norm, relu) and pool_norm_fusable(norm, x):
+    if not _hooked(pool, norm, relu) and pool_norm_fusable(norm, x):
         return pool_norm_relu(norm, x)
     return relu(norm(pool(x)))
+
+
+def _hooked(*modules: nn.Module) -> bool:
+    """Whether calling any of these modules runs a hook (its own or a global one): a layer run inside a fused op
+    would not run its hooks."""
+    if any(getattr(torch_module, name, None) for name in (
+            "_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+            "_global_backward_pre_hooks")):
+        return True
+    return any(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
+               for m in modules)
 
 
 BUILTIN = {"fashion_mnist_cnn": FashionMnistCNN, "fast_cnn": FastCNN, "captcha_cnn": CaptchaCNN}

@@ -32,7 +32,6 @@ from .progress import EpochProgress, print_epoch
 from .run_setup import Run
 from .run_stats import RunStats
 from .step_checkpoints import StepCheckpoints
-from .fused_norms import FusedNorms
 from .trainer import Trainer
 from .validation_loop import ValidationLoop
 
@@ -58,7 +57,6 @@ def fit_loop(run: Run, callbacks: Sequence[Any] = ()) -> "FitLoop":
         wrapped = None if run.forward is run.module else "the model is wrapped for DDP or torch.compile"
         freeze = FreezeBackbone(run.module, config.freeze_epochs, run.policy.autocast_dtype, wrapped)
         built_in.append(freeze)
-    fused_norms = FusedNorms(config.fused_norms, run.module, run.forward, run.device)
     trainer = Trainer(run, position, history, outcome)
     callback_list = CallbackList([*built_in, *make_loggers(run), *callbacks], trainer)
     checkpointing = Checkpointing(run, position, history, callback_list, monitor, outcome)
@@ -67,10 +65,9 @@ def fit_loop(run: Run, callbacks: Sequence[Any] = ()) -> "FitLoop":
     callback_list.append(checkpoints)
     step_checkpoints = StepCheckpoints(run.run_dir.checkpoint_dir, config.checkpoint_every_n_steps,
                                        config.checkpoint_every_minutes, run.world.is_main)
-    run_stats = RunStats(run, position, history, outcome, checkpoints, step_checkpoints, freeze, fused_norms)
+    run_stats = RunStats(run, position, history, outcome, checkpoints, step_checkpoints, freeze)
     return FitLoop(run, position=position, history=history, outcome=outcome, metric_modes=metric_modes,
                    callbacks=callback_list, checkpointing=checkpointing, checkpoints=checkpoints, freeze=freeze,
-                   fused_norms=fused_norms,
                    validation=ValidationLoop(run), oom=OomRetry(run, outcome), run_stats=run_stats,
                    step_checkpoints=step_checkpoints)
 
@@ -84,13 +81,11 @@ class FitLoop:
 
     def __init__(self, run: Run, *, position: RunPosition, history: List[dict], outcome: FitOutcome,
                  metric_modes: dict, callbacks: CallbackList, checkpointing: Checkpointing,
-                 checkpoints: ModelCheckpoint, freeze: Optional[FreezeBackbone], fused_norms: FusedNorms,
-                 validation: ValidationLoop,
+                 checkpoints: ModelCheckpoint, freeze: Optional[FreezeBackbone], validation: ValidationLoop,
                  oom: OomRetry, run_stats: RunStats, step_checkpoints: StepCheckpoints):
         self.run, self.position, self.history, self.outcome = run, position, history, outcome
         self.metric_modes = metric_modes
         self.callbacks, self.checkpointing, self.checkpoints, self.freeze = callbacks, checkpointing, checkpoints, freeze
-        self.fused_norms = fused_norms
         self.validation, self.oom, self.run_stats, self.step_checkpoints = validation, oom, run_stats, step_checkpoints
         self.step_boundaries = StepBoundaries()  # where SIGTERM and SIGUSR1 are raised
         # cuda_graphs: why the engine steps eagerly, as last said (setup warned of the reason it started with)
@@ -159,10 +154,8 @@ class FitLoop:
                                      config.log_every_n_steps)
             run.module.train()
             self.callbacks.call("on_epoch_start", position.epoch + 1)  # after train(): frozen norms go back to eval
-            # The frozen epochs' folded forward, which FreezeBackbone built in on_epoch_start; else the fused norms'
-            # forward (fused_norms), else the model's.
-            forward = self.fused_norms.epoch_forward(run.forward)
-            self.train_forward = self.freeze.epoch_forward(forward) if self.freeze is not None else forward
+            # The frozen epochs' folded forward, which FreezeBackbone built in on_epoch_start; else the model's.
+            self.train_forward = self.freeze.epoch_forward(run.forward) if self.freeze is not None else run.forward
             if run.device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(run.device)
             stats = self._train_pass(progress)

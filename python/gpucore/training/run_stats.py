@@ -10,7 +10,6 @@ from .callbacks import BestEpoch, FreezeBackbone
 from .ema import monitored_weights
 from .engine_config import scaled_lr
 from .fit_outcome import FitOutcome
-from .fused_norms import FusedNorms
 from .position import RunPosition
 from .step_checkpoints import StepCheckpoints
 
@@ -23,10 +22,9 @@ class RunStats:
     short, which has no metrics.jsonl row)."""
 
     def __init__(self, run, position: RunPosition, history: List[dict], outcome: FitOutcome, best: BestEpoch,
-                 step_checkpoints: StepCheckpoints, freeze: Optional[FreezeBackbone], fused_norms: FusedNorms):
+                 step_checkpoints: StepCheckpoints, freeze: Optional[FreezeBackbone]):
         self.run, self.position, self.history, self.outcome = run, position, history, outcome
         self.best_epoch, self.step_checkpoints, self.freeze = best, step_checkpoints, freeze
-        self.fused_norms = fused_norms
         self.setup_seconds: Optional[float] = None
         self.interrupted_epoch_seconds = 0.0
 
@@ -49,7 +47,6 @@ class RunStats:
                     host_syncs=sum(syncs.values()), host_syncs_by_source=syncs,
                     cuda_graphs=self.graph_stats(), process_settings=process_settings(), seconds=self.seconds(),
                     **({"frozen_layers": self.freeze.frozen_layers()} if self.freeze is not None else {}),
-                    fused_norms=self.fused_norms.summary(),
                     skipped_files=self.skipped_files())
 
     def batching_facts(self) -> dict:
