@@ -53,10 +53,10 @@ class TrainResult:
         host_syncs: every host read of device values during the run, each a point where the host waits for the
             device: the running metrics with the step counters (one per log interval and per epoch end), one per
             validation pass (two with an EMA), one per checkpoint's copy to the host (all of an epoch's files share
-            one), the step counters read on resume and after an interrupt, and with on_oom: reduce_batch or several
-            processes one per epoch more. host_syncs_by_source says which.
+            one), the step counters read on resume and after an interrupt, and with on_oom: reduce_batch one per
+            epoch more. host_syncs_by_source says which.
         host_syncs_by_source: host_syncs by what read: metrics, evaluation, checkpoint, counters, oom_snapshot,
-            distributed_metrics, frozen_layers_check.
+            frozen_layers_check.
         model: the trained model.
         skipped_files: unreadable image files left out (data_kwargs on_error: skip).
         model_ema: the weights' moving average after the last step (config key ema_decay), None without one.

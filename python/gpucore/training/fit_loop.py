@@ -257,8 +257,8 @@ class FitLoop:
         record = {"epoch": position.epoch + 1}
         train_metrics = {k: v for k, v in stats["metrics"].items() if k not in _COUNTERS}
         if run.world.size > 1:
+            # through the process group's store: the host waits for the other ranks, reads nothing of the device
             train_metrics = distributed.average_metrics(train_metrics, stats["samples"])
-            run.engine.note_host_read("distributed_metrics")
         record.update({f"train_{k}": v for k, v in train_metrics.items()})
         # Only when top_k was changed: the default (5) quietly stays off for models of few classes.
         if (position.epoch == position.start_epoch and run.task.reports_top_k
