@@ -69,7 +69,8 @@ c10::Device with_index(const c10::Device& device) {
 
 FileBatches::FileBatches(std::vector<std::string> paths, const at::Tensor& targets, int64_t batch_size, bool shuffle,
                          bool drop_last, uint64_t seed, const at::Device& device, AugmentConfig augment,
-                         FileBatchesConfig config, std::vector<std::string> mask_paths, std::vector<at::Tensor> images)
+                         FileBatchesConfig config, std::vector<std::string> mask_paths, std::vector<at::Tensor> images,
+                         const at::Tensor& mask_table)
     : EpochBatches(static_cast<int64_t>(paths.size()), targets, batch_size, shuffle, drop_last, seed,
                    with_index(device), std::move(augment), "image files"),
       paths_(std::move(paths)), mask_paths_(std::move(mask_paths)), images_(std::move(images)), config_(config) {
@@ -79,6 +80,10 @@ FileBatches::FileBatches(std::vector<std::string> paths, const at::Tensor& targe
                       std::to_string(mask_paths_.size()) + " masks");
   }
   if (mask_paths_.empty() && !targets.defined()) throw ConfigError("image files: the targets tensor is missing");
+  if (!mask_paths_.empty()) {
+    check_mask_table(mask_table);
+    mask_table_ = mask_table.to(device_);
+  }
   check_image_request(image_options(), config_.height, config_.width);
   if (config_.threads < 1) throw ConfigError("threads must be >= 1, got " + std::to_string(config_.threads));
   ranges::kPrefetch.require("prefetch", config_.prefetch);
@@ -329,11 +334,11 @@ bool FileBatches::next(at::Tensor& inputs, at::Tensor& targets) {
     }
     slot.copied->block(training);
     finish_batch(on_device.permute({0, 3, 1, 2}), index, inputs, targets,
-                 masks.defined() ? mask_classes(masks_on_device) : at::Tensor());
+                 masks.defined() ? mask_classes(masks_on_device, mask_table_) : at::Tensor());
     slot.consumed->record(training);
   } else {
     finish_batch(images.permute({0, 3, 1, 2}), index, inputs, targets,
-                 masks.defined() ? mask_classes(masks) : at::Tensor());
+                 masks.defined() ? mask_classes(masks, mask_table_) : at::Tensor());
   }
   ++position_;
   return true;

@@ -1014,9 +1014,17 @@ void set_max_image_pixels(int64_t pixels) {
 
 int64_t max_image_pixels() { return max_pixels.load(); }
 
-at::Tensor mask_classes(const at::Tensor& masks) {
-  const at::Tensor classes = masks.to(at::kLong);
-  return at::where(masks.eq(255), 1, classes);
+void check_mask_table(const at::Tensor& table) {
+  if (!table.defined() || table.dim() != 1 || table.size(0) != 256 || table.scalar_type() != at::kLong) {
+    throw ConfigError("a mask table must be 256 int64 class ids (one per uint8 mask value), got " +
+                      (table.defined() ? c10::str(table.scalar_type(), table.sizes()) : std::string("none")));
+  }
+}
+
+at::Tensor mask_classes(const at::Tensor& masks, const at::Tensor& table) {
+  if (masks.scalar_type() != at::kByte) throw ConfigError("masks must be uint8, got " + c10::str(masks.scalar_type()));
+  check_mask_table(table);
+  return table.to(masks.device()).index_select(0, masks.reshape(-1).to(at::kLong)).view(masks.sizes());
 }
 
 }  // namespace gpucore

@@ -158,15 +158,18 @@ void def_batches(py::module_& m) {
       .def(py::init([](std::vector<std::string> paths, const std::optional<at::Tensor>& targets, int64_t batch_size,
                        bool shuffle, bool drop_last, uint64_t seed, const at::Device& device,
                        const AugmentConfig& augment, const FileBatchesConfig& config,
-                       std::vector<std::string> mask_paths, std::vector<at::Tensor> images) {
+                       std::vector<std::string> mask_paths, std::vector<at::Tensor> images,
+                       const std::optional<at::Tensor>& mask_table) {
              py::gil_scoped_release release;
              return std::make_unique<FileBatches>(std::move(paths), targets.value_or(at::Tensor()), batch_size,
                                                   shuffle, drop_last, seed, device, augment, config,
-                                                  std::move(mask_paths), std::move(images));
+                                                  std::move(mask_paths), std::move(images),
+                                                  mask_table.value_or(at::Tensor()));
            }),
            py::arg("paths"), py::arg("targets"), py::arg("batch_size"), py::arg("shuffle"), py::arg("drop_last"),
            py::arg("seed"), py::arg("device"), py::arg("augment"), py::arg("config"),
-           py::arg("mask_paths") = std::vector<std::string>{}, py::arg("images") = std::vector<at::Tensor>{})
+           py::arg("mask_paths") = std::vector<std::string>{}, py::arg("images") = std::vector<at::Tensor>{},
+           py::arg("mask_table") = std::nullopt)
       .def("skipped", &FileBatches::skipped)
       .def_property_readonly("height", &FileBatches::height)
       .def_property_readonly("width", &FileBatches::width)

@@ -78,7 +78,7 @@ void def_readers(py::module_& m) {
       py::arg("least") = std::array<int64_t, 2>{0, 0}, py::arg("decode") = "exact",
       py::call_guard<py::gil_scoped_release>());
   m.def("mixed_sizes_hint", &mixed_sizes_hint);
-  m.def("mask_classes", &mask_classes, py::arg("masks"));
+  m.def("mask_classes", &mask_classes, py::arg("masks"), py::arg("table"));
   m.def("missing_reader_message", &missing_reader_message, py::arg("format"));
   m.def("set_max_image_pixels", &set_max_image_pixels, py::arg("pixels"));
   m.def("max_image_pixels", &max_image_pixels);

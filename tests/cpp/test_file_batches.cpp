@@ -140,13 +140,24 @@ TEST(FileBatches, MasksReadAsPaletteIndicesAndColourMasksAreRefused) {
   const at::Tensor ids = at::randint(0, 3, {4, 6, 7}, at::kByte);
   std::vector<std::string> masks;
   for (int64_t i = 0; i < 4; ++i) masks.push_back(write_mask("palette" + std::to_string(i) + ".png", ids[i], false));
-  FileBatches palette(paths, at::Tensor(), 4, false, false, 0, at::kCPU, AugmentConfig{}, FileBatchesConfig{}, masks);
+  const at::Tensor identity = at::arange(256, at::kLong);
+  FileBatches palette(paths, at::Tensor(), 4, false, false, 0, at::kCPU, AugmentConfig{}, FileBatchesConfig{}, masks,
+                      {}, identity);
   at::Tensor inputs, targets;
   ASSERT_TRUE(palette.next(inputs, targets));
   EXPECT_TRUE(at::equal(targets, ids.to(at::kLong)));  // indices, not the colours' luminance (0, 38, 75)
+  // The table maps each value: here class 2 read as void (255), as the data set's mask table would for its values.
+  FileBatches remapped(paths, at::Tensor(), 4, false, false, 0, at::kCPU, AugmentConfig{}, FileBatchesConfig{},
+                       masks, {}, identity.index_fill(0, at::tensor({2}, at::kLong), 255));
+  ASSERT_TRUE(remapped.next(inputs, targets));
+  EXPECT_TRUE(at::equal(targets, at::where(ids == 2, 255, ids.to(at::kLong))));
+  EXPECT_THROW(FileBatches(paths, at::Tensor(), 4, false, false, 0, at::kCPU, AugmentConfig{}, FileBatchesConfig{},
+                           masks),
+               ConfigError);  // masks without their table
 
   masks[2] = write_mask("colour2.png", ids[2], true);
-  FileBatches colour(paths, at::Tensor(), 4, false, false, 0, at::kCPU, AugmentConfig{}, FileBatchesConfig{}, masks);
+  FileBatches colour(paths, at::Tensor(), 4, false, false, 0, at::kCPU, AugmentConfig{}, FileBatchesConfig{}, masks,
+                     {}, identity);
   try {
     colour.next(inputs, targets);
     FAIL() << "a colour mask was read as class ids";

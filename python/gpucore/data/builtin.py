@@ -343,7 +343,8 @@ def _image_folder(root: str, kwargs: dict, classes: Optional[List[str]] = None,
             return readers.read_segmentation(*pair, **kwargs)
         return readers.read_image_folder(root, **kwargs, classes=classes, classes_from=classes_from)
     except TypeError as exc:
-        reader = ("segmentation reader (channels, size, threads, on_error, exif_orientation)" if pair is not None
+        reader = ("segmentation reader (channels, size, threads, on_error, exif_orientation, reduce_zero_label)"
+                  if pair is not None
                   else "image-folder reader (channels, size, threads, on_error, max_resolution, allow_empty, "
                        "exif_orientation, decode)")
         raise ConfigError(f"config key 'data_kwargs' does not fit the {reader} of folder '{root}': {exc}") from exc

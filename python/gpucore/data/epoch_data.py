@@ -47,7 +47,8 @@ def batch_source(plan: DataPlan, *, batch_size: int, shuffle: bool, drop_last: b
         images = data.images_at_own_size() if plan.own_sizes and plan.cache != "none" else []
         segmentation = data.mask_paths is not None  # the masks are read with their images, batch by batch
         return _C.FileBatches(data.paths, None if segmentation else data.targets, batch_size, shuffle, drop_last,
-                              seed, device, transform, config, data.mask_paths or [], images)
+                              seed, device, transform, config, data.mask_paths or [], images,
+                              data.mask_table if segmentation else None)
     inputs, targets = (data.inputs, data.targets) if isinstance(data, ImageFiles) else data
     inputs = as_images(inputs)
     if inputs.dim() != 4:

@@ -25,6 +25,60 @@ DEFAULT_DECODE = "fast"
 _DECODE_MODES = ("fast", "exact")
 # Image format by file extension (its reader is optional at build time).
 _FORMATS = {".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg"}
+# The class id of void (unlabelled) mask pixels: VOC's object borders and Cityscapes trainIds' 255, kept as 255 (and
+# ADE20K's 0 with reduce_zero_label). Config key ignore_index, unset, is this value for mask folders, so that no loss
+# or metric counts them.
+MASK_VOID = 255
+# Masks decoded at once to count their values (mask_value_counts) when the set is streamed: 256 masks of 512 x 512 take
+# 64 MB.
+_MASK_SCAN_CHUNK = 256
+
+
+def mask_table(values: torch.Tensor, reduce_zero_label: bool) -> torch.Tensor:
+    """The one rule by which gpucore reads segmentation masks: each uint8 mask value's class id (int64[256]), for a
+    data set whose masks hold `values` (bool[256]: the values present anywhere in the set; decided per set, never per
+    file, so that a VOC mask that holds only background and border is read as the others are).
+
+    - reduce_zero_label (ADE20K, mmsegmentation's convention): 0 ("other") is void, values 1 to 254 are classes 0
+      to 253, 255 stays void.
+    - Black-and-white masks (0 and 255 the only values in the whole set): 255 is the foreground, class 1.
+    - Otherwise each value is its class (a palette's index, a grey level), and 255 is void (MASK_VOID).
+    """
+    table = torch.arange(256, dtype=torch.int64)
+    if reduce_zero_label:
+        table = torch.where(table == 0, MASK_VOID, table - 1)
+        table[255] = MASK_VOID
+    elif values[255] and not values[1:255].any():
+        table[255] = 1
+    return table
+
+
+def read_masks_alike(*data_sets) -> None:
+    """The segmentation pairs among `data_sets` (a run's training and validation data, ImageFiles or not) read by one
+    mask_table decided from all their masks' values, so that a validation folder is read as its training folder even
+    where its own values alone would decide otherwise (only 0 and 255 in a few VOC masks).
+
+    Raises:
+        ConfigError: the sets disagree about reduce_zero_label.
+    """
+    mask_sets = [data for data in data_sets if isinstance(data, ImageFiles) and data.mask_paths is not None]
+    if len(mask_sets) < 2:
+        return
+    if len({data.reduce_zero_label for data in mask_sets}) > 1:
+        raise ConfigError("segmentation: " + ", ".join(f"'{data.origin}' reduce_zero_label {data.reduce_zero_label}"
+                                                       for data in mask_sets)
+                          + ": a run's masks are read by one convention; give them the same reduce_zero_label")
+    present = torch.stack([data.mask_values().sum(0) > 0 for data in mask_sets]).any(0)
+    table = mask_table(present, mask_sets[0].reduce_zero_label)
+    for data in mask_sets:
+        data.read_masks_as(table)
+
+
+def mask_value_counts(masks: torch.Tensor) -> torch.Tensor:
+    """How many pixels of each value (int64 N x 256) the uint8 masks (N x H x W) hold, one row per mask."""
+    if not len(masks):
+        return torch.zeros(0, 256, dtype=torch.int64)
+    return torch.stack([torch.bincount(mask.reshape(-1).long(), minlength=256) for mask in masks])  # a mask at a time
 
 
 def _require_readers(paths: Sequence[str], origin: str) -> None:
@@ -100,7 +154,8 @@ class ImageFiles(LabeledData):
                  channels: int = 3, size=None, threads: Optional[int] = None, on_error: str = "raise",
                  origin: str = "image files", mask_paths: Optional[Sequence[str]] = None,
                  max_resolution: int = DEFAULT_MAX_RESOLUTION, exif_orientation: bool = True,
-                 root: Optional[str] = None, unread: Sequence[str] = (), decode: str = DEFAULT_DECODE):
+                 root: Optional[str] = None, unread: Sequence[str] = (), decode: str = DEFAULT_DECODE,
+                 reduce_zero_label: bool = False):
         count = len(mask_paths) if mask_paths is not None else (targets.shape[0] if targets is not None else None)
         if count != len(paths) or (mask_paths is None) == (targets is None):
             raise ConfigError(f"{origin}: {len(paths)} image files need as many targets or mask files (one of the "
@@ -115,6 +170,14 @@ class ImageFiles(LabeledData):
             _C.decode_image(jpeg_mask, 1, mask=True)
         if not isinstance(exif_orientation, bool):
             raise ConfigError(f"exif_orientation must be true or false, got {exif_orientation!r}")
+        if not isinstance(reduce_zero_label, bool):
+            raise ConfigError(f"reduce_zero_label must be true or false, got {reduce_zero_label!r}")
+        if reduce_zero_label and mask_paths is None:
+            raise ConfigError(f"{origin}: reduce_zero_label reads segmentation masks; these image files have class "
+                              "labels, not masks")
+        self.reduce_zero_label = reduce_zero_label
+        self._mask_values: Optional[torch.Tensor] = None  # pixels of each value per mask file (mask_value_counts)
+        self._mask_table: Optional[torch.Tensor] = None  # each mask value's class id, for the whole set
         self.exif_orientation = exif_orientation
         if decode not in _DECODE_MODES:
             raise ConfigError(f"decode must be one of {', '.join(_DECODE_MODES)} ('fast': JPEGs decoded at the DCT "
@@ -157,12 +220,72 @@ class ImageFiles(LabeledData):
                                       f"{tuple(images.shape[1:3])} (give a size to resize both)")
                 self.skipped += mask_skipped
                 self.mask_paths = [self.mask_paths[i] for i in both]
-                self._targets, kept = _C.mask_classes(masks[..., 0]), both
+                if self._mask_values is None:
+                    self._mask_values = mask_value_counts(masks[..., 0])
+                else:  # counted by a scan before (a row per file): the pairs kept
+                    self._mask_values = self._mask_values[both]
+                self._targets, kept = _C.mask_classes(masks[..., 0], self.mask_table), both
             else:
                 self._targets = self._targets[kept]
             self.paths = [self.paths[i] for i in kept]
             self._inputs = _images_nchw(images)
         return self._inputs
+
+    def mask_values(self) -> torch.Tensor:
+        """Pixels of each value (int64 N x 256) in each mask file, as decoded for training (resized to `size`):
+        counted from the decoded masks, or, while they are not decoded (streamed sets), by decoding the masks alone,
+        a chunk at a time. An unreadable mask (on_error skip) has a row of zeros."""
+        if self.mask_paths is None:
+            raise ConfigError(f"{self.origin}: these image files have class labels, not masks")
+        if self._mask_values is None:
+            rows = []
+            for start in range(0, len(self.mask_paths), _MASK_SCAN_CHUNK):
+                chunk = self.mask_paths[start:start + _MASK_SCAN_CHUNK]
+                masks, kept, _ = _C.decode_images(chunk, 1, self.threads, self.skip_errors, *self.size,
+                                                  exif_orientation=self.exif_orientation, mask=True)
+                counts = torch.zeros(len(chunk), 256, dtype=torch.int64)
+                counts[list(kept)] = mask_value_counts(masks[..., 0])
+                rows.append(counts)
+            self._mask_values = torch.cat(rows)
+        return self._mask_values
+
+    @property
+    def mask_table(self) -> torch.Tensor:
+        """Each uint8 mask value's class id (int64[256]) for this whole set (mask_table: the one rule)."""
+        if self._mask_table is None:
+            self._mask_table = mask_table(self.mask_values().sum(0) > 0, self.reduce_zero_label)
+        return self._mask_table
+
+    def check_mask_classes(self, classes: int, ignore_index: Optional[int], whose: str) -> None:
+        """ConfigError naming the first mask file (and its value) whose class id, as mask_table reads it, is neither
+        below `classes` (what model `whose` scores) nor ignore_index (None: the loss ignores nothing): torch's loss
+        would fail on it at a step (on CUDA as a device assert), or, worse, the loss and metrics would count it."""
+        present = self.mask_values() > 0
+        read_as = self.mask_table.expand_as(present)
+        wrong = present & (read_as >= classes) & (read_as != (ignore_index if ignore_index is not None else -1))
+        if not wrong.any():
+            return
+        row, value = (int(i) for i in wrong.nonzero()[0])
+        class_id = int(read_as[row, value])
+        how = "" if class_id == value else f" (read as class {class_id})"
+        if ignore_index is None:
+            fix = ("a loss of one output per pixel takes masks of 0 and 1 (or black-and-white 0 and 255); masks of "
+                   "more classes, or with void pixels, train with loss cross_entropy and an output per class")
+        else:
+            fix = (f"give the model {class_id + 1} or more outputs (model_kwargs: {{num_classes: N}}), or set "
+                   f"ignore_index: {class_id} if it marks pixels no loss or metric should count" +
+                   ("" if self.reduce_zero_label else "; masks of ADE20K's convention (0 is 'other', the classes "
+                    "start at 1) read with data_kwargs reduce_zero_label: true"))
+        ignored = f" and ignore_index is {ignore_index}" if ignore_index is not None else ""
+        raise ConfigError(f"mask '{self.mask_paths[row]}' holds value {value}{how}, but {whose} scores classes 0 to "
+                          f"{classes - 1}{ignored}: {fix}")
+
+    def read_masks_as(self, table: torch.Tensor) -> None:
+        """Reads the masks by `table` (another set's mask_table: a validation set is read as its training set),
+        decoding them again where they were decoded by another."""
+        if self._mask_table is not None and torch.equal(self._mask_table, table):
+            return
+        self._mask_table, self._inputs = table, None
 
     @property
     def targets(self) -> torch.Tensor:
@@ -244,7 +367,9 @@ class ImageFiles(LabeledData):
                           threads=self.threads, on_error="skip" if self.skip_errors else "raise", origin=self.origin,
                           mask_paths=masks, max_resolution=self.max_resolution,
                           exif_orientation=self.exif_orientation, root=self.root, unread=self.unread,
-                          decode=self.decode)
+                          decode=self.decode, reduce_zero_label=self.reduce_zero_label)
+        if masks is not None:  # read by the whole set's rule (a split's part has fewer values to decide from)
+            part._mask_values, part._mask_table = self.mask_values()[index], self.mask_table
         if self._inputs is not None:
             part._inputs, part._targets = self._inputs[index], self._targets[index]
         if self._own_size is not None:

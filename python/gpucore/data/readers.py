@@ -370,10 +370,13 @@ def _is_id(token: str) -> bool:
 
 
 def read_segmentation(images: str, masks: str, channels: int = 3, size=None, threads: Optional[int] = None,
-                 on_error: str = "raise", *, exif_orientation: bool = True) -> ImageFiles:
+                 on_error: str = "raise", *, exif_orientation: bool = True,
+                 reduce_zero_label: bool = False) -> ImageFiles:
     """An image folder and a mask folder paired by file name (without extension); decoded on demand, into memory or
-    streamed. Masks are PNGs of class ids, a palette's indices or grey values (white, 255, is class 1), and get the
-    images' geometric transforms; JPEG masks and colour masks whose channels differ are refused.
+    streamed. Masks are PNGs of class ids, a palette's indices or grey values, read by one rule for the whole set
+    (image_files.mask_table): 255 is void (VOC's borders; config key ignore_index, unset, ignores it), except in
+    black-and-white masks (0 and 255 the only values in the set), where it is class 1. They get the images' geometric
+    transforms; JPEG masks and colour masks whose channels differ are refused.
 
     Args:
         images: the images' folder.
@@ -384,6 +387,8 @@ def read_segmentation(images: str, masks: str, channels: int = 3, size=None, thr
         on_error: "raise", or "skip" to leave unreadable pairs out.
         exif_orientation: turn each image and mask upright as its EXIF orientation tag says (default); False: as
             stored.
+        reduce_zero_label: masks of ADE20K's convention: 0 ("other") is void and value v is class v - 1
+            (mmsegmentation's reduce_zero_label).
 
     Returns:
         ImageFiles whose targets are the masks.
@@ -404,4 +409,4 @@ def read_segmentation(images: str, masks: str, channels: int = 3, size=None, thr
     names = sorted(image_files)
     return ImageFiles([image_files[n] for n in names], None, channels=channels, size=size, threads=threads,
                       on_error=on_error, origin=images, mask_paths=[mask_files[n] for n in names],
-                      exif_orientation=exif_orientation)
+                      exif_orientation=exif_orientation, reduce_zero_label=reduce_zero_label)

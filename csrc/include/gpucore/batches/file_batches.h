@@ -57,7 +57,8 @@ class FileBatches : public EpochBatches {
  public:
   FileBatches(std::vector<std::string> paths, const at::Tensor& targets, int64_t batch_size, bool shuffle,
               bool drop_last, uint64_t seed, const at::Device& device, AugmentConfig augment,
-              FileBatchesConfig config, std::vector<std::string> mask_paths = {}, std::vector<at::Tensor> images = {});
+              FileBatchesConfig config, std::vector<std::string> mask_paths = {}, std::vector<at::Tensor> images = {},
+              const at::Tensor& mask_table = {});
   ~FileBatches() override;
   FileBatches(const FileBatches&) = delete;
   FileBatches& operator=(const FileBatches&) = delete;
@@ -101,6 +102,7 @@ class FileBatches : public EpochBatches {
 
   std::vector<std::string> paths_, mask_paths_;
   std::vector<at::Tensor> images_;
+  at::Tensor mask_table_;  // masks: each uint8 value's class id (mask_classes), on the training device
   FileBatchesConfig config_;
   bool per_image_ = false;
   int64_t slot_height_ = 0, slot_width_ = 0;

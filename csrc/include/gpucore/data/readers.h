@@ -131,8 +131,11 @@ constexpr int64_t kDefaultMaxImagePixels = 178956970;
 void set_max_image_pixels(int64_t pixels);
 int64_t max_image_pixels();
 
-// Segmentation masks as decoded (uint8 class ids, any shape) as int64 class ids: the value is the class, except
-// white (255), which is class 1 (black-and-white masks).
-at::Tensor mask_classes(const at::Tensor& masks);
+// Segmentation masks as decoded (uint8 values, any shape) as int64 class ids, through `table` (256 int64 entries:
+// each value's class id, on any device). The table is the data set's reading of its values, decided once for the
+// whole set (gpucore.data.image_files.mask_table: 255 void or black-and-white foreground, reduce_zero_label).
+at::Tensor mask_classes(const at::Tensor& masks, const at::Tensor& table);
+// ConfigError unless `table` is such a table.
+void check_mask_table(const at::Tensor& table);
 
 }  // namespace gpucore
