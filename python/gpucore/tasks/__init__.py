@@ -6,7 +6,7 @@ A new loss or kind of model is one class here, listed in TASKS."""
 from __future__ import annotations
 
 from ..errors import ConfigError
-from .base import Metric, Task
+from .base import TORCH_IGNORE_INDEX, Metric, Task
 from .classification import Classification
 from .multi_label import MultiLabel
 from .segmentation import Segmentation
@@ -15,7 +15,7 @@ from .sequences import CTCSequence, MultiHead, SequenceTask
 TASKS = (Classification, MultiHead, CTCSequence, MultiLabel, Segmentation)  # asked in this order
 
 
-def task_for(loss: str, heads: int = 0, label_smoothing: float = 0.0, ignore_index: int = -100) -> Task:
+def task_for(loss: str, heads: int = 0, label_smoothing: float = 0.0, ignore_index: int = TORCH_IGNORE_INDEX) -> Task:
     """The task that trains with built-in loss `loss` and `heads` heads."""
     for task in TASKS:
         if task.handles(loss, heads):
@@ -29,8 +29,10 @@ def task_for(loss: str, heads: int = 0, label_smoothing: float = 0.0, ignore_ind
 
 
 def task_of(config) -> Task:
-    """The task of a TrainConfig (config keys loss, heads, label_smoothing, ignore_index)."""
-    return task_for(config.loss, config.heads, config.label_smoothing, config.ignore_index)
+    """The task of a TrainConfig (config keys loss, heads, label_smoothing, ignore_index; unset: torch's default, until a
+    run resolves it from its data)."""
+    ignore_index = config.ignore_index if config.ignore_index is not None else TORCH_IGNORE_INDEX
+    return task_for(config.loss, config.heads, config.label_smoothing, ignore_index)
 
 
 __all__ = ["CTCSequence", "Classification", "Metric", "MultiHead", "MultiLabel", "Segmentation", "SequenceTask",

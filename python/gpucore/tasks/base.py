@@ -13,6 +13,9 @@ import torch
 from .. import _C
 from ..errors import ConfigError
 
+# torch's cross_entropy ignore_index: the class id config key ignore_index stands for when unset on data that is not a
+# segmentation folder's masks.
+TORCH_IGNORE_INDEX = -100
 
 @dataclass(frozen=True)
 class Metric:
@@ -39,7 +42,7 @@ class Task:
         """What monitor: auto follows: the first of these the validation reports (then val_loss)."""
         return (self.primary_metric,)
 
-    def __init__(self, loss: str, heads: int = 0, label_smoothing: float = 0.0, ignore_index: int = -100):
+    def __init__(self, loss: str, heads: int = 0, label_smoothing: float = 0.0, ignore_index: int = TORCH_IGNORE_INDEX):
         self.loss, self.heads, self.label_smoothing, self.ignore_index = loss, heads, label_smoothing, ignore_index
         self.class_weights: Optional[List[float]] = None  # one per class, in the loss: with_class_weights
 

@@ -21,7 +21,7 @@ from ..data.builtin import (BUILTIN as BUILTIN_DATA, DATA_VAL_FRACTION, PYTHON_D
                             check_model_segments, class_names, read_data, split)
 from ..data.class_balance import balanced_sampling_weights, class_count, class_labels, resolve_class_weights
 from ..data.epoch_data import EpochData, training_set, validation_set
-from ..data.image_files import ImageFiles
+from ..data.image_files import MASK_VOID, ImageFiles, read_masks_alike
 from ..data.labeled_data import LabeledData
 from ..device.placement import place_model
 from ..data.tensor_inputs import as_images
@@ -30,7 +30,7 @@ from ..device.select import PrecisionPolicy, resolve_precision, select_device
 from ..errors import ConfigError
 from ..models.pretrained import NO_WEIGHTS, LoadReport, load_pretrained, resolve_weights_path
 from ..models.registry import build_model, classifier_head, kwargs_from_data, output_count, python_model_spec
-from ..tasks import Classification, Task, task_of
+from ..tasks import TORCH_IGNORE_INDEX, Classification, Task, task_of
 from . import distributed
 from .ema import ema_tensors, make_ema
 from .engine_config import check_monitor, cuda_graphs_plan, engine_config, param_groups
@@ -135,8 +135,11 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
 
     given = train_data
     train_data, val_data, validation = _training_data(config, train_data, val_data)
+    config = _resolved_ignore_index(config, train_data)
+    task = task_of(config)
     if given is None:
         check_fits_task(config.data, task, train_data, val_data)
+    read_masks_alike(train_data, val_data)
     classes = _classes(config, given, train_data)
     _check_class_count(config, task, classes, given is not None)
     input_shape = _input_shape(train_data, config)
@@ -151,6 +154,7 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
         raise ConfigError(f"train()'s model argument must be a torch.nn.Module, got {type(module).__name__}{named}")
     pretrained = _load_pretrained(module, config, world)
     _check_outputs(module, config, task, classes, model is not None)
+    _check_mask_classes(module, config, task, model is not None, train_data, val_data)
     task, sampling_weights = _class_balance(config, task, train_data, classes, module)
     if given is None:
         check_model_segments(config.data, task, lambda: _classifier_evidence(module, input_shape),
@@ -181,6 +185,36 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
                classes=classes, input_shape=input_shape, from_data=from_data, pretrained=pretrained,
                train_set=train_set, val_set=val_set, steps_per_epoch=steps_per_epoch, channels_last=channels_last,
                engine=engine, graphs_reason=graphs_reason, ema=ema, run_dir=run_dir, group_store=group_store)
+
+
+def _resolved_ignore_index(config, train_data):
+    """Config key ignore_index, unset: MASK_VOID (255) for a segmentation folder's masks, whose void pixels read as it
+    (image_files.mask_table), else torch's -100. The resolved value is what config.json and the checkpoints record, so
+    evaluate and the report ignore what training ignored."""
+    if config.ignore_index is not None:
+        return config
+    masks = isinstance(train_data, ImageFiles) and train_data.mask_paths is not None
+    return dataclasses.replace(config, ignore_index=MASK_VOID if masks else TORCH_IGNORE_INDEX)
+
+
+def _check_mask_classes(module: nn.Module, config, task: Task, given: bool, *data_sets) -> None:
+    """Every mask value of the segmentation pairs among `data_sets` is a class the model scores, or ignore_index
+    (cross_entropy; losses of one output per pixel take 0 and 1): ConfigError naming the file and value before the
+    first step, where torch would fail (a CUDA device assert) or a metric count it. Models whose classifier head gpucore
+    does not find (registry.output_count) are left to the loss."""
+    mask_sets = [data for data in data_sets if isinstance(data, ImageFiles) and data.mask_paths is not None]
+    if not mask_sets:
+        return
+    whose = "the model given to train()" if given else f"model '{config.model}'"
+    if task.loss == "cross_entropy":
+        outputs = output_count(module)
+        if outputs is None:
+            return
+        classes, ignore_index, whose = outputs, task.ignore_index, f"{whose} ({outputs} outputs)"
+    else:
+        classes, ignore_index, whose = 2, None, f"{whose} (loss {task.loss})"
+    for data in mask_sets:
+        data.check_mask_classes(classes, ignore_index, whose)
 
 
 def _user_loss(config, task: Task, loss: Optional[Callable]) -> Optional[UserLoss]:
