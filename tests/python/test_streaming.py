@@ -318,7 +318,7 @@ def test_training_reports_skipped_files(tmp_path, cache):
 
 
 def segmentation_folders(root, count=10, size=(9, 11)):
-    """Images whose grey value is 100 x the mask's class (0..2, white 255 for class 1 in every third mask)."""
+    """Images whose grey value is 100 x the mask's class (0..2); every third mask marks class 1's pixels void (255)."""
     generator = torch.Generator().manual_seed(4)
     (root / "images").mkdir(parents=True)
     (root / "masks").mkdir()
@@ -336,13 +336,16 @@ def test_segmentation_pairs_stream_like_they_load_and_masks_follow_the_images(tm
     streamed = batches(gpucore.DataLoader(data.read_segmentation(images, masks, threads=3), cache="none", **options))
     in_memory = batches(gpucore.DataLoader(data.read_segmentation(images, masks), cache="device", **options))
     assert_same_batches(streamed, in_memory)
+    voids = 0
     for x, y in streamed:
-        assert y.dtype == torch.long and y.shape == (x.shape[0], 9, 11) and y.max() <= 2
-        assert torch.equal((x[:, 0] * 255 / 100).round().long(), y)
+        assert y.dtype == torch.long and y.shape == (x.shape[0], 9, 11) and set(y.unique().tolist()) <= {0, 1, 2, 255}
+        assert torch.equal((x[:, 0] * 255 / 100).round().long(), torch.where(y == 255, 1, y))  # void stays 255
+        voids += int((y == 255).sum())
+    assert voids > 0
     resized = dict(options, crop_padding=0, hflip=False)
     small = data.read_segmentation(images, masks, size=(6, 7))
     assert small.inputs.shape == (10, 3, 6, 7) and small.targets.shape == (10, 6, 7)
-    assert set(small.targets.unique().tolist()) <= {0, 1, 2}  # nearest: no blended class ids
+    assert set(small.targets.unique().tolist()) <= {0, 1, 2, 255}  # nearest: no blended class ids
     assert_same_batches(batches(gpucore.DataLoader(data.read_segmentation(images, masks, size=(6, 7)), cache="none",
                                                    **resized)),
                         batches(gpucore.DataLoader(small, cache="host", **resized)))

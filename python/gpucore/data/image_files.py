@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from typing import List, Optional, Sequence, Tuple
 
 import torch
@@ -29,9 +30,6 @@ _FORMATS = {".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg"}
 # ADE20K's 0 with reduce_zero_label). Config key ignore_index, unset, is this value for mask folders, so that no loss
 # or metric counts them.
 MASK_VOID = 255
-# Masks decoded at once to count their values (mask_value_counts) when the set is streamed: 256 masks of 512 x 512 take
-# 64 MB.
-_MASK_SCAN_CHUNK = 256
 
 
 def mask_table(values: torch.Tensor, reduce_zero_label: bool) -> torch.Tensor:
@@ -72,13 +70,6 @@ def read_masks_alike(*data_sets) -> None:
     table = mask_table(present, mask_sets[0].reduce_zero_label)
     for data in mask_sets:
         data.read_masks_as(table)
-
-
-def mask_value_counts(masks: torch.Tensor) -> torch.Tensor:
-    """How many pixels of each value (int64 N x 256) the uint8 masks (N x H x W) hold, one row per mask."""
-    if not len(masks):
-        return torch.zeros(0, 256, dtype=torch.int64)
-    return torch.stack([torch.bincount(mask.reshape(-1).long(), minlength=256) for mask in masks])  # a mask at a time
 
 
 def _require_readers(paths: Sequence[str], origin: str) -> None:
@@ -176,7 +167,7 @@ class ImageFiles(LabeledData):
             raise ConfigError(f"{origin}: reduce_zero_label reads segmentation masks; these image files have class "
                               "labels, not masks")
         self.reduce_zero_label = reduce_zero_label
-        self._mask_values: Optional[torch.Tensor] = None  # pixels of each value per mask file (mask_value_counts)
+        self._mask_values: Optional[torch.Tensor] = None  # pixels of each value per mask file (mask_values)
         self._mask_table: Optional[torch.Tensor] = None  # each mask value's class id, for the whole set
         self.exif_orientation = exif_orientation
         if decode not in _DECODE_MODES:
@@ -219,12 +210,9 @@ class ImageFiles(LabeledData):
                     raise ConfigError(f"segmentation '{self.origin}': masks are {tuple(masks.shape[1:3])}, images "
                                       f"{tuple(images.shape[1:3])} (give a size to resize both)")
                 self.skipped += mask_skipped
-                self.mask_paths = [self.mask_paths[i] for i in both]
-                if self._mask_values is None:
-                    self._mask_values = mask_value_counts(masks[..., 0])
-                else:  # counted by a scan before (a row per file): the pairs kept
-                    self._mask_values = self._mask_values[both]
-                self._targets, kept = _C.mask_classes(masks[..., 0], self.mask_table), both
+                table = self.mask_table  # from every file's values, before unreadable pairs are left out
+                self.mask_paths, self._mask_values = [self.mask_paths[i] for i in both], self.mask_values()[both]
+                self._targets, kept = _C.mask_classes(masks[..., 0], table), both
             else:
                 self._targets = self._targets[kept]
             self.paths = [self.paths[i] for i in kept]
@@ -232,21 +220,24 @@ class ImageFiles(LabeledData):
         return self._inputs
 
     def mask_values(self) -> torch.Tensor:
-        """Pixels of each value (int64 N x 256) in each mask file, as decoded for training (resized to `size`):
-        counted from the decoded masks, or, while they are not decoded (streamed sets), by decoding the masks alone,
-        a chunk at a time. An unreadable mask (on_error skip) has a row of zeros."""
+        """Pixels of each value (int64 N x 256) in each mask file at its own size, counted once by decoding the masks
+        alone on `threads` threads (the C++ decoder releases the GIL): the same counts whether the set is cached or
+        streamed, resized or not. An unreadable mask (on_error skip) has a row of zeros; otherwise its error is
+        raised here, naming the file."""
         if self.mask_paths is None:
             raise ConfigError(f"{self.origin}: these image files have class labels, not masks")
         if self._mask_values is None:
-            rows = []
-            for start in range(0, len(self.mask_paths), _MASK_SCAN_CHUNK):
-                chunk = self.mask_paths[start:start + _MASK_SCAN_CHUNK]
-                masks, kept, _ = _C.decode_images(chunk, 1, self.threads, self.skip_errors, *self.size,
-                                                  exif_orientation=self.exif_orientation, mask=True)
-                counts = torch.zeros(len(chunk), 256, dtype=torch.int64)
-                counts[list(kept)] = mask_value_counts(masks[..., 0])
-                rows.append(counts)
-            self._mask_values = torch.cat(rows)
+            def count(path: str) -> torch.Tensor:
+                try:
+                    mask = _C.decode_image(path, 1, self.exif_orientation, mask=True)
+                except ConfigError:
+                    if not self.skip_errors:
+                        raise
+                    return torch.zeros(256, dtype=torch.int64)
+                return torch.bincount(mask.reshape(-1).long(), minlength=256)
+
+            with ThreadPoolExecutor(self.threads) as pool:
+                self._mask_values = torch.stack(list(pool.map(count, self.mask_paths)))
         return self._mask_values
 
     @property
@@ -268,7 +259,10 @@ class ImageFiles(LabeledData):
         row, value = (int(i) for i in wrong.nonzero()[0])
         class_id = int(read_as[row, value])
         how = "" if class_id == value else f" (read as class {class_id})"
-        if ignore_index is None:
+        if ignore_index is not None and class_id == MASK_VOID:
+            fix = ("255 is the masks' void: leave ignore_index unset (255 for a segmentation folder) or set "
+                   "ignore_index: 255, so that no loss or metric counts it")
+        elif ignore_index is None:
             fix = ("a loss of one output per pixel takes masks of 0 and 1 (or black-and-white 0 and 255); masks of "
                    "more classes, or with void pixels, train with loss cross_entropy and an output per class")
         else:

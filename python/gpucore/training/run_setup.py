@@ -200,8 +200,9 @@ def _resolved_ignore_index(config, train_data):
 def _check_mask_classes(module: nn.Module, config, task: Task, given: bool, *data_sets) -> None:
     """Every mask value of the segmentation pairs among `data_sets` is a class the model scores, or ignore_index
     (cross_entropy; losses of one output per pixel take 0 and 1): ConfigError naming the file and value before the
-    first step, where torch would fail (a CUDA device assert) or a metric count it. Models whose classifier head gpucore
-    does not find (registry.output_count) are left to the loss."""
+    first step, where torch would fail (a CUDA device assert) or a metric count it. The model's outputs are its
+    classifier head's (registry.output_count), else the channels of its output for an input of zeros of the first
+    image's shape; a model that shows neither is left to the loss."""
     mask_sets = [data for data in data_sets if isinstance(data, ImageFiles) and data.mask_paths is not None]
     if not mask_sets:
         return
@@ -209,7 +210,10 @@ def _check_mask_classes(module: nn.Module, config, task: Task, given: bool, *dat
     if task.loss == "cross_entropy":
         outputs = output_count(module)
         if outputs is None:
-            return
+            probed = _probe_output(module, mask_sets[0].image_shape())
+            if probed is None or probed.dim() != 4:
+                return
+            outputs = probed.shape[1]
         classes, ignore_index, whose = outputs, task.ignore_index, f"{whose} ({outputs} outputs)"
     else:
         classes, ignore_index, whose = 2, None, f"{whose} (loss {task.loss})"
@@ -398,21 +402,30 @@ def _classifier_evidence(module: nn.Module, input_shape) -> Optional[str]:
     """Why `module` is a classifier, or None: its outputs for one input of zeros of the data's shape (eval mode: no
     BatchNorm statistics move) are one row per image; or, where it takes no such input (another size, images at their
     own sizes), its head is a Linear layer."""
-    training = module.training
-    try:
-        if input_shape and all(input_shape):
-            with torch.no_grad():
-                output = module.eval()(torch.zeros(1, *input_shape))
-            output = output[0] if isinstance(output, (tuple, list)) else output
-            return f"outputs of shape {tuple(output.shape)}: one row per image" if output.dim() == 2 else None
-    except Exception:  # noqa: BLE001 - only a probe; the head below, else the first step, tells
-        pass
-    finally:
-        module.train(training)
+    output = _probe_output(module, input_shape)
+    if output is not None:
+        return f"outputs of shape {tuple(output.shape)}: one row per image" if output.dim() == 2 else None
     head = classifier_head(module)
     if head is not None and isinstance(module.get_submodule(head), nn.Linear):
         return f"its head {head} is a Linear layer of {module.get_submodule(head).out_features} outputs"
     return None
+
+
+def _probe_output(module: nn.Module, input_shape) -> Optional[torch.Tensor]:
+    """The model's output for one input of zeros of the data's shape (eval mode: no BatchNorm statistics move), or None
+    where it takes no such input (another size, images at their own sizes) or gives no tensor."""
+    if not input_shape or not all(input_shape):
+        return None
+    training = module.training
+    try:
+        with torch.no_grad():
+            output = module.eval()(torch.zeros(1, *input_shape))
+    except Exception:  # noqa: BLE001 - only a probe; the caller, else the first step, tells
+        return None
+    finally:
+        module.train(training)
+    output = output[0] if isinstance(output, (tuple, list)) else output
+    return output if isinstance(output, torch.Tensor) else None
 
 
 def _listed(classes: List[str], most: int = 5) -> str:
