@@ -85,8 +85,9 @@ NOT_A_KEYS_VALUE = {
        ("channels", "height", "width", "resize", "threads", "skip_errors", "exif_orientation", "own_sizes", "decode")},
 }
 # The key's default in the C++ setting's form: betas is two settings; no class weights and no cutmix_minmax are the
-# C++ setting's undefined tensor and empty list.
-AS_SETTING = {"class_weights": {"none": None}, "cutmix_minmax": {None: []}}
+# C++ setting's undefined tensor and empty list; an unset ignore_index is torch's -100 where the data are no
+# segmentation folder (a run resolves it from its data).
+AS_SETTING = {"class_weights": {"none": None}, "cutmix_minmax": {None: []}, "ignore_index": {None: -100}}
 
 
 def test_the_cpp_settings_defaults_are_config_pys():

@@ -119,9 +119,11 @@ class ImageFiles(LabeledData):
         on_error: "raise", or "skip": leave unreadable files out and list them in `skipped`.
         origin: where the files came from, for error messages.
         mask_paths: segmentation: one mask per image (resized with nearest) instead of `targets`; the decoded
-            masks are the targets, as class ids: a palette PNG's indices, a grey PNG's values (white, 255, is class
-            1). JPEG masks are refused (lossy compression invents class ids), as are colour masks whose channels
-            differ.
+            masks are the targets, as class ids: a palette PNG's indices, a grey PNG's values, read by the rule
+            mask_table decides for the whole set (255 is void, except in black-and-white masks, where it is class 1).
+            JPEG masks are refused (lossy compression invents class ids), as are colour masks whose channels differ.
+        reduce_zero_label: masks of ADE20K's convention: value 0 ("other") is void and the classes are shifted down
+            by one (mmsegmentation's reduce_zero_label).
         max_resolution: images kept in memory at their own sizes (no size, a transforms list that crops each image:
             images_at_own_size) are kept with their shorter side at most this long, resized down like torchvision's
             Resize(max_resolution) where longer, as FFCV's max_resolution does; 0: at full size.
@@ -220,10 +222,15 @@ class ImageFiles(LabeledData):
         return self._inputs
 
     def mask_values(self) -> torch.Tensor:
-        """Pixels of each value (int64 N x 256) in each mask file at its own size, counted once by decoding the masks
-        alone on `threads` threads (the C++ decoder releases the GIL): the same counts whether the set is cached or
-        streamed, resized or not. An unreadable mask (on_error skip) has a row of zeros; otherwise its error is
-        raised here, naming the file."""
+        """Each mask file's values, counted once at its own size by decoding the masks alone on `threads` threads
+        (the C++ decoder releases the GIL): the same counts whether the set is cached or streamed, resized or not.
+
+        Returns:
+            int64 N x 256: pixels of each value per mask file; a row of zeros for an unreadable mask (on_error skip).
+
+        Raises:
+            ConfigError: image files without masks; an unreadable mask (on_error raise), naming the file.
+        """
         if self.mask_paths is None:
             raise ConfigError(f"{self.origin}: these image files have class labels, not masks")
         if self._mask_values is None:
@@ -248,9 +255,17 @@ class ImageFiles(LabeledData):
         return self._mask_table
 
     def check_mask_classes(self, classes: int, ignore_index: Optional[int], whose: str) -> None:
-        """ConfigError naming the first mask file (and its value) whose class id, as mask_table reads it, is neither
-        below `classes` (what model `whose` scores) nor ignore_index (None: the loss ignores nothing): torch's loss
-        would fail on it at a step (on CUDA as a device assert), or, worse, the loss and metrics would count it."""
+        """Every mask value, as mask_table reads it, is a class the model scores or ignore_index: where torch's loss
+        would fail on it at a step (on CUDA as a device assert), or, worse, the loss and metrics would count it.
+
+        Args:
+            classes: the model's output count (2 for a loss of one output per pixel).
+            ignore_index: the class id no loss or metric counts; None: the loss ignores nothing.
+            whose: the model, as the message names it.
+
+        Raises:
+            ConfigError: naming the first mask file, its value and the class it reads as, and what would fit.
+        """
         present = self.mask_values() > 0
         read_as = self.mask_table.expand_as(present)
         wrong = present & (read_as >= classes) & (read_as != (ignore_index if ignore_index is not None else -1))
@@ -275,8 +290,11 @@ class ImageFiles(LabeledData):
                           f"{classes - 1}{ignored}: {fix}")
 
     def read_masks_as(self, table: torch.Tensor) -> None:
-        """Reads the masks by `table` (another set's mask_table: a validation set is read as its training set),
-        decoding them again where they were decoded by another."""
+        """Reads the masks by `table`, decoding them again where they were decoded by another.
+
+        Args:
+            table: int64[256], a mask_table decided with other sets (a validation set is read as its training set).
+        """
         if self._mask_table is not None and torch.equal(self._mask_table, table):
             return
         self._mask_table, self._inputs = table, None
