@@ -188,7 +188,7 @@ def test_a_loss_that_does_not_fit_the_folder_is_refused_before_the_first_step(tm
                                                   r"segmentation folder \(images/ and masks/"):
         gpucore.train(dict(RUN, data=str(tmp_path / "classes_folder"), run_dir=str(runs)))
     with pytest.raises(gpucore.ConfigError, match=r"data_kwargs' does not fit the segmentation reader \(channels, "
-                                                  r"size, threads, on_error, exif_orientation\) of folder '.*masks_folder'.*max_resol"):
+                                                  r"size, threads, on_error, exif_orientation, reduce_zero_label\) of folder '.*masks_folder'.*max_resol"):
         gpucore.train(dict(RUN, data=str(tmp_path / "masks_folder"), data_kwargs={"max_resolution": 64},
                            run_dir=str(runs)))
     assert not runs.exists()  # refused before the run began
