@@ -18,7 +18,7 @@ import torch
 from .. import _C
 from ..errors import ConfigError
 from ..values import is_int
-from .class_folders import IMAGE_EXTENSIONS, is_system_file, read_class_folder
+from .class_folders import IMAGE_EXTENSIONS, READ_FORMATS, is_system_file, read_class_folder
 from .image_files import DEFAULT_DECODE, DEFAULT_MAX_RESOLUTION, ImageFiles
 from .labeled_data import LabeledData
 
@@ -158,7 +158,7 @@ def read_image_folder(root: str, channels: int = 3, size=None, threads: Optional
     """
     folder = read_class_folder(root, classes, allow_empty, classes_from)
     if not folder.paths:
-        raise ConfigError(f"image folder '{root}' holds no .png/.jpg/.jpeg files in its class subfolders")
+        raise ConfigError(f"image folder '{root}' holds no image files ({READ_FORMATS}) in its class subfolders")
     return ImageFiles(folder.paths, torch.tensor(folder.labels), folder.classes, channels=channels, size=size,
                       threads=threads, on_error=on_error, origin=root, max_resolution=max_resolution,
                       exif_orientation=exif_orientation, root=root, unread=folder.unread, decode=decode)
