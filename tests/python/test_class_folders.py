@@ -95,7 +95,8 @@ def test_an_empty_class_folder_is_refused_unless_allowed(tmp_path):
     write_class(root, "dog", 3)
     os.makedirs(os.path.join(root, "emu", "nested"))
     open(os.path.join(root, "emu", ".DS_Store"), "w").write("")
-    with pytest.raises(ConfigError, match=r"class folder emu holds no images gpucore reads \(PNG, JPEG, WebP.*allow_empty: true"):
+    with pytest.raises(ConfigError, match=r"class folder emu holds no images gpucore reads \(PNG, JPEG, WebP.*"
+                                          r"allow_empty: true"):
         read_image_folder(root)
     files = read_image_folder(root, allow_empty=True)
     assert files.classes == ["cat", "dog", "emu"] and sorted(set(files.targets.tolist())) == [0, 1]
