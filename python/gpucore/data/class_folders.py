@@ -91,7 +91,8 @@ class ClassFolder:
             reasons = sorted({entry.split(": ", 1)[1] for entry in self.unread})
             parts.append(f"{len(self.unread)} image files in formats gpucore cannot decode here are left out "
                          f"({formats}: {names}): {'; '.join(reasons)}. Install what is named, or convert them to "
-                         "PNG or JPEG, to train on them (they are listed in training_stats.json's skipped_files and the report)")
+                         "PNG or JPEG, to train on them (they are listed in training_stats.json's skipped_files and "
+                         "the report)")
         if self.system_files:
             parts.append(f"{self.system_files} hidden or system files (._*, .DS_Store, Thumbs.db) are ignored")
         if self.other_files:
@@ -162,7 +163,8 @@ def read_class_folder(root: str, classes: Optional[Sequence[str]] = None, allow_
         raise ConfigError(f"image folder '{root}': class folder{'s' if len(empty) > 1 else ''} {listed(empty)} "
                           f"hold{'' if len(empty) > 1 else 's'} no images gpucore reads ({READ_FORMATS}; nested "
                           "folders included); a class without images would still get an output of the model. Add "
-                          "images, remove the folder, or set data_kwargs allow_empty: true (torchvision ImageFolder's allow_empty)")
+                          "images, remove the folder, or set data_kwargs allow_empty: true (torchvision ImageFolder's "
+                          "allow_empty)")
     folder.say_what_was_left_out()
     return folder
 
