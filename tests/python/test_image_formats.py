@@ -223,3 +223,24 @@ def test_avif_reads_as_pillow_decodes_it(tmp_path):
     path = str(tmp_path / "phone.avif")
     crop(6).save(path, quality=80)
     np.testing.assert_array_equal(data.read_files([path], [0]).inputs[0].permute(1, 2, 0).numpy(), pillow(path))
+
+
+def test_palette_masks_in_other_formats_read_as_their_indices_and_colour_ones_are_refused(tmp_path):
+    (tmp_path / "images").mkdir()
+    (tmp_path / "masks").mkdir()
+    ids = []
+    for i in range(3):
+        image = crop(i)
+        image.save(tmp_path / "images" / f"{i}.webp", lossless=True)
+        ids.append((np.asarray(image.convert("L")) // 86).astype(np.uint8))  # classes 0, 1, 2 by brightness
+        mask = Image.fromarray(ids[-1], "P")
+        mask.putpalette([0, 0, 0, 128, 0, 0, 0, 128, 0] + [0] * 759)
+        mask.save(tmp_path / "masks" / f"{i}.{('bmp', 'tiff', 'bmp')[i]}")
+    pairs = data.read_segmentation(str(tmp_path / "images"), str(tmp_path / "masks"))
+    assert torch.equal(pairs.targets, torch.from_numpy(np.stack(ids)).long())
+    np.testing.assert_array_equal(pairs.inputs.permute(0, 2, 3, 1).numpy(),
+                                  np.stack([pillow(tmp_path / "images" / f"{i}.webp") for i in range(3)]))
+    crop(0).save(tmp_path / "masks" / "0.bmp")  # an RGB photo as a mask
+    with pytest.raises(gpucore.ConfigError, match=r"mask '.*0.bmp'.*is a BMP mask of mode RGB, whose pixels are not "
+                                                  r"class ids"):
+        data.read_segmentation(str(tmp_path / "images"), str(tmp_path / "masks")).targets  # noqa: B018

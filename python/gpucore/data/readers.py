@@ -372,8 +372,9 @@ def _is_id(token: str) -> bool:
 def read_segmentation(images: str, masks: str, channels: int = 3, size=None, threads: Optional[int] = None,
                  on_error: str = "raise", *, exif_orientation: bool = True) -> ImageFiles:
     """An image folder and a mask folder paired by file name (without extension); decoded on demand, into memory or
-    streamed. Masks are PNGs of class ids, a palette's indices or grey values (white, 255, is class 1), and get the
-    images' geometric transforms; JPEG masks and colour masks whose channels differ are refused.
+    streamed. Masks are PNGs of class ids, a palette's indices or grey values (white, 255, is class 1; BMP, GIF and
+    TIFF masks of mode P or L alike), and get the images' geometric transforms; JPEG masks and colour masks whose
+    channels differ are refused.
 
     Args:
         images: the images' folder.
