@@ -112,8 +112,9 @@ def test_other_formats_resize_and_read_at_their_own_sizes_as_png_does(tmp_path):
     resized = data.read_files(paths, [0] * len(paths), size=(15, 20)).inputs
     for other in resized[1:]:  # the same pixels, so the same resize as the PNG's
         assert torch.equal(other, resized[0])
-    bounded = data.read_files(paths, [0] * len(paths), max_resolution=12).images_at_own_size()
-    assert all(torch.equal(i, bounded[0]) for i in bounded[1:]) and bounded[0].shape[1:] == (12, 12)
+    with pytest.warns(UserWarning, match="5 of 5 images have a shorter side longer than max_resolution 12"):
+        bounded = data.read_files(paths, [0] * len(paths), max_resolution=12).images_at_own_size()
+    assert all(torch.equal(i, bounded[0]) for i in bounded[1:]) and bounded[0].shape == (12, 12, 3)
 
 
 def test_the_max_image_pixels_guard_holds_for_other_formats(tmp_path):
@@ -133,11 +134,13 @@ def test_a_web_folder_trains_streamed_and_predict_reads_a_webp_as_the_same_png(t
     from gpucore.data.input_files import read_input_images
 
     root = web_folder(tmp_path / "web", per_format=1)
+    def linear():
+        return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 16 * 16, 2))
+
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 16 * 16, 2))
     result = gpucore.train(dict(data=root, cache="none", epochs=1, device="cpu", precision="32", progress=False,
                                 batch_size=4, report=False, normalize=False, val_fraction=0.25,
-                                data_kwargs={"size": [16, 16]}, run_dir=str(tmp_path / "runs")), model=model)
+                                data_kwargs={"size": [16, 16]}, run_dir=str(tmp_path / "runs")), model=linear())
     with open(result.stats_path) as stats:
         assert json.load(stats)["validation"]["samples"] == 12  # every format, the GIFs too
     assert not result.skipped_files
@@ -145,10 +148,10 @@ def test_a_web_folder_trains_streamed_and_predict_reads_a_webp_as_the_same_png(t
     image.save(tmp_path / "photo.webp", lossless=True)
     image.save(tmp_path / "photo.png")
     webp = read_input_images(str(tmp_path / "photo.webp"), 3)
-    np.testing.assert_array_equal(webp.inputs[0].permute(1, 2, 0).numpy(), pillow(tmp_path / "photo.png"))
-    checkpoint = os.path.join(result.checkpoint_dir, "last.pt")
-    from_webp = gpucore.predict(checkpoint, str(tmp_path / "photo.webp"), device="cpu")
-    from_png = gpucore.predict(checkpoint, str(tmp_path / "photo.png"), device="cpu")
+    np.testing.assert_array_equal(webp.images[0].permute(1, 2, 0).numpy(), pillow(tmp_path / "photo.png"))
+    loaded = gpucore.load(os.path.join(result.checkpoint_dir, "last.pt"), "cpu", model=linear())
+    from_webp = gpucore.predict(loaded, str(tmp_path / "photo.webp"))
+    from_png = gpucore.predict(loaded, str(tmp_path / "photo.png"))
     assert torch.equal(from_webp.outputs, from_png.outputs)
     assert from_webp.names == ["photo.webp"]
 
