@@ -247,3 +247,25 @@ def test_palette_masks_in_other_formats_read_as_their_indices_and_colour_ones_ar
     with pytest.raises(gpucore.ConfigError, match=r"mask '.*0.bmp'.*is a BMP mask of mode RGB, whose pixels are not "
                                                   r"class ids"):
         data.read_segmentation(str(tmp_path / "images"), str(tmp_path / "masks")).targets  # noqa: B018
+
+
+def test_a_streamed_loader_dropped_while_its_readers_decode_through_pillow_does_not_hang(tmp_path):
+    # Dropping the loader joins its reader threads with the GIL held by Python; a reader inside Pillow needs the GIL
+    # to finish, so the join must let it go. A hang is the failure: a child process with a timeout tells.
+    import subprocess
+
+    for i in range(32):
+        crop(i % 12).save(tmp_path / f"{i:02d}.webp", quality=80)
+    script = f"""
+import glob, gc, gpucore
+paths = sorted(glob.glob({str(tmp_path)!r} + "/*.webp"))
+for _ in range(2):
+    files = gpucore.data.read_files(paths, [i % 2 for i in range(len(paths))], threads=2)
+    loader = gpucore.DataLoader(files, batch_size=2, shuffle=False, device="cpu", cache="none")
+    next(iter(loader))
+    del loader, files
+    gc.collect()
+print("dropped")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0 and done.stdout.strip() == "dropped", done.stderr[-2000:]
