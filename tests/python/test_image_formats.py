@@ -251,21 +251,23 @@ def test_palette_masks_in_other_formats_read_as_their_indices_and_colour_ones_ar
 
 def test_a_streamed_loader_dropped_while_its_readers_decode_through_pillow_does_not_hang(tmp_path):
     # Dropping the loader joins its reader threads with the GIL held by Python; a reader inside Pillow needs the GIL
-    # to finish, so the join must let it go. A hang is the failure: a child process with a timeout tells.
+    # to finish, so the join must let it go. Photos large enough that the readers are still decoding the batches
+    # they prefetch when the loader is dropped; a hang is the failure: a child process with a timeout tells.
     import subprocess
 
-    for i in range(32):
-        crop(i % 12).save(tmp_path / f"{i:02d}.webp", quality=80)
+    whole = Image.fromarray(photo("astronaut", top=0, left=0, height=512, width=512))
+    for i in range(24):
+        whole.rotate(15 * i).save(tmp_path / f"{i:02d}.webp", quality=80)
     script = f"""
 import glob, gc, gpucore
 paths = sorted(glob.glob({str(tmp_path)!r} + "/*.webp"))
+files = gpucore.data.read_files(paths, [i % 2 for i in range(len(paths))], threads=2)
 for _ in range(2):
-    files = gpucore.data.read_files(paths, [i % 2 for i in range(len(paths))], threads=2)
-    loader = gpucore.DataLoader(files, batch_size=2, shuffle=False, device="cpu", cache="none")
+    loader = gpucore.DataLoader(files, batch_size=8, shuffle=False, device="cpu", cache="none")
     next(iter(loader))
-    del loader, files
+    del loader
     gc.collect()
 print("dropped")
 """
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "dropped", done.stderr[-2000:]
