@@ -84,6 +84,8 @@ if [ "$TESTS" = 1 ]; then
   "$PY" -m pip install -q "pytest>=7" numpy opencv-python-headless pillow nbclient ipykernel scikit-learn
   "$PY" -m pip install -q scikit-image \
     || echo "bootstrap: scikit-image could not be installed; python -m bench scale's quick form will say so and skip"
+  # HEIC/HEIF through Pillow (gpucore's formats extra). Optional: without it the HEIC tests skip and say why.
+  "$PY" -m pip install -q pillow-heif || echo "bootstrap: pillow-heif could not be installed; the HEIC tests will skip"
   # The documentation site, which the tests build (mkdocs build --strict) and open in chromium: gpucore's docs extra,
   # pinned (pyproject.toml), torch pinned (none of them needs it).
   "$PY" -m pip install -q -c <(echo "torch==$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])')") \

@@ -157,7 +157,10 @@ void FileBatches::stop_readers() {
     stop_ = true;
   }
   work_ready_.notify_all();
-  for (std::thread& reader : readers_) reader.join();
+  // A reader in the other formats' decoder (Pillow) may need the GIL this thread holds (a destructor run by Python)
+  wait_for_decoders([this] {
+    for (std::thread& reader : readers_) reader.join();
+  });
   readers_.clear();
   stop_ = false;
 }

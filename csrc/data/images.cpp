@@ -1,5 +1,5 @@
 // PNG (libpng) and JPEG (libjpeg-turbo) decoding, as Pillow and torchvision decode them (readers.h), one image or
-// many on a few threads, resized to a fixed size where asked.
+// many on a few threads, resized to a fixed size where asked; the other formats through decode_other_format.
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/upsample_nearest2d.h>
@@ -554,8 +554,13 @@ Pixels decode_bytes(const std::vector<unsigned char>& bytes, const DecodeOptions
       return out;
     }
     orientation = decode_jpeg(bytes, options, nullptr, out);
-  } else {
-    out.error = "neither PNG nor JPEG (by its first bytes)";
+  } else {  // upright already (the other formats' decoder turns them)
+    OtherFormatImage other = decode_other_format(bytes, options);
+    out.data = std::move(other.data);
+    out.height = other.height;
+    out.width = other.width;
+    out.error = std::move(other.error);
+    out.missing_library = other.missing_library;
   }
   if (out.error.empty()) orient(orientation, options.channels, out);
   return out;
@@ -687,7 +692,9 @@ void on_threads(size_t count, int64_t threads, Work work) {
   const int64_t workers = std::min<int64_t>(threads, static_cast<int64_t>(count));
   for (int64_t t = 1; t < workers; ++t) pool.emplace_back(loop);
   loop();
-  for (auto& thread : pool) thread.join();
+  wait_for_decoders([&] {
+    for (auto& thread : pool) thread.join();
+  });
 }
 
 std::string size_text(int64_t height, int64_t width) { return std::to_string(height) + "x" + std::to_string(width); }

@@ -1,4 +1,5 @@
-// The data readers: IDX, .npy/.npz and images (PNG, JPEG), each releasing the GIL while it reads.
+// The data readers: IDX, .npy/.npz and images (PNG, JPEG; the other formats through Python's Pillow), each
+// releasing the GIL while it reads.
 #include <torch/csrc/utils/pybind.h>
 #include <pybind11/stl.h>
 
@@ -8,6 +9,20 @@
 namespace py = pybind11;
 
 namespace gpucore::python {
+
+namespace {
+
+// Whether the GIL can no longer be taken: Python is shut down or shutting down (static destructors, reader threads
+// still running at exit).
+bool python_gone() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsInitialized() == 0 || Py_IsFinalizing() != 0;
+#else
+  return Py_IsInitialized() == 0 || _Py_IsFinalizing() != 0;
+#endif
+}
+
+}  // namespace
 
 void def_readers(py::module_& m) {
   m.def("read_idx", &read_idx, py::arg("path"), py::call_guard<py::gil_scoped_release>());
@@ -77,6 +92,59 @@ void def_readers(py::module_& m) {
       py::arg("path"), py::arg("box"), py::arg("channels") = 3, py::arg("exif_orientation") = true,
       py::arg("least") = std::array<int64_t, 2>{0, 0}, py::arg("decode") = "exact",
       py::call_guard<py::gil_scoped_release>());
+  // The decoder of the formats other than PNG and JPEG (gpucore.data.pillow_formats.decode), called on the reader
+  // threads with the GIL taken for the call; the readers' joins then wait with the GIL released.
+  m.def(
+      "set_other_format_decoder",
+      [](py::object decode) {
+        if (decode.is_none()) {
+          set_other_format_decoder(nullptr, nullptr);
+          return;
+        }
+        // Kept alive and released under the GIL, whichever thread drops the last reference; left as it is once
+        // Python is gone (the process is ending).
+        auto held = std::shared_ptr<py::object>(new py::object(std::move(decode)), [](py::object* callable) {
+          if (python_gone()) return;
+          py::gil_scoped_acquire gil;
+          delete callable;
+        });
+        set_other_format_decoder(
+            [held](const std::vector<unsigned char>& bytes, const DecodeOptions& options, int64_t max_pixels) {
+              OtherFormatImage out;
+              if (python_gone()) {
+                out.error = "cannot be decoded: Python is shutting down";
+                return out;
+              }
+              py::gil_scoped_acquire gil;
+              try {
+                const py::tuple result = (*held)(
+                    py::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size()), options.channels,
+                    options.exif_orientation, options.mask, max_pixels);
+                const py::bytes pixels = result[0];
+                char* data = nullptr;
+                Py_ssize_t size = 0;
+                if (PyBytes_AsStringAndSize(pixels.ptr(), &data, &size) != 0) throw py::error_already_set();
+                out.data.assign(data, data + size);
+                out.height = result[1].cast<int64_t>();
+                out.width = result[2].cast<int64_t>();
+                out.error = result[3].cast<std::string>();
+                out.missing_library = result[4].cast<bool>();
+              } catch (const std::exception& e) {  // the decoder's own failure: this file's error
+                out = OtherFormatImage();
+                out.error = std::string("cannot be decoded: ") + e.what();
+              }
+              return out;
+            },
+            [](const std::function<void()>& wait) {
+              if (PyGILState_Check() != 0) {
+                py::gil_scoped_release release;
+                wait();
+              } else {
+                wait();
+              }
+            });
+      },
+      py::arg("decode"));
   m.def("mixed_sizes_hint", &mixed_sizes_hint);
   m.def("mask_classes", &mask_classes, py::arg("masks"), py::arg("table"));
   m.def("missing_reader_message", &missing_reader_message, py::arg("format"));

@@ -62,8 +62,8 @@ def test_a_messy_folder_is_read_as_imagefolder_reads_it(tmp_path):
     write_class(root, "dog", 4)
     write_class(str(tmp_path / "elsewhere"), "more", 2)
     os.symlink(str(tmp_path / "elsewhere" / "more"), os.path.join(root, "cat", "linked"))  # links followed
-    crop(1).save(os.path.join(root, "dog", "extra.webp"))
-    crop(2).save(os.path.join(root, "dog", "old.bmp"))
+    crop(1).save(os.path.join(root, "dog", "extra.jxl"), format="WEBP")  # JPEG XL and JPEG 2000: Pillow's, not ours
+    crop(2).save(os.path.join(root, "dog", "old.jp2"), format="BMP")
     for junk in ("._000.jpg", ".DS_Store", "Thumbs.db"):
         open(os.path.join(root, "dog", junk), "wb").write(b"\0\5\22junk")
     open(os.path.join(root, "cat", "notes.txt"), "w").write("not an image")
@@ -76,14 +76,13 @@ def test_a_messy_folder_is_read_as_imagefolder_reads_it(tmp_path):
     with pytest.warns(UserWarning) as caught:
         files = read_image_folder(root)
     said = " ".join(str(w.message) for w in caught)
-    assert "2 image files in formats gpucore does not decode" in said and "dog/extra.webp" in said
-    assert "1 .bmp, 1 .webp" in said and "3 hidden or system files" in said and "cat/notes.txt" in said
+    assert "2 image files in formats gpucore cannot decode here" in said and "dog/extra.jxl" in said
+    assert "1 .jp2, 1 .jxl" in said and "3 hidden or system files" in said and "cat/notes.txt" in said
     assert files.classes == reference.classes == ["cat", "dog"]
     assert [(p, int(y)) for p, y in zip(files.paths, files.targets)] == reference.samples
     assert len(files) == 3 + 2 + 2 + 4  # cat's own, its nested ones, the linked folder's, dog's
-    assert sorted(files.unread) == sorted([f"{root}/dog/extra.webp: .webp images are not decoded by gpucore (PNG and "
-                                           "JPEG are)", f"{root}/dog/old.bmp: .bmp images are not decoded by gpucore "
-                                           "(PNG and JPEG are)"])
+    not_read = "images are not decoded by gpucore (PNG, JPEG, WebP, BMP, GIF, TIFF, PPM/PGM/PBM, HEIC/HEIF, AVIF are)"
+    assert sorted(files.unread) == [f"{root}/dog/extra.jxl: .jxl {not_read}", f"{root}/dog/old.jp2: .jp2 {not_read}"]
     # the pixels of a nested file are those of Pillow
     nested = files.paths.index(f"{root}/cat/2024/summer/003.png")
     assert torch.equal(files.inputs[nested].permute(1, 2, 0), torch.from_numpy(np.array(Image.open(
@@ -96,7 +95,8 @@ def test_an_empty_class_folder_is_refused_unless_allowed(tmp_path):
     write_class(root, "dog", 3)
     os.makedirs(os.path.join(root, "emu", "nested"))
     open(os.path.join(root, "emu", ".DS_Store"), "w").write("")
-    with pytest.raises(ConfigError, match=r"class folder emu holds no .png/.jpg/.jpeg images .*allow_empty: true"):
+    with pytest.raises(ConfigError, match=r"class folder emu holds no images gpucore reads \(PNG, JPEG, WebP.*"
+                                          r"allow_empty: true"):
         read_image_folder(root)
     files = read_image_folder(root, allow_empty=True)
     assert files.classes == ["cat", "dog", "emu"] and sorted(set(files.targets.tolist())) == [0, 1]

@@ -114,7 +114,7 @@ def test_corrupt_images_name_the_file_or_are_skipped(tmp_path):
         _C.decode_images(paths, 3, 2, False)
     images, kept, skipped = _C.decode_images(paths, 3, 2, True)
     assert images.shape == (4, 6, 6, 3) and kept == [0, 1, 2, 3]
-    assert len(skipped) == 2 and "neither PNG nor JPEG" in skipped[1]
+    assert len(skipped) == 2 and "5_text.png: neither PNG, JPEG, WebP, BMP, GIF, TIFF, PPM, HEIC nor AVIF" in skipped[1]
 
 
 def test_a_format_built_without_its_library_fails_before_decoding_naming_the_library(tmp_path, monkeypatch):

@@ -11,13 +11,15 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
 from ..errors import ConfigError
+from . import pillow_formats
 
-# What gpucore's readers decode (csrc/data/images.cpp).
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
-# Image formats torchvision's ImageFolder or Pillow would open and gpucore does not decode: named, never dropped
-# without a word.
-UNREAD_IMAGE_EXTENSIONS = (".bmp", ".webp", ".gif", ".tif", ".tiff", ".ppm", ".pgm", ".pbm", ".heic", ".heif",
-                           ".avif", ".jp2", ".jxl")
+# What gpucore's readers decode: PNG and JPEG in C++ (csrc/data/images.cpp), the rest through Pillow
+# (pillow_formats.py) where it and the format's plugin are installed.
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg") + tuple(pillow_formats.EXTENSIONS)
+# The formats of IMAGE_EXTENSIONS, for messages.
+READ_FORMATS = "PNG, JPEG, WebP, BMP, GIF, TIFF, PPM/PGM/PBM, HEIC/HEIF, AVIF"
+# Image formats Pillow would open and gpucore does not decode: named, never dropped without a word.
+UNREAD_IMAGE_EXTENSIONS = (".jp2", ".jxl")
 # Files operating systems and file managers leave beside photos (macOS resource forks and folder settings, Windows
 # thumbnails): never images, ignored with a count.
 SYSTEM_FILES = (".ds_store", "thumbs.db", "desktop.ini", "ehthumbs.db")
@@ -66,11 +68,13 @@ class ClassFolder:
         extension = os.path.splitext(name)[1].lower()
         if is_system_file(name):
             self.system_files += 1
+        elif extension in pillow_formats.EXTENSIONS and pillow_formats.missing_reader(extension):
+            self.unread.append(f"{path}: {pillow_formats.missing_reader(extension)}")
         elif extension in IMAGE_EXTENSIONS:
             self.paths.append(path)
             self.labels.append(label)
         elif extension in UNREAD_IMAGE_EXTENSIONS:
-            self.unread.append(f"{path}: {extension} images are not decoded by gpucore (PNG and JPEG are)")
+            self.unread.append(f"{path}: {extension} images are not decoded by gpucore ({READ_FORMATS} are)")
         else:
             self.other_files.append(path)
 
@@ -83,10 +87,12 @@ class ClassFolder:
                 extension = os.path.splitext(entry.split(": ")[0])[1].lower()
                 by_format[extension] = by_format.get(extension, 0) + 1
             formats = ", ".join(f"{count} {extension}" for extension, count in sorted(by_format.items()))
-            parts.append(f"{len(self.unread)} image files in formats gpucore does not decode are left out ({formats}: "
-                         f"{listed([os.path.relpath(e.split(': ')[0], self.root) for e in self.unread])}); convert "
-                         "them to PNG or JPEG to train on them (they are listed in training_stats.json's "
-                         "skipped_files and the report)")
+            names = listed([os.path.relpath(e.split(": ")[0], self.root) for e in self.unread])
+            reasons = sorted({entry.split(": ", 1)[1] for entry in self.unread})
+            parts.append(f"{len(self.unread)} image files in formats gpucore cannot decode here are left out "
+                         f"({formats}: {names}): {'; '.join(reasons)}. Install what is named, or convert them to "
+                         "PNG or JPEG, to train on them (they are listed in training_stats.json's skipped_files and "
+                         "the report)")
         if self.system_files:
             parts.append(f"{self.system_files} hidden or system files (._*, .DS_Store, Thumbs.db) are ignored")
         if self.other_files:
@@ -155,9 +161,10 @@ def read_class_folder(root: str, classes: Optional[Sequence[str]] = None, allow_
             empty.append(name)
     if empty and not allow_empty:
         raise ConfigError(f"image folder '{root}': class folder{'s' if len(empty) > 1 else ''} {listed(empty)} "
-                          f"hold{'' if len(empty) > 1 else 's'} no .png/.jpg/.jpeg images (nested folders included); "
-                          "a class without images would still get an output of the model. Add images, remove the "
-                          "folder, or set data_kwargs allow_empty: true (torchvision ImageFolder's allow_empty)")
+                          f"hold{'' if len(empty) > 1 else 's'} no images gpucore reads ({READ_FORMATS}; nested "
+                          "folders included); a class without images would still get an output of the model. Add "
+                          "images, remove the folder, or set data_kwargs allow_empty: true (torchvision ImageFolder's "
+                          "allow_empty)")
     folder.say_what_was_left_out()
     return folder
 

@@ -1,7 +1,7 @@
-"""ImageFiles: image files (PNG, JPEG) and their targets, decoded only when asked: all at once into memory (cache
-device/host), at their own sizes for transforms that crop each image, or batch by batch on reader threads while
-training runs (cache none), for data sets larger than memory. The readers of image files (readers.py: read_image_folder,
-read_files, read_csv, read_segmentation) return it.
+"""ImageFiles: image files (PNG, JPEG, and the formats read through Pillow: pillow_formats.py) and their targets,
+decoded only when asked: all at once into memory (cache device/host), at their own sizes for transforms that crop each
+image, or batch by batch on reader threads while training runs (cache none), for data sets larger than memory. The
+readers of image files (readers.py: read_image_folder, read_files, read_csv, read_segmentation) return it.
 """
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ class ImageFiles(LabeledData):
     and config `cache: none` decode batch by batch instead.
 
     Args:
-        paths: the image files (PNG, JPEG).
+        paths: the image files (PNG, JPEG, WebP, BMP, GIF, TIFF, PPM, HEIC, AVIF).
         targets: one target per file, or None for segmentation pairs.
         classes: class names, or None.
         channels: 1 (grey) or 3 (RGB): what every image is decoded to.

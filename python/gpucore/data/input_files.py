@@ -12,7 +12,7 @@ from .. import _C, transforms
 
 from ..errors import ConfigError
 from . import readers
-from .class_folders import read_folder_tree
+from .class_folders import READ_FORMATS, read_folder_tree
 from .image_files import DEFAULT_MAX_RESOLUTION
 from .torch_samples import _part, _uint8_image
 
@@ -72,7 +72,7 @@ def _folder_files(folder: str, origin: str) -> Tuple[List[str], List[str], List[
     subfolders."""
     tree = read_folder_tree(folder)
     if not tree.paths:
-        raise ConfigError(f"{origin}: folder '{folder}' holds no .png, .jpg or .jpeg files (nor do its subfolders)")
+        raise ConfigError(f"{origin}: folder '{folder}' holds no image files ({READ_FORMATS}), nor do its subfolders")
     return (tree.paths, [os.path.relpath(p, folder) for p in tree.paths],
             [tree.classes[label] if label >= 0 else "" for label in tree.labels])
 

@@ -18,7 +18,7 @@ import torch
 from .. import _C
 from ..errors import ConfigError
 from ..values import is_int
-from .class_folders import IMAGE_EXTENSIONS, is_system_file, read_class_folder
+from .class_folders import IMAGE_EXTENSIONS, READ_FORMATS, is_system_file, read_class_folder
 from .image_files import DEFAULT_DECODE, DEFAULT_MAX_RESOLUTION, ImageFiles
 from .labeled_data import LabeledData
 
@@ -158,7 +158,7 @@ def read_image_folder(root: str, channels: int = 3, size=None, threads: Optional
     """
     folder = read_class_folder(root, classes, allow_empty, classes_from)
     if not folder.paths:
-        raise ConfigError(f"image folder '{root}' holds no .png/.jpg/.jpeg files in its class subfolders")
+        raise ConfigError(f"image folder '{root}' holds no image files ({READ_FORMATS}) in its class subfolders")
     return ImageFiles(folder.paths, torch.tensor(folder.labels), folder.classes, channels=channels, size=size,
                       threads=threads, on_error=on_error, origin=root, max_resolution=max_resolution,
                       exif_orientation=exif_orientation, root=root, unread=folder.unread, decode=decode)
@@ -373,10 +373,11 @@ def read_segmentation(images: str, masks: str, channels: int = 3, size=None, thr
                  on_error: str = "raise", *, exif_orientation: bool = True,
                  reduce_zero_label: bool = False) -> ImageFiles:
     """An image folder and a mask folder paired by file name (without extension); decoded on demand, into memory or
-    streamed. Masks are PNGs of class ids, a palette's indices or grey values, read by one rule for the whole set
-    (image_files.mask_table): 255 is void (VOC's borders; config key ignore_index, unset, ignores it), except in
-    black-and-white masks (0 and 255 the only values in the set), where it is class 1. They get the images' geometric
-    transforms; JPEG masks and colour masks whose channels differ are refused.
+    streamed. Masks are PNGs (or BMP, GIF and TIFF files of mode P or L) of class ids, a palette's indices or grey
+    values, read by one rule for the whole set (image_files.mask_table): 255 is void (VOC's borders; config key
+    ignore_index, unset, ignores it), except in black-and-white masks (0 and 255 the only values in the set), where it
+    is class 1. They get the images' geometric transforms; JPEG masks and colour masks whose channels differ are
+    refused.
 
     Args:
         images: the images' folder.

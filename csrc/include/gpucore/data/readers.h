@@ -4,6 +4,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <array>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -36,7 +37,8 @@ struct DecodeOptions {
 // (the images' own size). ConfigError otherwise.
 void check_image_request(const DecodeOptions& options, int64_t height, int64_t width);
 
-// One PNG or JPEG image (detected from its first bytes) as uint8 H x W x channels (1: grey, 3: RGB).
+// One image (its format detected from its first bytes: PNG, JPEG, or one of the other formats above) as uint8
+// H x W x channels (1: grey, 3: RGB).
 at::Tensor decode_image(const std::string& path, const DecodeOptions& options);
 
 // How far a JPEG may be reduced while it is decoded. kExact: never, the pixels decode_image gives. kFast: by libjpeg's
@@ -110,6 +112,30 @@ struct DecodedImageList {
 DecodedImageList decode_images_at_own_size(const std::vector<std::string>& paths, const DecodeOptions& options,
                                            int64_t threads, bool skip_errors, int64_t max_shorter_side,
                                            DecodeScaling scaling = DecodeScaling::kExact);
+
+// A file of a format other than PNG and JPEG (WebP, BMP, GIF, TIFF, PPM, HEIC, AVIF), as the decoder set with
+// set_other_format_decoder gives it: pixels height x width x channels, upright and converted as DecodeOptions asks
+// (a mask: class ids), or the file's error; missing_library: the format's reader is not installed (never skipped).
+struct OtherFormatImage {
+  std::vector<uint8_t> data;
+  int64_t height = 0, width = 0;
+  std::string error;  // empty when decoded
+  bool missing_library = false;
+};
+using OtherFormatDecoder = std::function<OtherFormatImage(const std::vector<unsigned char>& bytes,
+                                                          const DecodeOptions& options, int64_t max_pixels)>;
+// A wait a thread may have to do while decoders run on other threads (joining reader threads), run so that those
+// decoders can finish: the Python module runs it with the GIL released, since its decoder (Pillow) takes the GIL.
+using DecoderWait = std::function<void(const std::function<void()>& wait)>;
+
+// Sets the decoder of the other formats, process-wide: gpucore._C sets Pillow's (python/gpucore/data/
+// pillow_formats.py; docs/guides/data.md says why, measured), called on the reader threads. Without one (the core
+// alone) such a file's error says that only PNG and JPEG are read here.
+void set_other_format_decoder(OtherFormatDecoder decoder, DecoderWait wait);
+// The other format's pixels of a file's bytes (the error when no decoder is set or it fails).
+OtherFormatImage decode_other_format(const std::vector<unsigned char>& bytes, const DecodeOptions& options);
+// Runs `wait` as the decoder set asks (directly when none is set).
+void wait_for_decoders(const std::function<void()>& wait);
 
 // What brings images of mixed sizes to one, for the errors that find them (names the config keys).
 std::string mixed_sizes_hint();
