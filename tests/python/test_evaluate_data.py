@@ -202,6 +202,10 @@ def test_a_torch_dataset_evaluates_reports_and_predicts_as_the_same_images_as_a_
     torch.testing.assert_close(from_dataset.outputs, from_folder.outputs, rtol=1e-5, atol=1e-5)
     assert from_dataset.labels.tolist() == from_folder.labels.tolist() == labels
     assert [row["label"] for row in from_dataset.rows] == [row["label"] for row in from_folder.rows]
+    gpucore_set = gpucore.data.read_image_folder(run.holdout, size=[32, 32])  # a gpucore data set: its inputs
+    from_set = gpucore.predict(run.best, gpucore_set, device="cpu")
+    torch.testing.assert_close(from_set.outputs, from_folder.outputs, rtol=1e-5, atol=1e-5)
+    assert from_set.labels.tolist() == labels
     # the classes must be the model's, as in training
     with pytest.raises(ConfigError, match="has classes temple, flower, bridge, but the model of .* was trained on "
                                           "bridge, flower, temple"):

@@ -20,6 +20,8 @@ from ..data.png import encode_png
 from ..errors import ConfigError
 from ..tasks import Classification
 from ..values import is_int
+from ..data.image_files import ImageFiles
+from ..data.labeled_data import LabeledData
 from ..data.torch_samples import dataset_samples, is_hf_dataset
 from .load import LoadedModel, load
 from .run_data import check_classes, describe
@@ -93,11 +95,12 @@ def predict(checkpoint: Union[str, os.PathLike, LoadedModel], inputs, *, top_k: 
             image file) or a list of paths (one table across all, in order; each name under its path), a tensor of
             raw inputs (uint8 images as training read them), a list of images (PIL images, uint8 tensors C x H x W or
             H x W, uint8 arrays H x W x C) of any sizes, each read as the same pixels in a PNG file would be (resized
-            to the model's size, or through its run's per-image transforms), results in the list's order; or a torch
-            Dataset or a Hugging Face dataset, its samples read as gpucore.train reads them (data_kwargs image_key
-            and label_key; its images as a list of images; its classes, where it names them, must be the model's),
-            its targets the labels. Float images must lie in [0, 1] (a ConfigError names the range found) unless the
-            run trained on floats of another range.
+            to the model's size, or through its run's per-image transforms), results in the list's order; or a data
+            set: a gpucore data set (its inputs as raw inputs), a torch Dataset or a Hugging Face dataset, its
+            samples read as gpucore.train reads them (data_kwargs image_key and label_key; its images as a list of
+            images; its classes, where it names them, must be the model's), its targets the labels. Float images
+            must lie in [0, 1] (a ConfigError names the range found) unless the run trained on floats of another
+            range.
         top_k: classes per input for classification.
         masks: segmentation: the folder for one mask PNG per image.
         device: auto, cpu, cuda, cuda:N or mps.
@@ -151,9 +154,9 @@ def _read(model: LoadedModel, inputs, on_error: str):
     paths = [isinstance(entry, (str, os.PathLike)) for entry in inputs] if isinstance(inputs, (list, tuple)) else None
     if paths is None or (paths and all(paths)):
         return _read_paths(model, [inputs] if paths is None else list(inputs), on_error)
-    if any(paths):
-        raise ConfigError(f"inputs: a list of paths or a list of images, not both: element {paths.index(True)} is a "
-                          f"path, element {paths.index(False)} is not")
+    if paths and paths[0]:
+        raise ConfigError(f"inputs: a list of paths or a list of images, not both: element 0 is a path, element "
+                          f"{paths.index(False)} is not")
     return model.read_images(inputs), [str(i) for i in range(len(inputs))], _none, ()  # as image files of them
 
 
@@ -198,18 +201,23 @@ def _under(path: str, name: str, array: bool) -> str:
 
 
 def _dataset(model: LoadedModel, data):
-    """A torch Dataset's (or Hugging Face dataset's) inputs, read as a run reads them (data_kwargs image_key and
-    label_key), with their classes where the model classifies and the data set names the model's classes."""
-    samples = dataset_samples(data, model.config.data_kwargs)
-    check_classes(describe(samples), samples, model)
-    inputs, targets = zip(*(samples[i] for i in range(len(samples))))
-    raw = model.read_images(list(inputs)) if samples.images else torch.stack(list(inputs))
-    if not samples.images:
-        _check_float_range(model, raw, f"inputs ({describe(samples)})")
-    targets = torch.stack([torch.as_tensor(target) for target in targets])
+    """A data set's inputs and targets: a gpucore data set's (its inputs as raw inputs), a torch Dataset's or Hugging
+    Face dataset's read as a run reads them (data_kwargs image_key and label_key; images as a list of images), with
+    their classes where the model classifies and the data set names the model's classes."""
+    if isinstance(data, LabeledData):
+        check_classes(describe(data if isinstance(data, ImageFiles) else (data.inputs, data.targets)), data, model)
+        raw, targets, what = data.inputs, data.targets, f"inputs ({data!r})"
+    else:
+        samples = dataset_samples(data, model.config.data_kwargs)
+        check_classes(describe(samples), samples, model)
+        inputs, targets = zip(*(samples[i] for i in range(len(samples))))
+        raw = model.read_images(list(inputs)) if samples.images else torch.stack(list(inputs))
+        targets, what = torch.stack([torch.as_tensor(target) for target in targets]), f"inputs ({describe(samples)})"
+    if isinstance(raw, torch.Tensor):
+        _check_float_range(model, raw, what)
     labels = targets.long() if isinstance(model.task, Classification) and targets.dim() == 1 \
         and not targets.is_floating_point() else None
-    return raw, [str(i) for i in range(len(samples))], lambda: labels, ()
+    return raw, [str(i) for i in range(len(targets))], lambda: labels, ()
 
 
 def _none() -> None:
