@@ -174,7 +174,7 @@ def _report(args: argparse.Namespace) -> int:
     from .evaluation.run_report import write_report
 
     try:
-        print(write_report(args.run_dir, args.device, args.model, args.data))
+        print(write_report(args.run_dir, args.device, args.model, args.data, args.split))
     except KeyboardInterrupt:
         print(f"gpucore: report interrupted; report.html and plots/ of '{args.run_dir}' were left as they were "
               f"(write them with  gpucore report {shlex.quote(args.run_dir)})", file=sys.stderr)
@@ -253,6 +253,7 @@ def _model_option(command: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from .cam import METHODS
+    from .evaluation.run_data import SPLITS
 
     parser = argparse.ArgumentParser(prog="gpucore", description="gpucore: a native training core for PyTorch")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -300,9 +301,13 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("run_dir", help="the run's directory (holds training_stats.json and checkpoints/)")
     report.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
     report.add_argument("--data", help="a data set as config key data names it (a built-in set, a .npz, a folder: IDX "
-                        "or .npy files, class subfolders, or images/ and masks/ for segmentation), for the validation "
-                        "figures (default: the run's; needed for a run whose data was given to gpucore.train in "
-                        "Python)")
+                        "or .npy files, class subfolders, or images/ and masks/ for segmentation): the run's model "
+                        "scored on it in a page BESIDE the run's own report, report-NAME.html with plots-NAME/ and "
+                        "per_class-NAME.json (NAME: its folder's or file's name, -SPLIT added for a split other than "
+                        "all); the run's report.html and plots/ are left as they are. Default: the run's own data, "
+                        "into report.html (needed for a run whose data was given to gpucore.train in Python)")
+    report.add_argument("--split", choices=list(SPLITS), help="which samples of the data the page scores, as gpucore "
+                        "evaluate's --split (default: all with --data, val without)")
     _model_option(report)
     report.set_defaults(run=_report)
 
@@ -314,21 +319,25 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate = commands.add_parser("evaluate", help="metrics and the report's plots of a checkpoint on a data set")
     evaluate.add_argument("checkpoint", help="a gpucore checkpoint (best.pt, last.pt)")
     evaluate.add_argument("--data", help="a data set as config key data names it (a built-in set, a .npz, a folder: "
-                          "IDX or .npy files, class subfolders, or images/ and masks/ for segmentation), read with "
-                          "the run's channels and size (default: the run's; needed for a run whose data was given to "
-                          "gpucore.train in Python)")
-    evaluate.add_argument("--split", default="val", choices=["val", "test"],
-                          help="val (default): the run's validation data; test: the data's held-out test files")
+                          "IDX or .npy files, class subfolders, images/ and masks/ for segmentation, train/ beside "
+                          "test/ or val/), read with the run's channels and size; scored whole unless --split says "
+                          "otherwise (default: the run's own data, its validation samples; needed for a run whose "
+                          "data was given to gpucore.train in Python)")
+    evaluate.add_argument("--split", choices=list(SPLITS), help="which samples of the data: " + "; ".join(
+                          f"{name}: {meaning}" for name, meaning in SPLITS.items()) + ". A split that does not apply "
+                          "to the data is refused, naming those that do")
     evaluate.add_argument("--out", help="folder for evaluation.json, per_class.json, plots/ and report.html "
-                          "(default: RUN_DIR/evaluate-SPLIT)")
+                          "(default: RUN_DIR/evaluate-SPLIT for the run's own data, RUN_DIR/evaluate-NAME with "
+                          "--data, NAME its folder's or file's name, -SPLIT added for a split other than all)")
     evaluate.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
     _model_option(evaluate)
     evaluate.set_defaults(run=_evaluate)
 
     predict = commands.add_parser("predict", help="predictions of a trained checkpoint on images, into a CSV")
     predict.add_argument("checkpoint", help="a gpucore checkpoint (best.pt, last.pt)")
-    predict.add_argument("inputs", help="a folder of PNG/JPEG images (class subfolders allowed), an image, a .npy/.npz "
-                         "array or an IDX image file")
+    predict.add_argument("inputs", nargs="+", help="one or more: a folder of PNG/JPEG images (class subfolders "
+                         "allowed), an image, a .npy/.npz array or an IDX image file; one table across all, in the "
+                         "order given")
     predict.add_argument("--out", default="predictions.csv", help="the CSV, one row per input (default predictions.csv)")
     predict.add_argument("--top-k", type=int, default=5, help="classes per input for classification (default 5)")
     predict.add_argument("--masks", help="segmentation: folder for the mask PNGs (default: OUT's name + _masks)")

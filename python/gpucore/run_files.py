@@ -1,5 +1,6 @@
 """The names of a run directory's files, in one place: what training writes there, what resumes, the report
 and gpucore evaluate read and write."""
+import os
 
 CHECKPOINTS = "checkpoints"  # the folder of the .pt files
 LAST, BEST, INTERRUPTED = "last.pt", "best.pt", "interrupted.pt"
@@ -20,6 +21,13 @@ REPORT = "report.html"
 PLOTS = "plots"
 PER_CLASS = "per_class.json"
 EVALUATION = "evaluation.json"  # gpucore evaluate's summary
+
+
+def labelled(name: str, label: str) -> str:
+    """A report file's name for a page beside the run's own (gpucore report --data): report-LABEL.html, plots-LABEL,
+    per_class-LABEL.json."""
+    stem, extension = os.path.splitext(name)
+    return f"{stem}-{label}{extension}"
 
 
 def every_n_name(epoch: int) -> str:

@@ -187,7 +187,7 @@ def test_the_data_path_is_recorded_absolute_and_evaluate_runs_from_anywhere(tmp_
                                           r"key data\) is not a folder or file here: pass the data, --data FOLDER"):
         gpucore.evaluate(os.path.join(result.checkpoint_dir, "best.pt"), device="cpu", out=str(tmp_path / "ev2"))
     moved = gpucore.evaluate(os.path.join(result.checkpoint_dir, "best.pt"), data=str(tmp_path / "work" / "moved"),
-                             device="cpu", out=str(tmp_path / "ev3"))
+                             split="val", device="cpu", out=str(tmp_path / "ev3"))  # the run's val/, moved
     assert moved["metrics"] == summary["metrics"]
 
 

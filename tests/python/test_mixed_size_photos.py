@@ -191,15 +191,11 @@ def test_a_mixed_size_folder_trains_and_every_command_works_on_its_checkpoint(fo
     rows = (tmp_path / "predictions.csv").read_text().splitlines()
     assert len(rows) == 13 and rows[0].startswith("input,label,")
 
-    held_out = tmp_path / "held_out"  # its val/ split: the whole folder
-    held_out.mkdir()
-    for split in ("train", "val"):
-        os.symlink(folder, held_out / split)
-    evaluated = _gpucore("evaluate", checkpoint, "--data", str(held_out), "--out", str(tmp_path / "evaluation"),
-                         cwd=tmp_path)
+    evaluated = _gpucore("evaluate", checkpoint, "--data", folder, "--out", str(tmp_path / "evaluation"),
+                         cwd=tmp_path)  # the whole folder (split all)
     assert evaluated.returncode == 0, evaluated.stderr
     summary = json.loads(evaluated.stdout)
-    assert summary["samples"] == 12
+    assert (summary["split"], summary["samples"]) == ("all", 12)
     assert summary["metrics"]["accuracy"] == pytest.approx((expected.argmax(1) == files.targets).float().mean().item())
 
     cams = _gpucore("gradcam", "--checkpoint", checkpoint, "--images", os.path.join(folder, "china"), "--out",

@@ -259,7 +259,7 @@ def test_evaluate_labels_by_the_checkpoints_classes_and_refuses_one_it_lacks(wid
     assert result.returncode == 0, result.stderr
     assert "has no folder for classes bridge, temple of the model" in result.stderr
     rows = json.load(open(tmp_path / "ev" / "per_class.json"))
-    assert {row["class"]: row["support"] for row in rows if row.get("support")} == {"flower": 1}  # the 0.1 split
+    assert {row["class"]: row["support"] for row in rows if row.get("support")} == {"flower": 6}  # all of it
     folder = make_folder(tmp_path / "tree", classes=["bridge", "flower", "tree"])
     line = _one_line_error(_gpucore("evaluate", checkpoint, "--data", folder, "--device", "cpu",
                                     "--out", str(tmp_path / "ev2")))

@@ -161,7 +161,12 @@ def test_evaluate_an_importable_run_on_data_given_with_data(importable_run, on_p
                           "--device", "cpu")
     assert code == 0, err
     summary = json.loads(out)
-    assert summary["samples"] == 32 and summary["data"] == str(on_path / "data.npz")
+    assert summary["samples"] == 96 and summary["data"] == str(on_path / "data.npz")  # all: x_train and x_val
+    code, out, err = _cli(capsys, "evaluate", best, "--data", on_path / "data.npz", "--split", "test", "--out",
+                          tmp_path / "test", "--device", "cpu")
+    assert code == 0, err
+    summary = json.loads(out)
+    assert (summary["split"], summary["samples"]) == ("test", 32)  # x_val, its held-out split
     assert 0 <= summary["metrics"]["accuracy"] <= 1
 
 
@@ -186,7 +191,9 @@ def test_report_of_an_importable_run_keeps_a_better_report_and_draws_with_data(i
     assert open(report, "rb").read() == before
     code, out, err = _cli(capsys, "report", importable_run.run_dir, "--data", on_path / "data.npz", "--device", "cpu")
     assert code == 0, err
-    page = open(report, encoding="utf-8").read()
+    assert open(report, "rb").read() == before  # the page of other data is written beside the run's own
+    assert out.strip() == os.path.join(importable_run.run_dir, "report-data.html")
+    page = open(out.strip(), encoding="utf-8").read()
     for figure in ("curves.png", "confusion_matrix.png", "val_predictions.png", "train_batch.png"):
         assert f'alt="{figure}"' in page
     assert "Not drawn" not in page

@@ -124,12 +124,14 @@ def test_evaluate_other_data_and_splits(run, tmp_path):
     loaded = gpucore.load(checkpoint, "cpu")
     assert test["samples"] == 40
     assert test["metrics"]["accuracy"] == pytest.approx((loaded(xv).argmax(1) == yv).float().mean().item())
-    val = gpucore.evaluate(checkpoint, data=str(tmp_path / "only_train.npz"), device="cpu", out=str(tmp_path / "v"))
-    assert val["samples"] == 10  # the run's val_fraction (0.1) of the 100 training samples
-    with pytest.raises(gpucore.ConfigError, match="no held-out test split"):
+    whole = gpucore.evaluate(checkpoint, data=str(tmp_path / "only_train.npz"), device="cpu", out=str(tmp_path / "v"))
+    assert (whole["split"], whole["samples"]) == ("all", 100)  # data given: all of it
+    assert whole["metrics"]["accuracy"] == pytest.approx((loaded(x).argmax(1) == y).float().mean().item())
+    with pytest.raises(gpucore.ConfigError, match=r"split 'test' does not apply to data '.*only_train.npz': it has no "
+                                                  r"held-out split of its own .*; splits that do: all$"):
         gpucore.evaluate(checkpoint, data=str(tmp_path / "only_train.npz"), split="test", device="cpu")
-    with pytest.raises(gpucore.ConfigError, match="split 'train' is not one of val, test"):
-        gpucore.evaluate(checkpoint, split="train")
+    with pytest.raises(gpucore.ConfigError, match="split 'training' is not one of all, val, test, train"):
+        gpucore.evaluate(checkpoint, split="training")
     with pytest.raises(gpucore.ConfigError, match="does not exist"):
         gpucore.evaluate(str(tmp_path / "missing.pt"))
 

@@ -88,9 +88,9 @@ def assert_metrics(metrics, expected):
         assert metrics[name] == pytest.approx(value, abs=1e-6), name
 
 
-def report_metrics(run_dir):
-    """The metrics table of the run's report.html, {name: text as shown}."""
-    page = open(os.path.join(run_dir, "report.html"), encoding="utf-8").read()
+def report_metrics(run_dir, report="report.html"):
+    """The metrics table of the run's report.html (or another page), {name: text as shown}."""
+    page = open(os.path.join(run_dir, report), encoding="utf-8").read()
     assert "Validation masks" in page and "Not drawn" not in page
     return dict(re.findall(r"<tr><td>(iou|dice|accuracy)</td><td>([^<]*)</td></tr>", page))
 
@@ -145,24 +145,29 @@ def test_a_run_trained_in_python_on_read_segmentation_evaluates_on_the_folder_or
     expected = recomputed(checkpoint, *pair_files(folder / "val"))
     assert result.monitor == "val_iou" and result.best_metric == pytest.approx(expected["iou"], abs=1e-6)
 
-    # the folder (its val/), from Python and from the command line
-    assert_metrics(gpucore.evaluate(checkpoint, data=str(folder), device="cpu")["metrics"], expected)
+    # the folder's val/: the run's validation data (split val, checked against its checkpoint) and its held-out
+    # split (test), from Python and from the command line; all of it (train/ and val/) by default
+    summary = gpucore.evaluate(checkpoint, data=str(folder), split="val", device="cpu")
+    assert (summary["split"], summary["samples"]) == ("val", 6)
+    assert_metrics(summary["metrics"], expected)
     assert cli.main(["evaluate", checkpoint, "--data", str(folder), "--split", "test", "--device", "cpu",
                      "--out", str(tmp_path / "evaluation")]) == 0
     assert_metrics(json.loads(capsys.readouterr().out)["metrics"], expected)
-    # a data set: all of it, no split
+    assert gpucore.evaluate(checkpoint, data=str(folder), device="cpu")["samples"] == len(crops)
+    # a data set: all of it; it has no test split of its own
     summary = gpucore.evaluate(checkpoint, data=val, device="cpu")
     assert (summary["split"], summary["samples"]) == ("all", 6)
     assert_metrics(summary["metrics"], expected)
-    with pytest.raises(gpucore.ConfigError, match="split 'test' picks a part of data named by path or name; a data "
-                                                  "set given as an object is evaluated whole"):
+    with pytest.raises(gpucore.ConfigError, match=r"split 'test' does not apply to data 6 images and masks from .*: it "
+                                                  r"has no held-out split of its own .*; splits that do: all, val$"):
         gpucore.evaluate(checkpoint, data=val, split="test", device="cpu")
 
-    assert cli.main(["report", result.run_dir, "--data", str(folder), "--device", "cpu"]) == 0
-    assert report_metrics(result.run_dir) == {name: f"{value:.4g}" for name, value in expected.items()}
-    os.remove(os.path.join(result.run_dir, "report.html"))
+    assert cli.main(["report", result.run_dir, "--data", str(folder), "--split", "val", "--device", "cpu"]) == 0
+    assert report_metrics(result.run_dir, "report-photos-val.html") == {name: f"{value:.4g}"
+                                                                         for name, value in expected.items()}
     gpucore.write_report(result.run_dir, device="cpu", data=val)
-    assert report_metrics(result.run_dir) == {name: f"{value:.4g}" for name, value in expected.items()}
+    assert report_metrics(result.run_dir, "report-all.html") == {name: f"{value:.4g}"
+                                                                  for name, value in expected.items()}
     with pytest.raises(gpucore.ConfigError, match=r"write_report's data: got a value of type dict; expected a data "
                                                   r"set name or path .* or a gpucore data set \(gpucore.data.read_seg"):
         gpucore.write_report(result.run_dir, device="cpu", data={"images": str(folder)})

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -287,10 +287,24 @@ def _find(folder: str, *names: str) -> Optional[str]:
     return None
 
 
-def _load_folder(path: str, kwargs: dict, classes: Optional[List[str]] = None):
+# A data folder's held-out subfolders beside train/, in the order its held-out split is looked for.
+HELD_OUT_FOLDERS = ("val", "test")
+
+
+def held_out_folders(name: str) -> List[str]:
+    """The held-out subfolders (HELD_OUT_FOLDERS, in that order) beside train/ of data folder `name`; none for other
+    data."""
+    path = os.path.expanduser(name)
+    if not os.path.isdir(os.path.join(path, "train")):
+        return []
+    return [folder for folder in HELD_OUT_FOLDERS if os.path.isdir(os.path.join(path, folder))]
+
+
+def _load_folder(path: str, kwargs: dict, classes: Optional[List[str]] = None,
+                 held_out: Sequence[str] = HELD_OUT_FOLDERS):
     """IDX files, .npy files, or image folders (class subfolders, or images/ and masks/; either optionally under train/
-    and val/ or test/: a held-out folder of classes labelled by train/'s class names, or all of them by `classes`, a
-    trained model's)."""
+    and the first of `held_out` (val/, test/): a held-out folder of classes labelled by train/'s class names, or all of
+    them by `classes`, a trained model's)."""
     def pair(dataset):
         return dataset.inputs, dataset.targets
 
@@ -308,7 +322,7 @@ def _load_folder(path: str, kwargs: dict, classes: Optional[List[str]] = None):
     model_classes = "the model" if classes is not None else None
     if os.path.isdir(os.path.join(path, "train")):
         train = _image_folder(os.path.join(path, "train"), kwargs, classes, model_classes)
-        for name in ("val", "test"):
+        for name in held_out:
             if os.path.isdir(os.path.join(path, name)):
                 return train, _image_folder(os.path.join(path, name), kwargs, train.classes,
                                             model_classes or f"training folder '{train.origin}'")
@@ -425,10 +439,12 @@ def is_python_data(name: str) -> bool:
     return isinstance(name, str) and name.startswith("python:")
 
 
-def read_data(name: str, kwargs: dict, classes: Optional[List[str]] = None):
+def read_data(name: str, kwargs: dict, classes: Optional[List[str]] = None,
+              held_out: Sequence[str] = HELD_OUT_FOLDERS):
     """(train, val) as config key `data` names them, each (inputs, targets) tensors or ImageFiles; val is None when
     the data has no validation split of its own (val_size: 0 included). `classes`: image folders labelled by these
-    class names (a trained model's) instead of their own."""
+    class names (a trained model's) instead of their own; `held_out`: a folder's held-out subfolders beside train/,
+    the first found is val (gpucore evaluate's split test looks for test/ first)."""
     if is_python_data(name):
         raise ConfigError(f"config key 'data': '{name}' records that the run's data was given to gpucore.train in "
                           "Python, which cannot be read back; pass the data again (train_data=... in Python, --data "
@@ -447,7 +463,7 @@ def read_data(name: str, kwargs: dict, classes: Optional[List[str]] = None):
     else:
         path = os.path.expanduser(name)
         if os.path.isdir(path):
-            train, val = _load_folder(path, kwargs, classes)
+            train, val = _load_folder(path, kwargs, classes, held_out)
         elif path.endswith(".npz") and os.path.isfile(path):
             train, val = _load_npz(path)
         else:

@@ -374,12 +374,8 @@ class ImageFiles(LabeledData):
         """
         index = [int(i) for i in index]
         masks = [self.mask_paths[i] for i in index] if self.mask_paths is not None else None
-        part = ImageFiles([self.paths[i] for i in index], None if masks is not None else self._targets[index],
-                          self.classes, channels=self.channels, size=self.size if self.size != (0, 0) else None,
-                          threads=self.threads, on_error="skip" if self.skip_errors else "raise", origin=self.origin,
-                          mask_paths=masks, max_resolution=self.max_resolution,
-                          exif_orientation=self.exif_orientation, root=self.root, unread=self.unread,
-                          decode=self.decode, reduce_zero_label=self.reduce_zero_label)
+        part = self._read_alike([self.paths[i] for i in index], None if masks is not None else self._targets[index],
+                                masks, self.root, self.origin)
         if masks is not None:  # read by the whole set's rule (a split's part has fewer values to decide from)
             part._mask_values, part._mask_table = self.mask_values()[index], self.mask_table
         if self._inputs is not None:
@@ -387,6 +383,37 @@ class ImageFiles(LabeledData):
         if self._own_size is not None:
             part._own_size, part._targets = [self._own_size[i] for i in index], self._targets[index]
         return part
+
+    def joined(self, other: "ImageFiles") -> "ImageFiles":
+        """These files and then `other`'s (another split of the same data set: the same classes or both masks), read
+        as this set reads them; names relative to the folder both lie in.
+
+        Args:
+            other: the files to add.
+
+        Returns:
+            A new ImageFiles.
+
+        Raises:
+            ConfigError: sets of other classes, or one of masks and one of classes.
+        """
+        if (self.mask_paths is None) != (other.mask_paths is None) or self.classes != other.classes:
+            raise ConfigError(f"'{self.origin}' and '{other.origin}' cannot be read as one data set: "
+                              + ("one holds masks, the other classes" if (self.mask_paths is None)
+                                 != (other.mask_paths is None) else f"classes {self.classes} and {other.classes}"))
+        masks = self.mask_paths + other.mask_paths if self.mask_paths is not None else None
+        targets = None if masks is not None else torch.cat([self._targets, other._targets])
+        return self._read_alike(self.paths + other.paths, targets, masks, os.path.commonpath([self.root, other.root]),
+                                f"{self.origin} and {other.origin}")
+
+    def _read_alike(self, paths: List[str], targets: Optional[torch.Tensor], masks: Optional[List[str]], root: str,
+                    origin: str) -> "ImageFiles":
+        """Other files read with this set's settings (channels, size, decoding, ...)."""
+        return ImageFiles(paths, targets, self.classes, channels=self.channels,
+                          size=self.size if self.size != (0, 0) else None, threads=self.threads,
+                          on_error="skip" if self.skip_errors else "raise", origin=origin, mask_paths=masks,
+                          max_resolution=self.max_resolution, exif_orientation=self.exif_orientation, root=root,
+                          unread=self.unread, decode=self.decode, reduce_zero_label=self.reduce_zero_label)
 
     def sample_stats(self, limit: int = 1024, own_sizes: bool = False) -> Tuple[list, list]:
         """Per-channel mean and standard deviation of the images scaled to [0, 1]: exact when decoded, else from up to

@@ -43,17 +43,20 @@ class LoadedModel:
         weights: "ema" (the run's moving average) or "raw".
         class_weights: the loss's weight per class the run trained with (config key class_weights resolved), or
             None.
+        data_identity: what the run's training and validation data were ({"train", "val"}: data/identity.py), or
+            None for a checkpoint that does not record it.
     """
 
     def __init__(self, model: nn.Module, config, classes: Optional[List[str]], input_stats: Optional[dict],
                  input_shape: Optional[List[int]], device: torch.device, checkpoint: str, weights: str = "raw",
-                 class_weights: Optional[List[float]] = None):
+                 class_weights: Optional[List[float]] = None, data_identity: Optional[dict] = None):
         self.module, self.config, self.classes = model, config, classes
         self.weights = weights  # "ema": the run's exponential moving average (it monitored an EMA metric), else "raw"
         # What kind of model it is (its run's loss and heads): how its outputs decode; its loss weighs the classes as
         # the run's did (config key class_weights resolved on the run's training data, which the checkpoint holds).
         self.task = task_of(config).with_class_weights(class_weights)
         self.input_stats, self.input_shape, self.device, self.checkpoint = input_stats, input_shape, device, checkpoint
+        self.data_identity = data_identity
 
     def __repr__(self) -> str:
         return (f"LoadedModel({self.config.model} from '{self.checkpoint}'"
@@ -284,7 +287,7 @@ def from_payload(payload: dict, path: str, device: torch.device,
                           f"{state_mismatch(model, state, exc)}") from exc
     model.to(device=device, dtype=torch.float32).eval()
     return LoadedModel(model, config, payload.get("classes"), payload.get("input_stats"), payload.get("input_shape"),
-                       device, path, weights, payload.get("class_weights"))
+                       device, path, weights, payload.get("class_weights"), payload.get("data"))
 
 
 def state_mismatch(model: nn.Module, state: dict, error: Exception, shown: int = 5) -> str:

@@ -20,7 +20,11 @@ from ..data.png import encode_png
 from ..errors import ConfigError
 from ..tasks import Classification
 from ..values import is_int
+from ..data.image_files import ImageFiles
+from ..data.labeled_data import LabeledData
+from ..data.torch_samples import dataset_samples, is_hf_dataset
 from .load import LoadedModel, load
+from .run_data import check_classes, describe
 
 
 class Predictions:
@@ -31,7 +35,8 @@ class Predictions:
         outputs: raw model outputs.
         predicted_: the task's decoding (`.predicted`): classes, per-head classes, CTC sequences, label sets or masks.
         rows: one dict per input: the CSV's columns.
-        labels: classification: true classes from class subfolders named like the checkpoint's classes, else None.
+        labels: classification: true classes from class subfolders named like the checkpoint's classes (of every
+            path given), or a torch Dataset's targets, else None.
         mask_files: segmentation: the masks written.
         notes: what the rows cannot show by themselves (a model with more outputs than class names), as sentences.
         skipped: on_error "skip": "path: why" of each image file left out, unreadable (no row).
@@ -87,11 +92,15 @@ def predict(checkpoint: Union[str, os.PathLike, LoadedModel], inputs, *, top_k: 
     Args:
         checkpoint: a gpucore checkpoint path or a gpucore.load result.
         inputs: a path (a folder of PNG/JPEG images, class subfolders allowed; one image; a .npy/.npz array; an IDX
-            image file), a tensor of raw inputs (uint8 images as training read them), or a list of images (PIL
-            images, uint8 tensors C x H x W or H x W, uint8 arrays H x W x C) of any sizes, each read as the same
-            pixels in a PNG file would be (resized to the model's size, or through its run's per-image transforms),
-            results in the list's order. Float images must lie in
-            [0, 1] (a ConfigError names the range found) unless the run trained on floats of another range.
+            image file) or a list of paths (one table across all, in order; each name under its path), a tensor of
+            raw inputs (uint8 images as training read them), a list of images (PIL images, uint8 tensors C x H x W or
+            H x W, uint8 arrays H x W x C) of any sizes, each read as the same pixels in a PNG file would be (resized
+            to the model's size, or through its run's per-image transforms), results in the list's order; or a data
+            set: a gpucore data set (its inputs as raw inputs), a torch Dataset or a Hugging Face dataset, its
+            samples read as gpucore.train reads them (data_kwargs image_key and label_key; its images as a list of
+            images; its classes, where it names them, must be the model's), its targets the labels. Float images
+            must lie in [0, 1] (a ConfigError names the range found) unless the run trained on floats of another
+            range.
         top_k: classes per input for classification.
         masks: segmentation: the folder for one mask PNG per image.
         device: auto, cpu, cuda, cuda:N or mps.
@@ -110,11 +119,11 @@ def predict(checkpoint: Union[str, os.PathLike, LoadedModel], inputs, *, top_k: 
     model = checkpoint if isinstance(checkpoint, LoadedModel) else load(checkpoint, device)
     if not is_int(top_k) or top_k < 1:
         raise ConfigError(f"top_k must be an integer >= 1, got {top_k!r}")
-    raw, names, folders, skipped = _read(model, inputs, on_error)
+    raw, names, labels, skipped = _read(model, inputs, on_error)
     outputs = model(raw, batch_size).cpu()
     task = model.task.for_outputs(outputs)
     decoded = task.decode(outputs)
-    labels = _folder_labels(folders, model.classes) if task.labels_from_folders else None
+    labels = labels() if task.labels_from_folders else None
     rows = [{"input": name} for name in names]
     if labels is not None:
         for row, label in zip(rows, labels.tolist()):
@@ -129,25 +138,91 @@ def predict(checkpoint: Union[str, os.PathLike, LoadedModel], inputs, *, top_k: 
 
 
 def _read(model: LoadedModel, inputs, on_error: str):
-    """(raw inputs, names, class subfolders or None, files skipped)."""
+    """(raw inputs, names, the true classes (a function: of classification only, where the inputs give them), files
+    skipped)."""
     if isinstance(inputs, torch.Tensor):
         _check_float_range(model, inputs, "inputs (a tensor)")
-        return inputs, [str(i) for i in range(inputs.shape[0])], None, ()
+        return inputs, [str(i) for i in range(inputs.shape[0])], _none, ()
+    if is_hf_dataset(inputs) or isinstance(inputs, torch.utils.data.Dataset):
+        return _dataset(model, inputs)
     if not isinstance(inputs, (str, os.PathLike, list, tuple)):
-        raise ConfigError(f"inputs must be a path, a tensor or a list of images ({IN_MEMORY}), got "
-                          f"{type(inputs).__name__}")
+        raise ConfigError(f"inputs must be a path or a list of paths, a tensor, a list of images ({IN_MEMORY}), a torch "
+                          f"Dataset or a Hugging Face dataset, got {type(inputs).__name__}")
     if not model.is_image_model:
         raise ConfigError(f"the model of '{model.checkpoint}' takes inputs of shape {model.input_shape or 'unknown'}, "
                           "not images: pass them as a tensor")
+    paths = [isinstance(entry, (str, os.PathLike)) for entry in inputs] if isinstance(inputs, (list, tuple)) else None
+    if paths is None or (paths and all(paths)):
+        return _read_paths(model, [inputs] if paths is None else list(inputs), on_error)
+    if paths and paths[0]:
+        raise ConfigError(f"inputs: a list of paths or a list of images, not both: element 0 is a path, element "
+                          f"{paths.index(False)} is not")
+    return model.read_images(inputs), [str(i) for i in range(len(inputs))], _none, ()  # as image files of them
+
+
+def _read_paths(model: LoadedModel, paths: list, on_error: str):
+    """Every path's inputs, in order (one path: names relative to its folder; several: each name under its path), and
+    the true classes where every path's images sit in class subfolders."""
     channels, height, width = model.input_shape
-    if isinstance(inputs, (list, tuple)):  # each image as an image file of it would be read
-        return model.read_images(inputs), [str(i) for i in range(len(inputs))], None, ()
-    read = read_input_images(inputs, channels, (height, width) if height else None,
-                             max_resolution=model.max_resolution if model.reads_own_sizes else None,
-                             exif_orientation=model.exif_orientation, on_error=on_error)
-    _check_float_range(model, read.images, f"inputs '{os.fspath(inputs)}'")
-    names = read.files if read.files is not None else [str(i) for i in range(len(read.images))]
-    return read.images, names, read.folders, read.skipped
+    images, names, folders, skipped = [], [], [], []
+    for path in paths:
+        read = read_input_images(path, channels, (height, width) if height else None,
+                                 max_resolution=model.max_resolution if model.reads_own_sizes else None,
+                                 exif_orientation=model.exif_orientation, on_error=on_error)
+        _check_float_range(model, read.images, f"inputs '{os.fspath(path)}'")
+        own = read.files if read.files is not None else [str(i) for i in range(len(read.images))]
+        names += own if len(paths) == 1 else [_under(os.fspath(path), name, read.files is None) for name in own]
+        images.append(read.images)
+        folders.append(read.folders)
+        skipped += read.skipped
+    if len(images) == 1:
+        raw = images[0]
+    elif any(isinstance(part, list) for part in images):  # images at their own sizes: one list
+        raw = [image for part in images for image in part]
+    else:
+        shapes = sorted({tuple(part.shape[1:]) for part in images})
+        if len(shapes) > 1:
+            raise ConfigError(f"inputs {', '.join(map(os.fspath, paths))} hold inputs of shapes {shapes}: give inputs "
+                              "of one shape (arrays with the model's channels and size)")
+        raw = torch.cat(images)
+
+    def labels():
+        found = [_folder_labels(part, model.classes) for part in folders]
+        return torch.cat(found) if all(part is not None for part in found) else None
+
+    return raw, names, labels, tuple(skipped)
+
+
+def _under(path: str, name: str, array: bool) -> str:
+    """The name of one input of several paths: the file, or a folder's file under the folder, or an array's index."""
+    if array:
+        return f"{path}[{name}]"
+    return path if os.path.isfile(path) else os.path.join(path, name)
+
+
+def _dataset(model: LoadedModel, data):
+    """A data set's inputs and targets: a gpucore data set's (its inputs as raw inputs), a torch Dataset's or Hugging
+    Face dataset's read as a run reads them (data_kwargs image_key and label_key; images as a list of images), with
+    their classes where the model classifies and the data set names the model's classes."""
+    if isinstance(data, LabeledData):
+        check_classes(describe(data if isinstance(data, ImageFiles) else (data.inputs, data.targets)), data, model)
+        raw, targets, what = data.inputs, data.targets, f"inputs ({data!r})"
+    else:
+        samples = dataset_samples(data, model.config.data_kwargs)
+        check_classes(describe(samples), samples, model)
+        inputs, targets = zip(*(samples[i] for i in range(len(samples))))
+        raw = model.read_images(list(inputs)) if samples.images else torch.stack(list(inputs))
+        targets, what = torch.stack([torch.as_tensor(target) for target in targets]), f"inputs ({describe(samples)})"
+    if isinstance(raw, torch.Tensor):
+        _check_float_range(model, raw, what)
+    labels = targets.long() if isinstance(model.task, Classification) and targets.dim() == 1 \
+        and not targets.is_floating_point() else None
+    return raw, [str(i) for i in range(len(targets))], lambda: labels, ()
+
+
+def _none() -> None:
+    """No true classes: inputs that do not give them."""
+    return None
 
 
 def _check_float_range(model: LoadedModel, images: torch.Tensor, origin: str) -> None:

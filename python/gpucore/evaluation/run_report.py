@@ -26,10 +26,10 @@ from ..redact import masked_values
 from ..report import plots
 from ..report.page import Page
 from ..report.sections import prediction_sections, train_batch_section
-from ..run_files import CHECKPOINTS, METRICS, PER_CLASS, PLOTS, REPORT, REPORT_CHECKPOINTS, STATS
+from ..run_files import CHECKPOINTS, METRICS, PER_CLASS, PLOTS, REPORT, REPORT_CHECKPOINTS, STATS, labelled
 from .evaluation_pass import data_sets, evaluation_pass
 from .load import from_payload
-from .run_data import DATA_SET_OBJECTS, given_data_set, is_named, read_named
+from .run_data import DATA_SET_OBJECTS, check_classes, chosen_data
 
 def best_checkpoint(run_dir: str) -> str:
     folder = os.path.join(run_dir, CHECKPOINTS)
@@ -41,11 +41,14 @@ def best_checkpoint(run_dir: str) -> str:
 
 
 def write_report(run_dir: str, device: str = "auto", module: Union[None, str, nn.Module] = None,
-                 data: Union[None, str, os.PathLike, LabeledData, tuple] = None) -> str:
+                 data: Union[None, str, os.PathLike, LabeledData, tuple, object] = None,
+                 split: Optional[str] = None) -> str:
     """report.html, plots/ and per_class.json in a run directory, from its files (training_stats.json,
-    metrics.jsonl, the best checkpoint, the config's data). The page is drawn in a temporary folder first and
-    replaces the run's report.html only when it draws every figure the old one has: a report is never replaced
-    by a worse one.
+    metrics.jsonl, the best checkpoint, the config's data); with `data` (or a split other than val) a page of the same
+    run on that data BESIDE it: report-LABEL.html, plots-LABEL/ and per_class-LABEL.json (LABEL: the data's folder or
+    file name, with -SPLIT for a split other than all; for the run's own data the split), so that nothing of the run's
+    own report changes. The page is drawn in a temporary folder first and replaces the one it is written over only when
+    it draws every figure the old one has: a report is never replaced by a worse one.
 
     Args:
         run_dir: the run directory.
@@ -54,19 +57,22 @@ def write_report(run_dir: str, device: str = "auto", module: Union[None, str, nn
             training process the run's model; for a run whose model was given in Python and cannot be rebuilt
             by name, that model or 'package.module:factory' (see gpucore.load).
         data: what config key data takes (a built-in set, a .npz, a folder: class subfolders, images/ and masks/,
-            ...; read with the run's channels and size, its validation data as evaluate's split val), or a data
-            set object: one gpucore data set (read_segmentation(...), read_image_folder(...), from_tensors(...))
-            or (inputs, targets) tensors, whose validation figures are of all of it and training batch drawn from
-            it; in a training process (train, val) as the run read them. Needed for a run whose data was given in
-            Python (its config says data: python:train_data); otherwise for other data than the run's.
+            ...; read with the run's channels and size), or a data set given in Python: a gpucore data set
+            (read_segmentation(...), read_image_folder(...), from_tensors(...)), (inputs, targets) tensors, a torch
+            Dataset or a Hugging Face dataset (read as gpucore.train reads them); in a training process (train, val)
+            as the run read them. Needed for a run whose data was given in Python (its config says data:
+            python:train_data).
+        split: the samples of the data the page scores, as gpucore.evaluate's split: all (the default for data
+            given), val (the run's validation samples; the default without data), test or train.
 
     Returns:
-        The path of report.html.
+        The path of the page written: report.html, or report-LABEL.html beside it.
 
     Raises:
         ConfigError: a folder that is not a run directory; a model the config cannot rebuild and none given; data
-            of another kind, or that does not fit the model; a validation pass that fails (nothing is written); a
-            report that would lack figures the existing report.html has (that one is kept, unchanged).
+            of another kind, or that does not fit the model; a split that does not apply to it; a validation pass
+            that fails (nothing is written); a report that would lack figures the existing page has (that one is
+            kept, unchanged).
     """
     started = time.perf_counter()
     run_dir = os.path.abspath(run_dir)
@@ -80,25 +86,32 @@ def write_report(run_dir: str, device: str = "auto", module: Union[None, str, nn
     model = from_payload(payload, checkpoint, select_device(device).device, module)
     config, target, module = model.config, model.device, model.module
     classes, normalization = model.classes, model.normalization
-    no_data = None
-    if data is None and is_python_data(config.data):
+    no_data, chosen = None, None
+    if isinstance(data, tuple) and len(data) == 2 and not is_native(data):
+        train_data, val_data = data  # the training process's own, as the run read them
+    elif data is None and split in (None, "val") and is_python_data(config.data):
         no_data = (f"the run's data was given to gpucore.train in Python (data: {config.data}) and cannot be read "
                    "back: pass --data DATA (a built-in data set, a folder or a .npz file; in Python "
                    f"gpucore.write_report(run_dir, data=...) also takes {DATA_SET_OBJECTS})")
-        train_set = val_set = None
+        train_data = val_data = None
     else:
-        if is_named(data):
-            _, train_data, val_data = read_named(model, data, config.val_fraction)
-        elif isinstance(data, tuple) and len(data) == 2 and not is_native(data):
-            train_data, val_data = data  # the training process's own, as the run read them
-        else:
-            train_data = val_data = given_data_set(data, model, "write_report's data")
-        train_set, val_set = data_sets(config, train_data, val_data, normalization, target)
+        chosen = chosen_data(model, data, split, "write_report's data")
+        check_classes(chosen.name, chosen.data, model)
+        train_data, val_data = chosen.train, chosen.data
+    train_set, val_set = (data_sets(config, train_data, val_data, normalization, target) if no_data is None
+                          else (None, None))
+    label = chosen.label if chosen is not None and (data is not None or chosen.split != "val") else None
+    report, plots_folder, per_class = ((REPORT, PLOTS, PER_CLASS) if label is None
+                                       else (labelled(name, label) for name in (REPORT, PLOTS, PER_CLASS)))
 
     temporary = tempfile.mkdtemp(prefix=".report-", dir=run_dir)
     try:
         page = Page(temporary)
         page.table("The run", _facts(stats, os.path.basename(checkpoint), payload["epoch"], model.weights))
+        if label is not None:
+            page.table(f"Scored on {chosen.name} ({chosen.split})",
+                       [("data", chosen.name), ("split", chosen.split), ("samples", chosen.where),
+                        ("the run's own report", REPORT)])
         skipped = stats.get("skipped_files") or []
         if skipped:
             shown = [entry.split(": ", 1) + [""] * (": " not in entry) for entry in skipped[:_FILES_LISTED]]
@@ -116,29 +129,31 @@ def write_report(run_dir: str, device: str = "auto", module: Union[None, str, nn
             result = page.attempt("the validation pass",
                                   lambda: evaluation_pass(module, config, model.task, val_set, target))
             if result is None:  # a page without the model's predictions is no report: say why, write nothing
-                raise ConfigError(f"report of '{run_dir}': {page.failures[-1]}; {REPORT} was not written")
+                raise ConfigError(f"report of '{run_dir}': {page.failures[-1]}; {report} was not written")
             rows = prediction_sections(page, result, classes, normalization, module, config, target)
         if train_set is not None:
             train_batch_section(page, train_set, normalization, classes, model.task)
         page.table("Config", sorted(masked_values(config.to_dict()).items()), ("key", "value"))
-        drawn = page.write(f"gpucore run {os.path.basename(run_dir)}")
-        path = os.path.join(run_dir, REPORT)
+        title = f"gpucore run {os.path.basename(run_dir)}"
+        drawn = page.write(title if label is None else f"{title} on {chosen.name} ({chosen.split})")
+        path = os.path.join(run_dir, report)
         lost = sorted(figures(path) - figures(drawn))
         if lost:
             why = no_data or "; ".join(" ".join(f.split()) for f in page.failures) or "not drawn"
             raise ConfigError(f"report of '{run_dir}': the new report would lack {', '.join(lost)}, which its "
-                              f"{REPORT} has ({why}); kept {path} as it was")
-        os.makedirs(os.path.join(run_dir, PLOTS), exist_ok=True)
+                              f"{report} has ({why}); kept {path} as it was")
+        os.makedirs(os.path.join(run_dir, plots_folder), exist_ok=True)
         for name in os.listdir(page.plots):
-            os.replace(os.path.join(page.plots, name), os.path.join(run_dir, PLOTS, name))
+            os.replace(os.path.join(page.plots, name), os.path.join(run_dir, plots_folder, name))
         if rows is not None:
-            write_json(os.path.join(run_dir, PER_CLASS), rows)
+            write_json(os.path.join(run_dir, per_class), rows)
         os.replace(drawn, path)
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
-    stats["report"] = path
-    stats.setdefault("seconds", {})["report"] = time.perf_counter() - started  # beside the run's own phases
-    write_json(stats_path, stats)
+    if label is None:  # training_stats.json names the run's own report, and the time it took
+        stats["report"] = path
+        stats.setdefault("seconds", {})["report"] = time.perf_counter() - started  # beside the run's own phases
+        write_json(stats_path, stats)
     return path
 
 
