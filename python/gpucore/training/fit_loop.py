@@ -49,7 +49,7 @@ def fit_loop(run: Run, callbacks: Sequence[Any] = ()) -> "FitLoop":
     history: List[dict] = []
     outcome = FitOutcome()
     metric_modes = run.task.metric_modes(config.top_k, SPLITS)  # the task's metrics by record name
-    monitor = Monitor(config.monitor, config.mode, config.min_delta, metric_modes, run.task.primary_metrics)
+    monitor = Monitor(config.monitor, config.mode, config.min_delta, metric_modes, run.auto_monitor)
     built_in = [EarlyStopping(monitor, config.patience)] if config.patience else []
     freeze: Optional[FreezeBackbone] = None
     if config.freeze == "backbone":
