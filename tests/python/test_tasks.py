@@ -60,7 +60,8 @@ def test_classification_agrees_with_the_engine():
     output, target = torch.randn(96, 10), torch.randint(0, 10, (96,))
     metrics = engine_metrics(task, output, target, top_k=3)
     assert task.metrics(3) == [Metric("loss", "min"), Metric("accuracy", "max"), Metric("top3_accuracy", "max")] + [
-        Metric(name, "max") for name in ("miou", "miou_no_background", "mdice", "mdice_no_background")]  # masks only
+        Metric(name, "max") for name in ("balanced_accuracy", "f1_macro",  # a class per sample only
+                                         "miou", "miou_no_background", "mdice", "mdice_no_background")]  # masks only
     predicted = task.decode(output)
     assert task.correct(predicted, target).float().mean().item() == pytest.approx(metrics["accuracy"])
     assert task.sample_losses(output, target).mean().item() == pytest.approx(metrics["loss"], rel=1e-5)
