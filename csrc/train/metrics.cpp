@@ -31,6 +31,7 @@ MetricTracker::MetricTracker(LossConfig loss, int64_t top_k, const at::Device& d
 void MetricTracker::reset() {
   sums_.zero_();
   class_counts_ = at::Tensor();
+  counts_ = Counts::kNone;
   samples_host_ = 0;
   top_k_computed_ = false;
 }
@@ -47,7 +48,13 @@ void MetricTracker::update(const at::Tensor& output, const at::Tensor& target, c
     top_k_computed_ = top_k_computed_ || top_k;
     ops::accumulate_metrics(sums_, output, labels ? std::optional<at::Tensor>(target) : std::nullopt, loss,
                             top_k ? top_k_ : 0, loss_.ignore_index);
-    if (per_class_ && labels && output.dim() > 2) add_confusion(output, target);
+    if (per_class_ && labels) {
+      if (output.dim() > 2) {
+        add_confusion(output, target);
+      } else {
+        add_class_counts(output, target);
+      }
+    }
     return;
   }
   ops::accumulate_metrics(sums_, output, std::nullopt, loss, 0, loss_.ignore_index);
@@ -107,26 +114,40 @@ void MetricTracker::update(const at::Tensor& output, const at::Tensor& target, c
   sums_.add_(at::stack(add));
 }
 
+void MetricTracker::start_counts(Counts kind, int64_t classes, int64_t cells) {
+  if (!class_counts_.defined()) {
+    class_counts_ = at::zeros({cells}, sums_.options());
+    classes_ = classes;
+    counts_ = kind;
+  }
+  TORCH_CHECK(classes_ == classes && counts_ == kind, "metrics: outputs of ", classes, " classes or labels after "
+              "outputs of ", classes_, " (or of another layout) in one pass");
+}
+
 void MetricTracker::add_label_counts(const at::Tensor& predicted, const at::Tensor& truth) {
   const int64_t labels = predicted.size(1);
-  if (!class_counts_.defined()) {
-    class_counts_ = at::zeros({3 * labels}, sums_.options());
-    classes_ = labels;
-  }
-  TORCH_CHECK(classes_ == labels, "metrics: outputs of ", labels, " labels after outputs of ", classes_,
-              " in one pass");
+  start_counts(Counts::kLabels, labels, 3 * labels);
   class_counts_.add_(at::cat({(predicted & truth).sum(0), (predicted & ~truth).sum(0), (~predicted & truth).sum(0)})
                          .to(at::kDouble));
 }
 
+void MetricTracker::add_class_counts(const at::Tensor& output, const at::Tensor& target) {
+  const int64_t classes = output.size(1);
+  start_counts(Counts::kClasses, classes, 3 * classes + 1);
+  // Each counted sample adds 1 to TP[t] (right) or FN[t] (wrong) and, when wrong, to FP[predicted]; the ignored ones
+  // (and targets outside [0, C)) land in the extra last cell, which no metric reads: no boolean indexing, so no host
+  // sync on CUDA. 3 C numbers rather than a C x C confusion matrix: what the host copies each pass stays small.
+  const at::Tensor truth = target.to(at::kLong).reshape(-1), predicted = output.argmax(1);
+  const at::Tensor counted = (truth != loss_.ignore_index) & (truth >= 0) & (truth < classes);
+  const at::Tensor right = predicted == truth, unused = at::full_like(truth, 3 * classes);
+  const at::Tensor cell = at::cat({at::where(counted, at::where(right, truth, truth + 2 * classes), unused),
+                                   at::where(counted & ~right, predicted + classes, unused)});
+  class_counts_.scatter_add_(0, cell, at::ones({1}, sums_.options()).expand_as(cell));
+}
+
 void MetricTracker::add_confusion(const at::Tensor& output, const at::Tensor& target) {
   const int64_t classes = output.size(1), cells = classes * classes;
-  if (!class_counts_.defined()) {
-    class_counts_ = at::zeros({cells + 1}, sums_.options());
-    classes_ = classes;
-  }
-  TORCH_CHECK(classes_ == classes, "metrics: outputs of ", classes, " classes after outputs of other "
-              "class counts in one pass");
+  start_counts(Counts::kConfusion, classes, cells + 1);
   // Cell true * C + predicted of each counted pixel; the ignored ones (and targets outside [0, C)) land in the
   // extra last cell, which no metric reads: no boolean indexing, so no host sync on CUDA.
   const at::Tensor truth = target.to(at::kLong).reshape(-1), predicted = output.argmax(1).reshape(-1);
@@ -139,12 +160,13 @@ namespace {
 
 // What the metrics are computed from: the host copy of the sums and, in an evaluation, of the per-class counts
 // (MetricTracker's class_counts_): cross_entropy's confusion matrix (confusion[true * classes + predicted],
-// pixels counted) or the labels' [TP..., FP..., FN...].
+// pixels counted) or the classes' or labels' [TP..., FP..., FN...], as `counts` says (kNone: none).
 struct HostSums {
   const double* s;
   bool top_k_computed;
   const double* class_counts;  // null without them
   int64_t classes;             // the classes or labels they count
+  MetricTracker::Counts counts;  // their layout
 };
 
 // A metric read() reports: its name, and its value from the host sums, or none when the batches gave it nothing
@@ -167,7 +189,7 @@ std::function<std::optional<double>(const HostSums&)> share(Slot num, Slot den,
 // JaccardIndex(average="macro"), mmsegmentation's and Cityscapes' mIoU).
 std::function<std::optional<double>(const HostSums&)> class_mean(int64_t first, bool dice) {
   return [=](const HostSums& h) -> std::optional<double> {
-    if (h.class_counts == nullptr) return std::nullopt;
+    if (h.counts != MetricTracker::Counts::kConfusion) return std::nullopt;
     const int64_t c = h.classes;
     const double* confusion = h.class_counts;
     double total = 0;
@@ -187,17 +209,28 @@ std::function<std::optional<double>(const HostSums&)> class_mean(int64_t first, 
   };
 }
 
-// The labels' F1, 2 TP / (2 TP + FP + FN), averaged over every label: one neither true nor predicted scores 0 (as
-// torchmetrics' MultilabelF1Score(average="macro") and scikit-learn's f1_score(average="macro", zero_division=0)).
-std::optional<double> label_f1_macro(const HostSums& h) {
-  if (h.class_counts == nullptr || h.classes == 0) return std::nullopt;
-  const double *tp = h.class_counts, *fp = tp + h.classes, *fn = fp + h.classes;
-  double total = 0;
-  for (int64_t k = 0; k < h.classes; ++k) {
-    const double den = 2 * tp[k] + fp[k] + fn[k];
-    total += den > 0 ? 2 * tp[k] / den : 0.0;
-  }
-  return total / static_cast<double>(h.classes);
+// The mean over the classes (or labels) of per_class(TP, FP, FN), from the per-class counts of `counts`' layout
+// ([TP..., FP..., FN...]); a class where scored(TP, FP, FN) is false is left out of the mean, none scored: none.
+std::function<std::optional<double>(const HostSums&)> count_mean(
+    MetricTracker::Counts counts, std::function<bool(double, double, double)> scored,
+    std::function<double(double, double, double)> per_class) {
+  return [=](const HostSums& h) -> std::optional<double> {
+    if (h.counts != counts) return std::nullopt;
+    const double *tp = h.class_counts, *fp = tp + h.classes, *fn = fp + h.classes;
+    double total = 0;
+    int64_t averaged = 0;
+    for (int64_t k = 0; k < h.classes; ++k) {
+      if (!scored(tp[k], fp[k], fn[k])) continue;
+      total += per_class(tp[k], fp[k], fn[k]);
+      ++averaged;
+    }
+    return averaged > 0 ? std::optional<double>(total / static_cast<double>(averaged)) : std::nullopt;
+  };
+}
+
+double f1(double tp, double fp, double fn) {
+  const double den = 2 * tp + fp + fn;
+  return den > 0 ? 2 * tp / den : 0.0;
 }
 
 std::vector<Metric> metrics_of(const LossConfig& loss, int64_t top_k) {
@@ -212,6 +245,20 @@ std::vector<Metric> metrics_of(const LossConfig& loss, int64_t top_k) {
                                         : std::nullopt;
                            }});
       }
+      // One class per sample, in evaluations (validation, gpucore evaluate) only. Balanced accuracy: the mean of the
+      // recalls TP / (TP + FN) of the classes with targets (scikit-learn's balanced_accuracy_score; a class only
+      // predicted has no recall). Macro F1: the mean F1 of the classes true or predicted (scikit-learn's
+      // f1_score(average="macro"), whose labels are those in the targets or predictions: a class true but never
+      // predicted, or predicted but never true, scores 0; one neither is in no mean, so zero_division never applies).
+      metrics.push_back({"balanced_accuracy",
+                         count_mean(MetricTracker::Counts::kClasses,
+                                    [](double tp, double, double fn) { return tp + fn > 0; },
+                                    [](double tp, double, double fn) { return tp / (tp + fn); }),
+                         true});
+      metrics.push_back({"f1_macro",
+                         count_mean(MetricTracker::Counts::kClasses,
+                                    [](double tp, double fp, double fn) { return tp + fp + fn > 0; }, f1),
+                         true});
       // Per-pixel class targets, in evaluations (validation, gpucore evaluate) only.
       metrics.push_back({"miou", class_mean(0, false), true});
       metrics.push_back({"miou_no_background", class_mean(1, false), true});  // class 0 left out of the mean
@@ -238,7 +285,11 @@ std::vector<Metric> metrics_of(const LossConfig& loss, int64_t top_k) {
       metrics.push_back({"dice", share(kDiceNum, kDiceDen, 1.0)});  // multi-label: the labels' micro F1
       // Multi-label outputs (N, labels) only: samples with every label right; the labels' macro F1 (evaluations).
       metrics.push_back({"subset_accuracy", share(kSeqCorrect, kCharTotal)});
-      metrics.push_back({"f1_macro", label_f1_macro, true});
+      // The labels' F1 averaged over every label: one neither true nor predicted scores 0 (as torchmetrics'
+      // MultilabelF1Score(average="macro") and scikit-learn's f1_score(average="macro", zero_division=0)).
+      metrics.push_back({"f1_macro",
+                         count_mean(MetricTracker::Counts::kLabels, [](double, double, double) { return true; }, f1),
+                         true});
       break;
   }
   return metrics;
@@ -263,7 +314,8 @@ std::map<std::string, double> MetricTracker::read() const {
 std::map<std::string, double> MetricTracker::read(const double* s, const double* class_counts) const {
   std::map<std::string, double> metrics;
   if (s[kCount] == 0) return metrics;
-  const HostSums host{s, top_k_computed_, class_counts, class_counts != nullptr ? classes_ : 0};
+  const HostSums host{s, top_k_computed_, class_counts, class_counts != nullptr ? classes_ : 0,
+                      class_counts != nullptr ? counts_ : Counts::kNone};
   for (const Metric& metric : metrics_of(loss_, top_k_)) {
     if (const std::optional<double> value = metric.value(host)) metrics[metric.name] = *value;
   }

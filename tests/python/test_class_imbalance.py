@@ -1,6 +1,6 @@
 """A user's loss (float32 outputs outside autocast, named in errors, config.json and evaluate) and class imbalance
-(config keys class_weights and sampler, the support in plots/per_class.png), each against plain PyTorch or
-scikit-learn on fresh random data."""
+(config keys class_weights and sampler, the support in plots/per_class.png, monitor: auto following balanced accuracy
+and best.pt its best epoch), each against plain PyTorch or scikit-learn on fresh random data or real photos' crops."""
 import copy
 import functools
 import json
@@ -9,12 +9,14 @@ import os
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 from torch import nn
 from torch.nn import functional as F
 
 import gpucore
-from gpucore.config import load_config
-from gpucore.data.class_balance import balanced_sampling_weights, class_labels, resolve_class_weights
+from gpucore.config import KEY_BY_NAME, load_config
+from gpucore.data.class_balance import (IMBALANCE_RATIO, balanced_sampling_weights, class_labels, imbalance,
+                                        resolve_class_weights)
 from gpucore.data.epoch_data import training_set
 from gpucore.data.torch_samples import dataset_samples
 from gpucore.report import plots
@@ -310,3 +312,79 @@ def test_a_loss_is_named_by_module_and_qualname():
     assert callable_name(nn.CrossEntropyLoss(weight=torch.ones(3))) == "torch.nn.modules.loss:CrossEntropyLoss()"
     assert (callable_name(functools.partial(F.cross_entropy, torch.ones(1), label_smoothing=0.1))
             == "functools.partial(torch.nn.functional:cross_entropy, ..., label_smoothing=...)")
+
+
+def test_the_imbalance_ratio_counts_the_classes_with_samples():
+    labels = lambda *counts: torch.cat([torch.full((n,), c) for c, n in enumerate(counts)])  # noqa: E731
+    assert imbalance(labels(99, 10, 50), ["a", "b", "c"]) is None  # 9.9:1
+    assert imbalance(labels(100, 10, 50), ["a", "b", "c"]) == ("the training classes are imbalanced: 'a' has 100 "
+                                                             "samples, 'b' 10 (10:1, at least 10:1)")
+    assert imbalance(labels(0, 95, 5, 0), None) == ("the training classes are imbalanced: class 1 has 95 samples, "
+                                                    "class 2 5 (19:1, at least 10:1)")  # classes 0 and 3: none
+    assert imbalance(labels(40), ["a"]) is None
+    assert f"at least {IMBALANCE_RATIO}x the samples" in KEY_BY_NAME["monitor"].doc  # the reference states the ratio
+
+
+def choose_monitor(tmp_path, counts, capsys, **keys):
+    """The monitor of a one-epoch run on tensors with `counts` samples per class (training and validation)."""
+    generator = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
+    result = gpucore.train(dict(PLAIN, run_dir=str(tmp_path), **keys), model=mlp(0),
+                           train_data=data(0, generator, counts=counts), val_data=data(0, generator, counts=[4] * 4))
+    return result.monitor, [line for line in capsys.readouterr().err.splitlines() if "monitor: auto" in line]
+
+
+@pytest.mark.parametrize("counts, keys, monitor, because", [
+    ([30, 30, 30, 3], {}, "val_balanced_accuracy", "the training classes are imbalanced: class 0 has 30 samples, "
+                                                    "class 3 3 (10:1, at least 10:1)"),
+    ([30, 30, 30, 4], {}, "val_accuracy", None),
+    ([20, 20, 20, 20], {"sampler": "balanced"}, "val_balanced_accuracy", "config key sampler is balanced"),
+    ([20, 20, 20, 20], {"class_weights": [1, 1, 2, 1]}, "val_balanced_accuracy", "config key class_weights is set"),
+    ([30, 30, 30, 3], {"monitor": "val_accuracy"}, "val_accuracy", None),  # only auto is decided
+])
+def test_monitor_auto_follows_balanced_accuracy_under_imbalance_and_says_why(tmp_path, capsys, counts, keys, monitor,
+                                                                            because):
+    chosen, lines = choose_monitor(tmp_path, counts, capsys, **keys)
+    assert chosen == monitor
+    assert lines == ([f"gpucore: monitor: auto follows val_balanced_accuracy, not val_accuracy, because {because}"]
+                     if because else [])
+
+
+def rare_class_folder(root, train, val):
+    """train/ and val/ folders of classes "common" (crops of china.jpg) and "rare" (crops of flower.jpg), 32 x 32
+    JPEGs, `train` and `val` (common, rare) images each."""
+    from test_photo_folders import _photos
+
+    china, flower = _photos()
+    for split, counts in (("train", train), ("val", val)):
+        for name, photo, count in (("common", china, counts[0]), ("rare", flower, counts[1])):
+            os.makedirs(os.path.join(root, split, name))
+            for i in range(count):
+                top, left = (20 if split == "train" else 250) + 3 * i, 37 * i % 600  # no crop in both splits
+                Image.fromarray(photo[top:top + 32, left:left + 32]).save(os.path.join(root, split, name, f"{i}.jpg"))
+    return str(root)
+
+
+@pytest.mark.slow
+def test_on_a_95_to_5_folder_best_pt_is_the_epoch_of_the_best_balanced_accuracy(tmp_path, capsys):
+    sk_metrics = require("sklearn.metrics")
+    folder = rare_class_folder(tmp_path / "photos", train=(57, 3), val=(12, 6))
+    result = gpucore.train(dict(PLAIN, data=folder, model="fast_cnn", data_kwargs={"size": [32, 32]}, epochs=4,
+                                batch_size=12, shuffle=True, normalize=True, optimizer="adamw", lr=0.003,
+                                run_dir=str(tmp_path / "runs"), name="rare", seed=3))
+    assert ("gpucore: monitor: auto follows val_balanced_accuracy, not val_accuracy, because the training classes "
+            "are imbalanced: 'common' has 57 samples, 'rare' 3 (19:1, at least 10:1)") in capsys.readouterr().err
+    with open(result.stats_path) as handle:
+        stats = json.load(handle)
+    history = [row["val_balanced_accuracy"] for row in stats["epochs"]]
+    best = history.index(max(history)) + 1  # the first epoch of the best
+    assert stats["best"] == {"metric": max(history), "epoch": best, "monitor": "val_balanced_accuracy"}
+    checkpoint = os.path.join(result.run_dir, "checkpoints", "best.pt")
+    assert torch.load(checkpoint, weights_only=False)["best"]["epoch"] == best
+    # best.pt's predictions on the validation photos: their balanced accuracy and macro F1 are scikit-learn's.
+    predictions = gpucore.predict(checkpoint, os.path.join(folder, "val"), device="cpu")
+    truth, predicted = predictions.labels.numpy(), predictions.predicted.numpy()
+    assert sk_metrics.balanced_accuracy_score(truth, predicted) == pytest.approx(history[best - 1], abs=1e-12)
+    assert (sk_metrics.f1_score(truth, predicted, average="macro")
+            == pytest.approx(stats["epochs"][best - 1]["val_f1_macro"], abs=1e-12))
+    summary = gpucore.evaluate(checkpoint, device="cpu")  # evaluate's output has them too
+    assert summary["metrics"]["balanced_accuracy"] == pytest.approx(history[best - 1], abs=1e-12)

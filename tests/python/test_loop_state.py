@@ -2,6 +2,7 @@
 engine's step calls (decided in C++, without the host), and the host reads of device values counted exactly, so that
 one more read fails."""
 import json
+import time
 
 import pytest
 import torch
@@ -16,21 +17,27 @@ from gpucore.training.position import Batching, RunPosition, check_whole_batches
 def test_position_counts_samples_over_all_ranks_and_the_steps_of_a_pass():
     position = RunPosition(Batching(batch_size=8, accumulate_grad_batches=3), world_size=2)
     assert position.samples_per_step() == 48 and Batching(8, 3).samples_per_step(1) == 24
-    position.load_state_dict({"epoch": 4, "samples_consumed": 96, "batching": {"batch_size": 8,
-                                                                               "accumulate_grad_batches": 3}})
+    position.load_state_dict({"epoch": 4, "samples_consumed": 96, "epoch_seconds": 12.5,
+                              "batching": {"batch_size": 8, "accumulate_grad_batches": 3}})
     assert (position.epoch, position.start_epoch, position.start_sample) == (4, 4, 96)
     assert position.steps_before_pass() == 2 and position.first_batch() == 6  # 96 samples = 6 batches of 8 x 2 ranks
     position.begin_pass(batches=10)  # this rank's micro-batches left: 4 windows of 3, the last one short
     assert position.pass_steps == 4
     position.steps_done(3)
     assert position.step_in_epoch(3) == 5 and position.samples_consumed() == 96 + 3 * 48
-    assert position.state_dict() == {"epoch": 4, "samples_consumed": 240, "world_size": 2,
+    # No clock started: the epoch trained only before this pass (the checkpoint's 12.5 s).
+    assert position.state_dict() == {"epoch": 4, "samples_consumed": 240, "epoch_seconds": 12.5, "world_size": 2,
                                      "batching": {"batch_size": 8, "accumulate_grad_batches": 3}}
+    position.start_clock()
+    time.sleep(0.05)
+    assert 12.55 <= position.state_dict()["epoch_seconds"] == pytest.approx(position.epoch_seconds(), abs=0.05)
     position.steps_done(4)  # every step of the pass: the next epoch's start, whatever the short window took
     assert position.state_dict()["epoch"] == 5 and position.state_dict()["samples_consumed"] == 0
+    assert position.state_dict()["epoch_seconds"] == 0.0
     assert position.run_step(steps_per_epoch=7) == 4 * 7 + 2
     position.next_epoch()
     assert (position.epoch, position.start_sample, position.pass_steps) == (5, 0, None)
+    assert position.epoch_seconds() == 0.0  # the next epoch's clock starts with its pass
 
 
 def test_a_torch_loader_resumes_only_at_whole_batches():

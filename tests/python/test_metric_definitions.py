@@ -1,9 +1,10 @@
 """The reported metrics against torchmetrics on the same predictions (issue 60): ignore_index left out of the loss and
 of every metric's numerator and denominator; validation numbers that do not depend on how the pass is batched; the
-classes' mean IoU and Dice of multi-class segmentation; and a cross_entropy segmentation run through evaluate, predict
-and the report."""
+classes' mean IoU and Dice of multi-class segmentation; balanced accuracy and macro F1 of classification against
+scikit-learn; and a cross_entropy segmentation run through evaluate, predict and the report."""
 import json
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -84,6 +85,30 @@ def test_a_class_neither_true_nor_predicted_is_in_no_mean():
     metrics = evaluate(output, target, 1)
     expected = classification.MulticlassJaccardIndex(3, average="macro", ignore_index=-100)(output.argmax(1), target)
     assert metrics["miou"] == pytest.approx(float(expected)) == pytest.approx((1 / 2 + 1 / 2) / 2)
+
+
+def test_balanced_accuracy_and_macro_f1_match_scikit_learn_at_any_batch_size():
+    sk_metrics = require("sklearn.metrics")
+    generator = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
+    classes = 6
+    output = torch.randn(41, classes, generator=generator)
+    target = with_void(torch.randint(0, classes - 1, (41,), generator=generator), 0.2, generator, VOID)
+    target[:4] = 4  # class 4 is true but never predicted: recall 0, F1 0
+    output[:, 4] = -10.0
+    output[4:8, 5] = 10.0  # class 5 is predicted but never true: in no recall, F1 0
+    target[4:8] = 0
+    kept = target != VOID
+    truth, predicted = target[kept].numpy(), output.argmax(1)[kept].numpy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # scikit-learn warns of the class predicted but never true
+        balanced = sk_metrics.balanced_accuracy_score(truth, predicted)
+        # The labels of the macro F1 are the classes true or predicted: zero_division never applies.
+        f1 = [sk_metrics.f1_score(truth, predicted, average="macro", zero_division=z) for z in (0, 1)]
+    assert f1[0] == f1[1] and balanced != sk_metrics.accuracy_score(truth, predicted)
+    for batch_size in (1, 16, 41):
+        metrics = evaluate(output, target, batch_size, ignore_index=VOID)
+        assert metrics["balanced_accuracy"] == pytest.approx(balanced, rel=1e-12), f"batches of {batch_size}"
+        assert metrics["f1_macro"] == pytest.approx(f1[0], rel=1e-12), f"batches of {batch_size}"
 
 
 @pytest.mark.parametrize("loss", ["bce_with_logits", "multilabel_soft_margin"])

@@ -1,13 +1,15 @@
-"""`gpucore runs`' time column: the time a run trained, an interrupted epoch's part included."""
+"""`gpucore runs`' time column: the time a run trained, an interrupted epoch's part included, also once resumed."""
 import json
 import os
 import signal
 import time
 
+import pytest
 import torch
 
+import gpucore
 from conftest import train_interrupted
-from gpucore.runs import run_row, trained_seconds
+from gpucore.runs import duration, run_row, trained_seconds
 
 SLEEP_S = 0.02  # per training forward: a floor under the time the interrupted epoch trained
 
@@ -43,6 +45,28 @@ def test_a_run_interrupted_mid_epoch_records_and_shows_the_time_it_trained(tmp_p
     assert seconds["training"] == seconds["interrupted_epoch"]
     assert trained_seconds(stats) == seconds["interrupted_epoch"]
     assert run_row(str(tmp_path / "cut"), "cut")["time"] != "-"
+
+
+def test_a_resumed_run_counts_the_time_it_trained_before_the_interrupt(tmp_path):
+    config = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 32 * 20, "val_size": 32, "seed": 3},
+              "epochs": 2, "batch_size": 32, "progress": False, "report": False, "loggers": [],
+              "run_dir": str(tmp_path), "name": "cut", "seed": 5, "cuda_graphs": False, "device": "cpu"}
+    stopped = train_interrupted(config, model=SlowThenInterrupted(at=12))  # mid-epoch 1: 12 of its 20 steps
+    assert stopped.status == "interrupted" and stopped.steps == 12
+    first = json.loads((tmp_path / "cut" / "training_stats.json").read_text())["seconds"]
+    assert first["interrupted_epoch"] >= 12 * SLEEP_S
+    resumed = gpucore.train(dict(config, resume="auto"), model=SlowThenInterrupted(at=None))
+    assert resumed.status == "completed" and resumed.steps == 40
+    stats = json.loads((tmp_path / "cut" / "training_stats.json").read_text())
+    epoch_1, epoch_2 = stats["epochs"]
+    # Epoch 1 trained 12 steps before the interrupt and 8 after it: its time is both parts', as if never interrupted.
+    assert epoch_1["epoch_time_s"] >= first["interrupted_epoch"] + 8 * SLEEP_S
+    assert epoch_1["samples_per_s"] == pytest.approx(32 * 20 / epoch_1["epoch_time_s"])
+    assert epoch_2["epoch_time_s"] >= 20 * SLEEP_S
+    # The resumed process trained 28 steps of at least SLEEP_S each, on top of what the first one recorded.
+    assert trained_seconds(stats) >= first["training"] + 28 * SLEEP_S
+    assert trained_seconds(stats) == pytest.approx(stats["seconds"]["training"])
+    assert run_row(str(tmp_path / "cut"), "cut")["time"] == duration(trained_seconds(stats))
 
 
 def test_the_time_column_adds_the_interrupted_epoch_to_the_finished_ones(tmp_path):

@@ -60,7 +60,8 @@ def test_classification_agrees_with_the_engine():
     output, target = torch.randn(96, 10), torch.randint(0, 10, (96,))
     metrics = engine_metrics(task, output, target, top_k=3)
     assert task.metrics(3) == [Metric("loss", "min"), Metric("accuracy", "max"), Metric("top3_accuracy", "max")] + [
-        Metric(name, "max") for name in ("miou", "miou_no_background", "mdice", "mdice_no_background")]  # masks only
+        Metric(name, "max") for name in ("balanced_accuracy", "f1_macro",  # a class per sample only
+                                         "miou", "miou_no_background", "mdice", "mdice_no_background")]  # masks only
     predicted = task.decode(output)
     assert task.correct(predicted, target).float().mean().item() == pytest.approx(metrics["accuracy"])
     assert task.sample_losses(output, target).mean().item() == pytest.approx(metrics["loss"], rel=1e-5)
@@ -136,12 +137,14 @@ def test_segmentation_agrees_with_the_engine():
 
 
 CLASS_MEANS = {"miou", "miou_no_background", "mdice", "mdice_no_background"}  # per-pixel class targets only
+SAMPLE_CLASS_MEANS = {"balanced_accuracy", "f1_macro"}  # one class target per sample only
 LABEL_SETS = {"subset_accuracy", "f1_macro"}  # multi-label outputs (N, labels) only
 
 
 @pytest.mark.parametrize("loss, heads, output, target, primary, not_for_these_outputs", [
     ("cross_entropy", 0, torch.randn(16, 10), torch.randint(0, 10, (16,)), "accuracy", CLASS_MEANS),
-    ("cross_entropy", 0, torch.randn(4, 3, 5, 6), torch.randint(0, 3, (4, 5, 6)), "accuracy", {"top3_accuracy"}),
+    ("cross_entropy", 0, torch.randn(4, 3, 5, 6), torch.randint(0, 3, (4, 5, 6)), "accuracy",
+     {"top3_accuracy"} | SAMPLE_CLASS_MEANS),
     ("multilabel_soft_margin", 3, torch.randn(16, 3 * 4), torch.randint(0, 4, (16, 3)), "seq_accuracy", set()),
     ("ctc", 0, torch.randn(16, 6, 5), torch.randint(1, 5, (16, 3)), "seq_accuracy", set()),
     ("bce_with_logits", 0, torch.randn(16, 6), (torch.rand(16, 6) > 0.5).float(), "accuracy", set()),

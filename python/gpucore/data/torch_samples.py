@@ -72,9 +72,10 @@ class DatasetSamples(torch.utils.data.Dataset):
         part.dataset = torch.utils.data.Subset(self.dataset, list(index))
         return part
 
-    def labels(self) -> torch.Tensor:
+    def labels(self, read_samples: bool = True) -> Optional[torch.Tensor]:
         """Every sample's target, in order (config keys class_weights and sampler count classes): the data set's own
-        `targets` list (ImageFolder, CIFAR10; through torch Subsets) without reading a sample, else each sample's."""
+        `targets` list (ImageFolder, CIFAR10; through torch Subsets) without reading a sample, else each sample's
+        (None instead when not `read_samples`: monitor: auto does not read a data set to count its classes)."""
         dataset, index = self.dataset, None
         while isinstance(dataset, torch.utils.data.Subset):
             inner = torch.as_tensor(dataset.indices, dtype=torch.int64)
@@ -83,6 +84,8 @@ class DatasetSamples(torch.utils.data.Dataset):
         if isinstance(targets, (list, torch.Tensor)) and len(targets) == len(dataset):
             labels = torch.as_tensor(targets)
             return labels if index is None else labels[index]
+        if not read_samples:
+            return None
         return torch.stack([_as_target(self._pair(self.dataset[i])[1], self.first) for i in range(len(self))])
 
     def image_shape(self) -> Tuple[int, ...]:

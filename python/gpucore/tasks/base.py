@@ -35,12 +35,15 @@ class Task:
     predicts_masks = False  # predict: one mask PNG per input
     trains_on_masks = False  # its targets may be masks (N x H x W class ids), a segmentation folder's
     primary_metric = "loss"  # what config key monitor: auto follows, on the validation data when there is some
+    # What monitor: auto follows instead when the classes are imbalanced (config key class_weights or sampler set, or
+    # the training classes' counts); None: the task has no such metric.
+    balanced_metric: Optional[str] = None
     weighs_classes = False  # its loss takes a weight per class (config key class_weights)
 
-    @property
-    def primary_metrics(self) -> Sequence[str]:
-        """What monitor: auto follows: the first of these the validation reports (then val_loss)."""
-        return (self.primary_metric,)
+    def primary_metrics(self, imbalanced: bool = False) -> Sequence[str]:
+        """What monitor: auto follows: the first of these the validation reports (then val_loss); `imbalanced`: the
+        run's classes are imbalanced (run_setup.py decides)."""
+        return (self.balanced_metric if imbalanced and self.balanced_metric else self.primary_metric,)
 
     def __init__(self, loss: str, heads: int = 0, label_smoothing: float = 0.0, ignore_index: int = TORCH_IGNORE_INDEX):
         self.loss, self.heads, self.label_smoothing, self.ignore_index = loss, heads, label_smoothing, ignore_index
@@ -89,7 +92,7 @@ class Task:
 
     def metrics(self, top_k: int, training: bool = False) -> List[Metric]:
         """What the engine may report for this task, in its order (training: in the training split, without the
-        class means and macro F1 only an evaluation reports); the names are the C++ engine's (_C.reported_metrics).
+        class means, balanced accuracy and macro F1 only an evaluation reports); the names are the C++ engine's (_C.reported_metrics).
         The loss is the one number minimised: the others are shares of what is right."""
         return [Metric(name, "min" if name == "loss" else "max")
                 for name in _C.reported_metrics(self.loss_config(), top_k, training)]

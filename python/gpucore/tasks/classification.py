@@ -18,13 +18,13 @@ class Classification(Task):
     labels_from_folders = True
     trains_on_masks = True  # masks of class ids: multi-class segmentation
     primary_metric = "accuracy"
+    balanced_metric = "balanced_accuracy"  # the mean of the classes' recalls: predicting the largest class scores 1/C
     weighs_classes = True
 
-    @property
-    def primary_metrics(self):
+    def primary_metrics(self, imbalanced: bool = False):
         """The classes' mean IoU where the outputs are per pixel (segmentation; the engine's evaluation reports it only
-        then), else accuracy."""
-        return ("miou", self.primary_metric)
+        then), else accuracy, or balanced accuracy when the classes are imbalanced."""
+        return ("miou", self.balanced_metric if imbalanced else self.primary_metric)
 
     def for_outputs(self, outputs: torch.Tensor) -> Task:
         """Per-pixel outputs (N x C x H x W) are masks: segmentation's rules and rows."""

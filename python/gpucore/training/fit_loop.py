@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import time
 import warnings
 from typing import Any, List, Optional, Sequence
 
@@ -49,7 +48,7 @@ def fit_loop(run: Run, callbacks: Sequence[Any] = ()) -> "FitLoop":
     history: List[dict] = []
     outcome = FitOutcome()
     metric_modes = run.task.metric_modes(config.top_k, SPLITS)  # the task's metrics by record name
-    monitor = Monitor(config.monitor, config.mode, config.min_delta, metric_modes, run.task.primary_metrics)
+    monitor = Monitor(config.monitor, config.mode, config.min_delta, metric_modes, run.auto_monitor)
     built_in = [EarlyStopping(monitor, config.patience)] if config.patience else []
     freeze: Optional[FreezeBackbone] = None
     if config.freeze == "backbone":
@@ -146,7 +145,7 @@ class FitLoop:
         run, config, position = self.run, self.run.config, self.position
         # The epoch's batch source is no local of these frames (run.train_set.current): a traceback kept after an
         # error would keep a streamed source, and its reader threads, alive after train()'s run.close().
-        started = time.perf_counter()
+        position.start_clock()
         progress = None  # a signal may land before the epoch's bar exists (its source starting): the same save
         try:
             steps = position.batching.steps_in(run.train_set.epoch(position.epoch, position.start_sample).remaining())
@@ -172,7 +171,7 @@ class FitLoop:
             if progress is not None:
                 progress.close()
             if not position.pass_complete():  # the partial epoch's training time, which no metrics.jsonl row holds
-                self.run_stats.interrupted_epoch_seconds = time.perf_counter() - started
+                self.run_stats.interrupted_epoch_seconds = position.epoch_seconds()  # with a resumed epoch's earlier parts
             self.outcome.stopped_by = signal_name(interrupt)
             with interrupts_deferred(replay=False):  # the run is stopping: the same signal again must not stop the save
                 self.step_checkpoints.wait()  # interrupted.pt is then the newest file
@@ -266,11 +265,14 @@ class FitLoop:
             warnings.warn(f"config key 'top_k' is {config.top_k}, but the model has at most that many classes, so "
                           f"top-{config.top_k} accuracy is always 1 and is not reported; set top_k below the "
                           "number of classes, or 0", RuntimeWarning, stacklevel=2)
+        # A resumed epoch counts its parts before the resume too: its time and rate are an uninterrupted epoch's.
+        seconds = position.seconds_before_pass + stats["seconds"]
+        samples = position.start_sample + stats["samples"] * run.world.size  # all ranks together
         record.update({
             "lr": stats["metrics"].get("lr"), "loss_scale": stats["metrics"].get("loss_scale"),
             "skipped_steps": int(stats["metrics"].get("skipped_steps", 0)),
-            "epoch_time_s": stats["seconds"],
-            "samples_per_s": stats["samples"] * run.world.size / max(stats["seconds"], 1e-9),  # all ranks together
+            "epoch_time_s": seconds,
+            "samples_per_s": samples / max(seconds, 1e-9),
         })
         return record
 

@@ -1,8 +1,9 @@
 """Where a training run stands, stated once: the batching (`Batching`) and the position in the run (`RunPosition`:
 the epoch, the samples of its order trained before this pass, the optimizer steps of the pass, the run's steps as
-the engine last reported them). As Lightning's loops keep theirs in Progress objects, the fit loop owns one and
-saves it in every checkpoint (`state_dict`); everything else (the data's resume point, the mixup draws' batch index,
-step checkpoints, the schedule at another world size, the loggers' step) reads it from there.
+the engine last reported them, the epoch's training time). As Lightning's loops keep theirs in Progress objects, the
+fit loop owns one and saves it in every checkpoint (`state_dict`); everything else (the data's resume point, the
+mixup draws' batch index, step checkpoints, the schedule at another world size, the loggers' step, a resumed epoch's
+time) reads it from there.
 
 Positions in an epoch are counted in samples of the epoch's order over all ranks, so a run resumes at any world
 size; the engine counts the optimizer steps (windows of accumulate_grad_batches micro-batches) of a pass and reports
@@ -10,6 +11,7 @@ them back."""
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
@@ -57,7 +59,8 @@ class RunPosition:
     """The run's position: `epoch` (epochs trained: the current one's index), `start_sample` (samples of its order
     over all ranks trained before this pass over it: a resume mid-epoch), `steps_in_pass` of `pass_steps` (optimizer
     steps of this pass done, as the engine reports them) and the run's optimizer steps taken and skipped as of the
-    engine's last host read (`steps_taken`, `steps_skipped`)."""
+    engine's last host read (`steps_taken`, `steps_skipped`), and the epoch's training time: `seconds_before_pass`
+    (the time its parts before a resume trained, from the checkpoint) and this pass's clock (`start_clock`)."""
 
     def __init__(self, batching: Batching, world_size: int):
         self.batching = batching
@@ -67,6 +70,8 @@ class RunPosition:
         self.pass_steps: Optional[int] = None  # None until the engine begins the epoch's pass
         self.steps_in_pass = 0
         self.steps_taken = self.steps_skipped = 0
+        self.seconds_before_pass = 0.0
+        self.pass_started: Optional[float] = None  # time.perf_counter() when this process's pass began
 
     # ---- derived facts --------------------------------------------------------------------------------------
     def samples_per_step(self) -> int:
@@ -88,6 +93,12 @@ class RunPosition:
         """Samples of the epoch's order over all ranks trained after the steps of this pass done so far."""
         return self.start_sample + self.steps_in_pass * self.samples_per_step()
 
+    def epoch_seconds(self) -> float:
+        """The time the epoch has trained so far: before this pass (a resume mid-epoch) and in it; what an epoch's
+        epoch_time_s holds once it ends, as for one never interrupted."""
+        running = time.perf_counter() - self.pass_started if self.pass_started is not None else 0.0
+        return self.seconds_before_pass + running
+
     def pass_complete(self) -> bool:
         return self.pass_steps is not None and self.steps_in_pass >= self.pass_steps
 
@@ -96,6 +107,10 @@ class RunPosition:
         return self.epoch * steps_per_epoch + self.steps_before_pass()
 
     # ---- changes --------------------------------------------------------------------------------------------
+    def start_clock(self) -> None:
+        """This process's pass over the epoch begins now (also when an out-of-memory retry starts it over)."""
+        self.pass_started = time.perf_counter()
+
     def begin_pass(self, batches: int) -> None:
         """The engine begins the epoch's pass over this rank's `batches` remaining micro-batches."""
         self.pass_steps = self.batching.steps_in(batches)
@@ -117,24 +132,28 @@ class RunPosition:
         self.epoch += 1
         self.start_sample = 0
         self.pass_steps, self.steps_in_pass = None, 0
+        self.seconds_before_pass, self.pass_started = 0.0, None
 
     # ---- checkpoints ----------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         """The position after the last optimizer step done: the next epoch's start once every step of the pass is
-        done (also when a signal came in its last step, before the epoch's end), else the samples trained so far."""
+        done (also when a signal came in its last step, before the epoch's end), else the samples trained so far and
+        the time that took (`epoch_seconds`: a resume's epoch then counts it)."""
         if self.pass_complete():
-            epoch, consumed = self.epoch + 1, 0
+            epoch, consumed, seconds = self.epoch + 1, 0, 0.0
         else:
-            epoch, consumed = self.epoch, self.samples_consumed()
-        return {"epoch": epoch, "samples_consumed": consumed, "world_size": self.world_size,
+            epoch, consumed, seconds = self.epoch, self.samples_consumed(), self.epoch_seconds()
+        return {"epoch": epoch, "samples_consumed": consumed, "epoch_seconds": seconds, "world_size": self.world_size,
                 "batching": self.batching.to_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         """Goes on from a checkpoint's position (written at this or another world size; its batching)."""
         self.epoch = self.start_epoch = int(state["epoch"])
         self.start_sample = int(state["samples_consumed"])
+        self.seconds_before_pass = float(state.get("epoch_seconds", 0.0))  # checkpoints from before it was kept: 0
         self.batching = Batching(**state["batching"])
         self.pass_steps, self.steps_in_pass = None, 0
+        self.pass_started = None
 
 
 def migrated_samples_consumed(checkpoint: dict) -> int:

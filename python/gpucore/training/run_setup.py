@@ -8,7 +8,7 @@ import os
 import sys
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Sequence
 
 import torch
 from torch import nn
@@ -19,7 +19,8 @@ from .. import transforms as transforms_list
 from ..config import run_name_of
 from ..data.builtin import (BUILTIN as BUILTIN_DATA, DATA_VAL_FRACTION, PYTHON_DATA, check_fits_task,
                             check_model_segments, class_names, read_data, split)
-from ..data.class_balance import balanced_sampling_weights, class_count, class_labels, resolve_class_weights
+from ..data.class_balance import (balanced_sampling_weights, class_count, class_labels, imbalance, known_class_labels,
+                                  resolve_class_weights)
 from ..data.epoch_data import EpochData, training_set, validation_set
 from ..data.image_files import MASK_VOID, ImageFiles, read_masks_alike
 from ..data.labeled_data import LabeledData
@@ -44,6 +45,7 @@ from .user_loss import UserLoss, callable_name
 class Run:
     config: Any
     task: Task  # what kind of model it trains (config keys loss and heads), decided once here
+    auto_monitor: Sequence[str]  # what config key monitor: auto follows, in order (Task.primary_metrics)
     world: distributed.World
     device: torch.device
     device_reason: str
@@ -168,6 +170,10 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
     distributed.check_same(train_set.total_batches(), "the number of batches per epoch (data length)")
     val_set = validation_set(val_data, config, choice.device, train_set.plan.normalization, identify=True)
     check_monitor(config, task, val_set is not None)
+    balanced_because = _balanced_monitor_reason(config, task, train_data, classes, val_set is not None)
+    if balanced_because and world.is_main:
+        print(f"gpucore: monitor: auto follows val_{task.balanced_metric}, not val_{task.primary_metric}, because "
+              f"{balanced_because}", file=sys.stderr, flush=True)
     steps_per_epoch = Batching.of(config).steps_in(train_set.total_batches())
     graphs, graphs_reason = cuda_graphs_plan(config, device, data_parallel=world.launched)
     engine = _C.Engine(param_groups(module, config),
@@ -180,7 +186,8 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
     config = recorded_config(config, model, given, loss)
     run_dir = RunDir(config, world)
     run_dir.create()
-    return Run(config=config, task=task, world=world, device=choice.device, device_reason=choice.reason, policy=policy,
+    return Run(config=config, task=task, auto_monitor=task.primary_metrics(imbalanced=balanced_because is not None),
+               world=world, device=choice.device, device_reason=choice.reason, policy=policy,
                module=module, forward=forward, loss=loss, validation=validation,
                classes=classes, input_shape=input_shape, from_data=from_data, pretrained=pretrained,
                train_set=train_set, val_set=val_set, steps_per_epoch=steps_per_epoch, channels_last=channels_last,
@@ -252,6 +259,22 @@ def _class_balance(config, task: Task, train_data, classes: Optional[List[str]],
     n_classes = class_count(labels, classes, output_count(module))
     task = task.with_class_weights(resolve_class_weights(config.class_weights, labels, n_classes, classes))
     return task, balanced_sampling_weights(labels, n_classes) if config.sampler == "balanced" else None
+
+
+def _balanced_monitor_reason(config, task: Task, train_data, classes: Optional[List[str]],
+                             has_val: bool) -> Optional[str]:
+    """Why monitor: auto follows the task's balanced metric (balanced accuracy) rather than its primary one (accuracy,
+    which predicting the largest class alone scores high on imbalanced data): config key class_weights or sampler
+    set, or training classes imbalanced beyond IMBALANCE_RATIO (counted when known without reading the data); None
+    when it does not (another monitor, no validation, a task without such a metric, balanced classes)."""
+    if config.monitor != "auto" or not has_val or task.balanced_metric is None:
+        return None
+    if config.class_weights != "none":
+        return "config key class_weights is set"
+    if config.sampler == "balanced":
+        return "config key sampler is balanced"
+    labels = known_class_labels(train_data)
+    return None if labels is None else imbalance(labels, classes)
 
 
 def python_model_name(model: nn.Module, config) -> str:

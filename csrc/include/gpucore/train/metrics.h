@@ -12,16 +12,21 @@ namespace gpucore {
 
 // The names read() may report for this loss ("loss", "accuracy", "top5_accuracy", ...): top-k only
 // when the output has more than top_k classes, which is known once the model has run.
-// training: only those the training step's sums report (not the class means and macro F1, which need an
-// evaluation's per-class counts).
+// training: only those the training step's sums report (not the class means, balanced accuracy and macro F1, which
+// need an evaluation's per-class counts).
 std::vector<std::string> reported_metrics(const LossConfig& loss, int64_t top_k, bool training = false);
 
 class MetricTracker {
  public:
+  // What the per-class counts hold: none yet; a confusion matrix of pixels (classes x classes + 1); each class's or
+  // label's [TP..., FP..., FN...] (one class per sample: 3 x classes + 1; multi-label: 3 x labels).
+  enum class Counts { kNone, kConfusion, kClasses, kLabels };
+
   // top_k: extra top-k accuracy for classification (0 = off). per_class: also counts per class on the device, for
   // the metrics averaged over classes: with per-pixel class targets (cross_entropy segmentation) a confusion
-  // matrix (mean IoU and Dice), with multi-label outputs each label's TP, FP and FN (macro F1). An evaluation's
-  // tracker; the training step's keeps to its fixed sums.
+  // matrix (mean IoU and Dice), with one class per sample each class's TP, FP and FN (balanced accuracy, macro F1),
+  // with multi-label outputs each label's (macro F1). An evaluation's tracker; the training step's keeps to its
+  // fixed sums.
   MetricTracker(LossConfig loss, int64_t top_k, const at::Device& device, bool per_class = false);
 
   // Starts over (an epoch), in place: the sums keep their address.
@@ -30,7 +35,8 @@ class MetricTracker {
   // them without autograd.
   void update(const at::Tensor& output, const at::Tensor& target, const at::Tensor& loss);
   // Host read: "loss" always; "accuracy" and "top{k}_accuracy" (cross_entropy), with per_class and per-pixel
-  // targets also "miou", "mdice" and both without class 0; "char_accuracy" and "seq_accuracy" (multi-head);
+  // targets also "miou", "mdice" and both without class 0, with per_class and a class per sample
+  // "balanced_accuracy" and "f1_macro"; "char_accuracy" and "seq_accuracy" (multi-head);
   // "accuracy", "iou" and "dice" (bce_with_logits, dice_bce, multilabel_soft_margin without heads), for
   // multi-label outputs also "subset_accuracy" and with per_class "f1_macro".
   std::map<std::string, double> read() const;
@@ -43,15 +49,20 @@ class MetricTracker {
   const at::Tensor& sums() const { return sums_; }
 
  private:
+  // The per-class counts of `kind` for `classes` classes in `cells` cells: zeros at a pass's first batch, after which
+  // every batch must keep to them.
+  void start_counts(Counts kind, int64_t classes, int64_t cells);
   void add_confusion(const at::Tensor& output, const at::Tensor& target);
+  void add_class_counts(const at::Tensor& output, const at::Tensor& target);
   void add_label_counts(const at::Tensor& predicted, const at::Tensor& truth);
 
   LossConfig loss_;
   int64_t top_k_;
   at::Tensor sums_;  // float64 [loss sum, what it is the mean over (counted targets, else samples), correct, correct_k, char_correct, char_total, seq_correct, inter, union, dice_num, dice_den]
-  // per_class, float64, undefined until a batch needs them: cross_entropy's confusion matrix, classes x classes + 1
-  // (the last cell: pixels not counted); multi-label: [TP..., FP..., FN...] per label.
+  // per_class, float64, undefined until a batch needs them, in the layout counts_ says (the last cell of the
+  // cross_entropy ones: targets not counted).
   at::Tensor class_counts_;
+  Counts counts_ = Counts::kNone;
   int64_t classes_ = 0;  // the classes or labels class_counts_ counts
   bool per_class_;
   int64_t samples_host_ = 0;     // counted from batch shapes, no sync
