@@ -15,7 +15,7 @@ from .. import _C
 
 from ..errors import ConfigError
 from ..values import is_int
-from . import readers
+from . import label_files, readers
 from .image_files import ImageFiles
 from .identity import held_out_by_name, relative_names
 from .torch_samples import dataset_samples
@@ -287,10 +287,10 @@ def _find(folder: str, *names: str) -> Optional[str]:
     return None
 
 
-def _load_folder(path: str, kwargs: dict, classes: Optional[List[str]] = None):
-    """IDX files, .npy files, or image folders (class subfolders, or images/ and masks/; either optionally under train/
-    and val/ or test/: a held-out folder of classes labelled by train/'s class names, or all of them by `classes`, a
-    trained model's)."""
+def _load_folder(path: str, kwargs: dict, classes: Optional[List[str]] = None, multi_label: Optional[bool] = None):
+    """IDX files, .npy files, a folder with label files (_label_file_layout), or image folders (class subfolders, or
+    images/ and masks/; either optionally under train/ and val/ or test/: a held-out folder of classes labelled by
+    train/'s class names, or all of them by `classes`, a trained model's)."""
     def pair(dataset):
         return dataset.inputs, dataset.targets
 
@@ -305,6 +305,9 @@ def _load_folder(path: str, kwargs: dict, classes: Optional[List[str]] = None):
     splits = _pick_splits(arrays, lambda x, y: pair(readers.read_npy(x, y)))
     if splits is not None:
         return splits
+    labelled = _label_file_layout(path, kwargs, classes, multi_label)
+    if labelled is not None:
+        return labelled
     model_classes = "the model" if classes is not None else None
     if os.path.isdir(os.path.join(path, "train")):
         train = _image_folder(os.path.join(path, "train"), kwargs, classes, model_classes)
@@ -316,7 +319,50 @@ def _load_folder(path: str, kwargs: dict, classes: Optional[List[str]] = None):
     if any(os.path.isdir(os.path.join(path, entry)) for entry in os.listdir(path)):
         return _image_folder(path, kwargs, classes, model_classes), None
     raise ConfigError(f"data folder '{path}' holds no IDX files (train-images-idx3-ubyte[.gz]), no x_train.npy/"
-                      "y_train.npy or x.npy/y.npy, no class subfolders of images and no images/ and masks/ subfolders")
+                      "y_train.npy or x.npy/y.npy, no label file (metadata.csv/.jsonl, or labels.csv/train.csv beside "
+                      "train/), no class subfolders of images and no images/ and masks/ subfolders")
+
+
+def _label_file_layout(path: str, kwargs: dict, classes: Optional[List[str]], multi_label: Optional[bool]):
+    """(train, val) of a folder whose labels are in a label file, else None: Hugging Face's image folder (metadata.csv
+    or metadata.jsonl beside the images, at the top: no held-out split; or in train/ and in validation/, val/, valid/
+    or test/: the first of these as the held-out split, labelled by train/'s classes) or Kaggle's layout (labels.csv,
+    train.csv, train_labels.csv or trainLabels.csv beside train/, its files found beside the label file or in train/;
+    an unlabelled test/ is for gpucore predict)."""
+    top = label_files.metadata_file(path)
+    if top is not None:
+        return _label_file(top, kwargs, classes, multi_label), None
+    train_metadata = (label_files.metadata_file(os.path.join(path, "train"))
+                      if os.path.isdir(os.path.join(path, "train")) else None)
+    if train_metadata is not None:
+        train = _label_file(train_metadata, kwargs, classes, multi_label)
+        for name in label_files.HELD_OUT_SPLITS:
+            held_out = (label_files.metadata_file(os.path.join(path, name))
+                        if os.path.isdir(os.path.join(path, name)) else None)
+            if held_out is not None:
+                multi = train.targets.dim() == 2 if multi_label is None else multi_label
+                return train, _label_file(held_out, kwargs, train.classes if classes is None else classes, multi)
+        return train, None
+    kaggle = label_files.kaggle_label_file(path)
+    if kaggle is not None:
+        return _label_file(kaggle, kwargs, classes, multi_label, root=[path, os.path.join(path, "train")]), None
+    return None
+
+
+def _label_file(path: str, kwargs: dict, classes: Optional[List[str]], multi_label: Optional[bool], **where):
+    """read_label_file with config key data_kwargs; `classes` (a trained model's, or the training file's) and the
+    task's `multi_label` where data_kwargs does not give them."""
+    options = {**kwargs, **where}
+    if classes is not None:
+        options["classes"] = classes
+    if multi_label is not None:
+        options.setdefault("multi_label", multi_label)
+    try:
+        return readers.read_label_file(path, **options)
+    except TypeError as exc:
+        raise ConfigError(f"config key 'data_kwargs' does not fit the label-file reader of '{path}' (image_column, "
+                          "label_column, root, channels, size, threads, on_error, multi_label, classes, separator, "
+                          f"exif_orientation, max_resolution, decode): {exc}") from exc
 
 
 # Subfolder pairs that make a folder a segmentation layout (images and their masks, as read_segmentation pairs them),
@@ -424,10 +470,11 @@ def is_python_data(name: str) -> bool:
     return isinstance(name, str) and name.startswith("python:")
 
 
-def read_data(name: str, kwargs: dict, classes: Optional[List[str]] = None):
+def read_data(name: str, kwargs: dict, classes: Optional[List[str]] = None, multi_label: Optional[bool] = None):
     """(train, val) as config key `data` names them, each (inputs, targets) tensors or ImageFiles; val is None when
-    the data has no validation split of its own (val_size: 0 included). `classes`: image folders labelled by these
-    class names (a trained model's) instead of their own."""
+    the data has no validation split of its own (val_size: 0 included). `classes`: image folders and label files
+    labelled by these class names (a trained model's) instead of their own. `multi_label`: whether label files hold
+    several labels per row (the task's; data_kwargs multi_label wins; None: JSONL lists say)."""
     if is_python_data(name):
         raise ConfigError(f"config key 'data': '{name}' records that the run's data was given to gpucore.train in "
                           "Python, which cannot be read back; pass the data again (train_data=... in Python, --data "
@@ -446,13 +493,17 @@ def read_data(name: str, kwargs: dict, classes: Optional[List[str]] = None):
     else:
         path = os.path.expanduser(name)
         if os.path.isdir(path):
-            train, val = _load_folder(path, kwargs, classes)
+            train, val = _load_folder(path, kwargs, classes, multi_label)
         elif path.endswith(".npz") and os.path.isfile(path):
             train, val = _load_npz(path)
+        elif path.lower().endswith(label_files.LABEL_FILE_EXTENSIONS) and os.path.isfile(path):
+            train, val = _label_file(path, kwargs, classes, multi_label), None
         else:
             raise ConfigError(
                 f"config key 'data': '{name}' is neither a built-in data set ({', '.join(BUILTIN)}), a .npz file, "
-                "nor a folder (IDX files, .npy files, class subfolders of images, or images/ and masks/)"
+                f"a label file ({', '.join(label_files.LABEL_FILE_EXTENSIONS)} of image files and labels) nor a "
+                "folder (IDX files, .npy files, a label file beside the images, class subfolders of images, or "
+                "images/ and masks/)"
             )
     if isinstance(val, tuple) and len(val[0]) == 0:  # val_size: 0 means no validation data
         val = None
@@ -465,11 +516,11 @@ DATA_VAL_FRACTION = 0.1
 
 
 def load_data(name: str, kwargs: dict, val_fraction: Optional[float], seed: int,
-              classes: Optional[List[str]] = None):
+              classes: Optional[List[str]] = None, multi_label: Optional[bool] = None):
     """(train, val) for config key `data`, each (inputs, targets) tensors or ImageFiles; val may be None. Data without
     a validation split of its own has the seeded share `val_fraction` (None: DATA_VAL_FRACTION) held out (split).
-    `classes`: as read_data."""
-    train, val = read_data(name, kwargs, classes)
+    `classes`, `multi_label`: as read_data."""
+    train, val = read_data(name, kwargs, classes, multi_label)
     if val is None:
         train, val, _ = split(train, DATA_VAL_FRACTION if val_fraction is None else val_fraction, seed)
     return train, val

@@ -12,7 +12,7 @@ from ..data.image_files import ImageFiles
 from ..data.labeled_data import LabeledData
 from ..data.plan import is_native
 from ..errors import ConfigError
-from ..tasks import Classification
+from ..tasks import Classification, MultiLabel
 
 # What data= takes besides a name or a path, for messages.
 DATA_SET_OBJECTS = ("a gpucore data set (gpucore.data.read_segmentation(...), read_image_folder(...), "
@@ -44,8 +44,10 @@ def read_named(model, data, val_fraction: Optional[float]) -> Tuple[str, object,
             kwargs.setdefault("channels", shape[0])
             if shape[1] and shape[2]:  # 0: the run read its images at their own sizes
                 kwargs.setdefault("size", list(shape[1:]))
-    classes = model.classes if isinstance(model.task, Classification) else None  # folders labelled by its names
-    train, val = load_data(name, kwargs, val_fraction, config.seed, classes=classes)
+    # folders and label files labelled by its class names (a multi-label file's targets in its order)
+    classes = model.classes if isinstance(model.task, (Classification, MultiLabel)) else None
+    train, val = load_data(name, kwargs, val_fraction, config.seed, classes=classes,
+                           multi_label=True if isinstance(model.task, MultiLabel) else None)
     check_fits_task(name, model.task, train, val)
     _check_model_segments(name, model, train, val)
     return name, train, val
