@@ -241,9 +241,9 @@ def test_csv_multi_label_errors_name_the_row_and_what_is_valid(tmp_path):
          r"line 2: column 'dog' is '2'; expected 0 or 1"),
         ("image,cat\nimg0.png,1\n", {"label_column": ["cat", "dog"]},
          r"has columns \['image', 'cat'\]; expected 'image', 'cat', 'dog' \(missing: dog\)"),
-        ("image,label\nimg0.png,1 2\n", {}, r"expected an integer class id \(0, 1, \.\.\.\); for several labels per "
-                                            r"row pass multi_label=True"),
-        ("image,label\nimg0.png,1\n", {"classes": ["a", "b"]}, r"classes is for multi-label CSVs"),
+        ("image,label\nimg0.png,1 2\n", {}, r"line 2: 'label' is '1 2', which looks like several labels: for "
+                                            r"multi-label data set loss bce_with_logits \(or data_kwargs multi_label: "
+                                            r"true; read_label_file's multi_label=True\)"),
         ("image,label\nimg0.png,1\n", {"label_column": []}, r"label_column must be a column name or a non-empty list"),
     ]
     for index, (text, kwargs, message) in enumerate(cases):

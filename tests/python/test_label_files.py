@@ -23,6 +23,7 @@ from gpucore.data.identity import changes, identity_of
 from gpucore.errors import ConfigError
 from gpucore.models import FastCNN
 from gpucore.models.registry import output_count
+from conftest import require
 
 RUN = dict(epochs=1, device="cpu", precision="32", progress=False, batch_size=4, model="fast_cnn", report=False,
            loggers=[])
@@ -78,14 +79,18 @@ def _train_cli(data, tmp_path, *sets):
     return gpucore.load(os.path.join(run_dir, "checkpoints", "last.pt"), device="cpu"), stats
 
 
-def _load_dataset(data_dir):
-    """datasets.load_dataset("imagefolder", data_dir=...) where `datasets` is installed (the reference for Hugging
-    Face's convention), else None."""
-    try:
-        import datasets
-    except ImportError:
-        return None
-    return datasets.load_dataset("imagefolder", data_dir=str(data_dir), cache_dir=str(data_dir) + "-hf-cache")
+def _hf_files_and_labels(data_dir):
+    """{split: sorted (real path, label)} as datasets.load_dataset("imagefolder", data_dir=...) reads a folder: the
+    reference for Hugging Face's convention (skipped where `datasets` is not installed)."""
+    datasets = require("datasets")
+    loaded = datasets.load_dataset("imagefolder", data_dir=str(data_dir), cache_dir=str(data_dir) + "-hf-cache")
+    return {split: sorted(zip((os.path.realpath(image.filename) for image in loaded[split]["image"]),
+                              loaded[split]["label"])) for split in loaded}
+
+
+def _files_and_labels(data, classes):
+    """Sorted (real path, class name) of an ImageFiles, to compare with _hf_files_and_labels."""
+    return sorted(zip((os.path.realpath(p) for p in data.paths), (classes[t] for t in data.targets.tolist())))
 
 
 # ---- Kaggle: labels.csv (class names, ids without extension) beside train/, and train.csv + train/ + test/ -------
@@ -168,19 +173,17 @@ def hf_csv_folder(tmp_path_factory):
     return root
 
 
-def test_hf_metadata_csv_reads_as_datasets_reads_it(hf_csv_folder):
+def test_hf_metadata_csv_reads_as_written(hf_csv_folder):
     files, labels = _by_hand(hf_csv_folder / "metadata.csv", "file_name", "label")
     train, val = read_data(str(hf_csv_folder), {})
     assert val is None
     assert train.paths == [str(hf_csv_folder / f) for f in files]
     assert [train.classes[t] for t in train.targets.tolist()] == labels
-    loaded = _load_dataset(hf_csv_folder)
-    if loaded is not None:
-        split = loaded["train"]
-        theirs = sorted(zip((os.path.realpath(image.filename) for image in split["image"]), split["label"]))
-        ours = sorted(zip((os.path.realpath(p) for p in train.paths),
-                          (train.classes[t] for t in train.targets.tolist())))
-        assert theirs == ours
+
+
+def test_hf_metadata_csv_reads_the_files_and_labels_datasets_reads(hf_csv_folder):
+    train, _ = read_data(str(hf_csv_folder), {})
+    assert _hf_files_and_labels(hf_csv_folder) == {"train": _files_and_labels(train, train.classes)}
 
 
 @pytest.mark.slow
@@ -209,20 +212,19 @@ def _jsonl_by_hand(path):
     return [row["file_name"] for row in rows], [row["label"] for row in rows]
 
 
-def test_hf_metadata_jsonl_splits_read_as_datasets_reads_them(hf_jsonl_splits):
+def test_hf_metadata_jsonl_splits_read_as_written(hf_jsonl_splits):
     train, val = read_data(str(hf_jsonl_splits), {})
     assert train.classes == ["finch", "owl", "wren"] and val.classes == train.classes
     for data, split in ((train, "train"), (val, "validation")):
         files, labels = _jsonl_by_hand(hf_jsonl_splits / split / "metadata.jsonl")
         assert data.paths == [str(hf_jsonl_splits / split / f) for f in files]
         assert [train.classes[t] for t in data.targets.tolist()] == labels
-    loaded = _load_dataset(hf_jsonl_splits)
-    if loaded is not None:
-        assert sorted(loaded) == ["train", "validation"]
-        for data, split in ((train, "train"), (val, "validation")):
-            theirs = sorted(zip((os.path.realpath(i.filename) for i in loaded[split]["image"]), loaded[split]["label"]))
-            ours = sorted(zip((os.path.realpath(p) for p in data.paths), (train.classes[t] for t in data.targets)))
-            assert theirs == ours
+
+
+def test_hf_metadata_jsonl_splits_read_the_files_and_labels_datasets_reads(hf_jsonl_splits):
+    train, val = read_data(str(hf_jsonl_splits), {})
+    assert _hf_files_and_labels(hf_jsonl_splits) == {"train": _files_and_labels(train, train.classes),
+                                                     "validation": _files_and_labels(val, train.classes)}
 
 
 @pytest.mark.slow
@@ -320,7 +322,8 @@ def test_read_files_takes_class_names(tmp_path):
     with pytest.raises(ConfigError, match=r"file '.*0.png': 'label' is 'tulip', not a class; expected one of rose, "
                                           r"daisy or an index 0 to 1"):
         read_files(paths, names, classes=["rose", "daisy"])
-    with pytest.raises(ConfigError, match=r"mixes class names \('tulip'\) and integer class ids \(3\)"):
+    with pytest.raises(ConfigError, match=r"read_files: 'label' mixes class names \('tulip', file '.*0.png'\) and "
+                                          r"integer class ids \(3, file '.*1.png'\)"):
         read_files(paths[:2], ["tulip", 3])
 
 
@@ -340,7 +343,8 @@ def test_bad_rows_are_named_by_line(tmp_path):
          r"data_kwargs image_column"),
         ("file,label\nc,cat\n", {}, r"line 2: image 'c' could be any of c.png, c.jpg; name the file with its "
                                     r"extension"),
-        ("file,label\na.png,cat\nb.png,1\n", {}, r"mixes class names \('cat'\) and integer class ids \(1\)"),
+        ("file,label\na.png,cat\nb.png,1\n", {}, r"mixes class names \('cat', line 2\) and integer class ids "
+                                                  r"\(1, line 3\)"),
         ("file,label\na.png,cat|dog\n", {}, r"line 2: 'label' is 'cat\|dog', which looks like several labels: for "
                                              r"multi-label data set loss bce_with_logits"),
         ("file,colour,size\na.png,red,1\n", {}, r"which holds the labels\? None has a usual name"),

@@ -194,8 +194,11 @@ def encode_single(labels: Sequence, wheres: Sequence[str], column: str, origin: 
     names = [v for v in values if not is_id(v)]
     ids = [int(v) for v in values if is_id(v)]
     if names and ids:
-        raise ConfigError(f"{origin}: '{column}' mixes class names ({names[0]!r}) and integer class ids ({ids[0]}); "
-                          "use one or the other, or give classes=[names] so that ids index them")
+        first_name = next(w for w, v in zip(wheres, values) if not is_id(v))
+        first_id = next(w for w, v in zip(wheres, values) if is_id(v))
+        raise ConfigError(f"{origin}: '{column}' mixes class names ({names[0]!r}, {_at(first_name, origin)}) and "
+                          f"integer class ids ({ids[0]}, {_at(first_id, origin)}); use one or the other, or give "
+                          "classes=[names] so that ids index them")
     if ids:
         negative = next(((where, int(v)) for where, v in zip(wheres, values) if int(v) < 0), None)
         if negative is not None:
@@ -204,6 +207,11 @@ def encode_single(labels: Sequence, wheres: Sequence[str], column: str, origin: 
     classes = sorted(set(names))
     index = {name: i for i, name in enumerate(classes)}
     return torch.tensor([index[v] for v in names], dtype=torch.int64), classes
+
+
+def _at(where: str, origin: str) -> str:
+    """'line 3' of "CSV 'x.csv' line 3" where `origin` is "CSV 'x.csv'"; the whole of `where` otherwise."""
+    return where[len(origin):].strip() if where.startswith(origin) else where
 
 
 def encode_multi(rows: Sequence[Tuple[str, List[str]]], column: str, origin: str,
@@ -284,23 +292,20 @@ def labels_of(table: LabelTable, label_column: Union[str, Sequence[str]], multi_
     if listed_row is not None:
         raise ConfigError(f"{listed_row}: '{label_column}' is a list; for several labels per image pass "
                           "multi_label=True (data_kwargs multi_label: true; loss bce_with_logits implies it)")
-    if asked is None:  # 'cat|dog' read as one class named so would be a silently wrong class list
-        joined = next(((w, v) for w, v in zip(wheres, values) if isinstance(v, str) and re.search(r"[|;]", v)), None)
+    if asked is None:  # 'cat|dog' or '1 2' read as one class named so would be a silently wrong class list
+        joined = next(((w, v) for w, v in zip(wheres, values) if isinstance(v, str) and _looks_multi(v)), None)
         if joined is not None:
             raise ConfigError(f"{joined[0]}: '{label_column}' is {joined[1]!r}, which looks like several labels: "
                               "for multi-label data set loss bce_with_logits (or data_kwargs multi_label: true; "
-                              "read_label_file's multi_label=True); for a class name with '|' or ';' in it set "
-                              "multi_label: false")
-    try:
-        return encode_single(values, wheres, label_column, origin, classes)
-    except ConfigError as error:
-        spaced = next((v for v in values if isinstance(v, str) and len(v.split()) > 1 and all(
-            is_id(t) for t in v.split())), None)
-        if spaced is None:
-            raise
-        raise ConfigError(f"{error}; '{spaced}' looks like several labels: for several labels per row pass "
-                          "multi_label=True (labels separated by spaces, '|', ';' or ',') or label_column=[one 0/1 "
-                          "column per class]") from None
+                              "read_label_file's multi_label=True), or give one 0/1 column per class "
+                              "(label_column=[columns]); for a class named so set multi_label: false")
+    return encode_single(values, wheres, label_column, origin, classes)
+
+
+def _looks_multi(label: str) -> bool:
+    """A single label that reads as several: names joined by '|' or ';', or integer ids separated by spaces."""
+    tokens = label.split()
+    return re.search(r"[|;]", label) is not None or (len(tokens) > 1 and all(is_id(t) for t in tokens))
 
 
 # Label files a data folder holds at its top, by the layouts they come in: Hugging Face's image folder convention

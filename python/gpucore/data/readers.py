@@ -200,7 +200,7 @@ def read_files(paths: Sequence[str], labels: Optional[Sequence] = None, *, label
     if len(labels) != len(paths):
         raise ConfigError(f"read_files: {len(paths)} files but {len(labels)} labels")
     if classes is not None or any(isinstance(label, str) for label in labels):
-        targets, classes = encode_single(labels, [f"read_files: file '{p}'" for p in paths], "label",
+        targets, classes = encode_single(labels, [f"file '{p}'" for p in paths], "label",
                                          "read_files", None if classes is None else [str(c) for c in classes])
     else:
         targets = torch.as_tensor(labels)
@@ -317,8 +317,15 @@ def read_csv(path: str, image_column: Optional[str] = None, label_column: Union[
     """Images listed in a CSV file with their labels: read_label_file, which reads JSON Lines as well.
 
     Args:
-        path, image_column, label_column, root, channels, size, threads, on_error, **options: as read_label_file
-            takes them (multi_label, classes, separator, exif_orientation, max_resolution, decode).
+        path: the CSV file.
+        image_column: the column of image files (default: the one of the usual names).
+        label_column: the column of labels (default: the one of the usual names), or a list of 0/1 columns.
+        root: the folder (or folders) the files are relative to (default: the CSV's folder).
+        channels: 1 (grey) or 3 (RGB).
+        size: None, an int or (height, width) to resize to.
+        threads: decoding threads (default: the CPU count).
+        on_error: "raise", or "skip" to leave unreadable files out.
+        **options: read_label_file's multi_label, classes, separator, exif_orientation, max_resolution, decode.
 
     Returns:
         ImageFiles.
