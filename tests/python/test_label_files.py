@@ -122,19 +122,27 @@ def test_kaggle_labels_csv_reads_names_as_written(kaggle_labels):
     assert train.paths == [str(kaggle_labels / "train" / f"{i}.jpg") for i in ids]
     assert train.targets.tolist() == [BREEDS.index(b) for b in breeds]
     assert not any(path.startswith(str(kaggle_labels / "test")) for path in train.paths)
-    # the same file given to the reader, the images' folder named
+    # the same file given to the reader, the images' folder named; or as data: itself (its train/ looked in)
     direct = read_label_file(str(kaggle_labels / "labels.csv"), root=str(kaggle_labels / "train"))
     assert direct.paths == train.paths and torch.equal(direct.targets, train.targets)
+    named, _ = read_data(str(kaggle_labels / "labels.csv"), {})
+    assert named.paths == train.paths and torch.equal(named.targets, train.targets)
     # pixels are the photos' crops, as Pillow decodes the JPEGs
     pillow = np.asarray(Image.open(train.paths[2]).convert("RGB"))
     assert np.array_equal(train.inputs[2].permute(1, 2, 0).numpy(), pillow)
 
 
 @pytest.mark.slow
-def test_kaggle_labels_csv_trains_from_the_cli_with_a_head_per_breed(kaggle_labels, tmp_path):
+def test_kaggle_labels_csv_trains_and_evaluates_from_the_cli_with_a_head_per_breed(kaggle_labels, tmp_path):
     loaded, stats = _train_cli(kaggle_labels, tmp_path)
     assert output_count(loaded.module) == 3 and loaded.classes == BREEDS
     assert stats["model_kwargs_from_data"] == {"num_classes": 3, "in_channels": 3}
+    assert stats["data"]["train"]["classes"] == BREEDS  # the identity a resume compares
+    result = _gpucore("evaluate", loaded.checkpoint, "--data", str(kaggle_labels / "labels.csv"), "--device", "cpu",
+                      "--out", str(tmp_path / "evaluated"))
+    assert result.returncode == 0, result.stderr
+    rows = json.load(open(tmp_path / "evaluated" / "per_class.json"))
+    assert [row["class"] for row in rows] == BREEDS
 
 
 @pytest.mark.slow

@@ -345,14 +345,18 @@ def _label_file_layout(path: str, kwargs: dict, classes: Optional[List[str]], mu
         return train, None
     kaggle = label_files.kaggle_label_file(path)
     if kaggle is not None:
-        return _label_file(kaggle, kwargs, classes, multi_label, root=[path, os.path.join(path, "train")]), None
+        return _label_file(kaggle, kwargs, classes, multi_label), None
     return None
 
 
-def _label_file(path: str, kwargs: dict, classes: Optional[List[str]], multi_label: Optional[bool], **where):
+def _label_file(path: str, kwargs: dict, classes: Optional[List[str]], multi_label: Optional[bool]):
     """read_label_file with config key data_kwargs; `classes` (a trained model's, or the training file's) and the
-    task's `multi_label` where data_kwargs does not give them."""
-    options = {**kwargs, **where}
+    task's `multi_label` where data_kwargs does not give them; a Kaggle label file's images also looked for in train/
+    beside it (label_files.kaggle_roots)."""
+    options = dict(kwargs)
+    roots = label_files.kaggle_roots(path)
+    if roots is not None:
+        options.setdefault("root", roots)
     if classes is not None:
         options["classes"] = classes
     if multi_label is not None:

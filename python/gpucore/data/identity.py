@@ -37,7 +37,8 @@ def _file_size(path: str) -> int:
 
 def identity_of(data) -> Optional[dict]:
     """The identity of a data set as a run serves it: image files by class (count and fingerprint of relative paths
-    and sizes) with a fingerprint of each file's label, in-memory tensors by a fingerprint of their bytes, a torch Dataset by its length; None for None."""
+    and sizes; a fingerprint of each file's label), in-memory tensors by a fingerprint of their bytes, a torch
+    Dataset by its length; None for None."""
     if data is None:
         return None
     if isinstance(data, ImageFiles):

@@ -150,8 +150,8 @@ def _find_image(table: LabelTable, line: int, name: str, roots: Sequence[str]) -
             if found:
                 return found[0]
     tried = f" (also with {', '.join(IMAGE_EXTENSIONS)})" if bare else ""
-    raise ConfigError(f"{table.where(line)}: image '{name}' does not exist (looked for {' and '.join(repr(p) for p in looked)}"
-                      f"{tried})")
+    raise ConfigError(f"{table.where(line)}: image '{name}' does not exist (looked for "
+                      f"{' and '.join(repr(p) for p in looked)}{tried})")
 
 
 def is_id(value) -> bool:
@@ -333,6 +333,15 @@ def kaggle_label_file(folder: str) -> Optional[str]:
     names = {entry.lower(): entry for entry in os.listdir(folder) if os.path.isfile(os.path.join(folder, entry))}
     found = [os.path.join(folder, names[name]) for name in KAGGLE_LABEL_FILES if name in names]
     if len(found) > 1:
-        raise ConfigError(f"data folder '{folder}' holds several label files ({', '.join(map(os.path.basename, found))})"
-                          " beside train/: name the one to train on, data: PATH/TO/FILE.csv")
+        raise ConfigError(f"data folder '{folder}' holds several label files beside train/ "
+                          f"({', '.join(map(os.path.basename, found))}): name the one to train on, data: FOLDER/FILE.csv")
     return found[0] if found else None
+
+
+def kaggle_roots(label_file: str) -> Optional[List[str]]:
+    """Where a Kaggle label file's images are looked for: beside it, then in train/ beside it (its ids name the
+    files there); None for a file of another name or without train/ beside it (its own folder only)."""
+    folder = os.path.dirname(os.path.abspath(label_file))
+    if os.path.basename(label_file).lower() in KAGGLE_LABEL_FILES and os.path.isdir(os.path.join(folder, "train")):
+        return [folder, os.path.join(folder, "train")]
+    return None

@@ -9,7 +9,7 @@ when asked: all at once into memory (cache device/host), or batch by batch on re
 from __future__ import annotations
 
 import os
-from typing import Callable, List, Optional, Sequence, Tuple, Union
+from typing import Callable, List, Optional, Sequence, Union
 
 import torch
 
@@ -18,9 +18,8 @@ from ..errors import ConfigError
 from ..values import is_int
 from .class_folders import IMAGE_EXTENSIONS, is_system_file, read_class_folder
 from .image_files import DEFAULT_DECODE, DEFAULT_MAX_RESOLUTION, ImageFiles
-from .label_files import DEFAULT_SEPARATOR, encode_single
-from .labeled_data import LabeledData
 from . import label_files
+from .labeled_data import LabeledData
 
 
 def set_max_image_pixels(pixels: int) -> None:
@@ -200,7 +199,7 @@ def read_files(paths: Sequence[str], labels: Optional[Sequence] = None, *, label
     if len(labels) != len(paths):
         raise ConfigError(f"read_files: {len(paths)} files but {len(labels)} labels")
     if classes is not None or any(isinstance(label, str) for label in labels):
-        targets, classes = encode_single(labels, [f"file '{p}'" for p in paths], "label",
+        targets, classes = label_files.encode_single(labels, [f"file '{p}'" for p in paths], "label",
                                          "read_files", None if classes is None else [str(c) for c in classes])
     else:
         targets = torch.as_tensor(labels)
@@ -232,9 +231,10 @@ def captcha_labels(alphabet: str, length: int) -> Callable[[str], List[int]]:
 
 def read_label_file(path: str, image_column: Optional[str] = None,
                     label_column: Union[str, Sequence[str], None] = None,
-                    root: Union[str, Sequence[str], None] = None, channels: int = 3, size=None, threads: Optional[int] = None, on_error: str = "raise", *,
+                    root: Union[str, Sequence[str], None] = None, channels: int = 3, size=None,
+                    threads: Optional[int] = None, on_error: str = "raise", *,
                     multi_label: Optional[bool] = None, classes: Optional[Sequence[str]] = None,
-                    separator: str = DEFAULT_SEPARATOR, exif_orientation: bool = True,
+                    separator: str = label_files.DEFAULT_SEPARATOR, exif_orientation: bool = True,
                     max_resolution: int = DEFAULT_MAX_RESOLUTION, decode: str = DEFAULT_DECODE) -> ImageFiles:
     """Images listed in a label file with their labels, as Kaggle (labels.csv, train.csv) and Hugging Face
     (metadata.csv, metadata.jsonl) ship them: a CSV (.tsv: tab-separated) or JSON Lines file (.jsonl) with a row per

@@ -9,6 +9,7 @@ import torch
 
 from ..data.builtin import BUILTIN, check_fits_task, check_model_segments, is_python_data, load_data
 from ..data.image_files import ImageFiles
+from ..data.label_files import LABEL_FILE_EXTENSIONS
 from ..data.labeled_data import LabeledData
 from ..data.plan import is_native
 from ..errors import ConfigError
@@ -40,7 +41,9 @@ def read_named(model, data, val_fraction: Optional[float]) -> Tuple[str, object,
     else:
         kwargs = {key: value for key, value in config.data_kwargs.items() if key in _READER_KEYS}
         shape = model.input_shape
-        if os.path.isdir(os.path.expanduser(name)) and shape is not None and len(shape) == 3:
+        path = os.path.expanduser(name)
+        images = os.path.isdir(path) or path.lower().endswith(LABEL_FILE_EXTENSIONS)  # a folder or a label file
+        if images and shape is not None and len(shape) == 3:
             kwargs.setdefault("channels", shape[0])
             if shape[1] and shape[2]:  # 0: the run read its images at their own sizes
                 kwargs.setdefault("size", list(shape[1:]))
