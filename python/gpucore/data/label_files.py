@@ -334,7 +334,8 @@ def kaggle_label_file(folder: str) -> Optional[str]:
     found = [os.path.join(folder, names[name]) for name in KAGGLE_LABEL_FILES if name in names]
     if len(found) > 1:
         raise ConfigError(f"data folder '{folder}' holds several label files beside train/ "
-                          f"({', '.join(map(os.path.basename, found))}): name the one to train on, data: FOLDER/FILE.csv")
+                          f"({', '.join(map(os.path.basename, found))}): name the one to train on, "
+                          "data: FOLDER/FILE.csv")
     return found[0] if found else None
 
 
