@@ -314,6 +314,9 @@ def test_integer_labels_without_names_get_one_output_per_class(tmp_path):
                                           r"\(ids 0 to 3\): give it a head of that many outputs"):
         gpucore.train(RUN, train_data=data, run_dir=str(tmp_path / "narrow"),
                       model=FastCNN(num_classes=3, in_channels=3))
+    with pytest.raises(ConfigError, match=r"train_data has 1 class \(id 0\); classification \(loss cross_entropy\) "
+                                          r"needs 2 classes at least"):
+        gpucore.train(RUN, train_data=read_files(paths, [0] * 16), run_dir=str(tmp_path / "one"))
 
 
 def test_read_files_takes_class_names(tmp_path):

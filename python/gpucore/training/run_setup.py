@@ -138,8 +138,8 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
     if given is None:
         check_fits_task(config.data, task, train_data, val_data)
     classes = _classes(config, given, train_data)
-    _check_class_count(config, task, classes, given is not None)
     count = _class_count(task, classes, train_data, val_data)
+    _check_class_count(config, task, classes, count, given is not None)
     input_shape = _input_shape(train_data, config)
     from_data = {}
     if model is None:
@@ -358,15 +358,15 @@ def _model_kwargs_from_data(config, count: Optional[int], input_shape: Optional[
     return dataclasses.replace(config, model_kwargs={**config.model_kwargs, **taken}), taken
 
 
-def _check_class_count(config, task: Task, classes: Optional[List[str]], given: bool) -> None:
+def _check_class_count(config, task: Task, classes: Optional[List[str]], count: Optional[int], given: bool) -> None:
     """Classification needs two classes at least: with one, every target is class 0, the loss is 0 from the first step
     and the accuracy 1, whatever the model learns."""
-    if classes is None or len(classes) >= 2 or not isinstance(task, Classification):
+    if count is None or count >= 2 or not isinstance(task, Classification):
         return
     where = "train_data" if given else f"config key 'data' ('{config.data}')"
-    found = f"1 class ({classes[0]})" if classes else "no classes"
+    found = f"1 class ({classes[0]})" if classes else "1 class (id 0)" if count else "no classes"
     raise ConfigError(f"{where} has {found}; classification (loss {config.loss}) needs 2 classes at least: "
-                      "one subfolder of images per class")
+                      "one subfolder of images per class, or two labels in a label file")
 
 
 def _check_outputs(module: nn.Module, config, task: Task, classes: Optional[List[str]], count: Optional[int],
