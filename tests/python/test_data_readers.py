@@ -212,9 +212,9 @@ def test_csv_multi_label_by_name_by_id_and_by_column(tmp_path):
 
 
 def test_csv_multi_label_trains_with_multilabel_soft_margin(tmp_path):
-    _csv_images(tmp_path, 4)
+    _csv_images(tmp_path, 16)  # each image once: a file listed twice is refused
     (tmp_path / "tags.csv").write_text("image,tags\n" + "".join(
-        f"img{i % 4}.png,{['a', 'b', 'a b', ''][i % 4]}\n" for i in range(16)))
+        f"img{i}.png,{['a', 'b', 'a b', ''][i % 4]}\n" for i in range(16)))
     data = gpucore.data.read_csv(str(tmp_path / "tags.csv"), label_column="tags", channels=1, multi_label=True)
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 2))
     result = gpucore.train(dict(run_dir=str(tmp_path / "runs"), epochs=1, batch_size=4, progress=False, report=False,
