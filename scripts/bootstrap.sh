@@ -131,8 +131,9 @@ if [ "$TESTS" = 1 ]; then
     transformers || echo "bootstrap: transformers could not be installed; the SegFormer tests will skip"
   "$PY" -m pip install -q --no-deps segmentation-models-pytorch \
     || echo "bootstrap: segmentation-models-pytorch could not be installed; the smp tests will skip"
-  # Hugging Face datasets (evaluate, report and predict of a datasets.Dataset, load_dataset("imagefolder")), torch
-  # pinned (it needs none). Optional: without it those tests skip.
+  # Hugging Face's datasets (evaluate, report and predict of a datasets.Dataset; load_dataset("imagefolder"), the
+  # reference the metadata.csv/.jsonl folders are read against), torch pinned (it needs none). Optional: without it
+  # those tests skip and say why.
   "$PY" -m pip install -q -c <(echo "torch==$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])')") \
     datasets || echo "bootstrap: datasets could not be installed; the Hugging Face dataset tests will skip"
 fi

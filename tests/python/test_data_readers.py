@@ -212,9 +212,9 @@ def test_csv_multi_label_by_name_by_id_and_by_column(tmp_path):
 
 
 def test_csv_multi_label_trains_with_multilabel_soft_margin(tmp_path):
-    _csv_images(tmp_path, 4)
+    _csv_images(tmp_path, 16)  # each image once: a file listed twice is refused
     (tmp_path / "tags.csv").write_text("image,tags\n" + "".join(
-        f"img{i % 4}.png,{['a', 'b', 'a b', ''][i % 4]}\n" for i in range(16)))
+        f"img{i}.png,{['a', 'b', 'a b', ''][i % 4]}\n" for i in range(16)))
     data = gpucore.data.read_csv(str(tmp_path / "tags.csv"), label_column="tags", channels=1, multi_label=True)
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 2))
     result = gpucore.train(dict(run_dir=str(tmp_path / "runs"), epochs=1, batch_size=4, progress=False, report=False,
@@ -241,9 +241,9 @@ def test_csv_multi_label_errors_name_the_row_and_what_is_valid(tmp_path):
          r"line 2: column 'dog' is '2'; expected 0 or 1"),
         ("image,cat\nimg0.png,1\n", {"label_column": ["cat", "dog"]},
          r"has columns \['image', 'cat'\]; expected 'image', 'cat', 'dog' \(missing: dog\)"),
-        ("image,label\nimg0.png,1 2\n", {}, r"expected an integer class id \(0, 1, \.\.\.\); for several labels per "
-                                            r"row pass multi_label=True"),
-        ("image,label\nimg0.png,1\n", {"classes": ["a", "b"]}, r"classes is for multi-label CSVs"),
+        ("image,label\nimg0.png,1 2\n", {}, r"line 2: 'label' is '1 2', which looks like several labels: for "
+                                            r"multi-label data set loss bce_with_logits \(or data_kwargs multi_label: "
+                                            r"true; read_label_file's multi_label=True\)"),
         ("image,label\nimg0.png,1\n", {"label_column": []}, r"label_column must be a column name or a non-empty list"),
     ]
     for index, (text, kwargs, message) in enumerate(cases):

@@ -133,10 +133,12 @@ def test_a_misspelt_transform_gets_the_closest_name():
 
 def test_csv_errors_name_the_file_and_line(tmp_path):
     (tmp_path / "a.png").write_bytes(encode_png(torch.zeros(4, 4, dtype=torch.uint8)))
-    cases = {"label.csv": ("image,label\na.png,0\na.png,cat\n", r"label.csv' line 3: column 'label' is 'cat'; "
-                                                                 r"expected an integer class id"),
-             "file.csv": ("image,label\na.png,0\nb.png,1\n", r"file.csv' line 3: image 'b.png' does not exist"),
-             "short.csv": ("image,label\na.png,0\na.png,1\na.png\n", r"short.csv' line 4 has 1 of the header's 2 columns")}
+    (tmp_path / "b.png").write_bytes(encode_png(torch.zeros(4, 4, dtype=torch.uint8)))
+    cases = {"label.csv": ("image,label\na.png,0\nb.png,cat\n", r"label.csv': 'label' mixes class names \('cat', line "
+                                                                 r"3\) and integer class ids \(0, line 2\)"),
+             "file.csv": ("image,label\na.png,0\nc.png,1\n", r"file.csv' line 3: image 'c.png' does not exist"),
+             "short.csv": ("image,label\na.png,0\nb.png,1\na.png\n",
+                           r"short.csv' line 4 has 1 of the header's 2 columns")}
     for name, (text, message) in cases.items():
         (tmp_path / name).write_text(text)
         with pytest.raises(gpucore.ConfigError, match=message):

@@ -15,6 +15,7 @@ from .readers import (
     read_files,
     read_idx,
     read_image_folder,
+    read_label_file,
     read_npy,
     read_npz,
     read_segmentation,
@@ -22,5 +23,5 @@ from .readers import (
 )
 
 __all__ = ["IMAGE_EXTENSIONS", "ImageFiles", "LabeledData", "captcha_labels", "from_tensors", "max_image_pixels",
-           "read_csv", "read_files", "read_idx", "read_image_folder", "read_npy", "read_npz", "read_segmentation",
-           "set_max_image_pixels"]
+           "read_csv", "read_files", "read_idx", "read_image_folder", "read_label_file", "read_npy", "read_npz",
+           "read_segmentation", "set_max_image_pixels"]

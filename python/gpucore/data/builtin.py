@@ -15,7 +15,7 @@ from .. import _C
 
 from ..errors import ConfigError
 from ..values import is_int
-from . import readers
+from . import label_files, readers
 from .image_files import ImageFiles
 from .identity import held_out_by_name, relative_names
 from .torch_samples import dataset_samples
@@ -287,8 +287,9 @@ def _find(folder: str, *names: str) -> Optional[str]:
     return None
 
 
-# A data folder's held-out subfolders beside train/, in the order its held-out split is looked for.
-HELD_OUT_FOLDERS = ("val", "test")
+# A data folder's held-out subfolders beside train/, in the order its held-out split is looked for (Hugging Face's
+# validation/, the usual val/ and valid/, then test/).
+HELD_OUT_FOLDERS = ("validation", "val", "valid", "test")
 
 
 def held_out_folders(name: str) -> List[str]:
@@ -300,11 +301,11 @@ def held_out_folders(name: str) -> List[str]:
     return [folder for folder in HELD_OUT_FOLDERS if os.path.isdir(os.path.join(path, folder))]
 
 
-def _load_folder(path: str, kwargs: dict, classes: Optional[List[str]] = None,
+def _load_folder(path: str, kwargs: dict, classes: Optional[List[str]] = None, multi_label: Optional[bool] = None,
                  held_out: Sequence[str] = HELD_OUT_FOLDERS):
-    """IDX files, .npy files, or image folders (class subfolders, or images/ and masks/; either optionally under train/
-    and the first of `held_out` (val/, test/): a held-out folder of classes labelled by train/'s class names, or all of
-    them by `classes`, a trained model's)."""
+    """IDX files, .npy files, a folder with label files (_label_file_layout), or image folders (class subfolders, or
+    images/ and masks/; either optionally under train/ and the first of `held_out` (HELD_OUT_FOLDERS): a held-out
+    folder of classes labelled by train/'s class names, or all of them by `classes`, a trained model's)."""
     def pair(dataset):
         return dataset.inputs, dataset.targets
 
@@ -319,6 +320,9 @@ def _load_folder(path: str, kwargs: dict, classes: Optional[List[str]] = None,
     splits = _pick_splits(arrays, lambda x, y: pair(readers.read_npy(x, y)))
     if splits is not None:
         return splits
+    labelled = _label_file_layout(path, kwargs, classes, multi_label, held_out)
+    if labelled is not None:
+        return labelled
     model_classes = "the model" if classes is not None else None
     if os.path.isdir(os.path.join(path, "train")):
         train = _image_folder(os.path.join(path, "train"), kwargs, classes, model_classes)
@@ -330,7 +334,55 @@ def _load_folder(path: str, kwargs: dict, classes: Optional[List[str]] = None,
     if any(os.path.isdir(os.path.join(path, entry)) for entry in os.listdir(path)):
         return _image_folder(path, kwargs, classes, model_classes), None
     raise ConfigError(f"data folder '{path}' holds no IDX files (train-images-idx3-ubyte[.gz]), no x_train.npy/"
-                      "y_train.npy or x.npy/y.npy, no class subfolders of images and no images/ and masks/ subfolders")
+                      "y_train.npy or x.npy/y.npy, no label file (metadata.csv/.jsonl, or labels.csv/train.csv beside "
+                      "train/), no class subfolders of images and no images/ and masks/ subfolders")
+
+
+def _label_file_layout(path: str, kwargs: dict, classes: Optional[List[str]], multi_label: Optional[bool],
+                       held_out: Sequence[str]):
+    """(train, val) of a folder whose labels are in a label file, else None: Hugging Face's image folder (metadata.csv
+    or metadata.jsonl beside the images, at the top: no held-out split; or in train/ and in the first of `held_out`
+    (HELD_OUT_FOLDERS) that has one: the held-out split, labelled by train/'s classes) or Kaggle's layout (labels.csv,
+    train.csv, train_labels.csv or trainLabels.csv beside train/, its files found beside the label file or in train/;
+    an unlabelled test/ is for gpucore predict)."""
+    top = label_files.metadata_file(path)
+    if top is not None:
+        return _label_file(top, kwargs, classes, multi_label), None
+    train_metadata = (label_files.metadata_file(os.path.join(path, "train"))
+                      if os.path.isdir(os.path.join(path, "train")) else None)
+    if train_metadata is not None:
+        train = _label_file(train_metadata, kwargs, classes, multi_label)
+        for name in held_out:
+            held_out = (label_files.metadata_file(os.path.join(path, name))
+                        if os.path.isdir(os.path.join(path, name)) else None)
+            if held_out is not None:
+                multi = train.targets.dim() == 2 if multi_label is None else multi_label
+                return train, _label_file(held_out, kwargs, train.classes if classes is None else classes, multi)
+        return train, None
+    kaggle = label_files.kaggle_label_file(path)
+    if kaggle is not None:
+        return _label_file(kaggle, kwargs, classes, multi_label), None
+    return None
+
+
+def _label_file(path: str, kwargs: dict, classes: Optional[List[str]], multi_label: Optional[bool]):
+    """read_label_file with config key data_kwargs; `classes` (a trained model's, or the training file's) and the
+    task's `multi_label` where data_kwargs does not give them; a Kaggle label file's images also looked for in train/
+    beside it (label_files.kaggle_roots)."""
+    options = dict(kwargs)
+    roots = label_files.kaggle_roots(path)
+    if roots is not None:
+        options.setdefault("root", roots)
+    if classes is not None:
+        options["classes"] = classes
+    if multi_label is not None:
+        options.setdefault("multi_label", multi_label)
+    try:
+        return readers.read_label_file(path, **options)
+    except TypeError as exc:
+        raise ConfigError(f"config key 'data_kwargs' does not fit the label-file reader of '{path}' (image_column, "
+                          "label_column, root, channels, size, threads, on_error, multi_label, classes, separator, "
+                          f"exif_orientation, max_resolution, decode): {exc}") from exc
 
 
 # Subfolder pairs that make a folder a segmentation layout (images and their masks, as read_segmentation pairs them),
@@ -439,12 +491,13 @@ def is_python_data(name: str) -> bool:
     return isinstance(name, str) and name.startswith("python:")
 
 
-def read_data(name: str, kwargs: dict, classes: Optional[List[str]] = None,
+def read_data(name: str, kwargs: dict, classes: Optional[List[str]] = None, multi_label: Optional[bool] = None,
               held_out: Sequence[str] = HELD_OUT_FOLDERS):
     """(train, val) as config key `data` names them, each (inputs, targets) tensors or ImageFiles; val is None when
-    the data has no validation split of its own (val_size: 0 included). `classes`: image folders labelled by these
-    class names (a trained model's) instead of their own; `held_out`: a folder's held-out subfolders beside train/,
-    the first found is val (gpucore evaluate's split test looks for test/ first)."""
+    the data has no validation split of its own (val_size: 0 included). `classes`: image folders and label files
+    labelled by these class names (a trained model's) instead of their own. `multi_label`: whether label files hold
+    several labels per row (the task's; data_kwargs multi_label wins; None: JSONL lists say). `held_out`: a folder's
+    held-out subfolders beside train/, the first found is val (gpucore evaluate's split test looks for test/ first)."""
     if is_python_data(name):
         raise ConfigError(f"config key 'data': '{name}' records that the run's data was given to gpucore.train in "
                           "Python, which cannot be read back; pass the data again (train_data=... in Python, --data "
@@ -463,13 +516,17 @@ def read_data(name: str, kwargs: dict, classes: Optional[List[str]] = None,
     else:
         path = os.path.expanduser(name)
         if os.path.isdir(path):
-            train, val = _load_folder(path, kwargs, classes, held_out)
+            train, val = _load_folder(path, kwargs, classes, multi_label, held_out)
         elif path.endswith(".npz") and os.path.isfile(path):
             train, val = _load_npz(path)
+        elif path.lower().endswith(label_files.LABEL_FILE_EXTENSIONS) and os.path.isfile(path):
+            train, val = _label_file(path, kwargs, classes, multi_label), None
         else:
             raise ConfigError(
                 f"config key 'data': '{name}' is neither a built-in data set ({', '.join(BUILTIN)}), a .npz file, "
-                "nor a folder (IDX files, .npy files, class subfolders of images, or images/ and masks/)"
+                f"a label file ({', '.join(label_files.LABEL_FILE_EXTENSIONS)} of image files and labels) nor a "
+                "folder (IDX files, .npy files, a label file beside the images, class subfolders of images, or "
+                "images/ and masks/)"
             )
     if isinstance(val, tuple) and len(val[0]) == 0:  # val_size: 0 means no validation data
         val = None
@@ -482,11 +539,11 @@ DATA_VAL_FRACTION = 0.1
 
 
 def load_data(name: str, kwargs: dict, val_fraction: Optional[float], seed: int,
-              classes: Optional[List[str]] = None):
+              classes: Optional[List[str]] = None, multi_label: Optional[bool] = None):
     """(train, val) for config key `data`, each (inputs, targets) tensors or ImageFiles; val may be None. Data without
     a validation split of its own has the seeded share `val_fraction` (None: DATA_VAL_FRACTION) held out (split).
-    `classes`: as read_data."""
-    train, val = read_data(name, kwargs, classes)
+    `classes`, `multi_label`: as read_data."""
+    train, val = read_data(name, kwargs, classes, multi_label)
     if val is None:
         train, val, _ = split(train, DATA_VAL_FRACTION if val_fraction is None else val_fraction, seed)
     return train, val

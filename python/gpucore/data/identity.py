@@ -37,7 +37,8 @@ def _file_size(path: str) -> int:
 
 def identity_of(data) -> Optional[dict]:
     """The identity of a data set as a run serves it: image files by class (count and fingerprint of relative paths
-    and sizes), in-memory tensors by a fingerprint of their bytes, a torch Dataset by its length; None for None."""
+    and sizes; a fingerprint of each file's label), in-memory tensors by a fingerprint of their bytes, a torch
+    Dataset by its length; None for None."""
     if data is None:
         return None
     if isinstance(data, ImageFiles):
@@ -48,10 +49,13 @@ def identity_of(data) -> Optional[dict]:
         for index, (name, path, mask) in enumerate(zip(names, data.paths, masks)):
             group = data.classes[labels[index]] if labels is not None and isinstance(labels[index], int) else ""
             groups.setdefault(group, []).append((name, _file_size(path), _file_size(mask) if mask else None))
-        return {"kind": "image files", "root": os.path.abspath(data.root), "samples": len(names),
-                "classes": list(data.classes) if data.classes else None,
-                "groups": {group: {"files": len(entries), "fingerprint": _digest(str(e) for e in sorted(entries))}
-                           for group, entries in sorted(groups.items())}}
+        identity = {"kind": "image files", "root": os.path.abspath(data.root), "samples": len(names),
+                    "classes": list(data.classes) if data.classes else None,
+                    "groups": {group: {"files": len(entries), "fingerprint": _digest(str(e) for e in sorted(entries))}
+                               for group, entries in sorted(groups.items())}}
+        if data.mask_paths is None:  # each file's label, whatever the row order: a label file's ids or tags changed
+            identity["labels"] = _digest(sorted(zip(names, map(str, data.targets.tolist()))))
+        return identity
     if isinstance(data, (tuple, list)) and len(data) == 2 and all(isinstance(t, torch.Tensor) for t in data):
         return {"kind": "tensors", "samples": int(data[0].shape[0]),
                 "fingerprint": _digest(part for tensor in data for part in _tensor_bytes(tensor))}
@@ -90,6 +94,10 @@ def changes(recorded: dict, current: dict) -> List[str]:
             elif old["fingerprint"] != new["fingerprint"]:
                 found.append(f"{named}: as many files ({new['files']}), but files renamed, replaced or changed in "
                              "size")
+        if found or None in (recorded.get("labels"), current.get("labels")):  # older checkpoints record no labels
+            return found
+        if recorded["labels"] != current["labels"]:
+            found.append("the same files, but their labels differ")
         return found
     for key in ("samples", "batches", "fingerprint"):
         if recorded.get(key) != current.get(key):

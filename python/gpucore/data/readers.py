@@ -8,10 +8,8 @@ when asked: all at once into memory (cache device/host), or batch by batch on re
 """
 from __future__ import annotations
 
-import csv
 import os
-import re
-from typing import Callable, List, Optional, Sequence, Tuple, Union
+from typing import Callable, List, Optional, Sequence, Union
 
 import torch
 
@@ -20,6 +18,7 @@ from ..errors import ConfigError
 from ..values import is_int
 from .class_folders import IMAGE_EXTENSIONS, READ_FORMATS, is_system_file, read_class_folder
 from .image_files import DEFAULT_DECODE, DEFAULT_MAX_RESOLUTION, ImageFiles
+from . import label_files
 from .labeled_data import LabeledData
 
 
@@ -165,15 +164,17 @@ def read_image_folder(root: str, channels: int = 3, size=None, threads: Optional
 
 
 def read_files(paths: Sequence[str], labels: Optional[Sequence] = None, *, label_from_name: Optional[Callable] = None,
-          channels: int = 3, size=None, threads: Optional[int] = None, on_error: str = "raise",
-          max_resolution: int = DEFAULT_MAX_RESOLUTION, exif_orientation: bool = True,
-          decode: str = DEFAULT_DECODE) -> ImageFiles:
+               classes: Optional[Sequence[str]] = None, channels: int = 3, size=None, threads: Optional[int] = None,
+               on_error: str = "raise", max_resolution: int = DEFAULT_MAX_RESOLUTION, exif_orientation: bool = True,
+               decode: str = DEFAULT_DECODE) -> ImageFiles:
     """Images from a list of files with `labels`, or labels computed from each file's name; decoded on demand.
 
     Args:
         paths: the image files.
-        labels: one label per file.
+        labels: one label per file: a class name (the classes are sorted(set(labels)) unless `classes` gives
+            them), an integer class id, or any targets torch.as_tensor takes (a list of ids per file: captcha).
         label_from_name: instead of labels, a function of a file's name without extension (captcha_labels).
+        classes: the class names in target order; labels are then names of it or indices into it.
         channels: 1 (grey) or 3 (RGB).
         size: None, an int or (height, width) to resize to.
         threads: decoding threads (default: the CPU count).
@@ -183,19 +184,26 @@ def read_files(paths: Sequence[str], labels: Optional[Sequence] = None, *, label
         decode: "fast" or "exact", how JPEGs are decoded (ImageFiles).
 
     Returns:
-        ImageFiles.
+        ImageFiles; `classes` the class names of labels given by name (or `classes`), else None.
 
     Raises:
-        ConfigError: both or neither of labels and label_from_name, as many labels as files needed.
+        ConfigError: both or neither of labels and label_from_name, as many labels as files needed, names mixed with
+            ids, an empty name, a label `classes` lacks (naming the file).
     """
     paths = list(paths)
     if (labels is None) == (label_from_name is None):
-        raise ConfigError("Files needs either labels or label_from_name")
+        raise ConfigError("read_files needs either labels or label_from_name")
     if labels is None:
         labels = [label_from_name(os.path.splitext(os.path.basename(p))[0]) for p in paths]
+    labels = list(labels)
     if len(labels) != len(paths):
-        raise ConfigError(f"Files: {len(paths)} files but {len(labels)} labels")
-    return ImageFiles(paths, torch.as_tensor(labels), channels=channels, size=size, threads=threads,
+        raise ConfigError(f"read_files: {len(paths)} files but {len(labels)} labels")
+    if classes is not None or any(isinstance(label, str) for label in labels):
+        targets, classes = label_files.encode_single(labels, [f"file '{p}'" for p in paths], "label",
+                                         "read_files", None if classes is None else [str(c) for c in classes])
+    else:
+        targets = torch.as_tensor(labels)
+    return ImageFiles(paths, targets, classes, channels=channels, size=size, threads=threads,
                       on_error=on_error, origin=f"{len(paths)} files", max_resolution=max_resolution,
                       exif_orientation=exif_orientation, decode=decode)
 
@@ -221,152 +229,108 @@ def captcha_labels(alphabet: str, length: int) -> Callable[[str], List[int]]:
     return label
 
 
-def read_csv(path: str, image_column: str = "image", label_column: Union[str, Sequence[str]] = "label",
-             root: Optional[str] = None, channels: int = 3, size=None, threads: Optional[int] = None,
-             on_error: str = "raise", *, multi_label: bool = False,
-             classes: Optional[Sequence[str]] = None, exif_orientation: bool = True) -> ImageFiles:
-    """Images listed in a CSV file with their labels: an integer class per row, or several labels per row
-    (multi-label, multi-hot targets for loss multilabel_soft_margin or bce_with_logits).
+def read_label_file(path: str, image_column: Optional[str] = None,
+                    label_column: Union[str, Sequence[str], None] = None,
+                    root: Union[str, Sequence[str], None] = None, channels: int = 3, size=None,
+                    threads: Optional[int] = None, on_error: str = "raise", *,
+                    multi_label: Optional[bool] = None, classes: Optional[Sequence[str]] = None,
+                    separator: str = label_files.DEFAULT_SEPARATOR, exif_orientation: bool = True,
+                    max_resolution: int = DEFAULT_MAX_RESOLUTION, decode: str = DEFAULT_DECODE) -> ImageFiles:
+    """Images listed in a label file with their labels, as Kaggle (labels.csv, train.csv) and Hugging Face
+    (metadata.csv, metadata.jsonl) ship them: a CSV (.tsv: tab-separated) or JSON Lines file (.jsonl) with a row per
+    image, its file and its label.
 
-    Multi-label CSVs come in two forms: one column of labels separated by spaces (or ';'), class names or integer
-    class ids (`multi_label=True`; an empty cell is an image with none of the labels), or one 0/1 column per class
-    (`label_column=[names]`: the columns are the classes, in that order).
+    Labels are class names (the classes are sorted(set(labels)) unless `classes` gives them) or integer class ids
+    (no class names; as many classes as the largest id + 1). Several labels per image (multi-label, multi-hot targets
+    for loss bce_with_logits or multilabel_soft_margin) come as a JSON list, as one CSV cell of labels separated by
+    spaces, '|', ';' or ',' (`multi_label=True`; an empty cell is an image with none of the labels), or as one 0/1
+    column per class (`label_column=[names]`: the columns are the classes, in that order).
+
+    Args:
+        path: the label file (.csv, .tsv or .jsonl).
+        image_column: the column of image files (default: the one column named file_name, filename, file, image,
+            image_id, path, id, ...; label_files.IMAGE_COLUMNS).
+        label_column: the column of labels (default: the one named label, labels, class, category, target, breed,
+            tags, ...; label_files.LABEL_COLUMNS, or the other column of two), or a list of 0/1 columns, one per class.
+        root: the folder the files are relative to (default: the label file's folder), or several, each file taken
+            from the first that holds it (Kaggle: the label file's folder and train/). A file named without extension
+            (Kaggle's ids) is found as NAME.png, NAME.jpg or NAME.jpeg.
+        channels: 1 (grey) or 3 (RGB).
+        size: None, an int or (height, width) to resize to.
+        threads: decoding threads (default: the CPU count).
+        on_error: "raise", or "skip" to leave unreadable (and missing) files out.
+        multi_label: several labels per row; None: where a JSONL label is a list.
+        classes: the class names in target order (a validation or test file: the training set's); labels may then
+            be names or indices into it.
+        separator: where a multi-label CSV cell separates its labels (a regular expression).
+        exif_orientation: turn each image upright as its EXIF orientation tag says (default); False: as stored.
+        max_resolution: the longest shorter side of an image cached at its own size (ImageFiles); 0: full size.
+        decode: "fast" or "exact", how JPEGs are decoded (ImageFiles).
+
+    Returns:
+        ImageFiles; `classes` the class names (None for integer ids); multi-label: float32 N x classes targets.
+
+    Raises:
+        ConfigError: no rows, a missing or ambiguous column, an empty label or file, a file that does not exist (or
+            fits two files by its name without extension), a file listed twice, names mixed with ids, a label that
+            is not one of `classes`, a 0/1 column with another value; each naming the line.
+    """
+    columns_form = label_column is not None and not isinstance(label_column, str)
+    if columns_form:
+        if not isinstance(label_column, (list, tuple)) or not label_column or not all(
+                isinstance(c, str) and c for c in label_column):
+            raise ConfigError(f"label_column must be a column name or a non-empty list of column names (one 0/1 "
+                              f"column per class), got {label_column!r}")
+        if len(set(label_column)) != len(label_column):
+            raise ConfigError(f"label_column lists a column twice: {list(label_column)}")
+        if classes is not None:
+            raise ConfigError("with label_column=[columns] the columns are the classes; leave classes out")
+    if classes is not None:
+        classes = [str(c) for c in classes]
+        if not classes or len(set(classes)) != len(classes):
+            raise ConfigError(f"classes must be distinct names, got {classes}")
+    table = label_files.read_table(path)
+    image_column = label_files.pick_column(table, image_column, label_files.IMAGE_COLUMNS, "image files",
+                                           "image_column")
+    if columns_form:
+        missing = [c for c in label_column if c not in table.columns]
+        if missing:
+            raise ConfigError(f"{table.kind} '{path}' has columns {table.columns}; expected '{image_column}', "
+                              f"{', '.join(repr(c) for c in label_column)} (missing: {', '.join(missing)})")
+    else:
+        label_column = label_files.pick_column(table, label_column, label_files.LABEL_COLUMNS, "labels",
+                                               "label_column", exclude=[image_column])
+    roots = ([os.path.dirname(os.path.abspath(path))] if root is None
+             else [os.fspath(root)] if isinstance(root, (str, os.PathLike)) else [os.fspath(r) for r in root])
+    if not roots:
+        raise ConfigError("root must be a folder or a non-empty list of folders")
+    targets, classes = label_files.labels_of(table, label_column, multi_label, classes, separator)
+    files = label_files.resolve_files(table, image_column, roots, check=on_error == "raise")
+    return ImageFiles(files, targets, classes, channels=channels, size=size, threads=threads, on_error=on_error,
+                      origin=f"{table.kind} '{path}'", max_resolution=max_resolution,
+                      exif_orientation=exif_orientation, root=roots[0], decode=decode)
+
+
+def read_csv(path: str, image_column: Optional[str] = None, label_column: Union[str, Sequence[str], None] = None,
+             root: Union[str, Sequence[str], None] = None, channels: int = 3, size=None, threads: Optional[int] = None,
+             on_error: str = "raise", **options) -> ImageFiles:
+    """Images listed in a CSV file with their labels: read_label_file, which reads JSON Lines as well.
 
     Args:
         path: the CSV file.
-        image_column: the column of image paths.
-        label_column: the column of labels, or a list of 0/1 columns, one per class (multi-label).
-        root: the folder the paths are relative to (default: the CSV's folder).
+        image_column: the column of image files (default: the one of the usual names).
+        label_column: the column of labels (default: the one of the usual names), or a list of 0/1 columns.
+        root: the folder (or folders) the files are relative to (default: the CSV's folder).
         channels: 1 (grey) or 3 (RGB).
         size: None, an int or (height, width) to resize to.
         threads: decoding threads (default: the CPU count).
         on_error: "raise", or "skip" to leave unreadable files out.
-        multi_label: the label column holds several labels per row, separated by spaces.
-        classes: with multi_label, the class names in target order (default: the names found, sorted; for integer
-            ids, none, and as many classes as the largest id + 1). Labels may then be names or indices.
-        exif_orientation: turn each image upright as its EXIF orientation tag says (default); False: as stored.
+        **options: read_label_file's multi_label, classes, separator, exif_orientation, max_resolution, decode.
 
     Returns:
-        ImageFiles; multi-label: float32 N x classes targets of 0 and 1, and `classes` the class names.
-
-    Raises:
-        ConfigError: a missing column, a label that is not an integer (single label), a label that is not a class,
-            a 0/1 column with another value.
+        ImageFiles.
     """
-    columns_form = not isinstance(label_column, str)
-    if columns_form:
-        if not isinstance(label_column, (list, tuple)) or not label_column or not all(
-                isinstance(c, str) and c for c in label_column):
-            raise ConfigError(f"read_csv: label_column must be a column name or a non-empty list of column names (one "
-                              f"0/1 column per class), got {label_column!r}")
-        if len(set(label_column)) != len(label_column):
-            raise ConfigError(f"read_csv: label_column lists a column twice: {list(label_column)}")
-        if classes is not None:
-            raise ConfigError("read_csv: with label_column=[columns] the columns are the classes; leave classes out")
-    if classes is not None:
-        if not multi_label:
-            raise ConfigError("read_csv: classes is for multi-label CSVs; pass multi_label=True (labels separated by "
-                              "spaces) or label_column=[one 0/1 column per class]")
-        classes = [str(c) for c in classes]
-        if not classes or len(set(classes)) != len(classes):
-            raise ConfigError(f"read_csv: classes must be distinct names, got {classes}")
-    label_columns = list(label_column) if columns_form else [label_column]
-    root = root if root is not None else os.path.dirname(os.path.abspath(path))
-    with open(path, newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
-        rows = []
-        for row in reader:
-            rows.append((reader.line_num, row))  # the file's line of the row's end (the header is line 1)
-        columns = reader.fieldnames or []
-    missing = [c for c in [image_column, *label_columns] if c not in columns]
-    if rows and missing:
-        expected = ", ".join(f"'{c}'" for c in [image_column, *label_columns])
-        raise ConfigError(f"CSV '{path}' has columns {list(columns)}; expected {expected} (missing: "
-                          f"{', '.join(missing)})")
-    files, labels = [], []
-    for line, row in rows:
-        where = f"CSV '{path}' line {line}"
-        image, values = row.get(image_column), [row.get(c) for c in label_columns]
-        if image is None or any(value is None for value in values):
-            named = " and ".join(f"'{c}'" for c in [image_column, *label_columns])
-            raise ConfigError(f"{where} has {sum(value is not None for value in row.values())} of the header's "
-                              f"{len(columns)} columns; every row needs {named}")
-        if not image.strip():
-            raise ConfigError(f"{where}: column '{image_column}' is empty; expected an image path (relative to "
-                              f"'{root}')")
-        if columns_form:
-            flags = []
-            for column, value in zip(label_columns, values):
-                if value.strip() not in ("0", "1"):
-                    raise ConfigError(f"{where}: column '{column}' is {value!r}; expected 0 or 1 (whether the image "
-                                      f"has class '{column}')")
-                flags.append(float(value.strip()))
-            labels.append(flags)
-        elif multi_label:
-            labels.append((where, [token for token in re.split(r"[\s;]+", values[0].strip()) if token]))
-        else:
-            try:
-                labels.append(int(values[0]))
-            except ValueError:
-                hint = ("; for several labels per row pass multi_label=True (labels separated by spaces) or "
-                        "label_column=[one 0/1 column per class]") if len(values[0].split()) > 1 else ""
-                raise ConfigError(f"{where}: column '{label_column}' is {values[0]!r}; expected an integer class id "
-                                  f"(0, 1, ...){hint}") from None
-        files.append(os.path.join(root, image))
-        if on_error == "raise" and not os.path.isfile(files[-1]):
-            raise ConfigError(f"{where}: image '{image}' does not exist (looked for '{files[-1]}'; paths are "
-                              f"relative to '{root}')")
-    if columns_form:
-        targets = torch.tensor(labels, dtype=torch.float32).reshape(len(labels), len(label_columns))
-        return ImageFiles(files, targets, list(label_columns), channels=channels, size=size, threads=threads,
-                          on_error=on_error, origin=f"CSV '{path}'", exif_orientation=exif_orientation)
-    if multi_label:
-        targets, classes = _multi_hot(path, label_column, labels, classes)
-        return ImageFiles(files, targets, classes, channels=channels, size=size, threads=threads, on_error=on_error,
-                          origin=f"CSV '{path}'", exif_orientation=exif_orientation)
-    return read_files(files, labels, channels=channels, size=size, threads=threads, on_error=on_error,
-                      exif_orientation=exif_orientation)
-
-
-def _multi_hot(path: str, column: str, rows: List[Tuple[str, List[str]]],
-               classes: Optional[List[str]]) -> Tuple[torch.Tensor, Optional[List[str]]]:
-    """read_csv(multi_label=True): the rows' labels as float32 N x classes of 0 and 1, and the class names (None for
-    integer ids without `classes`)."""
-    tokens = [token for _, row in rows for token in row]
-    if classes is None:
-        names = sorted({t for t in tokens if not _is_id(t)})
-        ids = [t for t in tokens if _is_id(t)]
-        if names and ids:
-            raise ConfigError(f"CSV '{path}' column '{column}' mixes class names ({names[0]!r}) and integer class ids "
-                              f"({ids[0]!r}); use one or the other, or pass classes=[names] so ids index them")
-        if ids and min(int(t) for t in ids) < 0:
-            raise ConfigError(f"CSV '{path}' column '{column}' has class id {min(int(t) for t in ids)}; ids are 0, 1, "
-                              "...")
-        count = len(names) if names else (max(int(t) for t in ids) + 1 if ids else 0)
-        if count == 0:
-            raise ConfigError(f"CSV '{path}' column '{column}' has no labels at all; a multi-label CSV needs class "
-                              "names or ids separated by spaces (or pass classes=[names])")
-        classes_out = names or None
-    else:
-        count, classes_out = len(classes), classes
-    index = {name: i for i, name in enumerate(classes_out or [])}
-    targets = torch.zeros(len(rows), count, dtype=torch.float32)
-    for row_index, (where, row) in enumerate(rows):
-        for token in row:
-            if token in index:
-                targets[row_index, index[token]] = 1.0
-            elif _is_id(token) and 0 <= int(token) < count:
-                targets[row_index, int(token)] = 1.0
-            else:
-                valid = (f"one of {', '.join(classes_out)} or an index 0 to {count - 1}" if classes_out else
-                         f"an index 0 to {count - 1}")
-                raise ConfigError(f"{where}: column '{column}' has label {token!r}, not a class; expected {valid}")
-    return targets, classes_out
-
-
-def _is_id(token: str) -> bool:
-    """A CSV label written as an integer class id."""
-    return re.fullmatch(r"-?[0-9]+", token) is not None
+    return read_label_file(path, image_column, label_column, root, channels, size, threads, on_error, **options)
 
 
 def read_segmentation(images: str, masks: str, channels: int = 3, size=None, threads: Optional[int] = None,

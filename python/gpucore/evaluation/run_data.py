@@ -20,11 +20,12 @@ from ..data.builtin import (BUILTIN, DATA_VAL_FRACTION, HELD_OUT_FOLDERS, check_
                             class_names, held_out_folders, is_python_data, read_data, split as held_out_share)
 from ..data.identity import changes, identity_of
 from ..data.image_files import ImageFiles
+from ..data.label_files import LABEL_FILE_EXTENSIONS
 from ..data.labeled_data import LabeledData
 from ..data.plan import is_native
 from ..data.torch_samples import DatasetSamples, dataset_samples, is_hf_dataset
 from ..errors import ConfigError
-from ..tasks import Classification
+from ..tasks import Classification, MultiLabel
 
 # What data= takes besides a name or a path, for messages.
 DATA_SET_OBJECTS = ("a gpucore data set (gpucore.data.read_segmentation(...), read_image_folder(...), "
@@ -35,9 +36,10 @@ _READER_KEYS = ("channels", "size", "threads", "on_error", "exif_orientation")
 # gpucore evaluate's and gpucore report's --split, each in words.
 SPLITS = {"all": "every sample of the data (the default for data given)",
           "val": "the samples the run validated on (the default without data)",
-          "test": "the data's own held-out split (test/, else val/, beside train/; t10k-* IDX files; x_test/x_val "
-                  "arrays)",
-          "train": "the data's own training split (train/ beside test/ or val/), else the share the run trained on"}
+          "test": "the data's own held-out split (test/, else validation/, val/ or valid/, beside train/; t10k-* IDX "
+                  "files; x_test/x_val arrays)",
+          "train": "the data's own training split (train/ beside a held-out folder), else the share the run trained "
+                   "on"}
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,7 @@ class _Source:
         self.model, self.given = model, data
         config = model.config
         if is_named(data):
-            self.name, self.kwargs, self.classes = _reading(model, data)
+            self.name, self.kwargs, self.classes, self.multi_label = _reading(model, data)
             self.train, self.held = self._read()
             builtin = self.name in BUILTIN
             self.data = self.name if builtin else os.path.abspath(os.path.expanduser(self.name))
@@ -116,7 +118,7 @@ class _Source:
     def _read(self, held_out: Tuple[str, ...] = HELD_OUT_FOLDERS):
         """(train, held-out split or None) of the named data (a folder's held-out split: the first of `held_out`
         beside train/), checked against the model."""
-        train, held = read_data(self.name, self.kwargs, self.classes, held_out)
+        train, held = read_data(self.name, self.kwargs, self.classes, self.multi_label, held_out)
         check_fits_task(self.name, self.model.task, train, held)
         _check_model_segments(self.name, self.model, train, held)
         return train, held
@@ -132,15 +134,16 @@ class _Source:
         """(samples scored, training part, where in words) of split `split`; _NotApplicable says why not."""
         if split == "all":
             parts = [self.train] + ([self.held] if self.held is not None else [])
-            parts += [self._read((folder,))[1] for folder in self.extra_folders]  # test/ beside val/ too
+            # test/ beside val/ too (not a Kaggle layout's unlabelled test/, which reads as nothing held out)
+            parts += [part for part in (self._read((folder,))[1] for folder in self.extra_folders) if part is not None]
             scored = _joined(parts)
             return scored, self.train, (f"all {len(scored)} samples of {self.shown}"
                                         + (f" ({len(parts)} splits: training and held-out)" if len(parts) > 1 else ""))
         if split == "test":  # beside val/, the test/ folder
             held = self._read(("test",))[1] if "test" in self.extra_folders else self.held
             if held is None:
-                raise _NotApplicable("it has no held-out split of its own (a test/ or val/ folder beside train/, "
-                                     "t10k-* IDX files, x_test/x_val arrays)")
+                raise _NotApplicable("it has no held-out split of its own (a test/, validation/, val/ or valid/ "
+                                     "folder beside train/, t10k-* IDX files, x_test/x_val arrays)")
             return held, self.train, f"the held-out split of {self.shown}: {len(held)} samples"
         if split == "train" and self.held is not None:
             return self.train, self.train, f"the training split of {self.shown}: {len(self.train)} samples"
@@ -218,8 +221,8 @@ def _joined(parts: List[object]):
     return torch.cat(inputs), torch.cat(targets)
 
 
-def _reading(model, data) -> Tuple[str, dict, Optional[List[str]]]:
-    """(name, data_kwargs, class names) to read data named as config key `data` names it (None: the run's), for
+def _reading(model, data) -> Tuple[str, dict, Optional[List[str]], Optional[bool]]:
+    """(name, data_kwargs, class names, multi_label) to read data named as config key `data` names it (None: the run's), for
     LoadedModel `model`: the run's data_kwargs, or for another name its image readers' keys and, for a folder, the
     channels and size the model was trained at where those do not give them (a run given its data in Python records
     no data_kwargs); image folders are labelled by the model's class names."""
@@ -232,12 +235,15 @@ def _reading(model, data) -> Tuple[str, dict, Optional[List[str]]]:
     else:
         kwargs = {key: value for key, value in config.data_kwargs.items() if key in _READER_KEYS}
         shape = model.input_shape
-        if os.path.isdir(os.path.expanduser(name)) and shape is not None and len(shape) == 3:
+        path = os.path.expanduser(name)
+        images = os.path.isdir(path) or path.lower().endswith(LABEL_FILE_EXTENSIONS)  # a folder or a label file
+        if images and shape is not None and len(shape) == 3:
             kwargs.setdefault("channels", shape[0])
             if shape[1] and shape[2]:  # 0: the run read its images at their own sizes
                 kwargs.setdefault("size", list(shape[1:]))
-    classes = model.classes if isinstance(model.task, Classification) else None  # folders labelled by its names
-    return name, kwargs, classes
+    # folders and label files labelled by its class names (a multi-label file's targets in its order)
+    classes = model.classes if isinstance(model.task, (Classification, MultiLabel)) else None
+    return name, kwargs, classes, True if isinstance(model.task, MultiLabel) else None
 
 
 def given_data_set(data, model, what: str):

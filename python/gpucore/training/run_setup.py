@@ -31,7 +31,7 @@ from ..device.select import PrecisionPolicy, resolve_precision, select_device
 from ..errors import ConfigError
 from ..models.pretrained import NO_WEIGHTS, LoadReport, load_pretrained, resolve_weights_path
 from ..models.registry import build_model, classifier_head, kwargs_from_data, output_count, python_model_spec
-from ..tasks import TORCH_IGNORE_INDEX, Classification, Task, task_of
+from ..tasks import TORCH_IGNORE_INDEX, Classification, MultiLabel, Task, task_of
 from . import distributed
 from .ema import ema_tensors, make_ema
 from .engine_config import check_monitor, cuda_graphs_plan, engine_config, param_groups
@@ -136,18 +136,19 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
     policy.apply()
 
     given = train_data
-    train_data, val_data, validation = _training_data(config, train_data, val_data)
+    train_data, val_data, validation = _training_data(config, task, train_data, val_data)
     config = _resolved_ignore_index(config, train_data)
     task = task_of(config)
     if given is None:
         check_fits_task(config.data, task, train_data, val_data)
     read_masks_alike(train_data, val_data)
     classes = _classes(config, given, train_data)
-    _check_class_count(config, task, classes, given is not None)
+    count = _class_count(task, classes, train_data, val_data)
+    _check_class_count(config, task, classes, count, given is not None)
     input_shape = _input_shape(train_data, config)
     from_data = {}
     if model is None:
-        config, from_data = _model_kwargs_from_data(config, task, classes, input_shape)
+        config, from_data = _model_kwargs_from_data(config, count, input_shape)
     seed_everything(config.seed)  # the model's initial weights as when it was built before reading the data
     module = model if model is not None else build_model(config.model, config.model_kwargs, config.pretrained)
     if not isinstance(module, nn.Module):
@@ -155,7 +156,7 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
                  f"--set model={module}" if isinstance(module, str) else "")
         raise ConfigError(f"train()'s model argument must be a torch.nn.Module, got {type(module).__name__}{named}")
     pretrained = _load_pretrained(module, config, world)
-    _check_outputs(module, config, task, classes, model is not None)
+    _check_outputs(module, config, task, classes, count, model is not None)
     _check_mask_classes(module, config, task, model is not None, train_data, val_data)
     task, sampling_weights = _class_balance(config, task, train_data, classes, module)
     if given is None:
@@ -326,17 +327,19 @@ def _wrap_for_training(module: nn.Module, config, device: torch.device, world: d
     return torch.compile(forward) if config.compile else forward
 
 
-def _training_data(config, train_data, val_data):
+def _training_data(config, task: Task, train_data, val_data):
     """(train, val, validation): the caller's data, else what config key `data` names, and where the validation data
     came from (training_stats.json's "validation"; None: the run does not validate). Data sets read by gpucore's
     readers are served like tensors; image files may also be streamed. Without validation data (val_data, or the
     held-out split of config key `data`), config key val_fraction holds out a seeded share of the training data
-    (unset: DATA_VAL_FRACTION of config key `data`, none of the caller's data); never when val_data is given."""
+    (unset: DATA_VAL_FRACTION of config key `data`, none of the caller's data); never when val_data is given. A label
+    file holds several labels per row for a multi-label task."""
     train_data, val_data = ((d.inputs, d.targets) if isinstance(d, LabeledData) and not isinstance(d, ImageFiles)
                             else dataset_samples(d, config.data_kwargs) for d in (train_data, val_data))
     given = train_data is not None
     if not given:
-        train_data, own_split = read_data(config.data, config.data_kwargs)
+        train_data, own_split = read_data(config.data, config.data_kwargs,
+                                          multi_label=True if isinstance(task, MultiLabel) else None)
         if val_data is None and own_split is not None:
             return train_data, own_split, {"source": "held_out_split", "of": f"data: {config.data}"}
     if val_data is not None:
@@ -378,12 +381,37 @@ def _input_shape(train_data, config) -> Optional[List[int]]:
     return None
 
 
-def _model_kwargs_from_data(config, task: Task, classes: Optional[List[str]], input_shape: Optional[List[int]]):
+def _class_count(task: Task, classes: Optional[List[str]], train_data, val_data) -> Optional[int]:
+    """How many outputs the data's classes take: for classification its class names, else its integer labels' largest
+    + 1 (training and validation data: a class only the validation data has still needs its output); for multi-label
+    its targets' width. None where the data does not say (masks, a torch Dataset without class names, other tasks)."""
+    if isinstance(task, Classification):
+        if classes:
+            return len(classes)
+        labels = [t for t in map(_label_targets, (train_data, val_data))
+                  if t is not None and t.dim() == 1 and not t.is_floating_point() and t.numel()]
+        return max(int(t.max()) for t in labels) + 1 if labels else None
+    if isinstance(task, MultiLabel):
+        targets = _label_targets(train_data)
+        return int(targets.shape[1]) if targets is not None and targets.dim() == 2 else None
+    return None
+
+
+def _label_targets(data) -> Optional[torch.Tensor]:
+    """The targets of image files (not masks) or (inputs, targets) tensors, read without decoding an image."""
+    if isinstance(data, ImageFiles):
+        return data.targets if data.mask_paths is None else None
+    if isinstance(data, tuple) and len(data) == 2 and isinstance(data[1], torch.Tensor):
+        return data[1]
+    return None
+
+
+def _model_kwargs_from_data(config, count: Optional[int], input_shape: Optional[List[int]]):
     """(config, taken): config key model_kwargs completed from the data, as Ultralytics takes `nc` from its data set:
-    num_classes (classification: the number of class names) and in_channels (images: their channels), each where
-    the model's factory takes it and model_kwargs does not give it (registry.kwargs_from_data). The config returned
+    num_classes (the data's class count, _class_count) and in_channels (images: their channels), each where the
+    model's factory takes it and model_kwargs does not give it (registry.kwargs_from_data). The config returned
     holds them, so that config.json and the checkpoints rebuild the same model; taken is what was added."""
-    num_classes = len(classes) if classes and isinstance(task, Classification) else None
+    num_classes = count
     in_channels = input_shape[0] if input_shape is not None and len(input_shape) == 3 else None
     taken = kwargs_from_data(config.model, config.model_kwargs, num_classes, in_channels)
     if not taken:
@@ -391,34 +419,36 @@ def _model_kwargs_from_data(config, task: Task, classes: Optional[List[str]], in
     return dataclasses.replace(config, model_kwargs={**config.model_kwargs, **taken}), taken
 
 
-def _check_class_count(config, task: Task, classes: Optional[List[str]], given: bool) -> None:
+def _check_class_count(config, task: Task, classes: Optional[List[str]], count: Optional[int], given: bool) -> None:
     """Classification needs two classes at least: with one, every target is class 0, the loss is 0 from the first step
     and the accuracy 1, whatever the model learns."""
-    if classes is None or len(classes) >= 2 or not isinstance(task, Classification):
+    if count is None or count >= 2 or not isinstance(task, Classification):
         return
     where = "train_data" if given else f"config key 'data' ('{config.data}')"
-    found = f"1 class ({classes[0]})" if classes else "no classes"
+    found = f"1 class ({classes[0]})" if classes else "1 class (id 0)" if count else "no classes"
     raise ConfigError(f"{where} has {found}; classification (loss {config.loss}) needs 2 classes at least: "
-                      "one subfolder of images per class")
+                      "one subfolder of images per class, or two labels in a label file")
 
 
-def _check_outputs(module: nn.Module, config, task: Task, classes: Optional[List[str]], given: bool) -> None:
-    """A classifier must have an output per class of the data: fewer is a ConfigError, more a warning (outputs no
-    target ever names). Only for classification (other tasks lay their outputs out otherwise), data with class names
-    and models whose classifier head gpucore finds (registry.output_count)."""
-    if not classes or not isinstance(task, Classification):
+def _check_outputs(module: nn.Module, config, task: Task, classes: Optional[List[str]], count: Optional[int],
+                   given: bool) -> None:
+    """A classifier must have an output per class of the data (_class_count): fewer is a ConfigError, more a warning
+    (outputs no target ever names); a multi-label model exactly one per label (the loss pairs them). Only where the
+    data says its class count and gpucore finds the model's head (registry.output_count)."""
+    if count is None:
         return
     outputs = output_count(module)
-    if outputs is None or outputs == len(classes):
+    if outputs is None or outputs == count:
         return
     whose = "the model given to train()" if given else f"model '{config.model}'"
     fix = ("give it a head of that many outputs" if given
-           else f"set model_kwargs num_classes: {len(classes)} (or leave num_classes out: it is taken from the data)")
-    if outputs < len(classes):
-        raise ConfigError(f"{whose} has {outputs} outputs, but the data has {len(classes)} classes "
-                          f"({_listed(classes)}): {fix}")
-    warnings.warn(f"{whose} has {outputs} outputs, but the data has {len(classes)} classes ({_listed(classes)}): "
-                  f"outputs {len(classes)} to {outputs - 1} name no class; {fix}", stacklevel=4)
+           else f"set model_kwargs num_classes: {count} (or leave num_classes out: it is taken from the data)")
+    named = f"{count} classes ({_listed(classes) if classes else f'ids 0 to {count - 1}'})"
+    if outputs < count or isinstance(task, MultiLabel):
+        raise ConfigError(f"{whose} has {outputs} outputs, but the data has {named}"
+                          f"{', one output each for ' + task.name if isinstance(task, MultiLabel) else ''}: {fix}")
+    warnings.warn(f"{whose} has {outputs} outputs, but the data has {named}: outputs {count} to {outputs - 1} name no "
+                  f"class; {fix}", stacklevel=4)
 
 
 def _classifier_evidence(module: nn.Module, input_shape) -> Optional[str]:
