@@ -140,7 +140,8 @@ def test_split_test_and_train_of_a_folder_with_its_own_splits(run, tmp_path):
 
 def test_a_split_that_does_not_apply_is_refused_naming_those_that_do(run, capsys):
     with pytest.raises(ConfigError, match=r"split 'test' does not apply to data '.*holdout': it has no held-out split "
-                                          r"of its own \(a test/ or val/ folder beside train/.*\); splits that do: "
+                                          r"of its own \(a test/, validation/, val/ or valid/ folder beside train/.*\); "
+                                          r"splits that do: "
                                           r"all$"):
         gpucore.evaluate(run.best, data=run.holdout, split="test", device="cpu")
     with pytest.raises(ConfigError, match=r"split 'test' does not apply to data '.*train': .*; splits that do: all, "
