@@ -116,6 +116,27 @@ def test_validation_classes_are_matched_by_name(tmp_path):
     assert result.history[-1]["val_accuracy"] == 1.0  # by position, every red image was scored as green: 0.5
 
 
+@pytest.mark.parametrize("held_out", ["validation", "valid", "test"])
+def test_a_held_out_folder_by_any_usual_name_is_the_validation_split(tmp_path, held_out):
+    root = tmp_path / "data"
+    solid(root / "train", {"blue": (0, 0, 200), "red": (200, 0, 0)})
+    solid(root / held_out, {"blue": (0, 0, 200), "red": (200, 0, 0)}, per_class=2)
+    train, val = builtin.read_data(str(root), {})
+    assert len(train) == 12 and val.classes == train.classes == ["blue", "red"]
+    assert [os.path.relpath(p, root).split(os.sep)[:2] for p in val.paths] == \
+        [[held_out, "blue"]] * 2 + [[held_out, "red"]] * 2
+
+
+def test_validation_is_the_first_usual_held_out_folder_and_test_the_last(tmp_path):
+    root = tmp_path / "data"
+    for folder in ("train", "test", "val"):
+        solid(root / folder, {"blue": (0, 0, 200), "red": (200, 0, 0)}, per_class={"train": 4, "val": 3}.get(folder, 2))
+    _, val = builtin.read_data(str(root), {})
+    assert len(val) == 6 and all(os.sep + "val" + os.sep in p for p in val.paths)
+    _, test = builtin.read_data(str(root), {}, held_out=("test",))
+    assert len(test) == 4 and all(os.sep + "test" + os.sep in p for p in test.paths)
+
+
 @pytest.mark.parametrize("extra, message", [
     ("white", r"has class folder white that training folder '.*train' does not have \(its classes: blue, red\)"),
     ("Red", r"class folder Red that .* differ only in case: 'Red' \(the training set has 'red'\)")])
