@@ -10,13 +10,14 @@ ctest --test-dir "$ROOT/build/release" --output-on-failure
 cd "$ROOT"
 PY="${GPUCORE_VENV:-$ROOT/.venv}/bin/python"
 "$PY" -m pytest -q tests/python "$@"
-# The transforms, image readers' resize, resume and fused max-pool + BatchNorm + ReLU tests once more on torch's
-# baseline CPU kernels (what a CPU without AVX2 runs): gpucore rounds as torch and torchvision do on either build.
+# The transforms, image readers' resize (PNG, JPEG and the formats read through Pillow), resume and fused max-pool +
+# BatchNorm + ReLU tests once more on torch's baseline CPU kernels (what a CPU without AVX2 runs): gpucore rounds as
+# torch and torchvision do on either build.
 ATEN_CPU_CAPABILITY=default "$PY" -m pytest -q tests/python/test_transforms_api.py \
   tests/python/test_transforms_geometric.py tests/python/test_transforms_color.py \
   tests/python/test_transforms_color_policies.py tests/python/test_cpu_kernel_paths.py \
   tests/python/test_mixed_size_photos.py tests/python/test_streaming.py tests/python/test_photos.py \
-  tests/python/test_step_checkpoints.py tests/python/test_pool_norm.py "$@"
+  tests/python/test_step_checkpoints.py tests/python/test_pool_norm.py tests/python/test_image_formats.py "$@"
 # The CPU wheel (scripts/build_wheels.sh, from the build above and the venv's torch: only the wheel is made), installed
 # into a fresh venv with no compiler on PATH, then doctor, a one-epoch run with its report and Grad-CAM from it.
 TORCH_VERSION=$("$PY" -c 'import torch; print(torch.__version__)')
