@@ -13,15 +13,10 @@
 
 #include "gpucore/data/readers.h"
 #include "gpucore/errors.h"
+#include "temp_files.h"
 
 namespace gpucore {
 namespace {
-
-std::string write_file(const std::string& name, const std::vector<unsigned char>& bytes) {
-  const std::string path = ::testing::TempDir() + name;
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-  return path;
-}
 
 // A file of the made-up format: its pixels are `seed`, seed + 1, ... (mod 256), height x width x 3.
 std::vector<unsigned char> made_up(unsigned char height, unsigned char width, unsigned char seed) {

@@ -12,15 +12,10 @@
 
 #include "gpucore/data/readers.h"
 #include "gpucore/errors.h"
+#include "temp_files.h"
 
 namespace gpucore {
 namespace {
-
-std::string write_file(const std::string& name, const std::vector<unsigned char>& bytes) {
-  const std::string path = ::testing::TempDir() + name;
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-  return path;
-}
 
 std::vector<unsigned char> idx_bytes() {
   // uint8, 2 dims: 2 x 3, then the values 0..5
