@@ -89,6 +89,25 @@ def test_a_messy_folder_is_read_as_imagefolder_reads_it(tmp_path):
         files.paths[nested]).convert("RGB"))))
 
 
+def test_the_left_out_warning_points_to_where_each_reader_lists_the_files(tmp_path):
+    from gpucore.data.input_files import photo_chunks, read_input_images
+    root = tmp_path / "data"
+    solid(root, {"blue": (0, 0, 200), "red": (200, 0, 0)})
+    crop(1).save(str(root / "red" / "later.jxl"), format="WEBP")  # a JPEG XL file: not decoded, named
+    config = dict(RUN, data=str(root), run_dir=str(tmp_path / "runs"), val_fraction=0, epochs=1)
+    with pytest.warns(UserWarning, match=r"later\.jxl.*a run lists them in training_stats\.json's skipped_files"):
+        result = gpucore.train(config, model=linear(2))
+    skipped = json.load(open(result.stats_path))["skipped_files"]  # where the warning said
+    assert [entry.split(": ")[0] for entry in skipped] == [str(root / "red" / "later.jxl")]
+    # predict's and gradcam's readers of a folder: nothing of theirs lists the file, and the warning says so
+    for read in (lambda: read_input_images(str(root), 3), lambda: list(photo_chunks(str(root), 3, 4))):
+        with pytest.warns(UserWarning) as caught:
+            read()
+        said = " ".join(str(w.message) for w in caught)
+        assert "red/later.jxl" in said and "no prediction and no Grad-CAM map" in said
+        assert "training_stats.json" not in said
+
+
 def test_an_empty_class_folder_is_refused_unless_allowed(tmp_path):
     root = str(tmp_path / "photos")
     write_class(root, "cat", 3)

@@ -78,8 +78,10 @@ class ClassFolder:
         else:
             self.other_files.append(path)
 
-    def say_what_was_left_out(self) -> None:
-        """One warning naming what was not read and why (nothing when everything was)."""
+    def say_what_was_left_out(self, where_listed: str) -> None:
+        """One warning naming what was not read and why (nothing when everything was); `where_listed` says where the
+        reader's output names the image files left out (a training run's files; nothing but this warning for
+        predict and gradcam, whose outputs have no such list)."""
         parts = []
         if self.unread:
             by_format: Dict[str, int] = {}
@@ -91,8 +93,7 @@ class ClassFolder:
             reasons = sorted({entry.split(": ", 1)[1] for entry in self.unread})
             parts.append(f"{len(self.unread)} image files in formats gpucore cannot decode here are left out "
                          f"({formats}: {names}): {'; '.join(reasons)}. Install what is named, or convert them to "
-                         "PNG or JPEG, to train on them (they are listed in training_stats.json's skipped_files and "
-                         "the report)")
+                         f"PNG or JPEG, to read them ({where_listed})")
         if self.system_files:
             parts.append(f"{self.system_files} hidden or system files (._*, .DS_Store, Thumbs.db) are ignored")
         if self.other_files:
@@ -165,7 +166,7 @@ def read_class_folder(root: str, classes: Optional[Sequence[str]] = None, allow_
                           "folders included); a class without images would still get an output of the model. Add "
                           "images, remove the folder, or set data_kwargs allow_empty: true (torchvision ImageFolder's "
                           "allow_empty)")
-    folder.say_what_was_left_out()
+    folder.say_what_was_left_out("a run lists them in training_stats.json's skipped_files and its report")
     return folder
 
 
@@ -202,5 +203,5 @@ def read_folder_tree(root: str) -> ClassFolder:
         for directory, files in _walk(os.path.join(root, name)):
             for file in sorted(files):
                 folder.add(os.path.join(directory, file), label)
-    folder.say_what_was_left_out()
+    folder.say_what_was_left_out("they get no prediction and no Grad-CAM map; this warning is their only list")
     return folder
