@@ -34,6 +34,7 @@ def _train(args: argparse.Namespace) -> int:
     from .training import distributed, launcher
     from .config import load_config, parse_overrides
     from .train import train
+    from .training.fit_outcome import INTERRUPTED
     from .training.run_dir import resume_run_config
 
     launcher.follow_the_launcher()  # a worker of devices: N stops with its launcher
@@ -56,12 +57,13 @@ def _train(args: argparse.Namespace) -> int:
     summary = {
         "status": result.status, "best_metric": result.best_metric, "best_epoch": result.best_epoch,
         "monitor": result.monitor, "run_dir": result.run_dir, "device": result.device,
-        "precision": result.precision, "samples_per_second": round(result.samples_per_second, 1),
+        "precision": result.precision,
+        "samples_per_second": None if result.samples_per_second is None else round(result.samples_per_second, 1),
         "steps": result.steps, "skipped_steps": result.skipped_steps,
     }
     if distributed.environment().is_main:
         print(json.dumps(summary, indent=2))
-    if result.status == "interrupted":
+    if result.status == INTERRUPTED:
         from . import signals
 
         if launcher.is_worker():  # the launcher prints the hint, with the user's own command

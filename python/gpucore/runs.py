@@ -8,6 +8,7 @@ from typing import Dict, List
 
 from .errors import ConfigError
 from .run_files import STATS
+from .run_history import epochs_seconds
 
 COLUMNS = ("name", "status", "epochs", "best", "device", "time")
 
@@ -43,7 +44,7 @@ def run_row(path: str, name: str) -> Dict[str, str]:
 def trained_seconds(stats: dict) -> float:
     """The time a run trained: its epochs' epoch_time_s plus, for a run interrupted mid-epoch, the time of the
     epoch cut short (seconds.interrupted_epoch; files written before it was recorded lack it)."""
-    finished = sum(row.get("epoch_time_s") or 0 for row in stats.get("epochs") or [])
+    finished = epochs_seconds(stats.get("epochs") or [])
     return finished + ((stats.get("seconds") or {}).get("interrupted_epoch") or 0)
 
 

@@ -24,8 +24,10 @@ from .models.registry import build_model
 from .process_settings import apply_process_settings
 from .signals import run_interrupted
 from .run_files import CHECKPOINTS, METRICS, STATS
+from .run_history import samples_per_second
 from .training import distributed, launcher
 from .training.fit_loop import fit_loop
+from .training.fit_outcome import INTERRUPTED
 from .training.run_dir import resume_path
 from .training.run_setup import build_run, python_model_name
 
@@ -47,7 +49,7 @@ class TrainResult:
         metrics_path: its metrics.jsonl.
         device: the device trained on, e.g. cuda:0.
         precision: the precision trained in, e.g. bf16-mixed.
-        samples_per_second: training samples per second over the run.
+        samples_per_second: training samples per second over the epochs trained; None when no epoch ended.
         steps: optimizer steps taken.
         skipped_steps: optimizer steps skipped for inf/NaN gradients.
         host_syncs: every host read of device values during the run, each a point where the host waits for the
@@ -74,7 +76,7 @@ class TrainResult:
     metrics_path: str
     device: str
     precision: str
-    samples_per_second: float
+    samples_per_second: Optional[float]
     steps: int
     skipped_steps: int
     host_syncs: int
@@ -94,7 +96,7 @@ class TrainResult:
             status=stats["status"], run_dir=run_dir, checkpoint_dir=os.path.join(run_dir, CHECKPOINTS),
             stats_path=os.path.join(run_dir, STATS), metrics_path=os.path.join(run_dir, METRICS),
             device=stats["device"], precision=stats["precision"]["precision"],
-            samples_per_second=_samples_per_second(history), steps=stats["steps"],
+            samples_per_second=samples_per_second(history), steps=stats["steps"],
             skipped_steps=stats["skipped_steps"], host_syncs=stats["host_syncs"],
             host_syncs_by_source=stats["host_syncs_by_source"], model=model,
             skipped_files=stats["skipped_files"], model_ema=model_ema, stopped_by=stats.get("stopped_by"))
@@ -169,14 +171,9 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
 
 def _returned(result: TrainResult) -> TrainResult:
     """`result`, or the interrupt that holds it when a signal stopped the run: Ctrl-C in a script stops the script."""
-    if result.status == "interrupted":
+    if result.status == INTERRUPTED:
         raise run_interrupted(result)
     return result
-
-
-def _samples_per_second(history: List[dict]) -> float:
-    seconds = sum(r["epoch_time_s"] for r in history)
-    return sum(r["samples_per_s"] * r["epoch_time_s"] for r in history) / seconds if seconds > 0 else 0.0
 
 
 def _train_in_processes(config) -> TrainResult:

@@ -55,8 +55,8 @@ def test_on_the_cpu_true_warns_and_trains_exactly_as_eager(tmp_path):
         warnings.simplefilter("error")  # auto says nothing
         auto = gpucore.train(dict(config, name="auto", cuda_graphs="auto"))
     assert stats_of(auto)["cuda_graphs"]["reason"].endswith("trains on cpu")
-    assert stats_of(eager)["cuda_graphs"] == {"asked": "false", "captured": 0, "replays": 0, "eager_steps": 0,
-                                              "reason": None}
+    assert stats_of(eager)["cuda_graphs"] == {"asked": "false", "captured": 0, "replays": 0, "eager_steps": 4,
+                                              "reason": None}  # every step ran eagerly, as asked
 
 
 @pytest.mark.parametrize("keys, data_parallel, reason", [

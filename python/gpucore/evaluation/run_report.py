@@ -27,6 +27,7 @@ from ..report import plots
 from ..report.page import Page
 from ..report.sections import prediction_sections, train_batch_section
 from ..run_files import CHECKPOINTS, METRICS, PER_CLASS, PLOTS, REPORT, REPORT_CHECKPOINTS, STATS, labelled
+from ..run_history import samples_per_second
 from .evaluation_pass import data_sets, evaluation_pass
 from .load import from_payload
 from .run_data import DATA_SET_OBJECTS, check_classes, chosen_data
@@ -194,8 +195,7 @@ def _history(run_dir: str, stats: dict) -> List[dict]:
 
 def _facts(stats: dict, checkpoint: str, epoch: int, weights: str = "raw") -> List[tuple]:
     history = stats.get("epochs") or []
-    seconds = sum(r.get("epoch_time_s", 0) for r in history)
-    rate = sum(r["samples_per_s"] * r["epoch_time_s"] for r in history) / seconds if seconds > 0 else None
+    rate = samples_per_second(history)
     peaks = [r["gpu_memory_peak_bytes"] for r in history if r.get("gpu_memory_peak_bytes")]
     precision = stats.get("precision") or {}
     best = stats.get("best") or {}

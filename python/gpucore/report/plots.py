@@ -4,9 +4,11 @@ Images come as uint8 or [0, 1] float arrays, H x W (grey) or H x W x 3 (RGB)."""
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 import numpy as np
+
+from ..run_history import metric_names
 
 MISTAKE, RIGHT = "#d62728", "#2ca02c"  # title colours of wrong and right predictions
 
@@ -20,9 +22,6 @@ def class_colours(count: int) -> np.ndarray:
     colours += [colorsys.hsv_to_rgb((k * 0.618034) % 1.0, 0.8, 0.95) for k in range(2, count)]
     return np.array(colours[:max(count, 2)])
 
-# Keys of metrics.jsonl rows that are no per-epoch metric to plot against its train/val twin.
-_NOT_METRICS = ("epoch", "lr", "loss_scale", "skipped_steps", "epoch_time_s", "samples_per_s", "gpu_memory_peak_bytes",
-                "gpu_memory_allocated_bytes")
 
 
 def _pyplot():
@@ -45,12 +44,7 @@ def curves(history: Sequence[dict], path: str) -> str:
     plt = _pyplot()
     from matplotlib.ticker import MaxNLocator
 
-    names: List[str] = []
-    for row in history:
-        for key in row:
-            base = key.split("_", 1)[1] if key.startswith(("train_", "val_")) else None
-            if base and key not in _NOT_METRICS and base not in names:
-                names.append(base)
+    names = metric_names(history)
     names.sort(key=lambda name: (name != "loss", name))
     panels = names + ["lr"]
     columns = min(3, len(panels))

@@ -12,9 +12,6 @@ import itertools
 import json
 import os
 import socket
-import subprocess
-import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from typing import Optional

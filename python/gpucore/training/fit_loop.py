@@ -16,6 +16,7 @@ import torch
 from ..config import KEY_BY_NAME
 from ..data.class_folders import listed
 from ..errors import OutOfMemoryError, TrainingError
+from ..run_history import ENGINE_COUNTERS
 from ..signals import StepBoundaries, interrupts_deferred, signal_name
 from .. import _C
 from . import distributed
@@ -34,8 +35,6 @@ from .step_checkpoints import StepCheckpoints
 from .trainer import Trainer
 from .validation_loop import ValidationLoop
 
-# Counters the engine reports with the training metrics; they go into the record without a train_ prefix.
-_COUNTERS = ("lr", "loss_scale", "skipped_steps")
 _DEFAULT_TOP_K = KEY_BY_NAME["top_k"].default
 
 
@@ -254,7 +253,7 @@ class FitLoop:
         """The epoch's row of metrics.jsonl before validation: training metrics averaged over the ranks, counters."""
         run, config, position = self.run, self.run.config, self.position
         record = {"epoch": position.epoch + 1}
-        train_metrics = {k: v for k, v in stats["metrics"].items() if k not in _COUNTERS}
+        train_metrics = {k: v for k, v in stats["metrics"].items() if k not in ENGINE_COUNTERS}
         if run.world.size > 1:
             # through the process group's store: the host waits for the other ranks, reads nothing of the device
             train_metrics = distributed.average_metrics(train_metrics, stats["samples"])

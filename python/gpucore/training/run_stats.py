@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 from ..process_settings import process_settings
+from ..run_history import epochs_seconds
 from .callbacks import BestEpoch, FreezeBackbone
 from .ema import monitored_weights
 from .engine_config import scaled_lr
@@ -66,10 +67,11 @@ class RunStats:
 
     def graph_stats(self) -> dict:
         """cuda_graphs: what config key cuda_graphs asked, the steps captured (each also a step), replayed and run
-        eagerly, and why steps ran eagerly (None: none did for a reason)."""
+        eagerly, and why steps ran eagerly (None: none did for a reason, as with cuda_graphs: false)."""
         run, position = self.run, self.position
         stats = dict(run.engine.graph_stats(), asked=run.config.cuda_graphs)
-        if run.graphs_reason:  # the engine was never asked to capture: every step ran eagerly
+        if run.graphs_reason or run.config.cuda_graphs == "false":
+            # the engine was never asked to capture (it counts the eager steps of a run it captures): all ran eagerly
             stats.update(reason=run.graphs_reason, eager_steps=position.steps_taken + position.steps_skipped)
         return stats
 
@@ -77,7 +79,7 @@ class RunStats:
         """Where the run's wall time went (the epochs of this process's pass; training includes interrupted_epoch)."""
         history = self.history
         return {"setup": self.setup_seconds,
-                "training": sum(r["epoch_time_s"] for r in history) + self.interrupted_epoch_seconds,
+                "training": epochs_seconds(history) + self.interrupted_epoch_seconds,
                 "interrupted_epoch": self.interrupted_epoch_seconds,
                 "validation": sum(r.get("val_time_s", 0.0) for r in history)}
 

@@ -30,11 +30,12 @@ from ... import _build_info
 from ...checkpoint import write_json
 from ...redact import masked
 from ...run_files import BEST, CHECKPOINTS, CONFIG, MLFLOW_RUN, PER_CLASS, PLOTS, REPORT, STATS
+from ..fit_outcome import FAILED, INTERRUPTED
 from .base import Logger, flat_config, numbers_of, step_metrics
 
 DATABASE = "mlflow.db"  # the default store, in config key run_dir
 ARTIFACTS = "mlartifacts"  # beside a SQLite store: where the experiments gpucore creates keep their artifacts
-_STATUS = {"interrupted": "KILLED", "failed": "FAILED"}  # else FINISHED
+_STATUS = {INTERRUPTED: "KILLED", FAILED: "FAILED"}  # else FINISHED
 _BATCH = 100  # params per log_batch call (MLflow's limit)
 
 
