@@ -60,7 +60,7 @@ EpochBatches::EpochBatches(int64_t samples, const at::Tensor& targets, int64_t b
     throw ConfigError(what + ": inputs and targets must have the same number of samples, got " +
                       std::to_string(samples) + " inputs and targets of shape " + c10::str(targets.sizes()));
   }
-  ranges::kBatchSize.require("batch_size", batch_size);
+  ranges::kBatchSize.require(batch_size);
   if (augment_.dtype != at::kFloat && augment_.dtype != at::kHalf && augment_.dtype != at::kBFloat16) {
     throw ConfigError("batch dtype must be float32, float16 or bfloat16, got '" +
                       std::string(c10::getDtypeNames(augment_.dtype).first) + "'");

@@ -86,7 +86,7 @@ FileBatches::FileBatches(std::vector<std::string> paths, const at::Tensor& targe
   }
   check_image_request(image_options(), config_.height, config_.width);
   if (config_.threads < 1) throw ConfigError("threads must be >= 1, got " + std::to_string(config_.threads));
-  ranges::kPrefetch.require("prefetch", config_.prefetch);
+  ranges::kPrefetch.require(config_.prefetch);
   if (!images_.empty() && images_.size() != paths_.size()) {
     throw ConfigError("image files: " + std::to_string(paths_.size()) + " paths but " +
                       std::to_string(images_.size()) + " decoded images");

@@ -15,9 +15,9 @@ EmaParams ema_params(at::TensorList averages, at::TensorList sources, const at::
               counters.sizes());
   TORCH_CHECK(averages.size() == sources.size(), "ema_update: ", averages.size(), " averages for ", sources.size(),
               " sources");
-  ranges::kEmaDecay.check("ema_update: decay", decay);
-  ranges::kEmaWarmupGamma.check("ema_update: warmup_gamma", warmup_gamma);
-  ranges::kEmaWarmupPower.check("ema_update: warmup_power", warmup_power);
+  ranges::kEmaDecay.range.check("ema_update: decay", decay);
+  ranges::kEmaWarmupGamma.range.check("ema_update: warmup_gamma", warmup_gamma);
+  ranges::kEmaWarmupPower.range.check("ema_update: warmup_power", warmup_power);
   for (size_t i = 0; i < averages.size(); ++i) {
     const at::Tensor &average = averages[i], &source = sources[i];
     TORCH_CHECK(average.scalar_type() == source.scalar_type() && !average.is_complex(), "ema_update: average ", i,

@@ -32,7 +32,7 @@ void check_mix_targets(const at::Tensor& targets, const at::Tensor& params, int6
               targets.sizes());
   check_mix_params(targets, params, "mix_targets");
   TORCH_CHECK(num_classes >= 1, "mix_targets: num_classes must be >= 1, got ", num_classes);
-  ranges::kLabelSmoothing.check("mix_targets: smoothing", smoothing);
+  ranges::kLabelSmoothing.range.check("mix_targets: smoothing", smoothing);
 }
 
 at::Tensor mix_inputs(const at::Tensor& inputs, const at::Tensor& params) {

@@ -11,9 +11,9 @@
 namespace gpucore {
 
 void validate(const EmaConfig& c) {
-  ranges::kEmaDecay.check("ema_decay", c.decay);
-  ranges::kEmaWarmupGamma.check("ema_warmup_gamma", c.warmup_gamma);
-  ranges::kEmaWarmupPower.check("ema_warmup_power", c.warmup_power);
+  ranges::kEmaDecay.check(c.decay);
+  ranges::kEmaWarmupGamma.check(c.warmup_gamma);
+  ranges::kEmaWarmupPower.check(c.warmup_power);
 }
 
 WeightAverage::WeightAverage(const EmaConfig& config, std::vector<at::Tensor> averages, std::vector<at::Tensor> sources,

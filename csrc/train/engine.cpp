@@ -39,11 +39,11 @@ void check_config(const EngineConfig& c) {
     throw ConfigError("param_dtype must be float32 or float64, got '" +
                       std::string(c10::getDtypeNames(c.param_dtype).first) + "'");
   }
-  ranges::kAccumulateGradBatches.check("accumulate_grad_batches", c.accumulate_grad_batches);
-  ranges::kClipGradNorm.check("clip_grad_norm", c.clip_grad_norm);
-  ranges::kClipGradValue.check("clip_grad_value", c.clip_grad_value);
-  ranges::kLogEveryNSteps.check("log_every_n_steps", c.log_every_n_steps);
-  ranges::kMaxNonfiniteSteps.check("max_nonfinite_steps", c.max_nonfinite_steps);
+  ranges::kAccumulateGradBatches.check(c.accumulate_grad_batches);
+  ranges::kClipGradNorm.check(c.clip_grad_norm);
+  ranges::kClipGradValue.check(c.clip_grad_value);
+  ranges::kLogEveryNSteps.check(c.log_every_n_steps);
+  ranges::kMaxNonfiniteSteps.check(c.max_nonfinite_steps);
   validate(c.schedule);
   if (c.schedule.total_steps > ops::kMaxCountedSteps) {
     throw ConfigError("a run of " + std::to_string(c.schedule.total_steps) +
@@ -65,7 +65,7 @@ void check_config(const EngineConfig& c) {
     if (c.device.type() != at::kCUDA) {
       throw ConfigError("cuda_graphs captures CUDA steps; this engine's device is " + c.device.str());
     }
-    ranges::kGraphWarmupSteps.check("graph_warmup_steps", c.graph_warmup_steps);
+    ranges::kGraphWarmupSteps.check(c.graph_warmup_steps);
   }
 }
 
@@ -335,7 +335,7 @@ std::pair<std::map<std::string, double>, int64_t> Engine::read_metrics(const Met
 }
 
 void Engine::set_accumulate_grad_batches(int64_t accumulate_grad_batches) {
-  ranges::kAccumulateGradBatches.check("accumulate_grad_batches", accumulate_grad_batches);
+  ranges::kAccumulateGradBatches.check(accumulate_grad_batches);
   config_.accumulate_grad_batches = accumulate_grad_batches;
   drop_graph();  // the captured step took one micro-batch of the old size
 }

@@ -129,14 +129,15 @@ std::string to_string(MixMode mode) { return choice_name(mode, kMixModes); }
 std::vector<std::string> mix_mode_names() { return choice_names(kMixModes); }
 
 void validate(const MixupConfig& config) {
-  ranges::kMixupAlpha.check("mixup_alpha", config.mixup_alpha);
-  ranges::kCutmixAlpha.check("cutmix_alpha", config.cutmix_alpha);
-  ranges::kMixupProb.check("mixup_prob", config.prob);
-  ranges::kMixupSwitchProb.check("mixup_switch_prob", config.switch_prob);
+  ranges::kMixupAlpha.check(config.mixup_alpha);
+  ranges::kCutmixAlpha.check(config.cutmix_alpha);
+  ranges::kMixupProb.check(config.prob);
+  ranges::kMixupSwitchProb.check(config.switch_prob);
   const auto& minmax = config.cutmix_minmax;
-  TORCH_CHECK(minmax.empty() || (minmax.size() == 2 && ranges::kCutmixMinmax.contains(minmax[0]) &&
-                                 ranges::kCutmixMinmax.contains(minmax[1]) && minmax[0] < minmax[1]),
-              "cutmix_minmax must be empty or two numbers ", ranges::kCutmixMinmax.describe(), ", min < max, got ",
+  const Range& side = ranges::kCutmixMinmax.range;
+  TORCH_CHECK(minmax.empty() || (minmax.size() == 2 && side.contains(minmax[0]) && side.contains(minmax[1]) &&
+                                 minmax[0] < minmax[1]),
+              ranges::kCutmixMinmax.key, " must be empty or two numbers ", side.describe(), ", min < max, got ",
               c10::ArrayRef<double>(minmax));
 }
 

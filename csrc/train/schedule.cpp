@@ -25,12 +25,12 @@ std::vector<std::string> schedule_names() { return choice_names(kSchedules); }
 
 void validate(const ScheduleConfig& c) {
   // The ranges config.py checks first (gpucore/ranges.h), and the step counts it derives from epochs.
-  ranges::kLr.check("lr", c.base_lr);
-  ranges::kGamma.check("gamma", c.gamma);
-  ranges::kMinLr.check("min_lr", c.min_lr);
-  ranges::kPctStart.check("pct_start", c.pct_start);
-  ranges::kDivFactor.check("div_factor", c.div_factor);
-  ranges::kFinalDivFactor.check("final_div_factor", c.final_div_factor);
+  ranges::kLr.check(c.base_lr);
+  ranges::kGamma.check(c.gamma);
+  ranges::kMinLr.check(c.min_lr);
+  ranges::kPctStart.check(c.pct_start);
+  ranges::kDivFactor.check(c.div_factor);
+  ranges::kFinalDivFactor.check(c.final_div_factor);
   TORCH_CHECK(c.warmup_steps >= 0, "warmup_steps must be >= 0, got ", c.warmup_steps);
   TORCH_CHECK(c.total_steps >= 1, "total_steps must be >= 1, got ", c.total_steps);
   TORCH_CHECK(c.kind != ScheduleKind::kStep || c.step_size >= 1, "step_size must be >= 1 step, got ", c.step_size);

@@ -76,8 +76,8 @@ class RandomCrop final : public CropTransform {
   explicit RandomCrop(const Arguments& arguments) : size_(arguments.size("size")) {
     const std::vector<double> padding = arguments.numbers("padding", {0}, {1, 2, 4});
     for (const double value : padding) {
-      if (!is_integer(value) || !ranges::kCropPadding.contains(value)) {
-        arguments.fail("padding", "must be integers " + ranges::kCropPadding.describe() + ", got " + std::to_string(value));
+      if (!is_integer(value) || !ranges::kCropPadding.range.contains(value)) {
+        arguments.fail("padding", "must be integers " + ranges::kCropPadding.range.describe() + ", got " + std::to_string(value));
       }
     }
     // torchvision's _parse_pad_padding: one value for all sides, (left/right, top/bottom) or (l, t, r, b).

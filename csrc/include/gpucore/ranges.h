@@ -57,40 +57,52 @@ struct Range {
   }
 };
 
+// A config key's valid values under its name, so that the name is written once: the core's check and
+// numeric_settings() (what config.py reads) say the same key.
+struct KeyRange {
+  const char* key;
+  Range range;
+
+  void check(double value) const { range.check(key, value); }
+  void require(int64_t value) const { range.require(key, value); }
+};
+
 constexpr Range at_least(double low) { return Range{low, std::numeric_limits<double>::infinity(), false, true}; }
 constexpr Range above(double low) { return Range{low, std::numeric_limits<double>::infinity(), true, true}; }
 
-// By config key (the engine's own settings, graph_warmup_steps, by its field). A 0 that turns a setting off is
-// inside its range: config.py's key documents it.
+// By config key (the engine's own setting graph_warmup_steps by its field). A 0 that turns a setting off is inside
+// its range: config.py's key documents it.
 namespace ranges {
-inline constexpr Range kAccumulateGradBatches = at_least(1);
-inline constexpr Range kClipGradNorm = at_least(0);
-inline constexpr Range kClipGradValue = at_least(0);
-inline constexpr Range kLogEveryNSteps = at_least(1);
-inline constexpr Range kMaxNonfiniteSteps = at_least(1);
-inline constexpr Range kLabelSmoothing{0, 1, false, true};
-inline constexpr Range kLr = above(0);
-inline constexpr Range kGamma = above(0);
-inline constexpr Range kMinLr = at_least(0);
-inline constexpr Range kPctStart{0, 1, true, true};
-inline constexpr Range kDivFactor = above(0);
-inline constexpr Range kFinalDivFactor = above(0);
-inline constexpr Range kMixupAlpha = at_least(0);
-inline constexpr Range kCutmixAlpha = at_least(0);
-inline constexpr Range kMixupProb{0, 1, false, false};
-inline constexpr Range kMixupSwitchProb{0, 1, false, false};
-inline constexpr Range kCutmixMinmax{0, 1, true, false};  // each of the two box sides; min < max
-inline constexpr Range kCropPadding{0, 65536, false, true};  // pixels: RandomCrop's padding, which crop_padding becomes
-inline constexpr Range kEmaDecay{0, 1, false, true};
-inline constexpr Range kEmaWarmupGamma = above(0);
-inline constexpr Range kEmaWarmupPower = above(0);
+inline constexpr KeyRange kAccumulateGradBatches{"accumulate_grad_batches", at_least(1)};
+inline constexpr KeyRange kClipGradNorm{"clip_grad_norm", at_least(0)};
+inline constexpr KeyRange kClipGradValue{"clip_grad_value", at_least(0)};
+inline constexpr KeyRange kLogEveryNSteps{"log_every_n_steps", at_least(1)};
+inline constexpr KeyRange kMaxNonfiniteSteps{"max_nonfinite_steps", at_least(1)};
+inline constexpr KeyRange kLabelSmoothing{"label_smoothing", Range{0, 1, false, true}};
+inline constexpr KeyRange kLr{"lr", above(0)};
+inline constexpr KeyRange kGamma{"gamma", above(0)};
+inline constexpr KeyRange kMinLr{"min_lr", at_least(0)};
+inline constexpr KeyRange kPctStart{"pct_start", Range{0, 1, true, true}};
+inline constexpr KeyRange kDivFactor{"div_factor", above(0)};
+inline constexpr KeyRange kFinalDivFactor{"final_div_factor", above(0)};
+inline constexpr KeyRange kMixupAlpha{"mixup_alpha", at_least(0)};
+inline constexpr KeyRange kCutmixAlpha{"cutmix_alpha", at_least(0)};
+inline constexpr KeyRange kMixupProb{"mixup_prob", Range{0, 1, false, false}};
+inline constexpr KeyRange kMixupSwitchProb{"mixup_switch_prob", Range{0, 1, false, false}};
+// Each of the two box sides; min < max.
+inline constexpr KeyRange kCutmixMinmax{"cutmix_minmax", Range{0, 1, true, false}};
+// Pixels: RandomCrop's padding, which crop_padding becomes.
+inline constexpr KeyRange kCropPadding{"crop_padding", Range{0, 65536, false, true}};
+inline constexpr KeyRange kEmaDecay{"ema_decay", Range{0, 1, false, true}};
+inline constexpr KeyRange kEmaWarmupGamma{"ema_warmup_gamma", above(0)};
+inline constexpr KeyRange kEmaWarmupPower{"ema_warmup_power", above(0)};
 // Samples per batch: batch_size and eval_batch_size, which a batch source (EpochBatches) checks as its batch_size. A
 // batch larger than the data serves all of it at once; beyond 2^31 it can only be a mistake.
-inline constexpr Range kBatchSize{1, 2147483648.0, false, true};
+inline constexpr KeyRange kBatchSize{"batch_size", Range{1, 2147483648.0, false, true}};
 // Batches a FileBatches decodes ahead (its ring's slots).
-inline constexpr Range kPrefetch = at_least(1);
+inline constexpr KeyRange kPrefetch{"prefetch", at_least(1)};
 // Eager steps before a CUDA graph's capture: cuDNN's autotuning and lazily made handles sync.
-inline constexpr Range kGraphWarmupSteps = at_least(1);
+inline constexpr KeyRange kGraphWarmupSteps{"graph_warmup_steps", at_least(1)};
 }  // namespace ranges
 
 }  // namespace gpucore

@@ -380,9 +380,8 @@ def _label_file(path: str, kwargs: dict, classes: Optional[List[str]], multi_lab
     try:
         return readers.read_label_file(path, **options)
     except TypeError as exc:
-        raise ConfigError(f"config key 'data_kwargs' does not fit the label-file reader of '{path}' (image_column, "
-                          "label_column, root, channels, size, threads, on_error, multi_label, classes, separator, "
-                          f"exif_orientation, max_resolution, decode): {exc}") from exc
+        raise ConfigError(f"config key 'data_kwargs' does not fit the label-file reader of '{path}' "
+                          f"({', '.join(readers.reader_keywords(readers.read_label_file))}): {exc}") from exc
 
 
 # Subfolder pairs that make a folder a segmentation layout (images and their masks, as read_segmentation pairs them),
@@ -409,10 +408,9 @@ def _image_folder(root: str, kwargs: dict, classes: Optional[List[str]] = None,
             return readers.read_segmentation(*pair, **kwargs)
         return readers.read_image_folder(root, **kwargs, classes=classes, classes_from=classes_from)
     except TypeError as exc:
-        reader = ("segmentation reader (channels, size, threads, on_error, exif_orientation, reduce_zero_label)"
-                  if pair is not None
-                  else "image-folder reader (channels, size, threads, on_error, max_resolution, allow_empty, "
-                       "exif_orientation, decode)")
+        reader = (f"segmentation reader ({', '.join(readers.reader_keywords(readers.read_segmentation))})"
+                  if pair is not None else "image-folder reader "
+                  f"({', '.join(readers.reader_keywords(readers.read_image_folder, ('classes', 'classes_from')))})")
         raise ConfigError(f"config key 'data_kwargs' does not fit the {reader} of folder '{root}': {exc}") from exc
 
 

@@ -8,8 +8,9 @@ when asked: all at once into memory (cache device/host), or batch by batch on re
 """
 from __future__ import annotations
 
+import inspect
 import os
-from typing import Callable, List, Optional, Sequence, Union
+from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -375,3 +376,16 @@ def read_segmentation(images: str, masks: str, channels: int = 3, size=None, thr
     return ImageFiles([image_files[n] for n in names], None, channels=channels, size=size, threads=threads,
                       on_error=on_error, origin=images, mask_paths=[mask_files[n] for n in names],
                       exif_orientation=exif_orientation, reduce_zero_label=reduce_zero_label)
+
+
+def reader_keywords(reader: Callable, set_by_caller: Sequence[str] = ()) -> Tuple[str, ...]:
+    """The keyword arguments reader `reader` takes (its parameters with a default, the paths not), without those
+    `set_by_caller`: what config key data_kwargs may give it, as messages list them."""
+    return tuple(name for name, parameter in inspect.signature(reader).parameters.items()
+                 if parameter.default is not inspect.Parameter.empty and name not in set_by_caller)
+
+
+# How every image reader decodes (image folders, label files, segmentation pairs): the data_kwargs that carry over
+# from a run's own data to other image data evaluated with its model.
+DECODE_KEYWORDS = tuple(key for key in reader_keywords(read_image_folder)
+                        if key in reader_keywords(read_label_file) and key in reader_keywords(read_segmentation))

@@ -23,6 +23,7 @@ from ..data.image_files import ImageFiles
 from ..data.label_files import LABEL_FILE_EXTENSIONS
 from ..data.labeled_data import LabeledData
 from ..data.plan import is_native
+from ..data.readers import DECODE_KEYWORDS
 from ..data.torch_samples import DatasetSamples, dataset_samples, is_hf_dataset
 from ..errors import ConfigError
 from ..tasks import Classification, MultiLabel
@@ -31,8 +32,6 @@ from ..tasks import Classification, MultiLabel
 DATA_SET_OBJECTS = ("a gpucore data set (gpucore.data.read_segmentation(...), read_image_folder(...), "
                     "from_tensors(...), ...), an (inputs, targets) pair of tensors, a torch Dataset or a Hugging Face "
                     "dataset (read as gpucore.train reads them)")
-# The image readers' data_kwargs, which carry over to data other than the run's own.
-_READER_KEYS = ("channels", "size", "threads", "on_error", "exif_orientation")
 # gpucore evaluate's and gpucore report's --split, each in words.
 SPLITS = {"all": "every sample of the data (the default for data given)",
           "val": "the samples the run validated on (the default without data)",
@@ -233,7 +232,7 @@ def _reading(model, data) -> Tuple[str, dict, Optional[List[str]], Optional[bool
     if name == config.data:
         kwargs = config.data_kwargs
     else:
-        kwargs = {key: value for key, value in config.data_kwargs.items() if key in _READER_KEYS}
+        kwargs = {key: value for key, value in config.data_kwargs.items() if key in DECODE_KEYWORDS}
         shape = model.input_shape
         path = os.path.expanduser(name)
         images = os.path.isdir(path) or path.lower().endswith(LABEL_FILE_EXTENSIONS)  # a folder or a label file
