@@ -1,7 +1,8 @@
 """gpucore.train: build a run, resume it if asked, fit it. Every training step runs in the C++ engine.
 
 The parts, in the order a run uses them: config.py (keys and checks), tasks/ (the kind of model),
-training/run_setup.py (device, precision, model, data, engine, run directory), data/plan.py and data/epoch_data.py
+training/run_setup.py (the process, then the set-up steps: setup_data.py, setup_model.py, engine_config.py;
+the run directory), data/plan.py and data/epoch_data.py
 (each data set's plan and its batches per epoch), training/fit_loop.py (the epochs), training/callbacks.py (checkpoints, early stopping, the user's),
 training/run_dir.py (the files), evaluation/run_report.py (the report). See docs/architecture.md."""
 from __future__ import annotations
@@ -164,7 +165,7 @@ def train(cfg: Any = None, *, model: Optional[nn.Module] = None, train_data: Any
         loop.teardown()
         run.close()  # also after an error: no reader thread outlives the run
 
-    result = TrainResult.from_stats(stats, run.module, run.ema)
+    result = TrainResult.from_stats(stats, run.model.module, run.model.ema)
     run.release_engine()
     return _returned(result)
 

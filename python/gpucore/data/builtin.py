@@ -414,42 +414,6 @@ def _image_folder(root: str, kwargs: dict, classes: Optional[List[str]] = None,
         raise ConfigError(f"config key 'data_kwargs' does not fit the {reader} of folder '{root}': {exc}") from exc
 
 
-def check_fits_task(name: str, task, *data_sets) -> None:
-    """The image files read from folder `name` (the data sets, None for none) fit `task`: masks (a segmentation
-    layout) need a task that trains on masks, class subfolders one that predicts something other than masks. Either
-    mismatch would otherwise fail at the first step with a shape error, or score class labels as masks."""
-    for data in data_sets:
-        if not isinstance(data, ImageFiles):
-            continue
-        if data.mask_paths is not None and not task.trains_on_masks:
-            raise ConfigError(_not_on_masks(name, task, ""))
-        if data.mask_paths is None and data.classes is not None and task.predicts_masks:
-            raise ConfigError(f"data '{name}' holds images of classes ({', '.join(data.classes[:5])}"
-                              f"{', ...' if len(data.classes) > 5 else ''}), but loss '{task.loss}' ({task.name}) "
-                              "trains on masks: give a segmentation folder (images/ and masks/, or train/ and val/ "
-                              "each holding them), or set loss: cross_entropy for a classifier")
-
-
-def check_model_segments(name: str, task, classifier_evidence, whose: str, *data_sets) -> None:
-    """Masks in the data sets (read from folder `name`) for a task that segments or not by its outputs' shape (loss
-    cross_entropy, bce_with_logits) need a model of per-pixel outputs. `classifier_evidence()` says why the model is a
-    classifier (its outputs for a blank input are one row per image, ...) or None: it would fail at the first step
-    with a shape error."""
-    masks = any(isinstance(data, ImageFiles) and data.mask_paths is not None for data in data_sets)
-    if not masks or task.predicts_masks or not task.trains_on_masks:
-        return
-    evidence = classifier_evidence()
-    if evidence is not None:
-        raise ConfigError(_not_on_masks(name, task, f" with {whose}, a classifier ({evidence})"))
-
-
-def _not_on_masks(name: str, task, why: str) -> str:
-    return (f"data '{name}' holds images and their masks (segmentation), but loss '{task.loss}' ({task.name}) does "
-            f"not train on masks{why}: set loss: dice_bce (or bce_with_logits) for foreground masks, cross_entropy for "
-            "masks of class ids, and a segmentation model (e.g. smp:Unet; docs/guides/data.md), or give a folder of "
-            "class subfolders")
-
-
 def _required(folder: str, *names: str) -> str:
     path = _find(folder, *names)
     if path is None:

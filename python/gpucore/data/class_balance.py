@@ -97,7 +97,7 @@ def resolve_class_weights(setting, labels: torch.Tensor, n_classes: int,
         return None
     names = list(classes) if classes and len(classes) == n_classes else [str(i) for i in range(n_classes)]
     if setting == "balanced":
-        counts = _counts(labels, n_classes, "class_weights")
+        counts = class_counts(labels, n_classes, "class_weights")
         empty = [names[i] for i in range(n_classes) if counts[i] == 0]
         if empty:
             raise ConfigError(f"config key 'class_weights' is balanced, but class {', '.join(empty)} has no training "
@@ -113,11 +113,12 @@ def resolve_class_weights(setting, labels: torch.Tensor, n_classes: int,
 def balanced_sampling_weights(labels: torch.Tensor, n_classes: int) -> torch.Tensor:
     """Config key sampler balanced: float64 per sample, 1 / its class's count, so that each class is drawn equally
     often in expectation."""
-    counts = _counts(labels, n_classes, "sampler")
+    counts = class_counts(labels, n_classes, "sampler")
     return 1.0 / counts.double()[labels]
 
 
-def _counts(labels: torch.Tensor, n_classes: int, key: str) -> torch.Tensor:
+def class_counts(labels: torch.Tensor, n_classes: int, key: str) -> torch.Tensor:
+    """Training samples per class of `n_classes`; ConfigError naming config key `key` for a label past them."""
     if labels.numel() and int(labels.max()) >= n_classes:
         raise ConfigError(f"config key '{key}': a training target is {int(labels.max())}, but there are {n_classes} "
                           "classes")

@@ -16,8 +16,9 @@ from typing import List, Optional, Tuple
 
 import torch
 
-from ..data.builtin import (BUILTIN, DATA_VAL_FRACTION, HELD_OUT_FOLDERS, check_fits_task, check_model_segments,
-                            class_names, held_out_folders, is_python_data, read_data, split as held_out_share)
+from ..data.builtin import (BUILTIN, DATA_VAL_FRACTION, HELD_OUT_FOLDERS, class_names, held_out_folders, is_python_data,
+                            read_data, split as held_out_share)
+from ..data.fits import check_fits_task, check_model_segments, probe_output
 from ..data.identity import changes, identity_of
 from ..data.image_files import ImageFiles
 from ..data.label_files import LABEL_FILE_EXTENSIONS
@@ -278,16 +279,12 @@ def check_classes(name: str, data, model) -> None:
 
 
 def _check_model_segments(name: str, model, *data_sets) -> None:
-    """A checkpoint whose model classifies (one row of outputs per image) takes no masks."""
-    shape = model.input_shape
+    """A checkpoint whose model classifies (one row of outputs per image, or a Linear head) takes no masks: its output
+    for an image of zeros of its input shape, read as it reads images."""
+    def probe():
+        return probe_output(model, model.input_shape, torch.uint8) if model.is_image_model else None
 
-    def classifier_evidence():
-        if not model.is_image_model or not all(shape or ()):
-            return None  # images at their own sizes, or not images: nothing to probe with
-        outputs = model(torch.zeros(1, *shape, dtype=torch.uint8))
-        return f"outputs of shape {tuple(outputs.shape)}: one row per image" if outputs.dim() == 2 else None
-
-    check_model_segments(name, model.task, classifier_evidence, f"the model of '{model.checkpoint}'", *data_sets)
+    check_model_segments(name, model.task, f"the model of '{model.checkpoint}'", model.module, probe, *data_sets)
 
 
 def describe(data) -> str:

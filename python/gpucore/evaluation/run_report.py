@@ -172,15 +172,16 @@ def figures(report: str) -> Set[str]:
 
 
 def report_after_training(run) -> Optional[str]:
-    """The end of `gpucore.train`: the report of the finished (or interrupted) run; errors become a warning."""
+    """The end of `gpucore.train`: the report of the finished (or interrupted) run (its run directory, model part on
+    its device, and the data part's training and validation data); errors become a warning."""
+    run_dir = run.run_dir.path
     try:
-        val_data = run.val_set.data if run.val_set is not None else None
-        return write_report(run.run_dir.path, str(run.device), run.module, (run.train_set.data, val_data))
+        return write_report(run_dir, str(run.placement.device), run.model.module, run.data.samples)
     except Exception as exc:  # noqa: BLE001 - the training itself succeeded
         warnings.warn(f"report: the run report was not written: {type(exc).__name__}: {exc}", RuntimeWarning,
                       stacklevel=2)
     except KeyboardInterrupt:  # the run's files are complete; the page can be drawn later
-        warnings.warn(f"report: interrupted; write it with  gpucore report {run.run_dir.path}", RuntimeWarning,
+        warnings.warn(f"report: interrupted; write it with  gpucore report {run_dir}", RuntimeWarning,
                       stacklevel=2)
     return None
 

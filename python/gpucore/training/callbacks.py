@@ -395,7 +395,7 @@ class FreezeBackbone(Callback):
             norm.eval()
         if self.forward is None and self.fold_off is None:
             try:
-                self.forward = FrozenLayersForward(self.model, self.autocast_dtype, trainer.run.engine.note_host_read)
+                self.forward = FrozenLayersForward(self.model, self.autocast_dtype, trainer.note_host_read)
             except CannotFold as exc:
                 self.fold_off = str(exc)
 

@@ -76,18 +76,18 @@ class Checkpointing:
         """What a checkpoint holds: enough to resume exactly after the last optimizer step done (at any world
         size)."""
         run, states = self.run, self.callbacks.state_dict()
+        data, model, normalization = run.data, run.model, run.data.normalization
         payload = dict(self.position.state_dict(), history=list(self.history), callbacks=states,
-                       best=states[ModelCheckpoint.STATE_KEY], model=run.module.state_dict(), engine=run.engine.state(),
+                       best=states[ModelCheckpoint.STATE_KEY], model=model.module.state_dict(), engine=run.engine.state(),
                        rng=rng_state(),
-                       config=dict(run.run_dir.config), classes=run.classes,
+                       config=dict(run.run_dir.config), classes=data.classes,
                        class_weights=run.task.class_weights,  # config key class_weights as resolved: evaluate's loss
-                       data=run.data_identity,
-                       input_shape=run.input_shape,
-                       input_stats=({"mean": run.normalization[0], "std": run.normalization[1]}
-                                    if run.normalization else None))
-        if run.ema is not None:
+                       data=data.identity,
+                       input_shape=data.input_shape,
+                       input_stats=({"mean": normalization[0], "std": normalization[1]} if normalization else None))
+        if model.ema is not None:
             # The weights gpucore.load and the report use: the EMA's when the monitored metric is one of its.
-            payload.update({EMA_STATE: run.ema.state_dict(), WEIGHTS: monitored_weights(self.monitor.name)})
+            payload.update({EMA_STATE: model.ema.state_dict(), WEIGHTS: monitored_weights(self.monitor.name)})
         self.callbacks.call("on_save_checkpoint", payload)
         return payload
 
@@ -105,9 +105,9 @@ class Checkpointing:
         """Restores the model, engine, EMA, RNGs and the loop (position, batching, history, callbacks) from checkpoint
         `path`; returns where it resumed (training_stats.json's resume)."""
         run, position = self.run, self.position
-        saved = load_checkpoint(path, map_location=run.device)
+        saved = load_checkpoint(path, map_location=run.placement.device)
         try:
-            run.module.load_state_dict(saved["model"])
+            run.model.module.load_state_dict(saved["model"])
         except RuntimeError as exc:
             raise ConfigError(f"checkpoint '{path}' does not fit the model: {exc}") from exc
         best_keepers = [key for key, callback in self.callbacks.stateful.items() if isinstance(callback, BestEpoch)]
@@ -118,17 +118,17 @@ class Checkpointing:
         if saved_world != run.world.size:
             engine_state["counters.step"] = self._steps_at_this_world_size(path, saved_world, engine_state)
         run.engine.load_state(engine_state)
-        if run.ema is not None:
+        if run.model.ema is not None:
             if EMA_STATE not in checkpoint:
                 raise ConfigError(f"checkpoint '{path}' holds no EMA weights (its run had ema_decay 0); resume it "
                                   "with ema_decay 0, or start a new run")
-            run.ema.load_state_dict(checkpoint[EMA_STATE])
+            run.model.ema.load_state_dict(checkpoint[EMA_STATE])
         saved_config = checkpoint.get("config") or {}
         check_schedule_length(path, saved_config, run.config)
         given = {key: value for key, value in run.config.to_dict().items() if key not in RESUME_LOCATION}
         check_resume_keeps_the_run(saved_config, given, f"resume: {run.run_dir.resume}", f"checkpoint '{path}'",
                                    f"pretrained: {path}")
-        changed = check_same_data(path, checkpoint.get("data"), run.data_identity, run.config.accept_changed_data)
+        changed = check_same_data(path, checkpoint.get("data"), run.data.identity, run.config.accept_changed_data)
         if changed and run.world.is_main:
             warnings.warn(f"accept_changed_data: resuming '{path}' on changed data: " + "; ".join(changed),
                           stacklevel=2)
@@ -155,7 +155,7 @@ class Checkpointing:
         batching = self.position.batching
         self.position.load_state_dict(checkpoint)
         if self.position.batching != batching:
-            rebatch(self.run, self.position, self.position.batching)
+            rebatch(self.run.data, self.run.engine, self.position, self.position.batching)
         self.history[:] = checkpoint["history"]
         self.callbacks.load_state_dict(checkpoint["callbacks"])
 
@@ -173,7 +173,7 @@ class Checkpointing:
         schedule (warmup, decay, milestones: counted in steps of an epoch at this world size) goes on from the same
         point of the data, not from the other world size's step count."""
         run, position = self.run, self.position
-        if not run.train_set.reshards:
+        if not run.data.train_set.reshards:
             raise ConfigError(f"checkpoint '{path}' was written by {saved_world} processes, this run has "
                               f"{run.world.size}: a torch Dataset or DataLoader resumes only at its own world size "
                               "(gpucore's tensor and image-file sources resume at any)")

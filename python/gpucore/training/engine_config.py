@@ -1,10 +1,13 @@
-"""The C++ engine's settings from a TrainConfig, in two parts: the forward pass's (device, precision, memory
-format, loss, top_k: all an evaluation needs) and the optimizer's (accumulation, clipping, optimizer, schedule,
-loss scaling, mixing, EMA, parameter groups); and what the engine will report, checked against config key
-`monitor` before anything trains."""
+"""The engine step of a run's set-up, the last of three (run_setup.py: data -> model -> engine; `setup_engine`): the
+C++ engine over the placed model's parameters (and its EMA), with its settings from a TrainConfig in two parts: the
+forward pass's (device, precision, memory format, loss, top_k: all an evaluation needs) and the optimizer's
+(accumulation, clipping, optimizer, schedule, loss scaling, mixing, EMA, parameter groups); the CUDA-graphs plan; and
+what the engine will report, checked against config key `monitor` before anything trains."""
 from __future__ import annotations
 
 import math
+import sys
+import warnings
 from typing import Optional, Tuple
 
 import torch
@@ -14,9 +17,39 @@ from .. import _C
 from ..errors import ConfigError
 from ..models.registry import backbone_split
 from ..tasks import Task
-from .ema import VAL_EMA, is_ema_metric
-from .position import Batching
 from ..device.placement import forward_config
+from . import distributed
+from .ema import VAL_EMA, ema_tensors, is_ema_metric
+from .position import Batching
+from .setup_data import RunData
+from .setup_model import Placement, RunModel
+
+
+def setup_engine(config, task: Task, world: distributed.World, data: RunData, model: RunModel,
+                 placement: Placement):
+    """(engine, steps per epoch, graphs reason, auto monitor): the C++ engine (_C.Engine) that trains `model` on `data`
+    as `config` says, the optimizer steps of an epoch, why its steps run eagerly although config key cuda_graphs is
+    true or auto (None: they do not), and what config key monitor: auto follows, in order (Task.primary_metrics).
+
+    Raises:
+        ConfigError: a monitor no epoch reports; settings the engine refuses (the C++ core's checks).
+    """
+    check_monitor(config, task, data.val_set is not None)
+    if data.imbalance and world.is_main:
+        print(f"gpucore: monitor: auto follows val_{task.balanced_metric}, not val_{task.primary_metric}, because "
+              f"{data.imbalance}", file=sys.stderr, flush=True)
+    steps_per_epoch = Batching.of(config).steps_in(data.train_set.total_batches())
+    device = str(placement.device)
+    graphs, graphs_reason = cuda_graphs_plan(config, device, data_parallel=world.launched)
+    engine = _C.Engine(param_groups(model.module, config),
+                       engine_config(config, task, device, placement.policy, steps_per_epoch, placement.channels_last,
+                                     world.size, cuda_graphs=graphs),
+                       *ema_tensors(model.module, model.ema))
+    eager_reason = graphs_reason or engine.graph_stats()["reason"]
+    if eager_reason and config.cuda_graphs == "true":
+        # at train()'s caller: setup_engine, build_run, train
+        warnings.warn(f"cuda_graphs: true, but this run's steps run eagerly: {eager_reason}", stacklevel=4)
+    return engine, steps_per_epoch, graphs_reason, task.primary_metrics(imbalanced=data.imbalance is not None)
 
 
 def param_groups(model: nn.Module, config) -> list:

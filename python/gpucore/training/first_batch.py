@@ -11,19 +11,19 @@ from ..errors import TrainingError
 from ..models.registry import fixed_input_size
 
 
-def diagnosis(run, exc: RuntimeError, nothing_trained: bool) -> Optional[TrainingError]:
+def diagnosis(config, data, exc: RuntimeError, nothing_trained: bool) -> Optional[TrainingError]:
     """The TrainingError to raise from `exc` instead, when `nothing_trained` (no optimizer step of the run yet, this
-    process's first epoch); None to let `exc` through."""
+    process's first epoch), for the run of `config` on `data` (setup_data.RunData); None to let `exc` through."""
     if isinstance(exc, TrainingError) or not nothing_trained:
         return None
-    if run.config.compile and _is_compiler_failure(exc):
+    if config.compile and _is_compiler_failure(exc):
         return TrainingError(f"config key 'compile': torch.compile could not compile the model ({exc}); on the CPU "
                              "its inductor backend needs a working C++ compiler (g++ or clang, as torch documents); "
                              "install one, or set compile: false")
-    resized = _transformed_size(run)
+    resized = _transformed_size(config, data)
     keys = "model, model_kwargs, data, data_kwargs" + (", transforms" if "config key transforms" in resized else "")
     return TrainingError(
-        f"the model failed on the first training batch ({run.train_set.description}): {exc}\n{resized}"
+        f"the model failed on the first training batch ({data.train_set.description}): {exc}\n{resized}"
         f"Check that the model fits the data: input channels, image size, number of classes (config keys {keys})")
 
 
@@ -37,11 +37,11 @@ def _is_compiler_failure(exc: BaseException) -> bool:
     return any(marker in f"{type(exc).__name__}: {exc}" for marker in _BACKEND_FAILURES)
 
 
-def _transformed_size(run) -> str:
+def _transformed_size(config, data) -> str:
     """A sentence for the first batch's error when config key transforms (with crop_padding and hflip) changes the
     images' size, which the model then gets: "" when it keeps it, or the inputs are not images. Images of their own
     sizes are brought to one by the list's first transforms; a model that needs other inputs is then named."""
-    shape, config, plan = run.input_shape, run.config, run.train_set.plan
+    shape, plan = data.input_shape, data.train_set.plan
     own_sizes = plan.own_sizes
     if not shape or len(shape) != 3 or not (own_sizes or (shape[1] and shape[2])):
         return ""

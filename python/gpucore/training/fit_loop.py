@@ -52,11 +52,12 @@ def fit_loop(run: Run, callbacks: Sequence[Any] = ()) -> "FitLoop":
     freeze: Optional[FreezeBackbone] = None
     if config.freeze == "backbone":
         # Its folded forward calls the model itself: not a DDP wrapper (its reducer) or a compiled one.
-        wrapped = None if run.forward is run.module else "the model is wrapped for DDP or torch.compile"
-        freeze = FreezeBackbone(run.module, config.freeze_epochs, run.policy.autocast_dtype, wrapped)
+        wrapped = None if run.model.forward is run.model.module else "the model is wrapped for DDP or torch.compile"
+        freeze = FreezeBackbone(run.model.module, config.freeze_epochs, run.placement.policy.autocast_dtype, wrapped)
         built_in.append(freeze)
     trainer = Trainer(run, position, history, outcome)
-    callback_list = CallbackList([*built_in, *make_loggers(run), *callbacks], trainer)
+    loggers = make_loggers(config, run.world.is_main, run.run_dir.path, run.placement)
+    callback_list = CallbackList([*built_in, *loggers, *callbacks], trainer)
     checkpointing = Checkpointing(run, position, history, callback_list, monitor, outcome)
     # ModelCheckpoint last, as in Lightning: a checkpoint holds every other callback's state after the epoch.
     checkpoints = ModelCheckpoint(monitor, run.run_dir, checkpointing, config.save_every_n_epochs, config.keep_last_k)
@@ -66,7 +67,8 @@ def fit_loop(run: Run, callbacks: Sequence[Any] = ()) -> "FitLoop":
     run_stats = RunStats(run, position, history, outcome, checkpoints, step_checkpoints, freeze)
     return FitLoop(run, position=position, history=history, outcome=outcome, metric_modes=metric_modes,
                    callbacks=callback_list, checkpointing=checkpointing, checkpoints=checkpoints, freeze=freeze,
-                   validation=ValidationLoop(run), oom=OomRetry(run, outcome), run_stats=run_stats,
+                   validation=ValidationLoop(run.data, run.model, run.loss, config.tta),
+                   oom=OomRetry(config, run.data, run.model, run.placement.device, outcome), run_stats=run_stats,
                    step_checkpoints=step_checkpoints)
 
 
@@ -88,9 +90,9 @@ class FitLoop:
         self.step_boundaries = StepBoundaries()  # where SIGTERM and SIGUSR1 are raised
         # cuda_graphs: why the engine steps eagerly, as last said (setup warned of the reason it started with)
         self.eager_reason_said = run.engine.graph_stats()["reason"]
-        self.train_forward = run.forward  # what the engine calls this epoch (FreezeBackbone's folded forward)
+        self.train_forward = run.model.forward  # what the engine calls this epoch (FreezeBackbone's folded forward)
         # Files left out that the terminal was told of: those of formats gpucore does not decode, when read.
-        self.files_said = set().union(*(getattr(s.data, "unread", []) for s in (run.train_set, run.val_set) if s))
+        self.files_said = set().union(*(getattr(data, "unread", []) for data in run.data.samples if data is not None))
 
     @property
     def epoch(self) -> int:
@@ -142,28 +144,31 @@ class FitLoop:
     def advance(self) -> None:
         """One epoch: train, validate, record, checkpoint. Ctrl-C keeps what is done in interrupted.pt."""
         run, config, position = self.run, self.run.config, self.position
-        # The epoch's batch source is no local of these frames (run.train_set.current): a traceback kept after an
+        # The epoch's batch source is no local of these frames (run.data.train_set.current): a traceback kept after an
         # error would keep a streamed source, and its reader threads, alive after train()'s run.close().
         position.start_clock()
         progress = None  # a signal may land before the epoch's bar exists (its source starting): the same save
         try:
-            steps = position.batching.steps_in(run.train_set.epoch(position.epoch, position.start_sample).remaining())
+            steps = position.batching.steps_in(
+                run.data.train_set.epoch(position.epoch, position.start_sample).remaining())
             progress = EpochProgress(config.progress and run.world.is_main, steps, position.epoch + 1, config.epochs,
                                      config.log_every_n_steps)
-            run.module.train()
+            run.model.module.train()
             self.callbacks.call("on_epoch_start", position.epoch + 1)  # after train(): frozen norms go back to eval
             # The frozen epochs' folded forward, which FreezeBackbone built in on_epoch_start; else the model's.
-            self.train_forward = self.freeze.epoch_forward(run.forward) if self.freeze is not None else run.forward
-            if run.device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats(run.device)
+            forward = run.model.forward
+            self.train_forward = self.freeze.epoch_forward(forward) if self.freeze is not None else forward
+            device = run.placement.device
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
             stats = self._train_pass(progress)
             progress.close()
             if stats is None:
                 return  # out of memory: the epoch starts over with half the batch
             self.step_boundaries.raise_pending()  # a signal during the epoch's last step
             record = self._epoch_record(stats)
-            record.update(self.validation.run_epoch(position.epoch))
-            record.update(_memory(run.device))
+            record.update(self.validation.run_epoch(position.epoch, run.engine))
+            record.update(_memory(device))
             self.checkpoints.monitor.value(record)  # a monitor the record lacks fails before anything is written
             self._end_epoch(record)
         except KeyboardInterrupt as interrupt:
@@ -190,7 +195,7 @@ class FitLoop:
             self.outcome.end(*self.outcome.asked)
 
     def _train_pass(self, progress: EpochProgress) -> Optional[dict]:
-        """The engine's statistics of one pass over the rest of the epoch started (run.train_set.current), or None
+        """The engine's statistics of one pass over the rest of the epoch started (run.data.train_set.current), or None
         when it ran out of memory and will be retried."""
         run, config, position = self.run, self.run.config, self.position
         engine, epoch = run.engine, position.epoch
@@ -214,14 +219,14 @@ class FitLoop:
         checkpoints = self.step_checkpoints
         step_calls = _C.StepCalls(every_step=step_hook, every_n_steps=checkpoints.every_n_steps,
                                   every_seconds=checkpoints.every_seconds, steps_before=position.steps_before_pass())
-        self.oom.before_pass()
+        self.oom.before_pass(engine)
         try:
             hooked = None if config.compile else self.train_forward  # see holding_steps
             with self.step_boundaries.holding_steps(hooked, position.batching.accumulate_grad_batches):
-                position.begin_pass(run.train_set.current.remaining())
+                position.begin_pass(run.data.train_set.current.remaining())
                 try:
                     stats = engine.train_epoch(
-                        run.train_set.current, self.train_forward, run.loss, on_log, epoch=epoch,
+                        run.data.train_set.current, self.train_forward, run.loss, on_log, epoch=epoch,
                         first_batch=position.first_batch(),
                         # None: no call into Python (and the GIL) after the steps
                         on_step=on_step if checkpoints.enabled or step_hook else None, step_calls=step_calls)
@@ -232,10 +237,10 @@ class FitLoop:
             return stats
         except OutOfMemoryError as exc:
             progress.close()
-            rebatch(run, position, self.oom.recover(exc, position.batching, epoch))
+            rebatch(run.data, engine, position, self.oom.recover(exc, position.batching, epoch, engine))
             return None
         except RuntimeError as exc:
-            error = diagnosis(run, exc, nothing_trained=position.steps_taken == 0 and position.steps_in_pass == 0
+            error = diagnosis(config, run.data, exc, nothing_trained=position.steps_taken == 0 and position.steps_in_pass == 0
                               and epoch == position.start_epoch)
             if error is None:
                 raise

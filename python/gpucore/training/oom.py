@@ -15,41 +15,43 @@ from .position import Batching, RunPosition
 from .rng import rng_state, set_rng_state
 
 
-def rebatch(run, position: RunPosition, batching: Batching) -> None:
-    """From now on `run` batches as `batching` (an out-of-memory retry, a resume of a run that had one): its position,
-    the engine's micro-batches per step and the training set's batches (the same plan)."""
+def rebatch(data, engine, position: RunPosition, batching: Batching) -> None:
+    """From now on the run batches as `batching` (an out-of-memory retry, a resume of a run that had one): its
+    position, the engine's micro-batches per step and the training set of its data part (setup_data.RunData) in
+    batches of the new size (the same plan)."""
     position.restart_pass(batching)
-    run.engine.set_accumulate_grad_batches(batching.accumulate_grad_batches)
-    run.train_set = run.train_set.with_batch_size(batching.batch_size)
+    engine.set_accumulate_grad_batches(batching.accumulate_grad_batches)
+    data.train_set = data.train_set.with_batch_size(batching.batch_size)
 
 
 class OomRetry:
-    """The out-of-memory policy of `run`'s fit loop; each retry (the epoch and its new batching) goes into `outcome`'s
-    oom_reductions (training_stats.json's)."""
+    """The out-of-memory policy (config key on_oom, with config key precision for its message) of the fit loop of
+    the run's model part (setup_model.RunModel) on `device`, training on its data part; each retry (the epoch and its
+    new batching) goes into `outcome`'s oom_reductions (training_stats.json's)."""
 
-    def __init__(self, run, outcome: FitOutcome):
-        self.run, self.outcome = run, outcome
-        self.enabled = run.config.on_oom == "reduce_batch"
+    def __init__(self, config, data, model, device: torch.device, outcome: FitOutcome):
+        self.config, self.data, self.model, self.device, self.outcome = config, data, model, device, outcome
+        self.enabled = config.on_oom == "reduce_batch"
         self._snapshot: Optional[dict] = None
 
-    def before_pass(self) -> None:
-        """The model, EMA and engine state and the RNGs on the host, to start the pass over from (reduce_batch)."""
+    def before_pass(self, engine) -> None:
+        """The model, EMA and `engine` state and the RNGs on the host, to start the pass over from (reduce_batch)."""
         if not self.enabled:
             return
-        run = self.run
-        state = {"model": run.module.state_dict(), "ema": run.ema.state_dict() if run.ema is not None else None,
-                 "engine": run.engine.state()}
+        model = self.model
+        state = {"model": model.module.state_dict(),
+                 "ema": model.ema.state_dict() if model.ema is not None else None, "engine": engine.state()}
         self._snapshot = dict(host_snapshot(state, copy=True), rng=rng_state())
-        run.engine.note_host_read("oom_snapshot")
+        engine.note_host_read("oom_snapshot")
 
-    def recover(self, exc: OutOfMemoryError, batching: Batching, epoch: int) -> Batching:
-        """After `exc` in epoch `epoch` (from 0): the state of the pass's start back and the halved batching to retry it
-        with; TrainingError saying what to change when it cannot be halved (or reduce_batch is off)."""
-        run = self.run
-        if self._snapshot is None or batching.batch_size < 2 or run.train_set.fixed_batch_size:
-            raise TrainingError(message(run.config, batching, run.device, exc)) from exc
-        self._restore(self._snapshot)
-        if run.device.type == "cuda":
+    def recover(self, exc: OutOfMemoryError, batching: Batching, epoch: int, engine) -> Batching:
+        """After `exc` in epoch `epoch` (from 0): the state of the pass's start back (in the model and `engine`) and
+        the halved batching to retry it with; TrainingError saying what to change when it cannot be halved (or
+        reduce_batch is off)."""
+        if self._snapshot is None or batching.batch_size < 2 or self.data.train_set.fixed_batch_size:
+            raise TrainingError(message(self.config, batching, self.device, exc)) from exc
+        self._restore(self._snapshot, engine)
+        if self.device.type == "cuda":
             torch.cuda.empty_cache()
         halved = batching.halved()
         self.outcome.oom_reductions.append(dict(halved.to_dict(), epoch=epoch + 1))
@@ -58,14 +60,14 @@ class OomRetry:
                       RuntimeWarning, stacklevel=3)
         return halved
 
-    def _restore(self, state: dict) -> None:
-        run = self.run
-        for param in run.module.parameters():
+    def _restore(self, state: dict, engine) -> None:
+        model = self.model
+        for param in model.module.parameters():
             param.grad = None
-        run.module.load_state_dict(state["model"])
-        if run.ema is not None:
-            run.ema.load_state_dict(state["ema"])
-        run.engine.load_state(state["engine"])
+        model.module.load_state_dict(state["model"])
+        if model.ema is not None:
+            model.ema.load_state_dict(state["ema"])
+        engine.load_state(state["engine"])
         set_rng_state(state["rng"])
 
 

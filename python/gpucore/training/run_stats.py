@@ -26,6 +26,7 @@ class RunStats:
                  step_checkpoints: StepCheckpoints, freeze: Optional[FreezeBackbone]):
         self.run, self.position, self.history, self.outcome = run, position, history, outcome
         self.best_epoch, self.step_checkpoints, self.freeze = best, step_checkpoints, freeze
+        self.lr = scaled_lr(run.config, position.world_size)  # lr_scaling's, for this world size's effective batch
         self.setup_seconds: Optional[float] = None
         self.interrupted_epoch_seconds = 0.0
 
@@ -56,12 +57,12 @@ class RunStats:
         batching = position.batching
         return {"per_process": batching.batch_size, "accumulate_grad_batches": batching.accumulate_grad_batches,
                 "processes": position.world_size, "effective": position.samples_per_step(),
-                "lr_scaling": config.lr_scaling, "lr": scaled_lr(config, position.world_size)}
+                "lr_scaling": config.lr_scaling, "lr": self.lr}
 
     def best(self) -> dict:
         """The best epoch; with ema_decay also which weights it was (ema: the EMA's)."""
         best = self.best_epoch.state_dict()
-        if self.run.ema is None:
+        if self.run.model.ema is None:
             return best
         return dict(best, weights=monitored_weights(best["monitor"]))
 
@@ -84,5 +85,5 @@ class RunStats:
                 "validation": sum(r.get("val_time_s", 0.0) for r in history)}
 
     def skipped_files(self) -> List[str]:
-        run = self.run
-        return sorted(set().union(*(s.skipped_files() for s in (run.train_set, run.val_set) if s is not None)))
+        data = self.run.data
+        return sorted(set().union(*(s.skipped_files() for s in (data.train_set, data.val_set) if s is not None)))

@@ -1,5 +1,6 @@
 """What every callback hook receives first, as `trainer` (Lightning's name, which keeps its Trainer apart from its
-fit loop): the run, its position and history and how the fit stands, and the way to stop it. Not the loop itself."""
+fit loop): the run's config, model, data and run directory, its position and history and how the fit stands, and the
+way to stop it. Not the loop itself, nor the engine."""
 from __future__ import annotations
 
 from typing import List, Optional
@@ -14,19 +15,34 @@ class Trainer:
     """The fit as a callback sees it.
 
     Attributes:
-        run: the run being trained (its config, model, engine, data sets and run directory; training/run_setup.py).
+        config: the run's configuration (a TrainConfig: its keys as the run completed them from the data).
+        data: the run's data (training/setup_data.py's RunData): `train_set` and `val_set` (None without validation
+            data; each an EpochData: `data`, `plan`, `batches(epoch)`), `classes`, `input_shape`.
+        run_dir: the run directory (training/run_dir.py's RunDir): `path`, `checkpoint_dir`.
         position: where the run is (the epoch, optimizer steps as of the last log, the batching; position.py).
         history: one dict per epoch trained, the rows of metrics.jsonl.
     """
 
     def __init__(self, run, position: RunPosition, history: List[dict], outcome: FitOutcome):
-        self.run, self.position, self.history = run, position, history
-        self._outcome = outcome
+        self.config, self.data, self.run_dir = run.config, run.data, run.run_dir
+        self.position, self.history = position, history
+        self._run, self._outcome = run, outcome
+
+    @property
+    def run(self):
+        """The whole run (training/run_setup.py's Run), for callbacks written against it: its parts are `config`,
+        `data`, `model` and `run_dir` above."""
+        return self._run
 
     @property
     def model(self) -> nn.Module:
         """The model being trained (not a DDP or compiled wrapper)."""
-        return self.run.module
+        return self._run.model.module
+
+    def note_host_read(self, source: str) -> None:
+        """Counts one host read of device values a callback made (it waits for the device), under `source` in
+        training_stats.json's host_syncs_by_source."""
+        self._run.engine.note_host_read(source)
 
     @property
     def epoch(self) -> int:

@@ -10,21 +10,24 @@ from .ema import VAL_EMA
 
 
 class ValidationLoop:
-    def __init__(self, run):
-        self.run = run
+    """Validation of the run's model part (setup_model.RunModel) on its data part's validation set, with the loss
+    callable `loss` (None: the task's) and config key tta's test-time augmentation `tta`."""
 
-    def run_epoch(self, epoch: int) -> dict:
-        """Epoch `epoch`'s (from 0) validation metrics, val_* (and val_ema_*), and val_time_s; {} without a
-        validation set."""
-        run = self.run
-        if run.val_set is None:
+    def __init__(self, data, model, loss, tta: str):
+        self.data, self.model, self.loss, self.tta = data, model, loss, tta
+
+    def run_epoch(self, epoch: int, engine) -> dict:
+        """Epoch `epoch`'s (from 0) validation metrics, val_* (and val_ema_*), and val_time_s, through `engine`; {}
+        without a validation set."""
+        model, val_set = self.model, self.data.val_set
+        if val_set is None:
             return {}
         started = time.perf_counter()
-        run.module.eval()
+        model.module.eval()
         record = {}
-        models = [("val", run.forward)] + ([(VAL_EMA, run.ema)] if run.ema is not None else [])
-        for split, model in models:
-            stats = run.engine.evaluate(run.val_set.epoch(epoch), with_tta(model, run.config.tta), run.loss)
+        models = [("val", model.forward)] + ([(VAL_EMA, model.ema)] if model.ema is not None else [])
+        for split, forward in models:
+            stats = engine.evaluate(val_set.epoch(epoch), with_tta(forward, self.tta), self.loss)
             record.update({f"{split}_{k}": v for k, v in stats["metrics"].items()})
         record["val_time_s"] = time.perf_counter() - started  # the metrics are on the host: the work is done
         return record

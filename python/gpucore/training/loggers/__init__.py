@@ -10,9 +10,10 @@ from .mlflow_logger import MLflowLogger
 from .tensorboard_logger import TensorBoardLogger
 
 
-def make_loggers(run) -> List[Logger]:
-    """The loggers config key loggers names, in its order; none on ranks other than 0."""
-    if not run.world.is_main:
+def make_loggers(config, is_main: bool, run_dir: str, placement) -> List[Logger]:
+    """The loggers config key loggers names, in its order, each recording into run directory `run_dir` the run of
+    `config` placed as `placement` (setup_model.Placement); none on ranks other than 0 (not `is_main`)."""
+    if not is_main:
         return []
     by_name = {logger.name: logger for logger in (CSVLogger, TensorBoardLogger, MLflowLogger)}
-    return [by_name[name](run) for name in run.config.loggers]
+    return [by_name[name](config, run_dir, placement) for name in config.loggers]

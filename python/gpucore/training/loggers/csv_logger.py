@@ -19,9 +19,9 @@ _FIRST = ("epoch", "step")  # the columns a new file starts with, before the met
 class CSVLogger(Logger):
     name = "csv"
 
-    def __init__(self, run):
+    def __init__(self, config, run_dir: str, placement):
         super().__init__()
-        self.path = os.path.join(run.run_dir.path, METRICS_CSV)
+        self.path = os.path.join(run_dir, METRICS_CSV)
         self.columns: List[str] = []
         self.rows: List[dict] = []
 

@@ -42,16 +42,15 @@ _BATCH = 100  # params per log_batch call (MLflow's limit)
 class MLflowLogger(Logger):
     name = "mlflow"
 
-    def __init__(self, run):
+    def __init__(self, config, run_dir: str, placement):
         super().__init__()
-        config = run.config
         self.tracking_uri = (config.mlflow_tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
                              or f"sqlite:///{os.path.join(os.path.abspath(config.run_dir), DATABASE)}")
         self.experiment = config.mlflow_experiment or config.name
-        self.run_dir = run.run_dir.path
+        self.run_dir = run_dir
         self.log_model = config.mlflow_log_model
         self.params = flat_config(config.to_dict())
-        self.tags = {"gpucore.device": str(run.device), "gpucore.precision": run.policy.precision,
+        self.tags = {"gpucore.device": str(placement.device), "gpucore.precision": placement.policy.precision,
                      "gpucore.version": _build_info.GPUCORE_VERSION, "torch.version": torch.__version__}
         self.run_id: Optional[str] = None
         self.client = None

@@ -14,10 +14,10 @@ from .base import Logger, flat_config, numbers_of
 class TensorBoardLogger(Logger):
     name = "tensorboard"
 
-    def __init__(self, run):
+    def __init__(self, config, run_dir: str, placement):
         super().__init__()
-        self.path = os.path.join(run.run_dir.path, TENSORBOARD)
-        self.config = run.config.to_dict()
+        self.path = os.path.join(run_dir, TENSORBOARD)
+        self.config = config.to_dict()
         self.writer = None
 
     def start(self, trainer) -> None:

@@ -1,0 +1,136 @@
+"""The model step of a run's set-up, the second of three (run_setup.py: data: setup_data.py -> model here -> engine:
+engine_config.py): config key model_kwargs completed from the data part, the model built (seeded: the same initial
+weights however the data was read) or the caller's checked, config key pretrained loaded, the data's fit to it checked
+(data/fits.py), the loss's class weights resolved against its outputs, then the model placed on its device (the
+placement part), wrapped for DDP and torch.compile, and its EMA made."""
+from __future__ import annotations
+
+import dataclasses
+import sys
+import warnings
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+from torch import nn
+
+from ..data.class_balance import class_count, class_counts, resolve_class_weights
+from ..data.fits import check_mask_classes, check_model_segments, check_outputs, probe_output
+from ..device.placement import place_model
+from ..device.select import DeviceChoice, PrecisionPolicy
+from ..errors import ConfigError
+from ..models.pretrained import NO_WEIGHTS, LoadReport, load_pretrained, resolve_weights_path
+from ..models.registry import build_model, kwargs_from_data, output_count
+from ..tasks import Task
+from . import distributed
+from .ema import make_ema
+from .rng import seed_everything
+from .setup_data import RunData
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where and how a run's model runs: its device (and why), precision policy and memory format."""
+
+    device: torch.device
+    device_reason: str
+    policy: PrecisionPolicy
+    channels_last: bool  # config key channels_last, resolved
+
+
+@dataclass
+class RunModel:
+    """A run's model part."""
+
+    module: nn.Module  # the model itself: its state is what checkpoints hold
+    forward: Callable  # what the engine calls: the module, wrapped for DDP and torch.compile as asked
+    ema: Optional[nn.Module]  # config key ema_decay: the model's moving average, which the engine updates
+    pretrained: Optional[LoadReport]  # what config key pretrained loaded
+    from_data: dict  # what model_kwargs took from the data ({num_classes, in_channels}; config holds them too)
+
+
+def setup_model(config, task: Task, data: RunData, world: distributed.World, choice: DeviceChoice,
+                policy: PrecisionPolicy, model: Optional[nn.Module] = None):
+    """(config, task, model part, placement): the run's model for `data`, the caller's `model` or the one config key
+    model names; the config returned holds model_kwargs as completed from the data, the task the loss's class weights.
+
+    Raises:
+        ConfigError: a model argument that is no nn.Module; a model whose outputs do not fit the data's classes, masks
+            or segments (data/fits.py); class weights that do not fit its classes.
+    """
+    given = model is not None
+    from_data = {}
+    if not given:
+        config, from_data = _model_kwargs_from_data(config, data.class_count, data.input_shape)
+    seed_everything(config.seed)  # the model's initial weights as when it was built before reading the data
+    module = model if given else build_model(config.model, config.model_kwargs, config.pretrained)
+    if not isinstance(module, nn.Module):
+        named = (f"; to name a model, set config key model: gpucore.train({{'model': {module!r}}}, ...) or "
+                 f"--set model={module}" if isinstance(module, str) else "")
+        raise ConfigError(f"train()'s model argument must be a torch.nn.Module, got {type(module).__name__}{named}")
+    pretrained = _load_pretrained(module, config, world)
+    whose = "the model given to train()" if given else f"model '{config.model}'"
+    train_data, val_data = data.samples
+    check_outputs(module, task, data.classes, data.class_count, whose, given)
+    check_mask_classes(module, task, whose, train_data, val_data)
+    task = _weighed_classes(config, task, data, module)
+    if not data.given:
+        check_model_segments(config.data, task, whose, module, lambda: probe_output(module, data.input_shape),
+                             train_data, val_data)
+    channels_last = place_model(module, config, choice.device, policy)
+    forward = _wrap_for_training(module, config, choice.device, world)
+    ema = make_ema(module, config)
+    placement = Placement(device=choice.device, device_reason=choice.reason, policy=policy,
+                          channels_last=channels_last)
+    return config, task, RunModel(module=module, forward=forward, ema=ema, pretrained=pretrained,
+                                  from_data=from_data), placement
+
+
+def _model_kwargs_from_data(config, count: Optional[int], input_shape):
+    """(config, taken): config key model_kwargs completed from the data, as Ultralytics takes `nc` from its data set:
+    num_classes (the data's class count, RunData.class_count) and in_channels (images: their channels), each where the
+    model's factory takes it and model_kwargs does not give it (registry.kwargs_from_data). The config returned
+    holds them, so that config.json and the checkpoints rebuild the same model; taken is what was added."""
+    in_channels = input_shape[0] if input_shape is not None and len(input_shape) == 3 else None
+    taken = kwargs_from_data(config.model, config.model_kwargs, count, in_channels)
+    if not taken:
+        return config, {}
+    return dataclasses.replace(config, model_kwargs={**config.model_kwargs, **taken}), taken
+
+
+def _weighed_classes(config, task: Task, data: RunData, module: nn.Module) -> Task:
+    """Config keys class_weights and sampler against the model: `task` with its loss's class weights, over the data's
+    classes, else the model's outputs (a data set without class names), else the labels'; the balanced sampler's
+    labels must each be one of those classes."""
+    if data.labels is None:
+        return task
+    n_classes = class_count(data.labels, data.classes, output_count(module))
+    task = task.with_class_weights(resolve_class_weights(config.class_weights, data.labels, n_classes, data.classes))
+    if config.sampler == "balanced":
+        class_counts(data.labels, n_classes, "sampler")
+    return task
+
+
+def _load_pretrained(module: nn.Module, config, world: distributed.World) -> Optional[LoadReport]:
+    """Config key pretrained: the weights loaded into the model, reported on stderr (rank 0), with or without the
+    progress bar (stdout is gpucore train's JSON summary)."""
+    if config.pretrained in (None, NO_WEIGHTS):
+        return None
+    path = resolve_weights_path(config.pretrained, config.model, module)
+    report = load_pretrained(module, path, config.pretrained_strict)
+    if report.problems:
+        warnings.warn(report.summary(), RuntimeWarning, stacklevel=4)  # at train(): setup_model, build_run, train
+    elif world.is_main:
+        print(f"gpucore: {report.summary()}", file=sys.stderr, flush=True)
+    return report
+
+
+def _wrap_for_training(module: nn.Module, config, device: torch.device, world: distributed.World):
+    """What the engine calls: the placed module, wrapped for DDP and torch.compile as asked."""
+    forward = module
+    if world.launched:
+        # A frozen backbone has no gradients to reduce: DDP must not wait for them.
+        forward = torch.nn.parallel.DistributedDataParallel(
+            module, device_ids=[device.index] if device.type == "cuda" else None,
+            find_unused_parameters=config.freeze != "none")
+    return torch.compile(forward) if config.compile else forward
