@@ -260,7 +260,7 @@ def test_the_trainer_callbacks_receive_and_why_the_fit_stopped(tmp_path, capsys)
 
     class Looks(gpucore.Callback):
         def on_epoch_end(self, trainer, epoch, record):
-            assert isinstance(trainer, Trainer) and trainer.model is trainer.run.module
+            assert isinstance(trainer, Trainer) and trainer.model is trainer.run.model.module
             seen.append((epoch, trainer.epoch, len(trainer.history), trainer.history[-1]["epoch"], trainer.status,
                          trainer.should_stop, trainer.resumed))
 

@@ -207,7 +207,7 @@ class StateAfterEpochs:
         self.on_epoch_end(trainer, 0, {})
 
     def on_epoch_end(self, trainer, epoch, record):
-        self.states.append({k: v.clone() for k, v in trainer.run.module.state_dict().items()})
+        self.states.append({k: v.clone() for k, v in trainer.model.state_dict().items()})
 
 
 @pytest.mark.parametrize("device,precision,cast", [
