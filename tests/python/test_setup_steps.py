@@ -215,6 +215,26 @@ def test_fit_checks_name_the_data_for_a_task_that_does_not_train_on_masks(tmp_pa
     fits.check_fits_task("seg", task_of(_config(loss="cross_entropy")), masks)  # it does
 
 
+# ---- what callbacks receive of the parts ---------------------------------------------------------------------------
+def test_trainer_gives_callbacks_the_runs_parts(tmp_path):
+    (x, y), (xv, yv) = _photo_tensors(16), _photo_tensors(8, seed=1)
+    seen = {}
+
+    class Reads(gpucore.Callback):
+        def on_epoch_end(self, trainer, epoch, record):
+            seen.update(kwargs=dict(trainer.config.model_kwargs), shape=trainer.data.input_shape,
+                        val=trainer.data.val_set.data, path=trainer.run_dir.path, model=trainer.model,
+                        run_model=trainer.run.model.module)
+            trainer.note_host_read("my_callback")
+
+    result = gpucore.train(dict(CPU, model="fast_cnn", epochs=2, batch_size=8, run_dir=str(tmp_path)),
+                           train_data=(x, y), val_data=(xv, yv), callbacks=[Reads()])
+    assert seen["kwargs"] == {"num_classes": 3, "in_channels": 1} and seen["shape"] == [1, SIDE, SIDE]
+    assert torch.equal(seen["val"][0], xv) and seen["path"] == result.run_dir
+    assert seen["model"] is result.model and seen["run_model"] is result.model
+    assert result.host_syncs_by_source["my_callback"] == 2  # once per epoch
+
+
 # ---- the order: the config followed through a whole run -----------------------------------------------------------
 def config_trail(run) -> list:
     """The files of gpucore the config passes through while `run()` runs, in order: a call of a gpucore function
