@@ -1,6 +1,6 @@
-"""Training: a run built from its config (run_setup.py: device, precision, model, data, engine, run
-directory; its data sets' plans and batches are data/plan.py and data/epoch_data.py), the C++ engine's optimizer
-settings (engine_config.py), the epoch
+"""Training: a run built from its config (run_setup.py: the process, then the set-up steps data (setup_data.py; its
+data sets' plans and batches are data/plan.py and data/epoch_data.py) -> model (setup_model.py) -> engine
+(engine_config.py, also the C++ engine's settings), then the run directory), the epoch
 loop (fit_loop.py) with the run's position (position.py), its validation loop (validation_loop.py), callbacks
 (callbacks.py), checkpoints (checkpointing.py, step_checkpoints.py) and training_stats.json (run_stats.py), the
 run directory's files (run_dir.py), the out-of-memory retry (oom.py), the first batch's diagnosis
