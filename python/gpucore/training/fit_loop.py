@@ -68,7 +68,8 @@ def fit_loop(run: Run, callbacks: Sequence[Any] = ()) -> "FitLoop":
     return FitLoop(run, position=position, history=history, outcome=outcome, metric_modes=metric_modes,
                    callbacks=callback_list, checkpointing=checkpointing, checkpoints=checkpoints, freeze=freeze,
                    validation=ValidationLoop(run.data, run.model, run.loss, config.tta),
-                   oom=OomRetry(config, run.data, run.model, run.placement.device, outcome), run_stats=run_stats,
+                   oom=OomRetry(config.on_oom, config.precision, run.data, run.model, run.placement.device,
+                                   outcome), run_stats=run_stats,
                    step_checkpoints=step_checkpoints)
 
 

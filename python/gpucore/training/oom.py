@@ -25,13 +25,13 @@ def rebatch(data, engine, position: RunPosition, batching: Batching) -> None:
 
 
 class OomRetry:
-    """The out-of-memory policy (config key on_oom, with config key precision for its message) of the fit loop of
-    the run's model part (setup_model.RunModel) on `device`, training on its data part; each retry (the epoch and its
-    new batching) goes into `outcome`'s oom_reductions (training_stats.json's)."""
+    """The out-of-memory policy (config key `on_oom`; config key `precision` for its message) of the fit loop of the
+    run's model part (setup_model.RunModel) on `device`, training on its data part; each retry (the epoch and its new
+    batching) goes into `outcome`'s oom_reductions (training_stats.json's)."""
 
-    def __init__(self, config, data, model, device: torch.device, outcome: FitOutcome):
-        self.config, self.data, self.model, self.device, self.outcome = config, data, model, device, outcome
-        self.enabled = config.on_oom == "reduce_batch"
+    def __init__(self, on_oom: str, precision: str, data, model, device: torch.device, outcome: FitOutcome):
+        self.precision, self.data, self.model, self.device, self.outcome = precision, data, model, device, outcome
+        self.enabled = on_oom == "reduce_batch"
         self._snapshot: Optional[dict] = None
 
     def before_pass(self, engine) -> None:
@@ -49,7 +49,7 @@ class OomRetry:
         the halved batching to retry it with; TrainingError saying what to change when it cannot be halved (or
         reduce_batch is off)."""
         if self._snapshot is None or batching.batch_size < 2 or self.data.train_set.fixed_batch_size:
-            raise TrainingError(message(self.config, batching, self.device, exc)) from exc
+            raise TrainingError(message(self.precision, batching, self.device, exc)) from exc
         self._restore(self._snapshot, engine)
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
@@ -71,7 +71,7 @@ class OomRetry:
         set_rng_state(state["rng"])
 
 
-def message(config, batching: Batching, device: torch.device, exc: BaseException) -> str:
+def message(precision: str, batching: Batching, device: torch.device, exc: BaseException) -> str:
     figures = ""
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
@@ -79,6 +79,6 @@ def message(config, batching: Batching, device: torch.device, exc: BaseException
                    f"{torch.cuda.memory_reserved(device) / 2**30:.2f} GiB reserved, {free / 2**30:.2f} of "
                    f"{total / 2**30:.2f} GiB free on {device}.")
     return (f"out of memory with batch_size {batching.batch_size} (accumulate_grad_batches "
-            f"{batching.accumulate_grad_batches}, precision {config.precision}).{figures} Lower batch_size and raise "
+            f"{batching.accumulate_grad_batches}, precision {precision}).{figures} Lower batch_size and raise "
             "accumulate_grad_batches to keep the effective batch, use precision bf16-mixed or 16-mixed, or set "
             f"on_oom: reduce_batch to do that automatically. The last checkpoint is intact. ({exc})".replace("\n", " "))
