@@ -12,7 +12,7 @@ from torch import nn
 
 from .. import _C
 from ..errors import ConfigError
-from ..models.registry import backbone_split
+from ..models.surgery import backbone_split
 from ..tasks import Task
 from .ema import VAL_EMA, is_ema_metric
 from .position import Batching

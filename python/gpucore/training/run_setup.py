@@ -30,7 +30,8 @@ from ..data.torch_samples import DatasetSamples, dataset_samples
 from ..device.select import PrecisionPolicy, resolve_precision, select_device
 from ..errors import ConfigError
 from ..models.pretrained import NO_WEIGHTS, LoadReport, load_pretrained, resolve_weights_path
-from ..models.registry import build_model, classifier_head, kwargs_from_data, output_count, python_model_spec
+from ..models.registry import build_model, kwargs_from_data, python_model_spec
+from ..models.surgery import classifier_head, output_count
 from ..tasks import TORCH_IGNORE_INDEX, Classification, MultiLabel, Task, task_of
 from . import distributed
 from .ema import ema_tensors, make_ema
@@ -209,7 +210,7 @@ def _check_mask_classes(module: nn.Module, config, task: Task, given: bool, *dat
     """Every mask value of the segmentation pairs among `data_sets` is a class the model scores, or ignore_index
     (cross_entropy; losses of one output per pixel take 0 and 1): ConfigError naming the file and value before the
     first step, where torch would fail (a CUDA device assert) or a metric count it. The model's outputs are its
-    classifier head's (registry.output_count), else the channels of its output for an input of zeros of the first
+    classifier head's (surgery.output_count), else the channels of its output for an input of zeros of the first
     image's shape; a model that shows neither is left to the loss."""
     mask_sets = [data for data in data_sets if isinstance(data, ImageFiles) and data.mask_paths is not None]
     if not mask_sets:
@@ -434,7 +435,7 @@ def _check_outputs(module: nn.Module, config, task: Task, classes: Optional[List
                    given: bool) -> None:
     """A classifier must have an output per class of the data (_class_count): fewer is a ConfigError, more a warning
     (outputs no target ever names); a multi-label model exactly one per label (the loss pairs them). Only where the
-    data says its class count and gpucore finds the model's head (registry.output_count)."""
+    data says its class count and gpucore finds the model's head (surgery.output_count)."""
     if count is None:
         return
     outputs = output_count(module)
