@@ -18,12 +18,13 @@ from .. import transforms as transforms_list
 
 from ..config import run_name_of
 from ..data.builtin import (BUILTIN as BUILTIN_DATA, DATA_VAL_FRACTION, PYTHON_DATA, check_fits_task,
-                            check_model_segments, class_names, read_data, split)
+                            check_model_segments, class_names, read_data)
 from ..data.class_balance import (balanced_sampling_weights, class_count, class_labels, imbalance, known_class_labels,
                                   resolve_class_weights)
 from ..data.epoch_data import EpochData, training_set, validation_set
 from ..data.image_files import MASK_VOID, ImageFiles, read_masks_alike
 from ..data.labeled_data import LabeledData
+from ..data.split import split
 from ..device.placement import place_model
 from ..data.tensor_inputs import as_images
 from ..data.torch_samples import DatasetSamples, dataset_samples
