@@ -22,7 +22,7 @@ from torch import nn
 
 import gpucore
 from gpucore.config import parse_overrides
-from gpucore.data.builtin import synthetic_fashion
+from gpucore.data.synthetic import synthetic_fashion
 from gpucore.data.tensor_inputs import input_stats
 from gpucore.models import FashionMnistCNN
 

@@ -71,7 +71,8 @@ from torch import nn
 
 import gpucore
 from gpucore.config import load_config
-from gpucore.models.registry import backbone_split, build_model
+from gpucore.models.registry import build_model
+from gpucore.models.surgery import backbone_split
 from gpucore.models.segmentation_models import logits_of
 from gpucore.training.engine_config import param_groups
 from gpucore.device.placement import resolve_channels_last

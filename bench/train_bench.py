@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 import gpucore
-from gpucore.data.builtin import synthetic_fashion
+from gpucore.data.synthetic import synthetic_fashion
 from gpucore.data.tensor_inputs import input_stats
 from gpucore.models import FashionMnistCNN
 

@@ -54,7 +54,7 @@ BOXES = {  # name: (x, y, width, height, colour, text)
                                            "gpucore.gradcam, report / evaluate / predict / export"),
     "python": (0.5, 6.4, 9.0, 1.6, "#e3f2fd", "python/gpucore: config (KEYS, TrainConfig), training/ (fit loop, "
                                              "callbacks, loggers, checkpoints),\ndata/ (readers, DataLoader), models/, "
-                                             "tasks/, evaluation/, report/, cam.py, device/"),
+                                             "tasks/, evaluation/, report/, cam/, device/"),
     "bindings": (0.5, 5.2, 9.0, 0.7, "#fff3e0", "gpucore._C: pybind11 bindings (csrc/python/), thin, one file per area"),
     "core": (0.5, 2.9, 9.0, 1.8, "#e8f5e9", "C++ core (csrc/): train/ engine (forward, loss, backward, fused optimizer,"
                                            " loss scale, schedule,\nmetrics, EMA, CUDA graph), batches/ (sources, "

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 import gpucore
-from gpucore.data.builtin import CAPTCHA_ALPHABET
+from gpucore.data.synthetic import CAPTCHA_ALPHABET
 
 CHUNK = 500  # images per generator task; each chunk has its own seed, so the set does not depend on the worker count
 

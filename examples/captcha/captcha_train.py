@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 import gpucore
-from gpucore.data.builtin import CAPTCHA_ALPHABET, synthetic_captcha
+from gpucore.data.synthetic import CAPTCHA_ALPHABET, synthetic_captcha
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from captcha_images import captcha_package_data  # noqa: E402

@@ -365,7 +365,7 @@ def test_cli_gradcam_on_a_trained_checkpoint(tmp_path):
 
     import numpy as np
 
-    from gpucore.data.builtin import synthetic_fashion
+    from gpucore.data.synthetic import synthetic_fashion
 
     config = tmp_path / "fm.yaml"
     config.write_text(f"epochs: 1\nrun_dir: {tmp_path / 'runs'}\nprogress: false\n"

@@ -16,6 +16,7 @@ from torch import nn
 
 import gpucore
 from gpucore.data import builtin, read_image_folder
+from gpucore.data.split import split
 from gpucore.data.identity import changes, held_out_by_name, identity_of, relative_names
 from gpucore.errors import ConfigError
 from test_photo_folders import _photos
@@ -173,14 +174,14 @@ def test_the_split_is_drawn_by_file_name_and_adding_files_moves_none(tmp_path):
     write_class(root, "cat", 40)
     write_class(root, "dog", 40)
     before = read_image_folder(root)
-    train, val, record = builtin.split(before, 0.25, seed=3)
+    train, val, record = split(before, 0.25, seed=3)
     assert record.val_index == held_out_by_name(relative_names(before), 0.25, 3)[1]
     assert 10 <= len(val) <= 30 and len(train) + len(val) == 80  # a quarter on average
     write_class(root, "cat", 15, start=40)
-    after_train, after_val, _ = builtin.split(read_image_folder(root), 0.25, seed=3)
+    after_train, after_val, _ = split(read_image_folder(root), 0.25, seed=3)
     assert set(train.paths) <= set(after_train.paths) and set(val.paths) <= set(after_val.paths)
     assert set(after_val.paths) - set(val.paths) <= {p for p in after_val.paths if int(p[-7:-4]) >= 40}
-    other_seed = builtin.split(before, 0.25, seed=4)[1]
+    other_seed = split(before, 0.25, seed=4)[1]
     assert other_seed.paths != val.paths
 
 

@@ -12,7 +12,7 @@ from conftest import write_idx, write_png
 
 
 def test_idx_data_set_and_training_on_an_idx_folder(tmp_path):
-    (images, labels), (val_images, val_labels) = gpucore.data.builtin.synthetic_fashion(train_size=600, val_size=100)
+    (images, labels), (val_images, val_labels) = gpucore.data.synthetic.synthetic_fashion(train_size=600, val_size=100)
     write_idx(str(tmp_path / "train-images-idx3-ubyte.gz"), images[:, 0].numpy(), compress=True)
     write_idx(str(tmp_path / "train-labels-idx1-ubyte.gz"), labels.numpy().astype(np.uint8), compress=True)
     write_idx(str(tmp_path / "t10k-images-idx3-ubyte"), val_images[:, 0].numpy())
@@ -84,7 +84,7 @@ def test_files_captcha_names_csv_and_segmentation(tmp_path):
 
 
 def test_npy_folder_and_dataset_objects_in_train(tmp_path):
-    (images, labels), _ = gpucore.data.builtin.synthetic_fashion(train_size=256, val_size=1)
+    (images, labels), _ = gpucore.data.synthetic.synthetic_fashion(train_size=256, val_size=1)
     np.save(tmp_path / "x.npy", images[:, 0].numpy())
     np.save(tmp_path / "y.npy", labels.numpy())
     loaded = data.read_npy(str(tmp_path / "x.npy"), str(tmp_path / "y.npy"))
@@ -132,7 +132,7 @@ def test_fashion_mnist_nowhere_warns_where_to_put_it_and_uses_the_synthetic_set(
     monkeypatch.setattr(builtin_data, "FASHION_MNIST_PLACES", [str(tmp_path / "nowhere")])
     with pytest.warns(RuntimeWarning, match=r"Fashion-MNIST's files were not found .*dataset-fashion-mnist.*SYNTHETIC"):
         (x, y), (xv, yv) = builtin_data.load_data("fashion_mnist", {"train_size": 30, "val_size": 10}, 0.1, 0)
-    synthetic = builtin_data.synthetic_fashion(train_size=30, val_size=10)
+    synthetic = gpucore.data.synthetic.synthetic_fashion(train_size=30, val_size=10)
     assert torch.equal(x, synthetic[0][0]) and xv.shape[0] == 10
 
 

@@ -130,8 +130,8 @@ def test_captcha_example_on_the_captcha_package_and_without_it(tmp_path, capsys,
     with pytest.warns(RuntimeWarning, match="captcha package is not installed"):
         example["main"](tiny + ["--cache-dir", str(tmp_path / "unused")])
     assert not (tmp_path / "unused").exists()
-    (images, labels), _ = gpucore.data.builtin.synthetic_captcha(train_size=4, val_size=1, seed=3)
-    again, _ = gpucore.data.builtin.synthetic_captcha(train_size=4, val_size=1, seed=3)
+    (images, labels), _ = gpucore.data.synthetic.synthetic_captcha(train_size=4, val_size=1, seed=3)
+    again, _ = gpucore.data.synthetic.synthetic_captcha(train_size=4, val_size=1, seed=3)
     assert images.shape == (4, 3, 60, 160) and labels.shape == (4, 4)
     assert torch.equal(images, again[0]) and int(labels.max()) < 36
 

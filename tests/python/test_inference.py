@@ -3,7 +3,8 @@ import pytest
 import torch
 
 import gpucore
-from gpucore.data.builtin import CAPTCHA_ALPHABET, CLASS_NAMES, synthetic_captcha, synthetic_fashion
+from gpucore.data.builtin import CLASS_NAMES
+from gpucore.data.synthetic import CAPTCHA_ALPHABET, synthetic_captcha, synthetic_fashion
 from gpucore.tasks import task_for
 from gpucore.tasks.decode import as_text, ctc_greedy
 

@@ -22,7 +22,7 @@ from gpucore.data.builtin import read_data
 from gpucore.data.identity import changes, identity_of
 from gpucore.errors import ConfigError
 from gpucore.models import FastCNN
-from gpucore.models.registry import output_count
+from gpucore.models.surgery import output_count
 from conftest import require
 
 RUN = dict(epochs=1, device="cpu", precision="32", progress=False, batch_size=4, model="fast_cnn", report=False,

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import gpucore
-from gpucore.data.builtin import synthetic_fashion
+from gpucore.data.synthetic import synthetic_fashion
 from gpucore.data.png import encode_png
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -17,7 +17,8 @@ from PIL import Image
 import gpucore
 from gpucore.errors import ConfigError
 from gpucore.models import FastCNN
-from gpucore.models.registry import kwargs_from_data, output_count
+from gpucore.models.registry import kwargs_from_data
+from gpucore.models.surgery import output_count
 from conftest import require
 
 pytestmark = pytest.mark.slow  # trains small runs, seconds each
@@ -153,7 +154,7 @@ def test_what_each_kind_of_model_takes_from_the_data():
     assert kwargs_from_data("timm:resnet18", {"in_chans": 1}, 5, 3) == {"num_classes": 5}
     assert kwargs_from_data("torchvision:resnet18", {}, None, 3) == {"in_channels": 3}
     assert kwargs_from_data("smp:Unet", {}, 5, 3) == {}
-    assert kwargs_from_data("gpucore.models.registry:FashionMnistCNN", {}, 5, 3) == {"num_classes": 5,
+    assert kwargs_from_data("gpucore.models.builtin:FashionMnistCNN", {}, 5, 3) == {"num_classes": 5,
                                                                                    "in_channels": 3}
     assert kwargs_from_data("collections:OrderedDict", {}, 5, 3) == {}  # takes neither
 

@@ -11,7 +11,7 @@ import gpucore  # noqa: F401  (loads the ops)
 from conftest import random_norm, ran_ops
 from gpucore.cam import CAM
 from gpucore.models.fused_blocks import pool_norm_relu
-from gpucore.models.registry import FastCNN
+from gpucore.models.builtin import FastCNN
 
 TOLERANCE = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.float64: dict(rtol=1e-10, atol=1e-12),
              torch.bfloat16: dict(rtol=1.6e-2, atol=1e-2)}

@@ -12,7 +12,8 @@ import torch
 from torch import nn
 
 import gpucore
-from gpucore.data.builtin import CLASS_NAMES, synthetic_captcha, synthetic_fashion
+from gpucore.data.builtin import CLASS_NAMES
+from gpucore.data.synthetic import synthetic_captcha, synthetic_fashion
 from gpucore.config import load_config
 from gpucore.evaluation.load import LoadedModel
 from gpucore.models import build_model

@@ -107,7 +107,8 @@ def test_a_python_run_records_the_importable_model_and_python_data(importable_ru
 
 
 def test_what_is_recorded_for_models_that_are_not_rebuilt_with_no_arguments(on_path):
-    from gpucore.models.registry import FashionMnistCNN, python_model_spec
+    from gpucore.models.builtin import FashionMnistCNN
+    from gpucore.models.registry import python_model_spec
 
     module = __import__(MODULE)
 

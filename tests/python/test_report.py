@@ -15,7 +15,8 @@ import gpucore
 from gpucore import cli
 from gpucore.evaluation import run_report
 from gpucore.report import page as report_page, plots
-from gpucore.data.builtin import CLASS_NAMES, synthetic_fashion
+from gpucore.data.builtin import CLASS_NAMES
+from gpucore.data.synthetic import synthetic_fashion
 from conftest import require
 
 Image = require("PIL.Image")
@@ -191,7 +192,7 @@ def test_captcha_report_shows_strings_and_per_character_confusion(tmp_path):
     rows = json.load(open(os.path.join(result.run_dir, "per_class.json")))
     assert len(rows) == 36 and sum(r["support"] for r in rows) == 24 * 4
     page = open(os.path.join(result.run_dir, "report.html"), encoding="utf-8").read()
-    _, (_, y_val) = gpucore.data.builtin.synthetic_captcha(**kwargs)
+    _, (_, y_val) = gpucore.data.synthetic.synthetic_captcha(**kwargs)
     first = "".join(CLASS_NAMES["synthetic_captcha"][i] for i in y_val[0].tolist())
     assert f"<td>0</td><td>{first}</td>" in page
     for name in ("val_predictions", "train_batch", "confusion_matrix"):
@@ -199,7 +200,7 @@ def test_captcha_report_shows_strings_and_per_character_confusion(tmp_path):
 
 
 def test_ctc_report_of_a_users_model_and_tensors(tmp_path):
-    (x, y), (xv, yv) = gpucore.data.builtin.synthetic_sequences(train_size=128, val_size=16, steps=16, classes=5,
+    (x, y), (xv, yv) = gpucore.data.synthetic.synthetic_sequences(train_size=128, val_size=16, steps=16, classes=5,
                                                              max_length=4, noise=0.1)
     model = nn.Sequential(nn.Linear(5, 32), nn.ReLU(), nn.Linear(32, 5))
     result = gpucore.train(dict(run_dir=str(tmp_path), progress=False, epochs=1, batch_size=32, loss="ctc",

@@ -204,7 +204,7 @@ def test_a_classifier_is_evaluated_on_a_data_set_object_whole_as_on_its_validati
     result = gpucore.train(dict(data="synthetic_fashion", data_kwargs=kwargs, epochs=1, batch_size=16, device="cpu",
                                 precision="32", progress=False, report=False, run_dir=str(tmp_path / "runs")))
     checkpoint = os.path.join(result.checkpoint_dir, "last.pt")
-    _, (x_val, y_val) = gpucore.data.builtin.synthetic_fashion(**kwargs)  # the run's validation split
+    _, (x_val, y_val) = gpucore.data.synthetic.synthetic_fashion(**kwargs)  # the run's validation split
     accuracy = (gpucore.load(checkpoint, "cpu")(x_val).argmax(1) == y_val).float().mean().item()
     own = gpucore.evaluate(checkpoint, device="cpu")["metrics"]
     assert own["accuracy"] == pytest.approx(accuracy)

@@ -13,7 +13,7 @@ from PIL import Image
 import gpucore
 from gpucore.data.epoch_data import training_set, validation_set
 from gpucore.config import load_config
-from gpucore.models.registry import output_count
+from gpucore.models.surgery import output_count
 from conftest import assert_resume_matches
 from test_photo_folders import _more_photos, _photos
 

@@ -145,7 +145,7 @@ def test_bf16_mixed_on_cpu_trains(tmp_path):
 
 
 def test_ctc_sequence_model_learns(tmp_path):
-    (x, y), (xv, yv) = gpucore.data.builtin.synthetic_sequences(train_size=448, val_size=64, steps=16, classes=5,
+    (x, y), (xv, yv) = gpucore.data.synthetic.synthetic_sequences(train_size=448, val_size=64, steps=16, classes=5,
                                                              max_length=4, noise=0.1)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(5, 32), nn.ReLU(), nn.Linear(32, 5))

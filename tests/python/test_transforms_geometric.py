@@ -40,11 +40,11 @@ def real_images():
         sets["photo"] = photo.unsqueeze(0).contiguous()
     except ImportError:
         pass
-    captcha = data.builtin.synthetic_captcha(train_size=3, val_size=1)[0][0]
+    captcha = data.synthetic.synthetic_captcha(train_size=3, val_size=1)[0][0]
     sets["captcha"] = gpucore.data.tensor_inputs.as_images(captcha)[:, :, :40, :64].contiguous()
     path = data.builtin.find_fashion_mnist()
     fashion = (data.builtin.fashion_mnist(path, train_size=4, val_size=1)[0][0] if path
-               else data.builtin.synthetic_fashion(train_size=4, val_size=1)[0][0])
+               else data.synthetic.synthetic_fashion(train_size=4, val_size=1)[0][0])
     sets["fashion"] = gpucore.data.tensor_inputs.as_images(fashion).contiguous()
     return sets
 
@@ -406,7 +406,7 @@ def test_validation_form_is_deterministic():
 
 
 def test_training_sees_the_output_size_and_validation_the_deterministic_form(tmp_path):
-    (train_x, train_y), (val_x, val_y) = data.builtin.synthetic_fashion(train_size=64, val_size=32)
+    (train_x, train_y), (val_x, val_y) = data.synthetic.synthetic_fashion(train_size=64, val_size=32)
     config = dict(run_dir=str(tmp_path), progress=False, epochs=1, batch_size=16, device="cpu", seed=0,
                   transforms=[{"RandomResizedCrop": {"size": 12}}, "RandomHorizontalFlip"])
     model = nn.Sequential(nn.Flatten(), nn.Linear(12 * 12, 10))  # only 12 x 12 inputs fit

@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 import gpucore
-from gpucore.data.builtin import synthetic_fashion
+from gpucore.data.synthetic import synthetic_fashion
 from gpucore.errors import ConfigError
 from gpucore.models.tta import FlipAverage, with_tta
 from conftest import require

@@ -153,7 +153,7 @@ def test_config_data_is_split_by_the_same_code_and_recorded_alike(tmp_path):
     assert recorded["source"] == "val_fraction" and recorded["of"] == "data: synthetic_fashion"
     assert recorded["val_indices"] == by_hand(SEED, 100, 0.1)[1] and recorded["val_fraction"] == 0.1
     (x, _), (xv, _) = gpucore.data.builtin.load_data("synthetic_fashion", kwargs, None, SEED)  # what evaluate reads
-    assert torch.equal(xv, gpucore.data.builtin.synthetic_fashion(**kwargs)[0][0][recorded["val_indices"]])
+    assert torch.equal(xv, gpucore.data.synthetic.synthetic_fashion(**kwargs)[0][0][recorded["val_indices"]])
     assert result.steps == 3 and len(x) == 90  # 90 in batches of 30
     given = gpucore.train(dict(named, name="given"), model=linear(), val_data=(xv, torch.zeros(10, dtype=torch.long)))
     assert validation(given) == {"source": "val_data"} and given.steps == 4  # all 100

@@ -1,12 +1,13 @@
-"""Training data for gpucore.train (config key `data`): the built-in synthetic sets, IDX/.npy/.npz
-files (read into memory as (inputs, targets) tensors) and image folders of class subfolders or of images/ and masks/
-(gpucore.data.ImageFiles, decoded into memory or streamed, as config key `cache` says; see loader.py).
+"""Training data for gpucore.train (config key `data`): the built-in data sets (Fashion-MNIST here, the synthetic
+ones in synthetic.py), IDX/.npy/.npz files (read into memory as (inputs, targets) tensors) and image folders of class
+subfolders or of images/ and masks/ (gpucore.data.ImageFiles, decoded into memory or streamed, as config key `cache`
+says: plan.py's choose_cache decides, epoch_data.py serves it); data without a validation split of its own gets the
+seeded val_fraction share held out (split.py).
 """
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
@@ -17,145 +18,8 @@ from ..errors import ConfigError
 from ..values import is_int
 from . import label_files, readers
 from .image_files import ImageFiles
-from .identity import held_out_by_name, relative_names
-from .torch_samples import dataset_samples
-
-
-
-def synthetic_fashion(train_size: int = 12000, val_size: int = 2000, seed: int = 0, size: int = 28):
-    """Ten classes of 28x28 grey-scale shapes (bars, rings, boxes, crosses, ...) at random positions,
-    scales, thicknesses and contrasts, with noise: Fashion-MNIST-shaped and learnable, made offline.
-
-    Returns ((x_train, y_train), (x_val, y_val)) with x uint8 (N, 1, 28, 28) and y int64.
-    """
-    generator = torch.Generator().manual_seed(seed)
-    total = train_size + val_size
-    labels = torch.randint(0, 10, (total,), generator=generator)
-
-    def uniform(low, high):
-        return low + (high - low) * torch.rand(total, 1, 1, generator=generator)
-
-    coords = torch.arange(size, dtype=torch.float32)
-    yy, xx = torch.meshgrid(coords, coords, indexing="ij")
-    cy, cx = uniform(9, 19), uniform(9, 19)
-    radius, width = uniform(5, 9), uniform(1.2, 2.5)
-    dy, dx = yy - cy, xx - cx
-    dist = torch.sqrt(dy**2 + dx**2)
-    box = torch.maximum(dy.abs(), dx.abs())
-    period = uniform(4, 7)
-    shapes = torch.stack([
-        (torch.cos(2 * math.pi * yy / period) > 0.3) & (box < radius + 2),             # 0 horizontal bars
-        (torch.cos(2 * math.pi * xx / period) > 0.3) & (box < radius + 2),             # 1 vertical bars
-        dist < radius,                                                                # 2 disc
-        (dist - radius).abs() < width,                                                # 3 ring
-        box < radius,                                                                 # 4 filled square
-        (box - radius).abs() < width,                                                 # 5 square outline
-        ((dy.abs() < width) | (dx.abs() < width)) & (box < radius + 1),               # 6 plus
-        (((dy - dx).abs() < width * 1.4) | ((dy + dx).abs() < width * 1.4)) & (box < radius),  # 7 X
-        (dy > -radius) & (dy.abs() + 0 < radius) & (dx.abs() < (dy + radius) * 0.6),   # 8 triangle
-        ((dist - radius).abs() < width) | (dist < width * 1.2),                        # 9 ring with a dot
-    ], dim=1).float()
-    images = shapes[torch.arange(total), labels]
-    contrast = uniform(0.55, 1.0)
-    images = images * contrast + 0.18 * torch.randn(total, size, size, generator=generator)
-    images = (images.clamp(0, 1) * 255).round().to(torch.uint8).unsqueeze(1)
-    return (images[:train_size], labels[:train_size]), (images[train_size:], labels[train_size:])
-
-
-def synthetic_sequences(train_size: int = 4096, val_size: int = 512, seed: int = 0, steps: int = 24, classes: int = 10,
-                        max_length: int = 6, noise: float = 0.3):
-    """Sequences for CTC models (the kind of a TFNet-style text-line recogniser): each token k (1..classes-1) shows as 2-3
-    noisy frames of a feature pattern, separated by blank frames; targets are (N, max_length) class indices
-    padded with -1. Returns ((x_train, y_train), (x_val, y_val)) with x float (N, steps, classes)."""
-    generator = torch.Generator().manual_seed(seed)
-    total = train_size + val_size
-    if 3 * max_length + 1 > steps:
-        raise ConfigError(f"synthetic_sequences: {max_length} tokens need at least {3 * max_length + 1} steps, got {steps}")
-    x = torch.zeros(total, steps, classes)
-    y = torch.full((total, max_length), -1, dtype=torch.long)
-    lengths = torch.randint(1, max_length + 1, (total,), generator=generator)
-    tokens = torch.randint(1, classes, (total, max_length), generator=generator)
-    widths = torch.randint(2, 4, (total, max_length), generator=generator)
-    for i in range(total):
-        t = 0
-        for j in range(int(lengths[i])):
-            x[i, t, 0] = 1.0  # a blank frame before every token
-            t += 1
-            width = int(widths[i, j])
-            x[i, t:t + width, int(tokens[i, j])] = 1.0
-            t += width
-        x[i, t:, 0] = 1.0
-        y[i, :int(lengths[i])] = tokens[i, :int(lengths[i])]
-    x += noise * torch.randn(x.shape, generator=generator)
-    return (x[:train_size], y[:train_size]), (x[train_size:], y[train_size:])
-
-_GLYPHS = {  # a 5 x 7 bitmap font for the built-in captcha generator
-    "0": (".###.", "#...#", "#..##", "#.#.#", "##..#", "#...#", ".###."),
-    "1": ("..#..", ".##..", "..#..", "..#..", "..#..", "..#..", ".###."),
-    "2": (".###.", "#...#", "....#", "...#.", "..#..", ".#...", "#####"),
-    "3": ("#####", "...#.", "..#..", "...#.", "....#", "#...#", ".###."),
-    "4": ("...#.", "..##.", ".#.#.", "#..#.", "#####", "...#.", "...#."),
-    "5": ("#####", "#....", "####.", "....#", "....#", "#...#", ".###."),
-    "6": ("..##.", ".#...", "#....", "####.", "#...#", "#...#", ".###."),
-    "7": ("#####", "....#", "...#.", "..#..", ".#...", ".#...", ".#..."),
-    "8": (".###.", "#...#", "#...#", ".###.", "#...#", "#...#", ".###."),
-    "9": (".###.", "#...#", "#...#", ".####", "....#", "...#.", ".##.."),
-    "a": (".###.", "#...#", "#...#", "#####", "#...#", "#...#", "#...#"),
-    "b": ("####.", "#...#", "#...#", "####.", "#...#", "#...#", "####."),
-    "c": (".###.", "#...#", "#....", "#....", "#....", "#...#", ".###."),
-    "d": ("###..", "#..#.", "#...#", "#...#", "#...#", "#..#.", "###.."),
-    "e": ("#####", "#....", "#....", "####.", "#....", "#....", "#####"),
-    "f": ("#####", "#....", "#....", "####.", "#....", "#....", "#...."),
-    "g": (".###.", "#...#", "#....", "#.###", "#...#", "#...#", ".####"),
-    "h": ("#...#", "#...#", "#...#", "#####", "#...#", "#...#", "#...#"),
-    "i": (".###.", "..#..", "..#..", "..#..", "..#..", "..#..", ".###."),
-    "j": ("..###", "...#.", "...#.", "...#.", "...#.", "#..#.", ".##.."),
-    "k": ("#...#", "#..#.", "#.#..", "##...", "#.#..", "#..#.", "#...#"),
-    "l": ("#....", "#....", "#....", "#....", "#....", "#....", "#####"),
-    "m": ("#...#", "##.##", "#.#.#", "#.#.#", "#...#", "#...#", "#...#"),
-    "n": ("#...#", "#...#", "##..#", "#.#.#", "#..##", "#...#", "#...#"),
-    "o": (".###.", "#...#", "#...#", "#...#", "#...#", "#...#", ".###."),
-    "p": ("####.", "#...#", "#...#", "####.", "#....", "#....", "#...."),
-    "q": (".###.", "#...#", "#...#", "#...#", "#.#.#", "#..#.", ".##.#"),
-    "r": ("####.", "#...#", "#...#", "####.", "#.#..", "#..#.", "#...#"),
-    "s": (".####", "#....", "#....", ".###.", "....#", "....#", "####."),
-    "t": ("#####", "..#..", "..#..", "..#..", "..#..", "..#..", "..#.."),
-    "u": ("#...#", "#...#", "#...#", "#...#", "#...#", "#...#", ".###."),
-    "v": ("#...#", "#...#", "#...#", "#...#", "#...#", ".#.#.", "..#.."),
-    "w": ("#...#", "#...#", "#...#", "#.#.#", "#.#.#", "#.#.#", ".#.#."),
-    "x": ("#...#", "#...#", ".#.#.", "..#..", ".#.#.", "#...#", "#...#"),
-    "y": ("#...#", "#...#", ".#.#.", "..#..", "..#..", "..#..", "..#.."),
-    "z": ("#####", "....#", "...#.", "..#..", ".#...", "#....", "#####"),
-}
-CAPTCHA_ALPHABET = "".join(_GLYPHS)
-
-
-def synthetic_captcha(train_size: int = 10000, val_size: int = 1000, seed: int = 0, length: int = 4,
-                      height: int = 60, width: int = 160):
-    """Captcha images like those of captcha-trainer scripts (160 x 60 RGB, 4 characters of 0-9a-z) drawn from a built-in bitmap
-    font: scaled glyphs at jittered positions in random colours over a noisy background with stray lines.
-    Targets are (N, length) indices into CAPTCHA_ALPHABET. Returns ((x_train, y_train), (x_val, y_val))."""
-    generator = torch.Generator().manual_seed(seed)
-    total = train_size + val_size
-    font = torch.tensor([[[c == "#" for c in row] for row in _GLYPHS[ch]] for ch in CAPTCHA_ALPHABET])  # 36 x 7 x 5
-    labels = torch.randint(0, len(CAPTCHA_ALPHABET), (total, length), generator=generator)
-    images = (torch.rand(total, 3, height, width, generator=generator) * 60 + 170).to(torch.uint8)
-    slot = width // length
-    for i in range(total):
-        for j in range(length):
-            scale = int(torch.randint(4, 7, (1,), generator=generator))
-            glyph = font[labels[i, j]].repeat_interleave(scale, 0).repeat_interleave(scale, 1)
-            gh, gw = glyph.shape
-            top = int(torch.randint(0, max(height - gh, 1), (1,), generator=generator))
-            left = j * slot + int(torch.randint(0, max(slot - gw, 1), (1,), generator=generator))
-            colour = torch.randint(0, 120, (3, 1, 1), generator=generator).to(torch.uint8)
-            region = images[i, :, top:top + gh, left:left + gw]
-            images[i, :, top:top + gh, left:left + gw] = torch.where(glyph[:gh, :region.shape[2]], colour, region)
-        for _ in range(2):  # stray lines across the text
-            row = int(torch.randint(0, height, (1,), generator=generator))
-            images[i, :, row, :] = torch.randint(0, 120, (3, 1), generator=generator).to(torch.uint8)
-    return (images[:train_size], labels[:train_size]), (images[train_size:], labels[train_size:])
-
+from .split import split
+from .synthetic import CAPTCHA_ALPHABET, synthetic_captcha, synthetic_fashion, synthetic_sequences
 
 FASHION_MNIST_ENV = "GPUCORE_FASHION_MNIST"
 # Where the original IDX files are looked for after data_kwargs `path` and $GPUCORE_FASHION_MNIST:
@@ -509,80 +373,3 @@ def load_data(name: str, kwargs: dict, val_fraction: Optional[float], seed: int,
     if val is None:
         train, val, _ = split(train, DATA_VAL_FRACTION if val_fraction is None else val_fraction, seed)
     return train, val
-
-
-@dataclass(frozen=True)
-class ValSplit:
-    """The samples a seeded `val_fraction` split held out for validation (training_stats.json's "validation")."""
-
-    fraction: float
-    seed: int
-    samples: int  # of the training data before the split
-    val_index: List[int]  # positions in it, in the order the validation set serves them
-    how: str  # how the positions were drawn, in words
-
-    def to_dict(self) -> dict:
-        return {"val_fraction": self.fraction, "seed": self.seed, "samples": self.samples,
-                "val_samples": len(self.val_index), "train_samples": self.samples - len(self.val_index),
-                "how": self.how, "val_indices": list(self.val_index)}
-
-
-# How split() draws the held-out positions, in training_stats.json's words.
-_BY_POSITION = ("torch.randperm(samples, generator=torch.Generator().manual_seed(seed)): the first val_samples positions "
-                "are validation (val_indices, in this order), the rest training in their order")
-_BY_FILE_NAME = ("by file: a file is validation when blake2b(f'{seed}\\0{path relative to the folder}', digest_size=8) "
-                 "read as a big-endian number / 2^64 is below val_fraction (at least one file), so files added later "
-                 "never move an earlier file between training and validation; val_indices in file order")
-
-
-def split_indices(count: int, fraction: float, seed: int) -> Tuple[List[int], List[int]]:
-    """(train, val) positions of `count` samples, the seeded share `fraction` held out: the same for a seed on every
-    rank and after a resume, whatever the global random state."""
-    order = torch.randperm(count, generator=torch.Generator().manual_seed(seed)).tolist()
-    held_out = max(1, int(round(count * fraction)))
-    if held_out >= count:
-        raise ConfigError(f"config key 'val_fraction': {fraction} of {count} training sample(s) leaves none to train "
-                          "on; use a smaller val_fraction (in [0, 1)), more data, or pass val_data")
-    return order[held_out:], order[:held_out]
-
-
-def split(dataset, fraction: float, seed: int):
-    """(train, val, ValSplit) of a data set, the seeded share `fraction` held out for validation (image files by
-    their names, held_out_by_name; other data by position); (dataset, None, None) for fraction 0. Takes (inputs,
-    targets) tensors, ImageFiles, and torch Datasets with a length (as DatasetSamples' subsets; gpucore.train serves its
-    other gpucore data sets as tensors); a DataLoader, an IterableDataset or anything else is a ConfigError."""
-    if not fraction:
-        return dataset, None, None
-    count = _split_length(dataset)
-    if isinstance(dataset, ImageFiles):
-        train_index, val_index = held_out_by_name(relative_names(dataset), fraction, seed)
-        record = ValSplit(fraction=fraction, seed=seed, samples=count, val_index=val_index, how=_BY_FILE_NAME)
-        return dataset.subset(train_index), dataset.subset(val_index), record
-    train_index, val_index = split_indices(count, fraction, seed)
-    record = ValSplit(fraction=fraction, seed=seed, samples=count, val_index=val_index, how=_BY_POSITION)
-    if isinstance(dataset, (tuple, list)):
-        inputs, targets = dataset
-        train, val = (torch.tensor(i, dtype=torch.long) for i in (train_index, val_index))
-        return (inputs[train], targets[train]), (inputs[val], targets[val]), record
-    samples = dataset_samples(dataset)  # a torch Dataset: as DatasetSamples reads it, given so already by train()
-    return samples.subset(train_index), samples.subset(val_index), record
-
-
-def _split_length(dataset) -> int:
-    """The number of samples a val_fraction split divides; ConfigError, naming what would work, for data it cannot."""
-    what = type(dataset).__name__
-    if isinstance(dataset, torch.utils.data.DataLoader):
-        loader = "a torch DataLoader" + ("" if what == "DataLoader" else f" ({what})")
-        raise ConfigError(f"config key 'val_fraction' holds out a share of the training data, but train_data is "
-                          f"{loader}, which cannot be split without rebuilding it: pass val_data, set "
-                          "val_fraction: 0 (no validation), or pass the DataLoader's Dataset as train_data")
-    if isinstance(dataset, (tuple, list)) and len(dataset) == 2 and all(isinstance(t, torch.Tensor) for t in dataset):
-        if dataset[0].shape[0] != dataset[1].shape[0]:
-            raise ConfigError(f"train_data: {dataset[0].shape[0]} inputs but {dataset[1].shape[0]} targets")
-        return dataset[0].shape[0]
-    if isinstance(dataset, torch.utils.data.IterableDataset) or not isinstance(dataset, torch.utils.data.Dataset) \
-            or not hasattr(dataset, "__len__"):
-        raise ConfigError(f"config key 'val_fraction' holds out a share of the training data, but train_data is a "
-                          f"{what}, which has no samples to pick by position: pass (inputs, targets) tensors, a "
-                          "gpucore data set or a torch Dataset with a length; or pass val_data, or set val_fraction: 0")
-    return len(dataset)

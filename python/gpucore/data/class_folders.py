@@ -13,8 +13,8 @@ from typing import Dict, List, Optional, Sequence
 from ..errors import ConfigError
 from . import pillow_formats
 
-# What gpucore's readers decode: PNG and JPEG in C++ (csrc/data/images.cpp), the rest through Pillow
-# (pillow_formats.py) where it and the format's plugin are installed.
+# What gpucore's readers decode: PNG and JPEG in C++ (csrc/data/decode_png.cpp, decode_jpeg.cpp), the rest through
+# Pillow (pillow_formats.py) where it and the format's plugin are installed.
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg") + tuple(pillow_formats.EXTENSIONS)
 # The formats of IMAGE_EXTENSIONS, for messages.
 READ_FORMATS = "PNG, JPEG, WebP, BMP, GIF, TIFF, PPM/PGM/PBM, HEIC/HEIF, AVIF"

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError
-from ..models.registry import classifier_head, output_count
+from ..models.surgery import classifier_head, output_count
 from ..tasks import Classification, MultiLabel, Task
 from .image_files import ImageFiles
 

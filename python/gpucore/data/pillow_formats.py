@@ -1,8 +1,8 @@
 """The image formats gpucore decodes through Pillow, on its reader threads: WebP, BMP, GIF (the first frame), TIFF,
 PPM/PGM/PBM, and HEIC/HEIF and AVIF with their plugins (pillow-heif, pillow-avif-plugin, or a Pillow built with
-AVIF). PNG and JPEG are decoded by the C++ readers (csrc/data/images.cpp); every other file's bytes come here
-(csrc/data/other_formats.cpp), and its pixels are Pillow's `ImageOps.exif_transpose(image).convert(mode)` by
-construction. docs/guides/data.md says why these go through Pillow (measured) and not through libwebp/libtiff/giflib
+AVIF). PNG and JPEG are decoded by the C++ readers (csrc/data/decode_png.cpp, decode_jpeg.cpp); every other
+file's bytes come here (csrc/data/other_formats.cpp), and its pixels are Pillow's
+`ImageOps.exif_transpose(image).convert(mode)` by construction. docs/guides/data.md says why these go through Pillow (measured) and not through libwebp/libtiff/giflib
 linked into gpucore."""
 from __future__ import annotations
 

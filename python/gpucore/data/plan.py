@@ -3,8 +3,8 @@ everything after (the epochs' batches, validation, evaluate, the report, the fir
 rebuild, gpucore.DataLoader). timm resolves a data config, then creates the data set, the transform and the loader,
 each once; a plan also records what the data set was (identity.py), so that a resume can check it.
 
-The chain: data set (readers.py, builtin.py; a torch Dataset's samples: torch_samples.py) -> plan_data (here) ->
-EpochData and its C++ batch source (epoch_data.py).
+The chain: data set (readers.py, builtin.py, synthetic.py; a torch Dataset's samples: torch_samples.py) -> plan_data
+(here) -> EpochData and its C++ batch source (epoch_data.py).
 """
 from __future__ import annotations
 

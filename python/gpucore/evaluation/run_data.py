@@ -17,7 +17,7 @@ from typing import List, Optional, Tuple
 import torch
 
 from ..data.builtin import (BUILTIN, DATA_VAL_FRACTION, HELD_OUT_FOLDERS, class_names, held_out_folders, is_python_data,
-                            read_data, split as held_out_share)
+                            read_data)
 from ..data.fits import check_fits_task, check_model_segments, probe_output
 from ..data.identity import changes, identity_of
 from ..data.image_files import ImageFiles
@@ -25,6 +25,7 @@ from ..data.label_files import LABEL_FILE_EXTENSIONS
 from ..data.labeled_data import LabeledData
 from ..data.plan import is_native
 from ..data.readers import DECODE_KEYWORDS
+from ..data.split import split as held_out_share
 from ..data.torch_samples import DatasetSamples, dataset_samples, is_hf_dataset
 from ..errors import ConfigError
 from ..tasks import Classification, MultiLabel

@@ -12,7 +12,8 @@ from torch import nn
 
 from ..checkpoint import FORMAT, model_state
 from ..errors import ConfigError
-from .registry import LIBRARIES, adapt_input_conv, classifier_head, import_library, input_conv, is_under
+from .registry import LIBRARIES, import_library
+from .surgery import adapt_input_conv, classifier_head, input_conv, is_under
 
 LIBRARY_WEIGHTS = "true"  # pretrained: true, the library's own weights from its local cache
 NO_WEIGHTS = "false"  # pretrained: false, as no key

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from torch import nn
 
 from ..errors import ConfigError
-from ..models.registry import backbone_split
+from ..models.surgery import backbone_split
 from ..run_files import BEST, EVERY_N_PREFIX, INTERRUPTED, LAST, every_n_name
 from .fit_outcome import EARLY_STOPPED
 from .frozen_layers import CannotFold, FrozenLayersForward

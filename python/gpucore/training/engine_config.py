@@ -15,7 +15,7 @@ from torch import nn
 
 from .. import _C
 from ..errors import ConfigError
-from ..models.registry import backbone_split
+from ..models.surgery import backbone_split
 from ..tasks import Task
 from ..device.placement import forward_config
 from . import distributed

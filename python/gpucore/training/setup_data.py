@@ -12,13 +12,14 @@ from typing import List, Optional
 import torch
 
 from .. import transforms as transforms_list
-from ..data.builtin import DATA_VAL_FRACTION, class_names, read_data, split
+from ..data.builtin import DATA_VAL_FRACTION, class_names, read_data
 from ..data.class_balance import (balanced_sampling_weights, class_count, class_labels, imbalance,
                                   known_class_labels)
 from ..data.epoch_data import EpochData, training_set, validation_set
 from ..data.fits import check_class_count, check_fits_task
 from ..data.image_files import MASK_VOID, ImageFiles, read_masks_alike
 from ..data.labeled_data import LabeledData
+from ..data.split import split
 from ..data.tensor_inputs import as_images
 from ..data.torch_samples import DatasetSamples, dataset_samples
 from ..tasks import TORCH_IGNORE_INDEX, Classification, MultiLabel, Task

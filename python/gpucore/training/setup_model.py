@@ -20,7 +20,8 @@ from ..device.placement import place_model
 from ..device.select import DeviceChoice, PrecisionPolicy
 from ..errors import ConfigError
 from ..models.pretrained import NO_WEIGHTS, LoadReport, load_pretrained, resolve_weights_path
-from ..models.registry import build_model, kwargs_from_data, output_count
+from ..models.registry import build_model, kwargs_from_data
+from ..models.surgery import output_count
 from ..tasks import Task
 from . import distributed
 from .ema import make_ema
