@@ -71,8 +71,9 @@ def test_no_import_cycles_between_folders():
 # below it, so the data never reaches up into training or evaluation, evaluation never into training, models and tasks
 # never into data or training, and the ground floor depends on nothing of gpucore's but the compiled core (_C).
 FLOORS = (
-    # ground: errors, plain values, the run directory's file names, redaction, signals, process settings
-    {"errors", "values", "run_files", "redact", "signals", "process_settings", "_version_check"},
+    # ground: errors, plain values, the run directory's file names and history rows, redaction, signals, process
+    # settings
+    {"errors", "values", "run_files", "run_history", "redact", "signals", "process_settings", "_version_check"},
     # building blocks: the transforms' list, checkpoint files, devices, tasks (loss, metrics, decoding), the fused
     # ops, the runs table
     {"transforms", "checkpoint", "device", "tasks", "ops", "runs"},
