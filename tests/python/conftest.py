@@ -1,5 +1,6 @@
 import collections
 import gzip
+import os
 import pathlib
 import struct
 import sys
@@ -206,7 +207,9 @@ def batches(x, y, batch_size):
 
 # ---- small gpucore.train runs (test_train, test_train_matches_torch, _run_dir_and_resume, _out_of_memory) ------------
 
-SMALL = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 1024, "val_size": 256, "seed": 3}, "progress": False,
+# 4 steps of 64 an epoch: what a test of the loop's behaviour (its files, early stopping, resumes) needs; a test whose
+# check needs more steps or learning sets its own data_kwargs.
+SMALL = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 256, "val_size": 64, "seed": 3}, "progress": False,
          "batch_size": 64}
 
 
@@ -225,6 +228,66 @@ def plain(tmp_path, **overrides):
                 seed=0, epochs=1, device="cpu", precision="32")  # float32: compared with float32 torch loops
     base.update(overrides)
     return base
+
+
+# ---- shared trained runs: trained once per session, for the tests that only read a finished run ---------------------
+# A test that reads a run (its report, checkpoints, evaluate, predict, export) takes one of these instead of training
+# its own. They are read-only: a test that writes into a run directory (gpucore report, a renamed checkpoint) works on
+# run_copy(run, tmp_path). The session's end checks that no test changed them. A test that checks training itself (its
+# numbers, a resume, a signal) trains its own run.
+
+FASHION_KWARGS = {"train_size": 512, "val_size": 200, "seed": 5}
+FASHION_RUN = dict(data="synthetic_fashion", data_kwargs=FASHION_KWARGS, epochs=2, lr=3e-3, batch_size=64,
+                   crop_padding=2, hflip=True, progress=False, device="cpu", precision="32", report=True)
+CAPTCHA_KWARGS = {"train_size": 256, "val_size": 64, "seed": 2}
+CAPTCHA_RUN = dict(model="captcha_cnn", loss="multilabel_soft_margin", data="synthetic_captcha",
+                   data_kwargs=CAPTCHA_KWARGS, heads=4, batch_size=32, top_k=0, epochs=1, progress=False, device="cpu",
+                   precision="32", report=True)
+
+
+def _contents(folder):
+    """Every file under `folder` by relative path, with its bytes' digest."""
+    import hashlib
+
+    root = pathlib.Path(folder)
+    return {str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(root.rglob("*")) if path.is_file()}
+
+
+def _shared_run(tmp_path_factory, name, config):
+    """gpucore.train(config) in a session folder of its own, with its report; after the session, the run directory
+    must hold what it held when the run ended."""
+    import gpucore
+
+    result = gpucore.train(dict(config, run_dir=str(tmp_path_factory.mktemp(name)), name=name))
+    ended = _contents(result.run_dir)
+    yield result
+    now = _contents(result.run_dir)
+    changed = sorted(path for path in set(ended) | set(now) if ended.get(path) != now.get(path))
+    assert not changed, f"a test changed the shared run {name} (use run_copy): {changed}"
+
+
+@pytest.fixture(scope="session")
+def fashion_run(tmp_path_factory):
+    """A finished classification run (FASHION_RUN: the synthetic Fashion set, 2 epochs in float32, with crop and flip
+    augmentation, its report drawn): its TrainResult. Read-only."""
+    yield from _shared_run(tmp_path_factory, "fashion", FASHION_RUN)
+
+
+@pytest.fixture(scope="session")
+def captcha_run(tmp_path_factory):
+    """A finished multi-head run (CAPTCHA_RUN: 4 characters of 36 classes, one epoch, its report drawn): its
+    TrainResult. Read-only."""
+    yield from _shared_run(tmp_path_factory, "captcha", CAPTCHA_RUN)
+
+
+def run_copy(run, folder):
+    """A copy of a shared run's directory under `folder`, for a test that writes into it: its path."""
+    import shutil
+
+    copy = pathlib.Path(folder) / os.path.basename(run.run_dir)
+    shutil.copytree(run.run_dir, copy)
+    return copy
 
 
 # ---- shared checks: bitwise states, resumed runs, memory growth ------------------------------------------------------

@@ -10,8 +10,8 @@ import gpucore
 from conftest import assert_states_equal
 from gpucore.training.loggers.base import Logger
 
-SMALL = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 512, "val_size": 128, "seed": 3},
-         "progress": False, "batch_size": 64, "epochs": 4, "seed": 5, "device": "cpu"}
+SMALL = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 256, "val_size": 64, "seed": 3},
+         "progress": False, "batch_size": 32, "epochs": 4, "seed": 5, "device": "cpu"}  # 8 steps an epoch
 
 
 class StopAtAccuracy(gpucore.Callback):
@@ -190,7 +190,7 @@ def test_on_train_step_end_is_called_once_after_every_optimizer_step(tmp_path, a
         def on_log(self, trainer, step, metrics):
             logged.append((metrics["epoch"], len(steps)))
 
-    # 512 samples, batch 64: 8 micro-batches an epoch, 8 // accumulate optimizer steps
+    # 256 samples, batch 32: 8 micro-batches an epoch, 8 // accumulate optimizer steps
     config = dict(SMALL, run_dir=str(tmp_path), epochs=2, log_every_n_steps=2, accumulate_grad_batches=accumulate)
     result = gpucore.train(config, callbacks=[EveryStep()])
     per_epoch = 8 // accumulate

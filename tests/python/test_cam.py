@@ -358,7 +358,7 @@ def test_cuda_kernels_match_cpu(method):
 
 
 @pytest.mark.slow
-def test_cli_gradcam_on_a_trained_checkpoint(tmp_path):
+def test_cli_gradcam_on_a_trained_checkpoint(tmp_path, fashion_run):
     import json
     import subprocess
     import sys
@@ -367,10 +367,7 @@ def test_cli_gradcam_on_a_trained_checkpoint(tmp_path):
 
     from gpucore.data.synthetic import synthetic_fashion
 
-    config = tmp_path / "fm.yaml"
-    config.write_text(f"epochs: 1\nrun_dir: {tmp_path / 'runs'}\nprogress: false\n"
-                      "data: synthetic_fashion\ndata_kwargs: {train_size: 512, val_size: 64}\n")
-    trained = gpucore.train(str(config))
+    trained = fashion_run  # the session's finished run of the Fashion-MNIST CNN
     (images, labels), _ = synthetic_fashion(train_size=4, val_size=1, seed=5)
     np.save(tmp_path / "images.npy", images[:, 0].numpy())
     out = tmp_path / "cams"

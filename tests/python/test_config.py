@@ -206,8 +206,8 @@ def run_cli(*args, cwd=None):
 def test_cli_train_and_resume(tmp_path):
     config = tmp_path / "tiny.yaml"
     config.write_text(
-        f"epochs: 2\nschedule: constant\nrun_dir: {tmp_path / 'runs'}\nprogress: false\n"
-        "data: synthetic_fashion\ndata_kwargs: {train_size: 512, val_size: 128}\n"
+        f"epochs: 2\nschedule: constant\nrun_dir: {tmp_path / 'runs'}\nprogress: false\nreport: false\n"
+        "data: synthetic_fashion\ndata_kwargs: {train_size: 128, val_size: 32}\n"
     )
     result = run_cli("train", str(config), "--set", "epochs=1")
     assert result.returncode == 0, result.stderr

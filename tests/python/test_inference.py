@@ -1,37 +1,37 @@
 """gpucore.load: a checkpoint back as a model with its run's preprocessing."""
+import copy
+
 import pytest
 import torch
 
 import gpucore
+from conftest import CAPTCHA_KWARGS, FASHION_KWARGS
 from gpucore.data.builtin import CLASS_NAMES
 from gpucore.data.synthetic import CAPTCHA_ALPHABET, synthetic_captcha, synthetic_fashion
 from gpucore.tasks import task_for
 from gpucore.tasks.decode import as_text, ctc_greedy
 
-DATA = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 512, "val_size": 300, "seed": 5}}
-
-
-def test_loaded_model_reproduces_the_runs_validation_accuracy(tmp_path):
-    result = gpucore.train(run_dir=str(tmp_path), epochs=1, progress=False, device="cpu", **DATA)
+def test_loaded_model_reproduces_the_runs_validation_accuracy(fashion_run):
+    result = fashion_run
     loaded = gpucore.load(f"{result.checkpoint_dir}/last.pt", device="cpu")
     assert loaded.classes == CLASS_NAMES["synthetic_fashion"] and loaded.input_shape == [1, 28, 28]
-    _, (x_val, y_val) = synthetic_fashion(train_size=512, val_size=300, seed=5)
+    _, (x_val, y_val) = synthetic_fashion(**FASHION_KWARGS)
+    samples = len(y_val)
     logits = loaded(x_val, batch_size=64)  # raw uint8 images: load() applies the run's standardisation
-    # At most one of the 300 samples apart (the run evaluated in its precision, this in float32), counted
-    # in samples: a mean of one sample's difference can land a rounding error past abs=1/300.
+    # At most one of the samples apart (the run evaluated in its precision, this in float32), counted in samples:
+    # a mean of one sample's difference can land a rounding error past abs=1/samples.
     hits = int((logits.argmax(1) == y_val).sum())
-    assert abs(hits - round(result.history[-1]["val_accuracy"] * 300)) <= 1
-    # the same as the trained model in memory on hand-standardised inputs
+    assert abs(hits - round(result.history[-1]["val_accuracy"] * samples)) <= 1
+    # the same as the trained model in memory on hand-standardised inputs (a float32 copy: the run is shared)
     stats = torch.load(f"{result.checkpoint_dir}/last.pt", weights_only=True)["input_stats"]
     by_hand = (x_val.float() / 255 - stats["mean"][0]) / stats["std"][0]
-    result.model.float().eval()
+    model = copy.deepcopy(result.model).float().eval()
     with torch.no_grad():
-        torch.testing.assert_close(logits, result.model(by_hand), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(logits, model(by_hand), rtol=1e-4, atol=1e-4)
 
 
-def test_inputs_of_the_wrong_shape_and_bad_checkpoints_are_named(tmp_path):
-    result = gpucore.train(run_dir=str(tmp_path), epochs=1, progress=False, device="cpu", **DATA)
-    loaded = gpucore.load(f"{result.checkpoint_dir}/best.pt", device="cpu")
+def test_inputs_of_the_wrong_shape_and_bad_checkpoints_are_named(fashion_run, tmp_path):
+    loaded = gpucore.load(f"{fashion_run.checkpoint_dir}/best.pt", device="cpu")
     with pytest.raises(gpucore.ConfigError, match=r"trained on images of 1 x 28 x 28.*\(2, 3, 28, 28\)"):
         loaded(torch.zeros(2, 3, 28, 28, dtype=torch.uint8))
     with pytest.raises(gpucore.ConfigError, match="does not exist"):
@@ -41,17 +41,13 @@ def test_inputs_of_the_wrong_shape_and_bad_checkpoints_are_named(tmp_path):
         gpucore.load(tmp_path / "junk.pt")
 
 
-@pytest.mark.slow
-def test_decoded_predictions_score_what_the_engine_reported(tmp_path):
+def test_decoded_predictions_score_what_the_engine_reported(captcha_run):
     """The task's decoding follows the engine's metric rules: its whole-captcha accuracy equals val_seq_accuracy."""
-    kwargs = {"train_size": 256, "val_size": 64, "seed": 2}
-    result = gpucore.train({"model": "captcha_cnn", "loss": "multilabel_soft_margin"}, run_dir=str(tmp_path), epochs=1, progress=False, device="cpu",
-                           data="synthetic_captcha", data_kwargs=kwargs, heads=4,
-                           batch_size=32, top_k=0)
+    result = captcha_run
     loaded = gpucore.load(f"{result.checkpoint_dir}/last.pt", device="cpu")
-    _, (x_val, y_val) = synthetic_captcha(**kwargs)
+    _, (x_val, y_val) = synthetic_captcha(**CAPTCHA_KWARGS)
     characters = loaded.task.decode(loaded(x_val))
-    assert characters.shape == (64, 4)
+    assert characters.shape == (CAPTCHA_KWARGS["val_size"], 4)
     assert (characters == y_val).all(1).float().mean().item() == pytest.approx(result.history[-1]["val_seq_accuracy"])
     assert (characters == y_val).float().mean().item() == pytest.approx(result.history[-1]["val_char_accuracy"])
     assert as_text(y_val[:2], loaded.classes) == ["".join(CAPTCHA_ALPHABET[i] for i in row) for row in y_val[:2].tolist()]

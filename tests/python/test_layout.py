@@ -1,5 +1,5 @@
-"""The package's layout: no import cycles between its folders (and top-level modules), command-line code only
-in cli.py, and every public name still where users find it."""
+"""The package's layout: no import cycles between its folders (and top-level modules), every import going down the
+package's floors (FLOORS), command-line code only in cli.py, and every public name still where users find it."""
 import ast
 import os
 import re
@@ -67,6 +67,66 @@ def test_no_import_cycles_between_folders():
         assert cycle is None, f"import cycle: {' -> '.join(cycle)}"
 
 
+# The package's floors, lowest first: a folder (or top-level module) imports only from its own floor and the floors
+# below it, so the data never reaches up into training or evaluation, evaluation never into training, models and tasks
+# never into data or training, and the ground floor depends on nothing of gpucore's but the compiled core (_C).
+FLOORS = (
+    # ground: errors, plain values, the run directory's file names and history rows, redaction, signals, process
+    # settings
+    {"errors", "values", "run_files", "run_history", "redact", "signals", "process_settings", "_version_check"},
+    # building blocks: the transforms' list, checkpoint files, devices, tasks (loss, metrics, decoding), the fused
+    # ops, the runs table
+    {"transforms", "checkpoint", "device", "tasks", "ops", "runs"},
+    {"models"},
+    {"config"},  # reads the models' and transforms' names to check a config's keys
+    {"data"},
+    {"cam", "report"},  # Grad-CAM and the run report, drawn from a model and its data
+    # gpucore.load, evaluate, predict, export: they serve data through data/ (a data set's plan) and place models
+    # through device/, never through training/ (the loop's own modules)
+    {"evaluation"},
+    {"training"},
+    {"train", "cli", "__main__", "gpucore"},  # the entry points: gpucore.train, the command line, the package
+)
+COMPILED = ("_C", "_build_info")  # the extension and its build facts (generated): below every floor
+
+
+def _floor(unit):
+    return next((index for index, units in enumerate(FLOORS) if unit in units), None)
+
+
+def test_imports_go_down_the_floors():
+    """Every import goes to the importer's own floor or one below it (FLOORS): data never imports training or
+    evaluation, evaluation never training, models and tasks never data or training, the ground floor nothing of
+    gpucore's; a new folder or top-level module gets its floor in FLOORS."""
+    upward, unplaced = [], set()
+    for module, path in _modules():
+        unit = _unit(module)
+        if unit in COMPILED:
+            continue
+        if _floor(unit) is None:
+            unplaced.add(unit)
+            continue
+        for target in _imports(module, path, path.endswith("__init__.py")):
+            other = _unit(target) if target != "gpucore" else "gpucore"
+            if other in COMPILED:
+                continue
+            if _floor(other) is None:
+                unplaced.add(other)
+            elif _floor(other) > _floor(unit):
+                upward.append(f"{module} ({unit}) imports {target} ({other}, a floor above)")
+    assert not unplaced, f"units with no floor in test_layout.FLOORS: {sorted(unplaced)}"
+    assert not upward, "imports against the floors:\n" + "\n".join(upward)
+
+
+def test_the_floors_hold_the_rules_the_layout_promises():
+    """The floors themselves say what the layout promises (so a reordering of FLOORS cannot drop a rule)."""
+    below = lambda low, high: _floor(low) < _floor(high)  # noqa: E731
+    assert all(below("data", above) for above in ("training", "evaluation"))
+    assert below("evaluation", "training")
+    assert all(below(low, high) for low in ("models", "tasks") for high in ("data", "training"))
+    assert all(below(ground, unit) for ground in FLOORS[0] for units in FLOORS[1:] for unit in units)
+
+
 def test_command_line_code_lives_in_cli_only():
     for module, path in _modules():
         with open(path, encoding="utf-8") as handle:
@@ -84,16 +144,6 @@ def test_public_names_are_where_users_find_them():
     assert gpucore.data.read_npz is gpucore.data.readers.read_npz
     assert gpucore.models.build_model is gpucore.models.registry.build_model
     assert issubclass(gpucore.ExportError, RuntimeError)
-
-
-def test_evaluation_reads_data_and_models_without_the_training_loop():
-    """gpucore.evaluate, the report and predict serve data through data/ (a data set's plan) and place models through
-    device/, never through training/ (the loop's own modules)."""
-    for module, path in _modules():
-        if _unit(module) in ("evaluation", "data", "report"):
-            training = [target for target in _imports(module, path, path.endswith("__init__.py"))
-                        if _unit(target) == "training"]
-            assert not training, f"{module} imports {training}"
 
 
 def test_architecture_layout_table_lists_every_folder():

@@ -12,6 +12,7 @@ import torch
 import gpucore
 from gpucore.data.synthetic import synthetic_fashion
 from gpucore.data.png import encode_png
+from conftest import run_copy
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(gpucore.__file__)))  # the gpucore under test
@@ -36,13 +37,10 @@ def _refused(result, *texts):
         assert text in result.stderr, result.stderr
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    """One small run of the synthetic Fashion set: its run directory and last checkpoint."""
-    folder = tmp_path_factory.mktemp("messages")
-    result = gpucore.train(run_dir=str(folder / "run"), epochs=1, progress=False, device="cpu", precision="32",
-                           data="synthetic_fashion", data_kwargs=KWARGS)
-    return pathlib.Path(result.run_dir), pathlib.Path(result.checkpoint_dir) / "last.pt"
+@pytest.fixture
+def run(fashion_run):
+    """The session's finished run of the synthetic Fashion set (read-only): its run directory and last checkpoint."""
+    return pathlib.Path(fashion_run.run_dir), pathlib.Path(fashion_run.checkpoint_dir) / "last.pt"
 
 
 # --- item 4: wrong results, silently ------------------------------------------------------------------------------
@@ -94,11 +92,11 @@ def test_a_folder_or_a_config_as_checkpoint_says_what_a_checkpoint_is(run):
         gpucore.load(run_dir / "missing.pt", "cpu")
 
 
-def test_ctrl_c_during_report_ends_in_one_line_and_leaves_plots(run, monkeypatch, capsys):
+def test_ctrl_c_during_report_ends_in_one_line_and_leaves_plots(fashion_run, tmp_path, monkeypatch, capsys):
     from gpucore import cli
     from gpucore.report import plots
 
-    run_dir, _ = run
+    run_dir = run_copy(fashion_run, tmp_path)
     before = {p.name: p.read_bytes() for p in (run_dir / "plots").iterdir()}
     assert before  # the report written at the end of training
 
@@ -165,7 +163,7 @@ def test_the_console_script_imports_a_model_from_the_current_folder(tmp_path):
     (bin_dir / "gpucore").write_text("import sys\nfrom gpucore.cli import main\nsys.exit(main())\n")  # as pip writes it
     args = ["train", "--set", "model=mymodule:factory", "--set", "data=synthetic_fashion", "--set", "epochs=1",
             "--set", "device=cpu", "--set", "progress=false", "--set", f"run_dir={tmp_path / 'run'}",
-            "--set", 'data_kwargs={"train_size": 64, "val_size": 16}']
+            "--set", 'data_kwargs={"train_size": 64, "val_size": 16}', "--set", "report=false"]
     result = subprocess.run([sys.executable, str(bin_dir / "gpucore"), *args], capture_output=True, text=True,
                             timeout=600, cwd=tmp_path, env=_env())
     assert result.returncode == 0, result.stderr

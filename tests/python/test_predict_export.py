@@ -18,21 +18,17 @@ from gpucore.config import load_config
 from gpucore.evaluation.load import LoadedModel
 from gpucore.models import build_model
 from gpucore.data.png import encode_png
-from conftest import require
+from conftest import CAPTCHA_KWARGS, FASHION_KWARGS, require
 
-pytestmark = pytest.mark.slow  # trains several runs, seconds each
+pytestmark = pytest.mark.slow  # spawns gpucore processes and exports with onnx, seconds each
 
-KWARGS = {"train_size": 512, "val_size": 200, "seed": 5}
-
-
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    """A small run on the synthetic Fashion set (float32, so validation and load() compute alike)."""
-    folder = tmp_path_factory.mktemp("predict")
-    result = gpucore.train(run_dir=str(folder), epochs=2, lr=3e-3, progress=False, device="cpu", precision="32",
-                           data="synthetic_fashion", data_kwargs=KWARGS)
-    _, (x_val, y_val) = synthetic_fashion(**KWARGS)
-    return folder, f"{result.checkpoint_dir}/last.pt", result.history[-1]["val_accuracy"], x_val, y_val
+@pytest.fixture
+def run(fashion_run, tmp_path):
+    """The session's finished run on the synthetic Fashion set (float32, so validation and load() compute alike):
+    a folder of this test's own, its last checkpoint, last val_accuracy and validation images and labels."""
+    _, (x_val, y_val) = synthetic_fashion(**FASHION_KWARGS)
+    return (tmp_path, f"{fashion_run.checkpoint_dir}/last.pt", fashion_run.history[-1]["val_accuracy"], x_val,
+            y_val)
 
 
 def _gpucore(*args):
@@ -111,14 +107,10 @@ def test_predict_errors_name_the_bad_input(run, tmp_path):
     assert result.returncode == 2 and "broken.png" in result.stderr
 
 
-def test_predict_decodes_captcha_text_and_writes_segmentation_masks(tmp_path):
-    kwargs = {"train_size": 128, "val_size": 16, "seed": 2}
-    result = gpucore.train({"model": "captcha_cnn", "loss": "multilabel_soft_margin"}, run_dir=str(tmp_path), epochs=1,
-                           progress=False, device="cpu", data="synthetic_captcha", data_kwargs=kwargs, heads=4,
-                           batch_size=32, top_k=0)
-    _, (x_val, _) = synthetic_captcha(**kwargs)
-    captcha = gpucore.predict(f"{result.checkpoint_dir}/last.pt", x_val, device="cpu")
-    per_head = captcha.outputs.reshape(16, 4, -1).argmax(-1)
+def test_predict_decodes_captcha_text_and_writes_segmentation_masks(captcha_run, tmp_path):
+    _, (x_val, _) = synthetic_captcha(**CAPTCHA_KWARGS)
+    captcha = gpucore.predict(f"{captcha_run.checkpoint_dir}/last.pt", x_val, device="cpu")
+    per_head = captcha.outputs.reshape(len(x_val), 4, -1).argmax(-1)
     expected = ["".join("0123456789abcdefghijklmnopqrstuvwxyz"[i] for i in row) for row in per_head.tolist()]
     assert [row["text"] for row in captcha.rows] == expected
 

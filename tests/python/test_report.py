@@ -17,18 +17,19 @@ from gpucore.evaluation import run_report
 from gpucore.report import page as report_page, plots
 from gpucore.data.builtin import CLASS_NAMES
 from gpucore.data.synthetic import synthetic_fashion
-from conftest import require
+from conftest import CAPTCHA_KWARGS, FASHION_KWARGS, require, run_copy
 
 Image = require("PIL.Image")
 pytestmark = pytest.mark.draws_report
 
-DATA = {"train_size": 512, "val_size": 200}
+DATA = FASHION_KWARGS  # the shared run's (conftest.fashion_run, which draws its report)
 RUN = dict(data="synthetic_fashion", data_kwargs=DATA, epochs=2, batch_size=64, progress=False, device="cpu")
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    return gpucore.train(dict(RUN, run_dir=str(tmp_path_factory.mktemp("report")), crop_padding=2, hflip=True))
+@pytest.fixture
+def run(fashion_run):
+    """The session's finished classification run, its report drawn (read-only: run_copy to write)."""
+    return fashion_run
 
 
 def _png(path):
@@ -138,8 +139,7 @@ def test_evaluate_other_data_and_splits(run, tmp_path):
 
 
 def test_gpucore_report_redraws_an_interrupted_run(run, tmp_path, capsys):
-    copy = tmp_path / "interrupted"
-    shutil.copytree(run.run_dir, copy)
+    copy = run_copy(run, tmp_path)
     for name in ("report.html", "per_class.json"):
         os.remove(copy / name)
     shutil.rmtree(copy / "plots")
@@ -163,8 +163,7 @@ def test_report_errors_name_the_bad_thing(tmp_path, capsys):
 
 
 def test_a_failing_figure_is_a_warning_and_the_rest_is_written(run, tmp_path, monkeypatch):
-    copy = tmp_path / "run"
-    shutil.copytree(run.run_dir, copy)
+    copy = run_copy(run, tmp_path)
 
     def broken(*args, **kwargs):
         raise ValueError("no ink")
@@ -183,16 +182,12 @@ def test_a_failing_figure_is_a_warning_and_the_rest_is_written(run, tmp_path, mo
     assert "Not drawn" in page and "no ink" in page and "confusion_matrix.png" in page
 
 
-@pytest.mark.slow
-def test_captcha_report_shows_strings_and_per_character_confusion(tmp_path):
-    kwargs = {"train_size": 128, "val_size": 24, "seed": 2}
-    result = gpucore.train({"model": "captcha_cnn", "loss": "multilabel_soft_margin"}, run_dir=str(tmp_path),
-                           epochs=1, progress=False, device="cpu", data="synthetic_captcha", data_kwargs=kwargs,
-                           heads=4, batch_size=32, top_k=0)
+def test_captcha_report_shows_strings_and_per_character_confusion(captcha_run):
+    result = captcha_run
     rows = json.load(open(os.path.join(result.run_dir, "per_class.json")))
-    assert len(rows) == 36 and sum(r["support"] for r in rows) == 24 * 4
+    assert len(rows) == 36 and sum(r["support"] for r in rows) == CAPTCHA_KWARGS["val_size"] * 4
     page = open(os.path.join(result.run_dir, "report.html"), encoding="utf-8").read()
-    _, (_, y_val) = gpucore.data.synthetic.synthetic_captcha(**kwargs)
+    _, (_, y_val) = gpucore.data.synthetic.synthetic_captcha(**CAPTCHA_KWARGS)
     first = "".join(CLASS_NAMES["synthetic_captcha"][i] for i in y_val[0].tolist())
     assert f"<td>0</td><td>{first}</td>" in page
     for name in ("val_predictions", "train_batch", "confusion_matrix"):

@@ -9,7 +9,6 @@ import subprocess
 import numpy as np
 import pytest
 
-import gpucore
 from conftest import require
 
 Image = require("PIL.Image")
@@ -34,12 +33,10 @@ def _chromium(*arguments, cwd):
                           capture_output=True, text=True, timeout=180, cwd=cwd)
 
 
-@pytest.fixture(scope="module")
-def page(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("browser")
-    result = gpucore.train(dict(data="synthetic_fashion", data_kwargs={"train_size": 256, "val_size": 128}, epochs=2,
-                                progress=False, device="cpu", run_dir=str(folder)))
-    return folder, os.path.join(result.run_dir, "report.html")
+@pytest.fixture
+def page(fashion_run, tmp_path):
+    """A folder of the test's own and the report.html of the session's finished run."""
+    return tmp_path, os.path.join(fashion_run.run_dir, "report.html")
 
 
 def test_the_screenshot_has_the_size_asked_for_and_shows_the_report(page):

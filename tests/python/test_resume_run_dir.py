@@ -18,21 +18,33 @@ import torch
 import gpucore
 from conftest import assert_states_equal
 
-STEPS_PER_EPOCH = 200
-OVERRIDES = {"data": "synthetic_fashion", "data_kwargs": f"{{train_size: {64 * STEPS_PER_EPOCH}, val_size: 64, seed: 3}}",
-             "model": "resume_models:mlp", "batch_size": "64", "epochs": "2", "progress": "false", "report": "false",
-             "loggers": "[]", "device": "cpu", "checkpoint_every_n_steps": "2", "seed": "5"}
-TINY = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 512, "val_size": 64, "seed": 3}, "batch_size": 64,
+STEPS_PER_EPOCH, BATCH = 100, 16  # Ctrl-C after the first step checkpoint (step 10) lands mid-run: 190 steps left
+OVERRIDES = {"data": "synthetic_fashion",
+             "data_kwargs": f"{{train_size: {BATCH * STEPS_PER_EPOCH}, val_size: 64, seed: 3}}",
+             "model": "resume_models:mlp", "batch_size": str(BATCH), "epochs": "2", "progress": "false",
+             "report": "false", "loggers": "[]", "device": "cpu", "checkpoint_every_n_steps": "10", "seed": "5"}
+TINY = {"data": "synthetic_fashion", "data_kwargs": {"train_size": 256, "val_size": 64, "seed": 3}, "batch_size": 64,
         "epochs": 2, "progress": False, "report": False, "loggers": [], "device": "cpu", "seed": 5}
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
 # A model without BatchNorm: a signal can land inside a forward pass, after a BatchNorm layer counted the batch
-# (num_batches_tracked) of a step that is then not taken, which a resume from interrupted.pt would keep.
-MODELS = """import torch.nn as nn
+# (num_batches_tracked) of a step that is then not taken, which a resume from interrupted.pt would keep. Its training
+# steps take 10 ms on the clock, not on the CPU: the run lasts long enough for Ctrl-C to land mid-run, cheaply.
+MODELS = """import time
+
+import torch.nn as nn
 import torch
+
+
+class Slow(nn.Sequential):
+    def forward(self, x):
+        if self.training:
+            time.sleep(0.01)
+        return super().forward(x)
+
 
 def mlp():
     torch.manual_seed(0)
-    return nn.Sequential(nn.Flatten(), nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 10))
+    return Slow(nn.Flatten(), nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 10))
 """
 
 
@@ -86,7 +98,7 @@ def test_the_printed_hint_resumes_the_same_run_bitwise_and_says_from_where(tmp_p
                      r"samples, optimizer step (\d+)$", err, re.MULTILINE)
     assert line, err[-2000:]
     epoch, samples, step = (int(group) for group in line.groups())
-    assert (epoch - 1) * STEPS_PER_EPOCH + samples // 64 == step and 0 < step < 2 * STEPS_PER_EPOCH
+    assert (epoch - 1) * STEPS_PER_EPOCH + samples // BATCH == step and 0 < step < 2 * STEPS_PER_EPOCH
     assert (tmp_path / "runs" / "fmi" / "config.json").read_bytes() == config_before
     stats = json.load(open(tmp_path / "runs" / "fmi" / "training_stats.json"))
     assert stats["status"] == "completed" and stats["steps"] == 2 * STEPS_PER_EPOCH
@@ -137,7 +149,7 @@ def test_a_constant_schedule_resumes_with_more_epochs_and_another_batch_size_is_
     cli = gpucore_cli(tmp_path, "train", "--resume", first.run_dir, "--set", "epochs=4")
     _, err = cli.communicate(timeout=120)
     assert cli.returncode == 0, err[-2000:]
-    assert "resuming from " in err and "epoch 4 of 4, from its start, optimizer step 24" in err
+    assert "resuming from " in err and "epoch 4 of 4, from its start, optimizer step 12" in err  # 4 steps an epoch
     assert [row["epoch"] for row in map(json.loads, open(os.path.join(first.run_dir, "metrics.jsonl")))] == [1, 2, 3, 4]
     assert json.load(open(os.path.join(first.run_dir, "config.json"))) == dict(written, epochs=4)
     assert_one_recorded_config(first.run_dir)

@@ -339,10 +339,9 @@ def test_torchvisions_conversions_in_transforms_are_told_they_are_not_needed(nam
         gpucore.load_config({"transforms": ["RandomHorizontalFlip", name]})
 
 
-def test_pretrained_weights_loaded_are_said_on_stderr_without_the_progress_bar(tmp_path, capfd):
-    first = gpucore.train(dict(SMALL, run_dir=str(tmp_path), name="first", epochs=1))
+def test_pretrained_weights_loaded_are_said_on_stderr_without_the_progress_bar(tmp_path, capfd, fashion_run):
+    weights = os.path.join(fashion_run.checkpoint_dir, "last.pt")  # a finished run of the same (default) model
     capfd.readouterr()
-    weights = os.path.join(first.checkpoint_dir, "last.pt")
     gpucore.train(dict(SMALL, run_dir=str(tmp_path), name="second", epochs=1, pretrained=weights))
     out, err = capfd.readouterr()
     assert f"gpucore: pretrained weights '{weights}': " in err and " tensors loaded" in err, err[-2000:]
@@ -360,13 +359,12 @@ def test_the_progress_bar_is_tqdm_autos_which_is_jupyters_widget_in_a_notebook(m
 
 
 
-def test_export_shows_none_of_torchs_deprecations_of_its_own_internals(tmp_path):
+def test_export_shows_none_of_torchs_deprecations_of_its_own_internals(tmp_path, fashion_run):
     for name in ("onnx", "onnxscript", "onnxruntime"):
         pytest.importorskip(name)
-    run = gpucore.train(dict(SMALL, run_dir=str(tmp_path), name="run", epochs=1))
     with warnings.catch_warnings(record=True) as shown:
         warnings.simplefilter("always")
-        gpucore.export(os.path.join(run.checkpoint_dir, "best.pt"), "onnx", out=str(tmp_path / "best.onnx"))
+        gpucore.export(os.path.join(fashion_run.checkpoint_dir, "best.pt"), "onnx", out=str(tmp_path / "best.onnx"))
     assert not [w for w in shown if issubclass(w.category, (DeprecationWarning, FutureWarning))], \
         [str(w.message) for w in shown]
 

@@ -17,10 +17,39 @@ import torch
 from conftest import assert_states_equal, train_interrupted
 from gpucore import signals
 
-STEPS_PER_EPOCH = 150  # a signal after the first step checkpoint (step 10) lands mid-epoch
-ARGS = ["--set", "data=synthetic_fashion", "--set", f"data_kwargs={{train_size: {64 * STEPS_PER_EPOCH}, val_size: 128, "
-        "seed: 3}", "--set", "epochs=2", "--set", "batch_size=64", "--set", "progress=false", "--set", "report=false",
-        "--set", "loggers=[]", "--set", "checkpoint_every_n_steps=10", "--set", "seed=5"]
+STEPS_PER_EPOCH = 150  # a signal after the first step checkpoint (step 10) lands mid-run: 290 steps of 10 ms left
+ARGS = ["--set", "data=synthetic_fashion", "--set", f"data_kwargs={{train_size: {16 * STEPS_PER_EPOCH}, val_size: 32, "
+        "seed: 3}", "--set", "epochs=2", "--set", "batch_size=16", "--set", "progress=false", "--set", "report=false",
+        "--set", "loggers=[]", "--set", "checkpoint_every_n_steps=10", "--set", "seed=5",
+        "--set", "model=sleepy_model:Sleepy"]
+# The processes' model: its training steps take their time on the clock, not on the CPU, so the runs stay long enough
+# for a signal to land mid-run while costing the CPU (shared with the other tests) next to nothing.
+SLEEPY_MODEL = """
+import time
+
+from torch import nn
+
+
+class Sleepy(nn.Module):
+    def __init__(self, num_classes=10):
+        super().__init__()
+        self.linear = nn.Linear(28 * 28, num_classes)
+
+    def forward(self, x):
+        if self.training:
+            time.sleep(0.01)
+        return self.linear(x.flatten(1))
+"""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def sleepy_model(tmp_path_factory):
+    """SLEEPY_MODEL importable by the module's gpucore processes (on their PYTHONPATH) as sleepy_model."""
+    folder = tmp_path_factory.mktemp("sleepy_model")
+    (folder / "sleepy_model.py").write_text(SLEEPY_MODEL)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")])))
+        yield
 
 
 def gpucore_train(run_dir, name, *extra, env=None):
@@ -158,13 +187,31 @@ class SignalInsideTheForward(torch.nn.Module):
         return self.head(x)
 
 
+@pytest.fixture(scope="module")
+def straight_run(tmp_path_factory):
+    """straight_run(accumulate): the uninterrupted run of in_process_run's config with accumulate_grad_batches
+    `accumulate`, trained once for the module: what each stopped and resumed run of that config must end equal to."""
+    import gpucore
+
+    runs = {}
+
+    def run(accumulate):
+        if accumulate not in runs:
+            config = in_process_run(tmp_path_factory.mktemp("straight"), accumulate_grad_batches=accumulate)
+            runs[accumulate] = gpucore.train(dict(config, name="straight"), model=SignalInsideTheForward())
+        return runs[accumulate]
+
+    return run
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 @pytest.mark.parametrize("accumulate", [1, 2])
-def test_a_signal_inside_a_step_waits_for_the_step_and_the_resume_is_bitwise(tmp_path, signum, accumulate):
+def test_a_signal_inside_a_step_waits_for_the_step_and_the_resume_is_bitwise(tmp_path, signum, accumulate,
+                                                                             straight_run):
     config = in_process_run(tmp_path, accumulate_grad_batches=accumulate)
     import gpucore
 
-    straight = gpucore.train(dict(config, name="straight"), model=SignalInsideTheForward())
+    straight = straight_run(accumulate)
     at = 12 + 5  # the 5th micro-batch of the second epoch: inside an optimizer step when accumulating
     stopped = train_interrupted(dict(config, name="stopped"), model=SignalInsideTheForward(signum, at))
     assert stopped.status == "interrupted" and stopped.stopped_by == signal.Signals(signum).name
@@ -246,7 +293,7 @@ def test_a_signal_to_the_devices_2_launcher_stops_both_workers_cleanly(tmp_path,
     name = signal.Signals(signum).name
     assert code == 128 + int(signum), stderr[-2000:]
     assert not [pid for pid in workers if alive(pid)], "a worker outlived its launcher"
-    assert "gpucore: batch 64 per process x 2 processes" in stderr  # rank 0's output reached the terminal
+    assert "gpucore: batch 16 per process x 2 processes" in stderr  # rank 0's output reached the terminal
     assert_resume_hint(stderr, name, tmp_path / "stopped")
     assert "Traceback" not in stderr
     recorded = stats(tmp_path, "stopped")
@@ -281,11 +328,11 @@ class SignalAgainWhileSaving(SignalInsideTheForward):
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_the_same_signal_again_while_interrupted_pt_is_written_does_not_lose_it(tmp_path, signum):
-    config = in_process_run(tmp_path)
+def test_the_same_signal_again_while_interrupted_pt_is_written_does_not_lose_it(tmp_path, signum, straight_run):
+    config = in_process_run(tmp_path, accumulate_grad_batches=1)
     import gpucore
 
-    straight = gpucore.train(dict(config, name="straight"), model=SignalInsideTheForward())
+    straight = straight_run(1)
     model = SignalAgainWhileSaving(signum, 5)
     stopped = train_interrupted(dict(config, name="stopped"), model=model)
     assert model.sent_again and stopped.status == "interrupted" and stopped.steps == 5
@@ -296,14 +343,14 @@ def test_the_same_signal_again_while_interrupted_pt_is_written_does_not_lose_it(
     assert_states_equal(resumed.model, straight.model, label="resumed != uninterrupted")
 
 
-def test_a_signal_while_the_next_epochs_batches_start_saves_the_epochs_start(tmp_path, monkeypatch):
+def test_a_signal_while_the_next_epochs_batches_start_saves_the_epochs_start(tmp_path, monkeypatch, straight_run):
     """A signal while the next epoch's batch source starts (before its first step; a streamed source starting its
     readers): interrupted.pt holds that epoch's start, the run is interrupted (not failed), the resume is bitwise."""
     import gpucore
     from gpucore.data.epoch_data import EpochData
 
-    config = in_process_run(tmp_path)
-    straight = gpucore.train(dict(config, name="straight"), model=SignalInsideTheForward())
+    config = in_process_run(tmp_path, accumulate_grad_batches=1)
+    straight = straight_run(1)
     starting = EpochData.epoch
 
     def epoch_then_signal(self, epoch, *args, **kwargs):

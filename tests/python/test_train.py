@@ -1,7 +1,7 @@
 """gpucore.train end to end on the CPU: the default config, callbacks and early stopping, data sets and loaders
 as inputs, channels-last, bf16, CTC, CUDA, torch.compile and the progress bar. Its numerics against plain PyTorch:
 test_train_matches_torch.py; the run directory and resumes: test_train_run_dir_and_resume.py; the out-of-memory
-retry: test_train_out_of_memory.py."""
+retry: test_oom.py."""
 import json
 import os
 import shutil
@@ -93,8 +93,7 @@ def test_channels_last_and_deterministic_run(tmp_path, restores_determinism):
             seen.append((torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic))
 
     torch.use_deterministic_algorithms(False)
-    config = dict(SMALL, run_dir=str(tmp_path), epochs=1, channels_last=True, deterministic=True,
-                  data_kwargs=dict(SMALL["data_kwargs"], train_size=256))
+    config = dict(SMALL, run_dir=str(tmp_path), epochs=1, channels_last=True, deterministic=True)
     result = gpucore.train(dict(config, name="a"), callbacks=[Switches()])
     again = gpucore.train(dict(config, name="b"))
     assert seen == [(True, True)]  # the epoch ran with deterministic algorithms only
@@ -135,7 +134,8 @@ def test_bf16_mixed_on_cpu_trains(tmp_path):
     for name, module in model.named_modules():
         if isinstance(module, (nn.Conv2d, nn.Linear)):
             module.register_forward_hook(lambda m, i, o, name=name: dtypes.setdefault(name, set()).add(o.dtype))
-    result = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=1, precision="bf16-mixed"), model=model)
+    result = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=1, precision="bf16-mixed",
+                                data_kwargs={"train_size": 1024, "val_size": 256, "seed": 3}), model=model)
     assert result.precision == "bf16-mixed"
     # autocast ran: every convolution and linear layer computed in bfloat16 (in training and in validation) ...
     assert dtypes and all(seen == {torch.bfloat16} for seen in dtypes.values()), dtypes

@@ -3,6 +3,7 @@ bitwise-exact resumes after an interrupt, checkpoints that survive a write kille
 non-finite losses or a kill before the first checkpoint, and metrics.jsonl kept in step with the checkpoint."""
 import json
 import os
+import shutil
 
 import pytest
 import torch
@@ -67,7 +68,8 @@ def test_interrupt_saves_and_resume_finishes(tmp_path):
             if metrics["epoch"] == 2:
                 raise KeyboardInterrupt
 
-    config = dict(SMALL, run_dir=str(tmp_path), epochs=3, log_every_n_steps=5)
+    config = dict(SMALL, run_dir=str(tmp_path), epochs=3, log_every_n_steps=5,
+                  data_kwargs=dict(SMALL["data_kwargs"], train_size=512))  # 8 steps an epoch: a log at step 5
     result = train_interrupted(config, callbacks=[StopInEpoch2()])
     assert result.status == "interrupted"
     assert len(result.history) == 1
@@ -79,9 +81,9 @@ def test_interrupt_saves_and_resume_finishes(tmp_path):
     assert not os.path.exists(os.path.join(resumed.checkpoint_dir, "interrupted.pt"))
 
 
-def test_checkpoint_killed_mid_write_leaves_the_previous_one(tmp_path, monkeypatch):
-    result = gpucore.train(dict(SMALL, run_dir=str(tmp_path), epochs=1))
-    last = os.path.join(result.checkpoint_dir, "last.pt")
+def test_checkpoint_killed_mid_write_leaves_the_previous_one(tmp_path, monkeypatch, fashion_run):
+    last = str(tmp_path / "last.pt")
+    shutil.copy(os.path.join(fashion_run.checkpoint_dir, "last.pt"), last)  # a run's checkpoint, after epoch 2
     before = open(last, "rb").read()
 
     def dying_save(payload, handle):
@@ -92,8 +94,8 @@ def test_checkpoint_killed_mid_write_leaves_the_previous_one(tmp_path, monkeypat
     with pytest.raises(OSError, match="No space left"):
         gcheckpoint.save_checkpoint(last, {"model": {}})
     assert open(last, "rb").read() == before
-    assert torch.load(last, weights_only=True)["epoch"] == 1
-    assert [n for n in os.listdir(result.checkpoint_dir) if ".tmp-" in n] == []
+    assert torch.load(last, weights_only=True)["epoch"] == 2
+    assert [n for n in os.listdir(tmp_path) if ".tmp-" in n] == []
 
 
 def test_nonfinite_losses_stop_with_an_error_and_keep_the_last_good_checkpoint(tmp_path):
