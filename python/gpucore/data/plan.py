@@ -46,9 +46,19 @@ class DataPlan:
         """Served by gpucore's C++ sources (tensors, image files), not a torch loader."""
         return self.cache is not None
 
-    def first_image_size(self) -> Tuple[int, int]:
-        """(height, width) of the first readable image of an image-file data set."""
-        return tuple(self.data.image_shape()[1:])
+    @property
+    def output_size(self) -> Optional[Tuple[int, int]]:
+        """(height, width) of one image after the set's transforms, the size the model gets (images at their own
+        sizes: what the list's first transforms bring each to); None for inputs that are not images, or images of
+        sizes that no transform brings to one.
+
+        Raises:
+            ConfigError: a list whose parameters cannot be drawn for images of this size.
+        """
+        shape = self.input_shape
+        if not shape or len(shape) != 3 or not (self.own_sizes or (shape[1] and shape[2])):
+            return None
+        return tuple(transforms_list.output_size(self.transforms, shape[1], shape[2]))
 
 
 def plan_data(data, *, device: torch.device, training: bool, transforms: Any = (), crop_padding: int = 0,
