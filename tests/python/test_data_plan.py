@@ -125,17 +125,25 @@ def test_a_torch_dataset_run_takes_its_input_shape_from_its_plan(tmp_path, count
     assert counted["choose_cache"].calls == 0  # torch's loader serves a torch Dataset: no cache to choose
 
 
-def test_the_plan_records_one_input_as_each_kind_of_data_reads_it(tmp_path):
+def test_the_plan_records_one_input_and_the_size_its_transforms_give(tmp_path):
+    """Each kind of data's input shape as training reads it, and the size the model gets after the set's list (by
+    hand: torchvision's Resize(20) takes 16 x 20 to 20 x 25; RandomResizedCrop(24) any image to 24 x 24)."""
     cpu = torch.device("cpu")
     images = torch.randint(0, 256, (5, 12, 10), dtype=torch.uint8)  # N x H x W: one channel
-    assert plan_module.plan_data((images, torch.zeros(5)), device=cpu, training=False).input_shape == [1, 12, 10]
-    features = torch.randn(5, 7)
-    assert plan_module.plan_data((features, torch.zeros(5)), device=cpu, training=False).input_shape == [7]
+    gray = plan_module.plan_data((images, torch.zeros(5)), device=cpu, training=True, crop_padding=2)
+    assert gray.input_shape == [1, 12, 10] and gray.output_size == (12, 10)  # RandomCrop of the images' own size
+    features = plan_module.plan_data((torch.randn(5, 7), torch.zeros(5)), device=cpu, training=False)
+    assert features.input_shape == [7] and features.output_size is None
     folder = make_mixed_folder(tmp_path / "photos", per_class=2)
-    sized = gpucore.data.read_image_folder(folder, size=(16, 20))
-    assert plan_module.plan_data(sized, device=cpu, training=False).input_shape == [3, 16, 20]
-    own = gpucore.data.read_image_folder(folder)
-    assert plan_module.plan_data(own, device=cpu, training=True, transforms=TRANSFORMS).input_shape == [3, 0, 0]
+    sized = plan_module.plan_data(gpucore.data.read_image_folder(folder, size=(16, 20)), device=cpu, training=False,
+                                  transforms=[{"Resize": {"size": 20}}])
+    assert sized.input_shape == [3, 16, 20] and sized.output_size == (20, 25)
+    own = plan_module.plan_data(gpucore.data.read_image_folder(folder), device=cpu, training=True,
+                                transforms=TRANSFORMS)
+    assert own.own_sizes and own.input_shape == [3, 0, 0] and own.output_size == (24, 24)
+    untransformed = plan_module.plan_data(gpucore.data.read_image_folder(folder), device=cpu, training=False,
+                                          normalize=False)
+    assert untransformed.input_shape == [3, 0, 0] and untransformed.output_size is None  # no one size
 
 
 def test_a_loaded_model_plans_its_inputs_once(reported_run, counted, tmp_path):
