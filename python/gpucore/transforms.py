@@ -159,12 +159,6 @@ def plan(value: Any, crop_padding: int = 0, hflip: bool = False, image_size: Tup
                     validation_per_image=not one_size and facts["validation_per_image_count"] > 0)
 
 
-def per_image(value: Any) -> bool:
-    """Whether the list starts with transforms that bring images of any size to one (RandomResizedCrop, Resize +
-    CenterCrop, ...): they run on each image at its own size, so a data set of mixed sizes can go through it."""
-    return _C.per_image_count(specs(value)) > 0
-
-
 def output_size(value: Any, height: int, width: int) -> Tuple[int, int]:
     """(height, width) of height x width images after a `transforms` list; 0 x 0: of images of any sizes (a list
     with per-image transforms)."""

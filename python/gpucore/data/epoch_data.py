@@ -233,11 +233,14 @@ def training_set(data, config, device: torch.device, normalize=True, rank: int =
                      prefetch=config.prefetch, rank=rank, world_size=world_size, sampling_weights=sampling_weights)
 
 
-def validation_set(data, config, device: torch.device, normalization, identify: bool = False) -> Optional[EpochData]:
-    """A run's validation set (every process evaluates all of it) in the transforms' deterministic form,
-    standardised with the training set's `normalization`; None without data."""
+def validation_set(data, config, device: torch.device, normalization, identify: bool = False,
+                   transforms=None) -> Optional[EpochData]:
+    """A run's validation set (every process evaluates all of it) in the deterministic form of config key transforms
+    (or of `transforms`, the list a loaded model planned already), standardised with the training set's
+    `normalization`; None without data."""
     if data is None:
         return None
     plan = plan_data(dataset_samples(data, config.data_kwargs), device=device, training=False,
-                     transforms=config.transforms, cache=config.cache, normalize=normalization, identify=identify)
+                     transforms=config.transforms if transforms is None else transforms, cache=config.cache,
+                     normalize=normalization, identify=identify)
     return EpochData(plan, config.eval_batch_size, seed=config.seed, prefetch=config.prefetch)

@@ -37,15 +37,28 @@ class DataPlan:
     normalization: Optional[Tuple[list, list]]  # per-channel (mean, std) the batches are standardised with
     identity: Optional[dict]  # what the data set is (identity.py), where asked for
     description: str  # what one sample looks like, for messages
+    # One input as the set reads it, before the transforms (images: [C, H, W], H and W 0 for images read at their own
+    # sizes); None where the data does not say (a DataLoader). A run's checkpoints record its training set's.
+    input_shape: Optional[List[int]]
 
     @property
     def native(self) -> bool:
         """Served by gpucore's C++ sources (tensors, image files), not a torch loader."""
         return self.cache is not None
 
-    def first_image_size(self) -> Tuple[int, int]:
-        """(height, width) of the first readable image of an image-file data set."""
-        return tuple(self.data.image_shape()[1:])
+    @property
+    def output_size(self) -> Optional[Tuple[int, int]]:
+        """(height, width) of one image after the set's transforms, the size the model gets (images at their own
+        sizes: what the list's first transforms bring each to); None for inputs that are not images, or images of
+        sizes that no transform brings to one.
+
+        Raises:
+            ConfigError: a list whose parameters cannot be drawn for images of this size.
+        """
+        shape = self.input_shape
+        if not shape or len(shape) != 3 or not (self.own_sizes or (shape[1] and shape[2])):
+            return None
+        return tuple(transforms_list.output_size(self.transforms, shape[1], shape[2]))
 
 
 def plan_data(data, *, device: torch.device, training: bool, transforms: Any = (), crop_padding: int = 0,
@@ -58,7 +71,8 @@ def plan_data(data, *, device: torch.device, training: bool, transforms: Any = (
             dict sample's keys the defaults, unless given as DatasetSamples) or a DataLoader.
         device: the training device (the cache choice depends on its free memory).
         training: the training form (crop_padding, hflip and transforms' random draws) or the deterministic one.
-        transforms: config key `transforms`; crop_padding and hflip its shorthands (training only).
+        transforms: config key `transforms`; crop_padding and hflip its shorthands (training only). For the
+            deterministic form, also that list already planned (transforms.ListPlan: a loaded model's).
         cache: config key `cache`.
         normalize: True: this set's per-channel statistics; (mean, std): those (a validation set takes its training
             set's; an evaluation the checkpoint's); False or None: none.
@@ -84,7 +98,8 @@ def plan_data(data, *, device: torch.device, training: bool, transforms: Any = (
                               "transform its samples yourself, or pass its Dataset as train_data to have gpucore "
                               "transform them")
         return DataPlan(data=data, training=training, device=device, cache=None, transforms=[], own_sizes=False,
-                        normalization=None, identity=identity, description=f"batches from a {type(data).__name__}")
+                        normalization=None, identity=identity, description=f"batches from a {type(data).__name__}",
+                        input_shape=None)
     cache = choose_cache(data, cache, device)
     files = isinstance(data, ImageFiles)
     images = files or as_images(data[0]).dim() == 4
@@ -97,8 +112,10 @@ def plan_data(data, *, device: torch.device, training: bool, transforms: Any = (
         raise ConfigError(f"crop_padding, hflip and transforms need N x C x H x W images, got inputs "
                           f"{tuple(as_images(data[0]).shape)}")
     normalization = _normalization(normalize, lambda: data_stats(data, cache, own_sizes))
+    shape = [data.channels, *data.size] if files else list(as_images(data[0]).shape[1:])
     return DataPlan(data=data, training=training, device=device, cache=cache, transforms=run, own_sizes=own_sizes,
-                    normalization=normalization, identity=identity, description=_describe(data, own_sizes))
+                    normalization=normalization, identity=identity, description=_describe(data, own_sizes),
+                    input_shape=shape)
 
 
 def _dataset_plan(data: DatasetSamples, *, device: torch.device, training: bool, transforms: Any, crop_padding: int,
@@ -112,7 +129,7 @@ def _dataset_plan(data: DatasetSamples, *, device: torch.device, training: bool,
                               f"float tensors (the first two samples: {data.first}): return uint8 images (PIL images, "
                               "PILToTensor, decode_image) to have gpucore transform them, or transform them yourself")
         return DataPlan(data=data, training=training, device=device, cache=None, transforms=[], own_sizes=False,
-                        normalization=None, identity=identity, description=data.description)
+                        normalization=None, identity=identity, description=data.description, input_shape=None)
     run, own_sizes = _list_form(transforms, training, crop_padding, hflip, lambda: data.image_shape()[1:])
     if not own_sizes and not data.same_size:
         raise ConfigError(f"the torch Dataset's images are of mixed sizes (the first two samples: {data.first}): start "
@@ -123,7 +140,8 @@ def _dataset_plan(data: DatasetSamples, *, device: torch.device, training: bool,
     size = "their own sizes" if own_sizes else f"{height} x {width}"
     return DataPlan(data=data, training=training, device=device, cache=None, transforms=run, own_sizes=own_sizes,
                     normalization=normalization, identity=identity,
-                    description=f"{channels}-channel images of {size} from {data.description}")
+                    description=f"{channels}-channel images of {size} from {data.description}",
+                    input_shape=[channels, 0, 0] if own_sizes else [channels, height, width])
 
 
 def _augments(training: bool, crop_padding: int, hflip: bool, transforms: Any) -> bool:
@@ -135,9 +153,13 @@ def _list_form(transforms: Any, training: bool, crop_padding: int, hflip: bool,
                image_size: Callable[[], Tuple[int, int]]) -> Tuple[List[Any], bool]:
     """The transforms list a set runs (the training form with its shorthands, or the deterministic form) and whether
     its first transforms run on each image at its own size; `image_size()` is read only for crop_padding's
-    RandomCrop, of the images' one size."""
+    RandomCrop, of the images' one size. A list planned already (a loaded model's) gives its deterministic form."""
     padding = crop_padding if training else 0
-    forms = transforms_list.plan(transforms, padding, hflip and training, tuple(image_size()) if padding else (0, 0))
+    if isinstance(transforms, transforms_list.ListPlan) and not training:
+        forms = transforms
+    else:
+        forms = transforms_list.plan(transforms, padding, hflip and training,
+                                     tuple(image_size()) if padding else (0, 0))
     if training:
         return forms.training, forms.training_per_image
     return forms.validation, forms.validation_per_image

@@ -61,7 +61,7 @@ def evaluate(checkpoint: str, data: Union[None, str, os.PathLike, LabeledData, t
     chosen = chosen_data(model, data, split, "gpucore.evaluate's data")
     check_classes(chosen.name, chosen.data, model)
     normalization = model.normalization
-    _, val_set = data_sets(config, None, chosen.data, normalization, model.device)
+    _, val_set = data_sets(model, None, chosen.data)
     result = evaluation_pass(model.module, config, model.task, val_set, model.device)
     if out is None:
         parent = os.path.dirname(os.path.abspath(checkpoint))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -125,8 +125,10 @@ def _cat_padded(parts: List[torch.Tensor]) -> torch.Tensor:
     return torch.cat(parts)
 
 
-def data_sets(config, train_data, val_data, normalization, device: torch.device):
-    """The run's training set (as training served it: augmented, standardised) and its validation set, each
-    standardised with `normalization` (the checkpoint's)."""
+def data_sets(model, train_data, val_data) -> Tuple[Optional[EpochData], Optional[EpochData]]:
+    """A loaded model's training set (as its run served it: augmented, standardised) and validation set (through the
+    deterministic form of the model's plan), each planned once here, standardised with the checkpoint's statistics,
+    on the model's device; None for data not given."""
+    config, normalization, device = model.config, model.normalization, model.device
     train_set = training_set(train_data, config, device, normalization) if train_data is not None else None
-    return train_set, validation_set(val_data, config, device, normalization)
+    return train_set, validation_set(val_data, config, device, normalization, transforms=model.plan.forms)

@@ -27,7 +27,6 @@ import copy
 import torch
 from torch import nn
 
-from .. import transforms
 from ..errors import ConfigError, ExportError
 from ..redact import masked_values
 from .load import LoadedModel, load
@@ -46,7 +45,7 @@ def preprocessing(model: LoadedModel) -> dict:
         "heads": model.config.heads, "input_shape": model.model_input_shape, "classes": model.classes,
         "tta": model.config.tta,
         "mean": stats.get("mean"), "std": stats.get("std"),
-        "transforms": transforms.validation_form(model.config.transforms),
+        "transforms": model.plan.transforms,
         "scaling": ("uint8 images go through `transforms` (torchvision.transforms.v2 names), are divided by 255, then "
                     "each channel c becomes (x - mean[c]) / std[c]; inputs are N x C x H x W float32"
                     if model.is_image_model else

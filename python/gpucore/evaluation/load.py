@@ -6,7 +6,9 @@ standardised with, the shape of one input and the class names; nothing else is n
 from __future__ import annotations
 
 import copy
+import functools
 import os
+from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -24,6 +26,34 @@ from ..errors import ConfigError
 from ..models.tta import with_tta
 from ..models.registry import build_model, is_python_model, python_model_error
 from ..tasks import task_of
+
+
+@dataclass(frozen=True)
+class InferencePlan:
+    """How a loaded model's inputs are prepared, settled once from its checkpoint (one _C.transform_plan call), as a
+    data set's plan (data/plan.py) settles a run's data: evaluate, predict, export and Grad-CAM read it."""
+
+    forms: transforms.ListPlan  # its run's `transforms` list planned; inference runs the deterministic form
+    reads_own_sizes: bool  # LoadedModel.reads_own_sizes
+    model_input_shape: Optional[List[int]]  # LoadedModel.model_input_shape
+
+    @property
+    def transforms(self) -> List[dict]:
+        """The deterministic form of the run's `transforms` (Resize, CenterCrop, Normalize kept)."""
+        return self.forms.validation
+
+
+def inference_plan(config, input_shape: Optional[List[int]]) -> InferencePlan:
+    """The InferencePlan of a run's config and input shape (its training set's: [C, H, W] for images, H and W 0 for
+    images read at their own sizes)."""
+    forms = transforms.plan(config.transforms)
+    images = input_shape is not None and len(input_shape) == 3
+    own_sizes = images and not input_shape[1] and forms.validation_per_image
+    shape = input_shape
+    if images and (input_shape[1] or own_sizes):  # a Resize or CenterCrop changes the size
+        channels, height, width = input_shape
+        shape = [channels, *transforms.output_size(forms.validation, height, width)]
+    return InferencePlan(forms=forms, reads_own_sizes=own_sizes, model_input_shape=shape)
 
 
 class LoadedModel:
@@ -68,22 +98,23 @@ class LoadedModel:
         """(mean, std) the run standardised its inputs with, or None."""
         return (self.input_stats["mean"], self.input_stats["std"]) if self.input_stats else None
 
+    @functools.cached_property
+    def plan(self) -> InferencePlan:
+        """How its inputs are prepared, made at its first use and kept."""
+        return inference_plan(self.config, self.input_shape)
+
     @property
     def model_input_shape(self) -> Optional[List[int]]:
         """One input as the model itself takes it: input_shape, for images after the deterministic form of the run's
         `transforms` (a Resize or CenterCrop changes the size)."""
-        if not self.is_image_model or not (self.input_shape[1] or self.reads_own_sizes):
-            return self.input_shape
-        channels, height, width = self.input_shape
-        return [channels, *transforms.output_size(transforms.validation_form(self.config.transforms), height, width)]
+        return self.plan.model_input_shape
 
     @property
     def reads_own_sizes(self) -> bool:
         """Whether the run read its images at their own sizes (no size given), each brought to one size by the
         per-image transforms of its list's deterministic form (Resize + CenterCrop): inputs of mixed sizes then go
         one image at a time through them (preprocess takes a list of images)."""
-        return (self.is_image_model and not self.input_shape[1]
-                and transforms.per_image(transforms.validation_form(self.config.transforms)))
+        return self.plan.reads_own_sizes
 
     def read_images(self, images: Sequence, size: Optional[Tuple[int, int]] = None):
         """In-memory images (PIL images, uint8 tensors or arrays, of any sizes) as the model's raw inputs, each read as
@@ -120,7 +151,7 @@ class LoadedModel:
         self.image_channels("photos")
         read = read_size(height, width, *self._read_sizes(size))
         scale, shift = [read[0] / height, read[1] / width], [0.0, 0.0]
-        for entry in transforms.validation_form(self.config.transforms):
+        for entry in self.plan.transforms:
             name = next(iter(entry))
             after = transforms.output_size([entry], *read)
             if name == "Resize":
@@ -208,7 +239,7 @@ class LoadedModel:
             raise ConfigError(f"the model of '{self.checkpoint}' was trained on images of {wanted} (channels x height x "
                               f"width), got inputs of shape {tuple(inputs.shape)}; read them with the same channels "
                               "and size")
-        return model_inputs(images.to(self.device), self.input_stats, transforms.validation_form(self.config.transforms))
+        return model_inputs(images.to(self.device), self.input_stats, self.plan.transforms)
 
     @property
     def inference_module(self) -> nn.Module:

@@ -19,7 +19,7 @@ from torch import nn
 from ..checkpoint import load_checkpoint, write_json
 from ..data.builtin import is_python_data
 from ..data.labeled_data import LabeledData
-from ..data.plan import is_native
+from ..data.epoch_data import EpochData
 from ..device.select import select_device
 from ..errors import ConfigError
 from ..redact import masked_values
@@ -60,9 +60,9 @@ def write_report(run_dir: str, device: str = "auto", module: Union[None, str, nn
         data: what config key data takes (a built-in set, a .npz, a folder: class subfolders, images/ and masks/,
             ...; read with the run's channels and size), or a data set given in Python: a gpucore data set
             (read_segmentation(...), read_image_folder(...), from_tensors(...)), (inputs, targets) tensors, a torch
-            Dataset or a Hugging Face dataset (read as gpucore.train reads them); in a training process (train, val)
-            as the run read them. Needed for a run whose data was given in Python (its config says data:
-            python:train_data).
+            Dataset or a Hugging Face dataset (read as gpucore.train reads them); in a training process the run's
+            own (training, validation) sets (EpochData), served as their plans say, not planned again. Needed for a
+            run whose data was given in Python (its config says data: python:train_data).
         split: the samples of the data the page scores, as gpucore.evaluate's split: all (the default for data
             given), val (the run's validation samples; the default without data), test or train.
 
@@ -88,19 +88,17 @@ def write_report(run_dir: str, device: str = "auto", module: Union[None, str, nn
     config, target, module = model.config, model.device, model.module
     classes, normalization = model.classes, model.normalization
     no_data, chosen = None, None
-    if isinstance(data, tuple) and len(data) == 2 and not is_native(data):
-        train_data, val_data = data  # the training process's own, as the run read them
+    if isinstance(data, tuple) and len(data) == 2 and isinstance(data[0], EpochData):
+        train_set, val_set = data  # the training process's own sets: the batches the run was served
     elif data is None and split in (None, "val") and is_python_data(config.data):
         no_data = (f"the run's data was given to gpucore.train in Python (data: {config.data}) and cannot be read "
                    "back: pass --data DATA (a built-in data set, a folder or a .npz file; in Python "
                    f"gpucore.write_report(run_dir, data=...) also takes {DATA_SET_OBJECTS})")
-        train_data = val_data = None
+        train_set = val_set = None
     else:
         chosen = chosen_data(model, data, split, "write_report's data")
         check_classes(chosen.name, chosen.data, model)
-        train_data, val_data = chosen.train, chosen.data
-    train_set, val_set = (data_sets(config, train_data, val_data, normalization, target) if no_data is None
-                          else (None, None))
+        train_set, val_set = data_sets(model, chosen.train, chosen.data)
     label = chosen.label if chosen is not None and (data is not None or chosen.split != "val") else None
     report, plots_folder, per_class = ((REPORT, PLOTS, PER_CLASS) if label is None
                                        else (labelled(name, label) for name in (REPORT, PLOTS, PER_CLASS)))
@@ -173,10 +171,12 @@ def figures(report: str) -> Set[str]:
 
 def report_after_training(run) -> Optional[str]:
     """The end of `gpucore.train`: the report of the finished (or interrupted) run (its run directory, model part on
-    its device, and the data part's training and validation data); errors become a warning."""
+    its device, and the data part's own training and validation sets: their plans made once, when the run was set
+    up); errors become a warning."""
     run_dir = run.run_dir.path
     try:
-        return write_report(run_dir, str(run.placement.device), run.model.module, run.data.samples)
+        return write_report(run_dir, str(run.placement.device), run.model.module,
+                            (run.data.train_set, run.data.val_set))
     except Exception as exc:  # noqa: BLE001 - the training itself succeeded
         warnings.warn(f"report: the run report was not written: {type(exc).__name__}: {exc}", RuntimeWarning,
                       stacklevel=2)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .. import transforms as transforms_list
 from ..errors import TrainingError
 from ..models.registry import fixed_input_size
 
@@ -41,16 +40,14 @@ def _transformed_size(config, data) -> str:
     """A sentence for the first batch's error when config key transforms (with crop_padding and hflip) changes the
     images' size, which the model then gets: "" when it keeps it, or the inputs are not images. Images of their own
     sizes are brought to one by the list's first transforms; a model that needs other inputs is then named."""
-    shape, plan = data.input_shape, data.train_set.plan
-    own_sizes = plan.own_sizes
-    if not shape or len(shape) != 3 or not (own_sizes or (shape[1] and shape[2])):
-        return ""
-    # Images at their own sizes: the first transforms' output size does not depend on the input's.
-    height, width = (plan.first_image_size() if own_sizes else (int(shape[1]), int(shape[2])))
+    plan = data.train_set.plan
     try:
-        after = tuple(transforms_list.output_size(plan.transforms, height, width))
+        after = plan.output_size
     except Exception:  # noqa: BLE001 - the config was checked; this is only a hint
         return ""
+    if after is None:
+        return ""
+    own_sizes, (_, height, width) = plan.own_sizes, plan.input_shape
     model, takes = "", fixed_input_size(config.model)
     if takes is not None and after != takes:
         model = (f" Config key model is {config.model}, made for {takes[0]} x {takes[1]} images: name one for "

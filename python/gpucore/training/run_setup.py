@@ -24,7 +24,7 @@ from .engine_config import setup_engine
 from .rng import seed_everything
 from .run_dir import RunDir
 from .setup_data import RunData, setup_data
-from .setup_model import Placement, RunModel, setup_model
+from .setup_model import Placement, RunModel, check_model_argument, setup_model
 from .user_loss import UserLoss, callable_name
 
 
@@ -91,6 +91,7 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
     directory. `model`, `train_data`, `val_data` and `loss` are train()'s arguments."""
     task = task_of(config)
     loss = _user_loss(config, task, loss)
+    check_model_argument(model)
     choice, policy, group_store = _start_process(config, world)
     config, data = setup_data(config, task, world, choice.device, train_data, val_data)
     config, task, run_model, placement = setup_model(config, task_of(config), data, world, choice, policy, model)

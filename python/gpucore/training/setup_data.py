@@ -11,7 +11,6 @@ from typing import List, Optional
 
 import torch
 
-from .. import transforms as transforms_list
 from ..data.builtin import DATA_VAL_FRACTION, class_names, read_data
 from ..data.class_balance import (balanced_sampling_weights, class_count, class_labels, imbalance,
                                   known_class_labels)
@@ -20,7 +19,6 @@ from ..data.fits import check_class_count, check_fits_task
 from ..data.image_files import MASK_VOID, ImageFiles, read_masks_alike
 from ..data.labeled_data import LabeledData
 from ..data.split import split
-from ..data.tensor_inputs import as_images
 from ..data.torch_samples import DatasetSamples, dataset_samples
 from ..tasks import TORCH_IGNORE_INDEX, Classification, MultiLabel, Task
 from . import distributed
@@ -85,7 +83,7 @@ def setup_data(config, task: Task, world: distributed.World, device: torch.devic
     distributed.check_same(train_set.total_batches(), "the number of batches per epoch (data length)")
     val_set = validation_set(val_data, config, device, train_set.plan.normalization, identify=True)
     return config, RunData(train_set=train_set, val_set=val_set, validation=validation, classes=classes,
-                           class_count=count, input_shape=_input_shape(train_data, config), given=given,
+                           class_count=count, input_shape=train_set.plan.input_shape, given=given,
                            labels=labels,
                            imbalance=_balanced_monitor_reason(config, task, train_data, classes, val_set is not None))
 
@@ -163,23 +161,6 @@ def _classes(config, given, train_data) -> Optional[List[str]]:
     if isinstance(data, (LabeledData, DatasetSamples)):
         return list(data.classes) if data.classes else None
     return class_names(config.data, config.data_kwargs) if given is None else None
-
-
-def _input_shape(train_data, config) -> Optional[List[int]]:
-    """One input's shape as training reads it: images' [C, H, W], H and W 0 for images read at their own sizes (a
-    folder without a size; a torch Dataset's images with a transforms list that brings each to one size)."""
-    if isinstance(train_data, ImageFiles):
-        return [train_data.channels, *train_data.size]
-    if isinstance(train_data, DatasetSamples):
-        if not train_data.images:
-            return None
-        channels, height, width = train_data.image_shape()
-        own_sizes = transforms_list.plan(config.transforms, config.crop_padding, config.hflip,
-                                         (height, width)).training_per_image  # as the data's plan decides it
-        return [channels, 0, 0] if own_sizes else [channels, height, width]
-    if isinstance(train_data, tuple) and isinstance(train_data[0], torch.Tensor):
-        return list(as_images(train_data[0]).shape[1:])
-    return None
 
 
 def _class_count(task: Task, classes: Optional[List[str]], train_data, val_data) -> Optional[int]:

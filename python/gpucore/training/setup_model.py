@@ -50,13 +50,25 @@ class RunModel:
     from_data: dict  # what model_kwargs took from the data ({num_classes, in_channels}; config holds them too)
 
 
+def check_model_argument(model) -> None:
+    """train()'s model argument, before the data is read (the data step comes first): None or an nn.Module.
+
+    Raises:
+        ConfigError: anything else; a name is pointed to config key model.
+    """
+    if model is not None and not isinstance(model, nn.Module):
+        named = (f"; to name a model, set config key model: gpucore.train({{'model': {model!r}}}, ...) or "
+                 f"--set model={model}" if isinstance(model, str) else "")
+        raise ConfigError(f"train()'s model argument must be a torch.nn.Module, got {type(model).__name__}{named}")
+
+
 def setup_model(config, task: Task, data: RunData, world: distributed.World, choice: DeviceChoice,
                 policy: PrecisionPolicy, model: Optional[nn.Module] = None):
     """(config, task, model part, placement): the run's model for `data`, the caller's `model` or the one config key
     model names; the config returned holds model_kwargs as completed from the data, the task the loss's class weights.
 
     Raises:
-        ConfigError: a model argument that is no nn.Module; a model whose outputs do not fit the data's classes, masks
+        ConfigError: a model whose outputs do not fit the data's classes, masks
             or segments (data/fits.py); class weights that do not fit its classes.
     """
     given = model is not None
@@ -65,10 +77,6 @@ def setup_model(config, task: Task, data: RunData, world: distributed.World, cho
         config, from_data = _model_kwargs_from_data(config, data.class_count, data.input_shape)
     seed_everything(config.seed)  # the model's initial weights as when it was built before reading the data
     module = model if given else build_model(config.model, config.model_kwargs, config.pretrained)
-    if not isinstance(module, nn.Module):
-        named = (f"; to name a model, set config key model: gpucore.train({{'model': {module!r}}}, ...) or "
-                 f"--set model={module}" if isinstance(module, str) else "")
-        raise ConfigError(f"train()'s model argument must be a torch.nn.Module, got {type(module).__name__}{named}")
     pretrained = _load_pretrained(module, config, world)
     whose = "the model given to train()" if given else f"model '{config.model}'"
     train_data, val_data = data.samples
