@@ -1,5 +1,7 @@
 #include "gpucore/train/autocast.h"
 
+#include <ATen/autocast_mode.h>
+
 namespace gpucore {
 
 AutocastGuard::AutocastGuard(at::DeviceType device_type, std::optional<at::ScalarType> dtype)
