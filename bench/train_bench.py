@@ -1,5 +1,5 @@
-"""Training step time, side by side in one run, over a batch-size sweep: the seeds' Fashion-MNIST CNN trained
-by the seeds' script as written, a seed-style loop, a hand-optimised eager loop, its CUDA-graph and
+"""Training step time, side by side in one run, over a batch-size sweep: mnist-gpu.py's Fashion-MNIST CNN trained
+by mnist-gpu.py as written, a seed-style loop, a hand-optimised eager loop, its CUDA-graph and
 torch.compile(mode="reduce-overhead") versions (CUDA only), PyTorch Lightning (when installed) and
 gpucore.train, on the same data.
 
@@ -59,7 +59,7 @@ class Data:
         return Data(self.images[:size], self.labels[:size], self.mean, self.std)
 
 
-# ---- the seeds' script as written (mnist-gpu.py of the seed 003 guide) ----------------------------------
+# ---- mnist-gpu.py as written (the original setup guide 003's script) ----------------------------------
 
 class SeedFashionMNIST(torch.utils.data.Dataset):
     """torchvision's FashionMNIST as the seed uses it: a PIL image per sample, then ToTensor() and
@@ -229,7 +229,7 @@ def gpucore_train(data, device, precision, epochs, batch_size, cuda_graphs=False
 def rows(precision):
     """name -> (function, precision): the rows of the table."""
     table = {
-        "seeds' script as written": (seeds_script, "32"),
+        "mnist-gpu.py as written": (seeds_script, "32"),
         "seed-style loop": (seed_style, precision),
         "hand-optimised eager loop": (hand_optimised, precision),
         "hand-optimised loop in a CUDA graph (ceiling)": (lambda *a: hand_optimised(*a, mode="graph"), precision),

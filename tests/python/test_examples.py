@@ -70,7 +70,7 @@ def test_bench_runner_quick_runs_every_benchmark(tmp_path):
                                       "checkpoint", "speedrun", "layout", "scale", "process", "profile"}
     assert report["quick"] is True
     train = report["results"]["train"]  # every loop timed at batch 64 over 2 rounds; the CUDA ones skipped, saying so
-    assert {"seeds' script as written", "hand-optimised eager loop", "gpucore.train"} <= set(train["rows"])
+    assert {"mnist-gpu.py as written", "hand-optimised eager loop", "gpucore.train"} <= set(train["rows"])
     for rows in train["rows"].values():
         for batch_size, row in rows.items():
             assert len(row["rounds"]) == 2 and row["p10"] <= row["ms_per_step"] <= row["p90"]

@@ -37,8 +37,8 @@ _POOLING = (nn.modules.pooling._MaxPoolNd, nn.modules.pooling._AvgPoolNd, nn.mod
 def find_target_layer(model: nn.Module, inputs: torch.Tensor) -> str:
     """The layer `layer: auto` picks: the last module to finish in a forward pass of `inputs` whose output is a
     spatial map (N x C x H x W, H x W > 1), not the model's own output and not a pooling layer. That is the last conv
-    block before the pooling of a classifier (a ResNet's layer4, a ConvNeXt's last stage, the seeds' CNNs'
-    `features`)."""
+    block before the pooling of a classifier (a ResNet's layer4, a ConvNeXt's last stage, FashionMnistCNN's and
+    CaptchaCNN's `features`)."""
     finished: List[str] = []
     outputs = {}
 

@@ -1,5 +1,6 @@
-"""The built-in models: the seeds' small CNNs (FashionMnistCNN, CaptchaCNN) and the speedrun's FastCNN, whose
-blocks run as single ops (fused_blocks.py) where no hook needs their layers one by one."""
+"""The built-in models: the small CNNs of the original setup guides' scripts (FashionMnistCNN: mnist-gpu.py's;
+CaptchaCNN: captcha_train.py's) and the speedrun's FastCNN, whose blocks run as single ops (fused_blocks.py) where no
+hook needs their layers one by one."""
 from __future__ import annotations
 
 from typing import Sequence

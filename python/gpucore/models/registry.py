@@ -1,8 +1,9 @@
-"""Models by name, as timm's _registry and _builder: the built-ins (builtin.py: the seeds' small CNNs), torchvision's
-and timm's (`torchvision:resnet18`, `timm:convnext_tiny`), the segmentation libraries' (`transformers:...`,
-`smp:...`, segmentation_models.py) and `package.module:factory`; what a model's factory takes from the data
-(num_classes, in_channels); and what config key model records for a model given to gpucore.train in Python. What
-fine-tuning reaches into in a built model (its head, first convolution and backbone) is surgery.py's."""
+"""Models by name, as timm's _registry and _builder: the built-ins (builtin.py: the small CNNs of mnist-gpu.py and
+captcha_train.py), torchvision's and timm's (`torchvision:resnet18`, `timm:convnext_tiny`), the segmentation
+libraries' (`transformers:...`, `smp:...`, segmentation_models.py) and `package.module:factory`; what a model's
+factory takes from the data (num_classes, in_channels); and what config key model records for a model given to
+gpucore.train in Python. What fine-tuning reaches into in a built model (its head, first convolution and backbone)
+is surgery.py's."""
 from __future__ import annotations
 
 import difflib
