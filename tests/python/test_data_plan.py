@@ -172,3 +172,21 @@ def test_a_loaded_model_plans_its_inputs_once(reported_run, counted, tmp_path):
         sidecar = json.load(handle)
     assert sidecar["transforms"] == form and sidecar["input_shape"] == [3, 24, 24]
     assert len(predictions.rows) == 12 and len(cams) == 2
+
+
+def test_a_data_set_in_words_says_how_many_what_one_is_and_where_from(tmp_path):
+    """describe_data: one format for messages, evaluation.json and report titles, before and after planning."""
+    make_mixed_folder(str(tmp_path / "photos"))
+    folder = gpucore.data.read_image_folder(str(tmp_path / "photos"))
+    assert plan_module.describe_data(folder) == f"12 images (3-channel uint8) from '{tmp_path / 'photos'}'"
+    planned = training_set(folder, gpucore.load_config({"transforms": [{"RandomResizedCrop": {"size": 16}}]}),
+                           torch.device("cpu"))
+    assert planned.plan.description == f"12 images (3-channel uint8, each at its own size) from '{tmp_path / 'photos'}'"
+    sized = gpucore.data.read_image_folder(str(tmp_path / "photos"), size=(20, 30))
+    assert plan_module.describe_data(sized, False) == f"12 images (3 x 20 x 30 uint8) from '{tmp_path / 'photos'}'"
+    tensors = (torch.zeros(64, 1, 28, 28), torch.zeros(64, dtype=torch.long))
+    assert plan_module.describe_data(tensors) == "64 samples of tensors (1, 28, 28) torch.float32, targets ()"
+    images, labels = _crops(5, 24)
+    samples = gpucore.data.torch_samples.dataset_samples(Photos(images, labels), {})
+    assert plan_module.describe_data(samples) == "5 samples of a Photos"
+    assert plan_module.describe_data(samples, False) == "5 samples of a Photos (3-channel images of 24 x 24)"

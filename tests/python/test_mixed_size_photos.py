@@ -122,7 +122,7 @@ def test_the_default_model_on_photos_names_the_size_transforms_give_and_a_model_
         gpucore.train(data=str(folder), epochs=1, batch_size=6, progress=False, run_dir=str(tmp_path), val_fraction=0,
                       transforms=[{"RandomResizedCrop": {"size": 40}}])
     message = str(caught.value)
-    assert "first training batch (3-channel uint8 images of their own sizes from " in message
+    assert "images (3-channel uint8, each at its own size) from " in message
     assert "config key transforms brings each image to 40 x 40, the size the model gets" in message
     assert "Config key model is fashion_mnist_cnn, made for 28 x 28 images" in message
     assert "model: fast_cnn (any size)" in message and "(config keys model, model_kwargs, data, data_kwargs, " \

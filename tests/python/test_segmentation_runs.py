@@ -158,8 +158,9 @@ def test_a_run_trained_in_python_on_read_segmentation_evaluates_on_the_folder_or
     summary = gpucore.evaluate(checkpoint, data=val, device="cpu")
     assert (summary["split"], summary["samples"]) == ("all", 6)
     assert_metrics(summary["metrics"], expected)
-    with pytest.raises(gpucore.ConfigError, match=r"split 'test' does not apply to data 6 images and masks from .*: it "
-                                                  r"has no held-out split of its own .*; splits that do: all, val$"):
+    with pytest.raises(gpucore.ConfigError, match=r"split 'test' does not apply to data 6 images and masks "
+                                                  r"\([^)]*uint8\) from .*: it has no held-out split of its own .*; "
+                                                  r"splits that do: all, val$"):
         gpucore.evaluate(checkpoint, data=val, split="test", device="cpu")
 
     assert cli.main(["report", result.run_dir, "--data", str(folder), "--split", "val", "--device", "cpu"]) == 0
@@ -214,6 +215,6 @@ def test_a_classifier_is_evaluated_on_a_data_set_object_whole_as_on_its_validati
         assert summary["metrics"] == pytest.approx(own)
     write_pairs(tmp_path / "photos", photo_crops()[:2])
     masks = gpucore.data.read_segmentation(str(tmp_path / "photos" / "images"), str(tmp_path / "photos" / "masks"))
-    with pytest.raises(gpucore.ConfigError, match=r"data '2 images and masks from '.*images'' holds images and their "
-                                                  r"masks \(segmentation\), but loss 'cross_entropy'"):
+    with pytest.raises(gpucore.ConfigError, match=r"data '2 images and masks \(3-channel uint8\) from '.*images'' holds images and "
+                                                  r"their masks \(segmentation\), but loss 'cross_entropy'"):
         gpucore.evaluate(checkpoint, data=masks, device="cpu")

@@ -362,6 +362,6 @@ def test_a_model_that_does_not_fit_the_data_gets_a_clear_error(tmp_path):
     root = image_folder(tmp_path / "data", classes=2, per_class=4)
     config = dict(data=str(root), epochs=1, batch_size=4, progress=False, run_dir=str(tmp_path / "runs"),
                   val_fraction=0.0, model_kwargs={"in_channels": 1})  # given: not taken from the RGB data
-    with pytest.raises(gpucore.TrainingError, match=r"first training batch \(3 x 10 x 12 uint8 images from .*"
+    with pytest.raises(gpucore.TrainingError, match=r"first training batch \(\d+ images \(3 x 10 x 12 uint8\) from .*"
                                                     r"expected input\[4, 3, 10, 12\] to have 1 channels"):
         gpucore.train(config)  # the default model, the Fashion-MNIST CNN, with 1 input channel

@@ -20,7 +20,7 @@ from ..errors import ConfigError
 from .identity import identity_of
 from .image_files import ImageFiles
 from .tensor_inputs import as_images, input_stats
-from .torch_samples import DatasetSamples, dataset_samples
+from .torch_samples import DatasetSamples, dataset_samples, is_hf_dataset
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class DataPlan:
     # (a torch Dataset's images each go through the whole list: torch_samples.ServedSamples)
     normalization: Optional[Tuple[list, list]]  # per-channel (mean, std) the batches are standardised with
     identity: Optional[dict]  # what the data set is (identity.py), where asked for
-    description: str  # what one sample looks like, for messages
+    description: str  # the data set in words (describe_data), for messages and the report
     # One input as the set reads it, before the transforms (images: [C, H, W], H and W 0 for images read at their own
     # sizes); None where the data does not say (a DataLoader). A run's checkpoints record its training set's.
     input_shape: Optional[List[int]]
@@ -98,7 +98,7 @@ def plan_data(data, *, device: torch.device, training: bool, transforms: Any = (
                               "transform its samples yourself, or pass its Dataset as train_data to have gpucore "
                               "transform them")
         return DataPlan(data=data, training=training, device=device, cache=None, transforms=[], own_sizes=False,
-                        normalization=None, identity=identity, description=f"batches from a {type(data).__name__}",
+                        normalization=None, identity=identity, description=describe_data(data),
                         input_shape=None)
     cache = choose_cache(data, cache, device)
     files = isinstance(data, ImageFiles)
@@ -114,7 +114,7 @@ def plan_data(data, *, device: torch.device, training: bool, transforms: Any = (
     normalization = _normalization(normalize, lambda: data_stats(data, cache, own_sizes))
     shape = [data.channels, *data.size] if files else list(as_images(data[0]).shape[1:])
     return DataPlan(data=data, training=training, device=device, cache=cache, transforms=run, own_sizes=own_sizes,
-                    normalization=normalization, identity=identity, description=_describe(data, own_sizes),
+                    normalization=normalization, identity=identity, description=describe_data(data, own_sizes),
                     input_shape=shape)
 
 
@@ -129,7 +129,7 @@ def _dataset_plan(data: DatasetSamples, *, device: torch.device, training: bool,
                               f"float tensors (the first two samples: {data.first}): return uint8 images (PIL images, "
                               "PILToTensor, decode_image) to have gpucore transform them, or transform them yourself")
         return DataPlan(data=data, training=training, device=device, cache=None, transforms=[], own_sizes=False,
-                        normalization=None, identity=identity, description=data.description, input_shape=None)
+                        normalization=None, identity=identity, description=describe_data(data, False), input_shape=None)
     run, own_sizes = _list_form(transforms, training, crop_padding, hflip, lambda: data.image_shape()[1:])
     if not own_sizes and not data.same_size:
         raise ConfigError(f"the torch Dataset's images are of mixed sizes (the first two samples: {data.first}): start "
@@ -137,10 +137,8 @@ def _dataset_plan(data: DatasetSamples, *, device: torch.device, training: bool,
                           "brings each image to one size, or return images of one size")
     normalization = _normalization(normalize, data.normalization_stats)
     channels, height, width = data.image_shape()
-    size = "their own sizes" if own_sizes else f"{height} x {width}"
     return DataPlan(data=data, training=training, device=device, cache=None, transforms=run, own_sizes=own_sizes,
-                    normalization=normalization, identity=identity,
-                    description=f"{channels}-channel images of {size} from {data.description}",
+                    normalization=normalization, identity=identity, description=describe_data(data, own_sizes),
                     input_shape=[channels, 0, 0] if own_sizes else [channels, height, width])
 
 
@@ -214,11 +212,29 @@ def data_stats(data, cache: str, own_sizes: bool = False) -> Tuple[list, list]:
     return input_stats(data[0])
 
 
-def _describe(data, own_sizes: bool) -> str:
+def describe_data(data, own_sizes: Optional[bool] = None) -> str:
+    """A data set in words, in one format for every message, evaluation.json and report title: how many samples, what
+    one is, where they come from: "40 images (3 x 32 x 32 uint8) from 'photos'", "6 images and masks (3-channel uint8,
+    each at its own size) from 'seg/images'", "64 samples of tensors (1, 28, 28) torch.float32, targets ()", "40
+    samples of a Photos (3-channel images of 24 x 24)". `own_sizes`: images kept at their own sizes, as the data's
+    plan decided; None for data not planned (no image is decoded to say its shape)."""
     if isinstance(data, ImageFiles):
+        kind = "images and masks" if data.mask_paths is not None else "images"
         if own_sizes:
-            return f"{data.channels}-channel uint8 images of their own sizes from '{data.origin}'"
+            shape = f"{data.channels}-channel uint8, each at its own size"
+        elif own_sizes is None and data.size == (0, 0) and not data.decoded:
+            shape = f"{data.channels}-channel uint8"
+        else:
+            shape = " x ".join(map(str, data.image_shape())) + " uint8"
+        return f"{len(data)} {kind} ({shape}) from '{data.origin}'"
+    if isinstance(data, DatasetSamples):
+        source = type(data.dataset).__name__ + (" (Hugging Face)" if is_hf_dataset(data.dataset) else "")
+        if own_sizes is None or not data.images:
+            return f"{len(data)} samples of a {source}"
         channels, height, width = data.image_shape()
-        return f"{channels} x {height} x {width} uint8 images from '{data.origin}'"
-    return f"inputs of shape {tuple(data[0].shape[1:])} ({data[0].dtype}) and targets of shape " \
-           f"{tuple(data[1].shape[1:])} per sample"
+        size = "their own sizes" if own_sizes else f"{height} x {width}"
+        return f"{len(data)} samples of a {source} ({channels}-channel images of {size})"
+    if isinstance(data, (tuple, list)) and len(data) == 2 and isinstance(data[0], torch.Tensor):
+        return (f"{data[0].shape[0]} samples of tensors {tuple(data[0].shape[1:])} {data[0].dtype}, targets "
+                f"{tuple(data[1].shape[1:])}")
+    return f"batches from a {type(data).__name__}"

@@ -92,10 +92,6 @@ class DatasetSamples(torch.utils.data.Dataset):
         """(channels, height, width) of the first image."""
         return self.first_shape
 
-    @property
-    def description(self) -> str:
-        return f"samples of a {type(self.dataset).__name__}, the first two {self.first}"
-
     def normalization_stats(self) -> Tuple[list, list]:
         """Per-channel (mean, std) of the images scaled to [0, 1], from up to STATS_SAMPLES samples spread evenly over
         the set (all of a smaller one), each at its own size, as a folder's statistics are taken."""

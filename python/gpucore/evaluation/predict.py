@@ -22,9 +22,10 @@ from ..tasks import Classification
 from ..values import is_int
 from ..data.image_files import ImageFiles
 from ..data.labeled_data import LabeledData
+from ..data.plan import describe_data
 from ..data.torch_samples import dataset_samples, is_hf_dataset
 from .load import LoadedModel, load
-from .run_data import check_classes, describe
+from .run_data import check_classes
 
 
 class Predictions:
@@ -205,14 +206,15 @@ def _dataset(model: LoadedModel, data):
     Face dataset's read as a run reads them (data_kwargs image_key and label_key; images as a list of images), with
     their classes where the model classifies and the data set names the model's classes."""
     if isinstance(data, LabeledData):
-        check_classes(describe(data if isinstance(data, ImageFiles) else (data.inputs, data.targets)), data, model)
+        check_classes(describe_data(data if isinstance(data, ImageFiles) else (data.inputs, data.targets)), data, model)
         raw, targets, what = data.inputs, data.targets, f"inputs ({data!r})"
     else:
         samples = dataset_samples(data, model.config.data_kwargs)
-        check_classes(describe(samples), samples, model)
+        check_classes(describe_data(samples), samples, model)
         inputs, targets = zip(*(samples[i] for i in range(len(samples))))
         raw = model.read_images(list(inputs)) if samples.images else torch.stack(list(inputs))
-        targets, what = torch.stack([torch.as_tensor(target) for target in targets]), f"inputs ({describe(samples)})"
+        targets = torch.stack([torch.as_tensor(target) for target in targets])
+        what = f"inputs ({describe_data(samples)})"
     if isinstance(raw, torch.Tensor):
         _check_float_range(model, raw, what)
     labels = targets.long() if isinstance(model.task, Classification) and targets.dim() == 1 \

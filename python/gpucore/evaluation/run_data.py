@@ -23,10 +23,10 @@ from ..data.identity import changes, identity_of
 from ..data.image_files import ImageFiles
 from ..data.label_files import LABEL_FILE_EXTENSIONS
 from ..data.labeled_data import LabeledData
-from ..data.plan import is_native
+from ..data.plan import describe_data, is_native
 from ..data.readers import DECODE_KEYWORDS
 from ..data.split import split as held_out_share
-from ..data.torch_samples import DatasetSamples, dataset_samples, is_hf_dataset
+from ..data.torch_samples import DatasetSamples, dataset_samples
 from ..errors import ConfigError
 from ..tasks import Classification, MultiLabel
 
@@ -113,7 +113,7 @@ class _Source:
         else:  # a data set given in Python: no name; its files are labelled by the split alone
             self.name, self.label = None, None
             self.train, self.held = given_data_set(data, model, what), None
-            self.data = self.shown = describe(self.train)
+            self.data = self.shown = describe_data(self.train)
             self.runs_own, self.extra_folders = False, []
 
     def _read(self, held_out: Tuple[str, ...] = HELD_OUT_FOLDERS):
@@ -259,8 +259,8 @@ def given_data_set(data, model, what: str):
         raise ConfigError(f"{what}: got a value of type {type(data).__name__}; expected a data set name or path as "
                           "config key data takes it (a built-in data set, a folder, a .npz file), or "
                           f"{DATA_SET_OBJECTS}")
-    check_fits_task(describe(data), model.task, data)
-    _check_model_segments(describe(data), model, data)
+    check_fits_task(describe_data(data), model.task, data)
+    _check_model_segments(describe_data(data), model, data)
     return data
 
 
@@ -286,17 +286,6 @@ def _check_model_segments(name: str, model, *data_sets) -> None:
         return probe_output(model, model.input_shape, torch.uint8) if model.is_image_model else None
 
     check_model_segments(name, model.task, f"the model of '{model.checkpoint}'", model.module, probe, *data_sets)
-
-
-def describe(data) -> str:
-    """A data set given in Python, in a few words (evaluation.json's data, the report's titles)."""
-    if isinstance(data, ImageFiles):
-        kind = "images and masks" if data.mask_paths is not None else "images"
-        return f"{len(data)} {kind} from '{data.origin}'"
-    if isinstance(data, DatasetSamples):
-        hugging_face = " (Hugging Face)" if is_hf_dataset(data.dataset) else ""
-        return f"{len(data)} samples of a {type(data.dataset).__name__}{hugging_face}"
-    return f"{data[0].shape[0]} samples of tensors {tuple(data[0].shape[1:])}"
 
 
 def _check_recorded_path(name: str, model) -> None:

@@ -27,7 +27,7 @@ def prediction_sections(page: Page, result, classes: Optional[List[str]], normal
     """The evaluation's metrics, then the sections the task draws (Task.report_sections): confusion matrices and
     per-class metrics, the validation grid, the worst mistakes with Grad-CAM, masks with IoU, decoded strings.
     Returns the per-class rows (or None)."""
-    page.table("Metrics (" + result.data.description + f", {len(result)} samples)",
+    page.table(f"Metrics ({result.data.description})",
                [(k, v) for k, v in result.metrics.items()], ("metric", "value"),
                "What each name means (formula, averaging, what is ignored, precision) and the torchmetrics call that "
                f"reproduces it: the Metrics section of gpucore's training guide, {METRICS_DOCS}.")
