@@ -16,7 +16,7 @@
 
 #include "gpucore/errors.h"
 #include "gpucore/ranges.h"
-#include "ops/batch_cursor.h"
+#include "ops/train_step/batch_cursor.h"
 #include "ops/cpu/batch_memory.h"
 
 namespace gpucore {

@@ -1,5 +1,5 @@
 #pragma once
-// The columns of the mix ops' params rows (ops/mixup.h), free of torch headers for the CUDA kernels.
+// The columns of the mix ops' params rows (ops/augment/mixup.h), free of torch headers for the CUDA kernels.
 #include <cstdint>
 
 namespace gpucore::ops {

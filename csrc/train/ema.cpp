@@ -6,7 +6,7 @@
 
 #include "gpucore/errors.h"
 #include "gpucore/ranges.h"
-#include "ops/ema.h"
+#include "ops/train_step/ema.h"
 
 namespace gpucore {
 

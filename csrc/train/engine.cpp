@@ -18,7 +18,7 @@
 #include "gpucore/errors.h"
 #include "gpucore/ranges.h"
 #include "gpucore/train/autocast.h"
-#include "ops/train_step.h"
+#include "ops/train_step/train_step.h"
 
 namespace gpucore {
 

@@ -14,12 +14,12 @@
 #include <functional>
 #include <optional>
 
-#include "ops/train_step.h"
+#include "ops/train_step/train_step.h"
 
 namespace gpucore {
 
 namespace {
-// The first five slots are gpucore::accumulate_metrics' (ops/train_step.h).
+// The first five slots are gpucore::accumulate_metrics' (ops/train_step/train_step.h).
 enum Slot { kLossSum, kCount, kCorrect, kCorrectTopK, kAccTotal, kCharCorrect, kCharTotal, kSeqCorrect, kInter, kUnion, kDiceNum, kDiceDen, kSlots };
 }
 

@@ -10,7 +10,7 @@
 #include "gpucore/choices.h"
 #include "gpucore/errors.h"
 #include "gpucore/ranges.h"
-#include "ops/mixup.h"
+#include "ops/augment/mixup.h"
 
 namespace gpucore {
 

@@ -7,7 +7,7 @@
 #include "gpucore/choices.h"
 #include "gpucore/errors.h"
 #include "gpucore/ranges.h"
-#include "ops/train_step.h"
+#include "ops/train_step/train_step.h"
 
 namespace gpucore {
 

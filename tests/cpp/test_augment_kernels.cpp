@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "kernels_against_cpu.h"
-#include "ops/augment.h"
+#include "ops/augment/augment.h"
 #include "ops/cuda/augment_kernels.h"
 
 namespace gpucore::ops {

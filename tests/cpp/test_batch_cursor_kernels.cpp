@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels_against_cpu.h"
-#include "ops/batch_cursor.h"
+#include "ops/train_step/batch_cursor.h"
 #include "ops/cuda/batch_cursor_kernels.h"
 
 namespace gpucore::ops {

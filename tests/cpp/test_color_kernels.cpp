@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "kernels_against_cpu.h"
-#include "ops/color.h"
+#include "ops/augment/color.h"
 #include "ops/color_math.h"
 #include "ops/cuda/color_kernels.h"
 

@@ -9,7 +9,7 @@
 
 #include "gpucore/batches/transforms.h"
 #include "gpucore/errors.h"
-#include "ops/color.h"
+#include "ops/augment/color.h"
 #include "ops/color_math.h"
 #include "pipeline_error.h"
 

@@ -1,4 +1,4 @@
-// gpucore::conv3x3_maxpool_bn_relu (ops/conv_pool_norm.h) through its C++ entry points: against ATen's conv2d,
+// gpucore::conv3x3_maxpool_bn_relu (ops/fused/conv_pool_norm.h) through its C++ entry points: against ATen's conv2d,
 // max_pool2d, batch_norm and relu and their gradients, and bit for bit the same with one thread as with several
 // (its sums go in a fixed order, which bitwise resumes rely on).
 #include <ATen/ATen.h>
@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include "ops/conv_pool_norm.h"
+#include "ops/fused/conv_pool_norm.h"
 
 namespace gpucore::ops {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "kernels_against_cpu.h"
 #include "ops/cuda/ema_kernels.h"
-#include "ops/ema.h"
+#include "ops/train_step/ema.h"
 
 namespace gpucore::ops {
 namespace {

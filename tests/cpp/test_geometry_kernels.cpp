@@ -7,7 +7,7 @@
 
 #include "kernels_against_cpu.h"
 #include "ops/cuda/geometry_kernels.h"
-#include "ops/geometry.h"
+#include "ops/augment/geometry.h"
 #include "ops/resample_math.h"
 
 namespace gpucore::ops {

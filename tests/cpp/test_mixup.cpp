@@ -5,7 +5,7 @@
 
 #include "gpucore/errors.h"
 #include "gpucore/train/mixup.h"
-#include "ops/mixup.h"
+#include "ops/augment/mixup.h"
 
 namespace gpucore {
 namespace {

@@ -6,7 +6,7 @@
 
 #include "kernels_against_cpu.h"
 #include "ops/cuda/mixup_kernels.h"
-#include "ops/mixup.h"
+#include "ops/augment/mixup.h"
 
 namespace gpucore::ops {
 namespace {

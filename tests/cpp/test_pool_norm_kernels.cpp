@@ -9,7 +9,7 @@
 
 #include "kernels_against_cpu.h"
 #include "ops/cuda/pool_norm_kernels.h"
-#include "ops/pool_norm.h"
+#include "ops/fused/pool_norm.h"
 
 namespace gpucore::ops {
 namespace {

@@ -9,7 +9,7 @@
 #include "gpucore/train/schedule.h"
 #include "kernels_against_cpu.h"
 #include "ops/cuda/train_step_kernels.h"
-#include "ops/train_step.h"
+#include "ops/train_step/train_step.h"
 
 namespace gpucore::ops {
 namespace {

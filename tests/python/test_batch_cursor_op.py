@@ -1,5 +1,5 @@
-"""The batch cursor op (gpucore::next_indices, csrc/ops/batch_cursor.cpp): an epoch's next sample indices read from
-the order at a device-side cursor, which it advances."""
+"""The batch cursor op (gpucore::next_indices, csrc/ops/train_step/batch_cursor.cpp): an epoch's next sample
+indices read from the order at a device-side cursor, which it advances."""
 import pytest
 import torch
 

@@ -1,4 +1,4 @@
-"""gpucore::conv3x3_maxpool_bn_relu (csrc/ops/conv_pool_norm.h), FastCNN's first block as one op, against torch's
+"""gpucore::conv3x3_maxpool_bn_relu (csrc/ops/fused/conv_pool_norm.h), FastCNN's first block as one op, against torch's
 conv2d(padding=1) -> max_pool2d(2) -> batch_norm -> relu: outputs, memory format, running statistics and the
 gradients of the convolution's and the norm's weights, float32, float64 and bfloat16, grey and RGB inputs, odd
 sizes, channel counts off the kernels' vector width, ties; opcheck, gradcheck; FastCNN with it against torch's

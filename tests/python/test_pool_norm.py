@@ -1,4 +1,4 @@
-"""gpucore::maxpool_bn_relu (csrc/ops/pool_norm.h) against torch's MaxPool2d(2) -> BatchNorm2d -> ReLU: outputs,
+"""gpucore::maxpool_bn_relu (csrc/ops/fused/pool_norm.h) against torch's MaxPool2d(2) -> BatchNorm2d -> ReLU: outputs,
 running statistics and every gradient, float32 and bfloat16, contiguous and channels-last, odd sizes, N = 1,
 ties in the windows; opcheck, gradcheck; FastCNN with it, its hooks and Grad-CAM."""
 import copy

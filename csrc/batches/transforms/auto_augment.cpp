@@ -13,9 +13,9 @@
 #include <optional>
 
 #include "batches/transforms/color_transforms.h"
-#include "ops/color.h"
+#include "ops/augment/color.h"
 #include "ops/color_math.h"
-#include "ops/geometry.h"
+#include "ops/augment/geometry.h"
 
 namespace gpucore::transforms {
 namespace {

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "batches/transforms/color_transforms.h"
-#include "ops/color.h"
+#include "ops/augment/color.h"
 #include "ops/color_math.h"
 
 namespace gpucore::transforms {

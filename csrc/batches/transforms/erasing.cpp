@@ -11,7 +11,7 @@
 
 #include "batches/transforms/color_transforms.h"
 #include "gpucore/errors.h"
-#include "ops/color.h"
+#include "ops/augment/color.h"
 
 namespace gpucore::transforms {
 namespace {

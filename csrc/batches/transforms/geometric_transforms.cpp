@@ -17,7 +17,7 @@
 #include "batches/transforms/sampling.h"
 #include "gpucore/errors.h"
 #include "gpucore/ranges.h"
-#include "ops/geometry.h"
+#include "ops/augment/geometry.h"
 
 namespace gpucore::transforms {
 namespace {

@@ -8,7 +8,7 @@
 #include "batches/transforms/factories.h"
 #include "gpucore/batches/transforms.h"
 #include "gpucore/errors.h"
-#include "ops/augment.h"
+#include "ops/augment/augment.h"
 
 namespace gpucore {
 

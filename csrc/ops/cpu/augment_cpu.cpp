@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "ops/augment.h"
+#include "ops/augment/augment.h"
 #include "ops/cpu/batch_memory.h"
 #include "ops/cpu/shifted_plane.h"
 #include "ops/cpu/vector_clones.h"

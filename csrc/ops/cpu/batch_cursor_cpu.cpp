@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "ops/batch_cursor.h"
+#include "ops/train_step/batch_cursor.h"
 
 namespace gpucore::ops {
 namespace {

@@ -9,7 +9,7 @@
 #include <limits>
 #include <vector>
 
-#include "ops/cam.h"
+#include "ops/cam/cam.h"
 #include "ops/float_contiguous.h"
 #include "ops/jet_colormap.h"
 

@@ -8,7 +8,7 @@
 #include <array>
 #include <vector>
 
-#include "ops/color.h"
+#include "ops/augment/color.h"
 #include "ops/color_math.h"
 #include "ops/cpu/batch_memory.h"
 #include "ops/cpu/torch_capability.h"

@@ -15,7 +15,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "ops/conv_pool_norm.h"
+#include "ops/fused/conv_pool_norm.h"
 #include "ops/cpu/pooled_norm.h"
 #include "ops/cpu/vector_clones.h"
 #include "ops/pool_norm_math.h"

@@ -6,7 +6,7 @@
 
 #include <cstring>
 
-#include "ops/ema.h"
+#include "ops/train_step/ema.h"
 
 namespace gpucore::ops {
 namespace {

@@ -13,7 +13,7 @@
 #include "ops/cpu/batch_memory.h"
 #include "ops/cpu/bilinear_resize.h"
 #include "ops/cpu/shifted_plane.h"
-#include "ops/geometry.h"
+#include "ops/augment/geometry.h"
 #include "ops/resample_math.h"
 
 namespace gpucore::ops {

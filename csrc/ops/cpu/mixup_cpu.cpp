@@ -7,7 +7,7 @@
 #include <ATen/ops/empty_like.h>
 #include <torch/library.h>
 
-#include "ops/mixup.h"
+#include "ops/augment/mixup.h"
 
 namespace gpucore::ops {
 namespace {

@@ -15,7 +15,7 @@
 
 #include "ops/cpu/pooled_norm.h"
 #include "ops/cpu/vector_clones.h"
-#include "ops/pool_norm.h"
+#include "ops/fused/pool_norm.h"
 #include "ops/pool_norm_math.h"
 
 namespace gpucore::ops {

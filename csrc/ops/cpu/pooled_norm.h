@@ -17,7 +17,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "ops/pool_norm.h"
+#include "ops/fused/pool_norm.h"
 #include "ops/pool_norm_math.h"
 
 namespace gpucore::ops::pooled_norm {

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "ops/train_step.h"
+#include "ops/train_step/train_step.h"
 
 namespace gpucore::ops {
 namespace {

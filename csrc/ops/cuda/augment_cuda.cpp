@@ -4,7 +4,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
-#include "ops/augment.h"
+#include "ops/augment/augment.h"
 #include "ops/float_contiguous.h"
 #include "ops/cuda/augment_kernels.h"
 #include "ops/cuda/kernel_launch_check.h"

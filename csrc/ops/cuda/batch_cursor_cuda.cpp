@@ -3,7 +3,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
-#include "ops/batch_cursor.h"
+#include "ops/train_step/batch_cursor.h"
 #include "ops/cuda/batch_cursor_kernels.h"
 #include "ops/cuda/kernel_launch_check.h"
 

@@ -6,7 +6,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
-#include "ops/cam.h"
+#include "ops/cam/cam.h"
 #include "ops/float_contiguous.h"
 #include "ops/cuda/cam_kernels.h"
 #include "ops/cuda/kernel_launch_check.h"

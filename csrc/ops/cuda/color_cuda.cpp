@@ -4,7 +4,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
-#include "ops/color.h"
+#include "ops/augment/color.h"
 #include "ops/cuda/color_kernels.h"
 #include "ops/cuda/kernel_launch_check.h"
 

@@ -5,7 +5,7 @@
 
 #include "ops/cuda/ema_kernels.h"
 #include "ops/cuda/kernel_launch_check.h"
-#include "ops/ema.h"
+#include "ops/train_step/ema.h"
 
 namespace gpucore::ops {
 namespace {

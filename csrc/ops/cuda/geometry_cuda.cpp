@@ -6,7 +6,7 @@
 
 #include "ops/cuda/geometry_kernels.h"
 #include "ops/cuda/kernel_launch_check.h"
-#include "ops/geometry.h"
+#include "ops/augment/geometry.h"
 
 namespace gpucore::ops {
 namespace {

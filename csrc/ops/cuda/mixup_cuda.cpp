@@ -1,4 +1,4 @@
-// CUDA side of the mix ops: checks, device guard and stream, then the kernels (ops/mixup.h).
+// CUDA side of the mix ops: checks, device guard and stream, then the kernels (ops/augment/mixup.h).
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -7,7 +7,7 @@
 
 #include "ops/cuda/mixup_kernels.h"
 #include "ops/cuda/kernel_launch_check.h"
-#include "ops/mixup.h"
+#include "ops/augment/mixup.h"
 
 namespace gpucore::ops {
 namespace {

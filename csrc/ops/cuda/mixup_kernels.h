@@ -16,7 +16,7 @@ struct MixShape {
   int64_t out_stride[4];
 };
 
-// params: float32 N x kMixParams contiguous (ops/mixup.h); images and out of `type` (one of MixDtypes) with the
+// params: float32 N x kMixParams contiguous (ops/augment/mixup.h); images and out of `type` (one of MixDtypes) with the
 // shape's strides.
 void launch_mix_inputs(const void* images, void* out, KernelDtype type, const MixShape& shape, const float* params,
                        cudaStream_t stream);

@@ -1,5 +1,5 @@
 // CUDA side of gpucore::maxpool_bn_relu: checks, device guard and stream, the per-channel values in the kernels'
-// math type, then the kernels (ops/pool_norm.h). No host sync: the statistics stay on the device.
+// math type, then the kernels (ops/fused/pool_norm.h). No host sync: the statistics stay on the device.
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -8,7 +8,7 @@
 
 #include "ops/cuda/kernel_launch_check.h"
 #include "ops/cuda/pool_norm_kernels.h"
-#include "ops/pool_norm.h"
+#include "ops/fused/pool_norm.h"
 
 namespace gpucore::ops {
 namespace {

@@ -6,7 +6,7 @@
 
 #include "ops/cuda/train_step_kernels.h"
 #include "ops/cuda/kernel_launch_check.h"
-#include "ops/train_step.h"
+#include "ops/train_step/train_step.h"
 
 namespace gpucore::ops {
 namespace {

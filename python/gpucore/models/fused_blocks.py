@@ -1,6 +1,6 @@
 """FastCNN's blocks as single ops, run on a torch BatchNorm2d's own parameters and buffers: max-pool 2x2 -> the
-BatchNorm -> ReLU (gpucore::maxpool_bn_relu, csrc/ops/pool_norm.h), and a 3x3 convolution before them too
-(gpucore::conv3x3_maxpool_bn_relu, csrc/ops/conv_pool_norm.h). The module's running statistics and
+BatchNorm -> ReLU (gpucore::maxpool_bn_relu, csrc/ops/fused/pool_norm.h), and a 3x3 convolution before them too
+(gpucore::conv3x3_maxpool_bn_relu, csrc/ops/fused/conv_pool_norm.h). The module's running statistics and
 num_batches_tracked advance as BatchNorm2d's do, so a network keeps torch's layers (its state_dict, its hooks, its
 layer-by-layer forward) and only its forward chooses the op. Each `*_fusable` check says where the op gives what the
 torch layers give; the caller runs the layers themselves elsewhere."""

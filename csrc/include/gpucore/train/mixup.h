@@ -3,7 +3,7 @@
 // mixed with its reversed order (timm's x.flip(0)), its targets become one-hot with label smoothing, mixed by the
 // same lambda, and the loss is the soft-target cross-entropy. Lambda, the choice of mixup or CutMix and the box
 // are drawn on the host from (seed, epoch, batch) alone (no host sync, the same draws on every device and after a
-// resume); the mixing runs on the device (gpucore::mix_inputs, mix_targets in ops/mixup.h).
+// resume); the mixing runs on the device (gpucore::mix_inputs, mix_targets in ops/augment/mixup.h).
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -33,7 +33,7 @@ struct MixupConfig {
 void validate(const MixupConfig& config);  // TORCH_CHECK of each key's range (gpucore/ranges.h); config.py checks first
 
 // The mix of batch `batch` of `epoch` (n samples of h x w pixels): float32 (n, 8) on the host, the rows the mix
-// ops take (ops/mixup.h): [input weights of sample and partner, target weights of both, box y0, y1, x0, x1].
+// ops take (ops/augment/mixup.h): [input weights of sample and partner, target weights of both, box y0, y1, x0, x1].
 at::Tensor draw_mix(const MixupConfig& config, int64_t epoch, int64_t batch, int64_t n, int64_t h, int64_t w);
 
 // What the engine calls per training batch.

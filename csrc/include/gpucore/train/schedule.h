@@ -37,7 +37,7 @@ struct ScheduleConfig {
 // min_lr above lr, ...); a setting out of its own range (gpucore/ranges.h) fails a TORCH_CHECK.
 void validate(const ScheduleConfig& config);
 
-// The parameters of the op gpucore::learning_rate (ops/train_step.h) as it takes them (ConfigError as
+// The parameters of the op gpucore::learning_rate (ops/train_step/train_step.h) as it takes them (ConfigError as
 // validate): the engine packs them once and runs the op into its own lr tensor after every optimizer step.
 at::Tensor pack_schedule(const ScheduleConfig& config);
 

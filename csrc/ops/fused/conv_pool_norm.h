@@ -28,7 +28,7 @@
 
 #include <tuple>
 
-#include "ops/pool_norm.h"
+#include "ops/fused/pool_norm.h"
 
 namespace gpucore::ops {
 

@@ -2,7 +2,8 @@
 // The training step's bookkeeping as torch ops (namespace gpucore), one op each where ATen needed
 // many, with CPU and CUDA kernels, so a step issues few ops (each costs host time, and a CUDA graph
 // replays them all). All three write into tensors the engine keeps, so their addresses never change. (The batch
-// cursor, next_indices, is batch_cursor.h's.)
+// cursor, next_indices, is batch_cursor.h's.) Each op's schema and checks are a file of its own here: metrics.cpp,
+// step_counters.cpp, learning_rate.cpp; their kernels share cpu/train_step_cpu.cpp and cuda/train_step_*.
 //
 //   accumulate_metrics(Tensor(a!) sums, Tensor output, Tensor? target, Tensor loss, int top_k,
 //                      int ignore_index=-100) -> ()

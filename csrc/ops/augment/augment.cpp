@@ -1,5 +1,5 @@
 // The augment op's checks and its C++ entry point through the dispatcher.
-#include "ops/augment.h"
+#include "ops/augment/augment.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>

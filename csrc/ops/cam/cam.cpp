@@ -1,5 +1,5 @@
 // The checks shared by the CPU and CUDA kernels of the CAM ops.
-#include "ops/cam.h"
+#include "ops/cam/cam.h"
 
 #include <c10/util/Exception.h>
 #include <torch/library.h>

@@ -1,5 +1,5 @@
 // The batch cursor op's checks and its C++ entry point through the dispatcher.
-#include "ops/batch_cursor.h"
+#include "ops/train_step/batch_cursor.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>

@@ -1,5 +1,5 @@
 // gpucore::maxpool_bn_relu's checks and its C++ entry points through the dispatcher.
-#include "ops/pool_norm.h"
+#include "ops/fused/pool_norm.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>

@@ -1,5 +1,5 @@
 // The geometric ops' checks and their C++ entry points through the dispatcher.
-#include "ops/geometry.h"
+#include "ops/augment/geometry.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>

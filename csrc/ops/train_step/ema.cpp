@@ -1,4 +1,4 @@
-#include "ops/ema.h"
+#include "ops/train_step/ema.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>

@@ -1,5 +1,5 @@
 // The color ops' checks and their C++ entry points through the dispatcher.
-#include "ops/color.h"
+#include "ops/augment/color.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>

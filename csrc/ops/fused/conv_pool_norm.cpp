@@ -1,5 +1,5 @@
 // gpucore::conv3x3_maxpool_bn_relu's checks and its C++ entry points through the dispatcher.
-#include "ops/conv_pool_norm.h"
+#include "ops/fused/conv_pool_norm.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>

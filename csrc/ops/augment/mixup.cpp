@@ -1,5 +1,5 @@
 // The mix ops' checks and their C++ entry points through the dispatcher.
-#include "ops/mixup.h"
+#include "ops/augment/mixup.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
