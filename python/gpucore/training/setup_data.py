@@ -33,7 +33,6 @@ class RunData:
     validation: Optional[dict]  # where the validation data came from, for training_stats.json (None: no validation)
     classes: Optional[List[str]]  # class names, when the data has them
     class_count: Optional[int]  # outputs the data's classes take (None where the data does not say: masks, ...)
-    input_shape: Optional[List[int]]  # one input as the model takes it (C, H, W for images; H, W 0 when they vary)
     given: bool  # the data was given to train() in Python, not named by config key `data`
     labels: Optional[torch.Tensor]  # each training sample's class, where class_weights or sampler weigh them
     imbalance: Optional[str]  # why monitor: auto follows the balanced metric (None: it does not)
@@ -42,6 +41,11 @@ class RunData:
     def samples(self) -> tuple:
         """(training data, validation data or None) as read: tensors, image files or a torch Dataset's samples."""
         return self.train_set.data, self.val_set.data if self.val_set is not None else None
+
+    @property
+    def input_shape(self) -> Optional[List[int]]:
+        """One input as the model takes it (C, H, W for images; H, W 0 when they vary): the training set's plan's."""
+        return self.train_set.plan.input_shape
 
     @property
     def normalization(self) -> Optional[tuple]:
@@ -83,8 +87,7 @@ def setup_data(config, task: Task, world: distributed.World, device: torch.devic
     distributed.check_same(train_set.total_batches(), "the number of batches per epoch (data length)")
     val_set = validation_set(val_data, config, device, train_set.plan.normalization, identify=True)
     return config, RunData(train_set=train_set, val_set=val_set, validation=validation, classes=classes,
-                           class_count=count, input_shape=train_set.plan.input_shape, given=given,
-                           labels=labels,
+                           class_count=count, given=given, labels=labels,
                            imbalance=_balanced_monitor_reason(config, task, train_data, classes, val_set is not None))
 
 
