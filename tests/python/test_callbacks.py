@@ -209,7 +209,7 @@ def test_the_engine_gets_no_step_callable_without_a_per_step_hook(tmp_path, monk
     original = fit_loop.FitLoop._train_pass
 
     def spying(self, progress):
-        engine = self.run.engine
+        engine = self.training.engine
 
         class Spy:
             def __getattr__(self, name):
@@ -219,11 +219,11 @@ def test_the_engine_gets_no_step_callable_without_a_per_step_hook(tmp_path, monk
                 given.append(kwargs.get("on_step"))
                 return engine.train_epoch(*args, **kwargs)
 
-        self.run.engine = Spy()
+        self.training.engine = Spy()
         try:
             return original(self, progress)
         finally:
-            self.run.engine = engine
+            self.training.engine = engine
 
     monkeypatch.setattr(fit_loop.FitLoop, "_train_pass", spying)
 

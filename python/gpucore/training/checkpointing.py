@@ -14,13 +14,16 @@ import torch
 from ..checkpoint import EMA_STATE, WEIGHTS, host_snapshot, load_checkpoint
 from ..data.identity import check_same_data
 from ..errors import ConfigError
+from . import distributed
 from .callbacks import BestEpoch, CallbackList, ModelCheckpoint, Monitor
 from .ema import monitored_weights
-from .fit_outcome import FitOutcome
+from .engine_config import RunEngine
 from .oom import rebatch
 from .position import RunPosition, migrated_samples_consumed
 from .rng import rng_state, set_rng_state
-from .run_dir import RESUME_LOCATION, check_resume_keeps_the_run
+from .run_dir import RESUME_LOCATION, RunDir, check_resume_keeps_the_run
+from .setup_data import RunData
+from .setup_model import RunModel
 
 
 # Schedules whose learning rate at a step depends on the run's total steps (config key epochs): a resume with another
@@ -65,23 +68,36 @@ def migrate(checkpoint: dict, world_size: int, batching: dict, best_keepers: Seq
 class Checkpointing:
     """The checkpoints of a run, as Lightning's checkpoint connector: the run's model, engine, EMA and RNGs, and the
     fit's state: its position after the last optimizer step (position.py), history and every callback's state
-    (`callbacks`; ModelCheckpoint's best epoch also as "best"). `monitor`: which weights the EMA's metrics pick."""
+    (`callbacks`; ModelCheckpoint's best epoch also as "best"). `monitor`: which weights the EMA's metrics pick.
 
-    def __init__(self, run, position: RunPosition, history: List[dict], callbacks: CallbackList, monitor: Monitor,
-                 outcome: FitOutcome):
-        self.run, self.position, self.history, self.callbacks = run, position, history, callbacks
-        self.monitor, self.outcome = monitor, outcome
+    It reads the run's parts: `config` (a resume checks it against the checkpoint's), `world`, the data part
+    (setup_data.RunData: what a checkpoint records of the data; an out-of-memory retry's batching re-batches it), the
+    model part (setup_model.RunModel), the model's `device` (where a resume loads to), `class_weights` (the loss's,
+    as the model step resolved them), the run directory and the engine part (engine_config.RunEngine: the engine,
+    reached through it at each use, and the steps of an epoch).
+
+    ModelCheckpoint, one of `callbacks`, writes what `snapshot` returns, and a checkpoint holds every callback's state:
+    the two refer to each other, so the fit loop builds this first and appends ModelCheckpoint to the callbacks after
+    (fit_loop.fit_loop). The cycle keeps no engine alive: neither holds the engine itself."""
+
+    def __init__(self, config, world: distributed.World, data: RunData, model: RunModel, device: torch.device,
+                 class_weights: Optional[List[float]], run_dir: RunDir, training: RunEngine, position: RunPosition,
+                 history: List[dict], callbacks: CallbackList, monitor: Monitor):
+        self.config, self.world, self.data, self.model, self.device = config, world, data, model, device
+        self.class_weights, self.run_dir, self.training = class_weights, run_dir, training
+        self.position, self.history, self.callbacks, self.monitor = position, history, callbacks, monitor
 
     def payload(self) -> dict:
         """What a checkpoint holds: enough to resume exactly after the last optimizer step done (at any world
         size)."""
-        run, states = self.run, self.callbacks.state_dict()
-        data, model, normalization = run.data, run.model, run.data.normalization
+        states = self.callbacks.state_dict()
+        data, model, normalization = self.data, self.model, self.data.normalization
         payload = dict(self.position.state_dict(), history=list(self.history), callbacks=states,
-                       best=states[ModelCheckpoint.STATE_KEY], model=model.module.state_dict(), engine=run.engine.state(),
+                       best=states[ModelCheckpoint.STATE_KEY], model=model.module.state_dict(),
+                       engine=self.training.engine.state(),
                        rng=rng_state(),
-                       config=dict(run.run_dir.config), classes=data.classes,
-                       class_weights=run.task.class_weights,  # config key class_weights as resolved: evaluate's loss
+                       config=dict(self.run_dir.config), classes=data.classes,
+                       class_weights=self.class_weights,  # config key class_weights as resolved: evaluate's loss
                        data=data.identity,
                        input_shape=data.input_shape,
                        input_stats=({"mean": normalization[0], "std": normalization[1]} if normalization else None))
@@ -94,51 +110,51 @@ class Checkpointing:
     def snapshot(self, copy: bool = False) -> dict:
         """The payload copied to the host, for writing (one host read, counted; only the main process, which writes,
         copies). With `copy` it shares nothing with the live state (a write in the background)."""
-        run = self.run
         payload = self.payload()
-        if not run.world.is_main:
+        if not self.world.is_main:
             return payload
-        run.engine.note_host_read("checkpoint")
+        self.training.engine.note_host_read("checkpoint")
         return host_snapshot(payload, copy=copy)
 
     def resume(self, path: str) -> dict:
         """Restores the model, engine, EMA, RNGs and the loop (position, batching, history, callbacks) from checkpoint
         `path`; returns where it resumed (training_stats.json's resume)."""
-        run, position = self.run, self.position
-        saved = load_checkpoint(path, map_location=run.placement.device)
+        config, world, model, engine, position = (self.config, self.world, self.model, self.training.engine,
+                                                  self.position)
+        saved = load_checkpoint(path, map_location=self.device)
         try:
-            run.model.module.load_state_dict(saved["model"])
+            model.module.load_state_dict(saved["model"])
         except RuntimeError as exc:
             raise ConfigError(f"checkpoint '{path}' does not fit the model: {exc}") from exc
         best_keepers = [key for key, callback in self.callbacks.stateful.items() if isinstance(callback, BestEpoch)]
-        checkpoint = migrate(saved, run.world.size, position.batching.to_dict(), best_keepers)
+        checkpoint = migrate(saved, world.size, position.batching.to_dict(), best_keepers)
         self._load_fit_state(checkpoint)
         saved_world = int(checkpoint["world_size"])
         engine_state = dict(checkpoint["engine"])
-        if saved_world != run.world.size:
+        if saved_world != world.size:
             engine_state["counters.step"] = self._steps_at_this_world_size(path, saved_world, engine_state)
-        run.engine.load_state(engine_state)
-        if run.model.ema is not None:
+        engine.load_state(engine_state)
+        if model.ema is not None:
             if EMA_STATE not in checkpoint:
                 raise ConfigError(f"checkpoint '{path}' holds no EMA weights (its run had ema_decay 0); resume it "
                                   "with ema_decay 0, or start a new run")
-            run.model.ema.load_state_dict(checkpoint[EMA_STATE])
+            model.ema.load_state_dict(checkpoint[EMA_STATE])
         saved_config = checkpoint.get("config") or {}
-        check_schedule_length(path, saved_config, run.config)
-        given = {key: value for key, value in run.config.to_dict().items() if key not in RESUME_LOCATION}
-        check_resume_keeps_the_run(saved_config, given, f"resume: {run.run_dir.resume}", f"checkpoint '{path}'",
+        check_schedule_length(path, saved_config, config)
+        given = {key: value for key, value in config.to_dict().items() if key not in RESUME_LOCATION}
+        check_resume_keeps_the_run(saved_config, given, f"resume: {self.run_dir.resume}", f"checkpoint '{path}'",
                                    f"pretrained: {path}")
-        changed = check_same_data(path, checkpoint.get("data"), run.data.identity, run.config.accept_changed_data)
-        if changed and run.world.is_main:
+        changed = check_same_data(path, checkpoint.get("data"), self.data.identity, config.accept_changed_data)
+        if changed and world.is_main:
             warnings.warn(f"accept_changed_data: resuming '{path}' on changed data: " + "; ".join(changed),
                           stacklevel=2)
         set_rng_state(checkpoint["rng"])
         self.callbacks.call("on_load_checkpoint", saved)
-        run.run_dir.write_history(self.history)  # rows written after this checkpoint (a kill) are dropped
-        run.run_dir.write_config(self._config_used(saved_config))
-        position.engine_read(*run.engine.step_counts())
-        if run.world.is_main:
-            epochs = run.config.epochs
+        self.run_dir.write_history(self.history)  # rows written after this checkpoint (a kill) are dropped
+        self.run_dir.write_config(self._config_used(saved_config))
+        position.engine_read(*engine.step_counts())
+        if world.is_main:
+            epochs = config.epochs
             if position.epoch >= epochs:
                 where = f"all {epochs} epochs done, nothing left to train (optimizer step {position.steps_taken})"
             else:
@@ -155,32 +171,31 @@ class Checkpointing:
         batching = self.position.batching
         self.position.load_state_dict(checkpoint)
         if self.position.batching != batching:
-            rebatch(self.run.data, self.run.engine, self.position, self.position.batching)
+            rebatch(self.data, self.training.engine, self.position, self.position.batching)
         self.history[:] = checkpoint["history"]
         self.callbacks.load_state_dict(checkpoint["callbacks"])
 
     def _config_used(self, saved_config: dict) -> dict:
         """config.json of the resumed run: its config (the run's own keys, those a resume may set as given) with
         config.json's own resume."""
-        run = self.run
-        values = run.config.to_dict()
+        values = self.config.to_dict()
         # resume is how this start was asked for, not what the run is: config.json keeps the run's first value.
-        values["resume"] = run.run_dir.written_config().get("resume", saved_config.get("resume", values["resume"]))
+        values["resume"] = self.run_dir.written_config().get("resume", saved_config.get("resume", values["resume"]))
         return values
 
     def _steps_at_this_world_size(self, path: str, saved_world: int, engine_state: dict) -> torch.Tensor:
         """The optimizer steps this world size takes to where the checkpoint of `saved_world` processes is: the
         schedule (warmup, decay, milestones: counted in steps of an epoch at this world size) goes on from the same
         point of the data, not from the other world size's step count."""
-        run, position = self.run, self.position
-        if not run.data.train_set.reshards:
+        world, position, steps_per_epoch = self.world, self.position, self.training.steps_per_epoch
+        if not self.data.train_set.reshards:
             raise ConfigError(f"checkpoint '{path}' was written by {saved_world} processes, this run has "
-                              f"{run.world.size}: a torch Dataset or DataLoader resumes only at its own world size "
+                              f"{world.size}: a torch Dataset or DataLoader resumes only at its own world size "
                               "(gpucore's tensor and image-file sources resume at any)")
-        steps = position.run_step(run.steps_per_epoch)
-        if run.world.is_main:
-            print(f"gpucore: resuming {saved_world} processes' checkpoint with {run.world.size}: epoch "
+        steps = position.run_step(steps_per_epoch)
+        if world.is_main:
+            print(f"gpucore: resuming {saved_world} processes' checkpoint with {world.size}: epoch "
                   f"{position.epoch + 1} goes on after {position.start_sample} of its samples, re-sharded; the schedule "
-                  f"from step {steps} of {run.config.epochs * run.steps_per_epoch}", file=sys.stderr, flush=True)
+                  f"from step {steps} of {self.config.epochs * steps_per_epoch}", file=sys.stderr, flush=True)
         saved_steps = engine_state["counters.step"]
         return torch.full_like(saved_steps, float(steps))

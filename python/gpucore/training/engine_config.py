@@ -8,7 +8,8 @@ from __future__ import annotations
 import math
 import sys
 import warnings
-from typing import Optional, Tuple
+from dataclasses import dataclass
+from typing import Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -25,11 +26,30 @@ from .setup_data import RunData
 from .setup_model import Placement, RunModel
 
 
+@dataclass
+class RunEngine:
+    """A run's engine part: the C++ engine and what the engine step decided with it. It is the engine's one owner:
+    the loop's parts reach the engine through it (never a reference of their own), so that `release()` frees it at
+    once."""
+
+    engine: Optional[_C.Engine]  # None once released
+    batching: Batching  # config keys batch_size and accumulate_grad_batches, as the run starts
+    steps_per_epoch: int  # optimizer steps of an epoch in that batching
+    lr: float  # the schedule's base learning rate: config key lr as lr_scaling scaled it (scaled_lr)
+    graphs_reason: Optional[str]  # config key cuda_graphs true or auto, but steps run eagerly: why
+    auto_monitor: Sequence[str]  # what config key monitor: auto follows, in order (Task.primary_metrics)
+
+    def release(self) -> None:
+        """Frees the engine (optimizer state, gradients, the captured CUDA graph) now rather than at a later garbage
+        collection, which a process forked meanwhile (a DataLoader worker) could run, touching CUDA in the child."""
+        self.engine = None
+
+
 def setup_engine(config, task: Task, world: distributed.World, data: RunData, model: RunModel,
-                 placement: Placement):
-    """(engine, steps per epoch, graphs reason, auto monitor): the C++ engine (_C.Engine) that trains `model` on `data`
-    as `config` says, the optimizer steps of an epoch, why its steps run eagerly although config key cuda_graphs is
-    true or auto (None: they do not), and what config key monitor: auto follows, in order (Task.primary_metrics).
+                 placement: Placement) -> RunEngine:
+    """The engine part: the C++ engine (_C.Engine) that trains `model` on `data` as `config` says, the optimizer steps
+    of an epoch, why its steps run eagerly although config key cuda_graphs is true or auto (None: they do not), and
+    what config key monitor: auto follows, in order (Task.primary_metrics).
 
     Raises:
         ConfigError: a monitor no epoch reports; settings the engine refuses (the C++ core's checks).
@@ -38,18 +58,20 @@ def setup_engine(config, task: Task, world: distributed.World, data: RunData, mo
     if data.imbalance and world.is_main:
         print(f"gpucore: monitor: auto follows val_{task.balanced_metric}, not val_{task.primary_metric}, because "
               f"{data.imbalance}", file=sys.stderr, flush=True)
-    steps_per_epoch = Batching.of(config).steps_in(data.train_set.total_batches())
+    batching = Batching.of(config)
+    steps_per_epoch = batching.steps_in(data.train_set.total_batches())
     device = str(placement.device)
     graphs, graphs_reason = cuda_graphs_plan(config, device, data_parallel=world.launched)
-    engine = _C.Engine(param_groups(model.module, config),
-                       engine_config(config, task, device, placement.policy, steps_per_epoch, placement.channels_last,
-                                     world.size, cuda_graphs=graphs),
-                       *ema_tensors(model.module, model.ema))
+    settings = engine_config(config, task, device, placement.policy, steps_per_epoch, placement.channels_last,
+                             world.size, cuda_graphs=graphs)
+    engine = _C.Engine(param_groups(model.module, config), settings, *ema_tensors(model.module, model.ema))
     eager_reason = graphs_reason or engine.graph_stats()["reason"]
     if eager_reason and config.cuda_graphs == "true":
         # at train()'s caller: setup_engine, build_run, train
         warnings.warn(f"cuda_graphs: true, but this run's steps run eagerly: {eager_reason}", stacklevel=4)
-    return engine, steps_per_epoch, graphs_reason, task.primary_metrics(imbalanced=data.imbalance is not None)
+    return RunEngine(engine=engine, batching=batching, steps_per_epoch=steps_per_epoch,
+                     lr=settings.schedule.base_lr, graphs_reason=graphs_reason,
+                     auto_monitor=task.primary_metrics(imbalanced=data.imbalance is not None))
 
 
 def param_groups(model: nn.Module, config) -> list:

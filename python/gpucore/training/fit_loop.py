@@ -27,50 +27,62 @@ from .first_batch import diagnosis
 from .fit_outcome import COMPLETED, FAILED, INTERRUPTED, RUNNING, FitOutcome
 from .loggers import make_loggers
 from .oom import OomRetry, rebatch
-from .position import Batching, RunPosition
+from .engine_config import RunEngine
+from .position import RunPosition
+from .run_dir import RunDir
 from .progress import EpochProgress, print_epoch
 from .run_setup import Run
 from .run_stats import RunStats
+from .setup_data import RunData
+from .setup_model import RunModel
 from .step_checkpoints import StepCheckpoints
 from .trainer import Trainer
+from .user_loss import UserLoss
 from .validation_loop import ValidationLoop
 
 _DEFAULT_TOP_K = KEY_BY_NAME["top_k"].default
 
 
 def fit_loop(run: Run, callbacks: Sequence[Any] = ()) -> "FitLoop":
-    """The fit loop of `run` with its parts, each given what it reads: the run's position and history, the fit's
-    outcome, the callbacks (the built-in ones, the loggers, `callbacks`, then ModelCheckpoint) and the trainer they
-    receive, the checkpoints, the validation loop, the out-of-memory policy and training_stats.json."""
-    config = run.config
-    position = RunPosition(Batching.of(config), run.world.size)  # halved on out of memory
+    """The fit loop of `run` with its parts, each given the pieces of the run it reads (none the whole run, nor the
+    engine itself: each reaches it through the engine part, its one owner, so that Run.release_engine frees it at
+    once): the run's position and history, the fit's outcome, the callbacks (the built-in ones, the loggers,
+    `callbacks`, then ModelCheckpoint) and the trainer they receive, the checkpoints, the validation loop, the
+    out-of-memory policy and training_stats.json."""
+    config, world, data, model, training = run.config, run.world, run.data, run.model, run.training
+    position = RunPosition(training.batching, world.size)  # halved on out of memory
     history: List[dict] = []
     outcome = FitOutcome()
     metric_modes = run.task.metric_modes(config.top_k, SPLITS)  # the task's metrics by record name
-    monitor = Monitor(config.monitor, config.mode, config.min_delta, metric_modes, run.auto_monitor)
+    monitor = Monitor(config.monitor, config.mode, config.min_delta, metric_modes, training.auto_monitor)
     built_in = [EarlyStopping(monitor, config.patience)] if config.patience else []
     freeze: Optional[FreezeBackbone] = None
     if config.freeze == "backbone":
         # Its folded forward calls the model itself: not a DDP wrapper (its reducer) or a compiled one.
-        wrapped = None if run.model.forward is run.model.module else "the model is wrapped for DDP or torch.compile"
-        freeze = FreezeBackbone(run.model.module, config.freeze_epochs, run.placement.policy.autocast_dtype, wrapped)
+        wrapped = None if model.forward is model.module else "the model is wrapped for DDP or torch.compile"
+        freeze = FreezeBackbone(model.module, config.freeze_epochs, run.placement.policy.autocast_dtype, wrapped)
         built_in.append(freeze)
     trainer = Trainer(run, position, history, outcome)
-    loggers = make_loggers(config, run.world.is_main, run.run_dir.path, run.placement)
+    loggers = make_loggers(config, world.is_main, run.run_dir.path, run.placement)
     callback_list = CallbackList([*built_in, *loggers, *callbacks], trainer)
-    checkpointing = Checkpointing(run, position, history, callback_list, monitor, outcome)
-    # ModelCheckpoint last, as in Lightning: a checkpoint holds every other callback's state after the epoch.
+    # Checkpointing reads every callback's state and ModelCheckpoint writes Checkpointing's snapshots: built in that
+    # order, ModelCheckpoint appended last, as in Lightning: a checkpoint holds every other callback's state after the
+    # epoch.
+    checkpointing = Checkpointing(config, world, data, model, run.placement.device, run.task.class_weights,
+                                  run.run_dir, training, position, history, callback_list, monitor)
     checkpoints = ModelCheckpoint(monitor, run.run_dir, checkpointing, config.save_every_n_epochs, config.keep_last_k)
     callback_list.append(checkpoints)
     step_checkpoints = StepCheckpoints(run.run_dir.checkpoint_dir, config.checkpoint_every_n_steps,
-                                       config.checkpoint_every_minutes, run.world.is_main)
-    run_stats = RunStats(run, position, history, outcome, checkpoints, step_checkpoints, freeze)
-    return FitLoop(run, position=position, history=history, outcome=outcome, metric_modes=metric_modes,
-                   callbacks=callback_list, checkpointing=checkpointing, checkpoints=checkpoints, freeze=freeze,
-                   validation=ValidationLoop(run.data, run.model, run.loss, config.tta),
-                   oom=OomRetry(config.on_oom, config.precision, run.data, run.model, run.placement.device,
-                                   outcome), run_stats=run_stats,
-                   step_checkpoints=step_checkpoints)
+                                       config.checkpoint_every_minutes, world.is_main)
+    run_stats = RunStats(config, run.summary, run.run_dir, training, model.ema is not None, data, position, history,
+                         outcome, checkpoints, step_checkpoints, freeze)
+    return FitLoop(config, world=world, data=data, model=model, device=run.placement.device, loss=run.loss,
+                   reports_top_k=run.task.reports_top_k, run_dir=run.run_dir, training=training,
+                   group_store=run.group_store, position=position, history=history, outcome=outcome,
+                   metric_modes=metric_modes, callbacks=callback_list, checkpointing=checkpointing,
+                   checkpoints=checkpoints, freeze=freeze, validation=ValidationLoop(data, model, run.loss, config.tta),
+                   oom=OomRetry(config.on_oom, config.precision, data, model, run.placement.device, outcome),
+                   run_stats=run_stats, step_checkpoints=step_checkpoints)
 
 
 class FitLoop:
@@ -78,22 +90,33 @@ class FitLoop:
     validation, the record, the callbacks and checkpoints) until the last epoch, a stop asked for (early stopping, a
     callback) or a signal, and says why it stopped (`outcome.reason`). Built by `fit_loop`, which gives each part
     what it reads; the loop owns only what moves between its parts during an epoch (the forward the engine calls,
-    the step boundaries where signals land)."""
+    the step boundaries where signals land).
 
-    def __init__(self, run: Run, *, position: RunPosition, history: List[dict], outcome: FitOutcome,
+    Of the run it reads `config`, `world`, the data, model and engine parts (setup_data.RunData, setup_model.RunModel,
+    engine_config.RunEngine: the engine is reached through it at each use), the model's `device`, `loss` (train()'s
+    loss callable, None: the task's), whether the task reports top-k accuracy (`reports_top_k`), the run directory
+    and the process group's store (`group_store`, None when the run created none)."""
+
+    def __init__(self, config, *, world: distributed.World, data: RunData, model: RunModel, device: torch.device,
+                 loss: Optional[UserLoss], reports_top_k: bool, run_dir: RunDir, training: RunEngine,
+                 group_store: Optional[Any], position: RunPosition, history: List[dict], outcome: FitOutcome,
                  metric_modes: dict, callbacks: CallbackList, checkpointing: Checkpointing,
                  checkpoints: ModelCheckpoint, freeze: Optional[FreezeBackbone], validation: ValidationLoop,
                  oom: OomRetry, run_stats: RunStats, step_checkpoints: StepCheckpoints):
-        self.run, self.position, self.history, self.outcome = run, position, history, outcome
+        self.config, self.world, self.data, self.model, self.device = config, world, data, model, device
+        self.loss, self.reports_top_k, self.run_dir, self.training = loss, reports_top_k, run_dir, training
+        self.group_store = group_store
+        self.position, self.history, self.outcome = position, history, outcome
         self.metric_modes = metric_modes
         self.callbacks, self.checkpointing, self.checkpoints, self.freeze = callbacks, checkpointing, checkpoints, freeze
         self.validation, self.oom, self.run_stats, self.step_checkpoints = validation, oom, run_stats, step_checkpoints
         self.step_boundaries = StepBoundaries()  # where SIGTERM and SIGUSR1 are raised
         # cuda_graphs: why the engine steps eagerly, as last said (setup warned of the reason it started with)
-        self.eager_reason_said = run.engine.graph_stats()["reason"]
-        self.train_forward = run.model.forward  # what the engine calls this epoch (FreezeBackbone's folded forward)
+        self.eager_reason_said = training.engine.graph_stats()["reason"]
+        self.train_forward = model.forward  # what the engine calls this epoch (FreezeBackbone's folded forward)
         # Files left out that the terminal was told of: those of formats gpucore does not decode, when read.
-        self.files_said = set().union(*(getattr(data, "unread", []) for data in run.data.samples if data is not None))
+        self.files_said = set().union(*(getattr(samples, "unread", []) for samples in data.samples
+                                        if samples is not None))
 
     @property
     def epoch(self) -> int:
@@ -103,12 +126,12 @@ class FitLoop:
     # ---- the loop -----------------------------------------------------------------------------
     @property
     def done(self) -> bool:
-        return self.outcome.status != COMPLETED or self.position.epoch >= self.run.config.epochs
+        return self.outcome.status != COMPLETED or self.position.epoch >= self.config.epochs
 
     def fit(self) -> str:
         """Trains to the end; returns the status: completed, early_stopped, stopped or interrupted."""
         self.run_stats.write(RUNNING)
-        if self.run.world.launched and self.run.world.is_main:
+        if self.world.launched and self.world.is_main:
             batch = self.run_stats.batching_facts()
             print(f"gpucore: batch {batch['per_process']} per process x {batch['processes']} processes x "
                   f"accumulate {batch['accumulate_grad_batches']} = effective batch {batch['effective']}; lr "
@@ -119,15 +142,14 @@ class FitLoop:
                 while not self.done:
                     self.advance()
                 if self.outcome.status == COMPLETED:
-                    self.outcome.end(COMPLETED, f"max epochs reached ({self.run.config.epochs})")
+                    self.outcome.end(COMPLETED, f"max epochs reached ({self.config.epochs})")
                 self._say_why_it_stopped()
                 self.callbacks.call("on_fit_end")
         except BaseException as exc:
-            run = self.run
             with contextlib.suppress(TrainingError):  # no write outlives the run; the error in flight wins
                 self.step_checkpoints.wait()
-            if run.group_store is not None and distributed.is_peer_failure(exc):
-                error = distributed.peer_failure_error(run.world, run.group_store, run.config.dist_timeout, exc)
+            if self.group_store is not None and distributed.is_peer_failure(exc):
+                error = distributed.peer_failure_error(self.world, self.group_store, self.config.dist_timeout, exc)
                 self.outcome.end(FAILED, f"failed: {error}")
                 self.run_stats.write(FAILED, str(error))
                 raise error from exc
@@ -139,27 +161,27 @@ class FitLoop:
 
     def _say_why_it_stopped(self) -> None:
         """The one line on the terminal that says why the fit ended (as Lightning's "`Trainer.fit` stopped: ...")."""
-        if self.run.config.progress and self.run.world.is_main:
+        if self.config.progress and self.world.is_main:
             print(f"gpucore: training stopped: {self.outcome.reason}", file=sys.stderr, flush=True)
 
     def advance(self) -> None:
         """One epoch: train, validate, record, checkpoint. Ctrl-C keeps what is done in interrupted.pt."""
-        run, config, position = self.run, self.run.config, self.position
-        # The epoch's batch source is no local of these frames (run.data.train_set.current): a traceback kept after an
+        config, data, position = self.config, self.data, self.position
+        # The epoch's batch source is no local of these frames (data.train_set.current): a traceback kept after an
         # error would keep a streamed source, and its reader threads, alive after train()'s run.close().
         position.start_clock()
         progress = None  # a signal may land before the epoch's bar exists (its source starting): the same save
         try:
             steps = position.batching.steps_in(
-                run.data.train_set.epoch(position.epoch, position.start_sample).remaining())
-            progress = EpochProgress(config.progress and run.world.is_main, steps, position.epoch + 1, config.epochs,
+                data.train_set.epoch(position.epoch, position.start_sample).remaining())
+            progress = EpochProgress(config.progress and self.world.is_main, steps, position.epoch + 1, config.epochs,
                                      config.log_every_n_steps)
-            run.model.module.train()
+            self.model.module.train()
             self.callbacks.call("on_epoch_start", position.epoch + 1)  # after train(): frozen norms go back to eval
             # The frozen epochs' folded forward, which FreezeBackbone built in on_epoch_start; else the model's.
-            forward = run.model.forward
+            forward = self.model.forward
             self.train_forward = self.freeze.epoch_forward(forward) if self.freeze is not None else forward
-            device = run.placement.device
+            device = self.device
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             stats = self._train_pass(progress)
@@ -168,7 +190,7 @@ class FitLoop:
                 return  # out of memory: the epoch starts over with half the batch
             self.step_boundaries.raise_pending()  # a signal during the epoch's last step
             record = self._epoch_record(stats)
-            record.update(self.validation.run_epoch(position.epoch, run.engine))
+            record.update(self.validation.run_epoch(position.epoch, self.training.engine))
             record.update(_memory(device))
             self.checkpoints.monitor.value(record)  # a monitor the record lacks fails before anything is written
             self._end_epoch(record)
@@ -182,9 +204,9 @@ class FitLoop:
                 self.step_checkpoints.wait()  # interrupted.pt is then the newest file
                 # At the last full optimizer step: mid-epoch, the samples its steps took; once every step of the pass
                 # is done (a signal in the last one, raised before the engine returned), the next epoch's start.
-                run.run_dir.save_interrupted(self.checkpointing.snapshot())
+                self.run_dir.save_interrupted(self.checkpointing.snapshot())
             # The steps since the last read of the metrics, for training_stats.json and the result (two reads).
-            position.engine_read(*run.engine.step_counts())
+            position.engine_read(*self.training.engine.step_counts())
             self.outcome.end(INTERRUPTED, f"interrupted by {self.outcome.stopped_by}")
             return
         except BaseException:
@@ -196,10 +218,10 @@ class FitLoop:
             self.outcome.end(*self.outcome.asked)
 
     def _train_pass(self, progress: EpochProgress) -> Optional[dict]:
-        """The engine's statistics of one pass over the rest of the epoch started (run.data.train_set.current), or None
+        """The engine's statistics of one pass over the rest of the epoch started (data.train_set.current), or None
         when it ran out of memory and will be retried."""
-        run, config, position = self.run, self.run.config, self.position
-        engine, epoch = run.engine, position.epoch
+        config, data, position = self.config, self.data, self.position
+        engine, epoch = self.training.engine, position.epoch
 
         def on_log(metrics, steps_taken):  # after an optimizer step: a step boundary
             self.step_boundaries.raise_pending()
@@ -224,10 +246,10 @@ class FitLoop:
         try:
             hooked = None if config.compile else self.train_forward  # see holding_steps
             with self.step_boundaries.holding_steps(hooked, position.batching.accumulate_grad_batches):
-                position.begin_pass(run.data.train_set.current.remaining())
+                position.begin_pass(data.train_set.current.remaining())
                 try:
                     stats = engine.train_epoch(
-                        run.data.train_set.current, self.train_forward, run.loss, on_log, epoch=epoch,
+                        data.train_set.current, self.train_forward, self.loss, on_log, epoch=epoch,
                         first_batch=position.first_batch(),
                         # None: no call into Python (and the GIL) after the steps
                         on_step=on_step if checkpoints.enabled or step_hook else None, step_calls=step_calls)
@@ -238,10 +260,10 @@ class FitLoop:
             return stats
         except OutOfMemoryError as exc:
             progress.close()
-            rebatch(run.data, engine, position, self.oom.recover(exc, position.batching, epoch, engine))
+            rebatch(data, engine, position, self.oom.recover(exc, position.batching, epoch, engine))
             return None
         except RuntimeError as exc:
-            error = diagnosis(config, run.data, exc, nothing_trained=position.steps_taken == 0 and position.steps_in_pass == 0
+            error = diagnosis(config, data, exc, nothing_trained=position.steps_taken == 0 and position.steps_in_pass == 0
                               and epoch == position.start_epoch)
             if error is None:
                 raise
@@ -250,29 +272,29 @@ class FitLoop:
     def _warn_on_eager_steps(self) -> None:
         """cuda_graphs: true and the engine steps eagerly for a new reason (a step it could not capture, found by
         trying; accumulate_grad_batches > 1 after an out-of-memory retry): say so once."""
-        reason = self.run.engine.graph_stats()["reason"]
-        if reason and reason != self.eager_reason_said and self.run.config.cuda_graphs == "true":
+        reason = self.training.engine.graph_stats()["reason"]
+        if reason and reason != self.eager_reason_said and self.config.cuda_graphs == "true":
             self.eager_reason_said = reason
             warnings.warn(f"cuda_graphs: true, but the steps run eagerly from here on: {reason}", stacklevel=2)
 
     def _epoch_record(self, stats: dict) -> dict:
         """The epoch's row of metrics.jsonl before validation: training metrics averaged over the ranks, counters."""
-        run, config, position = self.run, self.run.config, self.position
+        config, world, position = self.config, self.world, self.position
         record = {"epoch": position.epoch + 1}
         train_metrics = {k: v for k, v in stats["metrics"].items() if k not in ENGINE_COUNTERS}
-        if run.world.size > 1:
+        if world.size > 1:
             # through the process group's store: the host waits for the other ranks, reads nothing of the device
             train_metrics = distributed.average_metrics(train_metrics, stats["samples"])
         record.update({f"train_{k}": v for k, v in train_metrics.items()})
         # Only when top_k was changed: the default (5) quietly stays off for models of few classes.
-        if (position.epoch == position.start_epoch and run.task.reports_top_k
+        if (position.epoch == position.start_epoch and self.reports_top_k
                 and config.top_k not in (0, _DEFAULT_TOP_K) and f"train_top{config.top_k}_accuracy" not in record):
             warnings.warn(f"config key 'top_k' is {config.top_k}, but the model has at most that many classes, so "
                           f"top-{config.top_k} accuracy is always 1 and is not reported; set top_k below the "
                           "number of classes, or 0", RuntimeWarning, stacklevel=2)
         # A resumed epoch counts its parts before the resume too: its time and rate are an uninterrupted epoch's.
         seconds = position.seconds_before_pass + stats["seconds"]
-        samples = position.start_sample + stats["samples"] * run.world.size  # all ranks together
+        samples = position.start_sample + stats["samples"] * world.size  # all ranks together
         record.update({
             "lr": stats["metrics"].get("lr"), "loss_scale": stats["metrics"].get("loss_scale"),
             "skipped_steps": int(stats["metrics"].get("skipped_steps", 0)),
@@ -282,22 +304,21 @@ class FitLoop:
         return record
 
     def _end_epoch(self, record: dict) -> None:
-        run = self.run
         self.history.append(record)
-        run.run_dir.write_history(self.history)
+        self.run_dir.write_history(self.history)
         self.step_checkpoints.wait()  # the epoch's checkpoints are then newer than its step.pt
         self.callbacks.call("on_epoch_end", record["epoch"], record)  # early stopping, loggers, the user's, checkpoints
         self.step_checkpoints.superseded()
         self.run_stats.write(RUNNING)
         self._say_skipped_files()
-        if run.config.progress and run.world.is_main:
-            print_epoch(record, run.config.epochs, self.metric_modes)
+        if self.config.progress and self.world.is_main:
+            print_epoch(record, self.config.epochs, self.metric_modes)
 
     def _say_skipped_files(self) -> None:
         """Unreadable image files on_error: skip left out since the last epoch, on the terminal (the first few and a
         count), never only in training_stats.json."""
         new = [entry for entry in self.run_stats.skipped_files() if entry not in self.files_said]
-        if new and self.run.world.is_main:
+        if new and self.world.is_main:
             warnings.warn(f"on_error: skip left {len(new)} unreadable image file{'s' if len(new) > 1 else ''} out: "
                           f"{listed(new, 3)} (training_stats.json's skipped_files and report.html list them all)",
                           stacklevel=2)

@@ -8,7 +8,7 @@ import dataclasses
 import json
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional
 
 import torch
 from torch import nn
@@ -20,7 +20,7 @@ from ..errors import ConfigError
 from ..models.registry import python_model_spec
 from ..tasks import Task, task_of
 from . import distributed
-from .engine_config import setup_engine
+from .engine_config import RunEngine, setup_engine
 from .rng import seed_everything
 from .run_dir import RunDir
 from .setup_data import RunData, setup_data
@@ -30,8 +30,8 @@ from .user_loss import UserLoss, callable_name
 
 @dataclass
 class Run:
-    """A run as its set-up left it: the config it trains with, its task, and its parts (data, model, placement), the
-    engine, the run directory and the process group."""
+    """A run as its set-up left it: the config it trains with, its task, and its parts (data, model, placement, the
+    engine: `training`), the run directory and the process group."""
 
     config: Any
     task: Task  # what kind of model it trains (config keys loss and heads), decided once here
@@ -40,10 +40,7 @@ class Run:
     data: RunData  # the data sets and what the data says (classes, input shape): setup_data.py
     model: RunModel  # the model, its wrapped forward and EMA: setup_model.py
     placement: Placement  # its device, precision policy and memory format: setup_model.py
-    engine: Any  # the C++ engine: engine_config.setup_engine
-    steps_per_epoch: int
-    graphs_reason: Optional[str]  # config key cuda_graphs true or auto, but steps run eagerly: why
-    auto_monitor: Sequence[str]  # what config key monitor: auto follows, in order (Task.primary_metrics)
+    training: RunEngine  # the engine, its one owner, and what the engine step decided: engine_config.py
     run_dir: RunDir
     group_store: Optional[Any]  # the store of the process group this run created (None: it created none)
 
@@ -72,10 +69,14 @@ class Run:
         names = classes if classes and len(classes) == len(weights) else range(len(weights))
         return {str(name): weight for name, weight in zip(names, weights)}
 
+    @property
+    def engine(self):
+        """The C++ engine (_C.Engine), None once released."""
+        return self.training.engine
+
     def release_engine(self) -> None:
-        """Frees the engine (optimizer state, gradients, the captured CUDA graph) now rather than at a later garbage
-        collection, which a process forked meanwhile (a DataLoader worker) could run, touching CUDA in the child."""
-        self.engine = None
+        """Frees the engine now (RunEngine.release)."""
+        self.training.release()
 
     def close(self) -> None:
         """The end of the run, however it ended: the data sets' reader threads joined, the run directory released,
@@ -95,14 +96,12 @@ def build_run(config, world: distributed.World, model=None, train_data=None, val
     choice, policy, group_store = _start_process(config, world)
     config, data = setup_data(config, task, world, choice.device, train_data, val_data)
     config, task, run_model, placement = setup_model(config, task_of(config), data, world, choice, policy, model)
-    engine, steps_per_epoch, graphs_reason, auto_monitor = setup_engine(config, task, world, data, run_model,
-                                                                        placement)
+    training = setup_engine(config, task, world, data, run_model, placement)
     config = recorded_config(config, model, train_data, loss)
     run_dir = RunDir(config, world)
     run_dir.create()
     return Run(config=config, task=task, world=world, loss=loss, data=data, model=run_model, placement=placement,
-               engine=engine, steps_per_epoch=steps_per_epoch, graphs_reason=graphs_reason,
-               auto_monitor=auto_monitor, run_dir=run_dir, group_store=group_store)
+               training=training, run_dir=run_dir, group_store=group_store)
 
 
 def _start_process(config, world: distributed.World):
