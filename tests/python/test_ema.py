@@ -71,7 +71,7 @@ def assert_same_state(ours, theirs):
 def test_ema_after_n_steps_equals_timm_model_ema_v3(decay, warmup):
     model = bn_mlp()
     initial = copy.deepcopy(model)
-    ema = make_ema(model, load_config({"ema_decay": decay}))
+    ema = make_ema(model, decay)
     seen = []
     eng = ema_engine(model, ema, decay, warmup)
     x, y = torch.randn(64, 6), torch.randint(0, 3, (64,))
@@ -84,7 +84,7 @@ def test_ema_after_n_steps_equals_timm_model_ema_v3(decay, warmup):
 def test_a_skipped_step_leaves_the_ema_as_it_was():
     model = bn_mlp(1)
     initial = copy.deepcopy(model)
-    ema = make_ema(model, load_config({"ema_decay": 0.8}))
+    ema = make_ema(model, 0.8)
     eng = ema_engine(model, ema, 0.8, warmup=True, scaler=True)
     calls = {"n": 0}
 
@@ -137,12 +137,12 @@ def test_bad_values_name_the_key(values, key):
 
 def test_engine_checks_the_ema_config_and_tensors():
     model = bn_mlp()
-    ema = make_ema(model, load_config({"ema_decay": 0.9}))
+    ema = make_ema(model, 0.9)
     with pytest.raises(RuntimeError, match=r"ema_decay must be in \[0, 1\), got 1.5"):  # config.py refuses it first
         ema_engine(model, ema, 1.5)
     with pytest.raises(gpucore.ConfigError, match="ema_decay is 0"):
         ema_engine(model, ema, 0.0)
-    other = make_ema(nn.Sequential(nn.Linear(6, 13)), load_config({"ema_decay": 0.9}))
+    other = make_ema(nn.Sequential(nn.Linear(6, 13)), 0.9)
     averages, _ = ema_tensors(other, other)
     config = _C.EngineConfig()
     config.ema.decay = 0.9
@@ -244,4 +244,4 @@ def test_a_model_that_cannot_be_copied_is_a_config_error():
             raise TypeError("cannot pickle '_thread.lock' object")
 
     with pytest.raises(gpucore.ConfigError, match="ema_decay.*deepcopy of Uncopyable failed"):
-        make_ema(Uncopyable(2, 2), load_config({"ema_decay": 0.5}))
+        make_ema(Uncopyable(2, 2), 0.5)

@@ -1,23 +1,20 @@
 """training_stats.json's writer (training/run_stats.py) on small stand-ins: an engine part whose engine reports known
 counts, a position, history and best epoch set by hand; every derived figure is computed here by hand. Then on a
-stand-in run built by the set-up steps: the lr it reports is the one the engine trains with."""
+stand-in run built by the set-up steps (loop_stand_in.py): the lr it reports is the one the engine trains with."""
 import json
+import os
 from types import SimpleNamespace
 
 import pytest
-import torch
 
-from gpucore.config import load_config, with_real_values
-from gpucore.training import distributed
+from gpucore.run_files import STATS
 from gpucore.training.callbacks import BestEpoch, Monitor
 from gpucore.training.engine_config import RunEngine
-from gpucore.training.fit_loop import fit_loop
 from gpucore.training.fit_outcome import FitOutcome
 from gpucore.training.position import Batching, RunPosition
-from gpucore.training.run_setup import build_run
 from gpucore.training.run_stats import RunStats
 from gpucore.training.step_checkpoints import StepCheckpoints
-from conftest import require
+from loop_stand_in import camera_crops, linear_model, stand_in
 
 
 class _Engine:
@@ -48,8 +45,7 @@ class _RunDir:
         self.written.append(stats)
 
 
-def _stats(tmp_path, graphs_reason=None, has_ema=False, monitor="val_loss", **keys):
-    config = load_config(dict({"lr_scaling": "linear", "cuda_graphs": False}, **keys))
+def _stats(tmp_path, graphs_reason=None, has_ema=False, monitor="val_loss", cuda_graphs="false"):
     position = RunPosition(Batching(8, 2), world_size=2)
     position.engine_read(5, 1)  # 5 steps taken, 1 skipped, as the engine last said
     history = [{"epoch": 1, "epoch_time_s": 2.0, "val_time_s": 0.5}, {"epoch": 2, "epoch_time_s": 3.0, "val_time_s": 0.25}]
@@ -59,8 +55,9 @@ def _stats(tmp_path, graphs_reason=None, has_ema=False, monitor="val_loss", **ke
                          graphs_reason=graphs_reason, auto_monitor=("accuracy",))
     data = SimpleNamespace(train_set=_Set(["b.png", "a.png"]), val_set=_Set(["a.png", "c.png"]))
     run_dir = _RunDir()
-    stats = RunStats(config, lambda: {"device": "cpu", "classes": ["x", "y"]}, run_dir, training, has_ema, data,
-                     position, history, FitOutcome(), best, StepCheckpoints(str(tmp_path), 0, 0, True), None)
+    facts = {"device": "cpu", "classes": ["x", "y"]}
+    stats = RunStats("linear", cuda_graphs, lambda: facts, run_dir, training, has_ema, data, position, history,
+                     FitOutcome(), best, StepCheckpoints(str(tmp_path), 0, 0, True), None)
     return stats, run_dir
 
 
@@ -105,20 +102,12 @@ def test_with_an_ema_the_best_epoch_names_the_weights_it_monitored(tmp_path, mon
 def test_the_lr_reported_is_the_one_the_engine_trains_with(tmp_path):
     """lr_scaling linear: lr 0.2 x (8 per batch x accumulate 2) / base_batch_size 64 = 0.05, in training_stats.json
     as in the engine's own report of its lr (constant schedule)."""
-    photo = torch.from_numpy(require("skimage.data").camera()[:64, :96].copy()).float() / 255
-    inputs = photo.unfold(0, 8, 8).unfold(1, 8, 8).reshape(-1, 1, 8, 8)[:48]  # 48 crops of 8 x 8
-    targets = torch.arange(48) % 3
-    config = with_real_values(load_config({
-        "device": "cpu", "precision": "32", "progress": False, "report": False, "seed": 3, "normalize": False,
-        "batch_size": 8, "accumulate_grad_batches": 2, "lr": 0.2, "lr_scaling": "linear", "base_batch_size": 64,
-        "schedule": "constant", "epochs": 1, "val_fraction": 0, "cuda_graphs": False, "run_dir": str(tmp_path),
-        "name": "s"}))
-    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 3))
-    run = build_run(config, distributed.environment(), model=model, train_data=(inputs, targets))
+    run, loop = stand_in(tmp_path, linear_model(), camera_crops(48), lr=0.2, accumulate_grad_batches=2,
+                         lr_scaling="linear", base_batch_size=64, epochs=1)
     try:
-        loop = fit_loop(run)
         assert loop.fit() == "completed"
-        stats = json.load(open(run.run_dir.path + "/training_stats.json"))
+        with open(os.path.join(run.run_dir.path, STATS)) as written:
+            stats = json.load(written)
     finally:
         run.close()
     assert stats["batch"]["lr"] == pytest.approx(0.05, rel=1e-12) and stats["batch"]["effective"] == 16

@@ -16,10 +16,10 @@ VAL_EMA = "val_ema"  # the prefix of the EMA's validation metrics: val_ema_accur
 SPLITS = ("train", "val", VAL_EMA)  # the prefixes of an epoch record's metrics
 
 
-def make_ema(module: nn.Module, config) -> Optional[nn.Module]:
-    """The EMA module (a copy of `module` as it is now, in eval mode, without gradients), or None when ema_decay is 0.
-    Made after the model took its pretrained weights, device, dtype and memory format."""
-    if config.ema_decay == 0:
+def make_ema(module: nn.Module, decay: float) -> Optional[nn.Module]:
+    """The EMA module (a copy of `module` as it is now, in eval mode, without gradients), or None when `decay` (config
+    key ema_decay) is 0. Made after the model took its pretrained weights, device, dtype and memory format."""
+    if decay == 0:
         return None
     try:
         ema = copy.deepcopy(module).eval()

@@ -2,7 +2,8 @@
 C++ engine over the placed model's parameters (and its EMA), with its settings from a TrainConfig in two parts: the
 forward pass's (device, precision, memory format, loss, top_k: all an evaluation needs) and the optimizer's
 (accumulation, clipping, optimizer, schedule, loss scaling, mixing, EMA, parameter groups); the CUDA-graphs plan; and
-what the engine will report, checked against config key `monitor` before anything trains."""
+what the engine will report, checked against config key `monitor` before anything trains. The step's part of the run,
+`RunEngine`, owns the engine."""
 from __future__ import annotations
 
 import math
@@ -62,9 +63,10 @@ def setup_engine(config, task: Task, world: distributed.World, data: RunData, mo
     steps_per_epoch = batching.steps_in(data.train_set.total_batches())
     device = str(placement.device)
     graphs, graphs_reason = cuda_graphs_plan(config, device, data_parallel=world.launched)
+    groups = param_groups(model.module, config)
     settings = engine_config(config, task, device, placement.policy, steps_per_epoch, placement.channels_last,
                              world.size, cuda_graphs=graphs)
-    engine = _C.Engine(param_groups(model.module, config), settings, *ema_tensors(model.module, model.ema))
+    engine = _C.Engine(groups, settings, *ema_tensors(model.module, model.ema))
     eager_reason = graphs_reason or engine.graph_stats()["reason"]
     if eager_reason and config.cuda_graphs == "true":
         # at train()'s caller: setup_engine, build_run, train

@@ -74,8 +74,8 @@ def fit_loop(run: Run, callbacks: Sequence[Any] = ()) -> "FitLoop":
     callback_list.append(checkpoints)
     step_checkpoints = StepCheckpoints(run.run_dir.checkpoint_dir, config.checkpoint_every_n_steps,
                                        config.checkpoint_every_minutes, world.is_main)
-    run_stats = RunStats(config, run.summary, run.run_dir, training, model.ema is not None, data, position, history,
-                         outcome, checkpoints, step_checkpoints, freeze)
+    run_stats = RunStats(config.lr_scaling, config.cuda_graphs, run.summary, run.run_dir, training,
+                         model.ema is not None, data, position, history, outcome, checkpoints, step_checkpoints, freeze)
     return FitLoop(config, world=world, data=data, model=model, device=run.placement.device, loss=run.loss,
                    reports_top_k=run.task.reports_top_k, run_dir=run.run_dir, training=training,
                    group_store=run.group_store, position=position, history=history, outcome=outcome,

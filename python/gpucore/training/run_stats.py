@@ -18,7 +18,7 @@ from .step_checkpoints import StepCheckpoints
 
 
 class RunStats:
-    """The statistics writer of a run, from what it reads: `config` (keys lr_scaling and cuda_graphs as asked),
+    """The statistics writer of a run, from what it reads: config keys `lr_scaling` and `cuda_graphs` (as asked),
     `facts` (the run's facts as its set-up left them: Run.summary), the run directory, the engine part
     (engine_config.RunEngine: the engine's counts, reached through it at each write, and the lr and eager reason the
     engine step decided), whether the model has an EMA (`has_ema`), the data part (its sets' skipped files), the run's
@@ -27,10 +27,12 @@ class RunStats:
     measures it: reading the data, building the model and the engine) and `interrupted_epoch_seconds` (the training
     time of an epoch Ctrl-C or a signal cut short, which has no metrics.jsonl row)."""
 
-    def __init__(self, config, facts: Callable[[], dict], run_dir: RunDir, training: RunEngine, has_ema: bool,
-                 data: RunData, position: RunPosition, history: List[dict], outcome: FitOutcome, best: BestEpoch,
-                 step_checkpoints: StepCheckpoints, freeze: Optional[FreezeBackbone]):
-        self.config, self.facts, self.run_dir, self.training = config, facts, run_dir, training
+    def __init__(self, lr_scaling: str, cuda_graphs: str, facts: Callable[[], dict], run_dir: RunDir,
+                 training: RunEngine, has_ema: bool, data: RunData, position: RunPosition, history: List[dict],
+                 outcome: FitOutcome, best: BestEpoch, step_checkpoints: StepCheckpoints,
+                 freeze: Optional[FreezeBackbone]):
+        self.lr_scaling, self.cuda_graphs = lr_scaling, cuda_graphs
+        self.facts, self.run_dir, self.training = facts, run_dir, training
         self.has_ema, self.data, self.position, self.history, self.outcome = has_ema, data, position, history, outcome
         self.best_epoch, self.step_checkpoints, self.freeze = best, step_checkpoints, freeze
         self.setup_seconds: Optional[float] = None
@@ -64,7 +66,7 @@ class RunStats:
         batching = position.batching
         return {"per_process": batching.batch_size, "accumulate_grad_batches": batching.accumulate_grad_batches,
                 "processes": position.world_size, "effective": position.samples_per_step(),
-                "lr_scaling": self.config.lr_scaling, "lr": self.training.lr}
+                "lr_scaling": self.lr_scaling, "lr": self.training.lr}
 
     def best(self) -> dict:
         """The best epoch; with ema_decay also which weights it was (ema: the EMA's)."""
@@ -76,7 +78,7 @@ class RunStats:
     def graph_stats(self) -> dict:
         """cuda_graphs: what config key cuda_graphs asked, the steps captured (each also a step), replayed and run
         eagerly, and why steps ran eagerly (None: none did for a reason, as with cuda_graphs: false)."""
-        position, training, asked = self.position, self.training, self.config.cuda_graphs
+        position, training, asked = self.position, self.training, self.cuda_graphs
         stats = dict(training.engine.graph_stats(), asked=asked)
         if training.graphs_reason or asked == "false":
             # the engine was never asked to capture (it counts the eager steps of a run it captures): all ran eagerly

@@ -88,7 +88,7 @@ def setup_model(config, task: Task, data: RunData, world: distributed.World, cho
                              train_data, val_data)
     channels_last = place_model(module, config, choice.device, policy)
     forward = _wrap_for_training(module, config, choice.device, world)
-    ema = make_ema(module, config)
+    ema = make_ema(module, config.ema_decay)
     placement = Placement(device=choice.device, device_reason=choice.reason, policy=policy,
                           channels_last=channels_last)
     return config, task, RunModel(module=module, forward=forward, ema=ema, pretrained=pretrained,
