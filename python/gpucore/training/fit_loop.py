@@ -23,14 +23,14 @@ from . import distributed
 from .callbacks import CallbackList, EarlyStopping, FreezeBackbone, ModelCheckpoint, Monitor
 from .checkpointing import Checkpointing
 from .ema import SPLITS
+from .engine_config import RunEngine
 from .first_batch import diagnosis
 from .fit_outcome import COMPLETED, FAILED, INTERRUPTED, RUNNING, FitOutcome
 from .loggers import make_loggers
 from .oom import OomRetry, rebatch
-from .engine_config import RunEngine
 from .position import RunPosition
-from .run_dir import RunDir
 from .progress import EpochProgress, print_epoch
+from .run_dir import RunDir
 from .run_setup import Run
 from .run_stats import RunStats
 from .setup_data import RunData
