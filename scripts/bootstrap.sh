@@ -90,6 +90,8 @@ if [ "$TESTS" = 1 ]; then
   # pinned (pyproject.toml), torch pinned (none of them needs it).
   "$PY" -m pip install -q -c <(echo "torch==$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])')") \
     "mkdocs==1.6.1" "mkdocs-material==9.7.6" "mkdocstrings==1.0.8" "mkdocstrings-python==2.0.11"
+  # jiwer, the reference of the CTC word error rate's tests (issue 72). Optional: without it those tests skip.
+  "$PY" -m pip install -q "jiwer==4.0.0" || echo "bootstrap: jiwer could not be installed; the word error rate tests will skip"
   # Export extras (gpucore export and its tests; none of them pulls torch): ONNX through onnxscript, checked with
   # onnxruntime, and safetensors. Optional: without them the export tests skip and say why.
   "$PY" -m pip install -q "onnx>=1.16" "onnxscript>=0.3" "onnxruntime>=1.18" "safetensors>=0.4" \

@@ -137,8 +137,22 @@ void def_train(py::module_& m) {
       .def_readwrite("label_smoothing", &LossConfig::label_smoothing)
       .def_readwrite("ignore_index", &LossConfig::ignore_index)
       .def_readwrite("heads", &LossConfig::heads)
-      .def_readwrite("class_weights", &LossConfig::class_weights);
+      .def_readwrite("class_weights", &LossConfig::class_weights)
+      .def_readwrite("sequence_lengths", &LossConfig::sequence_lengths)
+      .def_readwrite("temporal_stride", &LossConfig::temporal_stride);
   def_kind(loss, &LossConfig::kind, &parse_loss);
+  m.def(
+      "word_edits",
+      [](const std::vector<int64_t>& reference, const std::vector<int64_t>& hypothesis) {
+        std::vector<std::tuple<std::string, int64_t, int64_t>> edits;
+        for (const WordEdit& edit : word_edits(reference, hypothesis)) {
+          edits.emplace_back(std::string(1, edit.kind), edit.reference, edit.hypothesis);
+        }
+        return edits;
+      },
+      py::arg("reference"), py::arg("hypothesis"),
+      "A minimal alignment's edits of hypothesis against reference (lists of ints): (kind, reference position, "
+      "hypothesis position) with kind 's', 'd' or 'i' (-1: no position); matches are not listed.");
   m.def("reported_metrics", &reported_metrics, py::arg("loss"), py::arg("top_k"), py::arg("training") = false);
   // The choices of the config keys whose values the core parses, from the core's own tables: config.py offers these.
   m.def("config_choices", [] {

@@ -66,6 +66,34 @@ at::Tensor prepare_target(const LossConfig& config, const at::Tensor& output, co
   return target;
 }
 
+CTCBatch ctc_batch(const LossConfig& config, const at::Tensor& output, const at::Tensor& target) {
+  const int64_t first_label = config.sequence_lengths ? 1 : 0;
+  if (output.dim() != 3 || target.dim() != 2 || target.is_floating_point() || target.size(1) <= first_label) {
+    shape_error(LossKind::kCTC, config.sequence_lengths
+                    ? "an output of (N, T, classes) logits and integer targets of (N, 1 + S): each clip's frame count, "
+                      "then its labels padded with -1"
+                    : "an output of (N, T, classes) logits and integer targets of (N, S) padded with -1",
+                output, target);
+  }
+  const int64_t n = output.size(0), steps = output.size(1);
+  const at::Tensor t = target.to(at::kLong);
+  CTCBatch batch;
+  batch.labels = t.slice(1, first_label);
+  batch.target_lengths = (batch.labels >= 0).sum(1);
+  if (config.sequence_lengths) {
+    if (config.temporal_stride < 1) {
+      throw ConfigError("ctc: the model's temporal_stride must be >= 1, got " + std::to_string(config.temporal_stride));
+    }
+    const at::Tensor frames = t.select(1, 0);
+    // ceil(frames / stride) in integers, clamped to the steps the output has.
+    batch.input_lengths = ((frames + (config.temporal_stride - 1)).div(config.temporal_stride, "floor"))
+                              .clamp(0, steps);
+  } else {
+    batch.input_lengths = at::full({n}, steps, t.options());
+  }
+  return batch;
+}
+
 at::Tensor compute_loss(const LossConfig& config, const at::Tensor& output, const at::Tensor& target) {
   const at::Tensor out = output.scalar_type() == at::kFloat ? output : output.to(at::kFloat);
   if (out.dim() == 0 || out.size(0) != target.size(0) || target.dim() == 0) {
@@ -102,16 +130,10 @@ at::Tensor compute_loss(const LossConfig& config, const at::Tensor& output, cons
       return bce + (1 - dice).mean();
     }
     case LossKind::kCTC: {
-      if (out.dim() != 3 || t.dim() != 2 || t.is_floating_point()) {
-        shape_error(config.kind, "an output of (N, T, classes) logits and integer targets of (N, S) padded with -1",
-                    output, target);
-      }
-      const int64_t n = out.size(0), steps = out.size(1);
+      const CTCBatch batch = ctc_batch(config, out, t);
       const at::Tensor log_probs = at::log_softmax(out, -1).transpose(0, 1);  // (T, N, C), as ctc_loss wants
-      const at::Tensor target_lengths = (t >= 0).sum(1);
-      const at::Tensor input_lengths = at::full({n}, steps, t.options().dtype(at::kLong));
-      return at::ctc_loss(log_probs, t.clamp_min(0), input_lengths, target_lengths, /*blank=*/0,
-                          at::Reduction::Mean, /*zero_infinity=*/true);
+      return at::ctc_loss(log_probs, batch.labels.clamp_min(0), batch.input_lengths, batch.target_lengths,
+                          /*blank=*/0, at::Reduction::Mean, /*zero_infinity=*/true);
     }
   }
   return out;

@@ -2,6 +2,7 @@
 
 #include <ATen/TensorOperators.h>
 #include <ATen/core/grad_mode.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/argmax.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/full.h>
@@ -11,6 +12,7 @@
 #include <ATen/ops/stack.h>
 #include <ATen/ops/zeros.h>
 
+#include <algorithm>
 #include <functional>
 #include <optional>
 
@@ -20,7 +22,7 @@ namespace gpucore {
 
 namespace {
 // The first five slots are gpucore::accumulate_metrics' (ops/train_step/train_step.h).
-enum Slot { kLossSum, kCount, kCorrect, kCorrectTopK, kAccTotal, kCharCorrect, kCharTotal, kSeqCorrect, kInter, kUnion, kDiceNum, kDiceDen, kSlots };
+enum Slot { kLossSum, kCount, kCorrect, kCorrectTopK, kAccTotal, kCharCorrect, kCharTotal, kSeqCorrect, kInter, kUnion, kDiceNum, kDiceDen, kUnfit, kSlots };
 }
 
 MetricTracker::MetricTracker(LossConfig loss, int64_t top_k, const at::Device& device, bool per_class)
@@ -34,6 +36,7 @@ void MetricTracker::reset() {
   counts_ = Counts::kNone;
   samples_host_ = 0;
   top_k_computed_ = false;
+  word_edits_ = reference_words_ = 0;
 }
 
 void MetricTracker::update(const at::Tensor& output, const at::Tensor& target, const at::Tensor& loss) {
@@ -64,19 +67,29 @@ void MetricTracker::update(const at::Tensor& output, const at::Tensor& target, c
     case LossKind::kCrossEntropy:  // above
       break;
     case LossKind::kCTC: {
-      // Greedy decoding on the device: best class per step, repeats collapsed, blanks (0) dropped,
-      // then compared with the target sequence in full.
-      const at::Tensor best = output.argmax(-1);  // (N, T)
-      const int64_t steps = best.size(1);
+      // Greedy decoding on the device: best class per step up to each sample's output length, repeats collapsed,
+      // blanks (0) dropped, then compared with the target sequence in full.
+      const CTCBatch batch = ctc_batch(loss_, output, target);
+      const int64_t steps = output.size(1);
+      const at::Tensor within = at::arange(steps, batch.input_lengths.options()).unsqueeze(0) <
+                                batch.input_lengths.unsqueeze(1);
+      const at::Tensor best = at::where(within, output.argmax(-1), 0);  // (N, T); past the length: blanks
       const at::Tensor previous = at::cat({at::full({n, 1}, -1, best.options()), best.slice(1, 0, steps - 1)}, 1);
       const at::Tensor keep = (best != 0) & (best != previous);
       const at::Tensor slot = at::where(keep, keep.cumsum(1) - 1, at::full_like(best, steps));
-      const int64_t width = std::max(steps, target.size(1));
+      const at::Tensor& labels = batch.labels;
+      const int64_t width = std::max(steps, labels.size(1));
       at::Tensor decoded = at::full({n, width + 1}, -1, best.options());
       decoded.scatter_(1, slot, best);
+      decoded = decoded.slice(1, 0, width);
       at::Tensor truth = at::full({n, width}, -1, best.options());
-      truth.slice(1, 0, target.size(1)).copy_(at::where(target >= 0, target, at::full_like(target, -1)));
-      add[kSeqCorrect] = (decoded.slice(1, 0, width) == truth).all(1).sum().to(at::kDouble);
+      truth.slice(1, 0, labels.size(1)).copy_(at::where(labels >= 0, labels, -1));
+      add[kSeqCorrect] = (decoded == truth).all(1).sum().to(at::kDouble);
+      // Samples no alignment fits: fewer output steps than the labels and a blank between each adjacent repeat.
+      const at::Tensor repeats =
+          ((labels.slice(1, 1) == labels.slice(1, 0, -1)) & (labels.slice(1, 1) >= 0)).sum(1);
+      add[kUnfit] = (batch.input_lengths < batch.target_lengths + repeats).sum().to(at::kDouble);
+      if (per_class_ && loss_.sequence_lengths) add_word_edits(decoded, truth);
       break;
     }
     case LossKind::kMultiLabelSoftMargin:
@@ -112,6 +125,54 @@ void MetricTracker::update(const at::Tensor& output, const at::Tensor& target, c
     }
   }
   sums_.add_(at::stack(add));
+}
+
+void MetricTracker::add_word_edits(const at::Tensor& decoded, const at::Tensor& truth) {
+  const at::Tensor both = at::stack({decoded, truth}).to(at::kCPU, at::kLong).contiguous();
+  const int64_t n = both.size(1), width = both.size(2);
+  const int64_t* values = both.data_ptr<int64_t>();
+  const auto sequence = [&](int64_t which, int64_t sample) {
+    std::vector<int64_t> words;
+    for (const int64_t* v = values + (which * n + sample) * width; words.size() < static_cast<size_t>(width) && *v >= 0; ++v) {
+      words.push_back(*v);
+    }
+    return words;
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    const std::vector<int64_t> reference = sequence(1, i);
+    word_edits_ += static_cast<int64_t>(word_edits(reference, sequence(0, i)).size());
+    reference_words_ += static_cast<int64_t>(reference.size());
+  }
+}
+
+std::vector<WordEdit> word_edits(const std::vector<int64_t>& reference, const std::vector<int64_t>& hypothesis) {
+  const size_t n = reference.size(), m = hypothesis.size();
+  // distance[i][j]: edits between the first i reference and the first j hypothesis words.
+  std::vector<std::vector<int64_t>> distance(n + 1, std::vector<int64_t>(m + 1));
+  for (size_t i = 0; i <= n; ++i) distance[i][0] = static_cast<int64_t>(i);
+  for (size_t j = 0; j <= m; ++j) distance[0][j] = static_cast<int64_t>(j);
+  for (size_t i = 1; i <= n; ++i) {
+    for (size_t j = 1; j <= m; ++j) {
+      distance[i][j] = std::min({distance[i - 1][j - 1] + (reference[i - 1] != hypothesis[j - 1]),
+                                 distance[i - 1][j] + 1, distance[i][j - 1] + 1});
+    }
+  }
+  std::vector<WordEdit> edits;
+  size_t i = n, j = m;
+  while (i > 0 || j > 0) {
+    if (i > 0 && j > 0 && distance[i][j] == distance[i - 1][j - 1] + (reference[i - 1] != hypothesis[j - 1])) {
+      --i, --j;
+      if (reference[i] != hypothesis[j]) edits.push_back({'s', static_cast<int64_t>(i), static_cast<int64_t>(j)});
+    } else if (i > 0 && distance[i][j] == distance[i - 1][j] + 1) {
+      --i;
+      edits.push_back({'d', static_cast<int64_t>(i), -1});
+    } else {
+      --j;
+      edits.push_back({'i', -1, static_cast<int64_t>(j)});
+    }
+  }
+  std::reverse(edits.begin(), edits.end());
+  return edits;
 }
 
 void MetricTracker::start_counts(Counts kind, int64_t classes, int64_t cells) {
@@ -167,6 +228,8 @@ struct HostSums {
   const double* class_counts;  // null without them
   int64_t classes;             // the classes or labels they count
   MetricTracker::Counts counts;  // their layout
+  int64_t word_edits;       // ctc with per-clip lengths, in an evaluation: S + D + I over the pass
+  int64_t reference_words;  // and the reference words they are counted against (0: none counted)
 };
 
 // A metric read() reports: its name, and its value from the host sums, or none when the batches gave it nothing
@@ -267,6 +330,16 @@ std::vector<Metric> metrics_of(const LossConfig& loss, int64_t top_k) {
       break;
     case LossKind::kCTC:
       metrics.push_back({"seq_accuracy", share(kSeqCorrect, kCount)});
+      // Samples whose labels no alignment of their output steps fits (their loss counts as 0): the data's to fix.
+      metrics.push_back({"ctc_unfit", [](const HostSums& h) { return std::optional<double>(h.s[kUnfit]); }});
+      if (loss.sequence_lengths) {
+        // Word (gloss) error rate, (S + D + I) / reference words over the pass, as jiwer's wer pools them.
+        metrics.push_back({"wer", [](const HostSums& h) {
+                             return h.reference_words > 0 ? std::optional<double>(static_cast<double>(h.word_edits) /
+                                                                                  static_cast<double>(h.reference_words))
+                                                          : std::nullopt;
+                           }, true});
+      }
       break;
     case LossKind::kMultiLabelSoftMargin:
       if (loss.heads > 0) {
@@ -315,7 +388,7 @@ std::map<std::string, double> MetricTracker::read(const double* s, const double*
   std::map<std::string, double> metrics;
   if (s[kCount] == 0) return metrics;
   const HostSums host{s, top_k_computed_, class_counts, class_counts != nullptr ? classes_ : 0,
-                      class_counts != nullptr ? counts_ : Counts::kNone};
+                      class_counts != nullptr ? counts_ : Counts::kNone, word_edits_, reference_words_};
   for (const Metric& metric : metrics_of(loss_, top_k_)) {
     if (const std::optional<double> value = metric.value(host)) metrics[metric.name] = *value;
   }

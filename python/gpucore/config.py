@@ -160,6 +160,7 @@ KEYS = [
     Key("cutmix_correct_lam", bool, True, "CutMix's lambda from the box's area after clipping at the image border"),
     Key("tta", str, "none", "test-time augmentation of validation, the report, gpucore evaluate, predict and the ONNX export (training is unchanged): hflip averages the model's outputs on each image and its horizontal mirror (segmentation outputs mirrored back first), as airbench does; images only", choices=TTA_CHOICES),
     Key("heads", int, 0, "multi-head outputs (captcha: characters per image); targets are (N, heads) class indices", check=_non_negative, valid=">= 0"),
+    Key("beam_width", int, 1, "loss ctc: the prefixes a CTC prefix beam search keeps when gpucore evaluate, predict and the report decode (1: greedy decoding, the best class per step; validation's val_wer always decodes greedily)", check=_positive, valid="> 0"),
     Key("top_k", int, 5, "also report top-k accuracy for classification (0: off)", check=_non_negative, valid=">= 0"),
     # optimizer
     Key("optimizer", str, "adamw", "fused optimizer", choices=CORE_CHOICES["optimizer"]),

@@ -161,6 +161,18 @@ def test_a_tasks_table_of_metrics_is_what_the_engine_reports(loss, heads, output
         listed = {metric.name for metric in task.metrics(top_k)}
         assert listed - not_for_these_outputs == set(reported)
         assert {metric.name: metric.mode for metric in task.metrics(top_k)} == \
-            {name: "min" if name == "loss" else "max" for name in listed}
+            {name: "min" if name in ("loss", "wer", "ctc_unfit") else "max" for name in listed}
     assert task.primary_metric == primary
     assert task.metric_modes(3, ("train", "val"))["val_loss"] == "min"
+
+
+def test_ctc_on_clips_with_lengths_reports_the_word_error_rate_which_monitor_auto_follows():
+    task = task_for("ctc").with_sequence_lengths(2)
+    target = torch.cat([torch.randint(1, 13, (16, 1)), torch.randint(1, 5, (16, 3))], 1)  # frames, then glosses
+    reported = engine_metrics(task, torch.randn(16, 6, 5), target, top_k=0)
+    assert set(reported) == {metric.name for metric in task.metrics(0)} == {"loss", "seq_accuracy", "ctc_unfit", "wer"}
+    assert task.metric_modes(0, ("train", "val")) == {
+        "train_loss": "min", "train_seq_accuracy": "max", "train_ctc_unfit": "min",
+        "val_loss": "min", "val_seq_accuracy": "max", "val_ctc_unfit": "min", "val_wer": "min"}
+    assert task.primary_metrics() == ("wer", "seq_accuracy")
+    assert task_for("ctc").primary_metrics() == ("seq_accuracy",)

@@ -15,6 +15,7 @@ import torch
 from .. import _C
 from .. import transforms as transforms_list
 from ..errors import ConfigError
+from ..tasks.base import SEQUENCE_LENGTHS_IN_TARGET, sequence_lengths_in_target
 from .labeled_data import LabeledData
 from .tensor_inputs import pixel_stats
 
@@ -57,6 +58,12 @@ class DatasetSamples(torch.utils.data.Dataset):
         self.first_shape = shapes[0]
         self.same_size = len(set(shapes)) == 1  # of the first two: mixed sizes need per-image transforms
         self.classes = _class_names(dataset, self.keys[1] if self.keys else None)
+        # Clips of any length whose targets carry their frame count (CTC): a batch pads them (ServedSamples.collate).
+        self.sequence_lengths_in_target = sequence_lengths_in_target(dataset)
+        if self.sequence_lengths_in_target and self.images:
+            raise ConfigError(f"the torch Dataset says its targets carry each clip's frame count "
+                              f"({SEQUENCE_LENGTHS_IN_TARGET}), but its inputs are not float tensors (the first two "
+                              f"samples: {self.first}): give each clip as a float tensor, T x C x H x W or T x F")
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -146,7 +153,11 @@ class ServedSamples(torch.utils.data.Dataset):
 
     def collate(self, batch: List[Tuple[Any, Any]]) -> Tuple[torch.Tensor, torch.Tensor]:
         """A batch of served samples as (inputs, targets) tensors (the DataLoader's collate_fn); inputs or targets of
-        different shapes are a ConfigError naming them (images of mixed sizes need a list that brings each to one)."""
+        different shapes are a ConfigError naming them (images of mixed sizes need a list that brings each to one).
+        Clips whose targets carry their frame count are padded instead (padded_clips)."""
+        if self.samples.sequence_lengths_in_target:
+            return padded_clips([sample[0] for sample in batch],
+                                [_as_target(sample[1], self.samples.first) for sample in batch])
         parts = []
         for what, values in (("inputs", [sample[0] for sample in batch]), ("targets", [sample[1] for sample in batch])):
             values = [_as_target(value, self.samples.first) for value in values] if what == "targets" else values
@@ -168,6 +179,27 @@ class ServedSamples(torch.utils.data.Dataset):
         out, _ = _C.apply_transforms(inputs.unsqueeze(0), self.specs, self.mean, self.std,
                                      sample_seed(self.seed, self.epoch, index), 0, torch.float32)
         return out[0], target
+
+
+def padded_clips(clips: List[torch.Tensor], targets: List[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """A batch of clips of any length (T x ..., one shape past T) and their targets (frame count, then the labels) as
+    (N, T_max, ...) inputs padded with zeros past each clip's end and (N, 1 + S_max) targets padded with -1.
+
+    Raises:
+        ConfigError: clips of different shapes past their length, a target that is not 1-D integers with its clip's
+            frame count first (between 0 and the clip's length).
+    """
+    frames_shapes = sorted({tuple(clip.shape[1:]) for clip in clips})
+    if len(frames_shapes) > 1 or clips[0].dim() < 2:
+        raise ConfigError(f"a batch of clips whose frames have shapes {', '.join(map(str, frames_shapes[:3]))}: each "
+                          "clip must be T x C x H x W or T x F with one frame shape in the data set")
+    for clip, target in zip(clips, targets):
+        if target.dim() != 1 or target.is_floating_point() or len(target) < 1 or not 0 <= int(target[0]) <= len(clip):
+            raise ConfigError(f"a clip of {len(clip)} frames has the target {target.tolist()}: with "
+                              f"{SEQUENCE_LENGTHS_IN_TARGET} a target is integers, the clip's frame count "
+                              f"(0..{len(clip)}) then its labels")
+    return (torch.nn.utils.rnn.pad_sequence(clips, batch_first=True),
+            torch.nn.utils.rnn.pad_sequence([t.long() for t in targets], batch_first=True, padding_value=-1))
 
 
 def sample_seed(seed: int, epoch: int, sample: int) -> int:

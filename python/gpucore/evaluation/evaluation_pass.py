@@ -89,11 +89,13 @@ def evaluation_pass(module: nn.Module, config, task: Task, data: EpochData, devi
     it was."""
     policy = resolve_precision(config.precision, device, tf32=config.tf32, cudnn_benchmark=config.cudnn_benchmark)
     module = copy.deepcopy(module).eval()
+    task = task.for_data(data.data, module)
     settings = forward_config(config, task, str(device), policy, place_model(module, config, device, policy))
     evaluated = with_tta(module, config.tta)
     outputs, decoded = [], []
     rules = [task]  # the task's rules for outputs of the shape the model gives, settled by the first batch
     channels = [0]
+    recording = _Recording(data)
 
     def forward(inputs: torch.Tensor) -> torch.Tensor:
         output = evaluated(inputs)
@@ -101,16 +103,16 @@ def evaluation_pass(module: nn.Module, config, task: Task, data: EpochData, devi
         if not decoded:
             rules[0] = task.for_outputs(scores)
             channels[0] = scores.shape[1] if scores.dim() > 1 else 1
-        decoded.append(rules[0].decode(scores).to("cpu"))
+        # The engine calls the forward on the batch the recording yielded last: its targets (CTC's clip lengths).
+        decoded.append(rules[0].decode(scores, recording.targets[-1]).to("cpu"))
         if rules[0].keeps_outputs:
             outputs.append(scores.to("cpu"))
         return output
 
-    recording = _Recording(data)
     stats = _C.evaluate(_C.PythonBatches(recording, device), forward, settings)
     if not recording.targets:
         raise ConfigError(f"no samples to evaluate in {data.description}")
-    targets, predicted = torch.cat(recording.targets), _cat_padded(decoded)
+    targets, predicted = _cat_padded(recording.targets), _cat_padded(decoded)
     metrics = {**stats["metrics"], **rules[0].decoded_metrics(predicted, targets)}
     return EvaluationResult(metrics=metrics, targets=targets, predicted=predicted,
                             outputs=_cat_padded(outputs) if outputs else None, task=rules[0], data=data,
@@ -118,10 +120,14 @@ def evaluation_pass(module: nn.Module, config, task: Task, data: EpochData, devi
 
 
 def _cat_padded(parts: List[torch.Tensor]) -> torch.Tensor:
-    """Batches concatenated; CTC sequences of different lengths are padded with -1 first."""
+    """Batches concatenated; sequences of different lengths padded first: CTC's decodings with -1, the outputs of
+    clips of different lengths (N, steps, classes) with zeros past their steps."""
     if parts[0].dim() >= 2 and len({p.shape[1:] for p in parts}) > 1:
         width = max(p.shape[1] for p in parts)
-        parts = [pad_sequences(p, width) for p in parts]
+        if parts[0].is_floating_point():
+            parts = [nn.functional.pad(p, (0, 0) * (p.dim() - 2) + (0, width - p.shape[1])) for p in parts]
+        else:
+            parts = [pad_sequences(p, width) for p in parts]
     return torch.cat(parts)
 
 

@@ -30,9 +30,19 @@ def task_for(loss: str, heads: int = 0, label_smoothing: float = 0.0, ignore_ind
 
 def task_of(config) -> Task:
     """The task of a TrainConfig (config keys loss, heads, label_smoothing, ignore_index; unset: torch's default, until a
-    run resolves it from its data)."""
+    run resolves it from its data; beam_width, CTC's decoding).
+
+    Raises:
+        ConfigError: beam_width set for a loss other than ctc.
+    """
     ignore_index = config.ignore_index if config.ignore_index is not None else TORCH_IGNORE_INDEX
-    return task_for(config.loss, config.heads, config.label_smoothing, ignore_index)
+    task = task_for(config.loss, config.heads, config.label_smoothing, ignore_index)
+    if isinstance(task, CTCSequence):
+        return task.with_beam_width(config.beam_width)
+    if config.beam_width != 1:
+        raise ConfigError(f"config key 'beam_width' ({config.beam_width}) decodes CTC outputs (loss ctc); loss "
+                          f"'{config.loss}' ({task.name}) would ignore it: set beam_width: 1, or loss: ctc")
+    return task
 
 
 __all__ = ["CTCSequence", "Classification", "Metric", "MultiHead", "MultiLabel", "Segmentation", "SequenceTask",

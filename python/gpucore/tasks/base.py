@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
 import torch
+from torch import nn
 
 from .. import _C
 from ..errors import ConfigError
@@ -16,6 +17,11 @@ from ..errors import ConfigError
 # torch's cross_entropy ignore_index: the class id config key ignore_index stands for when unset on data that is not a
 # segmentation folder's masks.
 TORCH_IGNORE_INDEX = -100
+# What a data set says of its targets when they carry each clip's frame count in column 0 before its labels (a
+# sequence of video clips or keypoints for CTC): this attribute, True. Never guessed from the values.
+SEQUENCE_LENGTHS_IN_TARGET = "sequence_lengths_in_target"
+# The engine's metrics where lower is better (CTC's word error rate and its count of samples no alignment fits).
+LOWER_IS_BETTER = ("loss", "wer", "ctc_unfit")
 
 @dataclass(frozen=True)
 class Metric:
@@ -60,6 +66,19 @@ class Task:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(loss={self.loss!r}, heads={self.heads})"
 
+    def for_data(self, samples, model: nn.Module) -> "Task":
+        """This task on `samples` (a data set as read) with `model`: CTC (CTCSequence.for_data) reads the clip lengths
+        of data that carries them; no other task does.
+
+        Raises:
+            ConfigError: data whose targets carry clip lengths, for a task other than CTC.
+        """
+        if sequence_lengths_in_target(samples):
+            raise ConfigError(f"the data's targets carry each clip's frame count before its labels "
+                              f"({SEQUENCE_LENGTHS_IN_TARGET}), for CTC; loss '{self.loss}' ({self.name}) does not read "
+                              f"them: set loss: ctc")
+        return self
+
     @classmethod
     def handles(cls, loss: str, heads: int) -> bool:
         return loss in cls.losses and heads == 0
@@ -93,8 +112,8 @@ class Task:
     def metrics(self, top_k: int, training: bool = False) -> List[Metric]:
         """What the engine may report for this task, in its order (training: in the training split, without the
         class means, balanced accuracy and macro F1 only an evaluation reports); the names are the C++ engine's (_C.reported_metrics).
-        The loss is the one number minimised: the others are shares of what is right."""
-        return [Metric(name, "min" if name == "loss" else "max")
+        The loss, error rates and counts of what is wrong are minimised: the others are shares of what is right."""
+        return [Metric(name, "min" if name in LOWER_IS_BETTER else "max")
                 for name in _C.reported_metrics(self.loss_config(), top_k, training)]
 
     def metric_modes(self, top_k: int, splits: Sequence[str]) -> Dict[str, str]:
@@ -103,7 +122,9 @@ class Task:
                 for metric in self.metrics(top_k, training=split == "train")}
 
     # ---- predictions -----------------------------------------------------------------------------
-    def decode(self, outputs: torch.Tensor) -> torch.Tensor:
+    def decode(self, outputs: torch.Tensor, targets: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The predictions of `outputs`; `targets`: the batch's where known (an evaluation; CTC with per-clip lengths
+        reads each clip's frame count there), None for new inputs."""
         raise NotImplementedError(f"{type(self).__name__} must say how its outputs decode")
 
     def correct(self, predicted: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -138,6 +159,11 @@ class Task:
         if outputs.dim() != dims:
             raise ConfigError(f"loss '{self.loss}' ({self.name}) needs model outputs of {layout}, got shape "
                               f"{tuple(outputs.shape)}")
+
+
+def sequence_lengths_in_target(samples) -> bool:
+    """Whether a data set says its targets carry each clip's frame count in column 0 (SEQUENCE_LENGTHS_IN_TARGET)."""
+    return getattr(samples, SEQUENCE_LENGTHS_IN_TARGET, False) is True
 
 
 def names_for(classes: Optional[List[str]], count: int) -> List[str]:

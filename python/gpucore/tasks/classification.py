@@ -36,7 +36,7 @@ class Classification(Task):
         """Right, or a target of ignore_index (scored in no metric)."""
         return super().correct(predicted, targets) | (targets.reshape(predicted.shape) == self.ignore_index)
 
-    def decode(self, outputs: torch.Tensor) -> torch.Tensor:
+    def decode(self, outputs: torch.Tensor, targets: Optional[torch.Tensor] = None) -> torch.Tensor:
         self.expect_dims(outputs, 2, "N x classes")
         return outputs.argmax(1)
 

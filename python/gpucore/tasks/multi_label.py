@@ -3,6 +3,8 @@ logit is positive (sigmoid > 0.5), the rule the engine's iou, dice, element accu
 score with."""
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from .base import Task, names_for
@@ -25,7 +27,7 @@ class MultiLabel(Task):
 
         return self.as_task(Segmentation) if outputs.dim() == 4 else self
 
-    def decode(self, outputs: torch.Tensor) -> torch.Tensor:
+    def decode(self, outputs: torch.Tensor, targets: Optional[torch.Tensor] = None) -> torch.Tensor:
         return outputs > 0
 
     def correct(self, predicted: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -3,6 +3,8 @@ class: with one output channel the foreground where the logit is positive (the e
 channel with the highest logit (cross_entropy's masks of class ids; targets of ignore_index are scored in no metric)."""
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from .base import Task
@@ -20,7 +22,7 @@ class Segmentation(Task):
     # The foreground's intersection over union: pixel accuracy rewards predicting all background on small objects.
     primary_metric = "iou"
 
-    def decode(self, outputs: torch.Tensor) -> torch.Tensor:
+    def decode(self, outputs: torch.Tensor, targets: Optional[torch.Tensor] = None) -> torch.Tensor:
         self.expect_dims(outputs, 4, "N x K x H x W")
         return (outputs[:, 0] > 0).long() if outputs.shape[1] == 1 else outputs.argmax(1)
 

@@ -23,6 +23,7 @@ from ..models.pretrained import NO_WEIGHTS, LoadReport, load_pretrained, resolve
 from ..models.registry import build_model, kwargs_from_data
 from ..models.surgery import output_count
 from ..tasks import Task
+from ..tasks.base import SEQUENCE_LENGTHS_IN_TARGET, sequence_lengths_in_target
 from . import distributed
 from .ema import make_ema
 from .rng import seed_everything
@@ -81,6 +82,7 @@ def setup_model(config, task: Task, data: RunData, world: distributed.World, cho
     whose = "the model given to train()" if given else f"model '{config.model}'"
     train_data, val_data = data.samples
     check_outputs(module, task, data.classes, data.class_count, whose, given)
+    task = _task_for_data(task, module, train_data, val_data)
     check_mask_classes(module, task, whose, train_data, val_data)
     task = _weighed_classes(config, task, data, module)
     if not data.given:
@@ -105,6 +107,20 @@ def _model_kwargs_from_data(config, count: Optional[int], input_shape):
     if not taken:
         return config, {}
     return dataclasses.replace(config, model_kwargs={**config.model_kwargs, **taken}), taken
+
+
+def _task_for_data(task: Task, module: nn.Module, train_data, val_data) -> Task:
+    """The task as the data asks (Task.for_data: CTC reads clip lengths where the targets carry them).
+
+    Raises:
+        ConfigError: training and validation data that disagree on whether their targets carry clip lengths.
+    """
+    if val_data is not None and sequence_lengths_in_target(val_data) != sequence_lengths_in_target(train_data):
+        says = {True: "carry", False: "do not carry"}
+        raise ConfigError(f"the training data's targets {says[sequence_lengths_in_target(train_data)]} each clip's frame "
+                          f"count ({SEQUENCE_LENGTHS_IN_TARGET}) and the validation data's "
+                          f"{says[sequence_lengths_in_target(val_data)]}: give both data sets the same targets")
+    return task.for_data(train_data, module)
 
 
 def _weighed_classes(config, task: Task, data: RunData, module: nn.Module) -> Task:

@@ -13,10 +13,12 @@ std::vector<std::string> loss_names();
 LossKind parse_loss(const std::string& name);  // cross_entropy, multilabel_soft_margin, bce_with_logits, dice_bce, ctc
 std::string to_string(LossKind kind);
 
-// CTC (sequence models, e.g. a CNN + GRU that reads a line of characters): output (N, T, classes)
-// logits, batch first; targets (N, S) class indices padded with -1 after each sequence; class 0 is
-// the blank. Impossible alignments (a target longer than T allows) count as zero loss rather than
-// stopping the run.
+// CTC (sequence models: a CNN + GRU that reads a line of characters, a sign-language video model): output
+// (N, T, classes) logits, batch first; targets (N, S) class indices padded with -1 after each sequence; class 0 is
+// the blank. With sequence_lengths the targets are (N, 1 + S): column 0 each clip's real frames (before the batch's
+// padding), then its labels padded with -1, and clip i's output steps are min(ceil(frames_i / temporal_stride), T);
+// without, every sample has all T. Impossible alignments (fewer output steps than the labels plus their adjacent
+// repeats need) count as zero loss rather than stopping the run; the metrics count them (ctc_unfit).
 
 struct LossConfig {
   LossKind kind = LossKind::kCrossEntropy;
@@ -28,7 +30,21 @@ struct LossConfig {
   // cross_entropy: class targets of this value count in no loss or metric (as torch's ignore_index): the loss is
   // the mean over the other targets, and the metrics leave them out of numerator and denominator.
   int64_t ignore_index = -100;
+  // ctc: the targets carry each clip's frame count in column 0 (the data's sequence_lengths_in_target), and the model
+  // gives one output step per temporal_stride frames (its temporal_stride attribute).
+  bool sequence_lengths = false;
+  int64_t temporal_stride = 1;
 };
+
+// A CTC batch as ctc_loss takes it: the labels (N, S) padded with -1, each sample's output steps and label count
+// (int64, on the target's device). ConfigError for an output that is not (N, T, classes) or targets that are not
+// integer (N, S) (with sequence_lengths: (N, 1 + S)). A negative frame count reads as 0 steps: a clip that fits nothing.
+struct CTCBatch {
+  at::Tensor labels;
+  at::Tensor input_lengths;
+  at::Tensor target_lengths;
+};
+CTCBatch ctc_batch(const LossConfig& config, const at::Tensor& output, const at::Tensor& target);
 
 // Mean over the batch. For multi-head targets given as indices, they are one-hot encoded first.
 at::Tensor compute_loss(const LossConfig& config, const at::Tensor& output, const at::Tensor& target);
