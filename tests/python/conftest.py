@@ -176,7 +176,7 @@ def schedule(kind, **values):
 
 
 def engine(params, *, lr=1.0, scaler=False, clip=0.0, kind="sgd", accumulate=1, loss="cross_entropy", heads=0,
-           label_smoothing=0.0, ignore_index=-100):
+           label_smoothing=0.0, ignore_index=-100, sequence_lengths=False, temporal_stride=1):
     config = _C.EngineConfig()
     config.device = torch.device("cpu")
     config.accumulate_grad_batches = accumulate
@@ -188,6 +188,7 @@ def engine(params, *, lr=1.0, scaler=False, clip=0.0, kind="sgd", accumulate=1, 
     loss_config.heads = heads
     loss_config.label_smoothing = label_smoothing
     loss_config.ignore_index = ignore_index
+    loss_config.sequence_lengths, loss_config.temporal_stride = sequence_lengths, temporal_stride
     config.loss = loss_config
     optimizer = _C.OptimizerConfig()
     optimizer.kind = kind

@@ -225,3 +225,15 @@ def test_the_substituted_and_deleted_glosses_are_named():
     assert errors.per_sample.tolist() == [[1, 1, 0], [0, 0, 2]]
     assert dict(errors.substituted) == {2: 1} and dict(errors.deleted) == {4: 1}
     assert errors.rate == pytest.approx(4 / 6)
+
+
+@pytest.mark.parametrize("seed,stride", [(21, 2), (22, 3)])
+def test_the_engines_wer_is_greedy_decodings_word_errors(seed, stride):
+    jiwer = pytest.importorskip("jiwer", reason="jiwer is the reference (scripts/bootstrap.sh --tests installs it)")
+    output, target = random_clips(seed, n=12, steps=8, classes=4, stride=stride)
+    metrics = evaluate(output, target, sequence_lengths=True, stride=stride, batch_size=5)  # 3 batches pooled
+    decoded = task_for("ctc").with_sequence_lengths(stride).decode(output, target)
+    words = lambda row: " ".join(f"g{c}" for c in row.tolist() if c >= 0)  # noqa: E731
+    theirs = jiwer.wer([words(t) for t in target[:, 1:]], [words(d) for d in decoded])
+    assert metrics["wer"] == pytest.approx(theirs, rel=1e-12)
+    assert 0 < metrics["wer"]

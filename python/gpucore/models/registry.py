@@ -20,11 +20,13 @@ from ..redact import holds_mask, masked_value_message
 from ..values import is_int
 from . import segmentation_models
 from .builtin import CaptchaCNN, FashionMnistCNN, FastCNN
+from .cslr import CSLRKeypoints, CSLRResNet18
 from .downloads import refuse_downloads
 from .surgery import set_input_channels
 from .torchvision_build import mismatch_message
 
-BUILTIN = {"fashion_mnist_cnn": FashionMnistCNN, "fast_cnn": FastCNN, "captcha_cnn": CaptchaCNN}
+BUILTIN = {"fashion_mnist_cnn": FashionMnistCNN, "fast_cnn": FastCNN, "captcha_cnn": CaptchaCNN,
+           "cslr_resnet18": CSLRResNet18, "cslr_keypoints": CSLRKeypoints}
 
 # Model names of the libraries users already have: `torchvision:resnet18`, `timm:convnext_tiny`.
 LIBRARIES = ("torchvision", "timm")

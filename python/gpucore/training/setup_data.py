@@ -20,7 +20,7 @@ from ..data.image_files import MASK_VOID, ImageFiles, read_masks_alike
 from ..data.labeled_data import LabeledData
 from ..data.split import split
 from ..data.torch_samples import DatasetSamples, dataset_samples
-from ..tasks import TORCH_IGNORE_INDEX, Classification, MultiLabel, Task
+from ..tasks import TORCH_IGNORE_INDEX, Classification, CTCSequence, MultiLabel, Task
 from . import distributed
 
 
@@ -169,7 +169,7 @@ def _classes(config, given, train_data) -> Optional[List[str]]:
 def _class_count(task: Task, classes: Optional[List[str]], train_data, val_data) -> Optional[int]:
     """How many outputs the data's classes take: for classification its class names, else its integer labels' largest
     + 1 (training and validation data: a class only the validation data has still needs its output); for multi-label
-    its targets' width. None where the data does not say (masks, a torch Dataset without class names, other tasks)."""
+    its targets' width; for CTC its class names (a vocabulary with the blank first). None where the data does not say (masks, a torch Dataset without class names, other tasks)."""
     if isinstance(task, Classification):
         if classes:
             return len(classes)
@@ -179,6 +179,8 @@ def _class_count(task: Task, classes: Optional[List[str]], train_data, val_data)
     if isinstance(task, MultiLabel):
         targets = _label_targets(train_data)
         return int(targets.shape[1]) if targets is not None and targets.dim() == 2 else None
+    if isinstance(task, CTCSequence) and classes:
+        return len(classes)  # a vocabulary whose entry 0 is the blank: one output per entry
     return None
 
 
