@@ -1,4 +1,7 @@
-"""A small sequence recogniser trained with CTC (the kind of model a TFNet text-line recogniser is), on generated sequences.
+"""A small sequence recogniser trained with CTC on generated feature sequences: a GRU over (N, T, features) frames,
+every sample as long as the others. It is not TFNet, which is a video model (continuous sign-language recognition:
+a per-frame CNN, temporal convolutions and a BiLSTM over clips of different lengths): for that, the built-in models
+cslr_resnet18 and cslr_keypoints train on clips whose targets carry their frame counts (docs: Training, Data).
 
     python examples/sequence_ctc/train_ctc.py [--epochs 8] [--batch-size 64]
 

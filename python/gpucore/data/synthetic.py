@@ -51,7 +51,7 @@ def synthetic_fashion(train_size: int = 12000, val_size: int = 2000, seed: int =
 
 def synthetic_sequences(train_size: int = 4096, val_size: int = 512, seed: int = 0, steps: int = 24, classes: int = 10,
                         max_length: int = 6, noise: float = 0.3):
-    """Sequences for CTC models (the kind of a TFNet-style text-line recogniser): each token k (1..classes-1) shows as 2-3
+    """Sequences for CTC models (a text line read frame by frame, all of one length): each token k (1..classes-1) shows as 2-3
     noisy frames of a feature pattern, separated by blank frames; targets are (N, max_length) class indices
     padded with -1. Returns ((x_train, y_train), (x_val, y_val)) with x float (N, steps, classes)."""
     generator = torch.Generator().manual_seed(seed)
