@@ -131,7 +131,7 @@ def test_an_engine_step_is_plain_pytorchs_and_steps_lower_the_loss(name, kwargs,
 def test_a_run_on_photo_clips_reports_val_wer_which_monitor_auto_follows(tmp_path):
     train, val = PhotoClips(48, seed=2, keypoints=True), PhotoClips(12, seed=3, keypoints=True)
     result = gpucore.train({"model": "cslr_keypoints", "model_kwargs": {"in_features": 24, "hidden": 32},
-                            "loss": "ctc", "epochs": 12, "batch_size": 8, "lr": 0.01, "precision": "32",
+                            "loss": "ctc", "epochs": 12, "batch_size": 8, "eval_batch_size": 5, "lr": 0.01, "precision": "32",
                             "device": "cpu", "progress": False, "report": False, "top_k": 0,
                             "run_dir": str(tmp_path)}, train_data=train, val_data=val)
     assert result.monitor == "val_wer"
@@ -148,6 +148,13 @@ def test_a_run_on_photo_clips_reports_val_wer_which_monitor_auto_follows(tmp_pat
         decoded = task_for("ctc").with_sequence_lengths(4).decode(model(x), y)
     assert history[-1]["val_wer"] == pytest.approx(word_errors(decoded, y[:, 1:]).rate, abs=1e-9)
     assert history[-1]["val_wer"] < 0.5, history[-1]
+    # gpucore evaluate on the same clips: the same greedy wer, and its report shows each clip's glosses
+    evaluated = gpucore.evaluate(f"{result.checkpoint_dir}/last.pt", data=val, out=str(tmp_path / "evaluated"))
+    assert evaluated["metrics"]["wer"] == pytest.approx(history[-1]["val_wer"], abs=1e-9)
+    page = (tmp_path / "evaluated" / "report.html").read_text(encoding="utf-8")
+    for i in range(3):
+        glosses = " ".join(GLOSSES[g] for g in val[i][1][1:].tolist())
+        assert f"<tr><td>{i}</td><td>{glosses}</td>" in page
 
 
 def test_model_kwargs_of_the_cslr_models_are_checked():

@@ -65,7 +65,10 @@ class EvaluationResult:
             start += inputs.shape[0]
             if all(f is not None for f in found):
                 break
-        return torch.stack([f for f in found if f is not None]) if found else torch.empty(0)
+        found = [f for f in found if f is not None]
+        if len({f.shape for f in found}) > 1:  # clips of different lengths: padded with zeros, as their batches were
+            return nn.utils.rnn.pad_sequence(found, batch_first=True)
+        return torch.stack(found) if found else torch.empty(0)
 
 
 class _Recording:

@@ -117,7 +117,7 @@ def _sequences(page, result, classes, normalization) -> Optional[List[dict]]:
     rows = _confusion_sections(page, confusion(targets, predicted, count), alphabet, " per character" + left_out)
     right = result.correct()
     shown = list(range(min(GRID, len(result))))
-    truth = as_text(result.targets[shown].long(), alphabet)
+    truth = as_text(task.labels(result.targets[shown].long()), alphabet)
     guess = as_text(result.predicted[shown].long(), alphabet)
     page.table("Decoded predictions", [(i, truth[k], guess[k], "yes" if right[i] else "NO") for k, i in enumerate(shown)],
                ("sample", "true", "predicted", "right"))

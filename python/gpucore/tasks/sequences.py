@@ -35,6 +35,10 @@ class SequenceTask(Task):
         """Targets and predictions compared character by character, and what was left out (for the heading)."""
         return targets, predicted, ""
 
+    def labels(self, targets: torch.Tensor) -> torch.Tensor:
+        """The class sequences of `targets` (N, ...), as the decodings are."""
+        return targets
+
     def target_text(self, targets: torch.Tensor, classes: Optional[List[str]]) -> List[str]:
         if targets.is_floating_point():
             return super().target_text(targets, classes)
