@@ -385,5 +385,26 @@ TEST(MetricTracker, ReadLeavesOutWhatTheBatchesCouldNotCount) {
   EXPECT_EQ(empty.metrics.at("accuracy"), 1.0);
 }
 
+// The alignment's edits by hand: "1 2 3 4" read as "1 5 3" is a substitution (2 -> 5) and a deletion (4); "2 2" read
+// as "2 2 2 9" two insertions; the backtrace from the end prefers a substitution to a deletion and an insertion.
+TEST(WordEdits, ListTheEditsOfAMinimalAlignment) {
+  const auto kinds = [](const std::vector<WordEdit>& edits) {
+    std::string out;
+    for (const WordEdit& edit : edits) out += edit.kind;
+    return out;
+  };
+  const std::vector<WordEdit> edits = word_edits({1, 2, 3, 4}, {1, 5, 3});
+  ASSERT_EQ(kinds(edits), "sd");
+  EXPECT_EQ(edits[0].reference, 1);
+  EXPECT_EQ(edits[0].hypothesis, 1);
+  EXPECT_EQ(edits[1].reference, 3);
+  EXPECT_EQ(edits[1].hypothesis, -1);
+  EXPECT_EQ(kinds(word_edits({2, 2}, {2, 2, 2, 9})), "ii");
+  EXPECT_EQ(kinds(word_edits({7, 8}, {8, 9})), "ss");
+  EXPECT_EQ(kinds(word_edits({}, {3})), "i");
+  EXPECT_EQ(kinds(word_edits({3}, {})), "d");
+  EXPECT_TRUE(word_edits({4, 5, 6}, {4, 5, 6}).empty());
+}
+
 }  // namespace
 }  // namespace gpucore

@@ -155,6 +155,14 @@ def test_a_run_on_photo_clips_reports_val_wer_which_monitor_auto_follows(tmp_pat
     for i in range(3):
         glosses = " ".join(GLOSSES[g] for g in val[i][1][1:].tolist())
         assert f"<tr><td>{i}</td><td>{glosses}</td>" in page
+    # each clip's word errors, kept for the report: the evaluation's own decodings and targets, scored by hand
+    from gpucore.evaluation.evaluation_pass import data_sets, evaluation_pass
+
+    loaded = gpucore.load(f"{result.checkpoint_dir}/last.pt")
+    passed = evaluation_pass(loaded.module, loaded.config, loaded.task, data_sets(loaded, None, val)[1], loaded.device)
+    errors = passed.word_errors()
+    by_hand = word_errors(decoded, y[:, 1:])
+    assert torch.equal(errors.per_sample, by_hand.per_sample) and errors.deleted == by_hand.deleted
 
 
 def test_model_kwargs_of_the_cslr_models_are_checked():

@@ -21,7 +21,7 @@ from ..device.select import resolve_precision
 from ..errors import ConfigError
 from ..models.tta import with_tta
 from ..tasks import Task
-from ..tasks.sequences import pad_sequences
+from ..tasks.sequences import CTCSequence, WordErrors, pad_sequences, word_errors
 from ..data.epoch_data import EpochData, training_set, validation_set
 from ..device.placement import forward_config, place_model
 
@@ -52,6 +52,17 @@ class EvaluationResult:
     def correct(self) -> torch.Tensor:
         """Per sample: the prediction is right (all heads, the whole sequence, every pixel)."""
         return self.task.correct(self.predicted, self.targets)
+
+    def word_errors(self) -> WordErrors:
+        """CTC: each sample's substitutions, deletions and insertions against its target, and the target words (glosses)
+        substituted and deleted most (tasks/sequences.py's WordErrors).
+
+        Raises:
+            ConfigError: a task that does not read sequences by CTC.
+        """
+        if not isinstance(self.task, CTCSequence):
+            raise ConfigError(f"word errors are CTC's (loss ctc); this evaluation's task is {self.task.name}")
+        return word_errors(self.predicted, self.task.labels(self.targets))
 
     def inputs(self, indices: Sequence[int]) -> torch.Tensor:
         """The model inputs (as the engine got them: standardised, on the device) of samples `indices`, in that order."""
