@@ -1,0 +1,156 @@
+"""The sign-language layouts read from a ROOT folder (gpucore.data.sign_layouts): CE-CSL (label/*.csv, clips by Number
+in per-translator subfolders or flat), PHOENIX-2014 (annotations/manual/*.corpus.csv and the frame folders it names)
+and labels.csv (file,text); the gloss vocabulary from the training split, dev/test glosses it lacks encoded as <unk>
+and named; each bad row named (file, line) and refused, or skipped and counted."""
+import csv
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from gpucore.data.sign_layouts import (BLANK, UNKNOWN, encode_glosses, find_sign_layout, gloss_vocabulary,
+                                       read_sign_layout)
+from gpucore.errors import ConfigError
+
+CECSL_ROWS = {
+    "train": [("train-00001", "A", "你好谢谢", "你好/谢谢"), ("train-00002", "B", "我爱你", "我/爱/你"),
+              ("train-00003", "A", "谢谢你", "谢谢/ 你 /")],  # spaces and a trailing '/' around glosses
+    "dev": [("dev-00001", "C", "你好朋友", "你好/朋友")],  # 朋友: never in training
+    "test": [("test-00001", "A", "我爱你", "我/爱/你")],
+}
+
+
+def _write_csv(path, header, rows, delimiter=","):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, delimiter=delimiter)
+        writer.writerow(header)
+        writer.writerows(rows)
+
+
+def make_cecsl(root, rows=CECSL_ROWS, flat_splits=("dev",)):
+    """A CE-CSL folder: label/{split}.csv and a (tiny, not a real video: layouts do not decode) .mp4 per row under
+    video/{split}/{Translator}/, or flat for `flat_splits`."""
+    for split, entries in rows.items():
+        _write_csv(os.path.join(root, "label", f"{split}.csv"), ["Number", "Translator", "Chinese Sentences", "Gloss"],
+                   entries)
+        for number, translator, _, _ in entries:
+            folder = os.path.join(root, "video", split, *(() if split in flat_splits else (translator,)))
+            os.makedirs(folder, exist_ok=True)
+            open(os.path.join(folder, f"{number}.mp4"), "wb").close()
+    return str(root)
+
+
+def test_cecsl_clips_glosses_splits_and_vocabulary(tmp_path):
+    root = make_cecsl(tmp_path)
+    assert find_sign_layout(root) == "CE-CSL"
+    layout = read_sign_layout(root)
+    assert layout.name == "CE-CSL" and layout.kind == "video"
+    train = layout.splits["train"]
+    assert [os.path.relpath(c.path, root) for c in train] == [
+        "video/train/A/train-00001.mp4", "video/train/B/train-00002.mp4", "video/train/A/train-00003.mp4"]
+    assert [c.glosses for c in train] == [("你好", "谢谢"), ("我", "爱", "你"), ("谢谢", "你")]
+    assert train[1].where.endswith("train.csv' line 3")
+    assert os.path.relpath(layout.splits["dev"][0].path, root) == "video/dev/dev-00001.mp4"  # flat
+    vocabulary = gloss_vocabulary(train)
+    assert vocabulary == [BLANK, *sorted({"你好", "谢谢", "我", "爱", "你"}), UNKNOWN]
+    assert encode_glosses(train, vocabulary, "train")[1] == [vocabulary.index(g) for g in ("我", "爱", "你")]
+    with pytest.warns(UserWarning, match="the dev split has 1 glosses .* '朋友' x1"):
+        dev = encode_glosses(layout.splits["dev"], vocabulary, "dev")
+    assert dev == [[vocabulary.index("你好"), vocabulary.index(UNKNOWN)]]
+
+
+def test_cecsl_number_in_two_translator_folders_taken_from_its_translators(tmp_path):
+    root = make_cecsl(tmp_path)
+    os.makedirs(tmp_path / "video" / "train" / "B", exist_ok=True)
+    open(tmp_path / "video" / "train" / "B" / "train-00001.mp4", "wb").close()  # same Number, other translator
+    with pytest.warns(UserWarning, match=r"1 clips without a row, not read: '.*B/train-00001\.mp4'"):
+        layout = read_sign_layout(root)
+    assert os.path.relpath(layout.splits["train"][0].path, root) == "video/train/A/train-00001.mp4"
+
+
+def _photo_frames(folder, count, offset):
+    from sklearn.datasets import load_sample_image
+    photo = load_sample_image("flower.jpg")
+    os.makedirs(folder, exist_ok=True)
+    for t in range(count):
+        Image.fromarray(photo[50 + offset + 2 * t:66 + offset + 2 * t, 80:96]).save(
+            os.path.join(folder, f"images{t + 1:04d}.png"))
+
+
+def test_phoenix_frame_folders_and_space_separated_glosses(tmp_path):
+    pytest.importorskip("sklearn", reason="needs scikit-learn's sample photos")
+    corpus = {"train": [("01April_2010_Thursday_heute_default-0", "REGEN WIND"),
+                        ("01April_2010_Thursday_heute_default-1", "__ON__ SONNE REGEN __OFF__")],
+              "dev": [("02April_2010_Friday_tagesschau_default-0", "SONNE SCHNEE")]}
+    for split, rows in corpus.items():
+        _write_csv(str(tmp_path / "annotations" / "manual" / f"{split}.corpus.csv"),
+                   ["id", "folder", "signer", "annotation"],
+                   [(name, f"{name}/1/*.png", "Signer01", text) for name, text in rows], delimiter="|")
+        for i, (name, _) in enumerate(rows):
+            _photo_frames(str(tmp_path / "features" / "fullFrame-210x260px" / split / name / "1"), 4 + i, 10 * i)
+    root = str(tmp_path)
+    assert find_sign_layout(root) == "PHOENIX-2014"
+    layout = read_sign_layout(root)
+    assert layout.kind == "frames"
+    assert [os.path.relpath(c.path, root) for c in layout.splits["train"]] == [
+        f"features/fullFrame-210x260px/train/01April_2010_Thursday_heute_default-{i}/1" for i in range(2)]
+    assert [c.glosses for c in layout.splits["train"]] == [("REGEN", "WIND"), ("__ON__", "SONNE", "REGEN", "__OFF__")]
+    assert gloss_vocabulary(layout.splits["train"]) == [BLANK, "REGEN", "SONNE", "WIND", "__OFF__", "__ON__", UNKNOWN]
+    assert layout.splits["dev"][0].glosses == ("SONNE", "SCHNEE")
+
+
+def test_labels_csv_of_keypoint_files_in_train_and_val(tmp_path):
+    for split, rows in {"train": [("a.npy", "HELLO WORLD"), ("b.npy", "WORLD")], "val": [("c.npy", "HELLO")]}.items():
+        _write_csv(str(tmp_path / split / "labels.csv"), ["file", "text"], rows)
+        for name, _ in rows:
+            np.save(str(tmp_path / split / name), np.zeros((5, 6), np.float32))
+    np.save(str(tmp_path / "train" / "stray.npy"), np.zeros((5, 6), np.float32))
+    with pytest.warns(UserWarning, match=r"1 clips without a row, not read: '.*stray\.npy'"):
+        layout = read_sign_layout(str(tmp_path))
+    assert layout.name == "labels.csv" and layout.kind == "keypoints"
+    assert [(os.path.basename(c.path), c.glosses) for c in layout.splits["train"]] == [
+        ("a.npy", ("HELLO", "WORLD")), ("b.npy", ("WORLD",))]
+    assert [os.path.basename(c.path) for c in layout.splits["dev"]] == ["c.npy"]
+    assert layout.unlabelled == [str(tmp_path / "train" / "stray.npy")]
+
+
+@pytest.mark.parametrize("bad", ["missing clip", "empty gloss"])
+def test_bad_rows_refused_by_line_or_skipped_and_counted(tmp_path, bad):
+    rows = {split: list(entries) for split, entries in CECSL_ROWS.items()}
+    if bad == "missing clip":
+        make_cecsl(tmp_path, rows)
+        os.remove(tmp_path / "video" / "train" / "B" / "train-00002.mp4")
+        message = r"train\.csv' line 3: no clip named 'train-00002' under"
+    else:
+        rows["train"][1] = ("train-00002", "B", "我爱你", " / ")
+        make_cecsl(tmp_path, rows)
+        message = r"train\.csv' line 3: an empty gloss string"
+    with pytest.raises(ConfigError, match=message + ".*on_error: skip"):
+        read_sign_layout(str(tmp_path))
+    with pytest.warns(UserWarning, match="1 rows left out: .*" + message):
+        layout = read_sign_layout(str(tmp_path), on_error="skip")
+    assert [os.path.basename(c.path) for c in layout.splits["train"]] == ["train-00001.mp4", "train-00003.mp4"]
+    assert len(layout.skipped) == 1
+
+
+def test_mixed_clip_kinds_and_reserved_glosses_refused(tmp_path):
+    root = make_cecsl(tmp_path)
+    os.remove(tmp_path / "video" / "test" / "A" / "test-00001.mp4")
+    np.save(str(tmp_path / "video" / "test" / "A" / "test-00001.npy"), np.zeros((4, 3)))
+    with pytest.raises(ConfigError, match=r"mixes clip kinds: video .*keypoints .*test-00001\.npy"):
+        read_sign_layout(root)
+    rows = {"train": [("train-00001", "A", "x", "<blank>/你好")]}
+    other = make_cecsl(tmp_path / "reserved", rows)
+    with pytest.raises(ConfigError, match="gloss '<blank>' is a name gpucore's vocabulary reserves"):
+        read_sign_layout(other)
+
+
+def test_not_a_layout_and_missing_columns(tmp_path):
+    with pytest.raises(ConfigError, match="holds no sign-language layout"):
+        read_sign_layout(str(tmp_path))
+    _write_csv(str(tmp_path / "label" / "train.csv"), ["Number", "Gloss"], [("train-00001", "A/B")])
+    os.makedirs(tmp_path / "video" / "train")
+    with pytest.raises(ConfigError, match=r"missing: Translator, Chinese Sentences"):
+        read_sign_layout(str(tmp_path))
