@@ -145,3 +145,166 @@ def test_without_pyav_a_config_error_names_the_package(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "av", None)  # import av now raises ImportError
     with pytest.raises(ConfigError, match=r"needs PyAV: pip install 'gpucore\[video\]'"):
         probe_clip(path, "video")
+
+
+# ---- ClipSequences: the sequence batches of the CTC contract ------------------------------------------------------
+
+from gpucore.data.clip_sequences import ClipSequences, LengthBatches  # noqa: E402
+from gpucore.data.sign_layouts import BLANK, UNKNOWN, GlossClip  # noqa: E402
+
+VOCABULARY = [BLANK, "a", "b", "c", UNKNOWN]
+
+
+def _labelled(path, glosses, line=2):
+    return GlossClip(str(path), tuple(glosses), f"CSV 'labels.csv' line {line}")
+
+
+def _lossless(folder, name, frames):
+    path = os.path.join(folder, name)
+    encode_clip(path, frames, codec="ffv1")
+    return path
+
+
+def test_batches_pad_to_the_longest_clip_with_frame_counts_in_column_0(tmp_path):
+    paths = [_mp4(tmp_path, f"{i}.mp4", frames=frames, height=32, width=32, seed=i)
+             for i, frames in enumerate((8, 12, 16))]
+    glosses = [["a"], ["b", "c", "a"], ["c", "c"]]
+    data = ClipSequences([_labelled(p, g) for p, g in zip(paths, glosses)], VOCABULARY, size=24, threads=2)
+    loader = torch.utils.data.DataLoader(data, batch_size=3, collate_fn=data.collate)
+    x, y = next(iter(loader))  # torch's loader fetches the batch through __getitems__: the thread pool
+    assert x.dtype == torch.uint8 and x.shape == (3, 16, 3, 24, 24)
+    assert y.tolist() == [[8, 1, -1, -1], [12, 2, 3, 1], [16, 3, 3, -1]]
+    for row, (path, frames) in enumerate(zip(paths, (8, 12, 16))):
+        reference = torch.from_numpy(_pyav_frames(path, 24, 24)).permute(0, 3, 1, 2)
+        assert torch.equal(x[row, :frames], reference)
+        assert not x[row, frames:].any()  # zeros past the clip's end
+    assert ClipSequences.sequence_lengths_in_target is True
+
+
+def test_frame_stride_and_max_frames_keep_frames_evenly(tmp_path):
+    path = _mp4(tmp_path, frames=20, height=32, width=32)
+    data = ClipSequences([_labelled(path, ["a"])], VOCABULARY, size=16, frame_stride=3)
+    assert data.frame_indices(0).tolist() == [0, 3, 6, 9, 12, 15, 18]
+    capped = ClipSequences([_labelled(path, ["a"])], VOCABULARY, size=16, frame_stride=2, max_frames=4)
+    assert capped.frame_indices(0).tolist() == [0, 6, 12, 18]  # 10 kept frames, 4 spread over them
+    frames, _ = capped[0]
+    assert torch.equal(frames, torch.from_numpy(_pyav_frames(path, 16, 16)[[0, 6, 12, 18]]).permute(0, 3, 1, 2))
+
+
+def _photo_clip(frames, moving=True):
+    """A clip of real photo crops (scikit-learn's china.jpg), panning 2 pixels a frame, or still."""
+    from sklearn.datasets import load_sample_image
+    photo = load_sample_image("china.jpg")
+    return np.stack([photo[120 + 2 * t * moving:152 + 2 * t * moving, 200:232] for t in range(frames)])
+
+
+TRANSFORMS = [{"RandomResizedCrop": {"size": 24, "scale": [0.3, 0.9]}}, {"RandomHorizontalFlip": {"p": 0.5}},
+              {"ColorJitter": {"brightness": 0.4, "contrast": 0.4, "saturation": 0.4}}]
+
+
+def test_one_spatial_draw_per_clip_applied_to_every_frame(tmp_path):
+    require("sklearn")
+    still = _lossless(tmp_path, "still.mkv", _photo_clip(6, moving=False))
+    data = ClipSequences([_labelled(still, ["a"])] * 4, VOCABULARY, size=32, transforms=TRANSFORMS)
+    data.training, data.seed = True, 7
+    outputs = []
+    for clip in range(4):
+        frames, _ = data[clip]
+        assert frames.shape == (6, 3, 24, 24)
+        # the same picture in every frame: one crop, flip and colour for the whole clip leaves them equal
+        assert all(torch.equal(frames[0], frame) for frame in frames[1:])
+        outputs.append(frames[0])
+    assert len({tuple(o.flatten().tolist()) for o in outputs}) == 4  # each clip its own draw
+    data.training = False
+    plain, _ = data[0]
+    written = torch.from_numpy(_photo_clip(6, moving=False)).permute(0, 3, 1, 2)
+    assert torch.equal(plain, written)
+    mean, std = [0.5, 0.4, 0.3], [0.2, 0.25, 0.3]
+    normalised, _ = ClipSequences([_labelled(still, ["a"])], VOCABULARY, size=32, normalization=(mean, std))[0]
+    by_hand = (written.float() / 255 - torch.tensor(mean).view(3, 1, 1)) / torch.tensor(std).view(3, 1, 1)
+    torch.testing.assert_close(normalised, by_hand, atol=1e-6, rtol=1e-5)
+
+
+def test_draws_are_a_function_of_seed_epoch_and_clip(tmp_path):
+    require("sklearn")
+    path = _lossless(tmp_path, "pan.mkv", _photo_clip(10))
+    clips = [_labelled(path, ["a", "b"])] * 3
+
+    def epoch_batches(epoch, seed=3):
+        data = ClipSequences(clips, VOCABULARY, size=32, transforms=TRANSFORMS, rescale=0.2,
+                             normalization=([0.5, 0.4, 0.3], [0.2, 0.25, 0.3]))
+        data.training, data.seed, data.epoch = True, seed, epoch
+        sampler = LengthBatches(data.lengths(), 2, seed=seed)
+        sampler.set_epoch(epoch)
+        loader = torch.utils.data.DataLoader(data, batch_sampler=sampler, collate_fn=data.collate)
+        return list(loader)
+
+    first, again = epoch_batches(2), epoch_batches(2)  # a resume: fresh objects, same (seed, epoch)
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(first, again))
+    assert first[0][0].dtype == torch.float32
+    other = epoch_batches(3)
+    assert any(not torch.equal(a[0], b[0]) for a, b in zip(first, other))
+
+
+def test_temporal_rescaling_drops_or_repeats_frames_in_order(tmp_path):
+    require("sklearn")
+    written = _photo_clip(10)
+    path = _lossless(tmp_path, "pan.mkv", written)
+    data = ClipSequences([_labelled(path, ["a"])], VOCABULARY, size=32, rescale=0.2)
+    data.training = True
+    reference = torch.from_numpy(written).permute(0, 3, 1, 2)
+    lengths = set()
+    for epoch in range(30):
+        data.epoch = epoch
+        indices = data.frame_indices(0)
+        assert 8 <= len(indices) <= 12 and np.all(np.diff(indices) >= 0)
+        frames, _ = data[0]
+        assert torch.equal(frames, reference[torch.from_numpy(indices)])  # the decoded frames, in order
+        lengths.add(len(indices))
+    assert min(lengths) < 10 < max(lengths)  # frames dropped in some epochs, repeated in others
+
+
+def test_clips_that_cannot_fit_ctc_refused_or_skipped_by_name(tmp_path):
+    short = _mp4(tmp_path, "short.mp4", frames=4, height=32, width=32)
+    fine = _mp4(tmp_path, "fine.mp4", frames=12, height=32, width=32)
+    clips = [_labelled(short, ["a", "a", "b"], line=2), _labelled(fine, ["a", "b"], line=3)]
+    assert len(ClipSequences(clips, VOCABULARY, size=16)) == 2  # 4 frames: a, blank, a, b
+    with pytest.raises(ClipError, match=r"line 2: clip '.*short\.mp4' gives 2 output steps .*temporal_stride 2.* "
+                                        r"3 glosses \(4"):
+        ClipSequences(clips, VOCABULARY, size=16, temporal_stride=2)
+    with pytest.raises(ClipError, match=r"short\.mp4' gives 3 output steps at its fewest \(3 frames after rescaling"):
+        ClipSequences(clips, VOCABULARY, size=16, rescale=0.2)
+    kept = ClipSequences(clips, VOCABULARY, size=16, temporal_stride=2, on_error="skip")
+    assert [c.path for c in kept.clips] == [fine] and len(kept.skipped) == 1 and "short.mp4" in kept.skipped[0]
+
+
+def test_bad_clips_among_good_ones_named_and_skipped_with_a_count(tmp_path):
+    good = _mp4(tmp_path, "good.mp4", frames=8, height=32, width=32)
+    noise = tmp_path / "noise.mp4"
+    noise.write_bytes(np.random.default_rng(1).integers(0, 256, 2048, dtype=np.uint8).tobytes())
+    clips = [_labelled(good, ["a"], 2), _labelled(noise, ["b"], 3)]
+    with pytest.raises(ClipError, match=r"line 3: video clip '.*noise\.mp4' does not decode"):
+        ClipSequences(clips, VOCABULARY, size=16)
+    data = ClipSequences(clips, VOCABULARY, size=16, on_error="skip")
+    assert len(data) == 1 and len(data.skipped) == 1 and "noise.mp4" in data.skipped[0]
+    for width, name in ((6, "a.npy"), (6, "b.npy"), (5, "c.npy")):
+        np.save(str(tmp_path / name), np.ones((4, width), np.float32))
+    keypoints = [_labelled(tmp_path / n, ["a"], line) for line, n in enumerate(("a.npy", "b.npy", "c.npy"), 2)]
+    with pytest.raises(ClipError, match=r"line 4: keypoint file '.*c\.npy' has 5 features per frame; .* have 6"):
+        ClipSequences(keypoints, VOCABULARY)
+    data = ClipSequences(keypoints, VOCABULARY, on_error="skip")
+    x, y = data.collate([data[0], data[1]])
+    assert x.dtype == torch.float32 and x.shape == (2, 4, 6) and torch.equal(x, torch.ones(2, 4, 6))
+    assert y.tolist() == [[4, 1], [4, 1]]
+
+
+def test_length_batches_group_similar_lengths_and_cover_every_clip_once():
+    lengths = [5, 40, 6, 41, 7, 42, 8, 43]
+    sampler = LengthBatches(lengths, 2, seed=0, pool=4)
+    batches = list(sampler)
+    assert sorted(i for b in batches for i in b) == list(range(8))
+    assert all(abs(lengths[b[0]] - lengths[b[1]]) <= 2 for b in batches)  # short with short, long with long
+    assert list(LengthBatches(lengths, 2, seed=0, pool=4)) == batches  # a function of (seed, epoch)
+    sampler.set_epoch(1)
+    assert list(sampler) != batches
+    assert list(LengthBatches(lengths, 3, shuffle=False, pool=2)) == [[0, 2, 4], [1, 3, 5], [6, 7]]
