@@ -114,7 +114,7 @@ def test_keypoints_read_as_numpy_saved_them(tmp_path):
     assert torch.equal(got, torch.from_numpy(values.reshape(9, 63)[[0, 4, 4, 8]].astype(np.float32)))
 
 
-@pytest.mark.parametrize("case", ["not_a_video", "truncated", "empty_folder", "keypoints_width", "keypoints_empty",
+@pytest.mark.parametrize("case", ["not_a_video", "truncated", "zero_frames", "empty_folder", "keypoints_width", "keypoints_empty",
                                   "keypoints_nan", "keypoints_text"])
 def test_each_bad_clip_is_a_clip_error_naming_its_file(tmp_path, case):
     if case == "not_a_video":
@@ -124,6 +124,15 @@ def test_each_bad_clip_is_a_clip_error_naming_its_file(tmp_path, case):
         whole = open(_mp4(tmp_path, frames=12), "rb").read()
         path, kind = str(tmp_path / "cut.mp4"), "video"
         (tmp_path / "cut.mp4").write_bytes(whole[:len(whole) // 3])
+    elif case == "zero_frames":  # a container whose encoder was never given a frame
+        path, kind = str(tmp_path / "zero.mp4"), "video"
+        container = av.open(path, "w")
+        stream = container.add_stream("libx264", rate=25)
+        stream.width, stream.height, stream.pix_fmt = 32, 32, "yuv420p"
+        container.start_encoding()  # the header written, no frame after it
+        for packet in stream.encode():
+            container.mux(packet)
+        container.close()
     elif case == "empty_folder":
         (tmp_path / "clip").mkdir()
         path, kind = str(tmp_path / "clip"), "frames"
@@ -135,6 +144,7 @@ def test_each_bad_clip_is_a_clip_error_naming_its_file(tmp_path, case):
     with pytest.raises(ClipError, match=os.path.basename(path)) as error:
         probe_clip(path, kind, keypoint_width=12 if kind == "keypoints" else None)
     assert re.search({"not_a_video": "does not decode", "truncated": "does not decode|zero frames",
+                      "zero_frames": "zero frames",
                       "empty_folder": "zero frames", "keypoints_width": "10 features per frame",
                       "keypoints_empty": "zero frames", "keypoints_nan": "NaN",
                       "keypoints_text": "expected T x F numbers"}[case], str(error.value))
@@ -205,8 +215,8 @@ TRANSFORMS = [{"RandomResizedCrop": {"size": 24, "scale": [0.3, 0.9]}}, {"Random
 def test_one_spatial_draw_per_clip_applied_to_every_frame(tmp_path):
     require("sklearn")
     still = _lossless(tmp_path, "still.mkv", _photo_clip(6, moving=False))
-    data = ClipSequences([_labelled(still, ["a"])] * 4, VOCABULARY, size=32, transforms=TRANSFORMS)
-    data.training, data.seed = True, 7
+    plain_set = ClipSequences([_labelled(still, ["a"])] * 4, VOCABULARY, size=32)
+    data = plain_set.served(TRANSFORMS, None, seed=7)
     outputs = []
     for clip in range(4):
         frames, _ = data[clip]
@@ -215,12 +225,11 @@ def test_one_spatial_draw_per_clip_applied_to_every_frame(tmp_path):
         assert all(torch.equal(frames[0], frame) for frame in frames[1:])
         outputs.append(frames[0])
     assert len({tuple(o.flatten().tolist()) for o in outputs}) == 4  # each clip its own draw
-    data.training = False
-    plain, _ = data[0]
+    plain, _ = plain_set[0]
     written = torch.from_numpy(_photo_clip(6, moving=False)).permute(0, 3, 1, 2)
     assert torch.equal(plain, written)
     mean, std = [0.5, 0.4, 0.3], [0.2, 0.25, 0.3]
-    normalised, _ = ClipSequences([_labelled(still, ["a"])], VOCABULARY, size=32, normalization=(mean, std))[0]
+    normalised, _ = plain_set.served([], (mean, std), seed=0)[0]
     by_hand = (written.float() / 255 - torch.tensor(mean).view(3, 1, 1)) / torch.tensor(std).view(3, 1, 1)
     torch.testing.assert_close(normalised, by_hand, atol=1e-6, rtol=1e-5)
 
@@ -231,9 +240,9 @@ def test_draws_are_a_function_of_seed_epoch_and_clip(tmp_path):
     clips = [_labelled(path, ["a", "b"])] * 3
 
     def epoch_batches(epoch, seed=3):
-        data = ClipSequences(clips, VOCABULARY, size=32, transforms=TRANSFORMS, rescale=0.2,
-                             normalization=([0.5, 0.4, 0.3], [0.2, 0.25, 0.3]))
-        data.training, data.seed, data.epoch = True, seed, epoch
+        data = ClipSequences(clips, VOCABULARY, size=32, rescale=0.2).served(
+            TRANSFORMS, ([0.5, 0.4, 0.3], [0.2, 0.25, 0.3]), seed)
+        data.epoch = epoch
         sampler = LengthBatches(data.lengths(), 2, seed=seed)
         sampler.set_epoch(epoch)
         loader = torch.utils.data.DataLoader(data, batch_sampler=sampler, collate_fn=data.collate)
@@ -251,7 +260,6 @@ def test_temporal_rescaling_drops_or_repeats_frames_in_order(tmp_path):
     written = _photo_clip(10)
     path = _lossless(tmp_path, "pan.mkv", written)
     data = ClipSequences([_labelled(path, ["a"])], VOCABULARY, size=32, rescale=0.2)
-    data.training = True
     reference = torch.from_numpy(written).permute(0, 3, 1, 2)
     lengths = set()
     for epoch in range(30):

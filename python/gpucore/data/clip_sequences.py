@@ -5,7 +5,7 @@ A batch is (x, y): x the clips, uint8 (or float32 when normalised) (N, T, C, H, 
 sequences, zeros past each clip's end; y int64 (N, 1 + S): y[:, 0] the clip's number of real frames, y[:, 1:] its
 gloss ids (1..V; 0 is the CTC blank) padded with -1. `sequence_lengths_in_target` says so to the loss.
 
-Augmentation (training): the temporal rescaling of VAC's TemporalRescale, a length drawn in [1 - r, 1 + r] x the
+Augmentation (a training split's): the temporal rescaling of VAC's TemporalRescale, a length drawn in [1 - r, 1 + r] x the
 clip's sampled frames, that many frames taken at random (a shorter clip: frames dropped; a longer one: frames
 repeated), in order; then one draw of the spatial `transforms` list (crop, flip, colour: config key transforms'
 names) applied to every frame of the clip. Every draw is a function of (seed, epoch, clip): a resume is bitwise.
@@ -17,6 +17,7 @@ infinite loss.
 """
 from __future__ import annotations
 
+import copy
 import math
 import os
 from typing import Any, List, Optional, Sequence, Tuple
@@ -28,6 +29,7 @@ from .. import _C
 from .. import transforms as transforms_list
 from ..errors import ConfigError
 from .sign_layouts import GlossClip, clip_kind, encode_glosses
+from .tensor_inputs import pixel_stats
 from .torch_samples import sample_seed
 from .video import Clip, ClipError, decode_clip, decode_clips, probe_clip, read_keypoints
 
@@ -43,10 +45,9 @@ class ClipSequences(torch.utils.data.Dataset):
         channels: 3 (RGB) or 1 (grey).
         frame_stride: keep every frame_stride-th frame (1: all).
         max_frames: keep at most this many frames, evenly spread (0: no bound).
-        temporal_stride: the model's (its output steps for f frames: ceil(f / temporal_stride)), for the CTC check.
-        rescale: temporal rescaling of training batches, lengths in [1 - rescale, 1 + rescale] x (0: none).
-        transforms: the spatial transforms of training batches, one draw per clip (config key transforms' list).
-        normalization: per-channel (mean, std) of [0, 1] pixels: frames served as normalised float32; None: uint8.
+        temporal_stride: the model's (its output steps for f frames: ceil(f / temporal_stride)), for the CTC check
+            (fit_ctc checks again for another).
+        rescale: temporal rescaling (a training split's), lengths in [1 - rescale, 1 + rescale] x (0: none).
         threads: decoding threads (default: the CPU count).
         on_error: "raise": a clip that does not read, or cannot fit CTC, is a ConfigError naming it; "skip": left out,
             named in `skipped`.
@@ -59,11 +60,9 @@ class ClipSequences(torch.utils.data.Dataset):
 
     def __init__(self, clips: Sequence[GlossClip], vocabulary: Sequence[str], *, split: str = "train",
                  size: Any = 112, channels: int = 3, frame_stride: int = 1, max_frames: int = 0,
-                 temporal_stride: int = 1, rescale: float = 0.0, transforms: Any = (),
-                 normalization: Optional[Tuple[list, list]] = None, threads: Optional[int] = None,
+                 temporal_stride: int = 1, rescale: float = 0.0, threads: Optional[int] = None,
                  on_error: str = "raise"):
-        for name, value, least in (("frame_stride", frame_stride, 1), ("max_frames", max_frames, 0),
-                                   ("temporal_stride", temporal_stride, 1)):
+        for name, value, least in (("frame_stride", frame_stride, 1), ("max_frames", max_frames, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ConfigError(f"{name} must be an integer >= {least}, got {value!r}")
         if not isinstance(rescale, (int, float)) or not 0 <= rescale < 1:
@@ -83,16 +82,12 @@ class ClipSequences(torch.utils.data.Dataset):
         if channels not in (1, 3):
             raise ConfigError(f"channels must be 1 (grey) or 3 (RGB), got {channels!r}")
         self.channels, self.frame_stride, self.max_frames = channels, frame_stride, max_frames
-        self.temporal_stride, self.rescale = temporal_stride, float(rescale)
-        self.specs = transforms_list.specs(list(transforms or []))
-        if self.specs and self.kind == "keypoints":
-            raise ConfigError("transforms apply to video frames and frame folders; keypoint sequences get the "
-                              "temporal rescaling only")
-        self.mean, self.std = (list(v) for v in normalization) if normalization else ([], [])
+        self.rescale = float(rescale)
+        self.specs, self.mean, self.std = [], [], []  # served(): the transforms and normalisation of an epoch
         self.vocabulary = list(vocabulary)
         self.threads = threads or os.cpu_count() or 1
         self.on_error, self.skipped = on_error, []
-        self.seed, self.epoch, self.training = 0, 0, False
+        self.seed, self.epoch = 0, 0
         self.keypoint_width = None
         if self.kind == "keypoints":  # the first readable file's width is the data set's
             self.keypoint_width = next((w for w in map(_keypoint_width, clips) if w is not None), None)
@@ -102,16 +97,69 @@ class ClipSequences(torch.utils.data.Dataset):
         self.targets: List[List[int]] = []
         self.labels: List[GlossClip] = []
         for labelled, clip, ids in zip(clips, probed, targets):
-            problem = clip if isinstance(clip, str) else self._ctc_problem(clip, ids)
-            if problem:
-                self._refuse(f"{labelled.where}: {problem}")
+            if isinstance(clip, str):
+                self._refuse(f"{labelled.where}: {clip}")
                 continue
             self.clips.append(clip)
             self.targets.append(ids)
             self.labels.append(labelled)
+        self.fit_ctc(temporal_stride)
+
+    @property
+    def classes(self) -> List[str]:
+        """The gloss vocabulary (entry 0 the CTC blank): what a run records as its class names."""
+        return self.vocabulary
+
+    def fit_ctc(self, temporal_stride: int) -> None:
+        """Refuses (on_error raise) or leaves out (skip) the clips that cannot fit CTC for a model of
+        `temporal_stride` at their fewest frames.
+
+        Raises:
+            ConfigError: a bad temporal_stride, a clip that cannot fit (on_error raise), no clip left.
+        """
+        if isinstance(temporal_stride, bool) or not isinstance(temporal_stride, int) or temporal_stride < 1:
+            raise ConfigError(f"temporal_stride must be an integer >= 1, got {temporal_stride!r}")
+        self.temporal_stride = temporal_stride
+        fits = []
+        for clip, ids, labelled in zip(self.clips, self.targets, self.labels):
+            problem = self._ctc_problem(clip, ids)
+            if problem:
+                self._refuse(f"{labelled.where}: {problem}")
+            fits.append(not problem)
+        self.clips, self.targets, self.labels = ([v for v, fit in zip(values, fits) if fit]
+                                                 for values in (self.clips, self.targets, self.labels))
         if not self.clips:
-            raise ConfigError(f"the {split} split has no clip left: {len(self.skipped)} left out, e.g. "
+            raise ConfigError(f"the {self.split} split has no clip left: {len(self.skipped)} left out, e.g. "
                               f"{self.skipped[0]}")
+
+    def served(self, transforms: Any, normalization: Optional[Tuple[list, list]], seed: int) -> "ClipSequences":
+        """These clips as a run's epochs serve them: every clip through `transforms` (config key transforms' list, in
+        the plan's training or deterministic form), one draw per clip from (seed, epoch, clip), then normalised by
+        `normalization` (per-channel (mean, std) of [0, 1] pixels: float32 frames; None: uint8). Set `epoch` before
+        each epoch."""
+        specs = transforms_list.specs(list(transforms or []))
+        if specs and self.kind == "keypoints":
+            raise ConfigError("transforms apply to video frames and frame folders; keypoint sequences get the "
+                              "temporal rescaling only (data_kwargs rescale)")
+        served = copy.copy(self)
+        served.specs, served.seed, served.epoch = specs, seed, 0
+        served.mean, served.std = (list(v) for v in normalization) if normalization else ([], [])
+        return served
+
+    def normalization_stats(self, clips: int = 16) -> Tuple[list, list]:
+        """Per-channel (mean, std) of the pixels scaled to [0, 1] of the middle frame of up to `clips` clips spread
+        evenly over the set."""
+        if self.kind == "keypoints":
+            raise ConfigError("keypoint sequences are not normalised per channel (they are not pixels)")
+        step = max(1, len(self) // clips)
+        chosen = list(range(0, len(self), step))[:clips]
+        frames = decode_clips([lambda i=i: decode_clip(self.clips[i], [self.clips[i].frames // 2], self.size,
+                                                       self.channels) for i in chosen], self.threads)
+        return pixel_stats(f[0].reshape(self.channels, -1) for f in frames)
+
+    def frame_shape(self) -> List[int]:
+        """One frame as the set serves it before the transforms: [channels, height, width], or [features]."""
+        return [self.keypoint_width] if self.kind == "keypoints" else [self.channels, *self.size]
 
     def _refuse(self, problem: str) -> None:
         if self.on_error == "raise":
@@ -142,7 +190,7 @@ class ClipSequences(torch.utils.data.Dataset):
         kept = np.arange(0, frames, self.frame_stride)
         if self.max_frames and len(kept) > self.max_frames:
             kept = kept[np.linspace(0, len(kept) - 1, self.max_frames).round().astype(np.int64)]
-        if not (self.training and self.rescale):
+        if not self.rescale:
             return kept
         draw = np.random.default_rng(sample_seed(self.seed, self.epoch, index))
         length = max(1, int(len(kept) * (1 - self.rescale + 2 * self.rescale * draw.random())))
@@ -188,7 +236,7 @@ class ClipSequences(torch.utils.data.Dataset):
     def _transformed(self, frames: torch.Tensor, index: int) -> torch.Tensor:
         """The clip's frames through the spatial transforms, one draw for every frame (each frame transformed with
         the same seed draws the same crop, flip and colour), then normalised."""
-        if not (self.training and self.specs):
+        if not self.specs:
             out, _ = _C.apply_transforms(frames, [], self.mean, self.std, 0, 0, None)
             return out
         seed = sample_seed(self.seed, self.epoch, index)

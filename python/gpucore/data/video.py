@@ -106,11 +106,13 @@ def probe_clip(path: str, kind: str, keypoint_width: Optional[int] = None) -> Cl
     if kind != "video":
         raise ConfigError(f"clip kind must be video, frames or keypoints, got {kind!r}")
     av = require_av()
+    if not os.path.isfile(path):
+        raise ClipError(f"video clip '{path}' does not exist")
     packets, decoded = 0, False
     try:
         with av.open(path) as container:
             if not container.streams.video:
-                raise ClipError(f"'{path}' holds no video stream")
+                raise ClipError(f"video clip '{path}' holds no video stream: a clip of zero frames")
             stream = container.streams.video[0]
             for packet in container.demux(stream):
                 if packet.size == 0:  # the flush packet at the end
