@@ -154,3 +154,90 @@ def test_not_a_layout_and_missing_columns(tmp_path):
     os.makedirs(tmp_path / "video" / "train")
     with pytest.raises(ConfigError, match=r"missing: Translator, Chinese Sentences"):
         read_sign_layout(str(tmp_path))
+
+
+# ---- data: ROOT, served as a run's training and validation sets -----------------------------------------------------
+
+def _real_cecsl(root, glosses):
+    """A CE-CSL folder of real encoded clips (PyAV's encoder): one clip of moving shapes per row, each gloss drawn as
+    its own shape for 4 frames, then other motion up to 8 + 2 x row frames."""
+    import torch
+    from gpucore.data.synthetic import moving_shapes
+    from gpucore.data.video import encode_clip
+    shapes = {gloss: i % 4 for i, gloss in enumerate(sorted({g for rows in glosses.values() for r in rows for g in r}))}
+    for split, rows in glosses.items():
+        entries = []
+        for i, row in enumerate(rows):
+            number = f"{split}-{i:05d}"
+            entries.append((number, "A", "句子", "/".join(row)))
+            parts = [moving_shapes(4, 32, 32, seed=i * 7 + j, shape=shapes[g]) for j, g in enumerate(row)]
+            rest = 8 + 2 * i - 4 * len(row)
+            frames = torch.cat(parts + ([moving_shapes(rest, 32, 32, seed=100 + i)] if rest > 0 else []))
+            folder = os.path.join(root, "video", split, "A")
+            os.makedirs(folder, exist_ok=True)
+            encode_clip(os.path.join(folder, f"{number}.mp4"), frames)
+        _write_csv(os.path.join(root, "label", f"{split}.csv"), ["Number", "Translator", "Chinese Sentences", "Gloss"],
+                   entries)
+    return str(root)
+
+
+GLOSSES = {"train": [["你好"], ["谢谢", "你"], ["你", "好"], ["我", "爱", "你"]], "dev": [["你好", "朋友"], ["你"]],
+           "test": [["我", "你"]]}
+
+
+def test_data_root_serves_train_and_dev_clips_as_contract_batches(tmp_path):
+    pytest.importorskip("av", reason="needs PyAV (gpucore's video extra; scripts/bootstrap.sh --tests installs it)")
+    import torch
+    import gpucore
+    from gpucore.data.builtin import read_data
+    from gpucore.data.clip_sequences import ClipSequences
+    from gpucore.data.epoch_data import training_set, validation_set
+    from gpucore.data.video import decode_clip
+
+    root = _real_cecsl(tmp_path, GLOSSES)
+    kwargs = {"size": 24, "rescale": 0.2, "batch_by_length": True}
+    with pytest.warns(UserWarning, match="'朋友' x1"):
+        train, dev = read_data(root, kwargs)
+    assert isinstance(train, ClipSequences) and dev.split == "dev" and dev.rescale == 0
+    vocabulary = train.classes
+    assert vocabulary == [BLANK, "你", "你好", "好", "我", "爱", "谢谢", UNKNOWN]
+    assert dev.targets == [[2, 7], [1]]
+    config = gpucore.load_config({"data": root, "loss": "ctc", "batch_size": 2, "seed": 5, "data_kwargs": kwargs,
+                                  "transforms": [{"RandomResizedCrop": {"size": 20, "scale": [0.5, 1.0]}}]})
+    train_set = training_set(train, config, torch.device("cpu"))
+    assert train_set.plan.input_shape == [3, 24, 24] and train_set.plan.output_size == (20, 20)
+    batches = list(train_set.batches(epoch=1))
+    assert sorted(len(y) for _, y in batches) == [2, 2]
+    for x, y in batches:
+        assert x.dtype == torch.float32 and x.shape[2:] == (3, 20, 20)
+        assert x.shape[1] == int(y[:, 0].max())  # padded to the batch's longest clip
+        for row in range(len(y)):
+            frames = int(y[row, 0])
+            assert not x[row, frames:].any()  # zeros past its end
+    # the same epoch again (a resume): the same batches, bit for bit
+    again = list(training_set(train, config, torch.device("cpu")).batches(epoch=1))
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(batches, again))
+    val_set = validation_set(dev, config, torch.device("cpu"), train_set.plan.normalization)
+    (x, y), = list(val_set.batches())
+    assert y.tolist() == [[8, 2, 7], [10, 1, -1]]  # dev clips 8 and 10 frames, every frame kept (no rescaling)
+    mean, std = (torch.tensor(v).view(3, 1, 1) for v in train_set.plan.normalization)
+    frames = decode_clip(dev.clips[0], range(8), (24, 24)).float()
+    # the deterministic form of RandomResizedCrop 20 is Resize 20 + CenterCrop 20: torchvision's antialiased bilinear
+    # resize of each frame (gpucore's resize is checked against it elsewhere, to one intensity level)
+    resized = torch.nn.functional.interpolate(frames, size=(20, 20), mode="bilinear", antialias=True,
+                                              align_corners=False).round().clamp(0, 255) / 255
+    assert x.shape == (2, 10, 3, 20, 20)
+    assert (x[0, :8] - (resized - mean) / std).abs().max() <= 1.01 / 255 / std.min()
+    assert not x[0, 8:].any()
+
+
+def test_evaluate_split_test_and_a_models_vocabulary(tmp_path):
+    pytest.importorskip("av", reason="needs PyAV (gpucore's video extra; scripts/bootstrap.sh --tests installs it)")
+    from gpucore.data.builtin import read_data
+    root = _real_cecsl(tmp_path, GLOSSES)
+    vocabulary = [BLANK, "你", "我", "好", UNKNOWN]  # a trained model's
+    with pytest.warns(UserWarning):
+        train, test = read_data(root, {"size": 16}, classes=vocabulary, held_out=("test", "validation"))
+    assert test.split == "test" and test.targets == [[2, 1]] and train.classes == vocabulary
+    with pytest.raises(ConfigError, match=r"does not fit the clips .*size, channels, frame_stride"):
+        read_data(root, {"sise": 16})

@@ -48,6 +48,7 @@ class ClipSequences(torch.utils.data.Dataset):
         temporal_stride: the model's (its output steps for f frames: ceil(f / temporal_stride)), for the CTC check
             (fit_ctc checks again for another).
         rescale: temporal rescaling (a training split's), lengths in [1 - rescale, 1 + rescale] x (0: none).
+        batch_by_length: a run's training batches of clips of similar lengths (LengthBatches), less padding.
         threads: decoding threads (default: the CPU count).
         on_error: "raise": a clip that does not read, or cannot fit CTC, is a ConfigError naming it; "skip": left out,
             named in `skipped`.
@@ -60,14 +61,17 @@ class ClipSequences(torch.utils.data.Dataset):
 
     def __init__(self, clips: Sequence[GlossClip], vocabulary: Sequence[str], *, split: str = "train",
                  size: Any = 112, channels: int = 3, frame_stride: int = 1, max_frames: int = 0,
-                 temporal_stride: int = 1, rescale: float = 0.0, threads: Optional[int] = None,
-                 on_error: str = "raise"):
+                 temporal_stride: int = 1, rescale: float = 0.0, batch_by_length: bool = False,
+                 threads: Optional[int] = None, on_error: str = "raise"):
         for name, value, least in (("frame_stride", frame_stride, 1), ("max_frames", max_frames, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ConfigError(f"{name} must be an integer >= {least}, got {value!r}")
         if not isinstance(rescale, (int, float)) or not 0 <= rescale < 1:
             raise ConfigError(f"rescale must be a number in [0, 1) (0.2: clip lengths drawn in [0.8, 1.2] x), got "
                               f"{rescale!r}")
+        if not isinstance(batch_by_length, bool):
+            raise ConfigError(f"batch_by_length must be true or false, got {batch_by_length!r}")
+        self.batch_by_length = batch_by_length
         if on_error not in ("raise", "skip"):
             raise ConfigError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         if not clips:
@@ -145,6 +149,19 @@ class ClipSequences(torch.utils.data.Dataset):
         served.specs, served.seed, served.epoch = specs, seed, 0
         served.mean, served.std = (list(v) for v in normalization) if normalization else ([], [])
         return served
+
+    def deterministic(self) -> "ClipSequences":
+        """These clips without the temporal rescaling (a validation or evaluation set's form)."""
+        plain = copy.copy(self)
+        plain.rescale = 0.0
+        return plain
+
+    def subset(self, index: Sequence[int]) -> "ClipSequences":
+        """The clips at `index` (a val_fraction split)."""
+        part = copy.copy(self)
+        part.clips, part.targets, part.labels = ([values[i] for i in index]
+                                                 for values in (self.clips, self.targets, self.labels))
+        return part
 
     def normalization_stats(self, clips: int = 16) -> Tuple[list, list]:
         """Per-channel (mean, std) of the pixels scaled to [0, 1] of the middle frame of up to `clips` clips spread

@@ -288,8 +288,9 @@ def _class_names(dataset, label_key: Optional[str]) -> Optional[List[str]]:
 def dataset_samples(data, data_kwargs: Optional[dict] = None):
     """`data` as gpucore reads it: a torch Dataset (not a gpucore data set, not an IterableDataset) or a Hugging Face
     datasets.Dataset as DatasetSamples, a dict sample's keys from config key data_kwargs (image_key, label_key);
-    anything else as it is."""
-    if isinstance(data, (DatasetSamples, LabeledData, torch.utils.data.IterableDataset)):
+    anything else as it is. A data set that serves its own epochs' samples (`served`: clip_sequences.ClipSequences)
+    is read as it is."""
+    if isinstance(data, (DatasetSamples, LabeledData, torch.utils.data.IterableDataset)) or hasattr(data, "served"):
         return data
     if is_hf_dataset(data) or isinstance(data, torch.utils.data.Dataset):
         kwargs = data_kwargs or {}
