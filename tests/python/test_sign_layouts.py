@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from gpucore.data.sign_layouts import (BLANK, UNKNOWN, encode_glosses, find_sign_layout, gloss_vocabulary,
@@ -161,7 +162,6 @@ def test_not_a_layout_and_missing_columns(tmp_path):
 def _real_cecsl(root, glosses):
     """A CE-CSL folder of real encoded clips (PyAV's encoder): one clip of moving shapes per row, each gloss drawn as
     its own shape for 4 frames, then other motion up to 8 + 2 x row frames."""
-    import torch
     from gpucore.data.synthetic import moving_shapes
     from gpucore.data.video import encode_clip
     shapes = {gloss: i % 4 for i, gloss in enumerate(sorted({g for rows in glosses.values() for r in rows for g in r}))}
@@ -187,7 +187,6 @@ GLOSSES = {"train": [["你好"], ["谢谢", "你"], ["你", "好"], ["我", "爱
 
 def test_data_root_serves_train_and_dev_clips_as_contract_batches(tmp_path):
     pytest.importorskip("av", reason="needs PyAV (gpucore's video extra; scripts/bootstrap.sh --tests installs it)")
-    import torch
     import gpucore
     from gpucore.data.builtin import read_data
     from gpucore.data.clip_sequences import ClipSequences
@@ -241,3 +240,51 @@ def test_evaluate_split_test_and_a_models_vocabulary(tmp_path):
     assert test.split == "test" and test.targets == [[2, 1]] and train.classes == vocabulary
     with pytest.raises(ConfigError, match=r"does not fit the clips .*size, channels, frame_stride"):
         read_data(root, {"sise": 16})
+
+
+def test_held_out_splits_by_the_names_evaluate_reads_them(tmp_path):
+    from gpucore.data.builtin import held_out_folders
+    from gpucore.data.sign_layouts import sign_layout_splits
+    root = make_cecsl(tmp_path)
+    assert sign_layout_splits(root) == ["train", "dev", "test"]
+    assert held_out_folders(root) == ["validation", "test"]  # evaluate's split val reads dev, split test reads test
+    os.remove(tmp_path / "label" / "test.csv")
+    assert held_out_folders(root) == ["validation"]
+
+
+class FrameGRU(torch.nn.Module):
+    """A user's own model for clips: a convolution per frame, a GRU over the frames, a gloss classifier per step."""
+
+    temporal_stride = 1
+
+    def __init__(self, outputs):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, stride=2)
+        self.rnn = torch.nn.GRU(8, 16, batch_first=True)
+        self.head = torch.nn.Linear(16, outputs)
+
+    def forward(self, x):
+        n, t = x.shape[:2]
+        features = self.conv(x.flatten(0, 1)).mean((2, 3)).view(n, t, -1)
+        return self.head(self.rnn(features)[0])
+
+
+@pytest.mark.slow  # trains a run (seconds)
+def test_train_on_a_cecsl_root_then_evaluate_each_split(tmp_path):
+    pytest.importorskip("av", reason="needs PyAV (gpucore's video extra; scripts/bootstrap.sh --tests installs it)")
+    import warnings
+    import gpucore
+    root = _real_cecsl(tmp_path / "CE-CSL", GLOSSES)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the dev and test splits' unseen glosses (tested above)
+        result = gpucore.train({"data": root, "loss": "ctc", "epochs": 1, "batch_size": 2, "device": "cpu",
+                                "precision": "32", "progress": False, "report": False, "data_kwargs": {"size": 24},
+                                "run_dir": str(tmp_path / "runs")}, model=FrameGRU(8))
+        checkpoint = torch.load(os.path.join(result.checkpoint_dir, "best.pt"), weights_only=False)
+        assert checkpoint["classes"] == [BLANK, "你", "你好", "好", "我", "爱", "谢谢", UNKNOWN]  # the vocabulary
+        assert checkpoint["data"]["train"]["kind"] == "video clips" and checkpoint["data"]["train"]["samples"] == 4
+        scored = {split: gpucore.evaluate(os.path.join(result.checkpoint_dir, "best.pt"), data=root, split=split,
+                                          device="cpu", model=FrameGRU(8))["samples"]
+                  for split in ("test", "val", "all")}
+    assert scored == {"test": 1, "val": 2, "all": 7}
+

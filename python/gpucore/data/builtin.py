@@ -19,7 +19,7 @@ from ..values import is_int
 from . import label_files, readers
 from .clip_sequences import ClipSequences
 from .image_files import ImageFiles
-from .sign_layouts import find_sign_layout, gloss_vocabulary, read_sign_layout
+from .sign_layouts import find_sign_layout, gloss_vocabulary, read_sign_layout, sign_layout_splits
 from .split import split
 from .synthetic import CAPTCHA_ALPHABET, synthetic_captcha, synthetic_fashion, synthetic_sequences
 
@@ -159,9 +159,12 @@ HELD_OUT_FOLDERS = ("validation", "val", "valid", "test")
 
 
 def held_out_folders(name: str) -> List[str]:
-    """The held-out subfolders (HELD_OUT_FOLDERS, in that order) beside train/ of data folder `name`; none for other
-    data."""
+    """The held-out subfolders (HELD_OUT_FOLDERS, in that order) beside train/ of data folder `name` (a sign-language
+    layout's dev and test splits by the names that read them: validation, test); none for other data."""
     path = os.path.expanduser(name)
+    if find_sign_layout(path) is not None:  # its dev and test splits, by the names that read them (_SIGN_SPLITS)
+        splits = sign_layout_splits(path)
+        return [folder for folder, split in (("validation", "dev"), ("test", "test")) if split in splits]
     if not os.path.isdir(os.path.join(path, "train")):
         return []
     return [folder for folder in HELD_OUT_FOLDERS if os.path.isdir(os.path.join(path, folder))]

@@ -163,6 +163,23 @@ class ClipSequences(torch.utils.data.Dataset):
                                                  for values in (self.clips, self.targets, self.labels))
         return part
 
+    def joined(self, other: "ClipSequences") -> "ClipSequences":
+        """These clips, then `other`'s (evaluate's split all: every split as one), read alike.
+
+        Raises:
+            ConfigError: clips of another kind, size or vocabulary.
+        """
+        mine, theirs = (self.kind, self.frame_shape(), self.vocabulary), (other.kind, other.frame_shape(),
+                                                                           other.vocabulary)
+        if mine != theirs:
+            raise ConfigError(f"the {self.split} and {other.split} splits are read differently ({mine[:2]} and "
+                              f"{theirs[:2]}, or another vocabulary): they cannot be scored as one")
+        whole = copy.copy(self)
+        whole.clips, whole.targets, whole.labels = (self.clips + other.clips, self.targets + other.targets,
+                                                    self.labels + other.labels)
+        whole.split = f"{self.split}+{other.split}"
+        return whole
+
     def normalization_stats(self, clips: int = 16) -> Tuple[list, list]:
         """Per-channel (mean, std) of the pixels scaled to [0, 1] of the middle frame of up to `clips` clips spread
         evenly over the set."""

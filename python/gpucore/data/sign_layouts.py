@@ -68,6 +68,20 @@ def find_sign_layout(root: str) -> Optional[str]:
     return None
 
 
+def sign_layout_splits(root: str) -> List[str]:
+    """The splits (of SPLITS) a sign-language layout folder has labels for, read from its file names alone."""
+    name = find_sign_layout(root)
+    if name == "CE-CSL":
+        return [s for s in SPLITS if os.path.isfile(os.path.join(root, "label", f"{s}.csv"))]
+    if name == "PHOENIX-2014":
+        return [s for s in SPLITS if os.path.isfile(os.path.join(root, "annotations", "manual", f"{s}.corpus.csv"))]
+    if name is None or os.path.isfile(os.path.join(root, "labels.csv")):
+        return ["train"] if name else []
+    dev = any(os.path.isfile(os.path.join(root, d, "labels.csv")) for d in GENERIC_DEV_FOLDERS)
+    return ["train"] + (["dev"] if dev else []) + (["test"] if os.path.isfile(os.path.join(root, "test", "labels.csv"))
+                                                   else [])
+
+
 def _header(path: str) -> List[str]:
     with open(path, newline="", encoding="utf-8-sig") as handle:
         return [name.strip() for name in handle.readline().rstrip("\r\n").split(",")]
