@@ -316,3 +316,16 @@ def test_length_batches_group_similar_lengths_and_cover_every_clip_once():
     sampler.set_epoch(1)
     assert list(sampler) != batches
     assert list(LengthBatches(lengths, 3, shuffle=False, pool=2)) == [[0, 2, 4], [1, 3, 5], [6, 7]]
+
+
+def test_a_clip_damaged_after_probing_names_the_frames_it_decoded(tmp_path):
+    path = os.path.join(tmp_path, "clip.mkv")
+    encode_clip(path, moving_shapes(12, 32, 32, seed=2), codec="ffv1")
+    clip = probe_clip(path, "video")
+    whole = open(path, "rb").read()
+    with open(path, "wb") as handle:  # the file cut short after its frame count was read
+        handle.write(whole[:len(whole) // 2])
+    with pytest.raises(ClipError, match=r"clip\.mkv' decoded \d+ frames of the 12 its container holds \(frame 11 is "
+                                        r"needed\): a truncated or damaged file"):
+        decode_clip(clip, [0, 11])
+    assert decode_clip(clip, []).shape == (0, 3, 0, 0)

@@ -195,6 +195,8 @@ def _decode_frame_files(clip: Clip, indices: np.ndarray, size: Optional[Tuple[in
 
 
 def _decode_video(clip: Clip, indices: np.ndarray, size: Optional[Tuple[int, int]], channels: int) -> torch.Tensor:
+    if not len(indices):
+        return torch.empty(0, channels, *(size or (0, 0)), dtype=torch.uint8)
     av = require_av()
     pixel_format = "rgb24" if channels == 3 else "gray"
     frames: List[np.ndarray] = []
@@ -206,21 +208,19 @@ def _decode_video(clip: Clip, indices: np.ndarray, size: Optional[Tuple[int, int
             height, width = size or (stream.codec_context.height, stream.codec_context.width)
             position = 0
             for index, frame in enumerate(container.decode(stream)):
-                if position == len(indices):
-                    break
                 if indices[position] != index:
                     continue  # decoded for the frames after it, never converted
                 array = frame.to_ndarray(width=width, height=height, format=pixel_format, interpolation="AREA")
                 while position < len(indices) and indices[position] == index:
                     frames.append(array)
                     position += 1
+                if position == len(indices):
+                    break  # the last kept frame: the rest is never decoded
     except av.FFmpegError as error:
         raise ClipError(f"video clip '{clip.path}' does not decode: {error}") from None
     if len(frames) < len(indices):
         raise ClipError(f"video clip '{clip.path}' decoded {index + 1} frames of the {clip.frames} its container holds "
                         f"(frame {indices[len(frames)]} is needed): a truncated or damaged file")
-    if not frames:
-        return torch.empty(0, channels, *(size or (0, 0)), dtype=torch.uint8)
     stacked = torch.from_numpy(np.stack(frames))
     return stacked.unsqueeze(1) if channels == 1 else stacked.permute(0, 3, 1, 2).contiguous()
 
