@@ -114,8 +114,8 @@ def test_keypoints_read_as_numpy_saved_them(tmp_path):
     assert torch.equal(got, torch.from_numpy(values.reshape(9, 63)[[0, 4, 4, 8]].astype(np.float32)))
 
 
-@pytest.mark.parametrize("case", ["not_a_video", "truncated", "zero_frames", "empty_folder", "keypoints_width", "keypoints_empty",
-                                  "keypoints_nan", "keypoints_text"])
+@pytest.mark.parametrize("case", ["not_a_video", "truncated", "zero_frames", "empty_folder", "keypoints_width",
+                                  "keypoints_empty", "keypoints_nan", "keypoints_text"])
 def test_each_bad_clip_is_a_clip_error_naming_its_file(tmp_path, case):
     if case == "not_a_video":
         path, kind = str(tmp_path / "noise.mp4"), "video"

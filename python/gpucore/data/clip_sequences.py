@@ -5,8 +5,8 @@ A batch is (x, y): x the clips, uint8 (or float32 when normalised) (N, T, C, H, 
 sequences, zeros past each clip's end; y int64 (N, 1 + S): y[:, 0] the clip's number of real frames, y[:, 1:] its
 gloss ids (1..V; 0 is the CTC blank) padded with -1. `sequence_lengths_in_target` says so to the loss.
 
-Augmentation (a training split's): the temporal rescaling of VAC's TemporalRescale, a length drawn in [1 - r, 1 + r] x the
-clip's sampled frames, that many frames taken at random (a shorter clip: frames dropped; a longer one: frames
+Augmentation (a training split's): the temporal rescaling of VAC's TemporalRescale, a length drawn in [1 - r, 1 + r]
+x the clip's sampled frames, that many frames taken at random (a shorter clip: frames dropped; a longer one: frames
 repeated), in order; then one draw of the spatial `transforms` list (crop, flip, colour: config key transforms'
 names) applied to every frame of the clip. Every draw is a function of (seed, epoch, clip): a resume is bitwise.
 

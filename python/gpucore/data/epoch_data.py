@@ -96,7 +96,7 @@ class EpochData:
                 self._tensors.start_epoch(0)
         elif isinstance(data, torch.utils.data.DataLoader):
             self._loader = data  # the user's loader batches itself
-        else:  # a torch Dataset's samples (DatasetSamples) or clips, each transformed as the plan says, by torch's loader
+        else:  # a torch Dataset's samples (DatasetSamples) or clips, transformed as the plan says, by torch's loader
             self._served = data.served(plan.transforms, plan.normalization, seed)
             if plan.training and getattr(data, "batch_by_length", False):
                 self._loader = self._length_batches(data, batch_size, shuffle, drop_last, seed, world_size,

@@ -107,8 +107,8 @@ def read_sign_layout(root: str, on_error: str = "raise") -> SignLayout:
     root = os.path.expanduser(root)
     name = find_sign_layout(root)
     if name is None:
-        raise ConfigError(f"'{root}' holds no sign-language layout: CE-CSL's label/train.csv and video/, PHOENIX-2014's "
-                          "annotations/manual/train.corpus.csv, or a labels.csv with columns file,text")
+        raise ConfigError(f"'{root}' holds no sign-language layout: CE-CSL's label/train.csv and video/, "
+                          "PHOENIX-2014's annotations/manual/train.corpus.csv, or a labels.csv with columns file,text")
     reader = {"CE-CSL": _cecsl, "PHOENIX-2014": _phoenix, "labels.csv": _generic}[name]
     layout = SignLayout(name, root, "", {})
     rows = reader(root, layout)  # split -> [(where, clip path or None, why missing, gloss text, separator)]
