@@ -100,13 +100,23 @@ def test_phoenix_frame_folders_and_space_separated_glosses(tmp_path):
     assert [c.glosses for c in layout.splits["train"]] == [("REGEN", "WIND"), ("__ON__", "SONNE", "REGEN", "__OFF__")]
     assert gloss_vocabulary(layout.splits["train"]) == [BLANK, "REGEN", "SONNE", "WIND", "__OFF__", "__ON__", UNKNOWN]
     assert layout.splits["dev"][0].glosses == ("SONNE", "SCHNEE")
+    from gpucore.data.clip_sequences import ClipSequences
+    vocabulary = gloss_vocabulary(layout.splits["train"])
+    clips = ClipSequences(layout.splits["train"], vocabulary, size=16)
+    x, y = clips.collate(clips.__getitems__([0, 1]))
+    assert y.tolist() == [[4, 1, 3, -1, -1], [5, 5, 2, 1, 4]]
+    for row, clip in enumerate(layout.splits["train"]):
+        names = sorted(os.listdir(clip.path))
+        frames = np.stack([np.asarray(Image.open(os.path.join(clip.path, n))) for n in names])
+        assert x[row, :len(names)].permute(0, 2, 3, 1).numpy().tolist() == frames.tolist()  # the PNGs, bit for bit
 
 
 def test_labels_csv_of_keypoint_files_in_train_and_val(tmp_path):
+    values = np.random.default_rng(0).normal(size=(3, 5, 6)).astype(np.float32)
     for split, rows in {"train": [("a.npy", "HELLO WORLD"), ("b.npy", "WORLD")], "val": [("c.npy", "HELLO")]}.items():
         _write_csv(str(tmp_path / split / "labels.csv"), ["file", "text"], rows)
         for name, _ in rows:
-            np.save(str(tmp_path / split / name), np.zeros((5, 6), np.float32))
+            np.save(str(tmp_path / split / name), values["abc".index(name[0])])
     np.save(str(tmp_path / "train" / "stray.npy"), np.zeros((5, 6), np.float32))
     with pytest.warns(UserWarning, match=r"1 clips without a row, not read: '.*stray\.npy'"):
         layout = read_sign_layout(str(tmp_path))
@@ -115,6 +125,11 @@ def test_labels_csv_of_keypoint_files_in_train_and_val(tmp_path):
         ("a.npy", ("HELLO", "WORLD")), ("b.npy", ("WORLD",))]
     assert [os.path.basename(c.path) for c in layout.splits["dev"]] == ["c.npy"]
     assert layout.unlabelled == [str(tmp_path / "train" / "stray.npy")]
+    from gpucore.data.clip_sequences import ClipSequences
+    clips = ClipSequences(layout.splits["train"], gloss_vocabulary(layout.splits["train"]))
+    x, y = clips.collate([clips[0], clips[1]])
+    assert torch.equal(x, torch.from_numpy(np.stack([np.load(str(tmp_path / "train" / n)) for n in ("a.npy", "b.npy")])))
+    assert y.tolist() == [[5, 1, 2], [5, 2, -1]]
 
 
 @pytest.mark.parametrize("bad", ["missing clip", "empty gloss"])
