@@ -10,6 +10,7 @@ import pytest
 import torch
 from PIL import Image
 
+from conftest import require
 from gpucore.data.sign_layouts import (BLANK, UNKNOWN, encode_glosses, find_sign_layout, gloss_vocabulary,
                                        read_sign_layout)
 from gpucore.errors import ConfigError
@@ -81,7 +82,7 @@ def _photo_frames(folder, count, offset):
 
 
 def test_phoenix_frame_folders_and_space_separated_glosses(tmp_path):
-    pytest.importorskip("sklearn", reason="needs scikit-learn's sample photos")
+    require("sklearn")
     corpus = {"train": [("01April_2010_Thursday_heute_default-0", "REGEN WIND"),
                         ("01April_2010_Thursday_heute_default-1", "__ON__ SONNE REGEN __OFF__")],
               "dev": [("02April_2010_Friday_tagesschau_default-0", "SONNE SCHNEE")]}
@@ -201,7 +202,7 @@ GLOSSES = {"train": [["你好"], ["谢谢", "你"], ["你", "好"], ["我", "爱
 
 
 def test_data_root_serves_train_and_dev_clips_as_contract_batches(tmp_path):
-    pytest.importorskip("av", reason="needs PyAV (gpucore's video extra; scripts/bootstrap.sh --tests installs it)")
+    require("av")
     import gpucore
     from gpucore.data.builtin import read_data
     from gpucore.data.clip_sequences import ClipSequences
@@ -246,7 +247,7 @@ def test_data_root_serves_train_and_dev_clips_as_contract_batches(tmp_path):
 
 
 def test_evaluate_split_test_and_a_models_vocabulary(tmp_path):
-    pytest.importorskip("av", reason="needs PyAV (gpucore's video extra; scripts/bootstrap.sh --tests installs it)")
+    require("av")
     from gpucore.data.builtin import read_data
     root = _real_cecsl(tmp_path, GLOSSES)
     vocabulary = [BLANK, "你", "我", "好", UNKNOWN]  # a trained model's
@@ -286,7 +287,7 @@ class FrameGRU(torch.nn.Module):
 
 @pytest.mark.slow  # trains a run (seconds)
 def test_train_on_a_cecsl_root_then_evaluate_each_split(tmp_path):
-    pytest.importorskip("av", reason="needs PyAV (gpucore's video extra; scripts/bootstrap.sh --tests installs it)")
+    require("av")
     import warnings
     import gpucore
     root = _real_cecsl(tmp_path / "CE-CSL", GLOSSES)
