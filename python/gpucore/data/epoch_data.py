@@ -11,7 +11,7 @@ import torch
 from .. import _C
 from .. import transforms as transforms_list
 from ..errors import ConfigError
-from .clip_sequences import LengthBatches
+from .clip_sequences import ClipSequences, LengthBatches
 from .image_files import ImageFiles
 from .plan import DataPlan, plan_data
 from .tensor_inputs import as_images, prepare_inputs
@@ -98,7 +98,7 @@ class EpochData:
             self._loader = data  # the user's loader batches itself
         else:  # a torch Dataset's samples (DatasetSamples) or clips, transformed as the plan says, by torch's loader
             self._served = data.served(plan.transforms, plan.normalization, seed)
-            if plan.training and getattr(data, "batch_by_length", False):
+            if plan.training and isinstance(data, ClipSequences) and data.batch_by_length:
                 self._loader = self._length_batches(data, batch_size, shuffle, drop_last, seed, world_size,
                                                     sampling_weights)
                 return
