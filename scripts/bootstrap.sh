@@ -86,6 +86,10 @@ if [ "$TESTS" = 1 ]; then
     || echo "bootstrap: scikit-image could not be installed; python -m bench scale's quick form will say so and skip"
   # HEIC/HEIF through Pillow (gpucore's formats extra). Optional: without it the HEIC tests skip and say why.
   "$PY" -m pip install -q pillow-heif || echo "bootstrap: pillow-heif could not be installed; the HEIC tests will skip"
+  # Video clips decoded by FFmpeg through PyAV (gpucore's video extra; wheels bundle FFmpeg), torch pinned (it needs
+  # none). Optional: without it the video tests skip and say why.
+  "$PY" -m pip install -q -c <(echo "torch==$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])')") \
+    "av>=14" || echo "bootstrap: av (PyAV) could not be installed; the video tests will skip"
   # The documentation site, which the tests build (mkdocs build --strict) and open in chromium: gpucore's docs extra,
   # pinned (pyproject.toml), torch pinned (none of them needs it).
   "$PY" -m pip install -q -c <(echo "torch==$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])')") \

@@ -17,7 +17,9 @@ from .. import _C
 from ..errors import ConfigError
 from ..values import is_int
 from . import label_files, readers
+from .clip_sequences import ClipSequences
 from .image_files import ImageFiles
+from .sign_layouts import find_sign_layout, gloss_vocabulary, read_sign_layout, sign_layout_splits
 from .split import split
 from .synthetic import CAPTCHA_ALPHABET, synthetic_captcha, synthetic_fashion, synthetic_sequences
 
@@ -157,9 +159,12 @@ HELD_OUT_FOLDERS = ("validation", "val", "valid", "test")
 
 
 def held_out_folders(name: str) -> List[str]:
-    """The held-out subfolders (HELD_OUT_FOLDERS, in that order) beside train/ of data folder `name`; none for other
-    data."""
+    """The held-out subfolders (HELD_OUT_FOLDERS, in that order) beside train/ of data folder `name` (a sign-language
+    layout's dev and test splits by the names that read them: validation, test); none for other data."""
     path = os.path.expanduser(name)
+    if find_sign_layout(path) is not None:  # its dev and test splits, by the names that read them (_SIGN_SPLITS)
+        splits = sign_layout_splits(path)
+        return [folder for folder, split in (("validation", "dev"), ("test", "test")) if split in splits]
     if not os.path.isdir(os.path.join(path, "train")):
         return []
     return [folder for folder in HELD_OUT_FOLDERS if os.path.isdir(os.path.join(path, folder))]
@@ -173,6 +178,8 @@ def _load_folder(path: str, kwargs: dict, classes: Optional[List[str]] = None, m
     def pair(dataset):
         return dataset.inputs, dataset.targets
 
+    if find_sign_layout(path) is not None:
+        return _sign_language_folder(path, kwargs, classes, held_out)
     train_images = _find(path, "train-images-idx3-ubyte", "train-images.idx3-ubyte")
     if train_images:
         train = pair(readers.read_idx(train_images, _required(path, "train-labels-idx1-ubyte", "train-labels.idx1-ubyte")))
@@ -200,6 +207,31 @@ def _load_folder(path: str, kwargs: dict, classes: Optional[List[str]] = None, m
     raise ConfigError(f"data folder '{path}' holds no IDX files (train-images-idx3-ubyte[.gz]), no x_train.npy/"
                       "y_train.npy or x.npy/y.npy, no label file (metadata.csv/.jsonl, or labels.csv/train.csv beside "
                       "train/), no class subfolders of images and no images/ and masks/ subfolders")
+
+
+# A sign-language layout's split served as the held-out split for each of HELD_OUT_FOLDERS' names.
+_SIGN_SPLITS = {"validation": "dev", "val": "dev", "valid": "dev", "test": "test"}
+
+
+def _sign_language_folder(path: str, kwargs: dict, vocabulary: Optional[List[str]], held_out: Sequence[str]):
+    """(train, held-out) clips of a sign-language layout (sign_layouts.py: CE-CSL, PHOENIX-2014, labels.csv): its dev
+    split (or test, the first of `held_out` it has), by the training split's gloss vocabulary or `vocabulary` (a
+    trained model's); config key data_kwargs gives ClipSequences' keywords (size, frame_stride, rescale, ...) and
+    on_error. The held-out split is never rescaled."""
+    options = dict(kwargs)
+    on_error = options.pop("on_error", "raise")
+    layout = read_sign_layout(path, on_error)
+    vocabulary = list(vocabulary) if vocabulary else gloss_vocabulary(layout.splits["train"])
+    split = next((_SIGN_SPLITS[name] for name in held_out if _SIGN_SPLITS.get(name) in layout.splits), None)
+    try:
+        train = ClipSequences(layout.splits["train"], vocabulary, on_error=on_error, **options)
+        val = None if split is None else ClipSequences(layout.splits[split], vocabulary, split=split,
+                                                       on_error=on_error, **{**options, "rescale": 0.0})
+    except TypeError as exc:
+        raise ConfigError(f"config key 'data_kwargs' does not fit the clips of sign-language folder '{path}' "
+                          f"({', '.join(readers.reader_keywords(ClipSequences.__init__, ('split',)))}): "
+                          f"{exc}") from exc
+    return train, val
 
 
 def _label_file_layout(path: str, kwargs: dict, classes: Optional[List[str]], multi_label: Optional[bool],

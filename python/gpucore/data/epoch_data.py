@@ -11,6 +11,7 @@ import torch
 from .. import _C
 from .. import transforms as transforms_list
 from ..errors import ConfigError
+from .clip_sequences import ClipSequences, LengthBatches
 from .image_files import ImageFiles
 from .plan import DataPlan, plan_data
 from .tensor_inputs import as_images, prepare_inputs
@@ -95,8 +96,12 @@ class EpochData:
                 self._tensors.start_epoch(0)
         elif isinstance(data, torch.utils.data.DataLoader):
             self._loader = data  # the user's loader batches itself
-        else:  # a torch Dataset's samples (DatasetSamples), each transformed as the plan says, by torch's loader
+        else:  # a torch Dataset's samples (DatasetSamples) or clips, transformed as the plan says, by torch's loader
             self._served = data.served(plan.transforms, plan.normalization, seed)
+            if plan.training and isinstance(data, ClipSequences) and data.batch_by_length:
+                self._loader = self._length_batches(data, batch_size, shuffle, drop_last, seed, world_size,
+                                                    sampling_weights)
+                return
             if sampling_weights is not None and world_size > 1:
                 raise ConfigError(f"config key 'sampler': balanced draws a torch Dataset's samples in one process "
                                   f"only, not {world_size}: leave sampler out, or train on image folders or tensors, "
@@ -115,6 +120,17 @@ class EpochData:
                                                        drop_last=drop_last, collate_fn=self._served.collate,
                                                        generator=torch.Generator().manual_seed(seed),
                                                        pin_memory=str(self.device).startswith("cuda"))
+
+    def _length_batches(self, data, batch_size: int, shuffle: bool, drop_last: bool, seed: int, world_size: int,
+                        sampling_weights) -> torch.utils.data.DataLoader:
+        """Clips batched with clips of similar lengths (data_kwargs batch_by_length), the batches drawn per (seed,
+        epoch) by LengthBatches (the sampler: set_epoch)."""
+        if world_size > 1 or sampling_weights is not None:
+            raise ConfigError("data_kwargs batch_by_length batches clips in one process without config key sampler: "
+                              f"leave it out to train in {world_size} processes or with sampler balanced")
+        self._sampler = LengthBatches(data.lengths(), batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed)
+        return torch.utils.data.DataLoader(self._served, batch_sampler=self._sampler, collate_fn=self._served.collate,
+                                           pin_memory=str(self.device).startswith("cuda"))
 
     def with_batch_size(self, batch_size: int) -> "EpochData":
         """The same plan served in batches of `batch_size` (an out-of-memory retry halves it)."""
@@ -164,7 +180,7 @@ class EpochData:
         skip = check_whole_batches(first_sample, self.batch_size, self.world_size, epoch)
         if self._generator is not None:  # the same order per (seed, epoch) as TensorBatches promises (or draws)
             self._generator.manual_seed(self.seed * 1000003 + epoch)
-        elif self._sampler is not None:  # DistributedSampler
+        elif self._sampler is not None:  # DistributedSampler, LengthBatches
             self._sampler.set_epoch(epoch)
         if self._served is not None:
             self._served.epoch = epoch  # each sample's transform draws

@@ -11,6 +11,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 
 from ..errors import ConfigError
+from .clip_sequences import ClipSequences
 from .image_files import ImageFiles
 from .torch_samples import DatasetSamples
 
@@ -61,6 +62,12 @@ def identity_of(data) -> Optional[dict]:
                 "fingerprint": _digest(part for tensor in data for part in _tensor_bytes(tensor))}
     if isinstance(data, torch.utils.data.DataLoader):
         return {"kind": "DataLoader", "batches": len(data) if hasattr(data, "__len__") else None}
+    if isinstance(data, ClipSequences):  # the clips by relative path with their frame counts, and their glosses
+        root = os.path.commonpath([os.path.abspath(c.path) for c in data.clips])
+        entries = [(os.path.relpath(os.path.abspath(c.path), root), c.frames) for c in data.clips]
+        return {"kind": f"{data.kind} clips", "root": root, "samples": len(data.clips), "classes": list(data.classes),
+                "fingerprint": _digest(str(e) for e in sorted(entries)),
+                "labels": _digest(sorted((name, str(ids)) for (name, _), ids in zip(entries, data.targets)))}
     if isinstance(data, DatasetSamples):
         data = data.dataset  # the caller's Dataset, by its own name
     return {"kind": type(data).__name__, "samples": len(data) if hasattr(data, "__len__") else None}

@@ -43,8 +43,9 @@ class LabelTable:
         return "JSONL" if self.path.lower().endswith(".jsonl") else "CSV"
 
 
-def read_table(path: str) -> LabelTable:
-    """The rows of a CSV (.tsv: tab-separated) or JSON Lines file (one JSON object per line).
+def read_table(path: str, delimiter: Optional[str] = None) -> LabelTable:
+    """The rows of a CSV (.tsv: tab-separated; `delimiter` another, PHOENIX's '|') or JSON Lines file (one JSON
+    object per line).
 
     Raises:
         ConfigError: a missing file, a JSONL line that is not a JSON object, a file without rows.
@@ -71,7 +72,7 @@ def read_table(path: str) -> LabelTable:
         table = LabelTable(path, list(columns), rows)
     else:
         with open(path, newline="", encoding="utf-8-sig") as handle:  # -sig: Excel's byte-order mark
-            reader = csv.DictReader(handle, delimiter="\t" if path.lower().endswith(".tsv") else ",")
+            reader = csv.DictReader(handle, delimiter=delimiter or ("\t" if path.lower().endswith(".tsv") else ","))
             for row in reader:
                 rows.append((reader.line_num, row))  # the file's line of the row's end (the header is line 1)
             table = LabelTable(path, list(reader.fieldnames or []), rows)

@@ -8,6 +8,7 @@ The chain: data set (readers.py, builtin.py, synthetic.py; a torch Dataset's sam
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Tuple, Union
 
@@ -17,6 +18,7 @@ from .. import transforms as transforms_list
 from ..config import KEY_BY_NAME
 from ..device.select import memory_stats
 from ..errors import ConfigError
+from .clip_sequences import ClipSequences
 from .identity import identity_of
 from .image_files import ImageFiles
 from .tensor_inputs import as_images, input_stats
@@ -83,6 +85,9 @@ def plan_data(data, *, device: torch.device, training: bool, transforms: Any = (
     """
     data = dataset_samples(data)
     identity = identity_of(data) if identify else None  # before any decoding leaves unreadable files out
+    if isinstance(data, ClipSequences):
+        return _clip_plan(data, device=device, training=training, transforms=transforms, crop_padding=crop_padding,
+                          hflip=hflip, normalize=normalize, identity=identity)
     if isinstance(data, DatasetSamples):
         return _dataset_plan(data, device=device, training=training, transforms=transforms,
                              crop_padding=crop_padding, hflip=hflip, normalize=normalize, identity=identity)
@@ -140,6 +145,25 @@ def _dataset_plan(data: DatasetSamples, *, device: torch.device, training: bool,
     return DataPlan(data=data, training=training, device=device, cache=None, transforms=run, own_sizes=own_sizes,
                     normalization=normalization, identity=identity, description=describe_data(data, own_sizes),
                     input_shape=[channels, 0, 0] if own_sizes else [channels, height, width])
+
+
+def _clip_plan(data: ClipSequences, *, device: torch.device, training: bool, transforms: Any, crop_padding: int,
+               hflip: bool, normalize, identity: Optional[dict]) -> DataPlan:
+    """The plan of gloss-labelled clips (clip_sequences.py), served by torch's loader: each clip's frames through the
+    transforms list, one draw per clip, and normalised (the training form with the set's temporal rescaling; else the
+    deterministic form, without it); keypoint sequences as they are."""
+    if data.kind == "keypoints":
+        if _augments(training, crop_padding, hflip, transforms):
+            raise ConfigError("crop_padding, hflip and transforms apply to video frames, and these clips are keypoint "
+                              "sequences: leave them out (data_kwargs rescale draws their temporal rescaling)")
+        run, normalization = [], None
+    else:
+        run, _ = _list_form(transforms, training, crop_padding, hflip, lambda: data.size)
+        normalization = _normalization(normalize, data.normalization_stats)
+    served = data if training else data.deterministic()
+    return DataPlan(data=served, training=training, device=device, cache=None, transforms=run, own_sizes=False,
+                    normalization=normalization, identity=identity, description=describe_data(served),
+                    input_shape=data.frame_shape())
 
 
 def _augments(training: bool, crop_padding: int, hflip: bool, transforms: Any) -> bool:
@@ -227,6 +251,12 @@ def describe_data(data, own_sizes: Optional[bool] = None) -> str:
         else:
             shape = " x ".join(map(str, data.image_shape())) + " uint8"
         return f"{len(data)} {kind} ({shape}) from '{data.origin}'"
+    if isinstance(data, ClipSequences):
+        frames = ("features" if data.kind == "keypoints" else "uint8 frames") + " " + " x ".join(
+            map(str, data.frame_shape()))
+        root = os.path.commonpath([os.path.abspath(clip.path) for clip in data.clips])
+        return (f"{len(data)} {data.kind} clips (T x {frames}; glosses of a {len(data.vocabulary)}-entry vocabulary) "
+                f"from '{root}'")
     if isinstance(data, DatasetSamples):
         source = type(data.dataset).__name__ + (" (Hugging Face)" if is_hf_dataset(data.dataset) else "")
         if own_sizes is None or not data.images:

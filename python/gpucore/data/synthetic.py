@@ -143,3 +143,30 @@ def synthetic_captcha(train_size: int = 10000, val_size: int = 1000, seed: int =
             row = int(torch.randint(0, height, (1,), generator=generator))
             images[i, :, row, :] = torch.randint(0, 120, (3, 1), generator=generator).to(torch.uint8)
     return (images[:train_size], labels[:train_size]), (images[train_size:], labels[train_size:])
+
+
+def moving_shapes(frames: int, height: int, width: int, seed: int = 0, shape: int = 0) -> torch.Tensor:
+    """A clip of one shape moving over a textured background: uint8 (frames, height, width, 3), made offline from
+    `seed`. `shape` 0 to 3 (disc, square, ring, cross) picks the shape, so that clips can stand for glosses (a clip of
+    several shapes one after the other, torch.cat of these, stands for a gloss sequence). Encoded with
+    gpucore.data.video.encode_clip, these are the test and example clips of the video readers."""
+    if not 0 <= shape <= 3:
+        raise ConfigError(f"moving_shapes: shape must be 0 to 3 (disc, square, ring, cross), got {shape!r}")
+    generator = torch.Generator().manual_seed(seed)
+    yy, xx = torch.meshgrid(torch.arange(height, dtype=torch.float32), torch.arange(width, dtype=torch.float32),
+                            indexing="ij")
+    colours = torch.rand(3, 3, generator=generator) * 255  # background, its stripes, the shape
+    period = 4 + 8 * torch.rand(1, generator=generator)
+    stripes = (torch.sin(2 * math.pi * (xx + 0.5 * yy) / period) > 0).float()
+    background = colours[0].view(3, 1, 1) + (colours[1] - colours[0]).view(3, 1, 1) * stripes
+    start, end = torch.rand(2, 2, generator=generator) * torch.tensor([height, width])
+    radius = max(2.0, min(height, width) / 5)
+    clip = []
+    for frame in range(frames):
+        cy, cx = (start + (end - start) * frame / max(frames - 1, 1)).tolist()
+        dy, dx = yy - cy, xx - cx
+        distance, box = torch.sqrt(dy ** 2 + dx ** 2), torch.maximum(dy.abs(), dx.abs())
+        mask = (distance < radius, box < radius, (distance - radius * 0.7).abs() < radius * 0.3,
+                ((dy.abs() < radius / 3) | (dx.abs() < radius / 3)) & (box < radius))[shape]
+        clip.append(torch.where(mask, colours[2].view(3, 1, 1), background))
+    return torch.stack(clip).permute(0, 2, 3, 1).round().to(torch.uint8)

@@ -320,8 +320,11 @@ def _class_names(dataset, label_key: Optional[str]) -> Optional[List[str]]:
 def dataset_samples(data, data_kwargs: Optional[dict] = None):
     """`data` as gpucore reads it: a torch Dataset (not a gpucore data set, not an IterableDataset) or a Hugging Face
     datasets.Dataset as DatasetSamples, a dict sample's keys from config key data_kwargs (image_key, label_key);
-    anything else as it is."""
-    if isinstance(data, (DatasetSamples, LabeledData, torch.utils.data.IterableDataset)):
+    anything else as it is. Gloss-labelled clips (ClipSequences), which serve their own epochs' samples, as they
+    are."""
+    from .clip_sequences import ClipSequences  # here: clip_sequences imports this module
+
+    if isinstance(data, (DatasetSamples, LabeledData, ClipSequences, torch.utils.data.IterableDataset)):
         return data
     if is_hf_dataset(data) or isinstance(data, torch.utils.data.Dataset):
         kwargs = data_kwargs or {}

@@ -18,6 +18,7 @@ import torch
 
 from ..data.builtin import (BUILTIN, DATA_VAL_FRACTION, HELD_OUT_FOLDERS, class_names, held_out_folders, is_python_data,
                             read_data)
+from ..data.clip_sequences import ClipSequences
 from ..data.fits import check_fits_task, check_model_segments, probe_output
 from ..data.identity import changes, identity_of
 from ..data.image_files import ImageFiles
@@ -207,10 +208,10 @@ def _same_path(name: str, other: str) -> bool:
 
 
 def _joined(parts: List[object]):
-    """Splits of one data set as one: image files joined, tensors concatenated."""
+    """Splits of one data set as one: image files and clips joined, tensors concatenated."""
     if len(parts) == 1:
         return parts[0]
-    if all(isinstance(part, ImageFiles) for part in parts):
+    if len({type(part) for part in parts}) == 1 and isinstance(parts[0], (ImageFiles, ClipSequences)):
         joined = parts[0]
         for part in parts[1:]:
             joined = joined.joined(part)

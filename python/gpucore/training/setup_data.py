@@ -14,6 +14,7 @@ import torch
 from ..data.builtin import DATA_VAL_FRACTION, class_names, read_data
 from ..data.class_balance import (balanced_sampling_weights, class_count, class_labels, imbalance,
                                   known_class_labels)
+from ..data.clip_sequences import ClipSequences
 from ..data.epoch_data import EpochData, training_set, validation_set
 from ..data.fits import check_class_count, check_fits_task
 from ..data.image_files import MASK_VOID, ImageFiles, read_masks_alike
@@ -160,8 +161,9 @@ def _training_data(config, task: Task, train_data, val_data):
 def _classes(config, given, train_data) -> Optional[List[str]]:
     """Class names: those of the caller's gpucore data set or torch Dataset (its `classes`: torch_samples.py), else of
     config key `data` (image folders, built-in sets)."""
-    data = train_data if isinstance(train_data, DatasetSamples) else given if given is not None else train_data
-    if isinstance(data, (LabeledData, DatasetSamples)):
+    data = train_data if isinstance(train_data, (DatasetSamples, ClipSequences)) else given if given is not None \
+        else train_data
+    if isinstance(data, (LabeledData, DatasetSamples, ClipSequences)):  # clips: their gloss vocabulary
         return list(data.classes) if data.classes else None
     return class_names(config.data, config.data_kwargs) if given is None else None
 
