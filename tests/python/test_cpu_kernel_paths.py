@@ -30,6 +30,7 @@ def apply_steps(image, codes, magnitudes):
     return image
 
 
+@pytest.mark.kernel_build
 @pytest.mark.parametrize("padding", [0, 2])
 def test_a_flip_before_color_transforms_equals_torchvision_in_list_order(padding):
     # The flip runs in the final augment pass, after the color transforms that follow it in the list: they act on
@@ -53,6 +54,7 @@ def test_a_flip_before_color_transforms_equals_torchvision_in_list_order(padding
         assert difference <= 1, f"sample {i}: off by {difference} levels"
 
 
+@pytest.mark.kernel_build
 def test_large_batch_outputs_reuse_freed_memory_with_the_right_values():
     # 40 x 3 x 224 x 224 float32 is 24 MB: above the size whose freed buffers the CPU kernels keep for reuse.
     generator = torch.Generator().manual_seed(0)

@@ -102,6 +102,7 @@ def test_a_web_folder_is_read_whole_as_imagefolder_counts_it_and_pillow_decodes_
     assert torch.equal(targets, files.targets)
 
 
+@pytest.mark.kernel_build
 def test_other_formats_resize_and_read_at_their_own_sizes_as_png_does(tmp_path):
     image = crop(4)
     paths = []

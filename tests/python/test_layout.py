@@ -174,3 +174,17 @@ def test_architecture_layout_table_lists_every_folder():
     assert not missing, f"docs/architecture.md's Layout table has no row for {missing}"
     gone = sorted(row for row in rows if not os.path.isdir(os.path.join(root, row)))
     assert not gone, f"docs/architecture.md's Layout table lists folders that do not exist: {gone}"
+
+
+def test_the_test_command_reruns_every_file_with_kernel_build_tests():
+    """scripts/run_tests.sh runs the tests marked kernel_build again under ATEN_CPU_CAPABILITY=default, collecting
+    only the files it names: a file that holds such a test and is not named would be left out silently."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    marked = {name for name in os.listdir(tests) if name.startswith("test_") and name.endswith(".py")
+              and re.search(r"^@pytest\.mark\.kernel_build$", open(os.path.join(tests, name), encoding="utf-8").read(),
+                            flags=re.M)}
+    command = open(os.path.join(tests, "..", "..", "scripts", "run_tests.sh"), encoding="utf-8").read()
+    rerun = command[command.index('ATEN_CPU_CAPABILITY=default "$PY"'):]
+    rerun = set(re.findall(r"tests/python/(test_\w+\.py)", rerun[:rerun.index('"$@"')]))
+    assert marked and marked == rerun, f"marked but not rerun: {sorted(marked - rerun)}; rerun but not marked: " \
+                                       f"{sorted(rerun - marked)}"

@@ -52,6 +52,7 @@ def test_the_folder_holds_mixed_sizes(folder):
     assert len(sizes) == 12 and all(60 <= side <= 200 for size in sizes for side in size)
 
 
+@pytest.mark.kernel_build
 @pytest.mark.parametrize("cache", ["none", "host"])
 def test_random_resized_crop_is_torchvisions_on_each_image_with_the_same_draws(folder, cache):
     value = [{"RandomResizedCrop": {"size": [20, 24], "scale": [0.2, 1.0], "ratio": [0.6, 1.6]}}]
@@ -68,6 +69,7 @@ def test_random_resized_crop_is_torchvisions_on_each_image_with_the_same_draws(f
     assert not torch.equal(epochs[0], epochs[1])  # new draws every epoch
 
 
+@pytest.mark.kernel_build
 @pytest.mark.parametrize("cache", ["none", "host"])
 def test_resize_and_center_crop_are_torchvisions_eval_recipe_on_each_image(folder, cache):
     files, (batch,) = _epochs(folder, cache, [{"Resize": {"size": 28}}, {"CenterCrop": {"size": 24}}], epochs=1)
@@ -75,6 +77,7 @@ def test_resize_and_center_crop_are_torchvisions_eval_recipe_on_each_image(folde
         assert torch.equal(_as_uint8(batch[i]), F.center_crop(F.resize(image, 28, antialias=True), 24)), i
 
 
+@pytest.mark.kernel_build
 def test_the_cache_keeps_each_image_at_a_bounded_shorter_side(folder):
     value = [{"RandomResizedCrop": {"size": 16}}, "RandomHorizontalFlip"]
     with pytest.warns(UserWarning, match=r"photos: \d+ of 12 images have a shorter side longer than max_resolution 80 "
@@ -96,6 +99,7 @@ def test_the_cache_keeps_each_image_at_a_bounded_shorter_side(folder):
     assert not torch.equal(streamed[0], epochs[0])
 
 
+@pytest.mark.kernel_build
 def test_streamed_and_cached_batches_agree_shuffled_and_normalised(folder):
     options = dict(batch_size=4, device="cpu", seed=1, transforms=[{"RandomResizedCrop": {"size": 20}},
                                                                    "RandomHorizontalFlip", {"ColorJitter": {"brightness": 0.3}}])
@@ -160,6 +164,7 @@ def _gpucore(*args, cwd):
                           cwd=cwd)
 
 
+@pytest.mark.kernel_build
 @pytest.mark.slow
 @pytest.mark.parametrize("cache", ["none", "auto"])
 def test_a_mixed_size_folder_trains_and_every_command_works_on_its_checkpoint(folder, tmp_path, cache):

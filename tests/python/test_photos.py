@@ -78,6 +78,7 @@ def _photos():
             china[200:, :333].copy()]
 
 
+@pytest.mark.kernel_build
 @pytest.mark.parametrize("input_shape, transforms", [([3, 0, 0], [{"RandomResizedCrop": {"size": 40}}]),
                                                      ([3, 48, 64], [])])
 def test_predict_on_a_list_of_images_equals_predicting_them_as_files(models, input_shape, transforms):
@@ -173,6 +174,7 @@ FIXED_SIZE = {"input_shape": [3, 48, 64], "config": {"transforms": [{"CenterCrop
 DOWNSIZED = {**OWN_SIZES, "config": {**OWN_SIZES["config"], "data_kwargs": {"max_resolution": 200}}}
 
 
+@pytest.mark.kernel_build
 @pytest.mark.parametrize("case", [OWN_SIZES, FIXED_SIZE, DOWNSIZED], ids=["own-sizes", "fixed-size", "downsized"])
 def test_gradcam_draws_the_map_on_the_whole_photo_where_the_model_saw_it(models, case):
     import models as built

@@ -74,6 +74,7 @@ def compare(shape, dtype, channels_last, train, seed=0, values=None):
     return gx
 
 
+@pytest.mark.kernel_build
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("channels_last", [False, True])
 @pytest.mark.parametrize("train", [True, False])
@@ -82,6 +83,7 @@ def test_matches_unfused_torch(shape, dtype, channels_last, train):
     compare(shape, dtype, channels_last, train, seed=sum(shape))
 
 
+@pytest.mark.kernel_build
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_ties_route_to_the_first_maximum(channels_last):
     """Integer values: most windows hold ties; torch's max_pool2d gives the gradient to the first maximum read
@@ -93,6 +95,7 @@ def test_ties_route_to_the_first_maximum(channels_last):
     compare((1, 1, 2, 2), torch.float32, channels_last, False, values=lambda shape: flat.clone())
 
 
+@pytest.mark.kernel_build
 def test_training_statistics_over_several_steps():
     """The running statistics after three training steps (momentum 0.1 and None: torch's cumulative average)."""
     for momentum in (0.1, None):
@@ -107,6 +110,7 @@ def test_training_statistics_over_several_steps():
             torch.testing.assert_close(getattr(fused, key), getattr(norm, key), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.kernel_build
 def test_autocast_bfloat16_like_batchnorm():
     """Under CPU autocast the block gets the conv's bfloat16 output, as BatchNorm2d does there (float32 weights,
     bfloat16 out)."""
@@ -154,6 +158,7 @@ def test_refuses_what_torch_refuses():
         norm.eval()(torch.randn(2, 3, 1, 4))
 
 
+@pytest.mark.kernel_build
 def test_fast_cnn_keeps_its_state_dict_and_result():
     """FastCNN with the fused blocks has the unfused one's state_dict keys; a state loads across, and one training
     step gives the same output and gradients."""
@@ -192,6 +197,7 @@ def test_fast_cnn_traces_with_torch_fx():
         torch.testing.assert_close(graph(x), model(x), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.kernel_build
 def test_fast_cnn_hooks_see_their_own_layers_outputs():
     """A hook on any layer of a fused block sees that layer's own output, the one the unfused network's layer gives
     (the max-pool's place: the pooled map; the BatchNorm's: before the ReLU); the blocks without a hook still run
@@ -233,6 +239,7 @@ def test_fast_cnn_hooks_see_their_own_layers_outputs():
     assert ops["aten::adaptive_max_pool2d"] == 0
 
 
+@pytest.mark.kernel_build
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_fast_cnn_head_skips_the_identity_pool(channels_last):
     """On a 3 x 3 feature map the head's max-pool is skipped and a channels-last map meets the linear weight
@@ -259,6 +266,7 @@ def test_fast_cnn_head_skips_the_identity_pool(channels_last):
         fused.train()
 
 
+@pytest.mark.kernel_build
 @pytest.mark.parametrize("layer", ["features.12", "features.13", "features.14", "features.6", "auto"])
 def test_fast_cnn_gradcam_maps_the_unfused_layers(layer):
     """Grad-CAM on a fused block's layer gives the unfused network's map (it hooks that layer, so the block runs
@@ -273,6 +281,7 @@ def test_fast_cnn_gradcam_maps_the_unfused_layers(layer):
     torch.testing.assert_close(maps[1], maps[0], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.kernel_build
 def test_fast_cnn_under_torch_compile():
     """torch.compile (fullgraph, AOTAutograd through the fake kernels and the registered gradient) gives eager's
     outputs, gradients and running statistics."""

@@ -97,6 +97,7 @@ def test_reader_threads_are_named_idle_on_a_cpu_device_and_end_with_their_loader
     assert settled(reader_threads, []) == []
 
 
+@pytest.mark.kernel_build
 @LINUX_ONLY
 @pytest.mark.parametrize("sizes", [None, [(10, 12), (13, 9)]], ids=["one_size", "own_sizes"])
 def test_batches_are_the_same_when_the_readers_get_no_core(tmp_path, sizes):
@@ -124,6 +125,7 @@ def test_batches_are_the_same_when_the_readers_get_no_core(tmp_path, sizes):
     assert_same_batches(starved, expected)
 
 
+@pytest.mark.kernel_build
 def test_resize_matches_torchvision_and_streaming_resizes_alike(tmp_path):
     # torchvision's Resize: torch's uint8 kernel on CPUs with AVX2, float32 rounded on others (ATEN_CPU_CAPABILITY
     # default), where torch's own uint8 kernel rounds otherwise.
@@ -145,6 +147,7 @@ def test_resize_matches_torchvision_and_streaming_resizes_alike(tmp_path):
         data.read_image_folder(str(root), size=(9, 0))
 
 
+@pytest.mark.kernel_build
 def test_resize_is_close_to_pillow(tmp_path):
     Image = require("PIL.Image")
     pixels = np.random.default_rng(0).integers(0, 256, (40, 52, 3), dtype=np.uint8)
@@ -228,6 +231,7 @@ def test_cache_choices_and_errors(tmp_path):
         gpucore.DataLoader(data.read_image_folder(root), batch_size=2, device="cpu", cache="none", prefetch=0)
 
 
+@pytest.mark.kernel_build
 def test_training_streams_an_image_folder_like_it_trains_in_memory(tmp_path):
     image_folder(tmp_path / "data" / "train", per_class=16, sizes=[(12, 12), (14, 10)])
     image_folder(tmp_path / "data" / "val", per_class=4, seed=1, sizes=[(12, 12)])

@@ -68,6 +68,7 @@ FIXED = [
 COLOR_ONLY = ("saturation", "hue", "RandomGrayscale", "fill")  # need three channels
 
 
+@pytest.mark.kernel_build
 @pytest.mark.parametrize("source", ["photos", "fashion"])
 @pytest.mark.parametrize("entry, reference", FIXED, ids=[repr(e) for e, _ in FIXED])
 def test_fixed_ranges_equal_torchvision_on_real_images(source, entry, reference):
@@ -90,6 +91,7 @@ def test_a_fixed_range_draws_torchvisions_float32_value():
     assert magnitudes[magnitudes != 0].tolist() == [torch.tensor(1.3).item()] * 2 != [1.3] * 2
 
 
+@pytest.mark.kernel_build
 @pytest.mark.parametrize("scale, ratio", [((0.3, 0.3), (0.75, 0.75)), ((0.55, 0.55), (1.7, 1.7)),
                                           ((0.2, 0.2), (1.0, 1.0))])
 def test_random_resized_crop_with_fixed_ranges_takes_torchvisions_box_size(scale, ratio):
@@ -139,6 +141,7 @@ def test_dtypes_normalize_single_images_and_devices_of_the_batch():
                               images, seed=1))
 
 
+@pytest.mark.kernel_build
 def test_the_validation_form_and_the_output_size():
     compose = transforms.Compose([{"RandomResizedCrop": {"size": 24}}, "RandomHorizontalFlip",
                                   {"ColorJitter": {"brightness": 0.4}}])
@@ -150,6 +153,7 @@ def test_the_validation_form_and_the_output_size():
     assert torch.equal(validation(images), F.center_crop(F.resize(images, 24), [24, 24]))
 
 
+@pytest.mark.kernel_build
 def test_seed_and_epoch_draw_what_training_draws():
     # gpucore.DataLoader (no shuffle, no normalisation) serves epoch e's first batch with the parameters Compose
     # draws for seed and epoch e.

@@ -106,6 +106,7 @@ def assert_within_one_level(actual, expected):
     assert (difference > 0).float().mean() < 2e-3
 
 
+@pytest.mark.kernel_build
 @pytest.mark.parametrize("source", sorted(IMAGES))
 @pytest.mark.parametrize("code", range(12))
 def test_each_color_op_matches_torchvision(source, code):
@@ -120,6 +121,7 @@ def test_each_color_op_matches_torchvision(source, code):
     assert torch.equal(images, original)  # the input is left alone
 
 
+@pytest.mark.kernel_build
 def test_color_ops_chains_each_sample_in_its_own_order():
     """ColorJitter's form: per sample the four adjustments in its own order, some skipped (identity)."""
     images = torch.cat([random_images(8, 3, 12, 10, 3), captcha_images()[:, :, :12, :10]])
@@ -137,6 +139,7 @@ def test_color_ops_chains_each_sample_in_its_own_order():
     assert_within_one_level(out, reference(images, codes, magnitudes))
 
 
+@pytest.mark.kernel_build
 def test_color_ops_policy_steps_on_real_images():
     """The auto-augment policies' form: K steps, each sample any photometric op with any magnitude."""
     images = photo_images()

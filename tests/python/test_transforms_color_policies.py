@@ -67,6 +67,7 @@ def test_color_jitter_skips_what_it_does_not_jitter():
     assert magnitudes[codes == 1].min() >= 0.5 and magnitudes[codes == 1].max() <= 1.5
 
 
+@pytest.mark.kernel_build
 def test_color_jitter_batch_equals_torchvision_with_its_parameters():
     images = torch.cat([random_images(6, 3, 14, 12, 4), captcha_images()[:, :, :14, :12]])
     entry = {"ColorJitter": {"brightness": 0.5, "contrast": 0.5, "saturation": 0.5, "hue": 0.2}}
@@ -81,6 +82,7 @@ def test_color_jitter_batch_equals_torchvision_with_its_parameters():
 
 # ---- the single-op random transforms --------------------------------------------------------------------------
 
+@pytest.mark.kernel_build
 @pytest.mark.parametrize("entry, function", [
     ({"RandomGrayscale": {"p": 0.3}}, lambda image: F.rgb_to_grayscale(image, num_output_channels=3)),
     ({"RandomPosterize": {"bits": 3, "p": 0.6}}, lambda image: F.posterize(image, 3)),
@@ -220,6 +222,7 @@ def policy_reference(policy, images, params, interpolation, fill):
     return torch.stack(out)
 
 
+@pytest.mark.kernel_build
 @pytest.mark.parametrize("entry, policy", [
     ({"TrivialAugmentWide": {}}, lambda: v2.TrivialAugmentWide()),
     ({"RandAugment": {"num_ops": 2, "magnitude": 9}}, lambda: v2.RandAugment(num_ops=2, magnitude=9)),
@@ -265,6 +268,7 @@ def test_random_erasing_draws_torchvisions_boxes():
         assert stats.ks_2samp(boxes[erased, column].numpy(), expected[expected_erased, column].numpy()).pvalue > P_FLOOR
 
 
+@pytest.mark.kernel_build
 @pytest.mark.parametrize("value", [0, 1.5, [0.5, -1.0, 2.0]])
 def test_random_erasing_after_normalize_equals_torchvision_erase(value):
     images = random_images(8, 3, 12, 16, 10)

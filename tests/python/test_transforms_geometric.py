@@ -102,6 +102,7 @@ def test_crop_op_is_torchvision_pad_crop_and_flips(name):
         assert torch.equal(got[i], expected), f"{name} image {i}"
 
 
+@pytest.mark.kernel_build
 @pytest.mark.parametrize("name", list(image_cases()))
 @pytest.mark.parametrize("interpolation,antialias", [("bilinear", True), ("bilinear", False), ("nearest", False)])
 def test_resized_crop_op_is_torchvision_resized_crop(name, interpolation, antialias):
@@ -124,6 +125,7 @@ def test_resized_crop_op_is_torchvision_resized_crop(name, interpolation, antial
             within(got[i], expected, 0 if images.device.type == "cpu" else 2, f"{name} {box} -> {size}")
 
 
+@pytest.mark.kernel_build
 @pytest.mark.parametrize("name", list(image_cases()))
 @pytest.mark.parametrize("interpolation", ["nearest", "bilinear"])
 def test_affine_op_is_torchvision_affine(name, interpolation):
@@ -177,6 +179,7 @@ def random_affine_parameters(kind, generator, h, w):
 
 # 18 x 22 has the ties a 0.2 shear makes; below 67 pixels (7 x 9, 8 x 8, 6 x 11) torch's bmm builds the grid with
 # its plain kernel, above with the BLAS one: both roundings are reproduced.
+@pytest.mark.kernel_build
 @pytest.mark.parametrize("height, width", [(18, 22), (17, 12), (23, 31), (32, 40), (7, 9), (8, 8), (6, 11)])
 def test_nearest_affine_picks_torchvisions_pixel_exactly(height, width):
     generator = torch.Generator().manual_seed(height * 100 + width)
@@ -222,6 +225,7 @@ def test_ops_reject_bad_inputs_by_name():
 
 # --- each transform, with the parameters it drew, against torchvision ------------------------------------------
 
+@pytest.mark.kernel_build
 @pytest.mark.parametrize("name", list(image_cases()))
 def test_transforms_with_their_drawn_parameters_equal_torchvision(name):
     images = image_cases()[name]
@@ -439,6 +443,7 @@ def test_segmentation_masks_follow_every_geometric_transform():
         assert torch.equal((x[:, 0] * 255 / 100).round().long(), y)
 
 
+@pytest.mark.kernel_build
 def test_streamed_batches_get_the_same_transforms_as_resident_ones(tmp_path):
     from test_streaming import image_folder
 
