@@ -17,7 +17,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCHES = {
-    "train": ("train_bench.py", [], ["--batch-sizes", "64", "--train-size", "256", "--rounds", "2",
+    "train": ("train_bench.py", [], ["--batch-sizes", "64", "--train-size", "128", "--rounds", "2",
                                      "--count-steps", "2"]),
     "ops": ("ops_bench.py", [], ["--steps", "4"]),
     "cam": ("cam_bench.py", [], ["--batch", "2", "--size", "32", "--repeats", "1"]),
