@@ -181,8 +181,7 @@ def test_the_test_command_reruns_every_file_with_kernel_build_tests():
     only the files it names: a file that holds such a test and is not named would be left out silently."""
     tests = os.path.dirname(os.path.abspath(__file__))
     marked = {name for name in os.listdir(tests) if name.startswith("test_") and name.endswith(".py")
-              and re.search(r"^@pytest\.mark\.kernel_build$", open(os.path.join(tests, name), encoding="utf-8").read(),
-                            flags=re.M)}
+              and re.search(r"pytest\.mark\.kernel_build\b", open(os.path.join(tests, name), encoding="utf-8").read())}
     command = open(os.path.join(tests, "..", "..", "scripts", "run_tests.sh"), encoding="utf-8").read()
     rerun = command[command.index('ATEN_CPU_CAPABILITY=default "$PY"'):]
     rerun = set(re.findall(r"tests/python/(test_\w+\.py)", rerun[:rerun.index('"$@"')]))
