@@ -129,11 +129,19 @@ def worker(tmp_path_factory):
     return path
 
 
+def _launched_by_srun(port):
+    # The first host of the node list, 127.0.0.1, is rank 0's address.
+    return lambda rank: dict(SLURM_NTASKS="2", SLURM_PROCID=str(rank), SLURM_LOCALID=str(rank),
+                             SLURM_JOB_NODELIST="127.0.0.[1-2,7]", SLURM_JOB_NAME="train", MASTER_PORT=str(port))
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(worker):
-    """Weights and metrics.jsonl of the same two-process run, never killed (its ranks started as devices: N does)."""
-    out = worker.parent / "uninterrupted"
-    _two_processes(worker, out, _launched_like_devices(distributed.free_port()), worker.parent)
+    """Weights and metrics.jsonl of the same two-process run, never killed, its ranks started as srun starts them
+    (SLURM variables alone): the restarted torchrun jobs must end bitwise where it ends, so one two-process run
+    (seconds of process starts) is both their reference and the check that srun tasks train like torchrun's."""
+    out = worker.parent / "slurm"
+    _two_processes(worker, out, _launched_by_srun(distributed.free_port()), worker.parent)
     weights = _weights(out)
     _assert_bitwise(weights[1:], weights[0])
     return weights[0], _rows(out)
@@ -181,15 +189,11 @@ def test_a_rank_killed_under_torchrun_restarts_and_ends_bitwise_like_an_uninterr
 
 
 def test_two_srun_tasks_train_like_torchrun_from_slurm_variables_alone(worker, uninterrupted):
-    out = worker.parent / "slurm"
-    port = distributed.free_port()
-    # The first host of the node list, 127.0.0.1, is rank 0's address.
-    _two_processes(worker, out, lambda rank: dict(SLURM_NTASKS="2", SLURM_PROCID=str(rank), SLURM_LOCALID=str(rank),
-                                                  SLURM_JOB_NODELIST="127.0.0.[1-2,7]", SLURM_JOB_NAME="train",
-                                                  MASTER_PORT=str(port)), worker.parent)
-    _assert_bitwise(_weights(out), uninterrupted[0])
-    stats = json.load(open(out / "elastic" / "training_stats.json"))
+    # The srun-started run is the restart tests' reference (the fixture): its ranks agree bitwise there, and the
+    # torchrun jobs end bitwise where it ends.
+    stats = json.load(open(worker.parent / "slurm" / "elastic" / "training_stats.json"))
     assert stats["launcher"] == "slurm" and stats["world_size"] == 2 and stats["restart"] == 0
+    assert stats["status"] == "completed" and [row["epoch"] for row in uninterrupted[1]] == list(range(1, EPOCHS + 1))
 
 
 @pytest.mark.parametrize("nodelist, host", [
