@@ -119,9 +119,11 @@ def workdir(tmp_path):
 
 
 def environment(workdir, rank, world, port, launched=None):
-    # One intra-op thread per process, as torchrun and devices: N give each of several ranks: two ranks of two
-    # threads each on two cores wait on each other at every all-reduce (minutes for these small runs).
-    env = dict(os.environ, PYTHONPATH=f"{workdir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", OMP_NUM_THREADS="1")
+    env = dict(os.environ, PYTHONPATH=f"{workdir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    if world > 1:
+        # One intra-op thread per rank, as torchrun and devices: N give several ranks: two ranks of two threads each
+        # on two cores wait on each other at every all-reduce (minutes per test where other jobs share the cores).
+        env["OMP_NUM_THREADS"] = "1"
     if launched if launched is not None else world > 1:
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
                    WORLD_SIZE=str(world))
