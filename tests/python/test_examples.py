@@ -113,6 +113,26 @@ def test_sequence_ctc_example_learns(tmp_path):
     assert best >= 0.85
 
 
+def test_sign_language_example_learns_from_generated_cecsl_videos(tmp_path, capsys):
+    require("av")
+    import csv
+
+    example = runpy.run_path(str(EXAMPLES / "sign_language" / "train_cecsl.py"))
+    root = tmp_path / "CE-CSL"
+    wer = example["main"](["--quick", "--data", str(root), "--dir", str(tmp_path / "runs")])
+    # measured 0.689 on the 16 test sentences (2 shared CPU cores); greedy decoding with no gloss right scores 1.0
+    assert wer < 0.85
+    assert f"test WER {wer:.3f} on 16 sentences" in capsys.readouterr().out
+    with open(root / "label" / "train.csv", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 64 and set(rows[0]) == {"Number", "Translator", "Chinese Sentences", "Gloss"}
+    for row in rows:  # each sentence's glosses, none twice in a row, and its clip under its translator's folder
+        glosses = row["Gloss"].split("/")
+        assert set(glosses) <= set(example["GLOSSES"]) and row["Chinese Sentences"] == "".join(glosses)
+        assert all(a != b for a, b in zip(glosses, glosses[1:]))
+        assert (root / "video" / "train" / row["Translator"] / f"{row['Number']}.mp4").is_file()
+
+
 def test_captcha_example_on_the_captcha_package_and_without_it(tmp_path, capsys, monkeypatch):
     require("captcha")
     example = runpy.run_path(str(EXAMPLES / "captcha" / "captcha_train.py"))
