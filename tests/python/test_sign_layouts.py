@@ -304,3 +304,46 @@ def test_train_on_a_cecsl_root_then_evaluate_each_split(tmp_path):
                   for split in ("test", "val", "all")}
     assert scored == {"test": 1, "val": 2, "all": 7}
 
+
+
+class PooledFrames(torch.nn.Module):
+    """A user's model of temporal_stride 4: a convolution per frame, its features pooled 4 frames to a step."""
+
+    temporal_stride = 4
+
+    def __init__(self, outputs):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, stride=2)
+        self.head = torch.nn.Linear(8, outputs)
+
+    def forward(self, x):
+        n, t = x.shape[:2]
+        features = self.conv(x.flatten(0, 1)).mean((2, 3)).view(n, t, -1)
+        steps = torch.nn.functional.avg_pool1d(features.transpose(1, 2), 4, ceil_mode=True).transpose(1, 2)
+        return self.head(steps)
+
+
+@pytest.mark.slow  # trains a run (seconds)
+def test_clips_too_short_for_the_models_stride_refused_or_skipped_before_the_first_step(tmp_path):
+    """6 frames fit 3 glosses at data_kwargs' temporal_stride 1, not at the model's 4 (2 steps): train refuses the
+    clip by name before any step, or leaves it out with a warning naming it (on_error skip)."""
+    require("av")
+    import gpucore
+    from gpucore.data.synthetic import moving_shapes
+    from gpucore.data.video import encode_clip
+    glosses = {"train": [["你", "好"], ["我", "爱", "你"], ["你"]], "dev": [["你", "好"]]}
+    root = _real_cecsl(tmp_path / "CE-CSL", glosses)
+    short = os.path.join(root, "video", "train", "A", "train-00001.mp4")  # 我/爱/你
+    encode_clip(short, moving_shapes(6, 32, 32, seed=9))
+    config = {"data": root, "loss": "ctc", "epochs": 1, "batch_size": 2, "device": "cpu", "precision": "32",
+              "progress": False, "report": False, "data_kwargs": {"size": 24}, "run_dir": str(tmp_path / "runs")}
+    with pytest.raises(ConfigError, match=r"line 3: clip '.*train-00001\.mp4' gives 2 output steps .*temporal_stride "
+                                          r"4\), fewer than CTC needs for its 3 glosses"):
+        gpucore.train(config, model=PooledFrames(6))
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").rglob("*.pt"))  # no step was taken
+    with pytest.warns(UserWarning, match=r"the train split: 1 clips left out, too short .*temporal_stride 4: .*"
+                                         r"train-00001\.mp4"):
+        result = gpucore.train({**config, "data_kwargs": {"size": 24, "on_error": "skip"}}, model=PooledFrames(6))
+    assert result.history[0]["train_ctc_unfit"] == 0
+    checkpoint = torch.load(os.path.join(result.checkpoint_dir, "last.pt"), weights_only=False)
+    assert checkpoint["data"]["train"]["samples"] == 2  # the two clips that fit

@@ -82,14 +82,28 @@ def setup_data(config, task: Task, world: distributed.World, device: torch.devic
     classes = _classes(config, caller_data, train_data)
     count = _class_count(task, classes, train_data, val_data)
     check_class_count(task, classes, count, "train_data" if given else f"config key 'data' ('{config.data}')")
+    labels, train_set, val_set = _epoch_sets(config, world, device, train_data, val_data, classes)
+    return config, RunData(train_set=train_set, val_set=val_set, validation=validation, classes=classes,
+                           class_count=count, given=given, labels=labels,
+                           imbalance=_balanced_monitor_reason(config, task, train_data, classes, val_set is not None))
+
+
+def _epoch_sets(config, world: distributed.World, device: torch.device, train_data, val_data, classes):
+    """(labels, training set, validation set or None): the data sets as a run's epochs serve them."""
     labels, sampling_weights = _weighed_labels(config, train_data, classes)
     train_set = training_set(train_data, config, device, rank=world.rank, world_size=world.size, identify=True,
                              sampling_weights=sampling_weights)
     distributed.check_same(train_set.total_batches(), "the number of batches per epoch (data length)")
     val_set = validation_set(val_data, config, device, train_set.plan.normalization, identify=True)
-    return config, RunData(train_set=train_set, val_set=val_set, validation=validation, classes=classes,
-                           class_count=count, given=given, labels=labels,
-                           imbalance=_balanced_monitor_reason(config, task, train_data, classes, val_set is not None))
+    return labels, train_set, val_set
+
+
+def rebuild_epoch_sets(data: RunData, config, world: distributed.World, device: torch.device) -> None:
+    """`data`'s epoch sets made again from its data sets, after the model's set-up left samples out of them (clips too
+    short for its temporal_stride: setup_model.py), so that batches, lengths and the data's identity count only
+    the samples kept."""
+    data.close()
+    data.labels, data.train_set, data.val_set = _epoch_sets(config, world, device, *data.samples, data.classes)
 
 
 def _resolved_ignore_index(config, train_data):

@@ -14,6 +14,7 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
+from ..data.clip_sequences import ClipSequences
 from ..data.class_balance import class_count, class_counts, resolve_class_weights
 from ..data.fits import check_mask_classes, check_model_segments, check_outputs, probe_output
 from ..device.placement import place_model
@@ -27,7 +28,7 @@ from ..tasks.base import SEQUENCE_LENGTHS_IN_TARGET, sequence_lengths_in_target
 from . import distributed
 from .ema import make_ema
 from .rng import seed_everything
-from .setup_data import RunData
+from .setup_data import RunData, rebuild_epoch_sets
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,8 @@ def setup_model(config, task: Task, data: RunData, world: distributed.World, cho
     train_data, val_data = data.samples
     check_outputs(module, task, data.classes, data.class_count, whose, given)
     task = _task_for_data(task, module, train_data, val_data)
+    if _fit_clips_to_ctc(module, train_data, val_data):
+        rebuild_epoch_sets(data, config, world, choice.device)
     check_mask_classes(module, task, whose, train_data, val_data)
     task = _weighed_classes(config, task, data, module)
     if not data.given:
@@ -121,6 +124,28 @@ def _task_for_data(task: Task, module: nn.Module, train_data, val_data) -> Task:
                           f"count ({SEQUENCE_LENGTHS_IN_TARGET}) and the validation data's "
                           f"{says[sequence_lengths_in_target(val_data)]}: give both data sets the same targets")
     return task.for_data(train_data, module)
+
+
+def _fit_clips_to_ctc(module: nn.Module, train_data, val_data) -> bool:
+    """Clips checked against the model's own temporal_stride (ClipSequences.fit_ctc) before the first step: one too
+    short for its glosses is refused, or left out by name with a warning (data_kwargs on_error skip), rather than
+    counted as ctc_unfit in every epoch. Returns whether any clip was left out.
+
+    Raises:
+        ConfigError: a clip that cannot fit CTC (on_error raise), or no clip left in a split.
+    """
+    stride, dropped = getattr(module, "temporal_stride", 1), False
+    for data in (train_data, val_data):
+        if not isinstance(data, ClipSequences) or data.temporal_stride == stride:
+            continue
+        before = len(data.skipped)
+        data.fit_ctc(stride)
+        left_out = data.skipped[before:]
+        if left_out:
+            dropped = True
+            warnings.warn(f"the {data.split} split: {len(left_out)} clips left out, too short for their glosses at the "
+                          f"model's temporal_stride {stride}: " + "; ".join(left_out), stacklevel=2)
+    return dropped
 
 
 def _weighed_classes(config, task: Task, data: RunData, module: nn.Module) -> Task:
