@@ -347,3 +347,32 @@ def test_clips_too_short_for_the_models_stride_refused_or_skipped_before_the_fir
     assert result.history[0]["train_ctc_unfit"] == 0
     checkpoint = torch.load(os.path.join(result.checkpoint_dir, "last.pt"), weights_only=False)
     assert checkpoint["data"]["train"]["samples"] == 2  # the two clips that fit
+
+
+@pytest.mark.slow  # trains a run (seconds)
+def test_a_resume_on_another_vocabulary_is_refused_naming_the_glosses(tmp_path):
+    require("av")
+    import gpucore
+    glosses = {"train": [["你", "好"], ["我", "你"]], "dev": [["你", "好"]]}
+    root = _real_cecsl(tmp_path / "CE-CSL", glosses)
+    config = {"data": root, "loss": "ctc", "epochs": 1, "batch_size": 2, "device": "cpu", "precision": "32",
+              "progress": False, "report": False, "data_kwargs": {"size": 24}, "run_dir": str(tmp_path / "runs"),
+              "name": "signs", "schedule": "constant"}  # constant: a resume may add epochs
+    result = gpucore.train(config, model=FrameGRU(5))
+    last = os.path.join(result.checkpoint_dir, "last.pt")
+    assert torch.load(last, weights_only=False)["classes"] == [BLANK, "你", "好", "我", UNKNOWN]
+    # the training labels relabelled: 我 becomes 他 (a gloss gone, one new), then 你 and 我 swapped (the same glosses)
+    label = tmp_path / "CE-CSL" / "label" / "train.csv"
+    text = label.read_text(encoding="utf-8")
+    label.write_text(text.replace("我", "他"), encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"trained with a gloss vocabulary of 5 entries and this resume's training "
+                                          r"split gives 5: glosses the data no longer has: '我'; glosses new in the "
+                                          r"data: '他'"):
+        gpucore.train({**config, "epochs": 2, "resume": last, "accept_changed_data": True}, model=FrameGRU(5))
+    label.write_text(text.replace("我/你", "你/我"), encoding="utf-8")  # same glosses: the vocabulary is sorted
+    resumed = gpucore.train({**config, "epochs": 2, "resume": last, "accept_changed_data": True}, model=FrameGRU(5))
+    assert [record["epoch"] for record in resumed.history] == [1, 2]
+    from gpucore.data.identity import check_same_vocabulary
+    with pytest.raises(ConfigError, match=r"the same glosses in another order: id 1 was '你', now '好'"):
+        check_same_vocabulary("c.pt", [BLANK, "你", "好"], [BLANK, "好", "你"])  # a Dataset's own vocabulary
+    check_same_vocabulary("c.pt", None, [BLANK, "你"])  # a checkpoint that records none: nothing to compare

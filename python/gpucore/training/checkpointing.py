@@ -12,7 +12,8 @@ from typing import List, Optional, Sequence
 import torch
 
 from ..checkpoint import EMA_STATE, WEIGHTS, host_snapshot, load_checkpoint
-from ..data.identity import check_same_data
+from ..data.clip_sequences import ClipSequences
+from ..data.identity import check_same_data, check_same_vocabulary
 from ..errors import ConfigError
 from . import distributed
 from .callbacks import BestEpoch, CallbackList, ModelCheckpoint, Monitor
@@ -122,6 +123,9 @@ class Checkpointing:
         config, world, model, engine, position = (self.config, self.world, self.model, self.training.engine,
                                                   self.position)
         saved = load_checkpoint(path, map_location=self.device)
+        train_data = self.data.samples[0]
+        if isinstance(train_data, ClipSequences):  # named before the weights, which a longer vocabulary would not fit
+            check_same_vocabulary(path, saved.get("classes"), train_data.classes)
         try:
             model.module.load_state_dict(saved["model"])
         except RuntimeError as exc:
