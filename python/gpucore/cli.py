@@ -202,7 +202,8 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _predict(args: argparse.Namespace) -> int:
-    """`gpucore predict CHECKPOINT INPUTS`: the CSV (and mask PNGs), and a JSON summary on stdout."""
+    """`gpucore predict CHECKPOINT INPUTS`: the CSV (and mask PNGs), and a JSON summary on stdout; for video clips
+    (a sign-language model), each clip's glosses instead, unless --json."""
     import os
 
     from .evaluation.load import load
@@ -225,6 +226,13 @@ def _predict(args: argparse.Namespace) -> int:
         summary["accuracy"] = result.accuracy()
     if result.notes:
         summary["notes"] = result.notes
+    clips = bool(result.rows) and "glosses" in result.rows[0]  # video clips for a sign-language model
+    if clips:
+        summary["glosses"] = {row["input"]: row["glosses"].split() for row in result.rows}
+    if clips and not args.json:  # the gloss sequence; each clip's on a line of its own for several
+        for row in result.rows:
+            print(row["glosses"] if len(result.rows) == 1 else f"{row['input']}: {row['glosses']}")
+        return 0
     print(json.dumps(summary, indent=2))
     return 0
 
@@ -338,13 +346,15 @@ def build_parser() -> argparse.ArgumentParser:
     predict = commands.add_parser("predict", help="predictions of a trained checkpoint on images, into a CSV")
     predict.add_argument("checkpoint", help="a gpucore checkpoint (best.pt, last.pt)")
     predict.add_argument("inputs", nargs="+", help="one or more: a folder of PNG/JPEG images (class subfolders "
-                         "allowed), an image, a .npy/.npz array or an IDX image file; one table across all, in the "
-                         "order given")
+                         "allowed), an image, a .npy/.npz array, an IDX image file, or video clips (.mp4, ...) for a "
+                         "sign-language model; one table across all, in the order given")
     predict.add_argument("--out", default="predictions.csv", help="the CSV, one row per input (default predictions.csv)")
     predict.add_argument("--top-k", type=int, default=5, help="classes per input for classification (default 5)")
     predict.add_argument("--masks", help="segmentation: folder for the mask PNGs (default: OUT's name + _masks)")
     predict.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
     predict.add_argument("--batch-size", type=int, help="inputs per pass (default: the run's eval_batch_size)")
+    predict.add_argument("--json", action="store_true", help="video clips (a sign-language model): the JSON summary, "
+                         "each clip's glosses under 'glosses' (default: the glosses, a line per clip)")
     predict.add_argument("--on-error", choices=["raise", "skip"], default="raise",
                          help="an image file that cannot be read or decoded: raise (default: an error naming it) or "
                          "skip (left out, listed on stderr and in the summary's skipped with the reason)")

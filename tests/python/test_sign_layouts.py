@@ -376,3 +376,52 @@ def test_a_resume_on_another_vocabulary_is_refused_naming_the_glosses(tmp_path):
     with pytest.raises(ConfigError, match=r"the same glosses in another order: id 1 was '你', now '好'"):
         check_same_vocabulary("c.pt", [BLANK, "你", "好"], [BLANK, "好", "你"])  # a Dataset's own vocabulary
     check_same_vocabulary("c.pt", None, [BLANK, "你"])  # a checkpoint that records none: nothing to compare
+
+
+class EightGlosses(FrameGRU):
+    """FrameGRU of 8 outputs, built with no arguments (gpucore predict --model builds it so)."""
+
+    def __init__(self):
+        super().__init__(8)
+
+
+@pytest.mark.slow  # trains a run (seconds)
+def test_predict_prints_a_clips_glosses_as_the_models_greedy_decoding(tmp_path, capsys, monkeypatch):
+    require("av")
+    import json
+    import sys
+    import warnings
+    import gpucore
+    from gpucore import cli
+    from gpucore.data.synthetic import moving_shapes
+    from gpucore.data.video import encode_clip
+    root = _real_cecsl(tmp_path / "CE-CSL", GLOSSES)
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the dev and test splits' unseen glosses (tested above)
+        result = gpucore.train({"data": root, "loss": "ctc", "epochs": 2, "batch_size": 2, "device": "cpu",
+                                "precision": "32", "progress": False, "report": False, "data_kwargs": {"size": 24},
+                                "run_dir": str(tmp_path / "runs")}, model=EightGlosses())
+    best = os.path.join(result.checkpoint_dir, "best.pt")
+    clip = str(tmp_path / "new.mp4")  # a clip no split holds: 14 frames of two shapes
+    encode_clip(clip, torch.cat([moving_shapes(7, 32, 32, seed=41, shape=1), moving_shapes(7, 32, 32, seed=42)]))
+    # the reference: the trained weights on the clip decoded as the training reader reads it, greedy by hand
+    loaded = gpucore.load(best, "cpu", EightGlosses())
+    from gpucore.data.clip_sequences import ClipSequences
+    from gpucore.data.sign_layouts import GlossClip
+    clips = ClipSequences([GlossClip(clip, (), "new")], loaded.classes, size=24)
+    frames = clips[0][0].float() / 255
+    mean, std = (torch.tensor(v).view(3, 1, 1) for v in loaded.normalization)
+    with torch.no_grad():
+        best_path = loaded.module.eval()(((frames - mean) / std).unsqueeze(0))[0].argmax(-1).tolist()
+    ids = [g for i, g in enumerate(best_path) if g != 0 and (i == 0 or g != best_path[i - 1])]
+    expected = [loaded.classes[g] for g in ids]
+    assert expected  # the trained model names glosses on it (not an empty decoding on both sides)
+    predictions = gpucore.predict(loaded, clip)
+    assert predictions.rows == [{"input": clip, "glosses": " ".join(expected)}]
+    monkeypatch.syspath_prepend(os.path.dirname(__file__))
+    model = ["--model", "test_sign_layouts:EightGlosses", "--device", "cpu", "--out", str(tmp_path / "p.csv")]
+    assert cli.main(["predict", best, clip, *model]) == 0
+    assert capsys.readouterr().out == " ".join(expected) + "\n"
+    assert cli.main(["predict", best, clip, *model, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["glosses"] == {clip: expected}

@@ -126,14 +126,14 @@ def evaluation_pass(module: nn.Module, config, task: Task, data: EpochData, devi
     stats = _C.evaluate(_C.PythonBatches(recording, device), forward, settings)
     if not recording.targets:
         raise ConfigError(f"no samples to evaluate in {data.description}")
-    targets, predicted = _cat_padded(recording.targets), _cat_padded(decoded)
+    targets, predicted = cat_padded(recording.targets), cat_padded(decoded)
     metrics = {**stats["metrics"], **rules[0].decoded_metrics(predicted, targets)}
     return EvaluationResult(metrics=metrics, targets=targets, predicted=predicted,
-                            outputs=_cat_padded(outputs) if outputs else None, task=rules[0], data=data,
+                            outputs=cat_padded(outputs) if outputs else None, task=rules[0], data=data,
                             output_channels=channels[0])
 
 
-def _cat_padded(parts: List[torch.Tensor]) -> torch.Tensor:
+def cat_padded(parts: List[torch.Tensor]) -> torch.Tensor:
     """Batches concatenated; sequences of different lengths padded first: CTC's decodings with -1, the outputs of
     clips of different lengths (N, steps, classes) with zeros past their steps."""
     if parts[0].dim() >= 2 and len({p.shape[1:] for p in parts}) > 1:

@@ -3,7 +3,7 @@
 The inputs are read at the checkpoint's input shape (channels; image files resized to its height and width
 like the training reader did) and standardised with its run's statistics (gpucore.load). One row per input:
 classification: the top-k classes with softmax probabilities; multi-head (captcha) and CTC: the decoded
-text; multi-label: the labels whose logit is positive, with sigmoid probabilities; segmentation: a mask PNG
+text; video clips for a sign-language model: each clip's glosses; multi-label: the labels whose logit is positive, with sigmoid probabilities; segmentation: a mask PNG
 per image (grey: 255 where a one-channel model predicts the foreground, else the class id).
 """
 from __future__ import annotations
@@ -15,6 +15,9 @@ from typing import List, Optional, Sequence, Union
 import torch
 
 from ..data.class_folders import listed
+from ..data.clip_sequences import ClipSequences
+from ..data.sign_layouts import BLANK, GlossClip
+from ..data.video import VIDEO_EXTENSIONS
 from ..data.input_files import IN_MEMORY, read_input_images
 from ..data.png import encode_png
 from ..errors import ConfigError
@@ -120,6 +123,9 @@ def predict(checkpoint: Union[str, os.PathLike, LoadedModel], inputs, *, top_k: 
     model = checkpoint if isinstance(checkpoint, LoadedModel) else load(checkpoint, device)
     if not is_int(top_k) or top_k < 1:
         raise ConfigError(f"top_k must be an integer >= 1, got {top_k!r}")
+    if _video_paths(inputs):
+        return _predict_clips(model, [os.fspath(p) for p in ([inputs] if isinstance(inputs, (str, os.PathLike))
+                                                             else inputs)], on_error)
     raw, names, labels, skipped = _read(model, inputs, on_error)
     outputs = model(raw, batch_size).cpu()
     task = model.task.for_outputs(outputs)
@@ -136,6 +142,43 @@ def predict(checkpoint: Union[str, os.PathLike, LoadedModel], inputs, *, top_k: 
         notes.append(f"the model has {outputs.shape[1]} outputs but its checkpoint names {len(model.classes)} "
                      f"classes; outputs {len(model.classes)} to {outputs.shape[1] - 1} are named output_INDEX")
     return Predictions(names, outputs, decoded, rows, labels, mask_files, notes, skipped)
+
+
+def _video_paths(inputs) -> bool:
+    """Whether `inputs` is a video file's path or a list of them (clips for a sign-language model)."""
+    paths = [inputs] if isinstance(inputs, (str, os.PathLike)) else inputs if isinstance(inputs, (list, tuple)) else []
+    return bool(paths) and all(isinstance(p, (str, os.PathLike)) and os.fspath(p).lower().endswith(VIDEO_EXTENSIONS)
+                               for p in paths)
+
+
+def _predict_clips(model: LoadedModel, paths: List[str], on_error: str) -> Predictions:
+    """Each video clip's gloss sequence: the clips read as the checkpoint's run read its held-out split (its
+    data_kwargs: size, channels, frame_stride, max_frames; no rescaling), standardised with its statistics, decoded
+    as gpucore evaluate decodes them (greedy, or config key beam_width) at each clip's own output steps.
+
+    Raises:
+        ConfigError: a checkpoint not trained on gloss-labelled clips; a clip that does not decode (on_error raise).
+    """
+    from .evaluation_pass import cat_padded, data_sets
+
+    if not (model.classes and model.classes[0] == BLANK):
+        raise ConfigError(f"video clips ({', '.join(paths[:3])}) need a model trained on gloss-labelled clips (loss "
+                          f"ctc on a sign-language folder: its vocabulary starts with '{BLANK}'); the model of "
+                          f"'{model.checkpoint}' has classes {listed(list(model.classes or []), 5)}")
+    options = {k: v for k, v in (model.config.data_kwargs or {}).items() if k != "on_error"}
+    clips = [GlossClip(path, (), f"input '{path}'") for path in paths]
+    data = ClipSequences(clips, model.classes, split="predict", on_error=on_error, **{**options, "rescale": 0.0})
+    module = model.module.eval()
+    task = model.task.for_data(data, module)
+    decoded = []
+    with torch.no_grad():  # no loss: the clips have no glosses to score against
+        for x, y in data_sets(model, None, data)[1].batches():
+            outputs = module(x).float()
+            decoded.append(task.for_outputs(outputs).decode(outputs, y).cpu())
+    predicted = cat_padded(decoded)
+    rows = [{"input": clip.path, "glosses": " ".join(model.classes[g] for g in ids if g >= 0)}
+            for clip, ids in zip(data.labels, predicted.tolist())]
+    return Predictions([row["input"] for row in rows], None, predicted, rows, None, None, skipped=data.skipped)
 
 
 def _read(model: LoadedModel, inputs, on_error: str):
