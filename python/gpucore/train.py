@@ -61,7 +61,7 @@ class TrainResult:
         host_syncs_by_source: host_syncs by what read: metrics, evaluation, checkpoint, counters, oom_snapshot,
             frozen_layers_check.
         model: the trained model.
-        skipped_files: unreadable image files left out (data_kwargs on_error: skip).
+        skipped_files: unreadable files (images, clips) left out (data_kwargs on_error: skip).
         model_ema: the weights' moving average after the last step (config key ema_decay), None without one.
         stopped_by: for an interrupted run, the signal that stopped it: SIGINT (Ctrl-C), SIGTERM or SIGUSR1.
     """

@@ -261,7 +261,7 @@ def test_an_unreadable_photo_is_named_by_both_readers_and_skipped_files_are_said
     config = dict(RUN, data=str(root), run_dir=str(tmp_path / "runs"), cache=cache, val_fraction=0, epochs=2)
     with pytest.raises(ConfigError, match=r"cut.png.*on_error: skip leaves unreadable files out"):
         gpucore.train(config, model=linear(2))
-    with pytest.warns(UserWarning, match=r"on_error: skip left 1 unreadable image file out: .*red/cut.png: ") as said:
+    with pytest.warns(UserWarning, match=r"on_error: skip left 1 unreadable file out: .*red/cut.png: ") as said:
         result = gpucore.train(dict(config, name="skip", report=True,
                                     data_kwargs=dict(RUN["data_kwargs"], on_error="skip")), model=linear(2))
     assert sum("on_error: skip left" in str(w.message) for w in said) == 1  # said once, not every epoch

@@ -315,11 +315,11 @@ class FitLoop:
             print_epoch(record, self.config.epochs, self.metric_modes)
 
     def _say_skipped_files(self) -> None:
-        """Unreadable image files on_error: skip left out since the last epoch, on the terminal (the first few and a
-        count), never only in training_stats.json."""
+        """Unreadable files (images, clips) on_error: skip left out since the last epoch, on the terminal (the first
+        few and a count), never only in training_stats.json."""
         new = [entry for entry in self.run_stats.skipped_files() if entry not in self.files_said]
         if new and self.world.is_main:
-            warnings.warn(f"on_error: skip left {len(new)} unreadable image file{'s' if len(new) > 1 else ''} out: "
+            warnings.warn(f"on_error: skip left {len(new)} unreadable file{'s' if len(new) > 1 else ''} out: "
                           f"{listed(new, 3)} (training_stats.json's skipped_files and report.html list them all)",
                           stacklevel=2)
         self.files_said.update(new)
