@@ -30,7 +30,7 @@ from .. import transforms as transforms_list
 from ..errors import ConfigError
 from .sign_layouts import GlossClip, clip_kind, encode_glosses
 from .tensor_inputs import pixel_stats
-from .torch_samples import sample_seed
+from .torch_samples import padded_clips, sample_seed
 from .video import Clip, ClipError, decode_clip, decode_clips, probe_clip, read_keypoints
 
 
@@ -279,17 +279,9 @@ class ClipSequences(torch.utils.data.Dataset):
 
     def collate(self, batch: List[Tuple[torch.Tensor, List[int]]]) -> Tuple[torch.Tensor, torch.Tensor]:
         """(x, y) of a batch: clips padded with zeros to the longest, y[:, 0] the frame counts, y[:, 1:] the gloss
-        ids padded with -1."""
-        longest = max(frames.shape[0] for frames, _ in batch)
-        glosses = max(len(ids) for _, ids in batch)
-        first = batch[0][0]
-        x = torch.zeros((len(batch), longest, *first.shape[1:]), dtype=first.dtype)
-        y = torch.full((len(batch), 1 + glosses), -1, dtype=torch.int64)
-        for row, (frames, ids) in enumerate(batch):
-            x[row, :frames.shape[0]] = frames
-            y[row, 0] = frames.shape[0]
-            y[row, 1:1 + len(ids)] = torch.tensor(ids, dtype=torch.int64)
-        return x, y
+        ids padded with -1 (padded_clips, as a torch Dataset's clips)."""
+        return padded_clips([frames for frames, _ in batch],
+                            [torch.tensor([frames.shape[0], *ids], dtype=torch.int64) for frames, ids in batch])
 
 
 def _keypoint_width(clip: GlossClip) -> Optional[int]:
