@@ -54,8 +54,8 @@ class EvaluationResult:
         return self.task.correct(self.predicted, self.targets)
 
     def word_errors(self) -> WordErrors:
-        """CTC: each sample's substitutions, deletions and insertions against its target, and the target words (glosses)
-        substituted and deleted most (tasks/sequences.py's WordErrors).
+        """CTC: each sample's substitutions, deletions and insertions against its target, and over all samples which
+        target word (gloss) was replaced by which, deleted or inserted (tasks/sequences.py's WordErrors).
 
         Raises:
             ConfigError: a task that does not read sequences by CTC.

@@ -180,13 +180,22 @@ def ctc_fits(frames: int, glosses: Sequence[int], stride: int = 1) -> bool:
 @dataclass
 class WordErrors:
     """Decoded sequences against their targets: per sample the substitutions, deletions and insertions of a minimal
-    alignment (Levenshtein; an (N, 3) tensor) and the target's words; which target words were substituted or
-    deleted, counted over all samples."""
+    alignment (Levenshtein; an (N, 3) tensor) and the target's words; counted over all samples, which target word was
+    replaced by which decoded one, which target words were deleted and which decoded words inserted."""
 
     per_sample: torch.Tensor
     target_words: torch.Tensor
-    substituted: Counter = field(default_factory=Counter)  # target word -> times substituted
+    substitutions: Counter = field(default_factory=Counter)  # (target word, decoded word) -> times
     deleted: Counter = field(default_factory=Counter)  # target word -> times deleted
+    inserted: Counter = field(default_factory=Counter)  # decoded word -> times inserted
+
+    @property
+    def substituted(self) -> Counter:
+        """Target word -> times it was substituted (by any decoded word)."""
+        counts = Counter()
+        for (truth, _), times in self.substitutions.items():
+            counts[truth] += times
+        return counts
 
     @property
     def words(self) -> int:
@@ -203,15 +212,19 @@ def word_errors(predicted: torch.Tensor, targets: torch.Tensor) -> WordErrors:
     id: a gloss, a character)."""
     per_sample = torch.zeros(len(targets), 3, dtype=torch.int64)
     target_words = torch.zeros(len(targets), dtype=torch.int64)
-    substituted, deleted = Counter(), Counter()
+    substitutions, deleted, inserted = Counter(), Counter(), Counter()
     for i, (guess, truth) in enumerate(zip(predicted.tolist(), targets.tolist())):
         guess, truth = [c for c in guess if c >= 0], [c for c in truth if c >= 0]
         target_words[i] = len(truth)
-        for kind, at, _ in _C.word_edits(truth, guess):
+        for kind, at, decoded_at in _C.word_edits(truth, guess):
             per_sample[i, "sdi".index(kind)] += 1
-            if kind != "i":
-                (substituted if kind == "s" else deleted)[truth[at]] += 1
-    return WordErrors(per_sample, target_words, substituted, deleted)
+            if kind == "s":
+                substitutions[truth[at], guess[decoded_at]] += 1
+            elif kind == "d":
+                deleted[truth[at]] += 1
+            else:
+                inserted[guess[decoded_at]] += 1
+    return WordErrors(per_sample, target_words, substitutions, deleted, inserted)
 
 
 def pad_sequences(sequences: torch.Tensor, width: int) -> torch.Tensor:
