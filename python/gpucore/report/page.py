@@ -10,7 +10,8 @@ import json
 import os
 import shutil
 import warnings
-from typing import Any, Callable, List, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -131,18 +132,26 @@ class Page:
             self.failures.append(message)
             return None
 
-    def figure(self, heading: str, name: str, draw: Callable[[str], Any], note: str = "") -> None:
+    def picture(self, name: str, draw: Callable[[str], Any]) -> Optional["Picture"]:
+        """A PNG drawn by `draw` into plots/ as `name`, to embed (in a table cell, or as a figure); None where it could
+        not be drawn (a warning, and a line under "Not drawn")."""
         path = os.path.join(self.plots, name)
         if self.attempt(name, lambda: draw(path)) is None:
-            return
+            return None
         with open(path, "rb") as handle:
-            data = base64.b64encode(handle.read()).decode("ascii")
+            return Picture(name, base64.b64encode(handle.read()).decode("ascii"))
+
+    def figure(self, heading: str, name: str, draw: Callable[[str], Any], note: str = "") -> None:
+        picture = self.picture(name, draw)
+        if picture is None:
+            return
         self.sections.append(f"<h2>{html.escape(heading)}</h2>" + (f"<p>{html.escape(note)}</p>" if note else "")
-                             + f'<img alt="{html.escape(name)}" src="data:image/png;base64,{data}">')
+                             + picture.html())
 
     def table(self, heading: str, rows: Sequence[Sequence[Any]], header: Sequence[str] = (), note: str = "") -> None:
+        """A table; a cell that is a Picture shows its image."""
         head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(c))}</td>" for c in row) + "</tr>" for row in rows)
+        body = "".join("<tr>" + "".join(f"<td>{_cell_html(c)}</td>" for c in row) + "</tr>" for row in rows)
         self.sections.append(f"<h2>{html.escape(heading)}</h2><table>{'<tr>' + head + '</tr>' if head else ''}"
                              f"{body}</table>" + (f"<p>{html.escape(note)}</p>" if note else ""))
 
@@ -190,6 +199,23 @@ _STYLE = ("body{font-family:sans-serif;margin:24px;color:#222}h1{font-size:22px}
           "h2{font-size:17px;margin-top:28px}table{border-collapse:collapse;font-size:13px}"
           "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}th{background:#f0f0f0}"
           "img{max-width:100%;border:1px solid #eee}")
+
+
+@dataclass(frozen=True)
+class Picture:
+    """A PNG of plots/, embedded in the page as a data URI (the page fetches nothing)."""
+
+    name: str  # its file name in plots/
+    data: str  # base64
+    height: Optional[int] = None  # shown this many pixels high, its pixels kept sharp (small frames enlarged)
+
+    def html(self) -> str:
+        style = f' style="height:{self.height}px;image-rendering:pixelated"' if self.height else ""
+        return f'<img alt="{html.escape(self.name)}"{style} src="data:image/png;base64,{self.data}">'
+
+
+def _cell_html(value: Any) -> str:
+    return value.html() if isinstance(value, Picture) else html.escape(_cell(value))
 
 
 def _cell(value: Any) -> str:

@@ -7,7 +7,9 @@ import math
 from typing import Dict, Optional, Sequence
 
 import numpy as np
+import torch
 
+from ..data.png import encode_png, grid
 from ..run_history import metric_names
 
 MISTAKE, RIGHT = "#d62728", "#2ca02c"  # title colours of wrong and right predictions
@@ -39,6 +41,9 @@ def _save(figure, path: str) -> str:
     return path
 
 
+_SERIES_COLOURS = {"train": "C0", "val": "C1", "lr": "C0"}
+
+
 def curves(history: Sequence[dict], path: str) -> str:
     """Loss and every metric per epoch (train and validation in one panel each), and the learning rate."""
     plt = _pyplot()
@@ -56,8 +61,10 @@ def curves(history: Sequence[dict], path: str) -> str:
         for key in series:
             values = [row.get(key) for row in history]
             if any(v is not None for v in values):
+                part = key.split("_", 1)[0] if key != "lr" else "lr"
+                # train and val in the same colours in every panel, also one that has val only (val_wer)
                 axis.plot(epochs, [np.nan if v is None else v for v in values], marker="o", markersize=3,
-                          label=key.split("_", 1)[0] if key != "lr" else "lr")
+                          label=part, color=_SERIES_COLOURS[part])
         axis.set_title(name if name != "lr" else "learning rate (end of epoch)")
         axis.set_xlabel("epoch")
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -130,6 +137,17 @@ def image_grid(images: Sequence[np.ndarray], titles: Sequence[str], path: str, c
         figure.suptitle(title, y=1 - 0.1 / total_height, va="top")
     figure.savefig(path, dpi=100, facecolor="white")
     plt.close(figure)
+    return path
+
+
+def frame_strip(frames: np.ndarray, path: str, gap: int = 2) -> str:
+    """Frames side by side in one PNG, pixel for pixel (no resampling), white gaps between them: uint8 (K, H, W, 3)
+    or (K, H, W)."""
+    strip = torch.from_numpy(np.ascontiguousarray(frames))
+    if strip.dim() == 3:
+        strip = strip[..., None].expand(*strip.shape, 3)
+    with open(path, "wb") as handle:
+        handle.write(encode_png(grid(strip.contiguous(), columns=len(strip), gap=gap)))
     return path
 
 

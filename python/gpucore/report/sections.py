@@ -4,6 +4,8 @@ Grad-CAM, decoded strings beside the truth, masks with IoU; and one training bat
 from __future__ import annotations
 
 import copy
+import os
+from dataclasses import replace
 from typing import List, Optional
 
 import numpy as np
@@ -11,6 +13,7 @@ import torch
 from torch import nn
 
 from ..cam import CAM
+from ..data.clip_sequences import ClipSequences
 from ..tasks.base import names_for, output_names
 from ..tasks.decode import as_text
 from . import plots
@@ -34,6 +37,8 @@ def prediction_sections(page: Page, result, classes: Optional[List[str]], normal
     section = result.task.report_sections
     if section == "classification":
         return _classification(page, result, classes, normalization, module, config, device)
+    if section == "sequences" and getattr(result.task, "sequence_lengths", False):
+        return _clip_glosses(page, result, classes, normalization)
     if section == "sequences":
         return _sequences(page, result, classes, normalization)
     if section == "segmentation":
@@ -128,6 +133,80 @@ def _sequences(page, result, classes, normalization) -> Optional[List[dict]]:
             pictures, [f"true {t}\npred {g}" for t, g in zip(truth, guess)], path, columns=4,
             colours=[plots.RIGHT if right[i] else plots.MISTAKE for i in shown]))
     return rows
+
+
+def _clip_glosses(page, result, classes, normalization) -> None:
+    """Clips read by CTC (sign language): the glosses the alignment of each decoding against its reference
+    substituted (by which), deleted and inserted most often, then the first clips with their reference and decoded
+    glosses side by side and a strip of evenly spaced frames as the model saw them. No per-gloss confusion matrix: a
+    gloss vocabulary runs to thousands, and the alignment's substitutions are the confusions that count."""
+    errors = result.word_errors()
+    count = result.outputs.shape[-1] if result.outputs is not None else len(classes or ())
+    names = result.task.alphabet(classes, count)
+
+    def gloss(index: int) -> str:
+        return names[index] if 0 <= index < len(names) else str(index)
+
+    (s, d, i), words = errors.per_sample.sum(0).tolist(), errors.words
+    page.table("Gloss errors", [("reference glosses", words), ("substituted", s), ("deleted", d), ("inserted", i),
+                                ("WER, (S + D + I) / reference glosses", (s + d + i) / words if words else None)],
+               ("", "count"), "From a minimal alignment (Levenshtein) of each clip's decoded glosses against its "
+                              "reference, as jiwer aligns words.")
+    for what, counts, header in (("substituted", errors.substitutions, ("reference", "decoded instead", "times")),
+                                 ("deleted", errors.deleted, ("reference gloss", "times")),
+                                 ("inserted", errors.inserted, ("decoded gloss", "times"))):
+        rows = [(*map(gloss, key if isinstance(key, tuple) else (key,)), n) for key, n in _most_common(counts)]
+        page.table(f"Glosses most often {what} (top {TOP_GLOSSES})", rows, header, "" if rows else "None.")
+    shown = list(range(min(CLIPS_SHOWN, len(result))))
+    references = as_text(result.task.labels(result.targets[shown].long()), names)
+    decoded = as_text(result.predicted[shown].long(), names)
+    files = _clip_files(result)
+    inputs = result.inputs(shown)
+    rows = []
+    for k, index in enumerate(shown):
+        strip = None
+        if inputs.dim() == 5:  # frames (not keypoints)
+            frames = int(result.targets[index, 0])
+            strip = page.picture(f"clip_{index}_frames.png", lambda path, k=k, frames=frames: plots.frame_strip(
+                strip_frames(inputs[k, :frames], normalization), path))
+        edits = errors.per_sample[index].tolist()
+        rows.append((index, references[k], decoded[k],
+                     "right" if not any(edits) else ", ".join(f"{n} {kind}" for n, kind in zip(
+                         edits, ("substituted", "deleted", "inserted")) if n),
+                     files[index] if files else None, replace(strip, height=STRIP_HEIGHT) if strip else None))
+    page.table("Clips: reference and decoded glosses", rows,
+               ("sample", "reference", "decoded", "errors", "clip", f"frames (up to {STRIP_FRAMES}, evenly spaced)"),
+               f"The first clips of {result.data.description}; their frames as the model saw them (after the "
+               "deterministic transforms), un-normalised.")
+    return None
+
+
+TOP_GLOSSES = 20  # rows of each gloss-error table
+CLIPS_SHOWN = 8  # clips shown with their glosses and frames
+STRIP_FRAMES = 8  # frames a clip's strip shows
+STRIP_HEIGHT = 64  # pixels a strip is shown high (small frames enlarged, pixels kept sharp)
+
+
+def _most_common(counts) -> list:
+    """The TOP_GLOSSES most frequent, ties in the order of their keys (the same page for the same counts)."""
+    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:TOP_GLOSSES]
+
+
+def strip_frames(clip: torch.Tensor, normalization) -> np.ndarray:
+    """Up to STRIP_FRAMES frames of a clip (T, C, H, W, as the model took it), evenly spaced from the first to the
+    last, un-normalised: uint8 (K, H, W, 3) or (K, H, W)."""
+    chosen = np.linspace(0, clip.shape[0] - 1, min(STRIP_FRAMES, clip.shape[0])).round().astype(np.int64)
+    pictures = display_images(clip[torch.from_numpy(chosen)], normalization)
+    return (np.stack(pictures) * 255).round().astype(np.uint8)
+
+
+def _clip_files(result) -> Optional[List[str]]:
+    """Each evaluated clip's file and the row that labels it, where the data is a sign-language layout whose every clip
+    was scored (a clip left out while decoding would shift them)."""
+    clips = result.data.data
+    if not isinstance(clips, ClipSequences) or len(clips.labels) != len(result):
+        return None
+    return [f"{os.path.basename(label.path)} ({label.where})" for label in clips.labels]
 
 
 def _multi_label(page, result, classes) -> List[dict]:
