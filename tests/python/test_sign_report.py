@@ -149,7 +149,13 @@ def sign_run(tmp_path_factory):
     result = gpucore.train({"data": str(root), "data_kwargs": {"size": SIZE}, "loss": "ctc", "epochs": 3,
                             "batch_size": 8, "lr": 0.01, "device": "cpu", "precision": "32", "progress": False,
                             "report": True, "run_dir": str(root / "runs"), "seed": 0}, model=FrameNet())
+    gpucore.evaluate(os.path.join(result.checkpoint_dir, "best.pt"), data=str(root), split="val", device="cpu",
+                     model=FrameNet(), out=str(root / "evaluated"))
     return root, dev, result
+
+
+# The pages: the run's own, written at the end of training, and gpucore.evaluate's of the dev split.
+PAGES = ("runs/FrameNet", "evaluated")
 
 
 def decoded_by_hand(root, dev, result):
@@ -174,9 +180,10 @@ def decoded_by_hand(root, dev, result):
     return decoded, frames_of, checkpoint["classes"]
 
 
-def test_the_report_tables_the_glosses_the_alignment_got_wrong(sign_run):
+@pytest.mark.parametrize("folder", PAGES)
+def test_the_report_tables_the_glosses_the_alignment_got_wrong(sign_run, folder):
     root, dev, result = sign_run
-    page = open(os.path.join(result.run_dir, "report.html"), encoding="utf-8").read()
+    page = (root / folder / "report.html").read_text(encoding="utf-8")
     decoded, _, vocabulary = decoded_by_hand(root, dev, result)
     references = [[vocabulary.index(g) for g in text.split()] for _, text in dev]
     errors = word_errors(padded(decoded, 12), padded(references, 12))
@@ -198,18 +205,19 @@ def test_the_report_tables_the_glosses_the_alignment_got_wrong(sign_run):
                "<p>None.</p>" in page
 
 
-def test_the_report_shows_dev_clips_reference_decoded_and_their_frames(sign_run):
+@pytest.mark.parametrize("folder", PAGES)
+def test_the_report_shows_dev_clips_reference_decoded_and_their_frames(sign_run, folder):
     root, dev, result = sign_run
     from PIL import Image
 
-    page = open(os.path.join(result.run_dir, "report.html"), encoding="utf-8").read()
+    page = (root / folder / "report.html").read_text(encoding="utf-8")
     decoded, frames_of, vocabulary = decoded_by_hand(root, dev, result)
     for index, ((name, text), glosses) in enumerate(zip(dev, decoded)):
         hypothesis = " ".join(vocabulary[g] for g in glosses)
         assert f"<tr><td>{index}</td><td>{text}</td><td>{hypothesis}</td>" in page, (index, text, hypothesis)
         assert f"<td>{name} (CSV &#x27;{root / 'dev' / 'labels.csv'}&#x27; line {index + 2})</td>" in page
         # the strip: up to 8 evenly spaced frames, side by side with 2-pixel gaps, each the decoded frame it shows
-        strip = np.asarray(Image.open(os.path.join(result.run_dir, "plots", f"clip_{index}_frames.png")).convert("RGB"))
+        strip = np.asarray(Image.open(root / folder / "plots" / f"clip_{index}_frames.png").convert("RGB"))
         frames = frames_of[index]
         chosen = np.linspace(0, len(frames) - 1, min(8, len(frames))).round().astype(int)
         assert strip.shape == (SIZE, len(chosen) * (SIZE + 2) - 2, 3)

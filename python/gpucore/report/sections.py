@@ -1,6 +1,7 @@
 """The sections of report.html that show what a model predicts: the evaluation's metrics, then as the task
 says (tasks/): confusion matrices and per-class metrics, the validation grid, the worst mistakes with
-Grad-CAM, decoded strings beside the truth, masks with IoU; and one training batch."""
+Grad-CAM, decoded strings beside the truth, masks with IoU, a sign-language run's gloss errors and clips; and one
+training batch."""
 from __future__ import annotations
 
 import copy
@@ -135,6 +136,12 @@ def _sequences(page, result, classes, normalization) -> Optional[List[dict]]:
     return rows
 
 
+TOP_GLOSSES = 20  # rows of each gloss-error table
+CLIPS_SHOWN = 8  # clips shown with their glosses and frames
+STRIP_FRAMES = 8  # frames a clip's strip shows
+STRIP_HEIGHT = 64  # pixels a strip is shown high (small frames enlarged, pixels kept sharp)
+
+
 def _clip_glosses(page, result, classes, normalization) -> None:
     """Clips read by CTC (sign language): the glosses the alignment of each decoding against its reference
     substituted (by which), deleted and inserted most often, then the first clips with their reference and decoded
@@ -178,13 +185,6 @@ def _clip_glosses(page, result, classes, normalization) -> None:
                ("sample", "reference", "decoded", "errors", "clip", f"frames (up to {STRIP_FRAMES}, evenly spaced)"),
                f"The first clips of {result.data.description}; their frames as the model saw them (after the "
                "deterministic transforms), un-normalised.")
-    return None
-
-
-TOP_GLOSSES = 20  # rows of each gloss-error table
-CLIPS_SHOWN = 8  # clips shown with their glosses and frames
-STRIP_FRAMES = 8  # frames a clip's strip shows
-STRIP_HEIGHT = 64  # pixels a strip is shown high (small frames enlarged, pixels kept sharp)
 
 
 def _most_common(counts) -> list:
