@@ -11,7 +11,7 @@ from gpucore.models.cslr import TemporalHead
 
 
 class FrameNet(nn.Module):
-    """A CSLR model in small: a CNN on every frame (features), pooled, under the CSLR models' TemporalHead (stride 4)."""
+    """A CSLR model in small: a CNN on every frame (features), pooled, under the CSLR models' TemporalHead."""
 
     temporal_stride = 4
 

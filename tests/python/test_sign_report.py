@@ -193,16 +193,15 @@ def test_the_report_tables_the_glosses_the_alignment_got_wrong(sign_run, folder)
             f"<tr><td>inserted</td><td>{i}</td></tr>") in page
     for (truth, guess), times in errors.substitutions.items():
         assert f"<tr><td>{vocabulary[truth]}</td><td>{vocabulary[guess]}</td><td>{times}</td></tr>" in page
-    tables = {heading: body for heading, body in re.findall(r"<h2>Glosses most often (\w+)[^<]*</h2><table>(.*?)</table>",
-                                                            page)}
+    tables = dict(re.findall(r"<h2>Glosses most often (\w+)[^<]*</h2><table>(.*?)</table>", page))
     assert set(tables) == {"substituted", "deleted", "inserted"}
     for kind, counts in (("deleted", errors.deleted), ("inserted", errors.inserted)):
         rows = re.findall(r"<tr><td>([^<]*)</td><td>(\d+)</td></tr>", tables[kind])
         assert sorted(rows) == sorted((vocabulary[g], str(n)) for g, n in counts.items())
     assert len(re.findall(r"<tr><td>", tables["substituted"])) == len(errors.substitutions)
     if not errors.inserted:
-        assert "<h2>Glosses most often inserted (top 20)</h2><table><tr><th>decoded gloss</th><th>times</th></tr></table>" \
-               "<p>None.</p>" in page
+        assert ("<h2>Glosses most often inserted (top 20)</h2><table><tr><th>decoded gloss</th><th>times</th></tr>"
+                "</table><p>None.</p>") in page
 
 
 @pytest.mark.parametrize("folder", PAGES)
