@@ -327,7 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
     runs.set_defaults(run=_runs)
 
     evaluate = commands.add_parser("evaluate", help="metrics and the report's plots of a checkpoint on a data set")
-    evaluate.add_argument("checkpoint", help="a gpucore checkpoint (best.pt, last.pt)")
+    evaluate.add_argument("checkpoint", help="a gpucore checkpoint (best.pt, last.pt), or a run directory (its best.pt, "
+                          "else last.pt, else interrupted.pt)")
     evaluate.add_argument("--data", help="a data set as config key data names it (a built-in set, a .npz, a folder: "
                           "IDX or .npy files, class subfolders, images/ and masks/ for segmentation, train/ beside "
                           "test/ or val/), read with the run's channels and size; scored whole unless --split says "
@@ -346,14 +347,15 @@ def build_parser() -> argparse.ArgumentParser:
     predict = commands.add_parser("predict", help="predictions of a trained checkpoint on images, into a CSV")
     predict.add_argument("checkpoint", help="a gpucore checkpoint (best.pt, last.pt)")
     predict.add_argument("inputs", nargs="+", help="one or more: a folder of PNG/JPEG images (class subfolders "
-                         "allowed), an image, a .npy/.npz array, an IDX image file, or video clips (.mp4, ...) for a "
-                         "sign-language model; one table across all, in the order given")
+                         "allowed), an image, a .npy/.npz array, an IDX image file; for a sign-language model clips: "
+                         "video files (.mp4, ...) or frame folders (a folder of numbered images is one clip), or T x F "
+                         "keypoint .npy files for a keypoint model; one table across all, in the order given")
     predict.add_argument("--out", default="predictions.csv", help="the CSV, one row per input (default predictions.csv)")
     predict.add_argument("--top-k", type=int, default=5, help="classes per input for classification (default 5)")
     predict.add_argument("--masks", help="segmentation: folder for the mask PNGs (default: OUT's name + _masks)")
     predict.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
     predict.add_argument("--batch-size", type=int, help="inputs per pass (default: the run's eval_batch_size)")
-    predict.add_argument("--json", action="store_true", help="video clips (a sign-language model): the JSON summary, "
+    predict.add_argument("--json", action="store_true", help="clips (a sign-language model): the JSON summary, "
                          "each clip's glosses under 'glosses' (default: the glosses, a line per clip)")
     predict.add_argument("--on-error", choices=["raise", "skip"], default="raise",
                          help="an image file that cannot be read or decoded: raise (default: an error naming it) or "

@@ -298,7 +298,7 @@ def test_bad_clips_among_good_ones_named_and_skipped_with_a_count(tmp_path):
     for width, name in ((6, "a.npy"), (6, "b.npy"), (5, "c.npy")):
         np.save(str(tmp_path / name), np.ones((4, width), np.float32))
     keypoints = [_labelled(tmp_path / n, ["a"], line) for line, n in enumerate(("a.npy", "b.npy", "c.npy"), 2)]
-    with pytest.raises(ClipError, match=r"line 4: keypoint file '.*c\.npy' has 5 features per frame; .* have 6"):
+    with pytest.raises(ClipError, match=r"line 4: keypoint file '.*c\.npy' has 5 features per frame, expected 6"):
         ClipSequences(keypoints, VOCABULARY)
     data = ClipSequences(keypoints, VOCABULARY, on_error="skip")
     x, y = data.collate([data[0], data[1]])

@@ -50,6 +50,8 @@ class ClipSequences(torch.utils.data.Dataset):
         rescale: temporal rescaling (a training split's), lengths in [1 - rescale, 1 + rescale] x (0: none).
         batch_by_length: a run's training batches of clips of similar lengths (LengthBatches), less padding.
         threads: decoding threads (default: the CPU count).
+        keypoint_width: keypoints: the features per frame every file must have (a trained model's; default: the
+            first readable file's).
         on_error: "raise": a clip that does not read, or cannot fit CTC, is a ConfigError naming it; "skip": left out,
             named in `skipped`.
 
@@ -62,7 +64,7 @@ class ClipSequences(torch.utils.data.Dataset):
     def __init__(self, clips: Sequence[GlossClip], vocabulary: Sequence[str], *, split: str = "train",
                  size: Any = 112, channels: int = 3, frame_stride: int = 1, max_frames: int = 0,
                  temporal_stride: int = 1, rescale: float = 0.0, batch_by_length: bool = False,
-                 threads: Optional[int] = None, on_error: str = "raise"):
+                 threads: Optional[int] = None, keypoint_width: Optional[int] = None, on_error: str = "raise"):
         for name, value, least in (("frame_stride", frame_stride, 1), ("max_frames", max_frames, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ConfigError(f"{name} must be an integer >= {least}, got {value!r}")
@@ -93,8 +95,9 @@ class ClipSequences(torch.utils.data.Dataset):
         self.on_error, self.skipped = on_error, []
         self.seed, self.epoch = 0, 0
         self.keypoint_width = None
-        if self.kind == "keypoints":  # the first readable file's width is the data set's
-            self.keypoint_width = next((w for w in map(_keypoint_width, clips) if w is not None), None)
+        if self.kind == "keypoints":  # the width asked for, else the first readable file's is the data set's
+            self.keypoint_width = keypoint_width or next((w for w in map(_keypoint_width, clips) if w is not None),
+                                                         None)
         probed = decode_clips([lambda c=c: _probe(c, self.kind, self.keypoint_width) for c in clips], self.threads)
         targets = encode_glosses(clips, self.vocabulary, split)
         self.clips: List[Clip] = []

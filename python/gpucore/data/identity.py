@@ -113,6 +113,22 @@ def changes(recorded: dict, current: dict) -> List[str]:
     return found
 
 
+def vocabulary_changes(recorded: Sequence[str], current: Sequence[str], only_recorded: str = "the data no longer has",
+                       only_current: str = "new in the data") -> List[str]:
+    """What differs between two gloss vocabularies, in words: the glosses only `recorded` has ("glosses
+    ONLY_RECORDED: ..."), those only `current` has, or the first id whose gloss moved (empty: the same vocabulary, in
+    the same order)."""
+    if list(recorded) == list(current):
+        return []
+    gone, new = [g for g in recorded if g not in current], [g for g in current if g not in recorded]
+    found = ([f"glosses {only_recorded}: {', '.join(map(repr, gone))}"] if gone else []) + \
+        ([f"glosses {only_current}: {', '.join(map(repr, new))}"] if new else [])
+    if not found:
+        moved = next(i for i, (a, b) in enumerate(zip(recorded, current)) if a != b)
+        found = [f"the same glosses in another order: id {moved} was {recorded[moved]!r}, now {current[moved]!r}"]
+    return found
+
+
 def check_same_vocabulary(checkpoint: str, recorded: Optional[Sequence[str]], current: Sequence[str]) -> None:
     """A resume on gloss-labelled clips must read the vocabulary its checkpoint was trained with, in its order: the
     model's outputs are those glosses' (accept_changed_data does not change that).
@@ -120,18 +136,13 @@ def check_same_vocabulary(checkpoint: str, recorded: Optional[Sequence[str]], cu
     Raises:
         ConfigError: another vocabulary, naming the glosses gone, the glosses new, or the first id whose gloss moved.
     """
-    if not recorded or list(recorded) == list(current):
-        return
-    gone, new = [g for g in recorded if g not in current], [g for g in current if g not in recorded]
-    found = ([f"glosses the data no longer has: {', '.join(map(repr, gone))}"] if gone else []) + \
-        ([f"glosses new in the data: {', '.join(map(repr, new))}"] if new else [])
-    if not found:
-        moved = next(i for i, (a, b) in enumerate(zip(recorded, current)) if a != b)
-        found = [f"the same glosses in another order: id {moved} was {recorded[moved]!r}, now {current[moved]!r}"]
-    raise ConfigError(f"checkpoint '{checkpoint}' was trained with a gloss vocabulary of {len(recorded)} entries and "
-                      f"this resume's training split gives {len(current)}: " + "; ".join(found) + ". The model's "
-                      "outputs are the checkpoint's glosses: resume on the labels it was trained on, or start a new run "
-                      f"from its weights (pretrained: {checkpoint}, pretrained_strict: false for a new classifier)")
+    found = vocabulary_changes(recorded, current) if recorded else []
+    if found:
+        raise ConfigError(f"checkpoint '{checkpoint}' was trained with a gloss vocabulary of {len(recorded)} entries "
+                          f"and this resume's training split gives {len(current)}: " + "; ".join(found) + ". The "
+                          "model's outputs are the checkpoint's glosses: resume on the labels it was trained on, or "
+                          f"start a new run from its weights (pretrained: {checkpoint}, pretrained_strict: false for a "
+                          "new classifier)")
 
 
 def check_same_data(checkpoint: str, recorded: Optional[dict], current: dict, accept_changed: bool) -> List[str]:

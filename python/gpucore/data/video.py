@@ -146,8 +146,8 @@ def read_keypoints(path: str, width: Optional[int] = None) -> np.ndarray:
         raise ClipError(f"keypoint file '{path}' has zero frames")
     array = array.reshape(array.shape[0], -1).astype(np.float32)
     if width is not None and array.shape[1] != width:
-        raise ClipError(f"keypoint file '{path}' has {array.shape[1]} features per frame; the data set's others have "
-                        f"{width}")
+        raise ClipError(f"keypoint file '{path}' has {array.shape[1]} features per frame, expected {width} (those of "
+                        "the data set's other files, or of a trained model's inputs)")
     if not np.isfinite(array).all():
         raise ClipError(f"keypoint file '{path}' holds NaN or infinite values")
     return array

@@ -16,6 +16,7 @@ from ..run_files import CHECKPOINTS, EVALUATION, PER_CLASS
 from .evaluation_pass import data_sets, evaluation_pass
 from .load import load
 from .run_data import check_classes, chosen_data
+from .run_report import best_checkpoint
 
 
 def evaluate(checkpoint: str, data: Union[None, str, os.PathLike, LabeledData, tuple, object] = None,
@@ -25,7 +26,7 @@ def evaluate(checkpoint: str, data: Union[None, str, os.PathLike, LabeledData, t
     evaluation.json in `out`).
 
     Args:
-        checkpoint: a gpucore checkpoint path.
+        checkpoint: a gpucore checkpoint path, or a run directory (its best.pt, else last.pt, else interrupted.pt).
         data: what config key `data` takes (a built-in set, a .npz, a folder: class subfolders, images/ and
             masks/, train/ beside test/ or val/, ...), read with the run's channels and size; or a data set given in
             Python: a gpucore data set (read_segmentation(...), read_image_folder(...), from_tensors(...)),
@@ -54,6 +55,8 @@ def evaluate(checkpoint: str, data: Union[None, str, os.PathLike, LabeledData, t
             a classifier, class labels for segmentation, other class names), a run whose data or model came from
             Python and is not given.
     """
+    if os.path.isdir(checkpoint):
+        checkpoint = best_checkpoint(checkpoint)
     if not os.path.isfile(checkpoint):
         raise ConfigError(f"checkpoint '{checkpoint}' does not exist")
     model = load(checkpoint, device, model)

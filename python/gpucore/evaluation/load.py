@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import os
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple, Union
@@ -17,6 +18,7 @@ from torch import nn
 from ..cam import PhotoGeometry
 from ..checkpoint import load_checkpoint, model_state
 from ..config import load_config
+from ..data.identity import vocabulary_changes
 from ..data.image_files import DEFAULT_MAX_RESOLUTION
 from ..data.input_files import images_from_list, read_size
 from ..data.tensor_inputs import as_images, model_inputs, prepare_inputs
@@ -25,6 +27,7 @@ from .. import transforms
 from ..errors import ConfigError
 from ..models.tta import with_tta
 from ..models.registry import build_model, is_python_model, python_model_error
+from ..run_files import CHECKPOINTS, CONFIG
 from ..tasks import task_of
 
 
@@ -288,11 +291,38 @@ def load(checkpoint: Union[str, os.PathLike], device: str = "auto",
     return from_payload(load_checkpoint(path), path, select_device(device).device, model)
 
 
+def check_run_vocabulary(path: str, classes: Optional[List[str]]) -> None:
+    """A checkpoint in a run directory's checkpoints/ folder is read as that run's: the gloss vocabulary its
+    config.json records (config key vocabulary) must be the checkpoint's class names, in their order, else every
+    decoded id would be named by the wrong gloss.
+
+    Raises:
+        ConfigError: the two disagree, naming the glosses only one of them has, or the first id whose gloss moved.
+    """
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.basename(folder) != CHECKPOINTS:
+        return
+    config_path = os.path.join(os.path.dirname(folder), CONFIG)
+    try:
+        with open(config_path, encoding="utf-8") as handle:
+            recorded = json.load(handle).get("vocabulary")
+    except (OSError, ValueError, AttributeError):  # no config.json, or not a run's: nothing recorded to check
+        return
+    found = vocabulary_changes(recorded, classes or [], f"only {CONFIG} has", "only the checkpoint has") \
+        if recorded else []
+    if found:
+        raise ConfigError(f"checkpoint '{path}' names {len(classes or [])} glosses, but its run's '{config_path}' "
+                          f"records a gloss vocabulary of {len(recorded)} (config key vocabulary): " + "; ".join(found)
+                          + ". The checkpoint is not this run's: use the checkpoint its run wrote, or move it out of "
+                            "the run directory to read it by its own vocabulary")
+
+
 def from_payload(payload: dict, path: str, device: torch.device,
                  module: Union[None, str, nn.Module] = None) -> LoadedModel:
     """A checkpoint's contents, already read from `path`, as a LoadedModel on `device`. The model is built from the
     checkpoint's config, or from `module`: a copy of a model the config cannot name (e.g. the one a training
     process was given) that takes the checkpoint's weights, or a model name to build instead of the config's."""
+    check_run_vocabulary(path, payload.get("classes"))
     config = load_config(payload["config"])
     if isinstance(module, str):
         name = module

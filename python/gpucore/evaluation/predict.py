@@ -3,12 +3,13 @@
 The inputs are read at the checkpoint's input shape (channels; image files resized to its height and width
 like the training reader did) and standardised with its run's statistics (gpucore.load). One row per input:
 classification: the top-k classes with softmax probabilities; multi-head (captcha) and CTC: the decoded
-text; video clips for a sign-language model: each clip's glosses; multi-label: the labels whose logit is positive, with sigmoid probabilities; segmentation: a mask PNG
+text; clips for a sign-language model (video files, frame folders, keypoint .npy files): each clip's glosses; multi-label: the labels whose logit is positive, with sigmoid probabilities; segmentation: a mask PNG
 per image (grey: 255 where a one-channel model predicts the foreground, else the class id).
 """
 from __future__ import annotations
 
 import csv
+import dataclasses
 import os
 from typing import List, Optional, Sequence, Union
 
@@ -16,7 +17,8 @@ import torch
 
 from ..data.class_folders import listed
 from ..data.clip_sequences import ClipSequences
-from ..data.sign_layouts import BLANK, GlossClip
+from ..data.epoch_data import validation_set
+from ..data.sign_layouts import BLANK, GlossClip, clip_kind
 from ..data.video import VIDEO_EXTENSIONS
 from ..data.input_files import IN_MEMORY, read_input_images
 from ..data.png import encode_png
@@ -27,6 +29,7 @@ from ..data.image_files import ImageFiles
 from ..data.labeled_data import LabeledData
 from ..data.plan import describe_data
 from ..data.torch_samples import dataset_samples, is_hf_dataset
+from .evaluation_pass import cat_padded
 from .load import LoadedModel, load
 from .run_data import check_classes
 
@@ -104,7 +107,9 @@ def predict(checkpoint: Union[str, os.PathLike, LoadedModel], inputs, *, top_k: 
             samples read as gpucore.train reads them (data_kwargs image_key and label_key; its images as a list of
             images; its classes, where it names them, must be the model's), its targets the labels. Float images
             must lie in [0, 1] (a ConfigError names the range found) unless the run trained on floats of another
-            range.
+            range. For a sign-language model (trained on gloss-labelled clips) each path is one clip: a video file or
+            a frame folder (numbered images) for a model of frames, a T x F keypoint .npy file for a keypoint model;
+            each row gives the clip's glosses.
         top_k: classes per input for classification.
         masks: segmentation: the folder for one mask PNG per image.
         device: auto, cpu, cuda, cuda:N or mps.
@@ -123,9 +128,9 @@ def predict(checkpoint: Union[str, os.PathLike, LoadedModel], inputs, *, top_k: 
     model = checkpoint if isinstance(checkpoint, LoadedModel) else load(checkpoint, device)
     if not is_int(top_k) or top_k < 1:
         raise ConfigError(f"top_k must be an integer >= 1, got {top_k!r}")
-    if _video_paths(inputs):
-        return _predict_clips(model, [os.fspath(p) for p in ([inputs] if isinstance(inputs, (str, os.PathLike))
-                                                             else inputs)], on_error)
+    paths = _paths(inputs)
+    if paths and (_video_paths(paths) or _is_gloss_model(model)):
+        return _predict_clips(model, paths, on_error, batch_size)
     raw, names, labels, skipped = _read(model, inputs, on_error)
     outputs = model(raw, batch_size).cpu()
     task = model.task.for_outputs(outputs)
@@ -144,41 +149,74 @@ def predict(checkpoint: Union[str, os.PathLike, LoadedModel], inputs, *, top_k: 
     return Predictions(names, outputs, decoded, rows, labels, mask_files, notes, skipped)
 
 
-def _video_paths(inputs) -> bool:
-    """Whether `inputs` is a video file's path or a list of them (clips for a sign-language model)."""
+def _paths(inputs) -> List[str]:
+    """`inputs` as a list of paths where it is a path or a list of them, else []."""
     paths = [inputs] if isinstance(inputs, (str, os.PathLike)) else inputs if isinstance(inputs, (list, tuple)) else []
-    return bool(paths) and all(isinstance(p, (str, os.PathLike)) and os.fspath(p).lower().endswith(VIDEO_EXTENSIONS)
-                               for p in paths)
+    return [os.fspath(p) for p in paths] if all(isinstance(p, (str, os.PathLike)) for p in paths) else []
 
 
-def _predict_clips(model: LoadedModel, paths: List[str], on_error: str) -> Predictions:
-    """Each video clip's gloss sequence: the clips read as the checkpoint's run read its held-out split (its
-    data_kwargs: size, channels, frame_stride, max_frames; no rescaling), standardised with its statistics, decoded
-    as gpucore evaluate decodes them (greedy, or config key beam_width) at each clip's own output steps.
+def _video_paths(paths: List[str]) -> bool:
+    """Whether every path is a video file's (clips, which only a sign-language model takes)."""
+    return all(path.lower().endswith(VIDEO_EXTENSIONS) for path in paths)
+
+
+def _is_gloss_model(model: LoadedModel) -> bool:
+    """Whether the model was trained on gloss-labelled clips: its class names are a vocabulary whose entry 0 is the
+    CTC blank."""
+    return bool(model.classes) and model.classes[0] == BLANK
+
+
+def _predict_clips(model: LoadedModel, paths: List[str], on_error: str, batch_size: Optional[int]) -> Predictions:
+    """Each clip's gloss sequence, in the order given: video files and frame folders (a folder of numbered images is
+    one clip, as PHOENIX-2014 ships them) for a model trained on frames, T x F keypoint .npy files for a keypoint
+    model. The clips are read as the checkpoint's run read its held-out split (its data_kwargs: size, channels,
+    frame_stride, max_frames; no rescaling), standardised with its statistics, batched `batch_size` at a time
+    (default: the run's eval_batch_size), and decoded as gpucore evaluate decodes them (greedy, or config key
+    beam_width) at each clip's own output steps.
 
     Raises:
-        ConfigError: a checkpoint not trained on gloss-labelled clips; a clip that does not decode (on_error raise).
+        ConfigError: a checkpoint not trained on gloss-labelled clips; a clip of another kind than the model takes, a
+            keypoint file of another width than its inputs, or a clip that does not read (a folder without images,
+            a file that does not decode; on_error raise), each naming the file.
     """
-    from .evaluation_pass import cat_padded, data_sets
-
-    if not (model.classes and model.classes[0] == BLANK):
+    if not _is_gloss_model(model):
         raise ConfigError(f"video clips ({', '.join(paths[:3])}) need a model trained on gloss-labelled clips (loss "
                           f"ctc on a sign-language folder: its vocabulary starts with '{BLANK}'); the model of "
                           f"'{model.checkpoint}' has classes {listed(list(model.classes or []), 5)}")
+    keypoints = model.input_shape is not None and len(model.input_shape) == 1
+    takes = (f"keypoint sequences ({model.input_shape[0]} features per frame: one T x F .npy file per clip)"
+             if keypoints else "video frames (a video file, or a folder of numbered images, per clip)")
+    by_kind = {}  # the clips of each kind: one data set of each
+    for index, path in enumerate(paths):
+        kind = clip_kind(path)
+        if (kind == "keypoints") != keypoints:
+            what = {"keypoints": "a keypoint file", "frames": "a frame folder", "video": "a video clip"}[kind]
+            raise ConfigError(f"input '{path}' is {what}, but the model of '{model.checkpoint}' was trained on {takes}")
+        by_kind.setdefault(kind, []).append((index, GlossClip(path, (), f"input '{path}'")))
     options = {k: v for k, v in (model.config.data_kwargs or {}).items() if k != "on_error"}
-    clips = [GlossClip(path, (), f"input '{path}'") for path in paths]
-    data = ClipSequences(clips, model.classes, split="predict", on_error=on_error, **{**options, "rescale": 0.0})
+    options.update(rescale=0.0, keypoint_width=model.input_shape[0] if keypoints else None)
+    config = model.config if batch_size is None else dataclasses.replace(model.config, eval_batch_size=batch_size)
     module = model.module.eval()
-    task = model.task.for_data(data, module)
-    decoded = []
-    with torch.no_grad():  # no loss: the clips have no glosses to score against
-        for x, y in data_sets(model, None, data)[1].batches():
-            outputs = module(x).float()
-            decoded.append(task.for_outputs(outputs).decode(outputs, y).cpu())
-    predicted = cat_padded(decoded)
-    rows = [{"input": clip.path, "glosses": " ".join(model.classes[g] for g in ids if g >= 0)}
-            for clip, ids in zip(data.labels, predicted.tolist())]
-    return Predictions([row["input"] for row in rows], None, predicted, rows, None, None, skipped=data.skipped)
+    found, skipped = {}, []
+    for kind, entries in by_kind.items():
+        data = ClipSequences([clip for _, clip in entries], model.classes, split="predict", on_error=on_error,
+                             **options)
+        task = model.task.for_data(data, module)
+        batches = validation_set(data, config, model.device, model.normalization, transforms=model.plan.forms)
+        decoded = []
+        with torch.no_grad():  # no loss: the clips have no glosses to score against
+            for x, y in batches.batches():
+                outputs = module(x).float()
+                decoded.append(task.for_outputs(outputs).decode(outputs, y).cpu())
+        index_of = {id(clip): index for index, clip in entries}
+        for clip, ids in zip(data.labels, cat_padded(decoded)):
+            found[index_of[id(clip)]] = (clip.path, ids)
+        skipped += data.skipped
+    kept = [found[index] for index in sorted(found)]
+    predicted = cat_padded([ids.unsqueeze(0) for _, ids in kept]) if kept else torch.zeros(0, 0, dtype=torch.long)
+    rows = [{"input": path, "glosses": " ".join(model.classes[g] for g in ids.tolist() if g >= 0)}
+            for path, ids in kept]
+    return Predictions([row["input"] for row in rows], None, predicted, rows, None, None, skipped=skipped)
 
 
 def _read(model: LoadedModel, inputs, on_error: str):

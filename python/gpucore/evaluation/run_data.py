@@ -20,12 +20,13 @@ from ..data.builtin import (BUILTIN, DATA_VAL_FRACTION, HELD_OUT_FOLDERS, class_
                             read_data)
 from ..data.clip_sequences import ClipSequences
 from ..data.fits import check_fits_task, check_model_segments, probe_output
-from ..data.identity import changes, identity_of
+from ..data.identity import changes, identity_of, vocabulary_changes
 from ..data.image_files import ImageFiles
 from ..data.label_files import LABEL_FILE_EXTENSIONS
 from ..data.labeled_data import LabeledData
 from ..data.plan import describe_data, is_native
 from ..data.readers import DECODE_KEYWORDS
+from ..data.sign_layouts import BLANK
 from ..data.split import split as held_out_share
 from ..data.torch_samples import DatasetSamples, dataset_samples
 from ..errors import ConfigError
@@ -122,6 +123,7 @@ class _Source:
         beside train/), checked against the model."""
         train, held = read_data(self.name, self.kwargs, self.classes, self.multi_label, held_out)
         check_fits_task(self.name, self.model.task, train, held)
+        _check_model_vocabulary(f"'{self.name}'", self.model, train)
         _check_model_segments(self.name, self.model, train, held)
         return train, held
 
@@ -278,6 +280,26 @@ def check_classes(name: str, data, model) -> None:
         raise ConfigError(f"data {name} has classes {', '.join(map(str, classes))}, but the model of "
                           f"'{model.checkpoint}' was trained on {', '.join(map(str, model.classes))}: evaluate on data "
                           "with the same classes (every class, the same names, in the same order)")
+
+
+def _check_model_vocabulary(shown: str, model, train) -> None:
+    """Gloss-labelled clips are scored by the vocabulary of their training split, which must be the one the model was
+    trained with (its class names, in their order): another would name each of its output ids by the wrong gloss.
+    Glosses of the scored split that training never saw are <unk>, each counted and named (encode_glosses).
+
+    Raises:
+        ConfigError: another vocabulary, naming the glosses only the model has, those only the data has, or the
+            first id whose gloss moved.
+    """
+    if not isinstance(train, ClipSequences) or not (model.classes and model.classes[0] == BLANK):
+        return
+    found = vocabulary_changes(model.classes, train.classes, "the model was trained with that the data's training "
+                               "split lacks", "the data's training split has that the model was not trained with")
+    if found:
+        raise ConfigError(f"data {shown} has a gloss vocabulary of {len(train.classes)} entries (from its training "
+                          f"split), but the model of '{model.checkpoint}' was trained with {len(model.classes)}: "
+                          + "; ".join(found) + ". Its outputs are those glosses: evaluate on data whose training split "
+                          "gives the model's vocabulary (the run's own data, or a copy with the same training labels)")
 
 
 def _check_model_segments(name: str, model, *data_sets) -> None:

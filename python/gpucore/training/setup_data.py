@@ -17,10 +17,13 @@ from ..data.class_balance import (balanced_sampling_weights, class_count, class_
 from ..data.clip_sequences import ClipSequences
 from ..data.epoch_data import EpochData, training_set, validation_set
 from ..data.fits import check_class_count, check_fits_task
+from ..data.identity import vocabulary_changes
 from ..data.image_files import MASK_VOID, ImageFiles, read_masks_alike
 from ..data.labeled_data import LabeledData
+from ..data.sign_layouts import BLANK
 from ..data.split import split
 from ..data.torch_samples import DatasetSamples, dataset_samples
+from ..errors import ConfigError
 from ..tasks import TORCH_IGNORE_INDEX, Classification, CTCSequence, MultiLabel, Task
 from . import distributed
 
@@ -81,7 +84,9 @@ def setup_data(config, task: Task, world: distributed.World, device: torch.devic
     read_masks_alike(train_data, val_data)
     classes = _classes(config, caller_data, train_data)
     count = _class_count(task, classes, train_data, val_data)
-    check_class_count(task, classes, count, "train_data" if given else f"config key 'data' ('{config.data}')")
+    where = "train_data" if given else f"config key 'data' ('{config.data}')"
+    check_class_count(task, classes, count, where)
+    config = _recorded_vocabulary(config, task, classes, where)
     labels, train_set, val_set = _epoch_sets(config, world, device, train_data, val_data, classes)
     return config, RunData(train_set=train_set, val_set=val_set, validation=validation, classes=classes,
                            class_count=count, given=given, labels=labels,
@@ -180,6 +185,30 @@ def _classes(config, given, train_data) -> Optional[List[str]]:
     if isinstance(data, (LabeledData, DatasetSamples, ClipSequences)):  # clips: their gloss vocabulary
         return list(data.classes) if data.classes else None
     return class_names(config.data, config.data_kwargs) if given is None else None
+
+
+def _recorded_vocabulary(config, task: Task, classes: Optional[List[str]], where: str):
+    """The config with key vocabulary: a CTC run's gloss vocabulary (its class names, entry 0 the blank) as its
+    training data gives it, recorded by config.json and every checkpoint. A vocabulary set (config.json's, on gpucore
+    train --resume RUN_DIR) must be the data's: the model's outputs are those glosses, in that order.
+
+    Raises:
+        ConfigError: a vocabulary set for data without one, or another than the data's (naming the glosses).
+    """
+    glosses = isinstance(task, CTCSequence) and bool(classes) and classes[0] == BLANK
+    if config.vocabulary is None:
+        return dataclasses.replace(config, vocabulary=list(classes)) if glosses else config
+    if not glosses:
+        raise ConfigError(f"config key 'vocabulary' is set ({len(config.vocabulary)} entries), but {where} gives no "
+                          f"gloss vocabulary (loss ctc on gloss-labelled clips, class names starting with '{BLANK}'); "
+                          "remove the key")
+    found = vocabulary_changes(config.vocabulary, classes)
+    if found:
+        raise ConfigError(f"config key 'vocabulary' ({len(config.vocabulary)} entries, as the run's config.json records "
+                          f"it) is not the gloss vocabulary of the training split of {where} ({len(classes)} entries): "
+                          + "; ".join(found) + ". The model's outputs are the recorded glosses: train on the labels "
+                          "the run was trained on, or leave the key out (a new run) to take the data's")
+    return config
 
 
 def _class_count(task: Task, classes: Optional[List[str]], train_data, val_data) -> Optional[int]:
