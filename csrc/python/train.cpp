@@ -319,7 +319,8 @@ void def_train(py::module_& m) {
       .def(
           "train_epoch",
           [](Engine& self, BatchSource& batches, const py::object& model, const py::object& loss, const py::object& on_log,
-             int64_t epoch, int64_t first_batch, const py::object& on_step, const StepCalls& step_calls) {
+             int64_t epoch, int64_t first_batch, const py::object& on_step, const StepCalls& step_calls,
+             bool continue_metrics) {
             const ForwardFn forward = python_forward(model);
             const LossFn loss_fn = python_loss(loss);
             const LogFn log_fn = python_log(on_log);
@@ -333,15 +334,17 @@ void def_train(py::module_& m) {
             EpochStats stats;
             {
               py::gil_scoped_release release;
-              stats = self.train_epoch(batches, forward, loss_fn, log_fn, epoch, first_batch, step_fn, step_calls);
+              stats = self.train_epoch(batches, forward, loss_fn, log_fn, epoch, first_batch, step_fn, step_calls,
+                                       continue_metrics);
             }
             return stats_dict(stats);
           },
           py::arg("batches"), py::arg("model"), py::arg("loss") = py::none(), py::arg("on_log") = py::none(),
           py::arg("epoch") = 0, py::arg("first_batch") = 0, py::arg("on_step") = py::none(),
-          py::arg("step_calls") = StepCalls{},
+          py::arg("step_calls") = StepCalls{}, py::arg("continue_metrics") = false,
           "One pass over `batches`. on_log(metrics, steps_taken) at log intervals; on_step(steps_in_pass, "
-          "checkpoint_due) after the optimizer steps step_calls asks for.")
+          "checkpoint_due) after the optimizer steps step_calls asks for. continue_metrics: the epoch's training "
+          "metrics go on from the sums load_state restored (a pass resumed mid-epoch), else start over.")
       .def(
           "evaluate",
           [](Engine& self, BatchSource& batches, const py::object& model, const py::object& loss) {

@@ -24,6 +24,9 @@ namespace gpucore {
 
 namespace {
 
+// The state entry of the epoch's running training metrics (MetricTracker's sums).
+constexpr const char* kTrainMetricSums = "train_metrics.sums";
+
 std::vector<at::Tensor> flatten(const std::vector<ParamGroup>& groups) {
   std::vector<at::Tensor> params;
   for (const auto& group : groups) params.insert(params.end(), group.params.begin(), group.params.end());
@@ -152,12 +155,17 @@ void Engine::micro_batch(const at::Tensor& inputs, const at::Tensor& targets, co
 }
 
 EpochStats Engine::train_epoch(BatchSource& batches, const ForwardFn& forward, const LossFn& loss, const LogFn& on_log,
-                               int64_t epoch, int64_t first_batch, const StepFn& on_step, const StepCalls& step_calls) {
+                               int64_t epoch, int64_t first_batch, const StepFn& on_step, const StepCalls& step_calls,
+                               bool continue_metrics) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   auto last_due = start;  // step_calls.every_seconds counts from here
   MetricTracker& tracker = train_metrics_;
-  tracker.reset();
+  if (continue_metrics) {
+    tracker.continue_sums();
+  } else {
+    tracker.reset();
+  }
   EpochStats stats;
   const int64_t total = batches.remaining();
   const int64_t k = config_.accumulate_grad_batches;
@@ -378,6 +386,8 @@ std::vector<std::pair<std::string, at::Tensor>> Engine::state() const {
   entries.emplace_back("counters.step", step_);
   entries.emplace_back("counters.skipped", skipped_);
   entries.emplace_back("counters.consecutive_nonfinite", consecutive_);
+  // The epoch's running training metrics (a checkpoint mid-epoch: a resume goes on with them).
+  entries.emplace_back(kTrainMetricSums, train_metrics_.sums());
   return entries;
 }
 
@@ -396,6 +406,10 @@ void Engine::load_state(const std::vector<std::pair<std::string, at::Tensor>>& s
   for (auto& [name, live] : state()) {
     if (name.rfind(prefix, 0) == 0) continue;
     const auto it = rest.find(name);
+    if (it == rest.end() && name == kTrainMetricSums) {  // a checkpoint from before they were kept
+      train_metrics_.reset();
+      continue;
+    }
     if (it == rest.end()) throw ConfigError("training state has no entry '" + name + "': not a gpucore checkpoint?");
     at::Tensor target = live;
     target.copy_(it->second);

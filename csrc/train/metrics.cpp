@@ -32,6 +32,10 @@ MetricTracker::MetricTracker(LossConfig loss, int64_t top_k, const at::Device& d
 
 void MetricTracker::reset() {
   sums_.zero_();
+  continue_sums();
+}
+
+void MetricTracker::continue_sums() {
   class_counts_ = at::Tensor();
   counts_ = Counts::kNone;
   samples_host_ = 0;

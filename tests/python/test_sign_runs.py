@@ -209,8 +209,8 @@ def test_a_stop_mid_epoch_of_an_augmented_clip_run_resumes_bitwise(trained, cecs
 
 
 def _without_times(line):
-    """A metrics.jsonl row without what the clock measures (seconds, rates)."""
-    return {k: v for k, v in json.loads(line).items() if not any(w in k for w in ("time", "second", "per_s", "_s"))}
+    """A metrics.jsonl row without what the clock measures (epoch_time_s, samples_per_s, val_time_s)."""
+    return {k: v for k, v in json.loads(line).items() if not k.endswith("_s")}
 
 
 # ---- predict on clips ------------------------------------------------------------------------------------------------

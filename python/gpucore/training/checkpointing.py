@@ -138,6 +138,10 @@ class Checkpointing:
         if saved_world != world.size:
             engine_state["counters.step"] = self._steps_at_this_world_size(path, saved_world, engine_state)
         engine.load_state(engine_state)
+        # The epoch's training metrics of its part before the checkpoint (the engine's sums), one process's: a
+        # single-process run goes on from them, so the epoch's row is an uninterrupted epoch's; other world sizes
+        # average each rank's own, which rank 0's sums do not give, and start the epoch's metrics over.
+        position.continues_metrics = position.start_sample > 0 and saved_world == world.size == 1
         if model.ema is not None:
             if EMA_STATE not in checkpoint:
                 raise ConfigError(f"checkpoint '{path}' holds no EMA weights (its run had ema_decay 0); resume it "

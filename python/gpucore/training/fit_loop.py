@@ -252,7 +252,8 @@ class FitLoop:
                         data.train_set.current, self.train_forward, self.loss, on_log, epoch=epoch,
                         first_batch=position.first_batch(),
                         # None: no call into Python (and the GIL) after the steps
-                        on_step=on_step if checkpoints.enabled or step_hook else None, step_calls=step_calls)
+                        on_step=on_step if checkpoints.enabled or step_hook else None, step_calls=step_calls,
+                        continue_metrics=position.continues_metrics)
                 finally:  # also after an interrupt: the steps done are where a resume goes on
                     position.steps_done(engine.steps_in_pass())
             position.engine_read(stats["steps_taken"], stats["metrics"].get("skipped_steps", 0))

@@ -60,7 +60,10 @@ class RunPosition:
     over all ranks trained before this pass over it: a resume mid-epoch), `steps_in_pass` of `pass_steps` (optimizer
     steps of this pass done, as the engine reports them) and the run's optimizer steps taken and skipped as of the
     engine's last host read (`steps_taken`, `steps_skipped`), and the epoch's training time: `seconds_before_pass`
-    (the time its parts before a resume trained, from the checkpoint) and this pass's clock (`start_clock`)."""
+    (the time its parts before a resume trained, from the checkpoint) and this pass's clock (`start_clock`).
+    `continues_metrics`: the engine holds the epoch's training-metric sums of its part before this pass (a
+    single-process resume mid-epoch restored them), which the pass goes on from (an out-of-memory retry too: it
+    restores the engine's state of the pass's start)."""
 
     def __init__(self, batching: Batching, world_size: int):
         self.batching = batching
@@ -72,6 +75,7 @@ class RunPosition:
         self.steps_taken = self.steps_skipped = 0
         self.seconds_before_pass = 0.0
         self.pass_started: Optional[float] = None  # time.perf_counter() when this process's pass began
+        self.continues_metrics = False
 
     # ---- derived facts --------------------------------------------------------------------------------------
     def samples_per_step(self) -> int:
@@ -133,6 +137,7 @@ class RunPosition:
         self.start_sample = 0
         self.pass_steps, self.steps_in_pass = None, 0
         self.seconds_before_pass, self.pass_started = 0.0, None
+        self.continues_metrics = False
 
     # ---- checkpoints ----------------------------------------------------------------------------------------
     def state_dict(self) -> dict:

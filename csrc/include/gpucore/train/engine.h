@@ -121,10 +121,11 @@ class Engine {
          std::vector<at::Tensor> ema_sources = {});
 
   // epoch and first_batch (the batches of the epoch trained before, on a resume) place each batch in the
-  // epoch for the mixup draws.
+  // epoch for the mixup draws. continue_metrics: the epoch's training metrics go on from the sums load_state
+  // restored (a pass resumed mid-epoch: the epoch's metrics are then an uninterrupted epoch's), else start over.
   EpochStats train_epoch(BatchSource& batches, const ForwardFn& forward, const LossFn& loss, const LogFn& on_log,
                          int64_t epoch = 0, int64_t first_batch = 0, const StepFn& on_step = {},
-                         const StepCalls& step_calls = {});
+                         const StepCalls& step_calls = {}, bool continue_metrics = false);
   EpochStats evaluate(BatchSource& batches, const ForwardFn& forward, const LossFn& loss);
 
   // Totals since construction (or restored from a checkpoint).

@@ -42,6 +42,9 @@ class MetricTracker {
 
   // Starts over (an epoch), in place: the sums keep their address.
   void reset();
+  // Starts a pass that goes on with the sums as they are (restored from a checkpoint of the epoch's earlier part):
+  // everything else starts over, as reset() does.
+  void continue_sums();
   // output: model output; target: as given by the data; loss: the batch's mean loss (float32). Reads
   // them without autograd.
   void update(const at::Tensor& output, const at::Tensor& target, const at::Tensor& loss);
