@@ -327,8 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
     runs.set_defaults(run=_runs)
 
     evaluate = commands.add_parser("evaluate", help="metrics and the report's plots of a checkpoint on a data set")
-    evaluate.add_argument("checkpoint", help="a gpucore checkpoint (best.pt, last.pt), or a run directory (its best.pt, "
-                          "else last.pt, else interrupted.pt)")
+    evaluate.add_argument("checkpoint", help="a gpucore checkpoint (best.pt, last.pt), or a run directory (its "
+                          "best.pt, else last.pt, else interrupted.pt)")
     evaluate.add_argument("--data", help="a data set as config key data names it (a built-in set, a .npz, a folder: "
                           "IDX or .npy files, class subfolders, images/ and masks/ for segmentation, train/ beside "
                           "test/ or val/), read with the run's channels and size; scored whole unless --split says "

@@ -259,7 +259,7 @@ def test_predict_video_files_and_frame_folders_in_one_call_as_the_model_by_hand(
     video = ClipSequences([GlossClip(videos[2], (), "")], VOCABULARY, size=24)[0][0]
     assert frames.shape == video.shape  # the folder holds the video's frames (PNG: the decoded pixels)
     predictions = gpucore.predict(loaded, inputs, batch_size=2)  # two batches: clips of different lengths padded
-    assert predictions.rows == [{"input": path, "glosses": " ".join(glosses)} for path, glosses in zip(inputs, expected)]
+    assert predictions.rows == [{"input": p, "glosses": " ".join(glosses)} for p, glosses in zip(inputs, expected)]
     assert cli.main(["predict", best, *inputs, "--device", "cpu", "--out", str(tmp_path / "p.csv")]) == 0
     assert capsys.readouterr().out.splitlines() == [f"{p}: {' '.join(g)}" for p, g in zip(inputs, expected)]
     assert cli.main(["predict", best, *inputs, "--json", "--device", "cpu", "--out", str(tmp_path / "p.csv")]) == 0

@@ -3,8 +3,9 @@
 The inputs are read at the checkpoint's input shape (channels; image files resized to its height and width
 like the training reader did) and standardised with its run's statistics (gpucore.load). One row per input:
 classification: the top-k classes with softmax probabilities; multi-head (captcha) and CTC: the decoded
-text; clips for a sign-language model (video files, frame folders, keypoint .npy files): each clip's glosses; multi-label: the labels whose logit is positive, with sigmoid probabilities; segmentation: a mask PNG
-per image (grey: 255 where a one-channel model predicts the foreground, else the class id).
+text; clips for a sign-language model (video files, frame folders, keypoint .npy files): each clip's glosses;
+multi-label: the labels whose logit is positive, with sigmoid probabilities; segmentation: a mask PNG per image
+(grey: 255 where a one-channel model predicts the foreground, else the class id).
 """
 from __future__ import annotations
 

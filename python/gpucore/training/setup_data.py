@@ -204,10 +204,11 @@ def _recorded_vocabulary(config, task: Task, classes: Optional[List[str]], where
                           "remove the key")
     found = vocabulary_changes(config.vocabulary, classes)
     if found:
-        raise ConfigError(f"config key 'vocabulary' ({len(config.vocabulary)} entries, as the run's config.json records "
-                          f"it) is not the gloss vocabulary of the training split of {where} ({len(classes)} entries): "
-                          + "; ".join(found) + ". The model's outputs are the recorded glosses: train on the labels "
-                          "the run was trained on, or leave the key out (a new run) to take the data's")
+        raise ConfigError(f"config key 'vocabulary' ({len(config.vocabulary)} entries, as the run's config.json "
+                          f"records it) is not the gloss vocabulary of the training split of {where} "
+                          f"({len(classes)} entries): " + "; ".join(found) + ". The model's outputs are the recorded "
+                          "glosses: train on the labels the run was trained on, or leave the key out (a new run) to "
+                          "take the data's")
     return config
 
 
