@@ -329,3 +329,57 @@ def test_a_clip_damaged_after_probing_names_the_frames_it_decoded(tmp_path):
                                         r"needed\): a truncated or damaged file"):
         decode_clip(clip, [0, 11])
     assert decode_clip(clip, []).shape == (0, 3, 0, 0)
+
+
+def test_a_runs_clip_batches_decoded_ahead_are_the_samples_in_the_epochs_order(tmp_path):
+    """A run's training clips are decoded `prefetch` batches ahead on a thread: the batches are those of the epoch's
+    shuffled order, read one by one; an iteration left early ends the thread."""
+    import threading
+
+    import gpucore
+    from gpucore.data.epoch_data import training_set
+
+    glosses = (["a"], ["b"], ["c", "a"], ["b", "b"], ["a", "b", "c"])
+    clips = [_labelled(_mp4(tmp_path, f"{i}.mp4", frames=6 + 2 * i, height=32, width=32, seed=i), g, line=i + 2)
+             for i, g in enumerate(glosses)]
+    data = ClipSequences(clips, VOCABULARY, size=16, threads=2)
+    config = gpucore.load_config({"data": str(tmp_path), "loss": "ctc", "batch_size": 2, "seed": 5, "prefetch": 2,
+                                  "shuffle": True, "drop_last": False})
+    train_set = training_set(data, config, torch.device("cpu"))
+    batches = list(train_set.batches(epoch=3))
+    served = data.served([], train_set.plan.normalization, seed=5)
+    served.epoch = 3
+    order = torch.randperm(5, generator=torch.Generator().manual_seed(5 * 1000003 + 3)).tolist()  # RandomSampler's
+    expected = [served.collate([served[i] for i in order[start:start + 2]]) for start in range(0, 5, 2)]
+    assert [y[:, 0].tolist() for _, y in batches] == [[6 + 2 * i for i in order[s:s + 2]] for s in range(0, 5, 2)]
+    for (x, y), (x_expected, y_expected) in zip(batches, expected, strict=True):
+        assert torch.equal(x, x_expected) and torch.equal(y, y_expected)
+
+    def prefetching():
+        return [t for t in threading.enumerate() if t.name == "gpucore-clip-prefetch"]
+
+    iterator = train_set.batches(epoch=3)
+    x, y = next(iterator)
+    assert torch.equal(x, expected[0][0]) and len(prefetching()) == 1
+    iterator.close()  # a report taking one batch, an interrupt
+    assert not prefetching()
+
+
+def test_prefetched_batches_come_in_order_and_an_error_where_its_batch_was():
+    from gpucore.data.epoch_data import _Prefetched
+
+    class Batches:
+        def __len__(self):
+            return 6
+
+        def __iter__(self):
+            for index in range(6):
+                if index == 4:
+                    raise ClipError("video clip 'broken.mp4' does not decode")
+                yield index
+
+    received = []
+    with pytest.raises(ClipError, match="broken.mp4"):
+        for batch in _Prefetched(Batches(), 2):
+            received.append(batch)
+    assert received == [0, 1, 2, 3] and len(_Prefetched(Batches(), 2)) == 6

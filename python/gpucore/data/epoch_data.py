@@ -4,6 +4,8 @@ DataLoader as it is."""
 from __future__ import annotations
 
 import itertools
+import queue
+import threading
 from typing import List, Optional
 
 import torch
@@ -177,6 +179,12 @@ class EpochData:
             self._tensors.start_epoch(epoch)
             self.current = self._tensors
             return self.current
+        self.current = _C.PythonBatches(self._loader_epoch(epoch, first_sample), torch.device(self.device))
+        return self.current
+
+    def _loader_epoch(self, epoch: int, first_sample: int):
+        """A torch loader's batches of epoch `epoch` from sample `first_sample` on. Clips are decoded `prefetch`
+        batches ahead on a thread (their decoders release the GIL): the next batches decode while the model trains."""
         skip = check_whole_batches(first_sample, self.batch_size, self.world_size, epoch)
         if self._generator is not None:  # the same order per (seed, epoch) as TensorBatches promises (or draws)
             self._generator.manual_seed(self.seed * 1000003 + epoch)
@@ -184,8 +192,10 @@ class EpochData:
             self._sampler.set_epoch(epoch)
         if self._served is not None:
             self._served.epoch = epoch  # each sample's transform draws
-        self.current = _C.PythonBatches(_Skipped(self._loader, skip), torch.device(self.device))
-        return self.current
+        batches = _Skipped(self._loader, skip)
+        if isinstance(self._served, ClipSequences):
+            return _Prefetched(batches, self._settings["prefetch"])
+        return batches
 
     def close(self) -> None:
         """Lets go of the native sources now: a streamed source's reader threads are joined when the last reference
@@ -196,10 +206,10 @@ class EpochData:
     def batches(self, epoch: int = 0):
         """Epoch `epoch`'s batches in Python, (inputs, targets) pairs as the engine gets them (gpucore's sources:
         augmented, standardised, on the device; a torch loader's: as it yields them)."""
-        source = self.epoch(epoch)
         if self._tensors is None:
-            yield from _Skipped(self._loader, 0)
+            yield from self._loader_epoch(epoch, 0)
             return
+        source = self.epoch(epoch)
         while (batch := source.next()) is not None:
             yield batch
 
@@ -222,6 +232,56 @@ class _Skipped:
 
     def __iter__(self):
         return (_checked(batch, self.loader) for batch in itertools.islice(iter(self.loader), self.skip, None))
+
+
+class _Prefetched:
+    """An iterable's items fetched up to `depth` ahead on a thread of their own, in order; its errors raised where the
+    item would have been. An iteration left early (an interrupt, a report taking one batch) stops the thread, which
+    finishes the item it is fetching."""
+
+    def __init__(self, items, depth: int):
+        self.items, self.depth = items, depth
+
+    def __len__(self):
+        return len(self.items)
+
+    def __iter__(self):
+        fetched, stop = queue.Queue(self.depth), threading.Event()
+        end = object()
+
+        def fetch():
+            try:
+                for item in self.items:
+                    while not stop.is_set():
+                        try:
+                            fetched.put((item, None), timeout=0.1)
+                            break
+                        except queue.Full:
+                            continue
+                    if stop.is_set():
+                        return
+                fetched.put((end, None))
+            except BaseException as error:  # noqa: B036 - raised again in the iterating thread
+                fetched.put((end, error))
+
+        thread = threading.Thread(target=fetch, name="gpucore-clip-prefetch", daemon=True)
+        thread.start()
+        try:
+            while True:
+                item, error = fetched.get()
+                if error is not None:
+                    raise error
+                if item is end:
+                    return
+                yield item
+        finally:
+            stop.set()
+            while thread.is_alive():  # a full queue must not keep the thread from seeing the stop
+                try:
+                    fetched.get(timeout=0.1)
+                except queue.Empty:
+                    pass
+            thread.join()
 
 
 def _checked(batch, loader):
