@@ -4,7 +4,7 @@
     python -m bench NAME [NAME ...] [--device auto] [--json out.json] [--quick]
     python -m bench NAME [that bench's own options, e.g. speedrun --seeds 0 1 --precision 32]
     (NAME: train, ops, cam, data, fashion_mnist, transforms, augment, checkpoint, speedrun, layout, scale,
-     process, profile)
+     process, profile, cslr)
 
 --quick uses tiny sizes: a smoke test of the runner (CI runs it), not a measurement.
 """
@@ -35,6 +35,8 @@ BENCHES = {
     "process": ("process_bench.py", [], ["--workloads", "speedrun", "--repeats", "1", "--epochs", "1",
                                          "--train-size", "512", "--test-size", "256"]),
     "profile": ("step_profile.py", [], ["--steps", "1", "--batch-size", "2", "--size", "64", "--block-rounds", "1"]),
+    "cslr": ("cslr_bench.py", [], ["--train-size", "8", "--dev-size", "4", "--source", "32", "--out", "16",
+                                   "--epochs", "1", "--repeats", "1", "--clips", "1", "--frames", "4", "--batch", "1"]),
 }
 
 

@@ -67,7 +67,7 @@ def test_bench_runner_quick_runs_every_benchmark(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
     assert set(report["results"]) == {"train", "ops", "cam", "data", "fashion_mnist", "transforms", "augment",
-                                      "checkpoint", "speedrun", "layout", "scale", "process", "profile"}
+                                      "checkpoint", "speedrun", "layout", "scale", "process", "profile", "cslr"}
     assert report["quick"] is True
     train = report["results"]["train"]  # every loop timed at batch 64 over 2 rounds; the CUDA ones skipped, saying so
     assert {"mnist-gpu.py as written", "hand-optimised eager loop", "gpucore.train"} <= set(train["rows"])
@@ -105,6 +105,13 @@ def test_bench_runner_quick_runs_every_benchmark(tmp_path):
                                      ["trainers"].values() if "skipped" not in row)
     process = report["results"]["process"]["workloads"]["speedrun"]  # each setting in its own process
     assert all(row["training_s"] > 0 for row in process.values())
+    cslr = report["results"]["cslr"]  # one epoch of 8 clips by each loop; left out, saying why, without PyAV or jiwer
+    if "skipped" not in cslr:
+        runs = cslr["train"]["runs"]
+        assert set(runs) == {"gpucore.train", "plain PyTorch loop, DataLoader num_workers=1"}
+        assert all(0 <= row["dev_wer"] <= 2 and row["train_s"] > 0 for rows in runs.values() for row in rows)
+        memory = cslr["memory"]["peak_growth_mib"]  # the plain loader holds the clip's 4 frames at 1080p, RGB
+        assert memory["plain, 1080p source"] >= 4 * 1920 * 1080 * 3 / 2 ** 20
 
 
 def test_sequence_ctc_example_learns(tmp_path):
