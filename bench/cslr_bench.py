@@ -1,4 +1,4 @@
-"""Training continuous sign-language recognition on the CPU: gpucore.train against the plain PyTorch loop of the public
+"""Training continuous sign-language recognition (on the CPU, or --device cuda): gpucore.train against the plain PyTorch loop of the public
 CSLR code, side by side in one run on the same CE-CSL-layout folder of generated H.264 clips, and the memory of
 gpucore's clip loader by source resolution.
 
@@ -9,24 +9,23 @@ gpucore's clip loader by source resolution.
   Dataset reading the label CSV, whose __getitem__ decodes the clip with PyAV (every frame converted to a full-size
   RGB array), resizes each with PIL and scales it to [-1, 1]; a padding collate; torch's DataLoader with
   `--workers` worker processes (seed 001's guide: 1 on a CPU); torch.nn.functional.ctc_loss; greedy decoding and
-  WER by jiwer on the dev split after every epoch. Repeats are interleaved (gpucore, plain, gpucore, plain, ...),
-  each pair from one seed. Reported: training clips/s (the epochs' training time), whole-epoch clips/s (training
+  WER by jiwer on the dev split after every epoch. Repeats are interleaved, each runs every loop from one seed, in
+  alternating order (gpucore first, then last). Reported: training clips/s (the epochs' training time), whole-epoch clips/s (training
   and dev validation, training + dev clips over the wall time), CPU seconds (this process and its DataLoader
   workers) and the final dev WER of each.
 - memory: the peak resident memory of reading `--clips` clips of `--frames` frames in batches of `--batch` at --out x
-  --out, each reader in a fresh process, with sources of 1920x1080 and of 426x240: gpucore's ClipSequences (through
-  torch's DataLoader, as a run reads it) and the plain Dataset above (num_workers=0, so its memory is this
+  --out, each reader in a fresh process, with sources of 1920x1080 and of 426x240: gpucore's ClipSequences (its
+  training-split loader as a run builds it, batches decoded --prefetch ahead) and the plain Dataset above (num_workers=0, so its memory is this
   process's). The growth over the process's memory before reading is what the loader holds.
 
     python -m bench cslr [--measure train|memory|all] [--train-size 64] [--dev-size 16] [--source 240] [--out 32]
                          [--epochs 5] [--batch-size 8] [--lr 0.01] [--workers 1 [2 ...]] [--repeats 2] [--clips 4]
-                         [--frames 24] [--batch 4]
+                         [--frames 24] [--batch 4] [--prefetch 4] [--device auto] [--json out.json]
 """
 import argparse
 import copy
 import csv
 import glob
-import math
 import os
 import resource
 import runpy
