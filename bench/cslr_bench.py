@@ -1,6 +1,6 @@
-"""Training continuous sign-language recognition (on the CPU, or --device cuda): gpucore.train against the plain PyTorch loop of the public
-CSLR code, side by side in one run on the same CE-CSL-layout folder of generated H.264 clips, and the memory of
-gpucore's clip loader by source resolution.
+"""Training continuous sign-language recognition (on the CPU, or --device cuda): gpucore.train against the plain
+PyTorch loop of the public CSLR code, side by side in one run on the same CE-CSL-layout folder of generated H.264
+clips, and the memory of gpucore's clip loader by source resolution.
 
 - train: the same model (examples/sign_language's per-frame CNN under gpucore's CSLR TemporalHead, one set of initial
   weights copied to both), optimizer (AdamW, --lr, weight decay 1e-4 on every parameter), constant learning rate,
@@ -10,13 +10,14 @@ gpucore's clip loader by source resolution.
   RGB array), resizes each with PIL and scales it to [-1, 1]; a padding collate; torch's DataLoader with
   `--workers` worker processes (seed 001's guide: 1 on a CPU); torch.nn.functional.ctc_loss; greedy decoding and
   WER by jiwer on the dev split after every epoch. Repeats are interleaved, each runs every loop from one seed, in
-  alternating order (gpucore first, then last). Reported: training clips/s (the epochs' training time), whole-epoch clips/s (training
-  and dev validation, training + dev clips over the wall time), CPU seconds (this process and its DataLoader
-  workers) and the final dev WER of each.
+  alternating order (gpucore first, then last). Reported: training clips/s (the epochs' training time), whole-run
+  clips/s (training and dev clips over the wall time, validation included), CPU seconds (this process and its
+  DataLoader workers) and the final dev WER of each.
 - memory: the peak resident memory of reading `--clips` clips of `--frames` frames in batches of `--batch` at --out x
   --out, each reader in a fresh process, with sources of 1920x1080 and of 426x240: gpucore's ClipSequences (its
-  training-split loader as a run builds it, batches decoded --prefetch ahead) and the plain Dataset above (num_workers=0, so its memory is this
-  process's). The growth over the process's memory before reading is what the loader holds.
+  training-split loader as a run builds it, batches decoded --prefetch ahead) and the plain Dataset above
+  (num_workers=0, so its memory is this process's). The growth over the process's memory before reading is what the
+  loader holds.
 
     python -m bench cslr [--measure train|memory|all] [--train-size 64] [--dev-size 16] [--source 240] [--out 32]
                          [--epochs 5] [--batch-size 8] [--lr 0.01] [--workers 1 [2 ...]] [--repeats 2] [--clips 4]
@@ -148,8 +149,8 @@ def gpucore_run(model, root, args, seed, run_dir, device):
         {"data": root, "data_kwargs": {"size": args.out}, "loss": "ctc", "epochs": args.epochs,
          "batch_size": args.batch_size, "eval_batch_size": args.batch_size, "lr": args.lr, "optimizer": "adamw",
          "weight_decay": 1e-4, "no_decay_norm_and_bias": False, "schedule": "constant", "clip_grad_norm": 5.0,
-         "precision": "32", "device": str(device), "seed": seed, "run_dir": run_dir, "name": f"seed{seed}", "report": False,
-         "progress": False}, model=model)
+         "precision": "32", "device": str(device), "seed": seed, "run_dir": run_dir, "name": f"seed{seed}",
+         "report": False, "progress": False}, model=model)
     wall = time.perf_counter() - start
     return (sum(row["epoch_time_s"] for row in result.history), wall, cpu_seconds() - cpu_start,
             result.history[-1]["val_wer"])
@@ -198,7 +199,8 @@ def train_measure(args, device) -> dict:
 
     facts = {"clips": f"{args.train_size} training and {args.dev_size} dev sentences of 1 to 4 glosses (6 to 8 "
                       f"frames each), {args.source}x{args.source} H.264, read at {args.out}x{args.out}",
-             "device": device_label(device), "epochs": args.epochs, "batch_size": args.batch_size, "repeats": args.repeats,
+             "device": device_label(device), "epochs": args.epochs, "batch_size": args.batch_size,
+             "repeats": args.repeats,
              "generation_s": generated, "runs": rows}
     result = report("Training clips/s (median of the repeats)", "clips/s",
                     {name: median(name, "train_clips_per_s") for name in rows}, "gpucore.train", facts)
@@ -267,7 +269,8 @@ def memory_measure(args) -> dict:
             for source in MEMORY_SOURCES:
                 probe = subprocess.run([sys.executable, __file__, "--memory-probe", reader, "--memory-folder",
                                         os.path.join(folder, source), "--out", str(args.out), "--batch",
-                                        str(args.batch), "--prefetch", str(args.prefetch)], capture_output=True, text=True)
+                                        str(args.batch), "--prefetch", str(args.prefetch)],
+                                       capture_output=True, text=True)
                 if probe.returncode:
                     raise RuntimeError(f"the memory probe of {reader} on {source} failed: {probe.stderr[-2000:]}")
                 grown, frames = map(int, probe.stdout.split()[-2:])
