@@ -258,17 +258,19 @@ def test_the_trainer_callbacks_receive_and_why_the_fit_stopped(tmp_path, capsys)
 
     from gpucore.training.trainer import Trainer
 
-    seen = []
+    seen, models = [], []
 
     class Looks(gpucore.Callback):
         def on_epoch_end(self, trainer, epoch, record):
-            assert isinstance(trainer, Trainer) and trainer.model is trainer.run.model.module
+            assert isinstance(trainer, Trainer)
+            models.append(trainer.model)
             seen.append((epoch, trainer.epoch, len(trainer.history), trainer.history[-1]["epoch"], trainer.status,
                          trainer.should_stop, trainer.resumed))
 
     config = dict(SMALL, run_dir=str(tmp_path), epochs=2, progress=True, schedule="constant")
     result = gpucore.train(dict(config, name="full"), callbacks=[Looks()])
     assert seen == [(1, 0, 1, 1, "completed", False, None), (2, 1, 2, 2, "completed", False, None)]
+    assert len(models) == 2 and all(model is result.model for model in models)
     assert json.load(open(result.stats_path))["stop_reason"] == "max epochs reached (2)"
     assert "gpucore: training stopped: max epochs reached (2)" in capsys.readouterr().err
 

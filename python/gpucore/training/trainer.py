@@ -7,8 +7,12 @@ from typing import List, Optional
 
 from torch import nn
 
+from .engine_config import RunEngine
 from .fit_outcome import STOPPED, FitOutcome
 from .position import RunPosition
+from .run_dir import RunDir
+from .setup_data import RunData
+from .setup_model import RunModel
 
 
 class Trainer:
@@ -23,26 +27,23 @@ class Trainer:
         history: one dict per epoch trained, the rows of metrics.jsonl.
     """
 
-    def __init__(self, run, position: RunPosition, history: List[dict], outcome: FitOutcome):
-        self.config, self.data, self.run_dir = run.config, run.data, run.run_dir
+    def __init__(self, config, data: RunData, run_dir: RunDir, model: RunModel, training: RunEngine,
+                 position: RunPosition, history: List[dict], outcome: FitOutcome):
+        self.config, self.data, self.run_dir = config, data, run_dir
         self.position, self.history = position, history
-        self._run, self._outcome = run, outcome
-
-    @property
-    def run(self):
-        """The whole run (training/run_setup.py's Run), for callbacks written against it: its parts are `config`,
-        `data`, `model` and `run_dir` above."""
-        return self._run
+        # The engine part, not the engine: RunEngine.release frees the engine at once, which a reference held here
+        # would prevent.
+        self._model, self._training, self._outcome = model, training, outcome
 
     @property
     def model(self) -> nn.Module:
         """The model being trained (not a DDP or compiled wrapper)."""
-        return self._run.model.module
+        return self._model.module
 
     def note_host_read(self, source: str) -> None:
         """Counts one host read of device values a callback made (it waits for the device), under `source` in
         training_stats.json's host_syncs_by_source."""
-        self._run.engine.note_host_read(source)
+        self._training.engine.note_host_read(source)
 
     @property
     def epoch(self) -> int:
