@@ -17,7 +17,6 @@ namespace gpucore::transforms {
 namespace {
 
 bool in_unit_interval(double value) { return value >= 0 && value <= 1; }
-bool positive(double value) { return value > 0; }
 
 class RandomErasing final : public Transform {
  public:

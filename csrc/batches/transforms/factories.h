@@ -39,6 +39,8 @@ class Arguments {
 };
 
 bool is_integer(double value);
+// The check of ordered_pair for pairs of sizes and aspect ratios (scale, ratio): both > 0.
+inline bool positive(double value) { return value > 0; }
 
 // torchvision's _get_inverse_affine_matrix (inverted=True): the map from output pixel to input coordinates,
 // both relative to the image centre (cx, cy: the rotation centre relative to it); degrees for the angles.

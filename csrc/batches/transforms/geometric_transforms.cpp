@@ -232,8 +232,6 @@ class Resize final : public ResizeTransform {
   int64_t max_size_;
 };
 
-bool positive(double value) { return value > 0; }
-
 class RandomResizedCrop final : public ResizeTransform {
  public:
   explicit RandomResizedCrop(const Arguments& arguments)
