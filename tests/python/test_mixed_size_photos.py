@@ -5,16 +5,15 @@ does with the same draws (torch.manual_seed of the sample's seed, then torchvisi
 a run of such a folder (predict, evaluate, gradcam, export)."""
 import json
 import os
-import subprocess
 
 import pytest
 import torch
 from torch import nn
 
 import gpucore
-from gpucore import _C, cli, data, transforms
+from gpucore import _C, data, transforms
 from gpucore.evaluation.export import AdaptiveMaxPool2dByBins, exportable
-from conftest import require
+from conftest import gpucore_command, require
 from test_photo_folders import make_mixed_folder
 
 F = require("torchvision.transforms.v2.functional")
@@ -158,14 +157,6 @@ def test_export_computes_adaptive_max_pooling_by_its_bins(output_size):
     assert torch.equal(copy(x), model(x))
 
 
-def _gpucore(capsys, *args):
-    """`gpucore ARGS` in this process (cli.main, as the command runs it; a process each would start torch five times
-    over for one run): its exit status, stdout and stderr."""
-    status = cli.main([str(arg) for arg in args])
-    out, err = capsys.readouterr()
-    return subprocess.CompletedProcess(["gpucore", *args], status, out, err)
-
-
 @pytest.mark.slow
 # kernel_build for one cache only: what depends on the kernel build is predict's resize, which reads the folder alike
 # after a streamed and a cached training run
@@ -178,7 +169,7 @@ def test_a_mixed_size_folder_trains_and_every_command_works_on_its_checkpoint(fo
     config.write_text(f"data: {folder}\nepochs: 2\nbatch_size: 4\nmodel: fast_cnn\ndevice: cpu\nprecision: '32'\n"
                       f"progress: false\ncache: {cache}\nrun_dir: {tmp_path / 'runs'}\nname: photos\n"
                       "transforms: [RandomResizedCrop: {size: 32}, RandomHorizontalFlip]\n")
-    trained = _gpucore(capsys, "train", str(config))
+    trained = gpucore_command(capsys, "train", str(config))
     assert trained.returncode == 0, trained.stderr
     run = tmp_path / "runs" / "photos"
     stats = json.loads((run / "training_stats.json").read_text())
@@ -187,7 +178,7 @@ def test_a_mixed_size_folder_trains_and_every_command_works_on_its_checkpoint(fo
     checkpoint = str(run / "checkpoints" / "last.pt")
 
     # predict: each image through Resize(32) + CenterCrop(32) at its own size, standardised by the run's statistics
-    predicted = _gpucore(capsys, "predict", checkpoint, folder, "--out", str(tmp_path / "predictions.csv"))
+    predicted = gpucore_command(capsys, "predict", checkpoint, folder, "--out", str(tmp_path / "predictions.csv"))
     assert predicted.returncode == 0, predicted.stderr
     loaded = gpucore.load(checkpoint, "cpu")
     assert loaded.input_shape == [3, 0, 0] and loaded.model_input_shape == [3, 32, 32]
@@ -201,20 +192,20 @@ def test_a_mixed_size_folder_trains_and_every_command_works_on_its_checkpoint(fo
     rows = (tmp_path / "predictions.csv").read_text().splitlines()
     assert len(rows) == 13 and rows[0].startswith("input,label,")
 
-    evaluated = _gpucore(capsys, "evaluate", checkpoint, "--data", folder, "--out",
-                         str(tmp_path / "evaluation"))  # the whole folder (split all)
+    evaluated = gpucore_command(capsys, "evaluate", checkpoint, "--data", folder, "--out",
+                                str(tmp_path / "evaluation"))  # the whole folder (split all)
     assert evaluated.returncode == 0, evaluated.stderr
     summary = json.loads(evaluated.stdout)
     assert (summary["split"], summary["samples"]) == ("all", 12)
     assert summary["metrics"]["accuracy"] == pytest.approx((expected.argmax(1) == files.targets).float().mean().item())
 
-    cams = _gpucore(capsys, "gradcam", "--checkpoint", checkpoint, "--images", os.path.join(folder, "china"), "--out",
-                    str(tmp_path / "cams"))
+    cams = gpucore_command(capsys, "gradcam", "--checkpoint", checkpoint, "--images", os.path.join(folder, "china"),
+                           "--out", str(tmp_path / "cams"))
     assert cams.returncode == 0, cams.stderr
     assert torch.load(tmp_path / "cams" / "cams_gradcam.pt").shape == (6, 32, 32)
     assert len([f for f in os.listdir(tmp_path / "cams") if f.endswith("_gradcam.png")]) == 6
 
-    exported = _gpucore(capsys, "export", checkpoint, "--format", "onnx", "--out", str(tmp_path / "model.onnx"))
+    exported = gpucore_command(capsys, "export", checkpoint, "--format", "onnx", "--out", str(tmp_path / "model.onnx"))
     assert exported.returncode == 0, exported.stderr
     result = json.loads(exported.stdout)
     assert result["max_abs_diff"] <= 1e-4 and result["checked_inputs"][1:] == [3, 32, 32]
