@@ -19,7 +19,7 @@ from gpucore.errors import ConfigError
 from gpucore.models import FastCNN
 from gpucore.models.registry import kwargs_from_data
 from gpucore.models.surgery import output_count
-from conftest import require
+from conftest import gpucore_command, require
 
 pytestmark = pytest.mark.slow  # trains small runs, seconds each
 
@@ -80,9 +80,8 @@ def make_mixed_folder(root, per_class=6, seed=0):
     return str(root)
 
 
-def _gpucore(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "gpucore", *args], capture_output=True, text=True, timeout=600,
-                          cwd=cwd)
+def _gpucore_process(*args):
+    return subprocess.run([sys.executable, "-m", "gpucore", *args], capture_output=True, text=True, timeout=600)
 
 
 def _one_line_error(result):
@@ -171,10 +170,10 @@ def wide(photos, tmp_path_factory):
     return result.run_dir, os.path.join(result.checkpoint_dir, "best.pt")
 
 
-def test_predict_names_the_outputs_without_a_class(photos, wide, tmp_path):
+def test_predict_names_the_outputs_without_a_class(photos, wide, tmp_path, capsys):
     _, checkpoint = wide
     out = tmp_path / "p.csv"
-    result = _gpucore("predict", checkpoint, photos, "--out", str(out), "--device", "cpu")
+    result = gpucore_command(capsys, "predict", checkpoint, photos, "--out", str(out), "--device", "cpu")
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
     summary = json.loads(result.stdout)
     assert summary["inputs"] == 18
@@ -191,7 +190,7 @@ def test_predict_names_the_outputs_without_a_class(photos, wide, tmp_path):
 
 
 @pytest.mark.parametrize("command", ["evaluate", "gradcam", "export-onnx", "export-safetensors", "report"])
-def test_each_command_ends_without_a_traceback_on_a_wide_head(photos, wide, tmp_path, command):
+def test_each_command_ends_without_a_traceback_on_a_wide_head(photos, wide, tmp_path, command, capsys):
     run_dir, checkpoint = wide
     args = {"evaluate": ["evaluate", checkpoint, "--device", "cpu", "--out", str(tmp_path / "ev")],
             "gradcam": ["gradcam", "--checkpoint", checkpoint, "--images", os.path.join(photos, "flower"),
@@ -200,7 +199,7 @@ def test_each_command_ends_without_a_traceback_on_a_wide_head(photos, wide, tmp_
             "export-safetensors": ["export", checkpoint, "--format", "safetensors",
                                    "--out", str(tmp_path / "m.safetensors")],
             "report": ["report", run_dir, "--device", "cpu"]}[command]
-    result = _gpucore(*args)
+    result = gpucore_command(capsys, *args)
     assert "Traceback" not in result.stderr, result.stderr
     if result.returncode == 2:
         _one_line_error(result)
@@ -225,7 +224,7 @@ def test_each_command_ends_without_a_traceback_on_a_wide_head(photos, wide, tmp_
 
 @pytest.mark.parametrize("command", ["predict-checkpoint", "predict-inputs", "evaluate-checkpoint", "evaluate-data",
                                      "gradcam-checkpoint", "gradcam-images", "export", "report", "train-data"])
-def test_a_path_that_does_not_exist_is_named(photos, wide, tmp_path, command):
+def test_a_path_that_does_not_exist_is_named(photos, wide, tmp_path, command, capsys, monkeypatch):
     run_dir, checkpoint = wide
     missing = str(tmp_path / "missing")
     args = {"predict-checkpoint": ["predict", missing, photos, "--device", "cpu"],
@@ -238,32 +237,34 @@ def test_a_path_that_does_not_exist_is_named(photos, wide, tmp_path, command):
             "export": ["export", missing, "--format", "onnx"],
             "report": ["report", missing],
             "train-data": ["train", "--set", f"data={missing}", "--set", "epochs=1", "--set", "device=cpu"]}[command]
-    line = _one_line_error(_gpucore(*args, cwd=str(tmp_path)))
+    monkeypatch.chdir(tmp_path)
+    line = _one_line_error(gpucore_command(capsys, *args))
     assert f"'{missing}'" in line
     if command in ("evaluate-data", "train-data"):
         assert "config key 'data'" in line and "class subfolders of images" in line
 
 
-def test_a_folder_of_one_class_is_refused(tmp_path):
+def test_a_folder_of_one_class_is_refused(tmp_path):  # a gpucore process: the command's own stderr, one line
     folder = make_folder(tmp_path / "one", classes=["flower"])
-    line = _one_line_error(_gpucore("train", "--set", f"data={folder}", "--set", "epochs=1", "--set", "device=cpu",
-                                    "--set", "model=fast_cnn", "--set", f"run_dir={tmp_path / 'runs'}", "--set",
-                                    "progress=false"))
+    line = _one_line_error(_gpucore_process("train", "--set", f"data={folder}", "--set", "epochs=1", "--set",
+                                            "device=cpu", "--set", "model=fast_cnn", "--set",
+                                            f"run_dir={tmp_path / 'runs'}", "--set", "progress=false"))
     assert f"config key 'data' ('{folder}') has 1 class (flower)" in line and "needs 2 classes at least" in line
     assert not os.path.exists(tmp_path / "runs")
 
 
-def test_evaluate_labels_by_the_checkpoints_classes_and_refuses_one_it_lacks(wide, tmp_path):
+def test_evaluate_labels_by_the_checkpoints_classes_and_refuses_one_it_lacks(wide, tmp_path, capsys):
     _, checkpoint = wide
     subset = make_folder(tmp_path / "flower", classes=["flower"])  # a class of three: labelled as the model numbers it
-    result = _gpucore("evaluate", checkpoint, "--data", subset, "--device", "cpu", "--out", str(tmp_path / "ev"))
+    result = gpucore_command(capsys, "evaluate", checkpoint, "--data", subset, "--device", "cpu", "--out",
+                             str(tmp_path / "ev"))
     assert result.returncode == 0, result.stderr
     assert "has no folder for classes bridge, temple of the model" in result.stderr
     rows = json.load(open(tmp_path / "ev" / "per_class.json"))
     assert {row["class"]: row["support"] for row in rows if row.get("support")} == {"flower": 6}  # all of it
     folder = make_folder(tmp_path / "tree", classes=["bridge", "flower", "tree"])
-    line = _one_line_error(_gpucore("evaluate", checkpoint, "--data", folder, "--device", "cpu",
-                                    "--out", str(tmp_path / "ev2")))
+    line = _one_line_error(gpucore_command(capsys, "evaluate", checkpoint, "--data", folder, "--device", "cpu",
+                                           "--out", str(tmp_path / "ev2")))
     assert f"image folder '{folder}' has class folder tree that the model does not have" in line
     assert "its classes: bridge, flower, temple" in line
 
