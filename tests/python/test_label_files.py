@@ -5,6 +5,7 @@ train/ and validation/), a multi-label CSV; each read as pandas/csv read by hand
 datasets.load_dataset("imagefolder") gives it where `datasets` is installed), each trained from the CLI with a model
 as wide as the data's class count. The class count from integer labels and multi-label widths, a model of another
 width refused, and every bad row named by its line."""
+import contextlib
 import csv
 import json
 import os
@@ -23,7 +24,7 @@ from gpucore.data.identity import changes, identity_of
 from gpucore.errors import ConfigError
 from gpucore.models import FastCNN
 from gpucore.models.surgery import output_count
-from conftest import require
+from conftest import gpucore_command, require
 
 RUN = dict(epochs=1, device="cpu", precision="32", progress=False, batch_size=4, model="fast_cnn", report=False,
            loggers=[])
@@ -67,11 +68,13 @@ def _gpucore(*args, cwd=None):
                           cwd=cwd)
 
 
-def _train_cli(data, tmp_path, *sets):
-    """`gpucore train --set data=DATA` of RUN, 1 epoch; the checkpoint it wrote, loaded, and its training_stats.json."""
+def _train_cli(capsys, data, tmp_path, *sets):
+    """`gpucore train --set data=DATA` of RUN, 1 epoch, run in this process from tmp_path; the checkpoint it wrote,
+    loaded, and its training_stats.json."""
     settings = [f"data={data}", f"run_dir={tmp_path / 'runs'}", "epochs=1", "device=cpu", "precision=32",
                 "progress=false", "batch_size=4", "model=fast_cnn", "report=false", *sets]
-    result = _gpucore("train", *[part for setting in settings for part in ("--set", setting)], cwd=str(tmp_path))
+    with contextlib.chdir(tmp_path):
+        result = gpucore_command(capsys, "train", *[part for setting in settings for part in ("--set", setting)])
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     run_dir = json.loads(result.stdout)["run_dir"]
@@ -133,20 +136,20 @@ def test_kaggle_labels_csv_reads_names_as_written(kaggle_labels):
 
 
 @pytest.mark.slow
-def test_kaggle_labels_csv_trains_and_evaluates_from_the_cli_with_a_head_per_breed(kaggle_labels, tmp_path):
-    loaded, stats = _train_cli(kaggle_labels, tmp_path)
+def test_kaggle_labels_csv_trains_and_evaluates_from_the_cli_with_a_head_per_breed(kaggle_labels, tmp_path, capsys):
+    loaded, stats = _train_cli(capsys, kaggle_labels, tmp_path)
     assert output_count(loaded.module) == 3 and loaded.classes == BREEDS
     assert stats["model_kwargs_from_data"] == {"num_classes": 3, "in_channels": 3}
     assert stats["data"]["train"]["classes"] == BREEDS  # the identity a resume compares
-    result = _gpucore("evaluate", loaded.checkpoint, "--data", str(kaggle_labels / "labels.csv"), "--device", "cpu",
-                      "--out", str(tmp_path / "evaluated"))
+    result = gpucore_command(capsys, "evaluate", loaded.checkpoint, "--data", str(kaggle_labels / "labels.csv"),
+                             "--device", "cpu", "--out", str(tmp_path / "evaluated"))
     assert result.returncode == 0, result.stderr
     rows = json.load(open(tmp_path / "evaluated" / "per_class.json"))
     assert [row["class"] for row in rows] == BREEDS
 
 
 @pytest.mark.slow
-def test_train_csv_beside_train_and_test_folders_with_integer_ids(tmp_path):
+def test_train_csv_beside_train_and_test_folders_with_integer_ids(tmp_path, capsys):
     root = tmp_path / "competition"
     rows = []
     for index in range(16):
@@ -160,7 +163,7 @@ def test_train_csv_beside_train_and_test_folders_with_integer_ids(tmp_path):
     assert train.classes is None  # integer ids: no names
     assert [os.path.basename(p) for p in train.paths] == files
     assert train.targets.tolist() == [int(label) for label in labels]
-    loaded, stats = _train_cli(root, tmp_path)
+    loaded, stats = _train_cli(capsys, root, tmp_path)
     assert output_count(loaded.module) == 4  # the ids 0..3, not fast_cnn's default 10
     assert stats["model_kwargs_from_data"]["num_classes"] == 4
 
@@ -195,8 +198,8 @@ def test_hf_metadata_csv_reads_the_files_and_labels_datasets_reads(hf_csv_folder
 
 
 @pytest.mark.slow
-def test_hf_metadata_csv_trains_from_the_cli(hf_csv_folder, tmp_path):
-    loaded, stats = _train_cli(hf_csv_folder, tmp_path)
+def test_hf_metadata_csv_trains_from_the_cli(hf_csv_folder, tmp_path, capsys):
+    loaded, stats = _train_cli(capsys, hf_csv_folder, tmp_path)
     assert output_count(loaded.module) == 3 and loaded.classes == ["daisy", "rose", "tulip"]
     assert stats["validation"]["source"] == "val_fraction"
 
@@ -236,8 +239,8 @@ def test_hf_metadata_jsonl_splits_read_the_files_and_labels_datasets_reads(hf_js
 
 
 @pytest.mark.slow
-def test_hf_metadata_jsonl_splits_train_from_the_cli(hf_jsonl_splits, tmp_path):
-    loaded, stats = _train_cli(hf_jsonl_splits, tmp_path)
+def test_hf_metadata_jsonl_splits_train_from_the_cli(hf_jsonl_splits, tmp_path, capsys):
+    loaded, stats = _train_cli(capsys, hf_jsonl_splits, tmp_path)
     assert output_count(loaded.module) == 3
     assert stats["validation"]["source"] == "held_out_split"
 
@@ -292,8 +295,8 @@ def test_multi_label_data_gets_as_many_outputs_as_tags_and_a_wrong_width_is_refu
 
 
 @pytest.mark.slow
-def test_multi_label_csv_trains_from_the_cli(tagged, tmp_path):
-    loaded, stats = _train_cli(tagged / "tags.csv", tmp_path, "loss=bce_with_logits", "top_k=0")
+def test_multi_label_csv_trains_from_the_cli(tagged, tmp_path, capsys):
+    loaded, stats = _train_cli(capsys, tagged / "tags.csv", tmp_path, "loss=bce_with_logits", "top_k=0")
     assert output_count(loaded.module) == 7 and loaded.classes == TAGS
     assert stats["model_kwargs_from_data"]["num_classes"] == 7
 
