@@ -3,7 +3,6 @@ import csv
 import json
 import os
 import stat
-import subprocess
 import sys
 
 import numpy as np
@@ -18,9 +17,9 @@ from gpucore.config import load_config
 from gpucore.evaluation.load import LoadedModel
 from gpucore.models import build_model
 from gpucore.data.png import encode_png
-from conftest import CAPTCHA_KWARGS, FASHION_KWARGS, require
+from conftest import CAPTCHA_KWARGS, FASHION_KWARGS, gpucore_command, require
 
-pytestmark = pytest.mark.slow  # spawns gpucore processes and exports with onnx, seconds each
+pytestmark = pytest.mark.slow  # runs gpucore commands and exports with onnx, seconds each
 
 @pytest.fixture
 def run(fashion_run, tmp_path):
@@ -31,11 +30,7 @@ def run(fashion_run, tmp_path):
             y_val)
 
 
-def _gpucore(*args):
-    return subprocess.run([sys.executable, "-m", "gpucore", *args], capture_output=True, text=True, timeout=600)
-
-
-def test_predict_on_the_validation_images_gives_the_runs_accuracy(run):
+def test_predict_on_the_validation_images_gives_the_runs_accuracy(run, capsys):
     folder, checkpoint, val_accuracy, x_val, y_val = run
     np.save(folder / "val.npy", x_val[:, 0].numpy())          # N x H x W uint8, as an array
     classes = CLASS_NAMES["synthetic_fashion"]
@@ -61,7 +56,8 @@ def test_predict_on_the_validation_images_gives_the_runs_accuracy(run):
 
     # The PNG folder through the command line: same images, same predictions; labels from the subfolders.
     out = folder / "predictions.csv"
-    result = _gpucore("predict", checkpoint, str(folder / "val"), "--out", str(out), "--top-k", "3", "--device", "cpu")
+    result = gpucore_command(capsys, "predict", checkpoint, str(folder / "val"), "--out", str(out), "--top-k", "3",
+                             "--device", "cpu")
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert summary["inputs"] == 200 and summary["accuracy"] == pytest.approx(accuracy)
@@ -88,7 +84,7 @@ def test_predict_reads_idx_and_resizes_image_files_to_the_models_size(run, tmp_p
     assert torch.equal(gpucore.predict(loaded, tmp_path / "big.png").outputs, loaded(resized))
 
 
-def test_predict_errors_name_the_bad_input(run, tmp_path):
+def test_predict_errors_name_the_bad_input(run, tmp_path, capsys):
     _, checkpoint, _, x_val, _ = run
     loaded = gpucore.load(checkpoint, "cpu")
     (tmp_path / "notes.txt").write_text("hello")
@@ -103,7 +99,8 @@ def test_predict_errors_name_the_bad_input(run, tmp_path):
     (tmp_path / "pictures").mkdir()
     (tmp_path / "pictures" / "a.png").write_bytes(encode_png(x_val[0, 0]))
     (tmp_path / "pictures" / "broken.png").write_bytes(encode_png(x_val[1, 0])[:60])
-    result = _gpucore("predict", checkpoint, str(tmp_path / "pictures"), "--out", str(tmp_path / "p.csv"))
+    result = gpucore_command(capsys, "predict", checkpoint, str(tmp_path / "pictures"), "--out",
+                             str(tmp_path / "p.csv"))
     assert result.returncode == 2 and "broken.png" in result.stderr
 
 
@@ -131,12 +128,12 @@ def test_predict_decodes_captcha_text_and_writes_segmentation_masks(captcha_run,
         assert masks.rows[index]["foreground"] == pytest.approx(expected[index].float().mean().item())
 
 
-def test_onnx_export_agrees_with_pytorch(run, tmp_path, monkeypatch):
+def test_onnx_export_agrees_with_pytorch(run, tmp_path, monkeypatch, capsys):
     require("onnxruntime")
     require("onnxscript")
     onnx = require("onnx")
     _, checkpoint, _, x_val, _ = run
-    result = _gpucore("export", checkpoint, "--format", "onnx", "--out", str(tmp_path / "model.onnx"))
+    result = gpucore_command(capsys, "export", checkpoint, "--format", "onnx", "--out", str(tmp_path / "model.onnx"))
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert 0 <= summary["max_abs_diff"] <= 1e-4 and summary["checked_inputs"] == [3, 1, 28, 28]
