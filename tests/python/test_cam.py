@@ -9,7 +9,7 @@ from torch import nn
 import gpucore
 from gpucore import cam as gcam
 from gpucore.models import FashionMnistCNN
-from conftest import assert_no_growth, require
+from conftest import assert_no_growth, gpucore_command, require
 
 
 
@@ -358,10 +358,8 @@ def test_cuda_kernels_match_cpu(method):
 
 
 @pytest.mark.slow
-def test_cli_gradcam_on_a_trained_checkpoint(tmp_path, fashion_run):
+def test_cli_gradcam_on_a_trained_checkpoint(tmp_path, fashion_run, capsys):
     import json
-    import subprocess
-    import sys
 
     import numpy as np
 
@@ -371,16 +369,14 @@ def test_cli_gradcam_on_a_trained_checkpoint(tmp_path, fashion_run):
     (images, labels), _ = synthetic_fashion(train_size=4, val_size=1, seed=5)
     np.save(tmp_path / "images.npy", images[:, 0].numpy())
     out = tmp_path / "cams"
-    command = [sys.executable, "-m", "gpucore", "gradcam", "--checkpoint", f"{trained.checkpoint_dir}/best.pt",
-               "--layer", "features.4", "--images", str(tmp_path / "images.npy"), "--out", str(out),
-               "--method", "gradcam++"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    command = ["gradcam", "--checkpoint", f"{trained.checkpoint_dir}/best.pt", "--layer", "features.4", "--images",
+               str(tmp_path / "images.npy"), "--out", str(out), "--method", "gradcam++"]
+    result = gpucore_command(capsys, *command)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["images"] == 4
     assert sorted(p.name for p in out.iterdir())[:2] == ["cams_gradcam++.pt", "image_0000_gradcam++.png"]
     assert torch.load(out / "cams_gradcam++.pt").shape == (4, 28, 28)
-    bad = subprocess.run(command[:-4] + ["--layer", "feature.4", "--out", str(out)], capture_output=True, text=True,
-                         timeout=300)
+    bad = gpucore_command(capsys, *command[:-4], "--layer", "feature.4", "--out", str(out))
     assert bad.returncode == 2 and "no layer 'feature.4'" in bad.stderr
     folder = tmp_path / "pictures"
     folder.mkdir()
@@ -389,7 +385,7 @@ def test_cli_gradcam_on_a_trained_checkpoint(tmp_path, fashion_run):
 
     for name, picture in (("a", images[0, 0]), ("b", torch.randint(0, 256, (40, 36), dtype=torch.uint8))):
         (folder / f"{name}.png").write_bytes(encode_png(picture))
-    from_folder = command[3:6] + ["--images", str(folder), "--out", str(tmp_path / "folder_cams")]
+    from_folder = command[:3] + ["--images", str(folder), "--out", str(tmp_path / "folder_cams")]
     assert cli.main(from_folder) == 0  # resized to the checkpoint's 28 x 28; the automatic layer
     assert torch.load(tmp_path / "folder_cams" / "cams_gradcam.pt").shape == (2, 28, 28)
     assert cli.main(from_folder + ["--size", "40", "36"]) == 2  # the model was not trained at that size
