@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import gpucore
-from conftest import assert_states_equal
+from conftest import assert_states_equal, gpucore_command
 
 STEPS_PER_EPOCH, BATCH = 100, 16  # Ctrl-C after the first step checkpoint (step 10) lands mid-run: 190 steps left
 OVERRIDES = {"data": "synthetic_fashion",
@@ -107,31 +107,31 @@ def test_the_printed_hint_resumes_the_same_run_bitwise_and_says_from_where(tmp_p
                         label="resumed != uninterrupted")
 
 
-def test_resume_run_dir_refuses_another_epochs_under_cosine_and_keys_that_change_the_run(tmp_path):
+def test_resume_run_dir_refuses_another_epochs_under_cosine_and_keys_that_change_the_run(tmp_path, capsys):
     first = gpucore.train(dict(TINY, run_dir=str(tmp_path), name="done"))
     config_path = os.path.join(first.run_dir, "config.json")
     config_before = open(config_path, "rb").read()
 
-    longer = gpucore_cli(tmp_path, "train", "--resume", first.run_dir, "--set", "epochs=3")
-    _, err = longer.communicate(timeout=120)
+    longer = gpucore_command(capsys, "train", "--resume", first.run_dir, "--set", "epochs=3")
+    err = longer.stderr
     assert longer.returncode == 2, err[-2000:]
     assert "config key 'epochs'" in err and "epochs 2, this resume has epochs 3" in err
     assert "schedule cosine" in err and "Keep epochs 2" in err and "pretrained:" in err and "Traceback" not in err
     with pytest.raises(gpucore.ConfigError, match="config key 'epochs'.*epochs 2, this resume has epochs 3"):
         gpucore.train(dict(TINY, run_dir=str(tmp_path), name="done", epochs=3, resume="auto"))
 
-    other = gpucore_cli(tmp_path, "train", "--resume", first.run_dir, "--set", "lr=0.1")
-    _, err = other.communicate(timeout=120)
+    other = gpucore_command(capsys, "train", "--resume", first.run_dir, "--set", "lr=0.1")
+    err = other.stderr
     assert other.returncode == 2, err[-2000:]
     assert "--set lr:" in err and "the run's own lr (0.001" in err and "epochs, device" in err and "pretrained=" in err
 
-    with_file = gpucore_cli(tmp_path, "train", config_path, "--resume", first.run_dir)
-    _, err = with_file.communicate(timeout=120)
+    with_file = gpucore_command(capsys, "train", config_path, "--resume", first.run_dir)
+    err = with_file.stderr
     assert with_file.returncode == 2 and "leave out the config file" in err, err[-2000:]
     assert open(config_path, "rb").read() == config_before
 
 
-def test_a_constant_schedule_resumes_with_more_epochs_and_another_batch_size_is_refused(tmp_path):
+def test_a_constant_schedule_resumes_with_more_epochs_and_another_batch_size_is_refused(tmp_path, capsys):
     config = dict(TINY, run_dir=str(tmp_path), name="flat", schedule="constant")
     first = gpucore.train(config)
     written = json.load(open(os.path.join(first.run_dir, "config.json")))
@@ -146,8 +146,8 @@ def test_a_constant_schedule_resumes_with_more_epochs_and_another_batch_size_is_
     assert json.load(open(os.path.join(first.run_dir, "config.json"))) == dict(written, epochs=3)
     assert_one_recorded_config(first.run_dir)
 
-    cli = gpucore_cli(tmp_path, "train", "--resume", first.run_dir, "--set", "epochs=4")
-    _, err = cli.communicate(timeout=120)
+    cli = gpucore_command(capsys, "train", "--resume", first.run_dir, "--set", "epochs=4")
+    err = cli.stderr
     assert cli.returncode == 0, err[-2000:]
     assert "resuming from " in err and "epoch 4 of 4, from its start, optimizer step 12" in err  # 4 steps an epoch
     assert [row["epoch"] for row in map(json.loads, open(os.path.join(first.run_dir, "metrics.jsonl")))] == [1, 2, 3, 4]
