@@ -3,7 +3,6 @@ tensors of mixed sizes, and on folders with files it cannot read (on_error skip)
 photo."""
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -13,6 +12,7 @@ from PIL import Image
 
 import gpucore
 from gpucore.checkpoint import FORMAT
+from conftest import gpucore_command
 
 CHINA = os.path.join(os.path.dirname(__import__("sklearn").__file__), "datasets", "images", "china.jpg")
 
@@ -57,18 +57,13 @@ def checkpoint(folder, model_name, config, input_shape, state):
 
 @pytest.fixture
 def models(tmp_path, monkeypatch):
-    """The folder of models.py, importable here and by the gpucore command run in it."""
+    """The folder of models.py, importable here and by the gpucore commands run from it."""
     (tmp_path / "models.py").write_text(MODELS)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(tmp_path)
     sys.modules.pop("models", None)
     torch.manual_seed(0)
     return tmp_path
-
-
-def _gpucore(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "gpucore", *args], capture_output=True, text=True, timeout=300,
-                          cwd=cwd, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
 
 
 def _photos():
@@ -120,7 +115,7 @@ def test_a_bad_element_of_a_list_is_named_by_its_index(models):
         gpucore.predict(path, [torch.zeros(4, 9, 9, dtype=torch.uint8)], device="cpu")
 
 
-def test_predict_skips_unreadable_files_when_asked_and_names_them(models):
+def test_predict_skips_unreadable_files_when_asked_and_names_them(models, capsys):
     import models as built
 
     path = checkpoint(models, "models:classifier", {}, [3, 48, 64], built.classifier().state_dict())
@@ -133,11 +128,11 @@ def test_predict_skips_unreadable_files_when_asked_and_names_them(models):
     (folder / "truncated.jpg").write_bytes(whole[:len(whole) // 3])
     (folder / "notes.png").write_text("these are notes, not a picture\n")
 
-    refused = _gpucore("predict", path, str(folder), "--out", "p.csv", "--device", "cpu", cwd=models)
+    refused = gpucore_command(capsys, "predict", path, str(folder), "--out", "p.csv", "--device", "cpu")
     assert refused.returncode == 2 and "notes.png" in refused.stderr and "on_error: skip" in refused.stderr
 
-    result = _gpucore("predict", path, str(folder), "--out", "p.csv", "--device", "cpu", "--on-error", "skip",
-                      cwd=models)
+    result = gpucore_command(capsys, "predict", path, str(folder), "--out", "p.csv", "--device", "cpu", "--on-error",
+                             "skip")
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert summary["inputs"] == 2
@@ -176,7 +171,7 @@ DOWNSIZED = {**OWN_SIZES, "config": {**OWN_SIZES["config"], "data_kwargs": {"max
 
 @pytest.mark.kernel_build
 @pytest.mark.parametrize("case", [OWN_SIZES, FIXED_SIZE, DOWNSIZED], ids=["own-sizes", "fixed-size", "downsized"])
-def test_gradcam_draws_the_map_on_the_whole_photo_where_the_model_saw_it(models, case):
+def test_gradcam_draws_the_map_on_the_whole_photo_where_the_model_saw_it(models, case, capsys):
     import models as built
 
     path = checkpoint(models, "models:Spot", case["config"], case["input_shape"],
@@ -201,8 +196,8 @@ def test_gradcam_draws_the_map_on_the_whole_photo_where_the_model_saw_it(models,
     (models / "photos").mkdir()
     (models / "photos" / "china.jpg").write_bytes(open(CHINA, "rb").read())
     Image.fromarray(photo[100:300, 50:500]).save(models / "photos" / "part.png")
-    run = _gpucore("gradcam", "--checkpoint", path, "--images", str(models / "photos"), "--out", str(models / "cams"),
-                   "--device", "cpu", "--batch-size", "1", cwd=models)
+    run = gpucore_command(capsys, "gradcam", "--checkpoint", path, "--images", str(models / "photos"), "--out",
+                          str(models / "cams"), "--device", "cpu", "--batch-size", "1")
     assert run.returncode == 0, run.stderr
     both = gpucore.cam.photo_gradcam(loaded, [photo, photo[100:300, 50:500]])
     torch.testing.assert_close(torch.load(models / "cams" / "cams_gradcam.pt"), both.cams.cams, rtol=0, atol=1e-6)
