@@ -11,6 +11,7 @@ import torch
 
 import gpucore
 from gpucore.config import KEYS, load_config, parse_overrides
+from conftest import gpucore_command
 
 
 # The defaults a user meets first, pinned by hand: a change to one of these is a change users notice. Every other
@@ -203,24 +204,24 @@ def run_cli(*args, cwd=None):
 
 
 @pytest.mark.slow
-def test_cli_train_and_resume(tmp_path):
+def test_cli_train_and_resume(tmp_path, capsys):
     config = tmp_path / "tiny.yaml"
     config.write_text(
         f"epochs: 2\nschedule: constant\nrun_dir: {tmp_path / 'runs'}\nprogress: false\nreport: false\n"
         "data: synthetic_fashion\ndata_kwargs: {train_size: 128, val_size: 32}\n"
     )
-    result = run_cli("train", str(config), "--set", "epochs=1")
+    result = gpucore_command(capsys, "train", str(config), "--set", "epochs=1")
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert summary["status"] == "completed" and summary["run_dir"].endswith("tiny")
-    resumed = run_cli("train", str(config), "--resume", "auto")
+    resumed = gpucore_command(capsys, "train", str(config), "--resume", "auto")
     assert resumed.returncode == 0, resumed.stderr
     history = [json.loads(line) for line in open(tmp_path / "runs" / "tiny" / "metrics.jsonl")]
     assert [row["epoch"] for row in history] == [1, 2]
 
 
 @pytest.mark.slow
-def test_cli_train_errors_exit_2(tmp_path):
+def test_cli_train_errors_exit_2(tmp_path):  # a gpucore process: its own stderr, no traceback
     result = run_cli("train", "--set", "epocs=1")
     assert result.returncode == 2
     assert "Did you mean 'epochs'" in result.stderr
