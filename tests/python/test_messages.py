@@ -12,7 +12,7 @@ import torch
 import gpucore
 from gpucore.data.synthetic import synthetic_fashion
 from gpucore.data.png import encode_png
-from conftest import run_copy
+from conftest import gpucore_command, run_copy
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(gpucore.__file__)))  # the gpucore under test
@@ -23,11 +23,6 @@ def _env():
     env = dict(os.environ)
     env["PYTHONPATH"] = PYTHON_DIR + os.pathsep + env.get("PYTHONPATH", "")
     return env
-
-
-def _gpucore(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "gpucore", *map(str, args)], capture_output=True, text=True,
-                          timeout=600, cwd=cwd, env=_env())
 
 
 def _refused(result, *texts):
@@ -45,7 +40,7 @@ def run(fashion_run):
 
 # --- item 4: wrong results, silently ------------------------------------------------------------------------------
 
-def test_float_images_in_0_255_are_refused_by_predict(run, tmp_path):
+def test_float_images_in_0_255_are_refused_by_predict(run, tmp_path, capsys):
     _, checkpoint = run
     _, (x_val, _) = synthetic_fashion(**KWARGS)
     np.save(tmp_path / "raw.npy", x_val.float().numpy())          # 0..255 as floats: taken as [0, 1] before
@@ -59,12 +54,13 @@ def test_float_images_in_0_255_are_refused_by_predict(run, tmp_path):
     as_uint8 = gpucore.predict(checkpoint, x_val, device="cpu")
     assert torch.equal(scaled.predicted, as_uint8.predicted)
 
-    result = _gpucore("predict", checkpoint, tmp_path / "raw.npy", "--out", tmp_path / "p.csv", "--device", "cpu")
+    result = gpucore_command(capsys, "predict", checkpoint, tmp_path / "raw.npy", "--out", tmp_path / "p.csv",
+                             "--device", "cpu")
     _refused(result, "raw.npy' holds torch.float32 values from 0 to 255", "uint8 images (0..255) or floats in [0, 1]")
     assert not (tmp_path / "p.csv").exists()
 
 
-def test_a_segmentation_folder_is_refused_for_a_classifier_not_read_as_two_classes(run, tmp_path):
+def test_a_segmentation_folder_is_refused_for_a_classifier_not_read_as_two_classes(run, tmp_path, capsys):
     for sub in ("images", "masks"):
         (tmp_path / "seg" / sub).mkdir(parents=True)
         for index in range(4):
@@ -73,18 +69,19 @@ def test_a_segmentation_folder_is_refused_for_a_classifier_not_read_as_two_class
                                                   r"'cross_entropy' \(classification\) does not train on masks"):
         gpucore.train(run_dir=str(tmp_path / "out"), epochs=1, progress=False, device="cpu", data=str(tmp_path / "seg"))
     _, checkpoint = run
-    result = _gpucore("evaluate", checkpoint, "--data", tmp_path / "seg", "--out", tmp_path / "ev", "--device", "cpu")
+    result = gpucore_command(capsys, "evaluate", checkpoint, "--data", tmp_path / "seg", "--out", tmp_path / "ev",
+                             "--device", "cpu")
     _refused(result, "holds images and their masks (segmentation)", "set loss: dice_bce")
 
 
 # --- item 5: messages ---------------------------------------------------------------------------------------------
 
-def test_a_folder_or_a_config_as_checkpoint_says_what_a_checkpoint_is(run):
+def test_a_folder_or_a_config_as_checkpoint_says_what_a_checkpoint_is(run, capsys):
     run_dir, checkpoint = run
-    result = _gpucore("predict", run_dir, run_dir / "config.json", "--device", "cpu")
+    result = gpucore_command(capsys, "predict", run_dir, run_dir / "config.json", "--device", "cpu")
     _refused(result, f"checkpoint '{run_dir}' is a folder, not a checkpoint file; give one of its checkpoints:",
              str(run_dir / "checkpoints" / "best.pt"))
-    result = _gpucore("predict", run_dir / "config.json", "x.npy", "--device", "cpu")
+    result = gpucore_command(capsys, "predict", run_dir / "config.json", "x.npy", "--device", "cpu")
     _refused(result, "config.json' cannot be read: it is not a file torch.save wrote",
              "a checkpoint is a .pt file a gpucore run wrote, e.g. RUN_DIR/checkpoints/best.pt")
     assert "Please file an issue" not in result.stderr and "weights_only" not in result.stderr
