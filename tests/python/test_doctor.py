@@ -90,10 +90,9 @@ def test_cli_rejects_bad_device_with_exit_one(capsys):
     assert "'gpu0'" in capsys.readouterr().out
 
 
-def test_cli_without_command_shows_usage():
-    result = run_cli()
-    assert result.returncode == 2
-    assert "doctor" in result.stderr
+def test_cli_without_command_shows_usage(capsys):
+    assert main([]) == 2
+    assert "doctor" in capsys.readouterr().err
 
 
 def test_console_script_is_installed():
