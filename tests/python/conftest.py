@@ -155,6 +155,17 @@ def _draw_reports_only_where_asked(request, monkeypatch):
         monkeypatch.setattr(sys.modules["gpucore.train"], "report_after_training", lambda run: None)
 
 
+@pytest.fixture
+def figures_skipped(monkeypatch):
+    """gpucore.evaluate's and gpucore report's pages without their figures (the confusion matrices, the image grids,
+    the top losses' Grad-CAM: most of an evaluation's time): for a test that checks an evaluation's numbers, rows and
+    files but no figure. A figure that fails is only a warning on the page, so no check of such a test depends on it;
+    the report tests (draws_report) draw every figure."""
+    from gpucore.report.page import Page
+
+    monkeypatch.setattr(Page, "figure", lambda self, heading, name, draw, note="": None)
+
+
 # ---- files for the readers and data sets (test_data_readers, test_datasets) ------------------------------------------
 
 def write_idx(path, array, compress=False):

@@ -73,6 +73,7 @@ def run(tmp_path_factory):
     return result
 
 
+@pytest.mark.usefixtures("figures_skipped")  # checks numbers, rows and files: no figure
 def test_evaluate_of_a_held_out_folder_scores_all_of_it(run, tmp_path, capsys):
     predictions = gpucore.predict(run.best, run.holdout, device="cpu")
     right = (predictions.predicted == predictions.labels).sum().item() / 40  # by hand, from predict's outputs
@@ -90,6 +91,7 @@ def test_evaluate_of_a_held_out_folder_scores_all_of_it(run, tmp_path, capsys):
     assert os.path.isfile(os.path.join(run.run_dir, "evaluate-holdout", "evaluation.json"))
 
 
+@pytest.mark.usefixtures("figures_skipped")  # checks numbers, rows and files: no figure
 def test_split_val_scores_the_samples_the_run_validated_on(run, tmp_path):
     stats = json.load(open(os.path.join(run.run_dir, "training_stats.json")))
     recorded = stats["validation"]
@@ -114,6 +116,7 @@ def test_split_val_scores_the_samples_the_run_validated_on(run, tmp_path):
         gpucore.evaluate(run.best, data=run.holdout, split="val", device="cpu")
 
 
+@pytest.mark.usefixtures("figures_skipped")  # checks numbers, rows and files: no figure
 def test_split_test_and_train_of_a_folder_with_its_own_splits(run, tmp_path):
     root = tmp_path / "kaggle"
     crop_folder(root / "train", 3, shift=5)
@@ -188,6 +191,7 @@ def _same_evaluation(first, second):
     assert first["per_class"] == second["per_class"]
 
 
+@pytest.mark.usefixtures("figures_skipped")  # checks numbers, rows and files: no figure
 def test_a_torch_dataset_evaluates_reports_and_predicts_as_the_same_images_as_a_folder(run, tmp_path):
     images, labels = folder_images(run.holdout)
     dataset = Photos(images, labels)
@@ -215,6 +219,7 @@ def test_a_torch_dataset_evaluates_reports_and_predicts_as_the_same_images_as_a_
         gpucore.predict(run.best, Photos(images, labels, CLASSES[::-1]), device="cpu")
 
 
+@pytest.mark.usefixtures("figures_skipped")  # checks numbers, rows and files: no figure
 def test_a_hugging_face_dataset_evaluates_reports_and_predicts_as_the_same_folder(run, tmp_path):
     datasets = pytest.importorskip("datasets", reason="the datasets package is not installed (pip install datasets)")
     hf = datasets.load_dataset("imagefolder", data_dir=run.holdout, split="train")
