@@ -211,6 +211,7 @@ def test_a_resume_on_changed_data_is_refused_naming_what_changed(tmp_path):
     assert changes(old, identity) == ["class 'dog': as many files (10), but files renamed, replaced or changed in size"]
 
 
+@pytest.mark.usefixtures("figures_skipped")  # checks numbers, rows and files: no figure
 def test_the_data_path_is_recorded_absolute_and_evaluate_runs_from_anywhere(tmp_path, monkeypatch):
     solid(tmp_path / "work" / "photos" / "train", {"blue": (0, 0, 200), "red": (200, 0, 0)})
     solid(tmp_path / "work" / "photos" / "val", {"blue": (0, 0, 200), "red": (200, 0, 0)}, per_class=3)
@@ -232,6 +233,7 @@ def test_the_data_path_is_recorded_absolute_and_evaluate_runs_from_anywhere(tmp_
     assert moved["metrics"] == summary["metrics"]
 
 
+@pytest.mark.usefixtures("figures_skipped")  # checks numbers, rows and files: no figure
 def test_evaluate_labels_a_folder_by_the_checkpoints_classes(tmp_path):
     root = tmp_path / "data"
     solid(root / "train", {"blue": (0, 0, 200), "green": (0, 200, 0), "red": (200, 0, 0)})
