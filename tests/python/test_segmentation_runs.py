@@ -200,6 +200,7 @@ def test_a_loss_that_does_not_fit_the_folder_is_refused_before_the_first_step(tm
     assert not runs.exists()  # refused before the run began
 
 
+@pytest.mark.usefixtures("figures_skipped")  # checks numbers, rows and files: no figure
 def test_a_classifier_is_evaluated_on_a_data_set_object_whole_as_on_its_validation_split(tmp_path):
     kwargs = {"train_size": 64, "val_size": 32, "seed": 1}
     result = gpucore.train(dict(data="synthetic_fashion", data_kwargs=kwargs, epochs=1, batch_size=16, device="cpu",
