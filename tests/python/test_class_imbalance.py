@@ -113,6 +113,7 @@ def test_an_error_inside_the_loss_names_the_loss_not_the_models_input(tmp_path):
     assert "fits the data" not in message and "image size" not in message
 
 
+@pytest.mark.usefixtures("figures_skipped")  # checks numbers, rows and files: no figure
 def test_config_json_names_the_callable_and_evaluate_says_which_loss_it_used_instead(tmp_path):
     generator = torch.Generator().manual_seed(4)
     (x, y), (xv, yv) = data(64, generator), data(32, generator)
@@ -365,6 +366,7 @@ def rare_class_folder(root, train, val):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("figures_skipped")  # checks numbers, rows and files: no figure
 def test_on_a_95_to_5_folder_best_pt_is_the_epoch_of_the_best_balanced_accuracy(tmp_path, capsys):
     sk_metrics = require("sklearn.metrics")
     folder = rare_class_folder(tmp_path / "photos", train=(57, 3), val=(12, 6))
