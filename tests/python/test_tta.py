@@ -38,6 +38,7 @@ def test_flip_average_refuses_what_it_cannot_mirror():
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("figures_skipped")  # checks numbers, rows and files: no figure
 def test_validation_evaluate_predict_and_export_run_the_flip_average(tmp_path):
     result = gpucore.train(run_dir=str(tmp_path), epochs=2, lr=3e-3, progress=False, device="cpu", precision="32",
                            data="synthetic_fashion", data_kwargs=KWARGS, tta="hflip", report=False, loggers=[])
