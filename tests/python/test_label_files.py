@@ -136,6 +136,7 @@ def test_kaggle_labels_csv_reads_names_as_written(kaggle_labels):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("figures_skipped")  # checks numbers, rows and files: no figure
 def test_kaggle_labels_csv_trains_and_evaluates_from_the_cli_with_a_head_per_breed(kaggle_labels, tmp_path, capsys):
     loaded, stats = _train_cli(capsys, kaggle_labels, tmp_path)
     assert output_count(loaded.module) == 3 and loaded.classes == BREEDS
