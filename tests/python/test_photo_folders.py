@@ -190,6 +190,7 @@ def test_predict_names_the_outputs_without_a_class(photos, wide, tmp_path, capsy
 
 
 @pytest.mark.parametrize("command", ["evaluate", "gradcam", "export-onnx", "export-safetensors", "report"])
+@pytest.mark.usefixtures("figures_skipped")  # checks numbers, rows and files: no figure
 def test_each_command_ends_without_a_traceback_on_a_wide_head(photos, wide, tmp_path, command, capsys):
     run_dir, checkpoint = wide
     args = {"evaluate": ["evaluate", checkpoint, "--device", "cpu", "--out", str(tmp_path / "ev")],
@@ -253,6 +254,7 @@ def test_a_folder_of_one_class_is_refused(tmp_path):  # a gpucore process: the c
     assert not os.path.exists(tmp_path / "runs")
 
 
+@pytest.mark.usefixtures("figures_skipped")  # checks numbers, rows and files: no figure
 def test_evaluate_labels_by_the_checkpoints_classes_and_refuses_one_it_lacks(wide, tmp_path, capsys):
     _, checkpoint = wide
     subset = make_folder(tmp_path / "flower", classes=["flower"])  # a class of three: labelled as the model numbers it
