@@ -286,6 +286,7 @@ class FrameGRU(torch.nn.Module):
 
 
 @pytest.mark.slow  # trains a run (seconds)
+@pytest.mark.usefixtures("figures_skipped")  # checks numbers, rows and files: no figure
 def test_train_on_a_cecsl_root_then_evaluate_each_split(tmp_path):
     require("av")
     import warnings
