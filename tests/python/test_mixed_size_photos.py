@@ -161,6 +161,7 @@ def test_export_computes_adaptive_max_pooling_by_its_bins(output_size):
 # kernel_build for one cache only: what depends on the kernel build is predict's resize, which reads the folder alike
 # after a streamed and a cached training run
 @pytest.mark.parametrize("cache", [pytest.param("none", marks=pytest.mark.kernel_build), "auto"])
+@pytest.mark.usefixtures("figures_skipped")  # checks numbers, rows and files: no figure
 def test_a_mixed_size_folder_trains_and_every_command_works_on_its_checkpoint(folder, tmp_path, cache, capsys,
                                                                              monkeypatch):
     require("onnxruntime")
