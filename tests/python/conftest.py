@@ -308,6 +308,15 @@ def run_copy(run, folder):
     return copy
 
 
+def gpucore_process(*args, cwd=None):
+    """`python -m gpucore ARGS` in a process of its own (from `cwd`), for a test of what the process itself does: its
+    subprocess.CompletedProcess (text stdout and stderr). Tests import it with `from conftest import gpucore_process`."""
+    import subprocess
+
+    return subprocess.run([sys.executable, "-m", "gpucore", *map(str, args)], capture_output=True, text=True,
+                          timeout=600, cwd=cwd)
+
+
 def gpucore_command(capsys, *args):
     """`gpucore ARGS` run in this process (cli.main, what the gpucore command runs), for a test of what a command does
     on a run: its exit status, stdout and stderr as a subprocess.CompletedProcess (`returncode`, `stdout`, `stderr`). A

@@ -3,15 +3,13 @@ import json
 import os
 import pathlib
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
 
 import gpucore
 from gpucore.config import KEYS, load_config, parse_overrides
-from conftest import gpucore_command
+from conftest import gpucore_command, gpucore_process
 
 
 # The defaults a user meets first, pinned by hand: a change to one of these is a change users notice. Every other
@@ -198,11 +196,6 @@ def test_npz_and_npy_data(tmp_path):
         gpucore.train(dict(run_dir=str(tmp_path), progress=False, epochs=1, data=str(folder), val_fraction=0))
 
 
-def run_cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "gpucore", *args], capture_output=True, text=True, timeout=600,
-                          cwd=cwd)
-
-
 @pytest.mark.slow
 def test_cli_train_and_resume(tmp_path, capsys):
     config = tmp_path / "tiny.yaml"
@@ -222,7 +215,7 @@ def test_cli_train_and_resume(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_cli_train_errors_exit_2(tmp_path):  # a gpucore process: its own stderr, no traceback
-    result = run_cli("train", "--set", "epocs=1")
+    result = gpucore_process("train", "--set", "epocs=1")
     assert result.returncode == 2
     assert "Did you mean 'epochs'" in result.stderr
     assert "Traceback" not in result.stderr

@@ -9,15 +9,9 @@ import torch
 import gpucore
 from gpucore.cli import main
 
-from conftest import make_facts, make_gpu
+from conftest import gpucore_process, make_facts, make_gpu
 
 pytestmark = pytest.mark.slow  # spawns processes
-
-
-def run_cli(*args, env=None):
-    return subprocess.run(
-        [sys.executable, "-m", "gpucore", *args], capture_output=True, text=True, timeout=300, env=env
-    )
 
 
 def test_doctor_report_schema_on_this_machine():
@@ -62,7 +56,7 @@ def test_doctor_auto_on_m40_server_falls_back_and_advises(fake_machine):
 
 
 def test_cli_doctor_json_exit_zero():
-    result = run_cli("doctor", "--json")
+    result = gpucore_process("doctor", "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["ok"] is True

@@ -9,8 +9,6 @@ import contextlib
 import csv
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -24,7 +22,7 @@ from gpucore.data.identity import changes, identity_of
 from gpucore.errors import ConfigError
 from gpucore.models import FastCNN
 from gpucore.models.surgery import output_count
-from conftest import gpucore_command, require
+from conftest import gpucore_command, gpucore_process, require
 
 RUN = dict(epochs=1, device="cpu", precision="32", progress=False, batch_size=4, model="fast_cnn", report=False,
            loggers=[])
@@ -61,11 +59,6 @@ def _by_hand(path, file_column, label_column):
     with open(path, newline="") as handle:
         rows = list(csv.DictReader(handle))
     return [row[file_column] for row in rows], [row[label_column] for row in rows]
-
-
-def _gpucore(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "gpucore", *args], capture_output=True, text=True, timeout=600,
-                          cwd=cwd)
 
 
 def _train_cli(capsys, data, tmp_path, *sets):
@@ -374,8 +367,8 @@ def test_bad_rows_are_named_by_line(tmp_path):
     with pytest.raises(ConfigError, match=r"JSONL '.*bad.jsonl' line 2 is a list; expected an object"):
         read_label_file(str(tmp_path / "bad.jsonl"))
     # from the CLI: one line, no traceback
-    result = _gpucore("train", "--set", f"data={tmp_path / 'labels-0.csv'}", "--set", "device=cpu", "--set",
-                      f"run_dir={tmp_path / 'runs'}", cwd=str(tmp_path))
+    result = gpucore_process("train", "--set", f"data={tmp_path / 'labels-0.csv'}", "--set", "device=cpu", "--set",
+                             f"run_dir={tmp_path / 'runs'}", cwd=str(tmp_path))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "line 3: image 'missing.png' does not exist" in result.stderr
 

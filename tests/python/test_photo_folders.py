@@ -5,8 +5,6 @@ grey and RGBA images among RGB ones)."""
 import csv
 import json
 import os
-import subprocess
-import sys
 import warnings
 
 import numpy as np
@@ -19,7 +17,7 @@ from gpucore.errors import ConfigError
 from gpucore.models import FastCNN
 from gpucore.models.registry import kwargs_from_data
 from gpucore.models.surgery import output_count
-from conftest import gpucore_command, require
+from conftest import gpucore_command, gpucore_process, require
 
 pytestmark = pytest.mark.slow  # trains small runs, seconds each
 
@@ -78,10 +76,6 @@ def make_mixed_folder(root, per_class=6, seed=0):
             image = image.convert("L") if i == 1 else image.convert("RGBA") if i == 2 else image
             image.save(os.path.join(root, name, f"{i}.{'jpg' if i in (0, 3, 4) else 'png'}"))
     return str(root)
-
-
-def _gpucore_process(*args):
-    return subprocess.run([sys.executable, "-m", "gpucore", *args], capture_output=True, text=True, timeout=600)
 
 
 def _one_line_error(result):
@@ -247,9 +241,9 @@ def test_a_path_that_does_not_exist_is_named(photos, wide, tmp_path, command, ca
 
 def test_a_folder_of_one_class_is_refused(tmp_path):  # a gpucore process: the command's own stderr, one line
     folder = make_folder(tmp_path / "one", classes=["flower"])
-    line = _one_line_error(_gpucore_process("train", "--set", f"data={folder}", "--set", "epochs=1", "--set",
-                                            "device=cpu", "--set", "model=fast_cnn", "--set",
-                                            f"run_dir={tmp_path / 'runs'}", "--set", "progress=false"))
+    line = _one_line_error(gpucore_process("train", "--set", f"data={folder}", "--set", "epochs=1", "--set",
+                                           "device=cpu", "--set", "model=fast_cnn", "--set",
+                                           f"run_dir={tmp_path / 'runs'}", "--set", "progress=false"))
     assert f"config key 'data' ('{folder}') has 1 class (flower)" in line and "needs 2 classes at least" in line
     assert not os.path.exists(tmp_path / "runs")
 
