@@ -328,7 +328,11 @@ def gpucore_command(capsys, *args):
     from gpucore import cli
 
     capsys.readouterr()  # what the test printed before: not the command's
-    status = cli.main([str(arg) for arg in args])
+    path = list(sys.path)
+    try:
+        status = cli.main([str(arg) for arg in args])
+    finally:
+        sys.path[:] = path  # the command appends its current folder, as the gpucore process would for itself
     out, err = capsys.readouterr()
     return subprocess.CompletedProcess(["gpucore", *args], status, out, err)
 
