@@ -20,7 +20,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 import warnings
 
 import numpy as np

@@ -6,7 +6,6 @@ data path recorded absolute. The folders hold crops of real photos (scikit-learn
 import json
 import os
 import shutil
-import warnings
 
 import numpy as np
 import pytest

@@ -6,7 +6,6 @@ import functools
 import importlib.util
 import math
 
-import numpy as np
 import pytest
 import torch
 from torch import nn

@@ -12,7 +12,7 @@ from torch import nn
 
 from gpucore import _C
 from gpucore.errors import ConfigError
-from gpucore.tasks import CTCSequence, task_for
+from gpucore.tasks import task_for
 from gpucore.tasks.decode import ctc_beam_search, ctc_greedy
 from gpucore.tasks.sequences import ctc_fits, word_errors
 from conftest import batches

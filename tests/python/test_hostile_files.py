@@ -1,9 +1,7 @@
 """Hostile inputs: corrupt files end in a clear error naming the file, never a crash; kills lose nothing."""
 import os
 import struct
-import subprocess
 import sys
-import zlib
 
 import numpy as np
 import pytest

@@ -390,7 +390,6 @@ class EightGlosses(FrameGRU):
 def test_predict_prints_a_clips_glosses_as_the_models_greedy_decoding(tmp_path, capsys, monkeypatch):
     require("av")
     import json
-    import sys
     import warnings
     import gpucore
     from gpucore import cli

@@ -8,7 +8,6 @@ import time
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
 import gpucore
 from gpucore import _C, data

@@ -14,7 +14,7 @@ from PIL import Image
 
 from conftest import require
 from gpucore.data.synthetic import moving_shapes
-from gpucore.data.video import ClipError, decode_clip, decode_clips, encode_clip, probe_clip, read_keypoints
+from gpucore.data.video import ClipError, decode_clip, decode_clips, encode_clip, probe_clip
 from gpucore.errors import ConfigError
 
 av = require("av")
