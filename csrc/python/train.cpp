@@ -139,7 +139,8 @@ void def_train(py::module_& m) {
       .def_readwrite("heads", &LossConfig::heads)
       .def_readwrite("class_weights", &LossConfig::class_weights)
       .def_readwrite("sequence_lengths", &LossConfig::sequence_lengths)
-      .def_readwrite("temporal_stride", &LossConfig::temporal_stride);
+      .def_readwrite("temporal_stride", &LossConfig::temporal_stride)
+      .def_readwrite("undecoded_class", &LossConfig::undecoded_class);
   def_kind(loss, &LossConfig::kind, &parse_loss);
   m.def(
       "word_edits",

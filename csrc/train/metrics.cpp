@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <optional>
 
 #include "ops/train_step/train_step.h"
@@ -77,7 +78,12 @@ void MetricTracker::update(const at::Tensor& output, const at::Tensor& target, c
       const int64_t steps = output.size(1);
       const at::Tensor within = at::arange(steps, batch.input_lengths.options()).unsqueeze(0) <
                                 batch.input_lengths.unsqueeze(1);
-      const at::Tensor best = at::where(within, output.argmax(-1), 0);  // (N, T); past the length: blanks
+      at::Tensor scores = output;
+      if (loss_.undecoded_class >= 0) {
+        scores = output.clone();
+        scores.select(-1, loss_.undecoded_class).fill_(-std::numeric_limits<double>::infinity());
+      }
+      const at::Tensor best = at::where(within, scores.argmax(-1), 0);  // (N, T); past the length: blanks
       const at::Tensor previous = at::cat({at::full({n, 1}, -1, best.options()), best.slice(1, 0, steps - 1)}, 1);
       const at::Tensor keep = (best != 0) & (best != previous);
       const at::Tensor slot = at::where(keep, keep.cumsum(1) - 1, at::full_like(best, steps));

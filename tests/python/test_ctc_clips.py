@@ -18,18 +18,19 @@ from gpucore.tasks.sequences import ctc_fits, word_errors
 from conftest import batches
 
 
-def loss_config(sequence_lengths=False, stride=1):
+def loss_config(sequence_lengths=False, stride=1, undecoded_class=-1):
     loss = _C.LossConfig()
     loss.kind = "ctc"
     loss.sequence_lengths, loss.temporal_stride = sequence_lengths, stride
+    loss.undecoded_class = undecoded_class
     return loss
 
 
-def evaluate(output, target, sequence_lengths=False, stride=1, batch_size=None):
+def evaluate(output, target, sequence_lengths=False, stride=1, batch_size=None, undecoded_class=-1):
     """The engine's evaluation metrics of `output` (the identity model's) against `target`."""
     settings = _C.EngineConfig()
     settings.device = torch.device("cpu")
-    settings.loss = loss_config(sequence_lengths, stride)
+    settings.loss = loss_config(sequence_lengths, stride, undecoded_class)
     source = batches(output, target, batch_size or output.shape[0])
     return _C.evaluate(source, lambda x: x, settings)["metrics"]
 
@@ -237,3 +238,45 @@ def test_the_engines_wer_is_greedy_decodings_word_errors(seed, stride):
     theirs = jiwer.wer([words(t) for t in target[:, 1:]], [words(d) for d in decoded])
     assert metrics["wer"] == pytest.approx(theirs, rel=1e-12)
     assert 0 < metrics["wer"]
+
+
+@pytest.mark.parametrize("beam_width", [1, 3])
+def test_the_vocabularys_unknown_is_never_decoded_so_an_unseen_gloss_is_always_an_error(beam_width):
+    """A dev/test gloss training never saw is encoded as the vocabulary's "<unk>" (its last entry); a model that
+    outputs "<unk>" there must not score a hit. Outputs whose best class is "<unk>" wherever the reference has it: the
+    engine's val_wer and evaluate's decoding (greedy and beam search) both decode as if the "<unk>" column were not
+    there (a by-hand decoding of the outputs without it, scored by word_errors)."""
+    vocabulary = ["<blank>", "A", "B", "C", "<unk>"]
+    unknown = len(vocabulary) - 1
+    generator = torch.Generator().manual_seed(41)
+    output = torch.randn(6, 8, len(vocabulary), generator=generator)
+    output[..., 0] += 4.0  # the blank the best class, except:
+    target = torch.full((6, 4), -1)
+    target[:, 0] = 16  # frames: every one of the 8 steps at stride 2
+    for i in range(6):
+        target[i, 1:3] = torch.tensor([1 + i % 3, unknown])
+        output[i, 1:3, 1 + i % 3] = 20.0  # the seen gloss at steps 1 and 2
+        output[i, 4:6, unknown] = 20.0  # "<unk>" at steps 4 and 5
+    from gpucore.config import load_config
+    from gpucore.tasks import task_of
+
+    recorded = task_of(load_config({"loss": "ctc", "vocabulary": vocabulary}))  # a run's task, from config.json
+    assert recorded.undecoded_class == unknown and recorded.loss_config().undecoded_class == unknown
+    assert task_of(load_config({"loss": "ctc"})).undecoded_class is None  # no vocabulary recorded: nothing left out
+    task = task_for("ctc").with_sequence_lengths(2).with_beam_width(beam_width)
+    unaware = task.decode(output, target)
+    assert (unaware == unknown).any(1).all()  # without the vocabulary, the outputs decode to "<unk>" ...
+    assert word_errors(unaware, target[:, 1:]).rate == 0  # ... which would score as a hit
+    decoded = task.with_vocabulary(vocabulary).decode(output, target)
+    without_column = output[..., :unknown]  # by hand: "<unk>" is not a class
+    if beam_width == 1:
+        by_hand = ctc_greedy(without_column.argmax(-1))
+    else:
+        by_hand = ctc_beam_search(without_column.log_softmax(-1), None, beam_width)
+    assert torch.equal(decoded, by_hand) and not (decoded == unknown).any()
+    errors = word_errors(decoded, target[:, 1:])
+    assert errors.per_sample.tolist() == [[0, 1, 0]] * 6  # the unseen gloss deleted in every clip: an error
+    if beam_width == 1:  # the engine decodes greedily, as val_wer always does
+        metrics = evaluate(output, target, sequence_lengths=True, stride=2, undecoded_class=unknown)
+        assert metrics["wer"] == pytest.approx(errors.rate, rel=1e-12)
+        assert evaluate(output, target, sequence_lengths=True, stride=2)["wer"] < metrics["wer"]

@@ -413,7 +413,9 @@ def test_predict_prints_a_clips_glosses_as_the_models_greedy_decoding(tmp_path, 
     frames = clips[0][0].float() / 255
     mean, std = (torch.tensor(v).view(3, 1, 1) for v in loaded.normalization)
     with torch.no_grad():
-        best_path = loaded.module.eval()(((frames - mean) / std).unsqueeze(0))[0].argmax(-1).tolist()
+        outputs = loaded.module.eval()(((frames - mean) / std).unsqueeze(0))[0]
+    assert loaded.classes[-1] == "<unk>"
+    best_path = outputs[:, :-1].argmax(-1).tolist()  # "<unk>" (glosses training never saw) is never decoded
     ids = [g for i, g in enumerate(best_path) if g != 0 and (i == 0 or g != best_path[i - 1])]
     expected = [loaded.classes[g] for g in ids]
     assert expected  # the trained model names glosses on it (not an empty decoding on both sides)

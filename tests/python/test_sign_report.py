@@ -174,9 +174,10 @@ def decoded_by_hand(root, dev, result):
         frames_of.append(frames)
         clip = (torch.from_numpy(frames).permute(0, 3, 1, 2).float() / 255 - mean) / std
         with torch.no_grad():
-            best = model(clip[None])[0].argmax(-1).tolist()
+            best = model(clip[None])[0, :, :-1].argmax(-1).tolist()  # "<unk>", the last class, never decoded
         glosses = [g for k, g in enumerate(best) if g != 0 and (k == 0 or g != best[k - 1])]
         decoded.append(glosses)
+    assert checkpoint["classes"][-1] == "<unk>"
     return decoded, frames_of, checkpoint["classes"]
 
 

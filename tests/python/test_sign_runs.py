@@ -217,7 +217,8 @@ def _without_times(line):
 
 def _by_hand(loaded, frames_or_keypoints):
     """The loaded model's glosses for one clip's frames (T x C x H x W uint8) or keypoints (T x F), by hand: the run's
-    standardisation, a plain forward and greedy CTC decoding (best id per step, repeats merged, blanks dropped)."""
+    standardisation, a plain forward and greedy CTC decoding (best id per step, repeats merged, blanks dropped) over
+    the vocabulary without its last entry, "<unk>", which stands for glosses training never saw: never decoded."""
     x = frames_or_keypoints.float()
     if x.dim() == 4:
         mean, std = (torch.tensor(v).view(3, 1, 1) for v in loaded.normalization)
@@ -226,7 +227,8 @@ def _by_hand(loaded, frames_or_keypoints):
         mean, std = (torch.tensor(v) for v in loaded.normalization)
         x = (x - mean) / std
     with torch.no_grad():
-        best = loaded.module.eval()(x.unsqueeze(0))[0].argmax(-1).tolist()
+        assert loaded.classes[-1] == "<unk>"
+        best = loaded.module.eval()(x.unsqueeze(0))[0, :, :-1].argmax(-1).tolist()
     return [loaded.classes[g] for i, g in enumerate(best) if g != 0 and (i == 0 or g != best[i - 1])]
 
 

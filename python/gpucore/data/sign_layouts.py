@@ -10,7 +10,8 @@
 
 The gloss vocabulary is built from the training split: entry 0 "<blank>" (the CTC blank), then the training glosses
 sorted, then "<unk>", which no training clip has: a dev or test gloss that training never saw is encoded as "<unk>"
-(counted and named in a warning), which a model trained here never learns to output, so WER counts it as an error.
+(counted and named in a warning), which decoding never emits (config key vocabulary records it), so WER counts it as
+an error.
 """
 from __future__ import annotations
 
@@ -21,12 +22,12 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import ConfigError
+from ..tasks.sequences import BLANK, UNKNOWN
 from . import label_files
 from .class_folders import IMAGE_EXTENSIONS, is_system_file
 from .video import VIDEO_EXTENSIONS
 
 SPLITS = ("train", "dev", "test")
-BLANK, UNKNOWN = "<blank>", "<unk>"
 KEYPOINT_EXTENSION = ".npy"
 CECSL_COLUMNS = ("Number", "Translator", "Chinese Sentences", "Gloss")
 PHOENIX_COLUMNS = ("id", "folder", "signer", "annotation")

@@ -38,7 +38,7 @@ def task_of(config) -> Task:
     ignore_index = config.ignore_index if config.ignore_index is not None else TORCH_IGNORE_INDEX
     task = task_for(config.loss, config.heads, config.label_smoothing, ignore_index)
     if isinstance(task, CTCSequence):
-        return task.with_beam_width(config.beam_width)
+        return task.with_beam_width(config.beam_width).with_vocabulary(config.vocabulary)
     if config.beam_width != 1:
         raise ConfigError(f"config key 'beam_width' ({config.beam_width}) decodes CTC outputs (loss ctc); loss "
                           f"'{config.loss}' ({task.name}) would ignore it: set beam_width: 1, or loss: ctc")

@@ -17,6 +17,10 @@ from ..errors import ConfigError
 from .base import Task, names_for, sequence_lengths_in_target
 from .decode import as_text, ctc_beam_search, ctc_greedy
 
+# A gloss vocabulary's first and last entries: the CTC blank (class 0), and the id a dev or test gloss that the
+# training split never had is encoded as (no training target has it, so decoding never emits it).
+BLANK, UNKNOWN = "<blank>", "<unk>"
+
 
 class SequenceTask(Task):
     """What multi-head and CTC share: text per input, per-character confusion in the report."""
@@ -88,6 +92,7 @@ class CTCSequence(SequenceTask):
     sequence_lengths = False  # the targets' column 0 is each clip's frame count
     temporal_stride = 1  # the model's output steps per frame: one per this many frames
     beam_width = 1  # config key beam_width: 1 decodes greedily
+    undecoded_class: Optional[int] = None  # a gloss vocabulary's UNKNOWN: scored as an error, never decoded
 
     def for_data(self, samples, model: nn.Module) -> "CTCSequence":
         """With per-clip lengths where `samples` carry them (SEQUENCE_LENGTHS_IN_TARGET), at `model`'s
@@ -110,9 +115,18 @@ class CTCSequence(SequenceTask):
         task.beam_width = width
         return task
 
+    def with_vocabulary(self, vocabulary: Optional[Sequence[str]]) -> "CTCSequence":
+        """This task for a gloss vocabulary (config key vocabulary; None: none recorded): its UNKNOWN, which stands
+        for every dev or test gloss the training split never had, is never decoded, so such a gloss always scores as
+        an error, in the engine's val_wer as in evaluate's."""
+        task = copy.copy(self)
+        task.undecoded_class = list(vocabulary).index(UNKNOWN) if vocabulary and UNKNOWN in vocabulary else None
+        return task
+
     def loss_config(self, device: str = "cpu") -> "_C.LossConfig":
         loss = super().loss_config(device)
         loss.sequence_lengths, loss.temporal_stride = self.sequence_lengths, self.temporal_stride
+        loss.undecoded_class = -1 if self.undecoded_class is None else self.undecoded_class
         return loss
 
     def primary_metrics(self, imbalanced: bool = False) -> Sequence[str]:
@@ -135,6 +149,9 @@ class CTCSequence(SequenceTask):
         """`targets`: the batch's, where known (with per-clip lengths, decoding stops at each clip's output steps)."""
         self.expect_dims(outputs, 3, "N x steps x classes")
         lengths = self.output_lengths(targets, outputs.shape[1])
+        if self.undecoded_class is not None:
+            outputs = outputs.clone()
+            outputs[..., self.undecoded_class] = float("-inf")
         if self.beam_width > 1:
             return ctc_beam_search(outputs.float().log_softmax(-1), lengths, self.beam_width)
         return ctc_greedy(outputs.argmax(-1), lengths)

@@ -34,6 +34,9 @@ struct LossConfig {
   // gives one output step per temporal_stride frames (its temporal_stride attribute).
   bool sequence_lengths = false;
   int64_t temporal_stride = 1;
+  // ctc: a class decoding never emits (-1: none), a gloss vocabulary's "<unk>": no training target has it, and a
+  // dev or test gloss the training split never had is encoded as it, so it must score as an error, never as a hit.
+  int64_t undecoded_class = -1;
 };
 
 // A CTC batch as ctc_loss takes it: the labels (N, S) padded with -1, each sample's output steps and label count
