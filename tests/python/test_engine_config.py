@@ -83,6 +83,7 @@ NOT_A_KEYS_VALUE = {
     "param_group.lr_scale": "derived from keys lr_backbone and lr_layer_decay (the head's: 1)",
     "loss.sequence_lengths": "the data's (its sequence_lengths_in_target)",
     "loss.temporal_stride": "the model's (its temporal_stride attribute)",
+    "loss.undecoded_class": "derived from key vocabulary: its '<unk>', never decoded",
     **{f"file_batches.{name}": "the image-folder reader's (data_kwargs)" for name in
        ("channels", "height", "width", "resize", "threads", "skip_errors", "exif_orientation", "own_sizes", "decode")},
 }
