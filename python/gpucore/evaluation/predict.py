@@ -25,6 +25,7 @@ from ..data.input_files import IN_MEMORY, read_input_images
 from ..data.png import encode_png
 from ..errors import ConfigError
 from ..tasks import Classification
+from ..tasks.sequences import is_gloss_vocabulary
 from ..values import is_int
 from ..data.image_files import ImageFiles
 from ..data.labeled_data import LabeledData
@@ -130,7 +131,7 @@ def predict(checkpoint: Union[str, os.PathLike, LoadedModel], inputs, *, top_k: 
     if not is_int(top_k) or top_k < 1:
         raise ConfigError(f"top_k must be an integer >= 1, got {top_k!r}")
     paths = _paths(inputs)
-    if paths and (_video_paths(paths) or _is_gloss_model(model)):
+    if paths and (_video_paths(paths) or is_gloss_vocabulary(model.classes)):
         return _predict_clips(model, paths, on_error, batch_size)
     raw, names, labels, skipped = _read(model, inputs, on_error)
     outputs = model(raw, batch_size).cpu()
@@ -161,12 +162,6 @@ def _video_paths(paths: List[str]) -> bool:
     return all(path.lower().endswith(VIDEO_EXTENSIONS) for path in paths)
 
 
-def _is_gloss_model(model: LoadedModel) -> bool:
-    """Whether the model was trained on gloss-labelled clips: its class names are a vocabulary whose entry 0 is the
-    CTC blank."""
-    return bool(model.classes) and model.classes[0] == BLANK
-
-
 def _predict_clips(model: LoadedModel, paths: List[str], on_error: str, batch_size: Optional[int]) -> Predictions:
     """Each clip's gloss sequence, in the order given: video files and frame folders (a folder of numbered images is
     one clip, as PHOENIX-2014 ships them) for a model trained on frames, T x F keypoint .npy files for a keypoint
@@ -180,7 +175,7 @@ def _predict_clips(model: LoadedModel, paths: List[str], on_error: str, batch_si
             keypoint file of another width than its inputs, or a clip that does not read (a folder without images,
             a file that does not decode; on_error raise), each naming the file.
     """
-    if not _is_gloss_model(model):
+    if not is_gloss_vocabulary(model.classes):
         raise ConfigError(f"video clips ({', '.join(paths[:3])}) need a model trained on gloss-labelled clips (loss "
                           f"ctc on a sign-language folder: its vocabulary starts with '{BLANK}'); the model of "
                           f"'{model.checkpoint}' has classes {listed(list(model.classes or []), 5)}")

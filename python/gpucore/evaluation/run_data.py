@@ -26,11 +26,11 @@ from ..data.label_files import LABEL_FILE_EXTENSIONS
 from ..data.labeled_data import LabeledData
 from ..data.plan import describe_data, is_native
 from ..data.readers import DECODE_KEYWORDS
-from ..data.sign_layouts import BLANK
 from ..data.split import split as held_out_share
 from ..data.torch_samples import DatasetSamples, dataset_samples
 from ..errors import ConfigError
 from ..tasks import Classification, MultiLabel
+from ..tasks.sequences import is_gloss_vocabulary
 
 # What data= takes besides a name or a path, for messages.
 DATA_SET_OBJECTS = ("a gpucore data set (gpucore.data.read_segmentation(...), read_image_folder(...), "
@@ -291,7 +291,7 @@ def _check_model_vocabulary(shown: str, model, train) -> None:
         ConfigError: another vocabulary, naming the glosses only the model has, those only the data has, or the
             first id whose gloss moved.
     """
-    if not isinstance(train, ClipSequences) or not (model.classes and model.classes[0] == BLANK):
+    if not isinstance(train, ClipSequences) or not is_gloss_vocabulary(model.classes):
         return
     found = vocabulary_changes(model.classes, train.classes, "the model was trained with that the data's training "
                                "split lacks", "the data's training split has that the model was not trained with")

@@ -22,6 +22,12 @@ from .decode import as_text, ctc_beam_search, ctc_greedy
 BLANK, UNKNOWN = "<blank>", "<unk>"
 
 
+def is_gloss_vocabulary(classes: Optional[Sequence[str]]) -> bool:
+    """Whether class names are a gloss vocabulary (a model trained with CTC on gloss-labelled clips): entry 0 is the
+    blank."""
+    return bool(classes) and classes[0] == BLANK
+
+
 class SequenceTask(Task):
     """What multi-head and CTC share: text per input, per-character confusion in the report."""
 

@@ -25,6 +25,7 @@ from ..data.split import split
 from ..data.torch_samples import DatasetSamples, dataset_samples
 from ..errors import ConfigError
 from ..tasks import TORCH_IGNORE_INDEX, Classification, CTCSequence, MultiLabel, Task
+from ..tasks.sequences import is_gloss_vocabulary
 from . import distributed
 
 
@@ -195,7 +196,7 @@ def _recorded_vocabulary(config, task: Task, classes: Optional[List[str]], where
     Raises:
         ConfigError: a vocabulary set for data without one, or another than the data's (naming the glosses).
     """
-    glosses = isinstance(task, CTCSequence) and bool(classes) and classes[0] == BLANK
+    glosses = isinstance(task, CTCSequence) and is_gloss_vocabulary(classes)
     if config.vocabulary is None:
         return dataclasses.replace(config, vocabulary=list(classes)) if glosses else config
     if not glosses:
