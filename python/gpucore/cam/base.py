@@ -17,6 +17,22 @@ from .targets import target_scores
 _ops = torch.ops.gpucore
 
 
+def model_output(model: nn.Module, x: torch.Tensor, shown: str) -> torch.Tensor:
+    """The model's output on `x` (the first of a tuple or list).
+
+    Raises:
+        ConfigError: `x` does not fit the model ("SHOWN not fit the model: torch's message"); an out-of-memory error
+            is raised as it is.
+    """
+    try:
+        output = model(x)
+    except RuntimeError as exc:
+        if "out of memory" in str(exc):
+            raise
+        raise ConfigError(f"{shown} not fit the model: {str(exc).splitlines()[0]}") from exc
+    return output[0] if isinstance(output, (tuple, list)) else output
+
+
 def _check_inputs(inputs: Any) -> torch.Tensor:
     if not isinstance(inputs, torch.Tensor) or inputs.dim() != 4 or not inputs.is_floating_point():
         shape = tuple(inputs.shape) if isinstance(inputs, torch.Tensor) else type(inputs).__name__
@@ -85,15 +101,8 @@ class CAM:
         with torch.set_grad_enabled(needs_gradients):
             # A fresh leaf that requires grad, so the graph reaches the layers even with frozen weights.
             x = inputs.detach().requires_grad_(needs_gradients)
-            try:
-                output = self.model(x)
-            except RuntimeError as exc:
-                if "out of memory" in str(exc):
-                    raise
-                raise ConfigError(f"inputs of shape {tuple(inputs.shape)} ({inputs.dtype}, {inputs.device}) do "
-                                  f"not fit the model: {str(exc).splitlines()[0]}") from exc
-            if isinstance(output, (tuple, list)):
-                output = output[0]
+            output = model_output(self.model, x, f"inputs of shape {tuple(inputs.shape)} ({inputs.dtype}, "
+                                  f"{inputs.device}) do")
             activations = [self._activation(a, i) for i, a in enumerate(captured)]
             scores = target_scores(output, targets)
             if needs_gradients:

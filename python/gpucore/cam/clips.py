@@ -11,6 +11,7 @@ from torch import nn
 
 from ..errors import ConfigError
 from ..values import is_int
+from .base import model_output
 from .display import CamResult
 from .hooks import AUTO_LAYER, capture, find_target_layer, resolve_layer
 from .methods import BY_NAME
@@ -63,14 +64,8 @@ def clip_gradcam(model: nn.Module, clip: torch.Tensor, step: int, gloss: Optiona
     # cuDNN's LSTM has no backward in eval mode: the temporal head's gradients come from the native kernels
     with capture(model, [module]) as captured, torch.backends.cudnn.flags(enabled=not clip.is_cuda):
         with torch.enable_grad():
-            try:
-                output = model(inputs.requires_grad_(True))
-            except RuntimeError as exc:
-                if "out of memory" in str(exc):
-                    raise
-                raise ConfigError(f"a clip of shape {tuple(clip.shape)} ({clip.dtype}, {clip.device}) does not fit "
-                                  f"the model: {str(exc).splitlines()[0]}") from exc
-            output = output[0] if isinstance(output, (tuple, list)) else output
+            output = model_output(model, inputs.requires_grad_(True),
+                                  f"a clip of shape {tuple(clip.shape)} ({clip.dtype}, {clip.device}) does")
             if output.dim() != 3 or output.shape[0] != 1:
                 raise ConfigError(f"clip_gradcam needs a model whose output is (N, steps, classes), got "
                                   f"{tuple(output.shape)} for one clip")
