@@ -326,12 +326,7 @@ def main(argv=None) -> dict:
         results["train"] = train_measure(args, device)
     if args.measure in ("memory", "all"):
         results["memory"] = memory_measure(args)
-    if args.json:
-        import json
-
-        with open(args.json, "w") as handle:
-            json.dump(results, handle, indent=1)
-    return results
+    return result_json(results, args.json)
 
 
 if __name__ == "__main__":
