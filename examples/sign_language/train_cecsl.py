@@ -20,7 +20,10 @@ cores a ResNet-18 on every frame of every clip takes minutes an epoch, and becau
 Measured on this machine (2 cores of an AMD EPYC VM shared with four other jobs, float32, 2026-11-29): the defaults
 (128 training sentences of 24 x 24 frames, 21 dev and 21 test, 7 epochs, 151 s with generation) reached a test WER
 of 0.689 (best dev WER 0.600); --quick (64 training sentences, 16 dev and 16 test, 12 epochs, 53 s with generation)
-reached a test WER of 0.689 (chance, 0 glosses right: 1.0). The shapes are small (a radius of 5 pixels) on busy
+reached a test WER of 0.689 (chance, 0 glosses right: 1.0); on 2026-11-29 two --quick runs on an Intel Xeon VM
+reached 0.689 and 0.622: the generated clips are not byte-identical from one generation to the next (the frames are,
+their H.264 encoding by FFmpeg differs in a few clips between processes, also with one encoder thread; cause not
+found), so the WER varies by generation. The shapes are small (a radius of 5 pixels) on busy
 backgrounds, and training overfits 64 sentences after about 10 epochs; more sentences and epochs, or the GPU and
 cslr_resnet18, do better.
 """
