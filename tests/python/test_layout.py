@@ -1,5 +1,6 @@
 """The package's layout: no import cycles between its folders (and top-level modules), every import going down the
-package's floors (FLOORS), command-line code only in cli.py, and every public name still where users find it."""
+package's floors (FLOORS), command-line code only in cli.py, every public name still where users find it, no library
+source file over LONGEST_SOURCE_FILE lines, and docs/architecture.md's Layout table matching the tree."""
 import ast
 import os
 import re
@@ -146,23 +147,43 @@ def test_public_names_are_where_users_find_them():
     assert issubclass(gpucore.ExportError, RuntimeError)
 
 
+def _source_tree():
+    """The repository's root and its tracked files (paths relative to the root); skips outside a git checkout."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    # .git is a folder in a clone, a file in a git worktree: either is a source tree
+    if not all(os.path.exists(os.path.join(root, *path)) for path in (("docs", "architecture.md"), (".git",))):
+        import pytest
+        pytest.skip("needs the source tree (a git checkout)")
+    tracked = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True, check=True).stdout.split()
+    return root, tracked
+
+
+LONGEST_SOURCE_FILE = 600  # lines: past it a file holds more than one concern (issue 71); split it by concern
+
+
+def test_no_library_source_file_is_over_600_lines():
+    """Every library source file (python/ and csrc/: Python, C++, CUDA, headers) stays within LONGEST_SOURCE_FILE
+    lines."""
+    root, tracked = _source_tree()
+    sources = [path for path in tracked if path.startswith(("python/", "csrc/"))
+               and path.endswith((".py", ".cpp", ".h", ".cu", ".cuh"))]
+    assert len(sources) > 100, sources  # the tree was found and read
+    lengths = {path: sum(1 for _ in open(os.path.join(root, path), encoding="utf-8")) for path in sources}
+    longer = {path: lines for path, lines in lengths.items() if lines > LONGEST_SOURCE_FILE}
+    assert not longer, f"library source files over {LONGEST_SOURCE_FILE} lines (split each by concern): {longer}"
+
+
 def test_architecture_layout_table_lists_every_folder():
     """docs/architecture.md's Layout table has one row per folder of the tree (down to python/gpucore/training/loggers;
     an example's own subfolders and the headers' mirror folders are described by their parent's row), and every row
     is a folder that exists."""
-    import subprocess
-
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    page = os.path.join(root, "docs", "architecture.md")
-    # .git is a folder in a clone, a file in a git worktree: either is a source tree
-    if not os.path.exists(page) or not os.path.exists(os.path.join(root, ".git")):
-        import pytest
-        pytest.skip("needs the source tree (a git checkout)")
-    text = open(page, encoding="utf-8").read()
+    root, tracked = _source_tree()
+    text = open(os.path.join(root, "docs", "architecture.md"), encoding="utf-8").read()
     layout = text[text.index("## Layout"):]
     rows = re.findall(r"^\| `([^`]+)/` \|", layout, flags=re.M)
     assert len(rows) == len(set(rows)), "a folder has two rows"
-    tracked = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True, check=True).stdout.split()
     folders = {os.path.dirname(path) for path in tracked} - {""}
     folders |= {os.path.dirname(folder) for folder in folders} - {""}  # a folder of folders only (csrc/include)
     described_by_parent = ("examples/", "csrc/include/gpucore/", "csrc/ops/cuda/emulator/")
