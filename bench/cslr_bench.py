@@ -8,7 +8,7 @@ clips, and the memory of gpucore's clip loader by source resolution.
   loss, trained (1) by `gpucore.train` on `data: ROOT` and (2) by the loop the public CSLR code writes: a torch
   Dataset reading the label CSV, whose __getitem__ decodes the clip with PyAV (every frame converted to a full-size
   RGB array), resizes each with PIL and scales it to [-1, 1]; a padding collate; torch's DataLoader with
-  `--workers` worker processes (seed 001's guide: 1 on a CPU); torch.nn.functional.ctc_loss; greedy decoding and
+  `--workers` worker processes (guide 001's setting: 1 on a CPU); torch.nn.functional.ctc_loss; greedy decoding and
   WER by jiwer on the dev split after every epoch. Repeats are interleaved, each runs every loop from one seed, in
   alternating order (gpucore first, then last). Reported: training clips/s (the epochs' training time), whole-run
   clips/s (training and dev clips over the wall time, validation included), CPU seconds (this process and its

@@ -1,4 +1,4 @@
-"""Accuracy and speed on the real Fashion-MNIST, side by side in one run: the seeds' Fashion-MNIST CNN trained by
+"""Accuracy and speed on the real Fashion-MNIST, side by side in one run: guide 003's Fashion-MNIST CNN trained by
 gpucore.train with its default config, by a plain PyTorch loop and by PyTorch Lightning, with the same initial
 weights, seed, data, normalisation, epochs, batch size, optimizer (AdamW, gpucore's defaults: lr 1e-3, weight decay
 0.01 except on biases and norm weights, cosine schedule per step) and precision.

@@ -1,5 +1,5 @@
 """channels-last against the default (contiguous) memory format: one training step (forward under the device's
-autocast, loss, backward, fused AdamW) of the seeds' Fashion-MNIST CNN, the speedrun's fast_cnn and torchvision's
+autocast, loss, backward, fused AdamW) of guide 003's Fashion-MNIST CNN, the speedrun's fast_cnn and torchvision's
 ResNet-18 and ResNet-50 at 224 px, side by side in one run. This is the measurement config key `channels_last: auto`
 rests on.
 

@@ -4,7 +4,7 @@ loop (fused AdamW, cosine schedule) over the same data in memory.
     python bench/ops_bench.py [--device cpu] [--steps 40] [--batch-size 64] [--top-k 5] [--set key=value]
                               [--json out.json]
 
-Each loop runs one epoch of `steps` and one of 2 x `steps` optimizer steps (float32, the seeds'
+Each loop runs one epoch of `steps` and one of 2 x `steps` optimizer steps (float32, guide 003's
 Fashion-MNIST CNN, data normalised in memory, cosine schedule); what both epochs share (building the
 model, the epoch's order, the end-of-epoch record) cancels in the difference, which is divided by `steps`.
 An op (aten:: or gpucore::) is top-level when no other op encloses it (the ops autograd runs count, each under its

@@ -4,7 +4,7 @@ one of two tasks:
 - fashion_mnist: the real Fashion-MNIST (examples/configs/fashion_mnist.yaml), trained by gpucore.train as the config
   says ("plain") and with recipes on top: a `transforms` list and an EMA of the weights, which `monitor` picks, and
   each half alone.
-- captcha: seed 002's recogniser of examples/captcha/captcha_train.py (CTC, the `captcha` package's images, random
+- captcha: guide 002's recogniser of examples/captcha/captcha_train.py (CTC, the `captcha` package's images, random
   crops of 6 pixels) as the example ships it ("plain") and with a recipe for text images on top (small affine
   warps and brightness/contrast jitter, no flips, and an EMA). The images are generated once from --data-seed and
   cached in --cache-dir, so every seed and recipe trains on the same images.

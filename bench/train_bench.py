@@ -42,7 +42,7 @@ class Skip(Exception):
 
 
 class Data:
-    """The benchmark's data: uint8 images (the seeds' script reads these), and the same normalised as float."""
+    """The benchmark's data: uint8 images (guide 003's mnist-gpu.py reads these), and the same normalised as float."""
 
     def __init__(self, images, labels, mean, std):
         self.images, self.labels, self.mean, self.std = images, labels, mean, std
@@ -84,9 +84,9 @@ def seeds_script(data, device, precision, epochs, batch_size, log_interval=10):
     try:
         import PIL  # noqa: F401
     except ImportError as exc:
-        raise Skip("needs Pillow (the seed's dataset makes a PIL image per sample)") from exc
+        raise Skip("needs Pillow (guide 003's dataset makes a PIL image per sample)") from exc
     if precision != "32":
-        raise Skip("the seeds' script trains in float32 only")
+        raise Skip("guide 003's script trains in float32 only")
     torch.manual_seed(1)
     model = FashionMnistCNN().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.5)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The CUDA wheel on a machine without a GPU: torch 2.14.1's CUDA build imports and runs on a CPU, which is the seeds'
-# situation (a Tesla M40 on a new torch, a missing driver). In one call, rerunnable (each build is incremental):
+# The CUDA wheel on a machine without a GPU: torch 2.14.1's CUDA build imports and runs on a CPU, which is the
+# original setup guides' situation (a Tesla M40 on a new torch, a missing driver). In one call, rerunnable (each build
+# is incremental):
 #   1. scripts/build_wheels.sh cuda: the wheel for the full architecture list, with the GoogleTest binaries, timed
 #   2. ctest against that build: the C++ core; the kernels' comparisons on the device skip, saying there is none
 #   3. scripts/check_wheel.sh --pytest: the wheel in a fresh venv with no compiler on PATH, the tests' extras

@@ -1,4 +1,4 @@
-"""Seed 002's captcha recogniser on gpucore, trained on the `captcha` package's images: a convolutional
+"""Guide 002's captcha recogniser on gpucore, trained on the `captcha` package's images: a convolutional
 recogniser that reads the image column by column, trained with CTC, with random crops as augmentation.
 
     python examples/captcha/captcha_train.py --amp          # 98.2% of 2,000 held-out captchas read whole (README)

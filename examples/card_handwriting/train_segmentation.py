@@ -1,6 +1,6 @@
-"""Seed 000's task on gpucore: find the handwriting on cards (binary segmentation, Dice + BCE loss, IoU), on
+"""Guide 000's task on gpucore: find the handwriting on cards (binary segmentation, Dice + BCE loss, IoU), on
 generated cards: printed-looking text blocks (background) and pen strokes (foreground). Then Grad-CAM for the
-segmentation target shows what the network looked at. The model: a small built-in U-Net, the seed's own
+segmentation target shows what the network looked at. The model: a small built-in U-Net, the guide's own
 SegFormer (`--model transformers:SegformerForSemanticSegmentation`, mit-b0's layout at half its widths so
 it trains on a CPU) or segmentation_models_pytorch's U-Net (`--model smp:Unet`, a ResNet-18 encoder).
 `--data fashion_mnist_foreground` trains on real images instead: Fashion-MNIST's garments pasted onto textured

@@ -1,4 +1,4 @@
-"""Seed 003's mnist-gpu.py on gpucore: the same flags, CUDA > MPS > CPU chosen (and explained) by gpucore,
+"""Guide 003's mnist-gpu.py on gpucore: the same flags, CUDA > MPS > CPU chosen (and explained) by gpucore,
 the training loop, AMP/TF32, checkpoints and logs in gpucore's C++ core.
 
     python examples/fashion_mnist/mnist_gpu.py --epochs 10 --save-model        # Fashion-MNIST where gpucore finds it

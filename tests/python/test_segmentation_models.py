@@ -83,7 +83,7 @@ def test_segformer_config_errors_name_the_field_or_folder(tmp_path):
 
 @needs_transformers
 def test_segformer_weights_from_a_model_folder_replace_only_the_head(tmp_path):
-    # The seed's from_pretrained(..., num_labels=1, ignore_mismatched_sizes=True), from a local folder: a
+    # Guide 000's from_pretrained(..., num_labels=1, ignore_mismatched_sizes=True), from a local folder: a
     # save_pretrained folder of a 150-class model, loaded into a 1-class one built from that folder's config.
     torch.manual_seed(0)
     source = build_model("transformers:SegformerForSemanticSegmentation", {"num_labels": 150, **SEGFORMER})

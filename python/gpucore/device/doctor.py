@@ -1,6 +1,7 @@
 """`gpucore doctor`: versions, every device with its verdict, the automatic choice, a smoke test, advice.
 
-Replaces the hand-written test_gpu_setup.py / verify_*.sh scripts of the seeds.
+Replaces the hand-written test_gpu_setup.py / verify_*.sh scripts of the original setup guides (guides 001 and 000 in
+docs/guides/migrating.md).
 """
 from __future__ import annotations
 
