@@ -2,6 +2,7 @@
 import csv
 import json
 import os
+import re
 import stat
 import sys
 
@@ -68,6 +69,44 @@ def test_predict_on_the_validation_images_gives_the_runs_accuracy(run, capsys):
     assert [int(index[i]["index_1"]) for i in range(200)] == from_array.predicted.tolist()
     assert all(index[i]["label"] == classes[y_val[i]] for i in range(200))
     assert list(rows[0])[:5] == ["input", "label", "class_1", "index_1", "probability_1"]
+
+
+@pytest.mark.usefixtures("figures_skipped")  # checks numbers and rows: no figure
+def test_evaluate_takes_a_loaded_model_as_predict_and_export_do(run, tmp_path):
+    """gpucore.evaluate of a gpucore.load result scores as evaluate of its checkpoint's path: the same metrics and per
+    class rows; a value that is neither is a ConfigError naming what each entry point takes."""
+    _, checkpoint, _, x_val, y_val = run
+    loaded = gpucore.load(checkpoint, "cpu")
+    from_path = gpucore.evaluate(checkpoint, device="cpu", out=str(tmp_path / "path"))
+    from_loaded = gpucore.evaluate(loaded, out=str(tmp_path / "loaded"))
+    assert from_loaded["metrics"] == from_path["metrics"] and from_loaded["per_class"] == from_path["per_class"]
+    assert {key: from_loaded[key] for key in ("checkpoint", "data", "split", "samples", "scored")} == \
+        {key: from_path[key] for key in ("checkpoint", "data", "split", "samples", "scored")}
+    assert (from_loaded["split"], from_loaded["samples"]) == ("val", 200)  # the run's validation set
+    right = (loaded(x_val).argmax(1) == y_val).float().mean().item()  # by hand, from the loaded model's outputs
+    assert from_loaded["metrics"]["accuracy"] == pytest.approx(right, abs=1 / 200)  # a near tie may flip
+    with open(tmp_path / "loaded" / "evaluation.json") as handle:
+        assert json.load(handle)["metrics"] == from_path["metrics"]
+
+    with pytest.raises(gpucore.ConfigError, match=r"gpucore.evaluate's checkpoint is a gpucore.load result, which "
+                                                  r"holds its model already: model is for a checkpoint path"):
+        gpucore.evaluate(loaded, model=loaded.module, out=str(tmp_path / "model"))
+    refused = ((gpucore.evaluate, "gpucore.evaluate's checkpoint must be a checkpoint file's or run directory's path "
+                                  "(str or os.PathLike) or a gpucore.load result (LoadedModel)", ()),
+               (gpucore.predict, "gpucore.predict's checkpoint must be a checkpoint file's path (str or os.PathLike) "
+                                 "or a gpucore.load result (LoadedModel)", (x_val,)),
+               (gpucore.export, "gpucore.export's checkpoint must be a checkpoint file's path (str or os.PathLike) or "
+                                "a gpucore.load result (LoadedModel)", ("safetensors",)))
+    for entry, message, rest in refused:
+        with pytest.raises(gpucore.ConfigError, match=re.escape(message + ", got FashionMnistCNN") + "$"):
+            entry(loaded.module, *rest)
+    with pytest.raises(gpucore.ConfigError, match=re.escape("gpucore.load's checkpoint must be a checkpoint file's "
+                                                            "path (str or os.PathLike), got LoadedModel (a "
+                                                            "gpucore.load result)") + "$"):
+        gpucore.load(loaded)
+    with pytest.raises(gpucore.ConfigError, match=re.escape("write_report's run_dir must be a run directory's path "
+                                                            "(str or os.PathLike), got LoadedModel")):
+        gpucore.write_report(loaded)
 
 
 def test_predict_reads_idx_and_resizes_image_files_to_the_models_size(run, tmp_path):

@@ -14,19 +14,20 @@ from ..report.page import Page
 from ..report.sections import prediction_sections
 from ..run_files import CHECKPOINTS, EVALUATION, PER_CLASS
 from .evaluation_pass import data_sets, evaluation_pass
-from .load import load
+from .load import LoadedModel, loaded_model, path_argument
 from .run_data import check_classes, chosen_data
 from .run_report import best_checkpoint
 
 
-def evaluate(checkpoint: str, data: Union[None, str, os.PathLike, LabeledData, tuple, object] = None,
-             split: Optional[str] = None, device: str = "auto", out: Optional[str] = None,
-             model: Union[None, str, nn.Module] = None) -> dict:
+def evaluate(checkpoint: Union[str, os.PathLike, LoadedModel],
+             data: Union[None, str, os.PathLike, LabeledData, tuple, object] = None, split: Optional[str] = None,
+             device: str = "auto", out: Optional[str] = None, model: Union[None, str, nn.Module] = None) -> dict:
     """The metrics of a checkpoint on a data set, with the report's figures (report.html, plots/, per_class.json,
     evaluation.json in `out`).
 
     Args:
-        checkpoint: a gpucore checkpoint path, or a run directory (its best.pt, else last.pt, else interrupted.pt).
+        checkpoint: a gpucore checkpoint path, a run directory (its best.pt, else last.pt, else interrupted.pt), or a
+            gpucore.load result (LoadedModel: scored on its own device, as gpucore.predict scores it).
         data: what config key `data` takes (a built-in set, a .npz, a folder: class subfolders, images/ and
             masks/, train/ beside test/ or val/, ...), read with the run's channels and size; or a data set given in
             Python: a gpucore data set (read_segmentation(...), read_image_folder(...), from_tensors(...)),
@@ -43,7 +44,7 @@ def evaluate(checkpoint: str, data: Union[None, str, os.PathLike, LabeledData, t
         out: the folder for the files (default: RUN_DIR/evaluate-SPLIT for the run's own data, RUN_DIR/evaluate-NAME
             for data given, NAME its folder's or file's name, with -SPLIT for a split other than all).
         model: for a run whose model its config cannot rebuild: an nn.Module or 'package.module:factory' (see
-            gpucore.load).
+            gpucore.load); for a checkpoint path only.
 
     Returns:
         The summary written to evaluation.json: checkpoint, data (the name, the absolute path or the data set in
@@ -53,14 +54,17 @@ def evaluate(checkpoint: str, data: Union[None, str, os.PathLike, LabeledData, t
     Raises:
         ConfigError: a split unknown or that does not apply to the data, data that does not fit the model (masks for
             a classifier, class labels for segmentation, other class names), a run whose data or model came from
-            Python and is not given.
+            Python and is not given; a checkpoint that is none of the above, or a gpucore.load result with `model`.
     """
-    if os.path.isdir(checkpoint):
-        checkpoint = best_checkpoint(checkpoint)
-    if not os.path.isfile(checkpoint):
-        raise ConfigError(f"checkpoint '{checkpoint}' does not exist")
-    model = load(checkpoint, device, model)
-    config = model.config
+    if not isinstance(checkpoint, LoadedModel):
+        checkpoint = path_argument(checkpoint, "gpucore.evaluate's checkpoint", "a checkpoint file's or run "
+                                     "directory's path (str or os.PathLike) or a gpucore.load result (LoadedModel)")
+        if os.path.isdir(checkpoint):
+            checkpoint = best_checkpoint(checkpoint)
+        if not os.path.isfile(checkpoint):
+            raise ConfigError(f"checkpoint '{checkpoint}' does not exist")
+    model = loaded_model(checkpoint, device, "gpucore.evaluate's checkpoint", model)
+    checkpoint, config = model.checkpoint, model.config
     chosen = chosen_data(model, data, split, "gpucore.evaluate's data")
     check_classes(chosen.name, chosen.data, model)
     normalization = model.normalization

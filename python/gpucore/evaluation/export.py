@@ -29,7 +29,7 @@ from torch import nn
 
 from ..errors import ConfigError, ExportError
 from ..redact import masked_values
-from .load import LoadedModel, load
+from .load import LoadedModel, load, loaded_model
 
 FORMATS = ("onnx", "safetensors")
 TOLERANCE = 1e-4
@@ -72,12 +72,13 @@ def export(checkpoint: Union[str, os.PathLike, LoadedModel], format: str, out: O
 
     Raises:
         ExportError: torch.onnx failed, or the check's difference is above 1e-4.
-        ConfigError: another format, or a missing package (with the pip command).
+        ConfigError: another format, a missing package (with the pip command), or a checkpoint that is neither a path
+            nor a gpucore.load result.
     """
     if format not in FORMATS:
         raise ConfigError(f"export format '{format}' is not one of {', '.join(FORMATS)}")
     _require(format)
-    model = checkpoint if isinstance(checkpoint, LoadedModel) else load(checkpoint, "cpu")
+    model = loaded_model(checkpoint, "cpu", "gpucore.export's checkpoint")
     if model.device.type != "cpu":
         model = load(model.checkpoint, "cpu")
     if not model.input_shape:

@@ -284,11 +284,37 @@ def load(checkpoint: Union[str, os.PathLike], device: str = "auto",
         A LoadedModel.
 
     Raises:
-        ConfigError: a file that is not a gpucore checkpoint, a model it cannot rebuild (saying what to pass), or
-            weights that do not fit the model (naming the missing, unexpected and mis-shaped keys).
+        ConfigError: a checkpoint that is not a path, a file that is not a gpucore checkpoint, a model it cannot
+            rebuild (saying what to pass), or weights that do not fit the model (naming the missing, unexpected and
+            mis-shaped keys).
     """
-    path = os.fspath(checkpoint)
+    path = path_argument(checkpoint, "gpucore.load's checkpoint", "a checkpoint file's path (str or os.PathLike)")
     return from_payload(load_checkpoint(path), path, select_device(device).device, model)
+
+
+def path_argument(value, what: str, valid: str) -> str:
+    """`value` (a checkpoint's, a run directory's) as a path string, else a ConfigError saying that `what` must be
+    `valid` (all the caller takes)."""
+    if not isinstance(value, (str, os.PathLike)):
+        shown = type(value).__name__ + (" (a gpucore.load result)" if isinstance(value, LoadedModel) else "")
+        raise ConfigError(f"{what} must be {valid}, got {shown}")
+    return os.fspath(value)
+
+
+def loaded_model(checkpoint, device: str, what: str, model: Union[None, str, nn.Module] = None) -> LoadedModel:
+    """A gpucore.load result as it is (on its own device; `model` must then be None), or the checkpoint at a path
+    loaded onto `device` (into `model`, as gpucore.load takes it): what gpucore.predict, export and evaluate take.
+
+    Raises:
+        ConfigError: any other value, or a LoadedModel with `model`, naming what `what` takes.
+    """
+    if isinstance(checkpoint, LoadedModel):
+        if model is not None:
+            raise ConfigError(f"{what} is a gpucore.load result, which holds its model already: model is for a "
+                              "checkpoint path (pass gpucore.load(path, model=...) instead)")
+        return checkpoint
+    return load(path_argument(checkpoint, what, "a checkpoint file's path (str or os.PathLike) or a gpucore.load "
+                                              "result (LoadedModel)"), device, model)
 
 
 def check_run_vocabulary(path: str, classes: Optional[List[str]]) -> None:

@@ -32,7 +32,7 @@ from ..data.labeled_data import LabeledData
 from ..data.plan import describe_data
 from ..data.torch_samples import dataset_samples, is_hf_dataset
 from .evaluation_pass import cat_padded
-from .load import LoadedModel, load
+from .load import LoadedModel, loaded_model
 from .run_data import check_classes
 
 
@@ -99,7 +99,7 @@ def predict(checkpoint: Union[str, os.PathLike, LoadedModel], inputs, *, top_k: 
     """Predictions of a checkpoint on inputs, read at its input shape with its run's preprocessing.
 
     Args:
-        checkpoint: a gpucore checkpoint path or a gpucore.load result.
+        checkpoint: a gpucore checkpoint path or a gpucore.load result (which keeps its own device).
         inputs: a path (a folder of PNG/JPEG images, class subfolders allowed; one image; a .npy/.npz array; an IDX
             image file) or a list of paths (one table across all, in order; each name under its path), a tensor of
             raw inputs (uint8 images as training read them), a list of images (PIL images, uint8 tensors C x H x W or
@@ -125,9 +125,10 @@ def predict(checkpoint: Union[str, os.PathLike, LoadedModel], inputs, *, top_k: 
 
     Raises:
         ConfigError: an input that cannot be read, or of the wrong channels or size (with the shape expected); float
-            images outside [0, 1] (0..255 values as floats) for a model trained on uint8 images or [0, 1] floats.
+            images outside [0, 1] (0..255 values as floats) for a model trained on uint8 images or [0, 1] floats; a
+            checkpoint that is neither a path nor a gpucore.load result.
     """
-    model = checkpoint if isinstance(checkpoint, LoadedModel) else load(checkpoint, device)
+    model = loaded_model(checkpoint, device, "gpucore.predict's checkpoint")
     if not is_int(top_k) or top_k < 1:
         raise ConfigError(f"top_k must be an integer >= 1, got {top_k!r}")
     paths = _paths(inputs)

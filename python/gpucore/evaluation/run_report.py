@@ -29,7 +29,7 @@ from ..report.sections import prediction_sections, train_batch_section
 from ..run_files import CHECKPOINTS, METRICS, PER_CLASS, PLOTS, REPORT, REPORT_CHECKPOINTS, STATS, labelled
 from ..run_history import samples_per_second
 from .evaluation_pass import data_sets, evaluation_pass
-from .load import from_payload
+from .load import from_payload, path_argument
 from .run_data import DATA_SET_OBJECTS, check_classes, chosen_data
 
 def best_checkpoint(run_dir: str) -> str:
@@ -70,13 +70,14 @@ def write_report(run_dir: str, device: str = "auto", module: Union[None, str, nn
         The path of the page written: report.html, or report-LABEL.html beside it.
 
     Raises:
-        ConfigError: a folder that is not a run directory; a model the config cannot rebuild and none given; data
-            of another kind, or that does not fit the model; a split that does not apply to it; a validation pass
-            that fails (nothing is written); a report that would lack figures the existing page has (that one is
-            kept, unchanged).
+        ConfigError: a run_dir that is not a path or not a run directory; a model the config cannot rebuild and none
+            given; data of another kind, or that does not fit the model; a split that does not apply to it; a
+            validation pass that fails (nothing is written); a report that would lack figures the existing page has
+            (that one is kept, unchanged).
     """
     started = time.perf_counter()
-    run_dir = os.path.abspath(run_dir)
+    run_dir = os.path.abspath(path_argument(run_dir, "write_report's run_dir",
+                                            "a run directory's path (str or os.PathLike)"))
     stats_path = os.path.join(run_dir, STATS)
     if not os.path.isfile(stats_path):
         raise ConfigError(f"'{run_dir}' is not a gpucore run directory: it has no {STATS}")
