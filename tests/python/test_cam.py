@@ -391,6 +391,32 @@ def test_cli_gradcam_on_a_trained_checkpoint(tmp_path, fashion_run, capsys):
     assert cli.main(from_folder + ["--size", "40", "36"]) == 2  # the model was not trained at that size
 
 
+def test_each_entry_point_takes_its_kind_of_model_and_names_it_for_another(fashion_run):
+    """gradcam takes an nn.Module and inputs as it takes them, photo_gradcam a gpucore.load result and photos: the
+    same maps for photos at the model's own size; either given the other kind (or a path) is a ConfigError saying
+    what to pass, not an AttributeError from inside."""
+    from gpucore.data.synthetic import synthetic_fashion
+
+    checkpoint = f"{fashion_run.checkpoint_dir}/best.pt"
+    loaded = gpucore.load(checkpoint, "cpu")
+    (images, _), _ = synthetic_fashion(train_size=3, val_size=1, seed=7)  # 3 x 1 x 28 x 28 uint8: the model's size
+    photos = gcam.photo_gradcam(loaded, list(images), "features.4")
+    direct = gpucore.gradcam(loaded.module, "features.4", loaded.preprocess(images))
+    torch.testing.assert_close(photos.cams.cams, direct.cams, rtol=0, atol=0)
+    for model in (loaded, checkpoint):
+        with pytest.raises(gpucore.ConfigError, match=rf"gradcam's model must be a torch.nn.Module, got "
+                                                      rf"{type(model).__name__} \(for a gpucore.load result: its "
+                                                      r"\.module, with inputs prepared by its \.preprocess"):
+            gpucore.gradcam(model, "features.4", loaded.preprocess(images))
+    with pytest.raises(gpucore.ConfigError, match=r"CAM's model must be a torch.nn.Module, got LoadedModel"):
+        gpucore.CAM(loaded, "features.4")
+    for model in (loaded.module, checkpoint):
+        with pytest.raises(gpucore.ConfigError, match=rf"photo_gradcam's model must be a gpucore.load result "
+                                                      rf"\(LoadedModel\), got {type(model).__name__} \(for an "
+                                                      r"nn.Module and its inputs: gpucore.gradcam\)"):
+            gcam.photo_gradcam(model, list(images))
+
+
 def test_auto_layer_is_the_last_spatial_block_and_gives_its_cams():
     model = make_model()
     x = torch.randn(3, 3, 32, 28)

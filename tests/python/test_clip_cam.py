@@ -110,6 +110,9 @@ def test_bad_clip_cam_input_is_named():
         clip_gradcam(model, clip, 0, method="scorecam")
     with pytest.raises(gpucore.ConfigError, match=r"one floating-point T x C x H x W clip, got \(1, 11, 3, 16, 16\)"):
         clip_gradcam(model, clip[None], 0)
+    with pytest.raises(gpucore.ConfigError, match=r"clip_gradcam's model must be a torch.nn.Module, got str \(for a "
+                                                  r"gpucore.load result: its \.module"):
+        clip_gradcam("runs/sign/checkpoints/best.pt", clip, 0)
     assert model.training and all(p.grad is None for p in model.parameters())
 
 

@@ -17,6 +17,14 @@ from .targets import target_scores
 _ops = torch.ops.gpucore
 
 
+def check_module(model: Any, what: str) -> None:
+    """`model` is an nn.Module, else a ConfigError saying so: for a gpucore.load result, what to pass instead."""
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"{what} must be a torch.nn.Module, got {type(model).__name__} (for a gpucore.load result: "
+                          "its .module, with inputs prepared by its .preprocess; gpucore.cam.photo_gradcam takes the "
+                          "result itself with photos)")
+
+
 def model_output(model: nn.Module, x: torch.Tensor, shown: str) -> torch.Tensor:
     """The model's output on `x` (the first of a tuple or list).
 
@@ -52,12 +60,14 @@ class CAM:
         scorecam_memory_bytes: scorecam: memory budget of its masked forward passes, chunked to fit.
 
     Raises:
-        ConfigError: an unknown method or layer, a batch_size below 1, no target layer.
+        ConfigError: a model that is not an nn.Module, an unknown method or layer, a batch_size below 1, no target
+            layer.
     """
 
     def __init__(self, model: nn.Module, target_layers: Union[str, nn.Module, Sequence[Union[str, nn.Module]]],
                  method: str = "gradcam", *, reshape_transform: Optional[Callable] = None,
                  batch_size: Optional[int] = None, scorecam_memory_bytes: int = 256 << 20):
+        check_module(model, "CAM's model")
         if method not in METHODS:
             raise ConfigError(f"CAM method '{method}' is not one of {', '.join(METHODS)}")
         if batch_size is not None and batch_size < 1:
@@ -154,6 +164,8 @@ def gradcam(model: nn.Module, target_layer: Union[str, nn.Module, Sequence[Union
         A CamResult: the maps (N x H x W in [0, 1]), overlays, PNG files, notebook display.
 
     Raises:
-        ConfigError: an unknown method or layer name (listing the closest), targets that do not fit the inputs.
+        ConfigError: a model that is not an nn.Module, an unknown method or layer name (listing the closest), targets
+            that do not fit the inputs.
     """
+    check_module(model, "gradcam's model")
     return CAM(model, target_layer, method, reshape_transform=reshape_transform, batch_size=batch_size)(inputs, targets)

@@ -11,7 +11,7 @@ from torch import nn
 
 from ..errors import ConfigError
 from ..values import is_int
-from .base import model_output
+from .base import check_module, model_output
 from .display import CamResult
 from .hooks import AUTO_LAYER, capture, find_target_layer, resolve_layer
 from .methods import BY_NAME
@@ -45,10 +45,11 @@ def clip_gradcam(model: nn.Module, clip: torch.Tensor, step: int, gloss: Optiona
         A CamResult of T maps (T x H x W float32 in [0, 1]), one per frame; its overlay() takes the frames.
 
     Raises:
-        ConfigError: a clip that is not a (T, C, H, W) float tensor or does not fit the model, an output that is not
-            (1, steps, classes), a step or gloss out of range, a layer the model lacks or that is not per frame, a
-            method that does not explain one output.
+        ConfigError: a model that is not an nn.Module, a clip that is not a (T, C, H, W) float tensor or does not
+            fit the model, an output that is not (1, steps, classes), a step or gloss out of range, a layer the model
+            lacks or that is not per frame, a method that does not explain one output.
     """
+    check_module(model, "clip_gradcam's model")
     if method not in CLIP_METHODS:
         raise ConfigError(f"clip_gradcam's method '{method}' is not one of {', '.join(CLIP_METHODS)} (the methods "
                           "that follow one output's gradients)")

@@ -7,6 +7,7 @@ from typing import Any, List, NamedTuple, Optional, Sequence, Tuple, Union
 import torch
 from torch import nn
 
+from ..errors import ConfigError
 from .base import CAM
 from .display import CamResult, save_pngs
 from .hooks import AUTO_LAYER
@@ -133,11 +134,16 @@ def photo_gradcam(model, photos: Sequence, target_layer: Union[str, nn.Module, S
         PhotoCams: `heat(i)`, `overlay(i)`, `save(directory)`; `cams` the maps of the model's inputs.
 
     Raises:
-        ConfigError: a photo that is not an image (naming its index), a model that does not take images, and as
-            gradcam.
+        ConfigError: a model that is not a gpucore.load result, a photo that is not an image (naming its index), a
+            model that does not take images, and as gradcam.
     """
     from ..data.input_files import uint8_images
 
+    # cam/ sits below evaluation/ (tests/python/test_layout.py): a LoadedModel known by what this reads of it
+    if not all(hasattr(model, name) for name in ("module", "image_channels", "read_images", "preprocess",
+                                                 "photo_geometry")):
+        raise ConfigError(f"photo_gradcam's model must be a gpucore.load result (LoadedModel), got "
+                          f"{type(model).__name__} (for an nn.Module and its inputs: gpucore.gradcam)")
     pictures = uint8_images(photos, model.image_channels("photos"), "photos")
     x = model.preprocess(model.read_images(pictures, size))
     cams = CAM(model.module, target_layer, method, batch_size=batch_size)(x, targets)
