@@ -56,8 +56,9 @@ void check_config(const EngineConfig& c) {
                       "larger batch_size or accumulate_grad_batches)");
   }
   if (c.mixup.enabled() && (c.loss.kind != LossKind::kCrossEntropy || c.loss.heads != 0)) {
-    const std::string key = c.mixup.mixup_alpha > 0 ? "mixup_alpha" : c.mixup.cutmix_alpha > 0 ? "cutmix_alpha"
-                                                                                             : "cutmix_minmax";
+    const std::string key = c.mixup.mixup_alpha > 0    ? ranges::kMixupAlpha.key
+                            : c.mixup.cutmix_alpha > 0 ? ranges::kCutmixAlpha.key
+                                                       : ranges::kCutmixMinmax.key;
     throw ConfigError("config key '" + key + "' mixes one-hot class targets, for single-label classification (loss "
                       "cross_entropy without heads); this run's loss is " + to_string(c.loss.kind) +
                       (c.loss.heads != 0 ? " with " + std::to_string(c.loss.heads) + " heads" : std::string()) +
