@@ -36,10 +36,10 @@ def _data_step(config, train_data=None, val_data=None):
     return setup_data(config, task_of(config), distributed.environment({}), torch.device("cpu"), train_data, val_data)
 
 
-def _model_step(config, data, model=None):
+def _model_step(config, task, data, model=None):
     choice = select_device("cpu")
     policy = resolve_precision(config.precision, choice.device)
-    return setup_model(config, task_of(config), data, distributed.environment({}), choice, policy, model)
+    return setup_model(config, task, data, distributed.environment({}), choice, policy, model)
 
 
 def _photo_tensors(count, seed=0):
@@ -82,8 +82,8 @@ class _Classifier(nn.Module):
 def test_data_step_reads_what_tensors_say():
     (x, y), (xv, yv) = _photo_tensors(24), _photo_tensors(8, seed=1)
     yv[0] = 4  # a class only the validation data has still needs an output
-    config, data = _data_step(_config(batch_size=8), (x, y), (xv, yv))
-    assert config.ignore_index == -100  # torch's default: no masks
+    config, task, data = _data_step(_config(batch_size=8), (x, y), (xv, yv))
+    assert config.ignore_index == task.ignore_index == -100  # torch's default: no masks
     assert data.class_count == 5 and data.classes is None
     assert data.input_shape == [1, SIDE, SIDE]
     assert data.validation == {"source": "val_data"} and data.given
@@ -101,7 +101,7 @@ def test_data_step_reads_what_tensors_say():
 def test_data_step_holds_out_a_seeded_share_and_counts_imbalance():
     x, _ = _photo_tensors(40)
     y = torch.tensor([0] * 30 + [1] * 3 + [2] * 7)
-    config, data = _data_step(_config(val_fraction=0.25, sampler="balanced"), (x, y))
+    config, task, data = _data_step(_config(val_fraction=0.25, sampler="balanced"), (x, y))
     assert data.validation["source"] == "val_fraction" and data.validation["of"] == "train_data"
     train, val = data.samples
     assert len(train[1]) == 30 and len(val[1]) == 10
@@ -114,8 +114,9 @@ def test_data_step_holds_out_a_seeded_share_and_counts_imbalance():
 
 def test_data_step_resolves_ignore_index_void_for_masks(tmp_path):
     folder = _segmentation_folder(tmp_path / "seg")
-    config, data = _data_step(_config(data=folder, loss="cross_entropy", val_fraction=0.0))
-    assert config.ignore_index == 255  # a mask's void, as VOC marks it
+    config, task, data = _data_step(_config(data=folder, loss="cross_entropy", val_fraction=0.0))
+    assert config.ignore_index == task.ignore_index == 255  # a mask's void, as VOC marks it
+    assert vars(task) == vars(task_of(config))  # the task brought up to the data is the config's
     assert data.class_count is None and not data.given
     assert data.input_shape == [3, 0, 0]  # a folder read without a size: its images at their own sizes
     data.close()
@@ -131,8 +132,8 @@ def test_one_class_is_refused_before_any_model():
 # ---- the model step -----------------------------------------------------------------------------------------------
 def test_model_step_takes_num_classes_and_channels_from_the_data_and_seeds_the_weights():
     (x, y), (xv, yv) = _photo_tensors(24), _photo_tensors(8, seed=1)
-    config, data = _data_step(_config(model="fast_cnn"), (x, y), (xv, yv))
-    config, task, model, placement = _model_step(config, data)
+    config, task, data = _data_step(_config(model="fast_cnn"), (x, y), (xv, yv))
+    config, task, model, placement = _model_step(config, task, data)
     assert model.from_data == {"num_classes": 3, "in_channels": 1}
     assert config.model_kwargs == {"num_classes": 3, "in_channels": 1}
     torch.manual_seed(3)  # config key seed, as a plain script builds the same model
@@ -147,13 +148,13 @@ def test_model_step_takes_num_classes_and_channels_from_the_data_and_seeds_the_w
 
 def test_model_step_refuses_too_few_outputs_and_warns_of_too_many():
     (x, y), (xv, yv) = _photo_tensors(24), _photo_tensors(8, seed=1)
-    config, data = _data_step(_config(), (x, y), (xv, yv))
+    config, task, data = _data_step(_config(), (x, y), (xv, yv))
     with pytest.raises(ConfigError, match=r"^the model given to train\(\) has 2 outputs, but the data has 3 classes "
                                           r"\(ids 0 to 2\): give it a head of that many outputs$"):
-        _model_step(config, data, _Classifier(outputs=2))
+        _model_step(config, task, data, _Classifier(outputs=2))
     with pytest.warns(UserWarning, match=r"has 5 outputs, but the data has 3 classes \(ids 0 to 2\): outputs 3 to 4 "
                                          r"name no class"):
-        _model_step(config, data, _Classifier(outputs=5))
+        _model_step(config, task, data, _Classifier(outputs=5))
     data.close()
 
 
@@ -161,8 +162,8 @@ def test_model_step_weighs_classes_as_scikit_learn_does():
     compute_class_weight = require("sklearn.utils.class_weight").compute_class_weight
     x, _ = _photo_tensors(30)
     y = torch.tensor([0] * 20 + [1] * 6 + [2] * 4)
-    config, data = _data_step(_config(class_weights="balanced"), (x, y))
-    _, task, _, _ = _model_step(config, data, _Classifier(outputs=3))
+    config, task, data = _data_step(_config(class_weights="balanced"), (x, y))
+    _, task, _, _ = _model_step(config, task, data, _Classifier(outputs=3))
     expected = compute_class_weight("balanced", classes=np.arange(3), y=y.numpy())
     assert task.class_weights == pytest.approx(expected.tolist(), rel=1e-12)
     data.close()
@@ -170,16 +171,16 @@ def test_model_step_weighs_classes_as_scikit_learn_does():
 
 def test_model_step_refuses_a_classifier_for_masks(tmp_path):
     folder = _segmentation_folder(tmp_path / "seg", bands=(128,))
-    config, data = _data_step(_config(data=folder, model="fast_cnn", loss="bce_with_logits", val_fraction=0.0,
+    config, task, data = _data_step(_config(data=folder, model="fast_cnn", loss="bce_with_logits", val_fraction=0.0,
                                       data_kwargs={"size": [SIDE, SIDE]}))
     with pytest.raises(ConfigError, match=r"with model 'fast_cnn', a classifier \(outputs of shape \(1, 1\): one row "
                                           r"per image\)"):
-        _model_step(dataclasses.replace(config, model_kwargs={"num_classes": 1}), data)
+        _model_step(dataclasses.replace(config, model_kwargs={"num_classes": 1}), task, data)
     data.close()
     # read at their own sizes, nothing to probe with: the Linear head tells
-    config, data = _data_step(_config(data=folder, model="fast_cnn", loss="bce_with_logits", val_fraction=0.0))
+    config, task, data = _data_step(_config(data=folder, model="fast_cnn", loss="bce_with_logits", val_fraction=0.0))
     with pytest.raises(ConfigError, match=r"a classifier \(its head [a-z_.0-9]+ is a Linear layer of 1 outputs\)"):
-        _model_step(dataclasses.replace(config, model_kwargs={"num_classes": 1}), data)
+        _model_step(dataclasses.replace(config, model_kwargs={"num_classes": 1}), task, data)
     data.close()
 
 

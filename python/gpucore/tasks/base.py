@@ -55,6 +55,12 @@ class Task:
         self.loss, self.heads, self.label_smoothing, self.ignore_index = loss, heads, label_smoothing, ignore_index
         self.class_weights: Optional[List[float]] = None  # one per class, in the loss: with_class_weights
 
+    def with_ignore_index(self, ignore_index: int) -> "Task":
+        """This task ignoring targets of `ignore_index` (config key ignore_index as the data step resolved it)."""
+        task = copy.copy(self)
+        task.ignore_index = ignore_index
+        return task
+
     def with_class_weights(self, weights: Optional[Sequence[float]]) -> "Task":
         """This task with its loss weighing each class by `weights` (config key class_weights resolved; None: 1)."""
         if weights is not None:

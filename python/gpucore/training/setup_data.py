@@ -70,8 +70,10 @@ class RunData:
 
 
 def setup_data(config, task: Task, world: distributed.World, device: torch.device, train_data=None, val_data=None):
-    """(config, data part): the run's data as `config` says for `task`, with config key ignore_index resolved from it
-    (the config returned holds it); `train_data` and `val_data` the caller's, if given.
+    """(config, task, data part): the run's data as `config` says for `task`, with config keys ignore_index and (CTC on
+    gloss-labelled clips) vocabulary resolved from it: the config and the task returned hold them (the task is
+    task_of(the config returned), decided once before the data and brought up to it here); `train_data` and
+    `val_data` the caller's, if given.
 
     Raises:
         ConfigError: data that does not fit the task (masks for a classifier, one class), or that gpucore cannot
@@ -80,6 +82,7 @@ def setup_data(config, task: Task, world: distributed.World, device: torch.devic
     given, caller_data = train_data is not None, train_data  # a gpucore data set given keeps its class names
     train_data, val_data, validation = _training_data(config, task, train_data, val_data)
     config = _resolved_ignore_index(config, train_data)
+    task = task.with_ignore_index(config.ignore_index)
     if not given:
         check_fits_task(config.data, task, train_data, val_data)
     read_masks_alike(train_data, val_data)
@@ -88,8 +91,10 @@ def setup_data(config, task: Task, world: distributed.World, device: torch.devic
     where = "train_data" if given else f"config key 'data' ('{config.data}')"
     check_class_count(task, classes, count, where)
     config = _recorded_vocabulary(config, task, classes, where)
+    if isinstance(task, CTCSequence):
+        task = task.with_vocabulary(config.vocabulary)
     labels, train_set, val_set = _epoch_sets(config, world, device, train_data, val_data, classes)
-    return config, RunData(train_set=train_set, val_set=val_set, validation=validation, classes=classes,
+    return config, task, RunData(train_set=train_set, val_set=val_set, validation=validation, classes=classes,
                            class_count=count, given=given, labels=labels,
                            imbalance=_balanced_monitor_reason(config, task, train_data, classes, val_set is not None))
 
