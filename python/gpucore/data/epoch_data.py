@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import torch
 
@@ -307,6 +307,16 @@ def training_set(data, config, device: torch.device, normalize=True, rank: int =
                      identify=identify)
     return EpochData(plan, config.batch_size, seed=config.seed, shuffle=config.shuffle, drop_last=config.drop_last,
                      prefetch=config.prefetch, rank=rank, world_size=world_size, sampling_weights=sampling_weights)
+
+
+def training_and_validation_sets(train_data, val_data, config, device: torch.device, *, rank: int, world_size: int,
+                                 sampling_weights: Optional[torch.Tensor]) -> Tuple[EpochData, Optional[EpochData]]:
+    """A training run's two data sets, each planned once, with its identity: the training set (training_set, on its
+    own statistics, this process's shard) and the validation set (validation_set, standardised with the training
+    set's statistics; None without `val_data`)."""
+    train_set = training_set(train_data, config, device, rank=rank, world_size=world_size, identify=True,
+                             sampling_weights=sampling_weights)
+    return train_set, validation_set(val_data, config, device, train_set.plan.normalization, identify=True)
 
 
 def validation_set(data, config, device: torch.device, normalization, identify: bool = False,

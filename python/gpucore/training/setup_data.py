@@ -15,7 +15,7 @@ from ..data.builtin import DATA_VAL_FRACTION, class_names, read_data
 from ..data.class_balance import (balanced_sampling_weights, class_count, class_labels, imbalance,
                                   known_class_labels)
 from ..data.clip_sequences import ClipSequences
-from ..data.epoch_data import EpochData, training_set, validation_set
+from ..data.epoch_data import EpochData, training_and_validation_sets
 from ..data.fits import check_class_count, check_fits_task
 from ..data.identity import vocabulary_changes
 from ..data.image_files import MASK_VOID, ImageFiles, read_masks_alike
@@ -102,10 +102,9 @@ def setup_data(config, task: Task, world: distributed.World, device: torch.devic
 def _epoch_sets(config, world: distributed.World, device: torch.device, train_data, val_data, classes):
     """(labels, training set, validation set or None): the data sets as a run's epochs serve them."""
     labels, sampling_weights = _weighed_labels(config, train_data, classes)
-    train_set = training_set(train_data, config, device, rank=world.rank, world_size=world.size, identify=True,
-                             sampling_weights=sampling_weights)
+    train_set, val_set = training_and_validation_sets(train_data, val_data, config, device, rank=world.rank,
+                                                      world_size=world.size, sampling_weights=sampling_weights)
     distributed.check_same(train_set.total_batches(), "the number of batches per epoch (data length)")
-    val_set = validation_set(val_data, config, device, train_set.plan.normalization, identify=True)
     return labels, train_set, val_set
 
 
