@@ -330,7 +330,7 @@ def test_a_numeric_key_out_of_the_cores_range_gets_config_pys_message_and_fails_
     with pytest.raises(RuntimeError, match=rf"{CHECKED_AS.get(key, key)} must be {re.escape(core_ranges()[key])}, got"):
         engine = _C.Engine([_C.ParamGroup(list(model.parameters()))],
                            engine_config(config, task_of(config), "cpu", resolve_precision("32", "cpu"),
-                                         steps_per_epoch=1, channels_last=False))
+                                         steps_per_epoch=1, channels_last=False, lr=config.lr))
         engine.train_epoch(_C.TensorBatches(x, y, 4, False, False, 0, torch.device("cpu")), model, None, None)
 
 

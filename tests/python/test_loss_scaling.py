@@ -72,7 +72,8 @@ def test_init_scale_and_growth_interval_reach_the_engines_scaler():
     policy = SimpleNamespace(autocast_dtype=cpu.autocast_dtype, param_dtype=cpu.param_dtype, loss_scaling=True)
     model = nn.Linear(4, 3)
     eng = _C.Engine([_C.ParamGroup(list(model.parameters()), weight_decay=0.0)],
-                    engine_config(config, task_of(config), "cpu", policy, steps_per_epoch=7, channels_last=False))
+                    engine_config(config, task_of(config), "cpu", policy, steps_per_epoch=7, channels_last=False,
+                                  lr=config.lr))
     generator = torch.Generator().manual_seed(7)
     x, y = torch.randn(28, 4, generator=generator), torch.randint(0, 3, (28,), generator=generator)
     stats = eng.train_epoch(batches(x, y, 4), model, None, None)

@@ -64,15 +64,16 @@ def setup_engine(config, task: Task, world: distributed.World, data: RunData, mo
     device = str(placement.device)
     graphs, graphs_reason = cuda_graphs_plan(config, device, data_parallel=world.launched)
     groups = param_groups(model.module, config)
-    settings = engine_config(config, task, device, placement.policy, steps_per_epoch, placement.channels_last,
-                             world.size, cuda_graphs=graphs)
+    lr = scaled_lr(config, batching, world.size)
+    settings = engine_config(config, task, device, placement.policy, steps_per_epoch, placement.channels_last, lr,
+                             cuda_graphs=graphs)
     engine = _C.Engine(groups, settings, *ema_tensors(model.module, model.ema))
     eager_reason = graphs_reason or engine.graph_stats()["reason"]
     if eager_reason and config.cuda_graphs == "true":
         # at train()'s caller: setup_engine, build_run, train
         warnings.warn(f"cuda_graphs: true, but this run's steps run eagerly: {eager_reason}", stacklevel=4)
-    return RunEngine(engine=engine, batching=batching, steps_per_epoch=steps_per_epoch,
-                     lr=settings.schedule.base_lr, graphs_reason=graphs_reason,
+    return RunEngine(engine=engine, batching=batching, steps_per_epoch=steps_per_epoch, lr=lr,
+                     graphs_reason=graphs_reason,
                      auto_monitor=task.primary_metrics(imbalanced=data.imbalance is not None))
 
 
@@ -105,10 +106,10 @@ def lr_levels(model: nn.Module, config) -> list:
     return levels + [(split.head_params, 1.0)]
 
 
-def scaled_lr(config, world_size: int) -> float:
-    """Config key lr, scaled to the effective batch by lr_scaling: a run resumed at another world size trains on
-    at the lr of its new effective batch."""
-    ratio = Batching.of(config).samples_per_step(world_size) / config.base_batch_size
+def scaled_lr(config, batching: Batching, world_size: int) -> float:
+    """Config key lr, scaled by lr_scaling to the effective batch of `batching` over `world_size` processes: a run
+    resumed at another world size trains on at the lr of its new effective batch."""
+    ratio = batching.samples_per_step(world_size) / config.base_batch_size
     return {"none": config.lr, "linear": config.lr * ratio, "sqrt": config.lr * math.sqrt(ratio)}[config.lr_scaling]
 
 
@@ -138,10 +139,10 @@ def _why_steps_stay_eager(config, device: torch.device, data_parallel: bool) -> 
     return None
 
 
-def engine_config(config, task: Task, device: str, policy, steps_per_epoch: int, channels_last: bool,
-                  world_size: int = 1, cuda_graphs: bool = False) -> _C.EngineConfig:
-    """The forward pass's settings and the optimizer's: what training (_C.Engine) reads; cuda_graphs as
-    cuda_graphs_plan resolved it."""
+def engine_config(config, task: Task, device: str, policy, steps_per_epoch: int, channels_last: bool, lr: float,
+                  cuda_graphs: bool = False) -> _C.EngineConfig:
+    """The forward pass's settings and the optimizer's: what training (_C.Engine) reads; `lr` the schedule's base
+    learning rate (scaled_lr), cuda_graphs as cuda_graphs_plan resolved it."""
     engine = forward_config(config, task, device, policy, channels_last)
     engine.cuda_graphs = cuda_graphs
     engine.accumulate_grad_batches = config.accumulate_grad_batches
@@ -157,7 +158,7 @@ def engine_config(config, task: Task, device: str, policy, steps_per_epoch: int,
     engine.optimizer = optimizer
     schedule = _C.ScheduleConfig()
     schedule.kind = config.schedule
-    schedule.base_lr = scaled_lr(config, world_size)
+    schedule.base_lr = lr
     schedule.warmup_steps = int(round(config.warmup_epochs * steps_per_epoch))
     schedule.total_steps = max(config.epochs * steps_per_epoch, 1)
     schedule.step_size = config.step_size * steps_per_epoch
