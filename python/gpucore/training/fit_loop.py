@@ -63,7 +63,7 @@ def fit_loop(run: Run, callbacks: Sequence[Any] = ()) -> "FitLoop":
         freeze = FreezeBackbone(model.module, config.freeze_epochs, run.placement.policy.autocast_dtype, wrapped)
         built_in.append(freeze)
     trainer = Trainer(config, data, run.run_dir, model, training, position, history, outcome)
-    loggers = make_loggers(config, world.is_main, run.run_dir.path, run.placement)
+    loggers = make_loggers(config, world.is_main, run.run_dir, run.placement)
     callback_list = CallbackList([*built_in, *loggers, *callbacks], trainer)
     # Checkpointing reads every callback's state and ModelCheckpoint writes Checkpointing's snapshots: built in that
     # order, ModelCheckpoint appended last, as in Lightning: a checkpoint holds every other callback's state after the

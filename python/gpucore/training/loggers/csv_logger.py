@@ -19,7 +19,7 @@ _FIRST = ("epoch", "step")  # the columns a new file starts with, before the met
 class CSVLogger(Logger):
     name = "csv"
 
-    def __init__(self, config, run_dir: str, placement):
+    def __init__(self, run_dir: str):
         super().__init__()
         self.path = os.path.join(run_dir, METRICS_CSV)
         self.columns: List[str] = []

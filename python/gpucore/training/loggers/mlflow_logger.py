@@ -31,7 +31,7 @@ from ...checkpoint import write_json
 from ...redact import masked
 from ...run_files import BEST, CHECKPOINTS, CONFIG, MLFLOW_RUN, PER_CLASS, PLOTS, REPORT, STATS
 from ..fit_outcome import FAILED, INTERRUPTED
-from .base import Logger, flat_config, numbers_of, step_metrics
+from .base import Logger, numbers_of, step_metrics
 
 DATABASE = "mlflow.db"  # the default store, in config key run_dir
 ARTIFACTS = "mlartifacts"  # beside a SQLite store: where the experiments gpucore creates keep their artifacts
@@ -42,14 +42,14 @@ _BATCH = 100  # params per log_batch call (MLflow's limit)
 class MLflowLogger(Logger):
     name = "mlflow"
 
-    def __init__(self, config, run_dir: str, placement):
+    def __init__(self, config, run_dir: str, placement, params: dict):
         super().__init__()
         self.tracking_uri = (config.mlflow_tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
                              or f"sqlite:///{os.path.join(os.path.abspath(config.run_dir), DATABASE)}")
         self.experiment = config.mlflow_experiment or config.name
         self.run_dir = run_dir
         self.log_model = config.mlflow_log_model
-        self.params = flat_config(config.to_dict())
+        self.params = params  # the config flattened (base.flat_config)
         self.tags = {"gpucore.device": str(placement.device), "gpucore.precision": placement.policy.precision,
                      "gpucore.version": _build_info.GPUCORE_VERSION, "torch.version": torch.__version__}
         self.run_id: Optional[str] = None

@@ -8,16 +8,16 @@ from __future__ import annotations
 import os
 
 from ...run_files import TENSORBOARD
-from .base import Logger, flat_config, numbers_of
+from .base import Logger, numbers_of
 
 
 class TensorBoardLogger(Logger):
     name = "tensorboard"
 
-    def __init__(self, config, run_dir: str, placement):
+    def __init__(self, run_dir: str, hyperparameters: dict):
         super().__init__()
         self.path = os.path.join(run_dir, TENSORBOARD)
-        self.config = config.to_dict()
+        self.hyperparameters = hyperparameters  # the config flattened (base.flat_config)
         self.writer = None
 
     def start(self, trainer) -> None:
@@ -39,7 +39,7 @@ class TensorBoardLogger(Logger):
         try:
             if trainer.history:
                 final = {key: value for key, value in numbers_of(trainer.history[-1]).items() if key != "epoch"}
-                for summary in hparams(flat_config(self.config), final):
+                for summary in hparams(self.hyperparameters, final):
                     self.writer.file_writer.add_summary(summary)
         finally:
             self.writer.close()
