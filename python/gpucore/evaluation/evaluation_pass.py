@@ -104,7 +104,8 @@ def evaluation_pass(module: nn.Module, config, task: Task, data: EpochData, devi
     policy = resolve_precision(config.precision, device, tf32=config.tf32, cudnn_benchmark=config.cudnn_benchmark)
     module = copy.deepcopy(module).eval()
     task = task.for_data(data.data, module)
-    settings = forward_config(config, task, str(device), policy, place_model(module, config, device, policy))
+    settings = forward_config(task, str(device), policy, place_model(module, config.channels_last, device, policy),
+                              config.top_k)
     evaluated = with_tta(module, config.tta)
     outputs, decoded = [], []
     rules = [task]  # the task's rules for outputs of the shape the model gives, settled by the first batch

@@ -143,7 +143,7 @@ def engine_config(config, task: Task, device: str, policy, steps_per_epoch: int,
                   cuda_graphs: bool = False) -> _C.EngineConfig:
     """The forward pass's settings and the optimizer's: what training (_C.Engine) reads; `lr` the schedule's base
     learning rate (scaled_lr), cuda_graphs as cuda_graphs_plan resolved it."""
-    engine = forward_config(config, task, device, policy, channels_last)
+    engine = forward_config(task, device, policy, channels_last, config.top_k)
     engine.cuda_graphs = cuda_graphs
     engine.accumulate_grad_batches = config.accumulate_grad_batches
     engine.clip_grad_norm = config.clip_grad_norm

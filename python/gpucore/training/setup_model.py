@@ -91,7 +91,7 @@ def setup_model(config, task: Task, data: RunData, world: distributed.World, cho
     if not data.given:
         check_model_segments(config.data, task, whose, module, lambda: probe_output(module, data.input_shape),
                              train_data, val_data)
-    channels_last = place_model(module, config, choice.device, policy)
+    channels_last = place_model(module, config.channels_last, choice.device, policy)
     forward = _wrap_for_training(module, config, choice.device, world)
     ema = make_ema(module, config.ema_decay)
     placement = Placement(device=choice.device, device_reason=choice.reason, policy=policy,
