@@ -95,8 +95,9 @@ def setup_data(config, task: Task, world: distributed.World, device: torch.devic
         task = task.with_vocabulary(config.vocabulary)
     labels, train_set, val_set = _epoch_sets(config, world, device, train_data, val_data, classes)
     return config, task, RunData(train_set=train_set, val_set=val_set, validation=validation, classes=classes,
-                           class_count=count, given=given, labels=labels,
-                           imbalance=_balanced_monitor_reason(config, task, train_data, classes, val_set is not None))
+                                 class_count=count, given=given, labels=labels,
+                                 imbalance=_balanced_monitor_reason(config, task, train_data, classes,
+                                                                    val_set is not None))
 
 
 def _epoch_sets(config, world: distributed.World, device: torch.device, train_data, val_data, classes):
