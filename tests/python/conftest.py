@@ -299,6 +299,23 @@ def captcha_run(tmp_path_factory):
     yield from _shared_run(tmp_path_factory, "captcha", CAPTCHA_RUN)
 
 
+@pytest.fixture(scope="session")
+def bench_quick(tmp_path_factory):
+    """`python -m bench all --quick --json FILE` run once (seconds of every benchmark): (its JSON report, its
+    stdout). test_examples checks the runner and every bench's result; test_scale_bench reads scale's result and
+    printed table as its quick form (the same options), instead of training them again."""
+    import json
+    import subprocess
+
+    require("PIL")
+    out = tmp_path_factory.mktemp("bench") / "all.json"
+    result = subprocess.run([sys.executable, "-m", "bench", "all", "--quick", "--json", str(out)],
+                            cwd=str(pathlib.Path(__file__).resolve().parents[2]), capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(out.read_text()), result.stdout
+
+
 def run_copy(run, folder):
     """A copy of a shared run's directory under `folder`, for a test that writes into it: its path."""
     import shutil
