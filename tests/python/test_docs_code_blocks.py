@@ -12,7 +12,9 @@ A block that needs optional packages names them the same way, and is skipped, sa
 
 The Python blocks of one page run in order in one namespace, as a reader goes down the page (a later block may use
 what an earlier one made; a block run alone first runs the page's earlier blocks), in a fresh folder for the page; the page's shell blocks run with bash in that folder, with
-the environment's `gpucore` first on PATH. A page's runs draw their reports where the page talks about them, so a
+the environment's `gpucore` first on PATH. A shell block of plain `gpucore ...` commands alone (no other program, pipe,
+redirect, variable or substitution) has bash split each command into its arguments, and runs them in this process
+(conftest.gpucore_command: what the gpucore command runs, without starting torch again per command, seconds each). A page's runs draw their reports where the page talks about them, so a
 block that says report.html is there is checked against a real one (README.md and the report guide; elsewhere runs skip drawing it, as in the other
 tests)."""
 import importlib.util
@@ -25,6 +27,8 @@ import textwrap
 import time
 
 import pytest
+
+from conftest import gpucore_command
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -84,20 +88,22 @@ class PageState:
     def __init__(self, folder):
         self.folder, self.namespace, self.ran = folder, {"__name__": "__docs__"}, set()
 
-    def run(self, block):
+    def run(self, block, capsys):
         """Runs `block` after the page's earlier blocks that run (a selection such as -m slow may leave them out)."""
         for earlier in BLOCKS:
             if earlier.page == block.page and earlier.line < block.line and earlier.line not in self.ran \
                     and runnable(earlier):
-                self.execute(earlier)
-        self.execute(block)
+                self.execute(earlier, capsys)
+        self.execute(block, capsys)
 
-    def execute(self, block):
+    def execute(self, block, capsys):
         self.ran.add(block.line)
         if block.language == "python":
             exec(compile(block.code, block.name, "exec"), self.namespace)  # a failure's traceback names page:line
-        else:
-            run = run_shell(block.code, self.folder)
+            return
+        commands = gpucore_commands(block.code, self.folder)
+        for run in ([run_shell(block.code, self.folder)] if commands is None else
+                    (gpucore_command(capsys, *arguments) for arguments in commands)):
             assert run.returncode == 0, f"{block.name} exited {run.returncode}:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
 
 
@@ -130,6 +136,23 @@ def shell_commands(code):
     return code
 
 
+def gpucore_commands(code, folder):
+    """The block's commands as bash splits them into arguments (gpucore's own left out) when each is a plain
+    `gpucore ...` command: no other program, pipe, redirect, variable or substitution; else None."""
+    commands = shell_commands(code)
+    lines = [line for line in commands.replace("\\\n", " ").split("\n") if line.strip() and not line.strip().startswith("#")]
+    if not all(re.match(r"\s*gpucore\s", line) for line in lines) or any(char in commands for char in "|&;<>`$"):
+        return None
+    words = subprocess.run(["bash", "-euo", "pipefail", "-c", 'gpucore() { printf "%s\\0" "$#" "$@"; }\n' + commands],
+                           cwd=folder, capture_output=True, text=True, check=True).stdout.split("\0")[:-1]
+    found = []
+    while words:
+        count = int(words.pop(0))
+        found.append(words[:count])
+        del words[:count]
+    return found
+
+
 def run_shell(code, folder):
     bin_dir = str(pathlib.Path(sys.executable).parent)
     env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""), MPLBACKEND="Agg", OMP_NUM_THREADS="1")
@@ -147,7 +170,7 @@ def marks(block):
 
 @pytest.mark.parametrize("block", [pytest.param(block, marks=marks(block)) for block in BLOCKS],
                          ids=[block.name for block in BLOCKS])
-def test_code_block_runs(block, page_state, monkeypatch):
+def test_code_block_runs(block, page_state, monkeypatch, capsys):
     if block.skip_reason:
         pytest.skip(f"{block.name}: {block.skip_reason}")
     if missing_modules(block):
@@ -156,7 +179,7 @@ def test_code_block_runs(block, page_state, monkeypatch):
     state = page_state(block.page)
     monkeypatch.chdir(state.folder)
     started = time.perf_counter()
-    state.run(block)
+    state.run(block, capsys)
     # Small data keeps the whole runner near a minute; the bound is loose for a machine shared with other jobs.
     assert time.perf_counter() - started < 180, f"{block.name} took over 3 minutes: make it smaller or mark it"
 
