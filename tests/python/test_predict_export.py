@@ -31,6 +31,7 @@ def run(fashion_run, tmp_path):
             y_val)
 
 
+@pytest.mark.usefixtures("figures_skipped")  # checks numbers, rows and files: no figure
 def test_predict_on_the_validation_images_gives_the_runs_accuracy(run, capsys):
     folder, checkpoint, val_accuracy, x_val, y_val = run
     np.save(folder / "val.npy", x_val[:, 0].numpy())          # N x H x W uint8, as an array

@@ -156,6 +156,7 @@ def test_predict_on_an_importable_run_gives_the_models_own_predictions(importabl
         assert float(row["probability_1"]) == pytest.approx(float(expected.max()), abs=1e-5)
 
 
+@pytest.mark.usefixtures("figures_skipped")  # checks numbers, rows and files: no figure
 def test_evaluate_an_importable_run_on_data_given_with_data(importable_run, on_path, capsys, tmp_path):
     best = os.path.join(importable_run.checkpoint_dir, "best.pt")
     code, out, err = _cli(capsys, "evaluate", best, "--data", on_path / "data.npz", "--out", tmp_path / "ev",

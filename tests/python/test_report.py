@@ -116,6 +116,7 @@ def test_evaluate_on_the_runs_validation_data_gives_its_last_metrics(run, tmp_pa
     _png(tmp_path / "val" / "plots" / "confusion_matrix.png")
 
 
+@pytest.mark.usefixtures("figures_skipped")  # checks numbers, rows and files: no figure
 def test_evaluate_other_data_and_splits(run, tmp_path):
     (x, y), (xv, yv) = synthetic_fashion(train_size=100, val_size=40, seed=7)
     np.savez(tmp_path / "only_train.npz", x_train=x.numpy(), y_train=y.numpy())

@@ -164,6 +164,7 @@ def test_evaluate_on_a_folder_of_another_vocabulary_names_the_glosses(trained, t
 
 # ---- evaluate --split test from the command line ---------------------------------------------------------------------
 
+@pytest.mark.usefixtures("figures_skipped")  # checks numbers, rows and files: no figure
 def test_evaluate_split_test_from_the_cli_is_jiwers_wer_of_the_hypotheses(trained, cecsl, capsys, tmp_path):
     """The test split's WER as `gpucore evaluate RUN --data ROOT --split test` prints it: jiwer's on the test CSV's
     glosses (the unseen '朋友' as written) against each clip's hypothesis as `gpucore predict --json` gives it; the
