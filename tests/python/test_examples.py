@@ -156,7 +156,7 @@ def test_captcha_example_on_the_captcha_package_and_without_it(tmp_path, capsys,
 
 def test_card_handwriting_segmentation_learns_and_explains(tmp_path):
     example = runpy.run_path(str(EXAMPLES / "card_handwriting" / "train_segmentation.py"))
-    iou = example["main"](["--epochs", "3", "--images", "600", "--dir", str(tmp_path / "runs"),
+    iou = example["main"](["--epochs", "3", "--images", "400", "--dir", str(tmp_path / "runs"),
                            "--out", str(tmp_path / "cams")])
     assert iou > 0.5
     assert len(list((tmp_path / "cams").glob("*.png"))) == 8
