@@ -282,3 +282,50 @@ def test_forwards_without_gradient_sync_run_in_ddps_no_sync(tmp_path, compiled):
         assert reduced == [0, 0]
     finally:
         torch.distributed.destroy_process_group()
+
+
+def _store(timeout_s):
+    import datetime
+
+    store = torch.distributed.TCPStore("127.0.0.1", 0, 1, is_master=True, wait_for_workers=False,
+                                       timeout=datetime.timedelta(seconds=timeout_s))
+    return torch.distributed.PrefixStore("gpucore/attempt_0", store)  # as rendezvous_store's
+
+
+def test_waiting_on_the_store_ends_when_the_peers_keys_arrive_or_at_its_timeout_as_store_wait():
+    import threading
+    import time
+
+    store = _store(timeout_s=1)
+    threading.Timer(0.3, store.set, ("peer", "arrived")).start()  # the peer, late
+    started = time.monotonic()
+    distributed.wait_for_keys(store, ["peer"])
+    assert 0.3 <= time.monotonic() - started < 0.9 and store.get("peer") == b"arrived"
+    store.set("own", "1")
+    started = time.monotonic()
+    with pytest.raises(torch.distributed.DistStoreError) as ours:  # the peer never comes: dist_timeout's error
+        distributed.wait_for_keys(store, ["own", "gone"])
+    assert 1.0 <= time.monotonic() - started < 1.5
+    with pytest.raises(torch.distributed.DistStoreError) as blocking:
+        store.wait(["gone"])
+    assert str(ours.value) == "wait timeout after 1000ms, keys: gone"
+    assert str(blocking.value).startswith("wait timeout after 1000ms, keys: ") and "gone" in str(blocking.value)
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
+def test_a_stop_signal_while_waiting_on_the_store_for_a_dead_peer_stops_within_a_second(signum):
+    # torchrun SIGTERMs the ranks left when one dies; one waiting for the dead rank's keys (rank 0's checkpoint) must
+    # answer it as a stop at once, not sit in the store until torchrun's SIGKILL 30 s later.
+    import signal
+    import threading
+    import time
+
+    from gpucore.signals import StepBoundaries, exit_code, signal_name
+
+    store = _store(timeout_s=60)
+    threading.Timer(0.3, os.kill, (os.getpid(), signal.Signals[signum])).start()
+    started = time.monotonic()
+    with StepBoundaries().installed(), pytest.raises(KeyboardInterrupt) as stop:  # as the fit loop's, between steps
+        distributed.wait_for_keys(store, ["gone"])
+    assert time.monotonic() - started < 1.3
+    assert signal_name(stop.value) == signum and exit_code(signal_name(stop.value)) == 128 + signal.Signals[signum]

@@ -183,12 +183,8 @@ def missing_ranks(world: World, store: dist.Store, wait_s: float) -> Optional[li
     all of them name the same ranks."""
     try:
         store.set(f"failed/{world.rank}", "1")
-        deadline = time.monotonic() + wait_s
-        while True:
-            missing = [rank for rank in range(world.size) if not store.check([f"failed/{rank}"])]
-            if not missing or time.monotonic() >= deadline:
-                return missing
-            time.sleep(0.1)
+        rank_of = {f"failed/{rank}": rank for rank in range(world.size)}
+        return [rank_of[key] for key in _absent_after(store, list(rank_of), wait_s)]
     except RuntimeError:
         return None
 
@@ -218,6 +214,37 @@ def peer_failure_error(world: World, store: dist.Store, timeout_s: int, exc: Bas
 _EXCHANGES = itertools.count()
 
 
+# The longest a rank waiting on the store for its peers goes without running Python's signal handlers. A blocking
+# store.wait or store.get runs in C++, where a handler never runs: a rank waiting for a peer that died (rank 0 killed
+# while writing a checkpoint) did not answer torchrun's SIGTERM, and torchrun SIGKILLed it 30 s later. Between
+# polls the handlers run: the fit loop's StepBoundaries raise the stop there (no store wait happens during a step or
+# inside interrupts_deferred, so no signal is held while a peer is awaited). store.check, not store.wait with a
+# short timeout: each timed-out wait logs two c10d warnings, every slice.
+_LONGEST_POLL_S = 0.1
+
+
+def _absent_after(store: dist.Store, keys: list, wait_s: float) -> list:
+    """The keys still absent from the store after waiting up to `wait_s` seconds for all of them ([] as soon as all
+    are there). Polls, first every millisecond, then less often, up to every _LONGEST_POLL_S."""
+    deadline, pause = time.monotonic() + wait_s, 0.001
+    while not store.check(keys):  # one request for all of them
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return [key for key in keys if not store.check([key])]
+        time.sleep(min(pause, remaining))
+        pause = min(pause * 2, _LONGEST_POLL_S)
+    return []
+
+
+def wait_for_keys(store: dist.Store, keys: list) -> None:
+    """Until every key is in the store, as store.wait(keys): up to the store's timeout (dist_timeout), then the same
+    DistStoreError; a signal's handler runs meanwhile (see _LONGEST_POLL_S)."""
+    timeout = store.timeout.total_seconds()
+    absent = _absent_after(store, keys, timeout)
+    if absent:
+        raise dist.DistStoreError(f"wait timeout after {int(timeout * 1000)}ms, keys: {', '.join(absent)}")
+
+
 def _store() -> dist.Store:
     return dist.distributed_c10d._get_default_store()
 
@@ -233,7 +260,7 @@ def all_values(value):
     store, number = _store(), next(_EXCHANGES)
     store.set(_exchange_key(number, dist.get_rank()), json.dumps(value))
     keys = [_exchange_key(number, rank) for rank in range(dist.get_world_size())]
-    store.wait(keys)
+    wait_for_keys(store, keys)
     return [json.loads(store.get(key)) for key in keys]
 
 
@@ -251,7 +278,9 @@ def broadcast(value):
     store, number = _store(), next(_EXCHANGES)
     if dist.get_rank() == 0:
         store.set(_exchange_key(number, 0), json.dumps(value))
-    return json.loads(store.get(_exchange_key(number, 0)))  # waits for it, up to dist_timeout
+    key = _exchange_key(number, 0)
+    wait_for_keys(store, [key])
+    return json.loads(store.get(key))
 
 
 def average_metrics(metrics: dict, samples: int) -> dict:
