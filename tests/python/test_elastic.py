@@ -38,11 +38,6 @@ WORKER = textwrap.dedent("""
 
     class KillMidEpoch(gpucore.Callback):  # rank 1 dies (or hangs) in the middle of epoch 3 of the first attempt
         def on_log(self, trainer, step, metrics):
-            if kill == "checkpoint_write" and rank == 1 and attempt == 0 and step == 1:
-                # Rank 1 waits in the store for rank 0's checkpoint when rank 0 dies; gpucore's handler would hold
-                # torchrun's SIGTERM for a step that never comes, so torchrun killed it 30 s later. SIGTERM's default
-                # action ends it at once: the same state for the restart (rank 1 gone, nothing written), 30 s sooner.
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
             if rank == 1 and attempt == 0 and step == 2 * %(steps)d + 4:
                 if kill == "mid_epoch":
                     os.kill(os.getpid(), signal.SIGKILL)
