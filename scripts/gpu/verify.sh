@@ -5,21 +5,24 @@
 #   3. installs the bundle's gpucore wheel when one fits this machine's torch and Python (scripts/build_wheels.sh; the
 #      ctest step then has no GoogleTest binary to run and is left out), else builds gpucore with its CUDA kernels for
 #      this GPU's architecture, and the GoogleTest binary
-#   4. ctest, `gpucore doctor --json`, one torchrun process (NCCL), the host syncs of training steps, a user's
-#      workflow on the real Fashion-MNIST (scripts/gpu/real_run.py), the whole pytest suite (CUDA tests included),
-#      the speedrun on the GPU (10 seeds with cuda_graphs beside a plain loop and Lightning, then the cold wall time of
-#      `gpucore train` on its config: scripts/gpu/cold_speedrun.py), `python -m bench all --device cuda` (the training
-#      sweep with its CUDA-graph and torch.compile rows, ops per step, Grad-CAM, data loading, Fashion-MNIST, layouts)
+#   4. ctest, `gpucore doctor --json`, stops by SIGTERM/SIGUSR1/SIGINT at random moments of graphed runs each resumed
+#      against the uninterrupted run (scripts/gpu/resume_bitwise.py), one torchrun process (NCCL), the host syncs of
+#      training steps, the whole pytest suite (CUDA tests included), the speedrun on the GPU (10 seeds with cuda_graphs
+#      beside a plain loop and Lightning, then the cold wall time of `gpucore train` on its config:
+#      scripts/gpu/cold_speedrun.py), a user's workflow on the real Fashion-MNIST (scripts/gpu/real_run.py),
+#      `python -m bench all --device cuda` (the training sweep with its CUDA-graph and torch.compile rows, ops per
+#      step, Grad-CAM, data loading, Fashion-MNIST, layouts)
 # Under $OUT (default build/gpu-verify), 8 files: setup.log, build/ctest/pytest/doctor logs (the doctor's
 # holds its JSON), checks.log (torchrun, syncs, benchmarks), bench.json and results.md; the table is printed last.
 #
 #   GPUCORE_BUNDLE  the bundle folder (default .gpu-bundle)    PYTHON  the interpreter (default python3)
-#   GPUCORE_VERIFY_STEPS  the steps to run (default "build ctest doctor ddp syncs realrun pytest speedrun bench")
+#   GPUCORE_VERIFY_STEPS  the steps to run (default "build ctest doctor resume ddp syncs pytest speedrun realrun bench")
 #                         also: camera (not by default: ResNet-18 trained from 128 12-megapixel JPEGs it makes first,
 #                         `python -m bench scale --data camera`, each gpucore row's share of the limit; about 5 min)
 #   GPUCORE_VERIFY_FROM   wheel (default: the bundle's wheel where one fits, else the source) or source (always build)
 #   GPUCORE_VERIFY_BENCHES  what the bench step runs (default "all"; e.g. "train cam layout")
-#   GPUCORE_PYTEST_ARGS   what pytest runs, instead of tests/python (e.g. "tests/python -k cuda")
+#   GPUCORE_PYTEST_ARGS   what pytest runs, instead of tests/python (e.g. "tests/python -m needs_cuda")
+#   GPUCORE_VERIFY_SEEDS  the speedrun step's seeds (default "0 1 2 3 4 5 6 7 8 9")
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -27,7 +30,7 @@ cd "$ROOT"
 OUT=${OUT:-$ROOT/build/gpu-verify}
 BUNDLE=${GPUCORE_BUNDLE:-$ROOT/.gpu-bundle}
 PY=${PYTHON:-python3}
-STEPS=" ${GPUCORE_VERIFY_STEPS:-build ctest doctor ddp syncs realrun pytest speedrun bench} "
+STEPS=" ${GPUCORE_VERIFY_STEPS:-build ctest doctor resume ddp syncs pytest speedrun realrun bench} "
 BUILD_DIR=$ROOT/build/gpu
 mkdir -p "$OUT"
 RESULTS=$OUT/results.md
@@ -135,23 +138,26 @@ PYTEST_OPTS=(-v)
 wants ctest && step ctest "grep -E 'tests passed|tests failed'" -- ctest --test-dir "$BUILD_DIR" -j 8 --output-on-failure
 wants doctor && step doctor "$PY -c 'import json,sys; d=json.load(sys.stdin); k=d[\"gpucore_kernels\"] or {}; s=d[\"smoke_test\"] or {}; print(d[\"selected\"][\"device\"], d[\"precision\"][\"precision\"] if d[\"precision\"] else None, \"kernels\", k.get(\"ok\"), \"smoke\", s.get(\"ok\"), d[\"advice\"])'" -- \
   "$PY" -m gpucore doctor --json
+# A stop at random moments of graphed runs in their own processes, each resumed, against the uninterrupted run.
+wants resume && STEP_LOG=checks step resume "grep 'resumed runs bitwise'" -- "$PY" scripts/gpu/resume_bitwise.py
 # One process under torchrun: NCCL, rank-0 writes and the launcher's environment, on the GPU.
 wants ddp && STEP_LOG=checks step ddp "grep -E 'best_metric|Error'" -- \
   "$PY" -m torch.distributed.run --standalone --nproc_per_node=1 -m gpucore train --set epochs=1 \
   --set device=cuda --set progress=false --set run_dir=/tmp/gpucore-verify-ddp --set data=synthetic_fashion \
   --set "data_kwargs={train_size: 4096, val_size: 512}"
 wants syncs && STEP_LOG=checks step syncs "grep 'per step'" -- "$PY" scripts/gpu/count_syncs.py
-# A user's workflow on the real Fashion-MNIST: transforms, mixup, EMA, cuda_graphs, report, evaluate, export, SegFormer.
-wants realrun && STEP_LOG=checks step realrun "tail -n 1" -- "$PY" scripts/gpu/real_run.py --out /tmp/gpucore-real
 # shellcheck disable=SC2086  # GPUCORE_PYTEST_ARGS is a list of arguments
 wants pytest && step pytest "grep -E '(passed|failed|error)'" -- env OMP_NUM_THREADS=2 \
   "$PY" -m pytest -rfEs --durations=12 "${PYTEST_OPTS[@]}" ${GPUCORE_PYTEST_ARGS:-tests/python}
 # The speedrun config on the real Fashion-MNIST: 10 seeds, gpucore with cuda_graphs beside the plain loop and Lightning
 # (each epoch's GPU time ends in a sync), then `gpucore train` on it from a fresh process, start to exit.
+# shellcheck disable=SC2086  # a list of seeds
 wants speedrun && STEP_LOG=checks step speedrun "tail -n 3 | head -n 1" -- "$PY" bench/speedrun_bench.py --device cuda \
-  --seeds 0 1 2 3 4 5 6 7 8 9 --set cuda_graphs=true
+  --seeds ${GPUCORE_VERIFY_SEEDS:-0 1 2 3 4 5 6 7 8 9} --set cuda_graphs=true
 wants speedrun && STEP_LOG=checks step coldrun "tail -n 2 | head -n 1" -- "$PY" scripts/gpu/cold_speedrun.py \
   --set device=cuda --set cuda_graphs=true
+# A user's workflow on the real Fashion-MNIST: transforms, mixup, EMA, cuda_graphs, report, evaluate, export, SegFormer.
+wants realrun && STEP_LOG=checks step realrun "tail -n 1" -- "$PY" scripts/gpu/real_run.py --out /tmp/gpucore-real
 # shellcheck disable=SC2086  # a list of bench names
 wants bench && STEP_LOG=checks step bench "tail -n 1" -- "$PY" -m bench ${GPUCORE_VERIFY_BENCHES:-all} --device cuda \
   --json "$OUT/bench.json"

@@ -53,6 +53,19 @@ def test_auto_policy_per_gpu(fake_machine, name, major, minor, expected, dtype, 
     assert policy.cudnn_benchmark
 
 
+def test_deterministic_turns_the_cudnn_autotuner_off_and_refuses_it_asked_for(fake_machine):
+    """On an H200 two runs of one config with deterministic: true still differed in 22 of 26 tensors while the
+    autotuner chose cuDNN's algorithms anew in each process (2026-11-29); auto is off with deterministic."""
+    fake_machine.install(make_facts([make_gpu(0, "NVIDIA H200", 9, 0)], ("sm_80", "sm_90")))
+    assert gpucore.resolve_precision("auto", "cuda:0").cudnn_benchmark
+    for asked in ("auto", "false", False):
+        assert not gpucore.resolve_precision("auto", "cuda:0", cudnn_benchmark=asked, deterministic=True).cudnn_benchmark
+    for asked in ("true", True):
+        with pytest.raises(gpucore.ConfigError, match="cudnn_benchmark' is true with deterministic: true.*auto or false"):
+            gpucore.resolve_precision("auto", "cuda:0", cudnn_benchmark=asked, deterministic=True)
+    assert gpucore.resolve_precision("auto", "cuda:0", cudnn_benchmark="true").cudnn_benchmark
+
+
 def test_bf16_demanded_on_v100_is_an_error(fake_machine):
     fake_machine.install(make_facts([make_gpu(0, "Tesla V100-SXM2-16GB", 7, 0)], ("sm_70", "sm_80")))
     with pytest.raises(gpucore.ConfigError, match=r"bf16-mixed.*Tesla V100.*8\.0"):

@@ -192,6 +192,30 @@ def test_compile_on_the_cpu_trains_like_eager(tmp_path):
         assert ours["val_loss"] == pytest.approx(theirs["val_loss"], rel=1e-3)
 
 
+class Unpooling(nn.Module):
+    """A model that runs max_unpool2d, which torch refuses under use_deterministic_algorithms(True) on the CPU too."""
+
+    def __init__(self, num_classes=10):
+        super().__init__()
+        self.linear = nn.Linear(28 * 28, num_classes)
+
+    def forward(self, x):
+        pooled, indices = nn.functional.max_pool2d(x.float(), 2, return_indices=True)
+        return self.linear(nn.functional.max_unpool2d(pooled, indices, 2).flatten(1))
+
+
+def test_an_operation_without_a_deterministic_implementation_names_the_config_key(tmp_path, restores_determinism):
+    """Not a model that does not fit the data (what the first batch's error said, on an H200 for fast_cnn's
+    adaptive_max_pool2d_backward_cuda): the error names config key deterministic, the operation and the way out."""
+    config = dict(SMALL, run_dir=str(tmp_path), epochs=1, device="cpu", deterministic=True)
+    with pytest.raises(gpucore.TrainingError, match=r"config key 'deterministic' is true, and the model runs "
+                                                    r"max_unpooling2d_forward_out.*set deterministic: false") as caught:
+        gpucore.train(config, model=Unpooling())
+    assert "fits the data" not in str(caught.value)
+    torch.use_deterministic_algorithms(False)  # what the run set stays set in the process, as torch's own flag does
+    gpucore.train(dict(config, deterministic=False, name="free"), model=Unpooling())  # the way out trains
+
+
 def test_compile_without_a_working_backend_names_the_config_key(tmp_path):
     """torch.compile's backend failing (here inductor without its C++ compiler) is not a model that does not fit the
     data: the error names config key compile and the way out."""

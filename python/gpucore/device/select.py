@@ -218,6 +218,7 @@ def resolve_precision(
     *,
     tf32: Union[bool, str] = "auto",
     cudnn_benchmark: Union[bool, str] = "auto",
+    deterministic: bool = False,
 ) -> PrecisionPolicy:
     """The precision policy for a device.
 
@@ -228,19 +229,28 @@ def resolve_precision(
         precision: auto, bf16-mixed, 16-mixed, 32 or 64.
         device: the device (default: what select_device("auto") picks).
         tf32: auto, true or false (auto: on where the GPU has it).
-        cudnn_benchmark: auto, true or false (auto: on for CUDA).
+        cudnn_benchmark: auto, true or false (auto: on for CUDA, off with deterministic).
+        deterministic: the run asks for deterministic algorithms (config key deterministic).
 
     Returns:
         The PrecisionPolicy.
 
     Raises:
         ConfigError: what the device cannot do (bf16 on a GPU older than 8.0, 16-mixed on the CPU, 64 on MPS, tf32
-            forced on a pre-Ampere GPU).
+            forced on a pre-Ampere GPU); cudnn_benchmark true with deterministic.
     """
     target = select_device("auto").device if device is None else torch.device(_device_string(device, "device"))
+    benchmark = _toggle(cudnn_benchmark, "cudnn_benchmark")
+    if deterministic:
+        # cuDNN's autotuner times its algorithms anew in each process and may pick others (each deterministic, with
+        # other roundings): two runs of one config differed in 22 of 26 tensors on an H200 (2026-11-29).
+        if benchmark == "true":
+            raise ConfigError("config key 'cudnn_benchmark' is true with deterministic: true; the autotuner picks "
+                              "cuDNN's algorithms by timing them in each process, so two runs could still differ. Use "
+                              "cudnn_benchmark auto or false (auto is off with deterministic: true)")
+        benchmark = "false" if benchmark == "auto" else benchmark
     native = _C.resolve_precision(
-        system_facts(), str(target), str(precision).strip().lower(), _toggle(tf32, "tf32"),
-        _toggle(cudnn_benchmark, "cudnn_benchmark"),
+        system_facts(), str(target), str(precision).strip().lower(), _toggle(tf32, "tf32"), benchmark,
     )
     return PrecisionPolicy(
         device=str(target),

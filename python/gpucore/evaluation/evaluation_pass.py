@@ -101,7 +101,8 @@ def evaluation_pass(module: nn.Module, config, task: Task, data: EpochData, devi
     """One evaluation pass of `module` (in eval mode) over `data` by an engine built from `config` (precision,
     top_k and channels-last as the run had them) and `task` (its loss and decoding); the module itself is left as
     it was."""
-    policy = resolve_precision(config.precision, device, tf32=config.tf32, cudnn_benchmark=config.cudnn_benchmark)
+    policy = resolve_precision(config.precision, device, tf32=config.tf32,
+                               cudnn_benchmark=config.cudnn_benchmark, deterministic=config.deterministic)
     module = copy.deepcopy(module).eval()
     task = task.for_data(data.data, module)
     settings = forward_config(task, str(device), policy, place_model(module, config.channels_last, device, policy),

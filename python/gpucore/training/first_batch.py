@@ -1,9 +1,10 @@
 """The first training batch's diagnosis: when the model fails before any step of the run has trained, the error most
 likely means the model does not fit the data, and says which config keys decide that (with the size config key
 transforms turns the images into, when it changes it); or, with config key compile, that torch.compile's backend
-could not compile it."""
+could not compile it; or, with config key deterministic, which operation has no deterministic implementation."""
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 from ..errors import TrainingError
@@ -19,6 +20,10 @@ def diagnosis(config, data, exc: RuntimeError, nothing_trained: bool) -> Optiona
         return TrainingError(f"config key 'compile': torch.compile could not compile the model ({exc}); on the CPU "
                              "its inductor backend needs a working C++ compiler (g++ or clang, as torch documents); "
                              "install one, or set compile: false")
+    if config.deterministic and (operation := _nondeterministic_operation(exc)):
+        return TrainingError(f"config key 'deterministic' is true, and the model runs {operation}, which has no "
+                             "deterministic implementation on this device (torch.use_deterministic_algorithms lists "
+                             "them): set deterministic: false, or replace the layer that runs it")
     resized = _transformed_size(config, data)
     keys = "model, model_kwargs, data, data_kwargs" + (", transforms" if "config key transforms" in resized else "")
     return TrainingError(
@@ -34,6 +39,13 @@ _BACKEND_FAILURES = ("BackendCompilerFailed", "backend='", "InvalidCxxCompiler")
 def _is_compiler_failure(exc: BaseException) -> bool:
     """Whether `exc` is torch.compile's backend failing, not the model itself."""
     return any(marker in f"{type(exc).__name__}: {exc}" for marker in _BACKEND_FAILURES)
+
+
+def _nondeterministic_operation(exc: BaseException) -> Optional[str]:
+    """The operation torch refused under use_deterministic_algorithms(True) ("adaptive_max_pool2d_backward_cuda does
+    not have a deterministic implementation, but you set ..."), or None for any other error."""
+    found = re.search(r"(\S+) does not have a deterministic implementation", str(exc))
+    return found.group(1) if found else None
 
 
 def _transformed_size(config, data) -> str:

@@ -120,7 +120,8 @@ def _start_process(config, world: distributed.World):
     choice = select_device(preference, no_cuda=config.no_cuda, no_mps=config.no_mps or world.launched)
     group_store = distributed.start(world, choice.device, config.dist_timeout)
     distributed.check_same(json.dumps(config.to_dict(), sort_keys=True), "the configuration")
-    policy = resolve_precision(config.precision, choice.device, tf32=config.tf32, cudnn_benchmark=config.cudnn_benchmark)
+    policy = resolve_precision(config.precision, choice.device, tf32=config.tf32,
+                               cudnn_benchmark=config.cudnn_benchmark, deterministic=config.deterministic)
     policy.apply()
     return choice, policy, group_store
 
