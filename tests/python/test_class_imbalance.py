@@ -263,7 +263,6 @@ def test_per_class_png_labels_each_class_with_its_support():
     labels = [tick.get_text() for tick in figure.axes[0].get_xticklabels()]
     support = np.bincount(targets.numpy(), minlength=5)
     assert labels == [f"{name} (n={n})" for name, n in zip(names, support)]
-    plots._pyplot().close(figure)
 
 
 @pytest.mark.parametrize("cache", ["none", "host"])
