@@ -77,6 +77,24 @@ def test_per_class_metrics_equal_scikit_learns():
         report_page.confusion(truth, guess, 6).tolist()
 
 
+def test_figures_are_laid_out_and_cropped_to_the_pixels_of_matplotlibs_tight_layout_and_tight_bbox(tmp_path):
+    # plots._save lays a figure out and crops it with one pass over it less than figure.tight_layout() followed by
+    # savefig(bbox_inches="tight"), at another zlib level: the decoded pixels must be matplotlib's own
+    generator = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
+    count = int(torch.randint(3, 14, (), generator=generator))  # rotated tick labels from 9 classes on
+    targets = torch.randint(0, count, (300,), generator=generator)
+    guesses = torch.where(torch.rand(300, generator=generator) < 0.5, targets,
+                          torch.randint(0, count, (300,), generator=generator))
+    rows = report_page.per_class(report_page.confusion(targets, guesses, count), [f"class {k}" for k in range(count)])
+    ours = plots.per_class_bars(rows, str(tmp_path / "ours.png"))
+    reference = plots.per_class_figure(rows)
+    reference.tight_layout()
+    reference.savefig(tmp_path / "matplotlib.png", dpi=100, bbox_inches="tight", facecolor="white")
+    expected = np.asarray(Image.open(tmp_path / "matplotlib.png").convert("RGBA"))
+    assert expected.std() > 10  # bars and labels, not a blank page
+    assert np.array_equal(np.asarray(Image.open(ours).convert("RGBA")), expected)
+
+
 def test_the_training_batch_is_shown_un_normalised(run):
     """The grid shows the images as stored (uint8 / 255), not the standardised values: its pixels span black
     to white where standardised values, clipped to [0, 1], would lose the background."""
