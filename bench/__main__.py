@@ -17,9 +17,9 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCHES = {
-    "train": ("train_bench.py", [], ["--batch-sizes", "64", "--train-size", "128", "--rounds", "2",
-                                     "--count-steps", "2"]),
-    "ops": ("ops_bench.py", [], ["--steps", "4"]),
+    "train": ("train_bench.py", [], ["--batch-sizes", "64", "--train-size", "64", "--rounds", "2",
+                                     "--count-steps", "1"]),
+    "ops": ("ops_bench.py", [], ["--steps", "1", "--batch-size", "8"]),
     "cam": ("cam_bench.py", [], ["--batch", "2", "--size", "32", "--repeats", "1"]),
     "data": ("data_bench.py", [], ["--images", "64", "--size", "8", "--epochs", "2"]),
     "fashion_mnist": ("fashion_mnist_compare.py", [], ["--epochs", "1", "--train-size", "256", "--test-size", "256"]),
