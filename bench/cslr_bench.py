@@ -14,14 +14,15 @@ clips, and the memory of gpucore's clip loader by source resolution.
   clips/s (training and dev clips over the wall time, validation included), CPU seconds (this process and its
   DataLoader workers) and the final dev WER of each.
 - memory: the peak resident memory of reading `--clips` clips of `--frames` frames in batches of `--batch` at --out x
-  --out, each reader in a fresh process, with sources of 1920x1080 and of 426x240: gpucore's ClipSequences (its
-  training-split loader as a run builds it, batches decoded --prefetch ahead) and the plain Dataset above
-  (num_workers=0, so its memory is this process's). The growth over the process's memory before reading is what the
+  --out, each reader in a fresh process, with sources of 1920x1080 and of 426x240 (--sources): gpucore's
+  ClipSequences (its training-split loader as a run builds it, batches decoded --prefetch ahead) and the plain Dataset
+  above (num_workers=0, so its memory is this process's). The growth over the process's memory before reading is what the
   loader holds.
 
     python -m bench cslr [--measure train|memory|all] [--train-size 64] [--dev-size 16] [--source 240] [--out 32]
                          [--epochs 5] [--batch-size 8] [--lr 0.01] [--workers 1 [2 ...]] [--repeats 2] [--clips 4]
-                         [--frames 24] [--batch 4] [--prefetch 4] [--device auto] [--json out.json]
+                         [--frames 24] [--sources 1080p 240p] [--batch 4] [--prefetch 4] [--device auto]
+                         [--json out.json]
 """
 import argparse
 import copy
@@ -254,7 +255,8 @@ def memory_measure(args) -> dict:
 
     peaks = {}
     with tempfile.TemporaryDirectory() as folder:
-        for source, (height, width) in MEMORY_SOURCES.items():
+        for source in args.sources:
+            height, width = MEMORY_SOURCES[source]
             root = os.path.join(folder, source)
             for sub in ("video/train", "label"):
                 os.makedirs(os.path.join(root, sub))
@@ -266,7 +268,7 @@ def memory_measure(args) -> dict:
                                 moving_shapes(args.frames, height, width, seed=clip, shape=clip % 4))
                     writer.writerow((f"train-{clip:05d}", "A", "x", "圆"))
         for reader in ("gpucore", "plain"):
-            for source in MEMORY_SOURCES:
+            for source in args.sources:
                 probe = subprocess.run([sys.executable, __file__, "--memory-probe", reader, "--memory-folder",
                                         os.path.join(folder, source), "--out", str(args.out), "--batch",
                                         str(args.batch), "--prefetch", str(args.prefetch)],
@@ -301,6 +303,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--repeats", type=int, default=2, help="interleaved pairs of runs")
     parser.add_argument("--clips", type=int, default=4, help="memory: clips per source resolution")
     parser.add_argument("--frames", type=int, default=24, help="memory: frames per clip")
+    parser.add_argument("--sources", nargs="+", choices=list(MEMORY_SOURCES), default=list(MEMORY_SOURCES),
+                        help="memory: the source resolutions read (each reader on each in a process of its own)")
     parser.add_argument("--batch", type=int, default=4, help="memory: clips per batch")
     parser.add_argument("--prefetch", type=int, default=4, help="memory: gpucore's batches decoded ahead (config key "
                         "prefetch)")
