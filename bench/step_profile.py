@@ -3,8 +3,8 @@ fashion_mnist_speedrun.yaml: fast_cnn, its batch, on 28 x 28 inputs) and ResNet-
 frozen and with all layers training, each on batches held in memory, in the precision and layout gpucore's `auto`
 picks, with fused AdamW: the step the plain loops run.
 
-    python -m bench profile [--steps 10] [--batch-size 32] [--size 224] [--block-rounds 20] [--skip-resnet]
-                            [--json out.json]
+    python -m bench profile [--steps 10] [--batch-size 32] [--size 224] [--block-rounds 20] [--block-batch N]
+                            [--skip-resnet] [--json out.json]
 
 Per model: ms per step, and the share of the step's self CPU time by op group (convolution, batch norm, max pool,
 ReLU, the optimizer, the rest), with the ten ops taking most. The groups are what the leads would save at most: a
@@ -15,9 +15,9 @@ transforms (with RandomResizedCrop and ColorJitter every epoch's features differ
 The speedrun's network is profiled twice: with its max-pool + BatchNorm + ReLU blocks fused
 (gpucore::maxpool_bn_relu, FastCNN's default) and as three torch modules (model_kwargs fused: false). Then the
 blocks alone (`--block-rounds`, 0: not run): the three blocks' forward + backward at the speedrun's shapes (its
-batch; 32 x 28 x 28, 64 x 14 x 14, 128 x 7 x 7 in), fused against MaxPool2d + BatchNorm2d + ReLU, in training
-mode, interleaved round by round, channels-last and contiguous, bfloat16 where the CPU has native bfloat16 (else
-float32); the median of the rounds. `--skip-resnet` leaves out the two ResNet-18 profiles.
+batch, or `--block-batch`; 32 x 28 x 28, 64 x 14 x 14, 128 x 7 x 7 in), fused against MaxPool2d + BatchNorm2d +
+ReLU, in training mode, interleaved round by round, channels-last and contiguous, bfloat16 where the CPU has native
+bfloat16 (else float32); the median of the rounds. `--skip-resnet` leaves out the two ResNet-18 profiles.
 """
 import argparse
 import collections
@@ -147,6 +147,7 @@ def main(argv=None):
     parser.add_argument("--batch-size", type=int, default=32, help="ResNet-18's batch")
     parser.add_argument("--size", type=int, default=224, help="ResNet-18's input side")
     parser.add_argument("--block-rounds", type=int, default=20, help="rounds of the fused-block timing (0: none)")
+    parser.add_argument("--block-batch", type=int, help="the fused-block timing's batch (default: the speedrun's)")
     parser.add_argument("--skip-resnet", action="store_true", help="profile the speedrun's network only")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
@@ -176,14 +177,15 @@ def main(argv=None):
               f"{' + channels-last' if r['channels_last'] else ''}")
         print("  by group: " + ", ".join(f"{g} {share:.0%}" for g, share in r["group_share"].items()))
         print("  top ops:  " + ", ".join(f"{op} {share:.0%}" for op, share in r["top_ops"]))
-    blocks = time_blocks(device, config.batch_size, args.block_rounds) if args.block_rounds > 0 else {}
+    block_batch = args.block_batch or config.batch_size
+    blocks = time_blocks(device, block_batch, args.block_rounds) if args.block_rounds > 0 else {}
     for layout, r in blocks.items():
-        print(f"\nspeedrun's 3 pool + BN + ReLU blocks, forward + backward, batch {config.batch_size}, {layout} "
+        print(f"\nspeedrun's 3 pool + BN + ReLU blocks, forward + backward, batch {block_batch}, {layout} "
               f"{r['dtype']}: unfused {r['unfused']:.2f} ms, fused {r['fused']:.2f} ms "
               f"({r['unfused'] / r['fused']:.2f}x), median of {args.block_rounds} interleaved rounds")
     print(f"\n{device_label(device)}, torch {torch.__version__}")
-    return result_json({"device": device_label(device), "steps": args.steps, "models": results, "blocks": blocks},
-                       args.json)
+    return result_json({"device": device_label(device), "steps": args.steps, "models": results, "blocks": blocks,
+                        "block_batch": block_batch}, args.json)
 
 
 if __name__ == "__main__":
