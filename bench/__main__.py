@@ -37,8 +37,8 @@ BENCHES = {
     "profile": ("step_profile.py", [], ["--steps", "1", "--batch-size", "2", "--size", "64", "--block-rounds", "1",
                                         "--block-batch", "8"]),
     "cslr": ("cslr_bench.py", [], ["--train-size", "8", "--dev-size", "4", "--source", "32", "--out", "16",
-                                   "--epochs", "1", "--repeats", "1", "--clips", "1", "--frames", "4", "--sources", "1080p",
-                                   "--batch", "1"]),
+                                   "--epochs", "1", "--repeats", "1", "--clips", "1", "--frames", "4",
+                                   "--sources", "1080p", "--batch", "1"]),
 }
 
 

@@ -16,8 +16,8 @@ clips, and the memory of gpucore's clip loader by source resolution.
 - memory: the peak resident memory of reading `--clips` clips of `--frames` frames in batches of `--batch` at --out x
   --out, each reader in a fresh process, with sources of 1920x1080 and of 426x240 (--sources): gpucore's
   ClipSequences (its training-split loader as a run builds it, batches decoded --prefetch ahead) and the plain Dataset
-  above (num_workers=0, so its memory is this process's). The growth over the process's memory before reading is what the
-  loader holds.
+  above (num_workers=0, so its memory is this process's). The growth over the process's memory before reading is what
+  the loader holds.
 
     python -m bench cslr [--measure train|memory|all] [--train-size 64] [--dev-size 16] [--source 240] [--out 32]
                          [--epochs 5] [--batch-size 8] [--lr 0.01] [--workers 1 [2 ...]] [--repeats 2] [--clips 4]

@@ -79,8 +79,9 @@ from gpucore.device.placement import resolve_channels_last
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from augment_bench import MEAN, STD, TRANSFORMS, torchvision_pipeline  # noqa: E402
-from common import (EpochClock, PilImageFolder, PilSegmentationFolder, device_label, import_lightning,  # noqa: E402
-                    import_torchvision, lightning_epoch_timer, lightning_module, result_json, stepped_per_batch, sync)
+from common import (EpochClock, PilImageFolder, PilSegmentationFolder, collecting_new_objects_only,  # noqa: E402
+                    device_label, import_lightning, import_torchvision, lightning_epoch_timer, lightning_module,
+                    result_json, stepped_per_batch, sync)
 from scale_data import (CAMERA_SIZE, DEFAULT_CACHE, SEGMENTATION_CLASSES, make_camera, make_photos,  # noqa: E402
                         make_segmentation)
 from train_bench import Skip, percentile  # noqa: E402
@@ -655,7 +656,8 @@ def main(argv=None):
     if args.camera is not None:
         if args.camera < 1:
             raise SystemExit("--camera must be >= 1 (photos)")
-        camera = camera_pipeline(args, device)
+        with collecting_new_objects_only():  # the gc.collect() after each path
+            camera = camera_pipeline(args, device)
         result = result_json({"device": device_label(device), "cores": os.cpu_count(), "camera": camera}, args.json)
         table = camera_markdown(camera, f"{result['device']}, {os.cpu_count()} cores, torch {torch.__version__}, "
                                         f"{result['date']}; {camera['images']} camera JPEGs of {args.camera_size[0]} x "
@@ -699,9 +701,10 @@ def main(argv=None):
         try:
             if importlib.util.find_spec(library) is None:  # gpucore's registry would say so as a ConfigError
                 raise ImportError(f"{library} is not installed (pip install {library})")
-            results["workloads"][name] = run_workload(  # the input pipeline alone once: it has no model
-                name, args, device, os.path.join(roots[data], "train"),
-                not any("input_pipeline" in w for w in results["workloads"].values()))
+            with collecting_new_objects_only():  # the gc.collect() after each trainer and input pipeline
+                results["workloads"][name] = run_workload(  # the input pipeline alone once: it has no model
+                    name, args, device, os.path.join(roots[data], "train"),
+                    not any("input_pipeline" in w for w in results["workloads"].values()))
         except ImportError as exc:  # timm for vit_small, transformers for segformer_b0
             results["workloads"][name] = {"skipped": f"{model_name} cannot be built here: {exc}"}
             print(f"{name}: left out: {exc}", flush=True)

@@ -32,8 +32,8 @@ from gpucore.data.tensor_inputs import input_stats
 from gpucore.models import FashionMnistCNN
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (EpochClock, device_label, import_lightning, lightning_epoch_timer, lightning_module,  # noqa: E402
-                    result_json)
+from common import (EpochClock, collecting_new_objects_only, device_label, import_lightning,  # noqa: E402
+                    lightning_epoch_timer, lightning_module, result_json)
 from ops_bench import per_step  # noqa: E402
 
 
@@ -295,43 +295,41 @@ def main(argv=None):
           f"say so), {args.train_size} images, {args.rounds} rounds of {args.epochs} epochs")
     results, skipped = {}, {}
     train_data = data.first(args.train_size)
-    # What exists now (torch's modules, the data) is not garbage: frozen out of the collections, the gc.collect()
-    # before each run scans only what the runs left (a scan of all of torch's objects costs about 0.1 s a call).
-    gc.freeze()
-    for batch_size in batch_sizes:
-        samples = {name: [] for name in table}
-        for _ in range(args.rounds):
-            for name, (train, precision) in table.items():
-                if name in skipped:
+    with collecting_new_objects_only():  # the gc.collect() before each run
+        for batch_size in batch_sizes:
+            samples = {name: [] for name in table}
+            for _ in range(args.rounds):
+                for name, (train, precision) in table.items():
+                    if name in skipped:
+                        continue
+                    gc.collect()  # the last row's cyclic garbage (CUDA graphs, tensors) freed here, not in a
+                    # forked worker
+                    try:
+                        times = train(train_data, device, precision, args.epochs, batch_size)
+                    except Skip as reason:
+                        skipped[name] = str(reason)
+                        continue
+                    steps = args.train_size // batch_size
+                    timed = times[1:] or times
+                    samples[name].append(1000 * sum(timed) / (len(timed) * steps))
+            print(f"\nbatch {batch_size}")
+            print(f"  {'row':<48}{'ms/step':>9}{'p10-p90':>16}{'samples/s':>11}{'ops/step':>10}{'syncs/step':>12}")
+            for name, ms in samples.items():
+                if not ms:
                     continue
-                gc.collect()  # the last row's cyclic garbage (CUDA graphs, tensors) freed here, not in a forked worker
-                try:
-                    times = train(train_data, device, precision, args.epochs, batch_size)
-                except Skip as reason:
-                    skipped[name] = str(reason)
-                    continue
-                steps = args.train_size // batch_size
-                timed = times[1:] or times
-                samples[name].append(1000 * sum(timed) / (len(timed) * steps))
-        print(f"\nbatch {batch_size}")
-        print(f"  {'row':<48}{'ms/step':>9}{'p10-p90':>16}{'samples/s':>11}{'ops/step':>10}{'syncs/step':>12}")
-        for name, ms in samples.items():
-            if not ms:
-                continue
-            ops = syncs = None
-            if args.count_steps:
-                train, precision = table[name]
-                run = lambda n: train(data.first(n * batch_size), device, precision, 1, batch_size)  # noqa: E731
-                ops = sum(per_step(run, args.count_steps).values())
-                syncs = host_syncs_per_step(run, args.count_steps, device)
-            median = statistics.median(ms)
-            row = {"ms_per_step": median, "p10": percentile(ms, 0.1), "p90": percentile(ms, 0.9),
-                   "samples_per_s": batch_size * 1000 / median, "ops_per_step": ops, "host_syncs_per_step": syncs,
-                   "rounds": ms}
-            results.setdefault(name, {})[batch_size] = row
-            print(f"  {name:<48}{median:>9.2f}{row['p10']:>8.2f}-{row['p90']:<7.2f}{row['samples_per_s']:>11.0f}"
-                  f"{'' if ops is None else f'{ops:.1f}':>10}{'n/a' if syncs is None else f'{syncs:g}':>12}")
-    gc.unfreeze()  # the runner's next bench gets the collector as it was
+                ops = syncs = None
+                if args.count_steps:
+                    train, precision = table[name]
+                    run = lambda n: train(data.first(n * batch_size), device, precision, 1, batch_size)  # noqa: E731
+                    ops = sum(per_step(run, args.count_steps).values())
+                    syncs = host_syncs_per_step(run, args.count_steps, device)
+                median = statistics.median(ms)
+                row = {"ms_per_step": median, "p10": percentile(ms, 0.1), "p90": percentile(ms, 0.9),
+                       "samples_per_s": batch_size * 1000 / median, "ops_per_step": ops, "host_syncs_per_step": syncs,
+                       "rounds": ms}
+                results.setdefault(name, {})[batch_size] = row
+                print(f"  {name:<48}{median:>9.2f}{row['p10']:>8.2f}-{row['p90']:<7.2f}{row['samples_per_s']:>11.0f}"
+                      f"{'' if ops is None else f'{ops:.1f}':>10}{'n/a' if syncs is None else f'{syncs:g}':>12}")
     for name, reason in skipped.items():
         print(f"  skipped: {name}: {reason}")
     return result_json({"device": device_label(device), "precision": policy.precision, "train_size": args.train_size,
