@@ -33,7 +33,7 @@ BENCHES = {
     "scale": ("scale_bench.py", [], ["--workloads", "resnet18_frozen", "--images", "16", "--batch-size", "8",
                                      "--min-size", "64", "--max-size", "64", "--crop", "32", "--rounds", "1"]),
     "process": ("process_bench.py", [], ["--workloads", "speedrun", "--repeats", "1", "--epochs", "1",
-                                         "--train-size", "512", "--test-size", "256"]),
+                                         "--train-size", "512", "--test-size", "256", "--settings", "shipped", "plain"]),
     "profile": ("step_profile.py", [], ["--steps", "1", "--batch-size", "2", "--size", "64", "--block-rounds", "1",
                                         "--block-batch", "8"]),
     "cslr": ("cslr_bench.py", [], ["--train-size", "8", "--dev-size", "4", "--source", "32", "--out", "16",

@@ -5,7 +5,8 @@ left to the reader threads; the 224-px workload), gpucore.train with tcmalloc pr
 and the careful plain loop as a user writes it (no process settings), also with glibc's malloc tuned by
 GLIBC_TUNABLES to the same values (what the setting is worth to any loop).
 
-    python -m bench process [--workloads speedrun scale] [--repeats 5] [--markdown table.md] [--json out.json]
+    python -m bench process [--workloads speedrun scale] [--repeats 5] [--settings plain shipped ...]
+                            [--markdown table.md] [--json out.json]
 
 Workloads: speedrun: the speedrun recipe (bench/speedrun_bench.py's trainers, cold: no warm-up epoch) for --epochs
 on the first --train-size Fashion-MNIST images; scale: ResNet-18 with a frozen backbone at --crop px from
@@ -13,6 +14,7 @@ bench/scale_data.py's photo folder (bench/scale_bench.py's gpucore streamed and 
 setting: the training seconds (the epochs' own clock: reading the data and set-up are not in it) as the median over
 the repeats with the 10th-90th percentiles, the first epoch's and the later epochs' seconds, the process's peak RSS,
 and the ratio of the plain loop's training seconds to the setting's (above 1: faster than the plain loop).
+--settings runs some of the settings (by the short names of SETTINGS; the plain loop always).
 """
 import argparse
 import ctypes.util
@@ -32,6 +34,13 @@ from train_bench import percentile  # noqa: E402
 
 TUNABLES = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824:glibc.malloc.top_pad=268435456"
 PLAIN = "plain loop, no process settings"
+# --settings' short names: the rows' names
+SETTINGS = {"shipped": "gpucore.train as shipped (malloc tuned)",
+            "no-malloc-tuning": "gpucore.train, GPUCORE_MALLOC_TUNING=0",
+            "plain": PLAIN,
+            "plain-tunables": "plain loop + GLIBC_TUNABLES (same values)",
+            "one-thread": "gpucore.train, 1 intra-op thread",
+            "tcmalloc": "gpucore.train + tcmalloc (LD_PRELOAD)"}
 
 
 def tcmalloc() -> str:
@@ -43,21 +52,22 @@ def tcmalloc() -> str:
     return ""
 
 
-def settings(workload: str) -> dict:
-    """name: (trainer, environment changes); None as a value removes the variable."""
+def settings(workload: str, wanted) -> dict:
+    """name: (trainer, environment changes) of the settings named in `wanted` (SETTINGS' short names) that apply to
+    `workload`; None as a value removes the variable."""
     gpucore_trainer = "gpucore" if workload == "speedrun" else "gpucore streamed"
     plain_trainer = "plain" if workload == "speedrun" else "DataLoader + plain loop"
     chosen = {
-        "gpucore.train as shipped (malloc tuned)": (gpucore_trainer, {}),
-        "gpucore.train, GPUCORE_MALLOC_TUNING=0": (gpucore_trainer, {"GPUCORE_MALLOC_TUNING": "0"}),
-        PLAIN: (plain_trainer, {}),
-        "plain loop + GLIBC_TUNABLES (same values)": (plain_trainer, {"GLIBC_TUNABLES": TUNABLES}),
+        "shipped": (gpucore_trainer, {}),
+        "no-malloc-tuning": (gpucore_trainer, {"GPUCORE_MALLOC_TUNING": "0"}),
+        "plain": (plain_trainer, {}),
+        "plain-tunables": (plain_trainer, {"GLIBC_TUNABLES": TUNABLES}),
     }
     if workload == "scale":
-        chosen["gpucore.train, 1 intra-op thread"] = (gpucore_trainer, {"OMP_NUM_THREADS": "1"})
+        chosen["one-thread"] = (gpucore_trainer, {"OMP_NUM_THREADS": "1"})
     if tcmalloc():
-        chosen["gpucore.train + tcmalloc (LD_PRELOAD)"] = (gpucore_trainer, {"LD_PRELOAD": tcmalloc()})
-    return chosen
+        chosen["tcmalloc"] = (gpucore_trainer, {"LD_PRELOAD": tcmalloc()})
+    return {SETTINGS[key]: value for key, value in chosen.items() if key in wanted}
 
 
 def child(args) -> dict:
@@ -112,7 +122,7 @@ def run_setting(args, workload, trainer, environment) -> dict:
 
 
 def measure(args, workload) -> dict:
-    chosen = settings(workload)
+    chosen = settings(workload, args.settings)
     names = list(chosen)
     runs = {name: [] for name in names}
     for index in range(args.repeats):
@@ -151,6 +161,8 @@ def main(argv=None):
     parser.add_argument("--device", default="auto", help="the children train on `auto`'s device")
     parser.add_argument("--workloads", nargs="+", choices=["speedrun", "scale"], default=["speedrun", "scale"])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--settings", nargs="+", choices=list(SETTINGS), default=list(SETTINGS),
+                        help="the settings to run (default: every one that applies; the plain loop always runs)")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--train-size", type=int, default=20000, help="speedrun: training images")
     parser.add_argument("--test-size", type=int, default=1000, help="speedrun: test images")
@@ -166,6 +178,7 @@ def main(argv=None):
     parser.add_argument("--trainer", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    args.settings = {"plain", *args.settings}  # every row's ratio is to the plain loop
     if args.child:
         with open(args.out, "w") as handle:
             json.dump(child(args), handle)
