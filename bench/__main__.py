@@ -6,7 +6,7 @@
     (NAME: train, ops, cam, data, fashion_mnist, transforms, augment, checkpoint, speedrun, layout, scale,
      process, profile, cslr)
 
---quick uses tiny sizes: a smoke test of the runner (CI runs it), not a measurement.
+--quick uses tiny sizes and, in some benches, fewer rows: a smoke test of the runner (CI runs it), not a measurement.
 """
 import argparse
 import datetime
