@@ -269,6 +269,47 @@ def percentile(values, fraction):
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
+def sweep(table, data, batch_sizes, device, args):
+    """(results by row and batch size, skipped rows with their reasons): every row of `table` at each batch size,
+    `args.rounds` interleaved rounds, then each row's op and sync counts; prints each batch size's table."""
+    results, skipped = {}, {}
+    train_data = data.first(args.train_size)
+    for batch_size in batch_sizes:
+        samples = {name: [] for name in table}
+        for _ in range(args.rounds):
+            for name, (train, precision) in table.items():
+                if name in skipped:
+                    continue
+                gc.collect()  # the last row's cyclic garbage (CUDA graphs, tensors) freed here, not in a forked worker
+                try:
+                    times = train(train_data, device, precision, args.epochs, batch_size)
+                except Skip as reason:
+                    skipped[name] = str(reason)
+                    continue
+                steps = args.train_size // batch_size
+                timed = times[1:] or times
+                samples[name].append(1000 * sum(timed) / (len(timed) * steps))
+        print(f"\nbatch {batch_size}")
+        print(f"  {'row':<48}{'ms/step':>9}{'p10-p90':>16}{'samples/s':>11}{'ops/step':>10}{'syncs/step':>12}")
+        for name, ms in samples.items():
+            if not ms:
+                continue
+            ops = syncs = None
+            if args.count_steps:
+                train, precision = table[name]
+                run = lambda n: train(data.first(n * batch_size), device, precision, 1, batch_size)  # noqa: E731
+                ops = sum(per_step(run, args.count_steps).values())
+                syncs = host_syncs_per_step(run, args.count_steps, device)
+            median = statistics.median(ms)
+            row = {"ms_per_step": median, "p10": percentile(ms, 0.1), "p90": percentile(ms, 0.9),
+                   "samples_per_s": batch_size * 1000 / median, "ops_per_step": ops, "host_syncs_per_step": syncs,
+                   "rounds": ms}
+            results.setdefault(name, {})[batch_size] = row
+            print(f"  {name:<48}{median:>9.2f}{row['p10']:>8.2f}-{row['p90']:<7.2f}{row['samples_per_s']:>11.0f}"
+                  f"{'' if ops is None else f'{ops:.1f}':>10}{'n/a' if syncs is None else f'{syncs:g}':>12}")
+    return results, skipped
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto")
@@ -293,43 +334,8 @@ def main(argv=None):
         table = {name: table[name] for name in args.only.split(",")}
     print(f"device: {device_label(device)}, torch {torch.__version__}, precision {policy.precision} (float32 rows "
           f"say so), {args.train_size} images, {args.rounds} rounds of {args.epochs} epochs")
-    results, skipped = {}, {}
-    train_data = data.first(args.train_size)
     with collecting_new_objects_only():  # the gc.collect() before each run
-        for batch_size in batch_sizes:
-            samples = {name: [] for name in table}
-            for _ in range(args.rounds):
-                for name, (train, precision) in table.items():
-                    if name in skipped:
-                        continue
-                    gc.collect()  # the last row's cyclic garbage (CUDA graphs, tensors) freed here, not in a
-                    # forked worker
-                    try:
-                        times = train(train_data, device, precision, args.epochs, batch_size)
-                    except Skip as reason:
-                        skipped[name] = str(reason)
-                        continue
-                    steps = args.train_size // batch_size
-                    timed = times[1:] or times
-                    samples[name].append(1000 * sum(timed) / (len(timed) * steps))
-            print(f"\nbatch {batch_size}")
-            print(f"  {'row':<48}{'ms/step':>9}{'p10-p90':>16}{'samples/s':>11}{'ops/step':>10}{'syncs/step':>12}")
-            for name, ms in samples.items():
-                if not ms:
-                    continue
-                ops = syncs = None
-                if args.count_steps:
-                    train, precision = table[name]
-                    run = lambda n: train(data.first(n * batch_size), device, precision, 1, batch_size)  # noqa: E731
-                    ops = sum(per_step(run, args.count_steps).values())
-                    syncs = host_syncs_per_step(run, args.count_steps, device)
-                median = statistics.median(ms)
-                row = {"ms_per_step": median, "p10": percentile(ms, 0.1), "p90": percentile(ms, 0.9),
-                       "samples_per_s": batch_size * 1000 / median, "ops_per_step": ops, "host_syncs_per_step": syncs,
-                       "rounds": ms}
-                results.setdefault(name, {})[batch_size] = row
-                print(f"  {name:<48}{median:>9.2f}{row['p10']:>8.2f}-{row['p90']:<7.2f}{row['samples_per_s']:>11.0f}"
-                      f"{'' if ops is None else f'{ops:.1f}':>10}{'n/a' if syncs is None else f'{syncs:g}':>12}")
+        results, skipped = sweep(table, data, batch_sizes, device, args)
     for name, reason in skipped.items():
         print(f"  skipped: {name}: {reason}")
     return result_json({"device": device_label(device), "precision": policy.precision, "train_size": args.train_size,
