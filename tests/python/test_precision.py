@@ -64,6 +64,8 @@ def test_deterministic_turns_the_cudnn_autotuner_off_and_refuses_it_asked_for(fa
         with pytest.raises(gpucore.ConfigError, match="cudnn_benchmark' is true with deterministic: true.*auto or false"):
             gpucore.resolve_precision("auto", "cuda:0", cudnn_benchmark=asked, deterministic=True)
     assert gpucore.resolve_precision("auto", "cuda:0", cudnn_benchmark="true").cudnn_benchmark
+    # a CUDA knob: the same config still runs on the CPU, with no autotuner to refuse
+    assert not gpucore.resolve_precision("auto", "cpu", cudnn_benchmark="true", deterministic=True).cudnn_benchmark
 
 
 def test_bf16_demanded_on_v100_is_an_error(fake_machine):

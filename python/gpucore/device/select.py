@@ -237,14 +237,15 @@ def resolve_precision(
 
     Raises:
         ConfigError: what the device cannot do (bf16 on a GPU older than 8.0, 16-mixed on the CPU, 64 on MPS, tf32
-            forced on a pre-Ampere GPU); cudnn_benchmark true with deterministic.
+            forced on a pre-Ampere GPU); cudnn_benchmark true with deterministic on CUDA.
     """
     target = select_device("auto").device if device is None else torch.device(_device_string(device, "device"))
     benchmark = _toggle(cudnn_benchmark, "cudnn_benchmark")
     if deterministic:
         # cuDNN's autotuner times its algorithms anew in each process and may pick others (each deterministic, with
-        # other roundings): two runs of one config differed in 22 of 26 tensors on an H200 (2026-11-29).
-        if benchmark == "true":
+        # other roundings): two runs of one config differed in 22 of 26 tensors on an H200 (2026-11-29). A CUDA knob:
+        # the same config still runs on the CPU or MPS.
+        if benchmark == "true" and target.type == "cuda":
             raise ConfigError("config key 'cudnn_benchmark' is true with deterministic: true; the autotuner picks "
                               "cuDNN's algorithms by timing them in each process, so two runs could still differ. Use "
                               "cudnn_benchmark auto or false (auto is off with deterministic: true)")
