@@ -183,4 +183,16 @@ def _wrap_for_training(module: nn.Module, config, device: torch.device, world: d
         forward = torch.nn.parallel.DistributedDataParallel(
             module, device_ids=[device.index] if device.type == "cuda" else None,
             find_unused_parameters=config.freeze != "none")
-    return torch.compile(forward) if config.compile else forward
+    return _compiled(forward, device) if config.compile else forward
+
+
+def _compiled(forward, device: torch.device):
+    """torch.compile(forward); on the CPU with inductor's vector width named in its options. Inductor picks its
+    vectors by ATEN_CPU_CAPABILITY, but its on-disk graph cache keys (torch 2.13) leave that choice out: a graph
+    compiled under avx512 was loaded by an avx2 process and computed garbage max-pool indices, or corrupted the heap.
+    The width in the options puts it into the key."""
+    if device.type != "cpu":
+        return torch.compile(forward)
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+    return torch.compile(forward, options={"cpp.simdlen": pick_vec_isa().bit_width()})
