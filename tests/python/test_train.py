@@ -178,25 +178,27 @@ def test_cuda_steps_do_not_synchronise_with_the_host():
     assert result.stdout.strip().endswith(": 0 per step"), result.stdout
 
 
-def _small_pooling_net():
-    """A conv, a max-pool and a classifier, seeded: the same weights in every process."""
+def _small_pooling_net(hidden):
+    """A conv, a max-pool and two linear layers, `hidden` features between them, seeded: the same weights in every
+    process."""
     torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(8 * 14 * 14, 10))
+    return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                         nn.Linear(8 * 14 * 14, hidden), nn.Linear(hidden, 10))
 
 
-def _compiled_history(config, capability, cache):
-    """gpucore.train(config, model=_small_pooling_net()) with compile: true in a process of its own under
-    ATEN_CPU_CAPABILITY=`capability`, inductor's cache at `cache`: the run's history."""
+def _compiled_history(config, hidden, capability):
+    """gpucore.train(config, model=_small_pooling_net(hidden)) with compile: true in a process of its own under
+    ATEN_CPU_CAPABILITY=`capability`: the run's history."""
     import subprocess
     import sys
 
     script = ("import json, sys; import gpucore; from test_train import _small_pooling_net; "
-              "run = gpucore.train(dict(json.loads(sys.argv[1]), compile=True), model=_small_pooling_net()); "
+              "run = gpucore.train(dict(json.loads(sys.argv[1]), compile=True), model=_small_pooling_net(int(sys.argv[2]))); "
               "print(json.dumps(run.history))")
-    env = dict(os.environ, ATEN_CPU_CAPABILITY=capability, TORCHINDUCTOR_CACHE_DIR=str(cache),
+    env = dict(os.environ, ATEN_CPU_CAPABILITY=capability,
                PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, "-c", script, json.dumps(dict(config, name=f"compiled-{capability}"))],
-                          capture_output=True, text=True, timeout=600, env=env)
+    done = subprocess.run([sys.executable, "-c", script, json.dumps(dict(config, name=f"compiled-{capability}")),
+                           str(hidden)], capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, f"under {capability}: {done.stderr[-2000:]}"
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -204,24 +206,28 @@ def _compiled_history(config, capability, cache):
 @pytest.mark.slow
 @pytest.mark.skipif(not (shutil.which("g++") or shutil.which("c++")),
                     reason="torch.compile's inductor compiles C++ on the CPU: no compiler here (an installed wheel's check)")
-def test_compile_on_the_cpu_trains_like_eager_also_on_a_cache_from_wider_vectors(tmp_path, monkeypatch):
+def test_compile_on_the_cpu_trains_like_eager_also_on_a_cache_from_wider_vectors(tmp_path):
     # torch.compile (inductor, with the machine's C++ compiler) under the C++ engine: the same losses as eager. A second
-    # process with narrower vectors then shares inductor's cache: torch 2.13's cache keys leave the width out, and such a
-    # process, given the first's graphs, computed garbage max-pool indices (avx2 after avx512) or failed to compile
-    # (default after avx2).
+    # process with narrower vectors then reads inductor's cache (the default one, where its probes of the CPU are kept;
+    # a model's width drawn anew, so no earlier run's graphs are there): torch 2.13's cache keys leave the width out, and
+    # such a process, given the first's graphs, computed garbage max-pool indices (avx2 after avx512) or failed to
+    # compile (default after avx2).
+    import random
+
     from torch._inductor.cpu_vec_isa import pick_vec_isa
 
     narrower = {512: "avx2", 256: "default"}.get(pick_vec_isa().bit_width())
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    hidden = random.SystemRandom().randrange(16, 4096)
     config = dict(SMALL, run_dir=str(tmp_path), epochs=2, device="cpu", precision="32")
-    eager = gpucore.train(dict(config, name="eager"), model=_small_pooling_net())
-    runs = {"compiled": gpucore.train(dict(config, name="compiled", compile=True), model=_small_pooling_net()).history}
+    eager = gpucore.train(dict(config, name="eager"), model=_small_pooling_net(hidden))
+    runs = {"compiled": gpucore.train(dict(config, name="compiled", compile=True),
+                                      model=_small_pooling_net(hidden)).history}
     if narrower is not None:  # else inductor has no vectors here, so no narrower ones
-        runs[f"compiled under {narrower}"] = _compiled_history(config, narrower, tmp_path / "inductor")
+        runs[f"compiled under {narrower}"] = _compiled_history(config, hidden, narrower)
     for name, history in runs.items():
         for ours, theirs in zip(history, eager.history, strict=True):
-            assert ours["train_loss"] == pytest.approx(theirs["train_loss"], rel=1e-3), name  # fused kernels round differently
-            assert ours["val_loss"] == pytest.approx(theirs["val_loss"], rel=1e-3), name
+            assert ours["train_loss"] == pytest.approx(theirs["train_loss"], rel=1e-3), (name, hidden)  # fused kernels round differently
+            assert ours["val_loss"] == pytest.approx(theirs["val_loss"], rel=1e-3), (name, hidden)
 
 
 class Unpooling(nn.Module):
