@@ -151,6 +151,7 @@ def pytest_collection_finish(session):
     gc.collect()
     gc.freeze()
     gc.set_threshold(10_000, 50, 10)
+    _start_bench_quick(session)
 
 
 def pytest_runtest_setup(item):
@@ -310,21 +311,48 @@ def captcha_run(tmp_path_factory):
     yield from _shared_run(tmp_path_factory, "captcha", CAPTCHA_RUN)
 
 
-@pytest.fixture(scope="session")
-def bench_quick(tmp_path_factory):
-    """`python -m bench all --quick --json FILE` run once (seconds of every benchmark): (its JSON report, its
-    stdout). test_examples checks the runner and every bench's result; test_scale_bench reads scale's result and
-    printed table as its quick form (the same options), instead of training them again."""
-    import json
+# `python -m bench all --quick`: started in the background once the tests are collected (it runs on one core for about
+# 50 s, which the suite's own tests, mostly on the other, no longer wait for), then awaited by the bench_quick fixture.
+_BENCH_QUICK = {}
+
+
+def _start_bench_quick(session):
+    import importlib.util
     import subprocess
+    import tempfile
+
+    if session.config.option.collectonly or importlib.util.find_spec("PIL") is None or not any("bench_quick" in getattr(item, "fixturenames", ())
+                                                           for item in session.items):
+        return
+    folder = pathlib.Path(tempfile.mkdtemp(prefix="gpucore-bench-quick-"))
+    with open(folder / "stdout", "w") as stdout, open(folder / "stderr", "w") as stderr:
+        process = subprocess.Popen([sys.executable, "-m", "bench", "all", "--quick", "--json", str(folder / "all.json")],
+                                   cwd=str(pathlib.Path(__file__).resolve().parents[2]), stdout=stdout, stderr=stderr)
+    _BENCH_QUICK.update(folder=folder, process=process)
+
+
+def pytest_sessionfinish(session):
+    import shutil
+
+    if "process" in _BENCH_QUICK:
+        if _BENCH_QUICK["process"].poll() is None:  # the session ended before a test waited for it
+            _BENCH_QUICK["process"].kill()
+            _BENCH_QUICK["process"].wait()
+        shutil.rmtree(_BENCH_QUICK["folder"], ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def bench_quick():
+    """`python -m bench all --quick --json FILE` run once (seconds of every benchmark), in the background since the
+    collection: (its JSON report, its stdout). test_examples checks the runner and every bench's result;
+    test_scale_bench reads scale's result and printed table as its quick form (the same options), instead of training
+    them again."""
+    import json
 
     require("PIL")
-    out = tmp_path_factory.mktemp("bench") / "all.json"
-    result = subprocess.run([sys.executable, "-m", "bench", "all", "--quick", "--json", str(out)],
-                            cwd=str(pathlib.Path(__file__).resolve().parents[2]), capture_output=True, text=True,
-                            timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(out.read_text()), result.stdout
+    folder, process = _BENCH_QUICK["folder"], _BENCH_QUICK["process"]
+    assert process.wait(timeout=600) == 0, (folder / "stderr").read_text()[-3000:]
+    return json.loads((folder / "all.json").read_text()), (folder / "stdout").read_text()
 
 
 def run_copy(run, folder):

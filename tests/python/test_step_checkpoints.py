@@ -7,7 +7,6 @@ trained exactly once. Longer random kill trials: `python tests/trials/kill_runs.
 import errno
 import json
 import os
-import random
 import subprocess
 import sys
 import textwrap
@@ -372,17 +371,9 @@ def test_random_kills_with_step_checkpoints_end_bitwise(tmp_path):
     two trials here, more with `python tests/trials/kill_runs.py --step-checkpoints 2 --trials 30`."""
     settings = dict(kill_runs.CONFIG, checkpoint_every_n_steps=2, epochs=2,
                     data_kwargs={"train_size": 384, "val_size": 64, "seed": 5})
-    reference_dir = tmp_path / "reference"
-    reference_dir.mkdir()
-    start = time.monotonic()
-    kill_runs.run_once(str(reference_dir), None, settings)
-    longest = (time.monotonic() - start) * 1.1
-    reference = kill_runs.final_weights(str(reference_dir))
-    rng = random.Random(7)
-    for index in range(2):
-        workdir = tmp_path / f"trial{index}"
-        workdir.mkdir()
-        assert kill_runs.trial(str(workdir), reference, rng, 2, longest, settings) == []
+    weights, longest = kill_runs.reference(str(tmp_path), settings)
+    problems, _ = kill_runs.run_trials(str(tmp_path), weights, 7, 2, 2, longest, settings)
+    assert problems == [[], []]
 
 
 def _filling_save(monkeypatch, file_name, failure, fail_at):

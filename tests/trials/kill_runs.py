@@ -8,6 +8,9 @@ at a random moment, and starts it again until a run completes (killing it again 
 --kills times). Then it checks: every checkpoint file loads; the run stayed in one run directory; no
 temporary file is left; metrics.jsonl holds each epoch once and agrees with training_stats.json; the
 final weights are bitwise those of an uninterrupted run. Prints a summary; exit status 1 on any failure.
+
+Each run is one process on one core, so --concurrent trials (2) run at once; the uninterrupted runs that measure a
+run's length (and must agree bitwise) run as many at once, under the same load.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 EPOCHS = 3
 CONFIG = {"epochs": EPOCHS, "device": "cpu", "progress": False, "resume": "auto", "name": "killed",
@@ -109,6 +113,45 @@ def trial(workdir: str, reference: dict, rng: random.Random, max_kills: int, lon
     return check_run(workdir, reference, config["epochs"])
 
 
+def reference(scratch: str, config: dict = CONFIG, concurrent: int = 2) -> tuple[dict, float]:
+    """`concurrent` uninterrupted runs at once, as the trials run: their final weights (bitwise equal, or an error)
+    and how long a run may take (the slowest, plus a tenth), measured under the trials' own load."""
+    import torch
+
+    folders = [os.path.join(scratch, f"reference{index}") for index in range(concurrent)]
+    for folder in folders:
+        os.makedirs(folder)
+    start = time.monotonic()
+    with ThreadPoolExecutor(concurrent) as pool:
+        list(pool.map(lambda folder: run_once(folder, None, config), folders))
+    longest = (time.monotonic() - start) * 1.1  # kills land anywhere in a whole run, start-up included
+    weights = [final_weights(folder) for folder in folders]
+    for other in weights[1:]:
+        for name, tensor in weights[0].items():
+            if not torch.equal(other[name], tensor):
+                raise RuntimeError(f"two uninterrupted runs started together differ in {name}")
+    return weights[0], longest
+
+
+def run_trials(scratch: str, weights: dict, seed: int, count: int, max_kills: int, longest: float,
+               config: dict = CONFIG, concurrent: int = 2) -> tuple[list, dict]:
+    """`count` trials, `concurrent` at a time (each run is one process on one core): what is wrong with each, and
+    the kills tallied. Each trial draws its kill moments from a generator of its own, seeded from `seed`, so a seed
+    gives the same moments however the trials interleave."""
+    generators = [random.Random(f"{seed}/{index}") for index in range(count)]
+    tallies = [{} for _ in range(count)]
+
+    def one(index):
+        workdir = os.path.join(scratch, f"trial{index}")
+        os.makedirs(workdir)
+        return trial(workdir, weights, generators[index], max_kills, longest, config, tallies[index])
+
+    with ThreadPoolExecutor(concurrent) as pool:
+        problems = list(pool.map(one, range(count)))
+    tally = {key: sum(counts.get(key, 0) for counts in tallies) for key in ("kills", "during_a_write")}
+    return problems, tally
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=10)
@@ -116,25 +159,18 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--step-checkpoints", type=int, default=0, metavar="N",
                         help="also checkpoint every N optimizer steps mid-epoch (config key checkpoint_every_n_steps)")
+    parser.add_argument("--concurrent", type=int, default=2, help="trials run at once (each run takes one core)")
     args = parser.parse_args(argv)
     config = dict(CONFIG, checkpoint_every_n_steps=args.step_checkpoints)
-    rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory() as scratch:
-        reference_dir = os.path.join(scratch, "reference")
-        os.makedirs(reference_dir)
-        start = time.monotonic()
-        run_once(reference_dir, None, config)
-        longest = (time.monotonic() - start) * 1.1  # kills land anywhere in a whole run, start-up included
-        reference = final_weights(reference_dir)
-        failures, tally = 0, {}
-        for index in range(args.trials):
-            workdir = os.path.join(scratch, f"trial{index}")
-            os.makedirs(workdir)
-            problems = trial(workdir, reference, rng, args.kills, longest, config, tally)
-            failures += bool(problems)
-            for problem in problems:
-                print(f"trial {index}: {problem}")
-    print(f"{args.trials} trials ({tally.get('kills', 0)} kills, {tally.get('during_a_write', 0)} of them during a "
+        weights, longest = reference(scratch, config, args.concurrent)
+        problems, tally = run_trials(scratch, weights, args.seed, args.trials, args.kills, longest, config,
+                                     args.concurrent)
+    for index, found in enumerate(problems):
+        for problem in found:
+            print(f"trial {index}: {problem}")
+    failures = sum(bool(found) for found in problems)
+    print(f"{args.trials} trials ({tally['kills']} kills, {tally['during_a_write']} of them during a "
           f"checkpoint write), {failures} with problems")
     return 1 if failures else 0
 
