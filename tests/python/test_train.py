@@ -258,16 +258,23 @@ def test_compile_without_a_working_backend_names_the_config_key(tmp_path):
     """torch.compile's backend failing (here inductor without its C++ compiler) is not a model that does not fit the
     data: the error names config key compile and the way out."""
     import torch._inductor.config as inductor_config
+    from torch._inductor import cpu_vec_isa
+
+    def forget_the_cpu_probes():  # what inductor found of the CPU with its compiler, kept for the process
+        cpu_vec_isa.valid_vec_isa_list.cache_clear()
+        cpu_vec_isa.VecISA._VecISA__bool__impl.cache_clear()
 
     config = dict(SMALL, run_dir=str(tmp_path), epochs=1, device="cpu", precision="32", compile=True,
                   data_kwargs={"train_size": 128, "val_size": 64, "seed": 3})
     torch._dynamo.reset()
+    forget_the_cpu_probes()  # so that the vector width gpucore asks for is probed without a compiler too
     try:
         with inductor_config.patch({"cpp.cxx": (None, "no-such-compiler-gpucore")}):
             with pytest.raises(gpucore.TrainingError, match=r"(?s)config key 'compile'.*compile: false") as caught:
                 gpucore.train(config)
     finally:
         torch._dynamo.reset()
+        forget_the_cpu_probes()
     assert "no-such-compiler-gpucore" in str(caught.value) and "fits the data" not in str(caught.value)
 
 

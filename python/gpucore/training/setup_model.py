@@ -194,5 +194,10 @@ def _compiled(forward, device: torch.device):
     if device.type != "cpu":
         return torch.compile(forward)
     from torch._inductor.cpu_vec_isa import pick_vec_isa
+    from torch._inductor.exc import InvalidCxxCompiler
 
-    return torch.compile(forward, options={"cpp.simdlen": pick_vec_isa().bit_width()})
+    try:
+        width = pick_vec_isa().bit_width()  # inductor probes the CPU with its C++ compiler
+    except InvalidCxxCompiler:
+        return torch.compile(forward)  # no compiler: the first batch's compile fails, naming config key compile
+    return torch.compile(forward, options={"cpp.simdlen": width})
