@@ -321,8 +321,8 @@ def _start_bench_quick(session):
     import subprocess
     import tempfile
 
-    if session.config.option.collectonly or importlib.util.find_spec("PIL") is None or not any("bench_quick" in getattr(item, "fixturenames", ())
-                                                           for item in session.items):
+    wanted = any("bench_quick" in getattr(item, "fixturenames", ()) for item in session.items)
+    if session.config.option.collectonly or not wanted or importlib.util.find_spec("PIL") is None:
         return
     folder = pathlib.Path(tempfile.mkdtemp(prefix="gpucore-bench-quick-"))
     with open(folder / "stdout", "w") as stdout, open(folder / "stderr", "w") as stderr:

@@ -58,6 +58,13 @@ def final_weights(run_dir: str) -> dict:
     return torch.load(os.path.join(run_dir, "killed", "checkpoints", "last.pt"), weights_only=True)["model"]
 
 
+def first_difference(weights: dict, reference: dict) -> str | None:
+    """The name of the first tensor of `reference` that `weights` does not hold bitwise, or None."""
+    import torch
+
+    return next((name for name, tensor in reference.items() if not torch.equal(weights[name], tensor)), None)
+
+
 def check_run(run_dir: str, reference: dict, epochs: int = EPOCHS) -> list:
     """What is wrong with a finished run in run_dir (empty: nothing)."""
     import torch
@@ -83,11 +90,9 @@ def check_run(run_dir: str, reference: dict, epochs: int = EPOCHS) -> list:
     stats = json.load(open(os.path.join(run, "training_stats.json")))
     if stats["status"] != "completed" or [r["epoch"] for r in stats["epochs"]] != list(range(1, epochs + 1)):
         problems.append(f"training_stats.json: status {stats['status']}, epochs {[r['epoch'] for r in stats['epochs']]}")
-    weights = final_weights(run_dir)
-    for name, tensor in reference.items():
-        if not torch.equal(weights[name], tensor):
-            problems.append(f"final weights differ from the uninterrupted run in {name}")
-            break
+    differing = first_difference(final_weights(run_dir), reference)
+    if differing is not None:
+        problems.append(f"final weights differ from the uninterrupted run in {differing}")
     return problems
 
 
@@ -116,8 +121,6 @@ def trial(workdir: str, reference: dict, rng: random.Random, max_kills: int, lon
 def reference(scratch: str, config: dict = CONFIG, concurrent: int = 2) -> tuple[dict, float]:
     """`concurrent` uninterrupted runs at once, as the trials run: their final weights (bitwise equal, or an error)
     and how long a run may take (the slowest, plus a tenth), measured under the trials' own load."""
-    import torch
-
     folders = [os.path.join(scratch, f"reference{index}") for index in range(concurrent)]
     for folder in folders:
         os.makedirs(folder)
@@ -127,9 +130,9 @@ def reference(scratch: str, config: dict = CONFIG, concurrent: int = 2) -> tuple
     longest = (time.monotonic() - start) * 1.1  # kills land anywhere in a whole run, start-up included
     weights = [final_weights(folder) for folder in folders]
     for other in weights[1:]:
-        for name, tensor in weights[0].items():
-            if not torch.equal(other[name], tensor):
-                raise RuntimeError(f"two uninterrupted runs started together differ in {name}")
+        differing = first_difference(other, weights[0])
+        if differing is not None:
+            raise RuntimeError(f"two uninterrupted runs started together differ in {differing}")
     return weights[0], longest
 
 

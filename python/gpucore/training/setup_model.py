@@ -191,13 +191,13 @@ def _compiled(forward, device: torch.device):
     vectors by ATEN_CPU_CAPABILITY, but its on-disk graph cache keys (torch 2.13) leave that choice out: a graph
     compiled under avx512 was loaded by an avx2 process and computed garbage max-pool indices, or corrupted the heap.
     The width in the options puts it into the key."""
-    if device.type != "cpu":
-        return torch.compile(forward)
-    from torch._inductor.cpu_vec_isa import pick_vec_isa
-    from torch._inductor.exc import InvalidCxxCompiler
+    options = None
+    if device.type == "cpu":
+        from torch._inductor.cpu_vec_isa import pick_vec_isa
+        from torch._inductor.exc import InvalidCxxCompiler
 
-    try:
-        width = pick_vec_isa().bit_width()  # inductor probes the CPU with its C++ compiler
-    except InvalidCxxCompiler:
-        return torch.compile(forward)  # no compiler: the first batch's compile fails, naming config key compile
-    return torch.compile(forward, options={"cpp.simdlen": width})
+        try:
+            options = {"cpp.simdlen": pick_vec_isa().bit_width()}  # inductor probes the CPU with its C++ compiler
+        except InvalidCxxCompiler:
+            pass  # no compiler: the first batch's compile fails, naming config key compile
+    return torch.compile(forward, options=options)
