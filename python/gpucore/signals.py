@@ -61,7 +61,8 @@ class StepBoundaries:
     BatchNorm's running statistics, so an interrupt inside a step would leave them counted for a step the checkpoint
     says was not taken, and the resumed run would differ. While `holding` (an epoch's steps run), a signal waits in
     `pending` and is raised at the next step boundary: the first forward of the next optimizer step (a forward
-    pre-hook), the log and step-checkpoint callbacks, or the end of the epoch's steps. Elsewhere (validation, the
+    pre-hook), the log and step-checkpoint callbacks, or the end of the epoch's steps; so does one during the epoch's
+    end (`held`: its row, callbacks and checkpoints), raised at the next epoch's start. Elsewhere (validation, the
     report, set-up) it is raised at once, as Ctrl-C always was."""
 
     def __init__(self):
@@ -112,13 +113,22 @@ class StepBoundaries:
             calls += 1
 
         hook = module.register_forward_pre_hook(at_step_start) if module is not None else None
-        self.holding = True
+        try:
+            with self.held():
+                yield
+        finally:
+            if hook is not None:
+                hook.remove()
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Signals during the block wait in `pending` (raised at the next step boundary or `raise_pending`): for
+        what must be done whole or not at all, such as the epoch's row with its callbacks and checkpoints."""
+        holding, self.holding = self.holding, True
         try:
             yield
         finally:
-            self.holding = False
-            if hook is not None:
-                hook.remove()
+            self.holding = holding
 
 
 @contextlib.contextmanager

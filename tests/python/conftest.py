@@ -1,5 +1,6 @@
 import collections
 import gzip
+import json
 import os
 import pathlib
 import struct
@@ -434,6 +435,13 @@ def train_interrupted(*args, **kwargs):
     with pytest.raises(KeyboardInterrupt) as stopped:
         gpucore.train(*args, **kwargs)
     return stopped.value.result
+
+
+def rows_without_times(rows):
+    """metrics.jsonl rows (dicts, or the file's lines) without what the clock measures (epoch_time_s, samples_per_s,
+    val_time_s): what a resumed run's rows must share with the uninterrupted run's."""
+    return [{k: v for k, v in (json.loads(row) if isinstance(row, str) else row).items() if not k.endswith("_s")}
+            for row in rows]
 
 
 def assert_resume_matches(tmp_path, config, stop, straight=None, name="b", given=dict):

@@ -34,10 +34,33 @@ def test_position_counts_samples_over_all_ranks_and_the_steps_of_a_pass():
     position.steps_done(4)  # every step of the pass: the next epoch's start, whatever the short window took
     assert position.state_dict()["epoch"] == 5 and position.state_dict()["samples_consumed"] == 0
     assert position.state_dict()["epoch_seconds"] == 0.0
-    assert position.run_step(steps_per_epoch=7) == 4 * 7 + 2
+    assert position.run_step(steps_per_epoch=7) == 5 * 7  # the pass's steps all taken
     position.next_epoch()
     assert (position.epoch, position.start_sample, position.pass_steps) == (5, 0, None)
     assert position.epoch_seconds() == 0.0  # the next epoch's clock starts with its pass
+
+
+def test_a_pass_done_whose_row_is_not_written_is_kept_and_resumed_in_its_epoch():
+    """A signal in validation: the checkpoint says the next epoch's start (epochs trained, what a resume at another
+    world size counts its steps from) with the epoch's training row; loaded, the position is back in that epoch with
+    its pass complete, and saved again it is the same."""
+    position = RunPosition(Batching(batch_size=8, accumulate_grad_batches=1), world_size=1)
+    position.begin_pass(batches=6)
+    position.steps_done(6)
+    assert "unrecorded_row" not in position.state_dict()  # no row held: the row was written
+    row = {"epoch": 1, "train_loss": 0.25, "lr": 0.1}
+    position.unrecorded_row = row
+    saved = position.state_dict()
+    assert (saved["epoch"], saved["samples_consumed"], saved["unrecorded_row"]) == (1, 0, row)
+    position.steps_done(5)  # mid-pass a held row is no position: only a complete pass keeps one
+    assert "unrecorded_row" not in position.state_dict()
+    resumed = RunPosition(Batching(batch_size=8, accumulate_grad_batches=1), world_size=2)
+    resumed.load_state_dict(saved)
+    assert (resumed.epoch, resumed.start_epoch, resumed.pass_complete(), resumed.unrecorded_row) == (0, 0, True, row)
+    assert resumed.run_step(steps_per_epoch=3) == 3
+    assert resumed.state_dict() == dict(saved, world_size=2)
+    resumed.next_epoch()
+    assert (resumed.epoch, resumed.unrecorded_row, resumed.pass_complete()) == (1, None, False)
 
 
 def test_a_torch_loader_resumes_only_at_whole_batches():

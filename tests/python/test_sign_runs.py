@@ -14,7 +14,7 @@ import torch
 from PIL import Image
 from torch import nn
 
-from conftest import assert_states_equal, require, train_interrupted
+from conftest import assert_states_equal, require, rows_without_times, train_interrupted
 from gpucore.errors import ConfigError
 from test_sign_layouts import _real_cecsl, _write_csv
 
@@ -206,12 +206,7 @@ def test_a_stop_mid_epoch_of_an_augmented_clip_run_resumes_bitwise(trained, cecs
     assert_states_equal(resumed.model, trained.model, label="resumed != uninterrupted")
     straight = run_path(trained, "metrics.jsonl")
     with open(straight, encoding="utf-8") as a, open(tmp_path / "stopped" / "metrics.jsonl", encoding="utf-8") as b:
-        assert [_without_times(line) for line in a] == [_without_times(line) for line in b]
-
-
-def _without_times(line):
-    """A metrics.jsonl row without what the clock measures (epoch_time_s, samples_per_s, val_time_s)."""
-    return {k: v for k, v in json.loads(line).items() if not k.endswith("_s")}
+        assert rows_without_times(a) == rows_without_times(b)
 
 
 # ---- predict on clips ------------------------------------------------------------------------------------------------

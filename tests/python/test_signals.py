@@ -14,7 +14,8 @@ import time
 import pytest
 import torch
 
-from conftest import assert_states_equal, train_interrupted
+import gpucore
+from conftest import assert_states_equal, rows_without_times, train_interrupted
 from gpucore import signals
 
 STEPS_PER_EPOCH = 150  # a signal after the first step checkpoint (step 10) lands mid-run: 290 steps of 10 ms left
@@ -234,11 +235,97 @@ def test_a_signal_in_the_last_step_of_an_epoch_with_a_short_last_batch_resumes_a
     straight = gpucore.train(dict(config, name="straight"), model=SignalInsideTheForward())
     stopped = train_interrupted(dict(config, name="stopped"), model=SignalInsideTheForward(signal.SIGTERM, 13 + 13))
     assert stopped.status == "interrupted" and stopped.steps == 26
-    saved = torch.load(tmp_path / "stopped" / "checkpoints" / "interrupted.pt", map_location="cpu", weights_only=False)
+    saved = torch.load(tmp_path / "stopped" / "checkpoints" / "interrupted.pt", map_location="cpu", weights_only=True)
     assert (saved["epoch"], saved["samples_consumed"]) == (2, 0)
+    # The epoch's row was not written yet: the checkpoint keeps its training part, which the resume validates and
+    # records before it trains epoch 3.
+    assert [row["epoch"] for row in saved["history"]] == [1]
+    assert rows_without_times([saved["unrecorded_row"]]) == rows_without_times(
+        [{k: v for k, v in straight.history[1].items() if k in saved["unrecorded_row"]}])
     resumed = gpucore.train(dict(config, name="stopped", resume="auto"), model=SignalInsideTheForward())
     assert resumed.status == "completed" and resumed.steps == straight.steps == 39
     assert_states_equal(resumed.model, straight.model, label="resumed != uninterrupted")
+    assert rows_without_times(resumed.history) == rows_without_times(straight.history)
+    with open(tmp_path / "stopped" / "metrics.jsonl", encoding="utf-8") as rows:
+        assert rows_without_times(rows) == rows_without_times(straight.history)
+
+
+class SignalInValidation(SignalInsideTheForward):
+    """SignalInsideTheForward's net (the same weights), sending `signum` to this process in its first forward in eval
+    mode after `trained` training forwards: in the validation after them, once the epoch's pass is done and before
+    its row is written (not in the set-up's probe of the model, before training)."""
+
+    def __init__(self, signum=None, trained=0):
+        super().__init__()
+        self.signum, self.trained, self.sent = signum, trained, False
+
+    def forward(self, x):
+        if not self.training and self.signum is not None and self.calls == self.trained and not self.sent:
+            self.sent = True
+            os.kill(os.getpid(), self.signum)
+        return super().forward(x)
+
+
+@pytest.mark.parametrize("signum,epoch", [(signal.SIGTERM, 1), (signal.SIGINT, 2)], ids=["SIGTERM-1", "SIGINT-2"])
+def test_a_signal_in_validation_keeps_the_epochs_row_to_write_and_the_resume_validates_and_records_it(
+        tmp_path, signum, epoch, straight_run):
+    """Validated once per epoch (64 samples: one batch), so the signal lands in epoch `epoch`'s validation: its steps
+    are done, its row is not written. The resumed run writes every epoch's row as the uninterrupted run does (its
+    best.pt saw every epoch), and ends bitwise equal to it."""
+    import gpucore
+
+    config = in_process_run(tmp_path)
+    straight = straight_run(1)
+    stopped = train_interrupted(dict(config, name="stopped"), model=SignalInValidation(signum, trained=12 * epoch))
+    assert stopped.status == "interrupted" and stopped.steps == 12 * epoch
+    saved = torch.load(tmp_path / "stopped" / "checkpoints" / "interrupted.pt", map_location="cpu", weights_only=True)
+    assert (saved["epoch"], saved["samples_consumed"]) == (epoch, 0)
+    assert len(saved["history"]) == epoch - 1 and saved["unrecorded_row"]["epoch"] == epoch
+    assert not any(key.startswith("val_") for key in saved["unrecorded_row"])
+    resumed = gpucore.train(dict(config, name="stopped", resume="auto"), model=SignalInValidation())
+    assert resumed.status == "completed" and resumed.steps == straight.steps == 24
+    assert rows_without_times(resumed.history) == rows_without_times(straight.history)
+    with open(tmp_path / "stopped" / "metrics.jsonl", encoding="utf-8") as rows:
+        assert rows_without_times(rows) == rows_without_times(straight.history)
+    assert (resumed.best_epoch, resumed.best_metric) == (straight.best_epoch, straight.best_metric)
+    assert_states_equal(resumed.model, straight.model, label="resumed != uninterrupted")
+    assert not (tmp_path / "stopped" / "checkpoints" / "interrupted.pt").exists()  # last.pt superseded it
+
+
+class SignalAtEpochEnd(gpucore.Callback):
+    """Sends `signum` to this process in its on_epoch_end of epoch `epoch`: amid the epoch's end, between the row and
+    the checkpoints (ModelCheckpoint's hook comes after the user's)."""
+
+    def __init__(self, signum, epoch):
+        self.signum, self.epoch = signum, epoch
+
+    def on_epoch_end(self, trainer, epoch, record):
+        if epoch == self.epoch:
+            os.kill(os.getpid(), self.signum)
+
+
+def test_a_signal_amid_the_epochs_end_waits_for_its_checkpoints_and_stops_at_the_next_epochs_start(
+        tmp_path, straight_run):
+    import gpucore
+
+    config = in_process_run(tmp_path)
+    straight = straight_run(1)
+    stopped = train_interrupted(dict(config, name="stopped"), model=SignalInsideTheForward(),
+                                callbacks=[SignalAtEpochEnd(signal.SIGTERM, 1)])
+    assert stopped.status == "interrupted" and stopped.stopped_by == "SIGTERM" and stopped.steps == 12
+    checkpoints = tmp_path / "stopped" / "checkpoints"
+    saved = torch.load(checkpoints / "interrupted.pt", map_location="cpu", weights_only=True)
+    last = torch.load(checkpoints / "last.pt", map_location="cpu", weights_only=True)
+    assert (saved["epoch"], saved["samples_consumed"], last["epoch"]) == (1, 0, 1)
+    assert "unrecorded_row" not in saved and [row["epoch"] for row in saved["history"]] == [1]
+    resumed = gpucore.train(dict(config, name="stopped", resume="auto"), model=SignalInsideTheForward())
+    assert rows_without_times(resumed.history) == rows_without_times(straight.history)
+    assert_states_equal(resumed.model, straight.model, label="resumed != uninterrupted")
+    # At the last epoch's end nothing is left to stop: the run completes, as it would have.
+    ended = gpucore.train(dict(config, name="ended"), model=SignalInsideTheForward(),
+                          callbacks=[SignalAtEpochEnd(signal.SIGTERM, 2)])
+    assert ended.status == "completed" and rows_without_times(ended.history) == rows_without_times(straight.history)
+    assert not (tmp_path / "ended" / "checkpoints" / "interrupted.pt").exists()
 
 
 def test_requeue_outside_slurm_does_nothing_and_without_scontrol_says_so(monkeypatch, tmp_path):

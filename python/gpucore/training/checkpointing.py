@@ -165,6 +165,9 @@ class Checkpointing:
             epochs = config.epochs
             if position.epoch >= epochs:
                 where = f"all {epochs} epochs done, nothing left to train (optimizer step {position.steps_taken})"
+            elif position.unrecorded_row is not None:
+                where = (f"epoch {position.epoch + 1} of {epochs} trained, its validation and metrics row left to do, "
+                         f"optimizer step {position.steps_taken}")
             else:
                 where = (f"epoch {position.epoch + 1} of {epochs}, "
                          + (f"after {position.start_sample} of its samples" if position.start_sample else "from its start")

@@ -165,35 +165,42 @@ class FitLoop:
             print(f"gpucore: training stopped: {self.outcome.reason}", file=sys.stderr, flush=True)
 
     def advance(self) -> None:
-        """One epoch: train, validate, record, checkpoint. Ctrl-C keeps what is done in interrupted.pt."""
+        """One epoch: train, validate, record, checkpoint. Ctrl-C keeps what is done in interrupted.pt: a signal
+        between the pass's end and the epoch's row (in validation) keeps the row's training part, and the resumed run
+        starts by validating and recording that epoch."""
         config, data, position = self.config, self.data, self.position
         # The epoch's batch source is no local of these frames (data.train_set.current): a traceback kept after an
         # error would keep a streamed source, and its reader threads, alive after train()'s run.close().
-        position.start_clock()
         progress = None  # a signal may land before the epoch's bar exists (its source starting): the same save
         try:
-            steps = position.batching.steps_in(
-                data.train_set.epoch(position.epoch, position.start_sample).remaining())
-            progress = EpochProgress(config.progress and self.world.is_main, steps, position.epoch + 1, config.epochs,
-                                     config.log_every_n_steps)
-            self.model.module.train()
-            self.callbacks.call("on_epoch_start", position.epoch + 1)  # after train(): frozen norms go back to eval
-            # The frozen epochs' folded forward, which FreezeBackbone built in on_epoch_start; else the model's.
-            forward = self.model.forward
-            self.train_forward = self.freeze.epoch_forward(forward) if self.freeze is not None else forward
-            device = self.device
-            if device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats(device)
-            stats = self._train_pass(progress)
-            progress.close()
-            if stats is None:
-                return  # out of memory: the epoch starts over with half the batch
-            self.step_boundaries.raise_pending()  # a signal during the epoch's last step
-            record = self._epoch_record(stats)
+            self.step_boundaries.raise_pending()  # one held during the last epoch's end, now that its row is written
+            if position.unrecorded_row is None:  # else a resumed epoch whose pass was done: only its row is left
+                position.start_clock()
+                steps = position.batching.steps_in(
+                    data.train_set.epoch(position.epoch, position.start_sample).remaining())
+                progress = EpochProgress(config.progress and self.world.is_main, steps, position.epoch + 1,
+                                         config.epochs, config.log_every_n_steps)
+                self.model.module.train()
+                self.callbacks.call("on_epoch_start", position.epoch + 1)  # after train(): frozen norms back to eval
+                # The frozen epochs' folded forward, which FreezeBackbone built in on_epoch_start; else the model's.
+                forward = self.model.forward
+                self.train_forward = self.freeze.epoch_forward(forward) if self.freeze is not None else forward
+                if self.device.type == "cuda":
+                    torch.cuda.reset_peak_memory_stats(self.device)
+                stats = self._train_pass(progress)
+                progress.close()
+                if stats is None:
+                    return  # out of memory: the epoch starts over with half the batch
+                with self.step_boundaries.held():  # a signal waits until interrupted.pt would keep the row's start
+                    position.unrecorded_row = self._epoch_record(stats)
+                self.step_boundaries.raise_pending()  # a signal during the epoch's last step
+            record = dict(position.unrecorded_row)
             record.update(self.validation.run_epoch(position.epoch, self.training.engine))
-            record.update(_memory(device))
+            record.update(_memory(self.device))
             self.checkpoints.monitor.value(record)  # a monitor the record lacks fails before anything is written
-            self._end_epoch(record)
+            with self.step_boundaries.held():  # the row, the callbacks' epoch end and checkpoints: all or none
+                position.unrecorded_row = None  # the history holds the row from here on, and so do checkpoints
+                self._end_epoch(record)
         except KeyboardInterrupt as interrupt:
             if progress is not None:
                 progress.close()
@@ -203,7 +210,8 @@ class FitLoop:
             with interrupts_deferred(replay=False):  # the run is stopping: the same signal again must not stop the save
                 self.step_checkpoints.wait()  # interrupted.pt is then the newest file
                 # At the last full optimizer step: mid-epoch, the samples its steps took; once every step of the pass
-                # is done (a signal in the last one, raised before the engine returned), the next epoch's start.
+                # is done (a signal in the last one, raised before the engine returned, or in validation), the next
+                # epoch's start, with the epoch's row to write while it is not written (position.unrecorded_row).
                 self.run_dir.save_interrupted(self.checkpointing.snapshot())
             # The steps since the last read of the metrics, for training_stats.json and the result (two reads).
             position.engine_read(*self.training.engine.step_counts())

@@ -63,7 +63,10 @@ class RunPosition:
     (the time its parts before a resume trained, from the checkpoint) and this pass's clock (`start_clock`).
     `continues_metrics`: the engine holds the epoch's training-metric sums of its part before this pass (a
     single-process resume mid-epoch restored them), which the pass goes on from (an out-of-memory retry too: it
-    restores the engine's state of the pass's start)."""
+    restores the engine's state of the pass's start).
+    `unrecorded_row`: the epoch's training metrics (its metrics.jsonl row before validation) from the end of its pass
+    until the row is written: a signal in between (in validation) keeps them in interrupted.pt, and the resumed run
+    validates and records that epoch before it trains the next."""
 
     def __init__(self, batching: Batching, world_size: int):
         self.batching = batching
@@ -76,6 +79,7 @@ class RunPosition:
         self.seconds_before_pass = 0.0
         self.pass_started: Optional[float] = None  # time.perf_counter() when this process's pass began
         self.continues_metrics = False
+        self.unrecorded_row: Optional[dict] = None
 
     # ---- derived facts --------------------------------------------------------------------------------------
     def samples_per_step(self) -> int:
@@ -107,7 +111,10 @@ class RunPosition:
         return self.pass_steps is not None and self.steps_in_pass >= self.pass_steps
 
     def run_step(self, steps_per_epoch: int) -> int:
-        """The optimizer step this world size stands at: every epoch before, and this one's steps before the pass."""
+        """The optimizer step this world size stands at: every epoch before, and this one's steps before the pass
+        (all of them once the pass is complete)."""
+        if self.pass_complete():
+            return (self.epoch + 1) * steps_per_epoch
         return self.epoch * steps_per_epoch + self.steps_before_pass()
 
     # ---- changes --------------------------------------------------------------------------------------------
@@ -138,18 +145,23 @@ class RunPosition:
         self.pass_steps, self.steps_in_pass = None, 0
         self.seconds_before_pass, self.pass_started = 0.0, None
         self.continues_metrics = False
+        self.unrecorded_row = None
 
     # ---- checkpoints ----------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         """The position after the last optimizer step done: the next epoch's start once every step of the pass is
-        done (also when a signal came in its last step, before the epoch's end), else the samples trained so far and
-        the time that took (`epoch_seconds`: a resume's epoch then counts it)."""
+        done (also when a signal came in its last step or in validation, before the epoch's row: then with that
+        row's training part, `unrecorded_row`), else the samples trained so far and the time that took
+        (`epoch_seconds`: a resume's epoch then counts it)."""
         if self.pass_complete():
             epoch, consumed, seconds = self.epoch + 1, 0, 0.0
         else:
             epoch, consumed, seconds = self.epoch, self.samples_consumed(), self.epoch_seconds()
-        return {"epoch": epoch, "samples_consumed": consumed, "epoch_seconds": seconds, "world_size": self.world_size,
-                "batching": self.batching.to_dict()}
+        state = {"epoch": epoch, "samples_consumed": consumed, "epoch_seconds": seconds, "world_size": self.world_size,
+                 "batching": self.batching.to_dict()}
+        if self.pass_complete() and self.unrecorded_row is not None:
+            state["unrecorded_row"] = dict(self.unrecorded_row)
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         """Goes on from a checkpoint's position (written at this or another world size; its batching)."""
@@ -159,6 +171,10 @@ class RunPosition:
         self.batching = Batching(**state["batching"])
         self.pass_steps, self.steps_in_pass = None, 0
         self.pass_started = None
+        self.unrecorded_row = state.get("unrecorded_row")
+        if self.unrecorded_row is not None:  # the epoch before was trained, its row not written: it ends first
+            self.epoch = self.start_epoch = self.epoch - 1
+            self.pass_steps = 0  # its pass is complete
 
 
 def migrated_samples_consumed(checkpoint: dict) -> int:
