@@ -56,14 +56,23 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+# How long a wait for other processes keeps a stop signal held (StepBoundaries.held) before it raises it: the ranks
+# of a run reach the epoch's exchanges within milliseconds of each other, and a peer that has not come by then may be
+# dead (torchrun SIGTERMs the ranks left, and SIGKILLs those still there 30 s later).
+HELD_STOP_GRACE_S = 1.0
+
+
 class StepBoundaries:
     """Ctrl-C, SIGTERM and SIGUSR1 during training, raised only between optimizer steps. A model's forward updates
     BatchNorm's running statistics, so an interrupt inside a step would leave them counted for a step the checkpoint
     says was not taken, and the resumed run would differ. While `holding` (an epoch's steps run), a signal waits in
     `pending` and is raised at the next step boundary: the first forward of the next optimizer step (a forward
     pre-hook), the log and step-checkpoint callbacks, or the end of the epoch's steps; so does one during the epoch's
-    end (`held`: its row, callbacks and checkpoints), raised at the next epoch's start. Elsewhere (validation, the
-    report, set-up) it is raised at once, as Ctrl-C always was."""
+    end (`held`: its row, callbacks and checkpoints), raised at the next epoch's start, or in a wait for other
+    processes once HELD_STOP_GRACE_S passed. Elsewhere (validation, the report, set-up) it is raised at once, as
+    Ctrl-C always was."""
+
+    running: Optional["StepBoundaries"] = None  # those installed in this process now: what a peer wait consults
 
     def __init__(self):
         self.holding = False
@@ -81,9 +90,11 @@ class StepBoundaries:
             current = signal.getsignal(signum)
             if current in (signal.SIG_DFL, None) or (signum == signal.SIGINT and current is signal.default_int_handler):
                 previous[signum] = signal.signal(signum, self.on_signal)
+        outer, StepBoundaries.running = StepBoundaries.running, self
         try:
             yield
         finally:
+            StepBoundaries.running = outer
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
 
@@ -97,6 +108,13 @@ class StepBoundaries:
         """At a step boundary: raises the signal that arrived during the step, if any."""
         if self.pending is not None:
             raise interrupt_for(self.pending)
+
+    @classmethod
+    def raise_held_in_peer_wait(cls) -> None:
+        """In a wait for other processes that has lasted HELD_STOP_GRACE_S: raises the stop signal a held section
+        keeps waiting, if any (a peer that died never comes; a rank waiting for it must answer torchrun's SIGTERM)."""
+        if cls.running is not None:
+            cls.running.raise_pending()
 
     @contextlib.contextmanager
     def holding_steps(self, module, accumulate_grad_batches: int) -> Iterator[None]:

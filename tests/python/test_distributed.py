@@ -335,3 +335,29 @@ def test_a_stop_signal_while_waiting_on_the_store_for_a_dead_peer_stops_within_a
         signal.signal(signal.SIGINT, outer_sigint)
     assert time.monotonic() - started < 1.3
     assert signal_name(stop.value) == signum and exit_code(signal_name(stop.value)) == 128 + signal.Signals[signum]
+
+
+def test_a_held_stop_waits_for_a_peer_that_comes_and_leaves_one_that_does_not_after_the_grace():
+    # The epoch's end holds a stop (its row, callbacks and checkpoints are written whole), also while the ranks
+    # exchange: a peer that comes within signals.HELD_STOP_GRACE_S is awaited and the stop is raised after; one that
+    # does not come (dead) is left then, so the rank answers torchrun's SIGTERM long before its SIGKILL.
+    import signal
+    import threading
+    import time
+
+    from gpucore.signals import HELD_STOP_GRACE_S, StepBoundaries, signal_name
+
+    store = _store(timeout_s=60)
+    boundaries = StepBoundaries()
+    threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    threading.Timer(0.5, store.set, ("late", "1")).start()
+    with boundaries.installed():
+        with boundaries.held():
+            distributed.wait_for_keys(store, ["late"])  # the peer came: the exchange completed
+            assert boundaries.pending == signal.SIGTERM
+            started = time.monotonic()
+            with pytest.raises(KeyboardInterrupt) as stop:
+                distributed.wait_for_keys(store, ["gone"])
+    waited = time.monotonic() - started
+    assert HELD_STOP_GRACE_S <= waited < HELD_STOP_GRACE_S + 0.5 and signal_name(stop.value) == "SIGTERM"
+    assert StepBoundaries.running is None  # installed() leaves no boundaries behind

@@ -350,9 +350,11 @@ class ModelCheckpoint(BestEpoch):
     def on_epoch_end(self, trainer, epoch: int, record: dict) -> None:
         improved = self.update(epoch, record)
         snapshot = self.checkpointing.snapshot()  # one copy to the host for all of the epoch's files
-        self.run_dir.save(LAST, snapshot)
+        # best.pt first: a stop in a later file's wait for the other ranks (signals.HELD_STOP_GRACE_S) leaves
+        # interrupted.pt, which holds this state, newest, and never a best epoch that best.pt does not hold.
         if improved:
             self.run_dir.save(BEST, snapshot)
+        self.run_dir.save(LAST, snapshot)
         if self.save_every_n_epochs and epoch % self.save_every_n_epochs == 0:
             self.run_dir.save(every_n_name(epoch), snapshot)
             self.run_dir.keep_newest(EVERY_N_PREFIX, self.keep_last_k)

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import ConfigError, TrainingError
+from ..signals import HELD_STOP_GRACE_S, StepBoundaries
 
 
 @dataclass(frozen=True)
@@ -217,21 +218,25 @@ _EXCHANGES = itertools.count()
 # The longest a rank waiting on the store for its peers goes without running Python's signal handlers. A blocking
 # store.wait or store.get runs in C++, where a handler never runs: a rank waiting for a peer that died (rank 0 killed
 # while writing a checkpoint) did not answer torchrun's SIGTERM, and torchrun SIGKILLed it 30 s later. Between
-# polls the handlers run: the fit loop's StepBoundaries raise the stop there (no store wait happens during a step or
-# inside interrupts_deferred, so no signal is held while a peer is awaited). store.check, not store.wait with a
-# short timeout: each timed-out wait logs two c10d warnings, every slice.
+# polls the handlers run: the fit loop's StepBoundaries raise the stop there; one that an epoch's end holds (its row,
+# callbacks and checkpoints are written whole) is raised once the wait has lasted HELD_STOP_GRACE_S (no store wait
+# happens during a step or inside interrupts_deferred). store.check, not store.wait with a short timeout: each
+# timed-out wait logs two c10d warnings, every slice.
 _LONGEST_POLL_S = 0.1
 
 
 def _absent_after(store: dist.Store, keys: list, wait_s: float) -> list:
     """The keys still absent from the store after waiting up to `wait_s` seconds for all of them ([] as soon as all
     are there). Polls, first every millisecond, then less often, up to every _LONGEST_POLL_S."""
-    deadline, pause = time.monotonic() + wait_s, 0.001
+    started = time.monotonic()
+    deadline, pause = started + wait_s, 0.001
     while not store.check(keys):  # one request for all of them
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
+        now = time.monotonic()
+        if now >= deadline:
             return [key for key in keys if not store.check([key])]
-        time.sleep(min(pause, remaining))
+        if now - started >= HELD_STOP_GRACE_S:
+            StepBoundaries.raise_held_in_peer_wait()
+        time.sleep(min(pause, deadline - now))
         pause = min(pause * 2, _LONGEST_POLL_S)
     return []
 
