@@ -77,20 +77,46 @@ def stats(run_dir, name):
         return json.load(handle)
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
-    """The weights of the uninterrupted run of ARGS, which every signal's resumed run must end bitwise equal to."""
-    folder = tmp_path_factory.mktemp("signals")
-    straight = gpucore_train(folder, "straight")
-    assert straight.wait(timeout=600) == 0, straight.stderr.read()[-2000:]
+def uninterrupted_weights(folder, *extra):
+    """The weights of the uninterrupted run of ARGS (and `extra`), which every signal's resumed run must end bitwise
+    equal to."""
+    straight = gpucore_train(folder, "straight", *extra)
+    _, err = straight.communicate(timeout=600)
+    assert straight.returncode == 0, err[-2000:]
     return weights(folder, "straight")
+
+
+@pytest.fixture(scope="module")
+def process_runs(tmp_path_factory, sleepy_model):
+    """The `gpucore train` processes of the tests below, started together when the first of them runs: each scenario
+    (a run stopped by a signal and resumed, an uninterrupted reference) in a thread of its own. Their processes mostly
+    wait (the sleepy model's steps, process starts), so together they take about half their time one after another.
+    A test takes its scenario's outcome: what it asserted is raised in the test (Future.result)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    two = ("--set", "devices=2", "--set", "device=cpu")
+    with ThreadPoolExecutor(6) as pool:  # one thread per scenario: one waiting on its reference holds no other back
+        one_process = pool.submit(uninterrupted_weights, tmp_path_factory.mktemp("signals"))
+        two_processes = pool.submit(uninterrupted_weights, tmp_path_factory.mktemp("signals"), *two)
+        scenarios = {("mid_epoch", signum): pool.submit(signal_mid_epoch, tmp_path_factory.mktemp("signals"), signum,
+                                                        one_process)
+                     for signum in (signal.SIGTERM, signal.SIGUSR1)}
+        scenarios.update({("launcher", signum): pool.submit(signal_to_the_launcher, tmp_path_factory.mktemp("signals"),
+                                                            signum, two_processes)
+                          for signum in (signal.SIGTERM, signal.SIGINT)})
+        yield scenarios
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1], ids=["SIGTERM", "SIGUSR1"])
 def test_a_signal_mid_epoch_checkpoints_exits_128_plus_it_and_the_resumed_run_is_bitwise_the_uninterrupted(
-        tmp_path, signum, uninterrupted):
+        signum, process_runs):
+    process_runs["mid_epoch", signum].result()
 
+
+def signal_mid_epoch(tmp_path, signum, uninterrupted):
+    """`gpucore train` (under SLURM's variables) sent `signum` mid-epoch and resumed; `uninterrupted`: the Future of
+    the weights it must end bitwise equal to."""
     # SLURM's variables of a batch job, and an scontrol that records how it was called.
     calls = tmp_path / "scontrol_calls"
     bin_dir = tmp_path / "bin"
@@ -129,7 +155,7 @@ def test_a_signal_mid_epoch_checkpoints_exits_128_plus_it_and_the_resumed_run_is
     if signum == signal.SIGUSR1:
         assert "SLURM restart 1 (SLURM_RESTART_COUNT) implies resume: auto; resuming from" in resumed_stderr
     assert stats(tmp_path, "stopped")["steps"] == 2 * STEPS_PER_EPOCH
-    assert_states_equal(weights(tmp_path, "stopped"), uninterrupted, label="resumed != uninterrupted")
+    assert_states_equal(weights(tmp_path, "stopped"), uninterrupted.result(), label="resumed != uninterrupted")
 
 
 def test_exit_codes_are_128_plus_the_signal():
@@ -364,7 +390,13 @@ def alive(pid):
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads the process tree from /proc")
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_a_signal_to_the_devices_2_launcher_stops_both_workers_cleanly(tmp_path, signum):
+def test_a_signal_to_the_devices_2_launcher_stops_both_workers_cleanly(signum, process_runs):
+    process_runs["launcher", signum].result()
+
+
+def signal_to_the_launcher(tmp_path, signum, uninterrupted):
+    """A `devices: 2` run whose launcher is sent `signum`; after SIGTERM resumed as its hint says and compared with
+    `uninterrupted` (the Future of an uninterrupted two-process run's weights)."""
     two = ["--set", "devices=2", "--set", "device=cpu"]
     run = gpucore_train(tmp_path, "stopped", *two)
     step_checkpoint = tmp_path / "stopped" / "checkpoints" / "step.pt"
@@ -391,11 +423,11 @@ def test_a_signal_to_the_devices_2_launcher_stops_both_workers_cleanly(tmp_path,
         resumed = subprocess.Popen([sys.executable, "-m", "gpucore", "train", "--resume", str(tmp_path / "stopped")],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                    env=dict(os.environ, OMP_NUM_THREADS="1"))
-        straight = gpucore_train(tmp_path, "straight", *two)
-        assert resumed.wait(timeout=600) == 0 and straight.wait(timeout=600) == 0
-        assert "per process x 2 processes" in resumed.stderr.read()
+        _, resumed_stderr = resumed.communicate(timeout=600)
+        assert resumed.returncode == 0, resumed_stderr[-2000:]
+        assert "per process x 2 processes" in resumed_stderr
         assert stats(tmp_path, "stopped")["world_size"] == 2
-        assert_states_equal(weights(tmp_path, "stopped"), weights(tmp_path, "straight"), label="resumed")
+        assert_states_equal(weights(tmp_path, "stopped"), uninterrupted.result(), label="resumed")
 
 
 class SignalAgainWhileSaving(SignalInsideTheForward):
