@@ -130,17 +130,35 @@ def environment(workdir, rank, world, port, launched=None):
     return env
 
 
-def run_workers(workdir, out, world, batch, accumulate, launched=None, device="cpu", keys=None, script="worker.py"):
+def start_workers(workdir, out, world, batch, accumulate, launched=None, device="cpu", keys=None, script="worker.py"):
+    """The `world` processes of one job, started: finish_workers waits for them."""
     port = distributed.free_port()
     processes = [subprocess.Popen([sys.executable, str(workdir / script), str(out), str(batch), str(accumulate),
                                    device, json.dumps(keys or {})],
                                   env=environment(workdir, rank, world, port, launched), stderr=subprocess.PIPE,
                                   text=True)
                  for rank in range(world)]
+    return out, processes
+
+
+def finish_workers(started):
+    """Each rank's final weights of a job start_workers started, once every process ended well."""
+    out, processes = started
     for process in processes:
         _, err = process.communicate(timeout=300)
         assert process.returncode == 0, err[-3000:]
-    return [torch.load(out / f"weights_{rank}.pt", weights_only=True) for rank in range(world)]
+    return [torch.load(out / f"weights_{rank}.pt", weights_only=True) for rank in range(len(processes))]
+
+
+def run_workers(*args, **kwargs):
+    return finish_workers(start_workers(*args, **kwargs))
+
+
+def run_jobs(*jobs):
+    """Several jobs (start_workers' arguments, as (args, kwargs)) at once: their processes mostly start up and wait
+    on each other, so a job and its one-process reference take little more than the job alone. Their weights."""
+    started = [start_workers(*args, **kwargs) for args, kwargs in jobs]
+    return [finish_workers(job) for job in started]
 
 
 def test_two_ranks_agree_and_equal_one_process_with_the_same_global_batch(workdir):
@@ -149,9 +167,9 @@ def test_two_ranks_agree_and_equal_one_process_with_the_same_global_batch(workdi
     # directory, each epoch's metrics and the checkpoint barriers) go through the store, handing no tensor to the
     # backend; the training metrics still average over both ranks' samples: one process with the same global batch
     # trains on the same samples with the same weights.
-    two = run_workers(workdir, workdir / "two", 2, batch=16, accumulate=2, script="recording_worker.py")
+    two, (one,) = run_jobs(((workdir, workdir / "two", 2, 16, 2), {"script": "recording_worker.py"}),
+                           ((workdir, workdir / "one", 1, 32, 2), {"script": "recording_worker.py"}))
     assert_states_equal(two[1], two[0])
-    (one,) = run_workers(workdir, workdir / "one", 1, batch=32, accumulate=2, script="recording_worker.py")
     for name in one:
         torch.testing.assert_close(two[0][name], one[name], rtol=1e-5, atol=1e-6)
     assert (workdir / "two" / "ddp" / "checkpoints" / "last.pt").exists()
@@ -168,8 +186,8 @@ def test_two_ranks_agree_and_equal_one_process_with_the_same_global_batch(workdi
 def test_two_ranks_fine_tune_a_frozen_backbone_like_one_process(workdir):
     # The backbone gets no gradients in epoch 1: DDP must not wait for them; from epoch 2 it trains at half the rate.
     keys = {"model": "ddp_models:Headed", "freeze": "backbone", "freeze_epochs": 1, "lr_backbone": 0.5}
-    two = run_workers(workdir, workdir / "two", 2, batch=16, accumulate=2, keys=keys)
-    (one,) = run_workers(workdir, workdir / "one", 1, batch=32, accumulate=2, keys=keys)
+    two, (one,) = run_jobs(((workdir, workdir / "two", 2, 16, 2), {"keys": keys}),
+                           ((workdir, workdir / "one", 1, 32, 2), {"keys": keys}))
     assert_states_equal(two[1], two[0], keys=list(one))
     for name in one:
         torch.testing.assert_close(two[0][name], one[name], rtol=1e-5, atol=1e-6)

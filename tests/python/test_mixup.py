@@ -258,14 +258,14 @@ def test_engine_checks_of_what_it_can_only_see_in_the_batch():
 
 @pytest.mark.slow
 def test_two_data_parallel_ranks_mix_their_shards_and_agree(tmp_path):
-    from test_distributed import MODELS, WORKER, run_workers
+    from test_distributed import MODELS, WORKER, run_jobs
 
     (tmp_path / "ddp_models.py").write_text(MODELS)
     (tmp_path / "worker.py").write_text(WORKER)
     keys = {"mixup_alpha": 0.4, "cutmix_alpha": 1.0, "label_smoothing": 0.1}
-    two = run_workers(tmp_path, tmp_path / "two", 2, batch=16, accumulate=2, keys=keys)
     # Unmixed, one process with the same global batch trains as the two ranks do to 1e-5 (test_distributed).
-    (plain,) = run_workers(tmp_path, tmp_path / "plain", 1, batch=32, accumulate=2)
+    two, (plain,) = run_jobs(((tmp_path, tmp_path / "two", 2, 16, 2), {"keys": keys}),
+                             ((tmp_path, tmp_path / "plain", 1, 32, 2), {}))
     assert_states_equal(two[1], two[0])
     assert not torch.allclose(two[0]["1.weight"], plain["1.weight"], rtol=1e-3, atol=1e-4)
     stats = json.load(open(tmp_path / "two" / "ddp" / "training_stats.json"))
