@@ -259,17 +259,34 @@ def _attempt(script, out, name, processes, stop_step):
     return [json.load(open(out / f"trained_{name}_{rank}.json")) for rank in range(processes)], errors
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("before, after", [(2, 1), (1, 2)])
-def test_a_run_checkpointed_by_n_processes_goes_on_with_m_each_sample_once(tmp_path, before, after):
+def _stopped_and_resumed(tmp_path, before, after):
+    """A run of `before` processes stopped after step 7 (the step checkpoint after step 6 is the newest: step 7 is
+    trained again after the resume), resumed by `after` processes to the end: both attempts' samples and stderr."""
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     out = tmp_path / "out"
-    stop = 7  # the step checkpoint after step 6 is the newest: steps 7 trained again after the resume
-    first, _ = _attempt(script, out, "first", before, stop_step=stop)
+    first, _ = _attempt(script, out, "first", before, stop_step=7)
     assert all(rank["status"] == "stopped" for rank in first)
     second, errors = _attempt(script, out, "second", after, stop_step=-1)
     assert all(rank["status"] == "completed" for rank in second)
+    return out, first, second, errors
+
+
+@pytest.fixture(scope="module")
+def world_size_changes(tmp_path_factory):
+    """_stopped_and_resumed for 2 -> 1 and 1 -> 2 processes, both at once when the first test needs one (their
+    processes mostly start up and wait on each other), each in a thread: a Future per (before, after)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        yield {sizes: pool.submit(_stopped_and_resumed, tmp_path_factory.mktemp("world_size"), *sizes)
+               for sizes in ((2, 1), (1, 2))}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("before, after", [(2, 1), (1, 2)])
+def test_a_run_checkpointed_by_n_processes_goes_on_with_m_each_sample_once(world_size_changes, before, after):
+    out, first, second, errors = world_size_changes[before, after].result()
     consumed = 6 * BATCH * before
     assert f"resuming {before} processes' checkpoint with {after}: epoch 1 goes on after {consumed} of its samples" \
            in errors[0]
