@@ -112,8 +112,9 @@ class StepBoundaries:
     @classmethod
     def raise_held_in_peer_wait(cls) -> None:
         """In a wait for other processes that has lasted HELD_STOP_GRACE_S: raises the stop signal a held section
-        keeps waiting, if any (a peer that died never comes; a rank waiting for it must answer torchrun's SIGTERM)."""
-        if cls.running is not None:
+        keeps waiting, if any (a peer that died never comes; a rank waiting for it must answer torchrun's SIGTERM).
+        Outside one a signal was raised when it came, and is not raised again."""
+        if cls.running is not None and cls.running.holding:
             cls.running.raise_pending()
 
     @contextlib.contextmanager

@@ -153,14 +153,13 @@ class RunPosition:
         done (also when a signal came in its last step or in validation, before the epoch's row: then with that
         row's training part, `unrecorded_row`), else the samples trained so far and the time that took
         (`epoch_seconds`: a resume's epoch then counts it)."""
+        state = {"world_size": self.world_size, "batching": self.batching.to_dict()}
         if self.pass_complete():
-            epoch, consumed, seconds = self.epoch + 1, 0, 0.0
+            state.update(epoch=self.epoch + 1, samples_consumed=0, epoch_seconds=0.0)
+            if self.unrecorded_row is not None:
+                state["unrecorded_row"] = dict(self.unrecorded_row)
         else:
-            epoch, consumed, seconds = self.epoch, self.samples_consumed(), self.epoch_seconds()
-        state = {"epoch": epoch, "samples_consumed": consumed, "epoch_seconds": seconds, "world_size": self.world_size,
-                 "batching": self.batching.to_dict()}
-        if self.pass_complete() and self.unrecorded_row is not None:
-            state["unrecorded_row"] = dict(self.unrecorded_row)
+            state.update(epoch=self.epoch, samples_consumed=self.samples_consumed(), epoch_seconds=self.epoch_seconds())
         return state
 
     def load_state_dict(self, state: dict) -> None:
