@@ -360,6 +360,17 @@ def bench_quick():
     return json.loads((folder / "all.json").read_text()), (folder / "stdout").read_text()
 
 
+def started_together(calls):
+    """For a module fixture (`yield from`): each of `calls` (key -> (function, *arguments)) in a thread of its own,
+    all started now, as key -> its Future; a test takes its outcome with .result(), which raises there what the
+    function raised (its assertions). For process scenarios that mostly wait (process starts, sleeps, a peer's
+    timeout): together they take about the time of the longest on 2 cores. The fixture's end waits for every one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(calls)) as pool:
+        yield {key: pool.submit(*call) for key, call in calls.items()}
+
+
 def run_copy(run, folder):
     """A copy of a shared run's directory under `folder`, for a test that writes into it: its path."""
     import shutil

@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 
 import pytest
@@ -17,7 +16,7 @@ import torch
 
 import gpucore
 from gpucore.training import distributed
-from conftest import assert_states_equal
+from conftest import assert_states_equal, started_together
 
 pytestmark = pytest.mark.slow  # spawns processes
 
@@ -87,46 +86,17 @@ def _clean_environment(**variables):
     return env
 
 
-class Job:
-    """Processes started now, each read to its end by a thread of its own (their output never fills a pipe while the
-    test waits elsewhere): `wait()` gives their (returncode, stderr) and when each ended."""
-
-    def __init__(self, commands_and_envs, cwd):
-        self.processes = [subprocess.Popen(command, env=env, cwd=cwd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                           text=True) for command, env in commands_and_envs]
-        self.ended = [None] * len(self.processes)
-        self.errors = [""] * len(self.processes)
-        self.threads = [threading.Thread(target=self._read, args=(index,), daemon=True)
-                        for index in range(len(self.processes))]
-        for thread in self.threads:
-            thread.start()
-
-    def _read(self, index):
-        _, self.errors[index] = self.processes[index].communicate()
-        self.ended[index] = time.time()
-
-    def wait(self, timeout=240):
-        deadline = time.monotonic() + timeout
-        for thread in self.threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
-        assert not any(thread.is_alive() for thread in self.threads), "a job's process did not end in time"
-        return [(process.returncode, error) for process, error in zip(self.processes, self.errors)]
-
-    def kill(self):
-        for process in self.processes:
-            if process.poll() is None:
-                process.kill()  # SIGKILL ends a stopped process too
-
-
 def _torchrun(script, out, kill, cwd):
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--max-restarts=1",
                f"--master-port={distributed.free_port()}", str(script), str(out), kill]
-    return Job([(command, _clean_environment())], cwd)
+    return subprocess.run(command, env=_clean_environment(), cwd=cwd, capture_output=True, text=True, timeout=240)
 
 
 def _start_two(script, out, variables_of_rank, cwd, kill="none"):
-    return Job([([sys.executable, str(script), str(out), kill], _clean_environment(**variables_of_rank(rank)))
-                for rank in range(2)], cwd)
+    return [subprocess.Popen([sys.executable, str(script), str(out), kill],
+                             env=_clean_environment(**variables_of_rank(rank)), cwd=cwd, stderr=subprocess.PIPE,
+                             text=True)
+            for rank in range(2)]
 
 
 def _launched_like_devices(port):
@@ -134,6 +104,23 @@ def _launched_like_devices(port):
                              WORLD_SIZE="2")
 
 
+def _two_processes(script, out, variables_of_rank, cwd):
+    for process in _start_two(script, out, variables_of_rank, cwd):
+        _, err = process.communicate(timeout=240)
+        assert process.returncode == 0, err[-3000:]
+
+
+def _rank_1_stopped(script, out, cwd):
+    """Two processes whose rank 1 stops itself (SIGSTOP) mid-epoch: rank 0's return code, stderr and when it ended;
+    rank 1 is killed then."""
+    rank0, rank1 = _start_two(script, out, _launched_like_devices(distributed.free_port()), cwd, "sigstop")
+    try:
+        _, err = rank0.communicate(timeout=120)
+        ended = time.time()
+    finally:
+        rank1.kill()  # SIGKILL ends a stopped process too
+        rank1.communicate()
+    return rank0.returncode, err, ended
 
 
 def _weights(out):
@@ -168,15 +155,12 @@ def jobs(worker):
     run ("slurm"), the two torchrun jobs that lose a rank ("mid_epoch", "checkpoint_write") and the run whose rank 1
     hangs ("sigstop"). They mostly wait (process starts, torchrun's restart, a hang's dist_timeout), so together they
     take about half their time one after another on 2 cores. Each test waits for its own."""
-    started = {"slurm": _start_two(worker, worker.parent / "slurm", _launched_by_srun(distributed.free_port()),
-                                   worker.parent),
-               "sigstop": _start_two(worker, worker.parent / "sigstop", _launched_like_devices(distributed.free_port()),
-                                     worker.parent, "sigstop")}
-    started.update({kill: _torchrun(worker, worker.parent / kill, kill, cwd=worker.parent)
-                    for kill in ("mid_epoch", "checkpoint_write")})
-    yield started
-    for job in started.values():
-        job.kill()
+    yield from started_together({
+        "slurm": (_two_processes, worker, worker.parent / "slurm", _launched_by_srun(distributed.free_port()),
+                  worker.parent),
+        "sigstop": (_rank_1_stopped, worker, worker.parent / "sigstop", worker.parent),
+        **{kill: (_torchrun, worker, worker.parent / kill, kill, worker.parent)
+           for kill in ("mid_epoch", "checkpoint_write")}})
 
 
 @pytest.fixture(scope="module")
@@ -184,8 +168,7 @@ def uninterrupted(worker, jobs):
     """Weights and metrics.jsonl of the same two-process run, never killed, its ranks started as srun starts them
     (SLURM variables alone): the restarted torchrun jobs must end bitwise where it ends, so one two-process run
     (seconds of process starts) is both their reference and the check that srun tasks train like torchrun's."""
-    for code, err in jobs["slurm"].wait():
-        assert code == 0, err[-3000:]
+    jobs["slurm"].result()
     out = worker.parent / "slurm"
     weights = _weights(out)
     _assert_bitwise(weights[1:], weights[0])
@@ -196,10 +179,10 @@ def uninterrupted(worker, jobs):
 def test_a_rank_killed_under_torchrun_restarts_and_ends_bitwise_like_an_uninterrupted_run(worker, jobs, uninterrupted,
                                                                                         kill):
     out = worker.parent / kill
-    [(code, stderr)] = jobs[kill].wait()
-    assert code == 0, stderr[-4000:]
-    assert "failed (exitcode: -9)" in stderr  # the first attempt did lose a rank
-    assert "torchrun restart 1 (TORCHELASTIC_RESTART_COUNT) implies resume: auto; resuming from" in stderr
+    finished = jobs[kill].result()
+    assert finished.returncode == 0, finished.stderr[-4000:]
+    assert "failed (exitcode: -9)" in finished.stderr  # the first attempt did lose a rank
+    assert "torchrun restart 1 (TORCHELASTIC_RESTART_COUNT) implies resume: auto; resuming from" in finished.stderr
     reference_weights, reference_rows = uninterrupted
     _assert_bitwise(_weights(out), reference_weights)
     rows = _rows(out)
@@ -284,11 +267,7 @@ def test_bad_launcher_variables_name_the_variable_and_what_is_valid(variables, m
 
 def test_a_stopped_rank_ends_the_job_after_dist_timeout_naming_the_rank(worker, jobs):
     out = worker.parent / "sigstop"
-    job = jobs["sigstop"]
-    job.threads[0].join(120)  # rank 0; rank 1 is stopped (SIGSTOP) until killed
-    job.kill()
-    [(code, err), _] = job.wait()
-    ended = job.ended[0]
+    code, err, ended = jobs["sigstop"].result()
     assert code != 0
     assert f"a collective failed within dist_timeout {HANG_TIMEOUT} s: rank 1 of 2 did not arrive" in err, err[-3000:]
     # The collective's timeout, then at most 5 s for the live ranks to report, then the exit (a loaded machine).

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import gpucore
-from conftest import assert_states_equal, rows_without_times, train_interrupted
+from conftest import assert_states_equal, rows_without_times, started_together, train_interrupted
 from gpucore import signals
 
 STEPS_PER_EPOCH = 150  # a signal after the first step checkpoint (step 10) lands mid-run: 290 steps of 10 ms left
@@ -88,35 +88,29 @@ def uninterrupted_weights(folder, *extra):
 
 @pytest.fixture(scope="module")
 def process_runs(tmp_path_factory, sleepy_model):
-    """The `gpucore train` processes of the tests below, started together when the first of them runs: each scenario
-    (a run stopped by a signal and resumed, an uninterrupted reference) in a thread of its own. Their processes mostly
-    wait (the sleepy model's steps, process starts), so together they take about half their time one after another.
-    A test takes its scenario's outcome: what it asserted is raised in the test (Future.result)."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    """The `gpucore train` processes of the tests below, started together when the first of them runs: the
+    uninterrupted one- and two-process references and each run stopped by a signal and resumed (its final weights).
+    Their processes mostly wait (the sleepy model's steps, process starts)."""
     two = ("--set", "devices=2", "--set", "device=cpu")
-    with ThreadPoolExecutor(6) as pool:  # one thread per scenario: one waiting on its reference holds no other back
-        one_process = pool.submit(uninterrupted_weights, tmp_path_factory.mktemp("signals"))
-        two_processes = pool.submit(uninterrupted_weights, tmp_path_factory.mktemp("signals"), *two)
-        scenarios = {("mid_epoch", signum): pool.submit(signal_mid_epoch, tmp_path_factory.mktemp("signals"), signum,
-                                                        one_process)
-                     for signum in (signal.SIGTERM, signal.SIGUSR1)}
-        scenarios.update({("launcher", signum): pool.submit(signal_to_the_launcher, tmp_path_factory.mktemp("signals"),
-                                                            signum, two_processes)
-                          for signum in (signal.SIGTERM, signal.SIGINT)})
-        yield scenarios
+    yield from started_together({
+        "one_process": (uninterrupted_weights, tmp_path_factory.mktemp("signals")),
+        "two_processes": (uninterrupted_weights, tmp_path_factory.mktemp("signals"), *two),
+        **{("mid_epoch", signum): (signal_mid_epoch, tmp_path_factory.mktemp("signals"), signum)
+           for signum in (signal.SIGTERM, signal.SIGUSR1)},
+        **{("launcher", signum): (signal_to_the_launcher, tmp_path_factory.mktemp("signals"), signum)
+           for signum in (signal.SIGTERM, signal.SIGINT)}})
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1], ids=["SIGTERM", "SIGUSR1"])
 def test_a_signal_mid_epoch_checkpoints_exits_128_plus_it_and_the_resumed_run_is_bitwise_the_uninterrupted(
         signum, process_runs):
-    process_runs["mid_epoch", signum].result()
+    assert_states_equal(process_runs["mid_epoch", signum].result(), process_runs["one_process"].result(),
+                        label="resumed != uninterrupted")
 
 
-def signal_mid_epoch(tmp_path, signum, uninterrupted):
-    """`gpucore train` (under SLURM's variables) sent `signum` mid-epoch and resumed; `uninterrupted`: the Future of
-    the weights it must end bitwise equal to."""
+def signal_mid_epoch(tmp_path, signum):
+    """`gpucore train` (under SLURM's variables) sent `signum` mid-epoch and resumed: its final weights."""
     # SLURM's variables of a batch job, and an scontrol that records how it was called.
     calls = tmp_path / "scontrol_calls"
     bin_dir = tmp_path / "bin"
@@ -155,7 +149,7 @@ def signal_mid_epoch(tmp_path, signum, uninterrupted):
     if signum == signal.SIGUSR1:
         assert "SLURM restart 1 (SLURM_RESTART_COUNT) implies resume: auto; resuming from" in resumed_stderr
     assert stats(tmp_path, "stopped")["steps"] == 2 * STEPS_PER_EPOCH
-    assert_states_equal(weights(tmp_path, "stopped"), uninterrupted.result(), label="resumed != uninterrupted")
+    return weights(tmp_path, "stopped")
 
 
 def test_exit_codes_are_128_plus_the_signal():
@@ -391,12 +385,15 @@ def alive(pid):
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads the process tree from /proc")
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_to_the_devices_2_launcher_stops_both_workers_cleanly(signum, process_runs):
-    process_runs["launcher", signum].result()
+    resumed = process_runs["launcher", signum].result()
+    if signum == signal.SIGTERM:  # resumed as the hint says, two processes again, it ends where an uninterrupted
+        # two-process run ends, bitwise
+        assert_states_equal(resumed, process_runs["two_processes"].result(), label="resumed")
 
 
-def signal_to_the_launcher(tmp_path, signum, uninterrupted):
-    """A `devices: 2` run whose launcher is sent `signum`; after SIGTERM resumed as its hint says and compared with
-    `uninterrupted` (the Future of an uninterrupted two-process run's weights)."""
+def signal_to_the_launcher(tmp_path, signum):
+    """A `devices: 2` run whose launcher is sent `signum`; after SIGTERM resumed as its hint says: its final weights
+    (None after SIGINT)."""
     two = ["--set", "devices=2", "--set", "device=cpu"]
     run = gpucore_train(tmp_path, "stopped", *two)
     step_checkpoint = tmp_path / "stopped" / "checkpoints" / "step.pt"
@@ -418,8 +415,7 @@ def signal_to_the_launcher(tmp_path, signum, uninterrupted):
     recorded = stats(tmp_path, "stopped")
     assert recorded["status"] == "interrupted" and recorded["stopped_by"] == name
     assert (tmp_path / "stopped" / "checkpoints" / "interrupted.pt").is_file()
-    if signum == signal.SIGTERM:  # resumed as the hint says, two processes again, it ends where an uninterrupted
-        # two-process run ends, bitwise
+    if signum == signal.SIGTERM:  # resumed as the hint says, two processes again
         resumed = subprocess.Popen([sys.executable, "-m", "gpucore", "train", "--resume", str(tmp_path / "stopped")],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                    env=dict(os.environ, OMP_NUM_THREADS="1"))
@@ -427,7 +423,8 @@ def signal_to_the_launcher(tmp_path, signum, uninterrupted):
         assert resumed.returncode == 0, resumed_stderr[-2000:]
         assert "per process x 2 processes" in resumed_stderr
         assert stats(tmp_path, "stopped")["world_size"] == 2
-        assert_states_equal(weights(tmp_path, "stopped"), uninterrupted.result(), label="resumed")
+        return weights(tmp_path, "stopped")
+    return None
 
 
 class SignalAgainWhileSaving(SignalInsideTheForward):

@@ -24,7 +24,7 @@ from gpucore.training import distributed
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "trials"))  # the long trials' scripts
 import kill_runs  # noqa: E402
-from conftest import assert_states_equal
+from conftest import assert_states_equal, started_together
 
 SAMPLES, BATCH = 256, 8
 # The kill tests compare subprocess runs (OMP_NUM_THREADS=1) with the in-process `uninterrupted` run.
@@ -275,12 +275,9 @@ def _stopped_and_resumed(tmp_path, before, after):
 @pytest.fixture(scope="module")
 def world_size_changes(tmp_path_factory):
     """_stopped_and_resumed for 2 -> 1 and 1 -> 2 processes, both at once when the first test needs one (their
-    processes mostly start up and wait on each other), each in a thread: a Future per (before, after)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(2) as pool:
-        yield {sizes: pool.submit(_stopped_and_resumed, tmp_path_factory.mktemp("world_size"), *sizes)
-               for sizes in ((2, 1), (1, 2))}
+    processes mostly start up and wait on each other): a Future per (before, after)."""
+    yield from started_together({sizes: (_stopped_and_resumed, tmp_path_factory.mktemp("world_size"), *sizes)
+                                 for sizes in ((2, 1), (1, 2))})
 
 
 @pytest.mark.slow
