@@ -156,7 +156,7 @@ def pytest_collection_finish(session):
     gc.collect()
     gc.freeze()
     gc.set_threshold(10_000, 50, 10)
-    _start_bench_quick(session)
+    _start_prestarted_jobs(session)
 
 
 def pytest_runtest_setup(item):
@@ -316,48 +316,118 @@ def captcha_run(tmp_path_factory):
     yield from _shared_run(tmp_path_factory, "captcha", CAPTCHA_RUN)
 
 
-# `python -m bench all --quick`: started in the background once the tests are collected (it runs on one core for about
-# 50 s, which the suite's own tests, mostly on the other, no longer wait for), then awaited by the bench_quick fixture.
-_BENCH_QUICK = {}
+# Process jobs the tests wait for, run in the background from the end of collection. On 2 cores the suite's own
+# process keeps about one core busy (its CPU time is about 1.2x its wall time); these jobs, which only start processes
+# and wait for them, run on the other one instead of in their tests. A test names its job with
+# @pytest.mark.prestarted(job=J), J(folder) -> a value, and reads that value from its `prestarted` fixture (what the job
+# raised is raised there: its assertions, a skip). Jobs run one at a time, in the order their tests come; a test
+# that comes before its job has started runs it itself.
+class PrestartedJobs:
+    def __init__(self, jobs):
+        import threading
+
+        self._lock = threading.Lock()
+        self._waiting = list(jobs)  # not started yet
+        self._outcomes = {}  # job -> its Future, once started
+        self._folders = []
+        self._worker = threading.Thread(target=self._run_waiting, name="prestarted jobs", daemon=True)
+        self._worker.start()
+
+    def _take(self, job=None):
+        """The next waiting job (or `job`, if it is waiting) with its Future, now marked started; None if none."""
+        from concurrent.futures import Future
+
+        with self._lock:
+            if job is None and self._waiting:
+                job = self._waiting[0]
+            if job is None or job not in self._waiting and job in self._outcomes:
+                return None
+            if job in self._waiting:
+                self._waiting.remove(job)
+            self._outcomes[job] = Future()
+            return job, self._outcomes[job]
+
+    def _run(self, job, outcome):
+        import tempfile
+
+        folder = pathlib.Path(tempfile.mkdtemp(prefix=f"gpucore-{job.__name__}-"))
+        self._folders.append(folder)
+        try:
+            outcome.set_result(job(folder))
+        except BaseException as error:  # pytest's skip is a BaseException: the test skips as it would have
+            outcome.set_exception(error)
+
+    def _run_waiting(self):
+        while (taken := self._take()) is not None:
+            self._run(*taken)
+
+    def result(self, job):
+        taken = self._take(job)
+        if taken is not None:  # its test came first
+            self._run(*taken)
+        return self._outcomes[job].result()
+
+    def close(self):
+        """At the session's end (a test run with -x, Ctrl-C): no job starts any more, the processes of a running one
+        are killed, then the jobs' folders removed."""
+        import shutil
+
+        import psutil
+
+        with self._lock:
+            self._waiting.clear()
+        if self._worker.is_alive():
+            for child in psutil.Process().children(recursive=True):
+                child.kill()
+            self._worker.join()
+        for folder in self._folders:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
-def _start_bench_quick(session):
-    import importlib.util
-    import subprocess
-    import tempfile
+_PRESTARTED = {}
 
-    wanted = any("bench_quick" in getattr(item, "fixturenames", ()) for item in session.items)
-    if session.config.option.collectonly or not wanted or importlib.util.find_spec("PIL") is None:
-        return
-    folder = pathlib.Path(tempfile.mkdtemp(prefix="gpucore-bench-quick-"))
-    with open(folder / "stdout", "w") as stdout, open(folder / "stderr", "w") as stderr:
-        process = subprocess.Popen([sys.executable, "-m", "bench", "all", "--quick", "--json", str(folder / "all.json")],
-                                   cwd=str(pathlib.Path(__file__).resolve().parents[2]), stdout=stdout, stderr=stderr)
-    _BENCH_QUICK.update(folder=folder, process=process)
+
+def _start_prestarted_jobs(session):
+    jobs = [item.get_closest_marker("prestarted").kwargs["job"] for item in session.items
+            if item.get_closest_marker("prestarted") is not None]
+    if not session.config.option.collectonly:
+        _PRESTARTED["jobs"] = PrestartedJobs(dict.fromkeys(jobs))  # each once, in the tests' order
 
 
 def pytest_sessionfinish(session):
-    import shutil
-
-    if "process" in _BENCH_QUICK:
-        if _BENCH_QUICK["process"].poll() is None:  # the session ended before a test waited for it
-            _BENCH_QUICK["process"].kill()
-            _BENCH_QUICK["process"].wait()
-        shutil.rmtree(_BENCH_QUICK["folder"], ignore_errors=True)
+    if "jobs" in _PRESTARTED:
+        _PRESTARTED.pop("jobs").close()
 
 
-@pytest.fixture(scope="session")
-def bench_quick():
-    """`python -m bench all --quick --json FILE` run once (seconds of every benchmark), in the background since the
-    collection: (its JSON report, its stdout). test_examples checks the runner and every bench's result;
-    test_scale_bench reads scale's result and printed table as its quick form (the same options), instead of training
-    them again."""
-    import json
+@pytest.fixture
+def prestarted(request):
+    """What the job of the test's @pytest.mark.prestarted(job=...) returned (see PrestartedJobs)."""
+    marker = request.node.get_closest_marker("prestarted")
+    assert marker is not None, "the test needs @pytest.mark.prestarted(job=...)"
+    return _PRESTARTED["jobs"].result(marker.kwargs["job"])
+
+
+def bench_all_quick(folder):
+    """`python -m bench all --quick --json FILE` (seconds of every benchmark; about 50 s on one core): (its JSON
+    report, its stdout). test_examples checks the runner and every bench's result; test_scale_bench reads scale's
+    result and printed table as its quick form (the same options), instead of training them again."""
+    import subprocess
 
     require("PIL")
-    folder, process = _BENCH_QUICK["folder"], _BENCH_QUICK["process"]
-    assert process.wait(timeout=600) == 0, (folder / "stderr").read_text()[-3000:]
-    return json.loads((folder / "all.json").read_text()), (folder / "stdout").read_text()
+    done = subprocess.run([sys.executable, "-m", "bench", "all", "--quick", "--json", str(folder / "all.json")],
+                          cwd=str(pathlib.Path(__file__).resolve().parents[2]), capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((folder / "all.json").read_text()), done.stdout
+
+
+def kill_trials(*args):
+    """tests/trials/kill_runs.py ARGS in a process of its own, for a prestarted job: (its exit status, what it printed)."""
+    import subprocess
+
+    script = pathlib.Path(__file__).resolve().parents[1] / "trials" / "kill_runs.py"
+    done = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=900)
+    return done.returncode, done.stdout + done.stderr[-3000:]
 
 
 def started_together(calls):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import gpucore
-from conftest import require
+from conftest import bench_all_quick, require
 
 pytestmark = pytest.mark.slow  # trains several runs, seconds each
 
@@ -54,9 +54,9 @@ def test_classifier_gradcam_scripts_and_notebook(tmp_path, monkeypatch):
             compile("".join(cell["source"]), "gradcam.ipynb", "exec")
 
 
-@pytest.mark.slow
-def test_bench_runner_quick_runs_every_benchmark(bench_quick):
-    report, _ = bench_quick  # the runner in a process of its own (conftest), its exit status checked there
+@pytest.mark.prestarted(job=bench_all_quick)
+def test_bench_runner_quick_runs_every_benchmark(prestarted):
+    report, _ = prestarted  # the runner in a process of its own (conftest), its exit status checked there
     assert set(report["results"]) == {"train", "ops", "cam", "data", "fashion_mnist", "transforms", "augment",
                                       "checkpoint", "speedrun", "layout", "scale", "process", "profile", "cslr"}
     assert report["quick"] is True
@@ -162,20 +162,26 @@ def test_card_handwriting_segmentation_learns_and_explains(tmp_path):
     assert len(list((tmp_path / "cams").glob("*.png"))) == 8
 
 
-def test_gradcam_notebook_executes_and_shows_overlays(tmp_path):
-    """Runs every cell of the notebook in a real kernel (nbclient + ipykernel, when installed) on a copy
-    of the example, and checks that the CAM results were displayed as images."""
+def executed_gradcam_notebook(folder):
+    """Every cell of the example's notebook run in a real kernel (nbclient + ipykernel, when installed) on a copy of
+    the example: the notebook with its outputs."""
     import shutil
 
     nbformat = require("nbformat")
     nbclient = require("nbclient")
     require("ipykernel")
-    folder = tmp_path / "classifier_gradcam"
+    folder = folder / "classifier_gradcam"
     shutil.copytree(EXAMPLES / "classifier_gradcam", folder)
     notebook = nbformat.read(str(folder / "gradcam.ipynb"), as_version=4)
     nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
                             resources={"metadata": {"path": str(folder)}}).execute()
-    images = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.get("outputs", [])
+    return notebook
+
+
+@pytest.mark.prestarted(job=executed_gradcam_notebook)
+def test_gradcam_notebook_executes_and_shows_overlays(prestarted):
+    """The notebook runs to its end, and the CAM results were displayed as images."""
+    images = [output for cell in prestarted.cells if cell.cell_type == "code" for output in cell.get("outputs", [])
               if "image/png" in output.get("data", {})]
     assert len(images) >= 4  # the gradcam++ grid, then layercam, eigencam and scorecam
 

@@ -12,7 +12,7 @@ from gpucore import _C, data
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "trials"))  # the long trials' scripts
 import corrupt_files  # noqa: E402
-from conftest import require
+from conftest import kill_trials, require
 
 
 def write(path, content):
@@ -205,12 +205,15 @@ def test_seeded_corrupt_file_corpus_no_crash_no_hang_every_error_names_its_file(
     assert summary["ok"] + summary["error"] >= len(corrupt_files.edge_cases()) + 8 * 4
 
 
-@pytest.mark.slow
-def test_random_sigkills_lose_nothing_and_leave_nothing(capsys):
+def two_random_sigkill_trials(folder):
     # Two trials here; `python tests/trials/kill_runs.py --trials 100` by hand. The seed fixes each kill's moment as
-    # a fraction of an uninterrupted run's time, measured here (so the kills land alike on slower machines).
-    import kill_runs
+    # a fraction of an uninterrupted run's time, measured under the same load (so the kills land alike on slower
+    # machines).
+    return kill_trials("--trials", "2", "--seed", "210")
 
-    seed = 210
-    status = kill_runs.main(["--trials", "2", "--seed", str(seed)])
-    assert status == 0, f"kill_runs.py --trials 2 --seed {seed}:\n{capsys.readouterr().out}"
+
+@pytest.mark.slow
+@pytest.mark.prestarted(job=two_random_sigkill_trials)
+def test_random_sigkills_lose_nothing_and_leave_nothing(prestarted):
+    status, printed = prestarted
+    assert status == 0, f"kill_runs.py --trials 2 --seed 210:\n{printed}"

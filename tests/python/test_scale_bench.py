@@ -9,7 +9,7 @@ import runpy
 
 import pytest
 
-from conftest import require
+from conftest import bench_all_quick, require
 
 pytestmark = pytest.mark.slow  # trains ResNet-18 and SegFormer-B0 six times each
 
@@ -125,13 +125,14 @@ def trainers_that_ran(bench, trainers: dict) -> dict:
     return ran
 
 
-def test_scale_bench_quick_form(bench_quick):
+@pytest.mark.prestarted(job=bench_all_quick)
+def test_scale_bench_quick_form(prestarted):
     # bench/__main__.py's quick options for scale are quick_run's (resnet18_frozen): the runner's result and the
     # table it printed, checked here, rather than training the six trainers once more
     require("skimage")
     require("torchvision")
     bench = runpy.run_path(str(BENCH / "scale_bench.py"))
-    report, printed = bench_quick
+    report, printed = prestarted
     result = report["results"]["scale"]
     trainers_that_ran(bench, result["workloads"]["resnet18_frozen"]["trainers"])
     pipeline = result["workloads"]["resnet18_frozen"]["input_pipeline"]

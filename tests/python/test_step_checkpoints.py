@@ -22,9 +22,7 @@ from gpucore import _C, checkpoint
 from gpucore.errors import TrainingError
 from gpucore.training import distributed
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "trials"))  # the long trials' scripts
-import kill_runs  # noqa: E402
-from conftest import assert_states_equal, started_together
+from conftest import assert_states_equal, kill_trials, started_together
 
 SAMPLES, BATCH = 256, 8
 # The kill tests compare subprocess runs (OMP_NUM_THREADS=1) with the in-process `uninterrupted` run.
@@ -379,15 +377,18 @@ def test_killed_while_writing_a_step_checkpoint_the_previous_one_resumes_bitwise
     assert not [name for name in os.listdir(checkpoints) if ".tmp-" in name]
 
 
+def two_random_kill_trials_with_step_checkpoints(folder):
+    # kill_runs.py's trials (SIGKILL at random moments, restarted until done) with a step checkpoint every 2 steps:
+    # two trials here, more with `python tests/trials/kill_runs.py --step-checkpoints 2 --trials 30`.
+    return kill_trials("--step-checkpoints", "2", "--epochs", "2", "--train-size", "384", "--trials", "2",
+                       "--kills", "2", "--seed", "7")
+
+
 @pytest.mark.slow
-def test_random_kills_with_step_checkpoints_end_bitwise(tmp_path):
-    """kill_runs.py's trials (SIGKILL at random moments, restarted until done) with a step checkpoint every 2 steps:
-    two trials here, more with `python tests/trials/kill_runs.py --step-checkpoints 2 --trials 30`."""
-    settings = dict(kill_runs.CONFIG, checkpoint_every_n_steps=2, epochs=2,
-                    data_kwargs={"train_size": 384, "val_size": 64, "seed": 5})
-    weights, longest = kill_runs.reference(str(tmp_path), settings)
-    problems, _ = kill_runs.run_trials(str(tmp_path), weights, 7, 2, 2, longest, settings)
-    assert problems == [[], []]
+@pytest.mark.prestarted(job=two_random_kill_trials_with_step_checkpoints)
+def test_random_kills_with_step_checkpoints_end_bitwise(prestarted):
+    status, printed = prestarted
+    assert status == 0, printed
 
 
 def _filling_save(monkeypatch, file_name, failure, fail_at):

@@ -186,44 +186,59 @@ def _small_pooling_net(hidden):
                          nn.Linear(8 * 14 * 14, hidden), nn.Linear(hidden, 10))
 
 
-def _compiled_history(config, hidden, capability):
-    """gpucore.train(config, model=_small_pooling_net(hidden)) with compile: true in a process of its own under
-    ATEN_CPU_CAPABILITY=`capability`: the run's history."""
+def _compiled_history(config, hidden, capability=None):
+    """gpucore.train(config, model=_small_pooling_net(hidden)) with compile: true in a process of its own (under
+    ATEN_CPU_CAPABILITY=`capability` if given): the run's history."""
     import subprocess
     import sys
 
     script = ("import json, sys; import gpucore; from test_train import _small_pooling_net; "
               "run = gpucore.train(dict(json.loads(sys.argv[1]), compile=True), model=_small_pooling_net(int(sys.argv[2]))); "
               "print(json.dumps(run.history))")
-    env = dict(os.environ, ATEN_CPU_CAPABILITY=capability,
-               PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, "-c", script, json.dumps(dict(config, name=f"compiled-{capability}")),
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]))
+    if capability is not None:
+        env["ATEN_CPU_CAPABILITY"] = capability
+    width = capability or "widest"
+    done = subprocess.run([sys.executable, "-c", script, json.dumps(dict(config, name=f"compiled-{width}")),
                            str(hidden)], capture_output=True, text=True, timeout=600, env=env)
-    assert done.returncode == 0, f"under {capability}: {done.stderr[-2000:]}"
+    assert done.returncode == 0, f"under {width}: {done.stderr[-2000:]}"
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not (shutil.which("g++") or shutil.which("c++")),
-                    reason="torch.compile's inductor compiles C++ on the CPU: no compiler here (an installed wheel's check)")
-def test_compile_on_the_cpu_trains_like_eager_also_on_a_cache_from_wider_vectors(tmp_path):
-    # torch.compile (inductor, with the machine's C++ compiler) under the C++ engine: the same losses as eager. A second
-    # process with narrower vectors then reads inductor's cache (the default one, where its probes of the CPU are kept;
-    # a model's width drawn anew, so no earlier run's graphs are there): torch 2.13's cache keys leave the width out, and
-    # such a process, given the first's graphs, computed garbage max-pool indices (avx2 after avx512) or failed to
-    # compile (default after avx2).
+def require_compiler():
+    if not (shutil.which("g++") or shutil.which("c++")):
+        pytest.skip("torch.compile's inductor compiles C++ on the CPU: no compiler here (an installed wheel's check)")
+
+
+def _compile_config(run_dir):
+    return dict(SMALL, run_dir=str(run_dir), epochs=2, device="cpu", precision="32")
+
+
+def compiled_runs_at_two_widths(folder):
+    """torch.compile (inductor, with the machine's C++ compiler) under the C++ engine, in a process; then a second
+    process with narrower vectors reading inductor's cache (the default one, where its probes of the CPU are kept; a
+    model's width drawn anew, so no earlier run's graphs are there): (that width, {run: its history})."""
     import random
 
     from torch._inductor.cpu_vec_isa import pick_vec_isa
 
+    require_compiler()
     narrower = {512: "avx2", 256: "default"}.get(pick_vec_isa().bit_width())
     hidden = random.SystemRandom().randrange(16, 4096)
-    config = dict(SMALL, run_dir=str(tmp_path), epochs=2, device="cpu", precision="32")
-    eager = gpucore.train(dict(config, name="eager"), model=_small_pooling_net(hidden))
-    runs = {"compiled": gpucore.train(dict(config, name="compiled", compile=True),
-                                      model=_small_pooling_net(hidden)).history}
+    runs = {"compiled": _compiled_history(_compile_config(folder), hidden)}
     if narrower is not None:  # else inductor has no vectors here, so no narrower ones
-        runs[f"compiled under {narrower}"] = _compiled_history(config, hidden, narrower)
+        runs[f"compiled under {narrower}"] = _compiled_history(_compile_config(folder), hidden, narrower)
+    return hidden, runs
+
+
+@pytest.mark.slow
+@pytest.mark.prestarted(job=compiled_runs_at_two_widths)
+def test_compile_on_the_cpu_trains_like_eager_also_on_a_cache_from_wider_vectors(tmp_path, prestarted):
+    # The compiled runs give the same losses as eager. torch 2.13's cache keys leave the width out, and a process
+    # with narrower vectors, given the first's graphs, computed garbage max-pool indices (avx2 after avx512) or failed
+    # to compile (default after avx2).
+    hidden, runs = prestarted
+    eager = gpucore.train(dict(_compile_config(tmp_path), name="eager"), model=_small_pooling_net(hidden))
     for name, history in runs.items():
         for ours, theirs in zip(history, eager.history, strict=True):
             assert ours["train_loss"] == pytest.approx(theirs["train_loss"], rel=1e-3), (name, hidden)  # fused kernels round differently

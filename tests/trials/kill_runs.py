@@ -1,6 +1,6 @@
 """Random SIGKILLs during short training runs: nothing on disk may be lost, torn or left behind.
 
-    python tests/trials/kill_runs.py --trials 100 [--seed 0] [--step-checkpoints N]
+    python tests/trials/kill_runs.py --trials 100 [--seed 0] [--step-checkpoints N] [--epochs 3] [--train-size 1536]
 
 Each trial starts `gpucore train` (CPU, checkpoints every epoch, with --step-checkpoints also every N
 optimizer steps mid-epoch, resume: auto), kills it with SIGKILL
@@ -163,8 +163,12 @@ def main(argv=None) -> int:
     parser.add_argument("--step-checkpoints", type=int, default=0, metavar="N",
                         help="also checkpoint every N optimizer steps mid-epoch (config key checkpoint_every_n_steps)")
     parser.add_argument("--concurrent", type=int, default=2, help="trials run at once (each run takes one core)")
+    parser.add_argument("--epochs", type=int, default=EPOCHS, help="each run's epochs")
+    parser.add_argument("--train-size", type=int, default=CONFIG["data_kwargs"]["train_size"],
+                        help="each run's training samples (synthetic_fashion)")
     args = parser.parse_args(argv)
-    config = dict(CONFIG, checkpoint_every_n_steps=args.step_checkpoints)
+    config = dict(CONFIG, checkpoint_every_n_steps=args.step_checkpoints, epochs=args.epochs,
+                  data_kwargs=dict(CONFIG["data_kwargs"], train_size=args.train_size))
     with tempfile.TemporaryDirectory() as scratch:
         weights, longest = reference(scratch, config, args.concurrent)
         problems, tally = run_trials(scratch, weights, args.seed, args.trials, args.kills, longest, config,
