@@ -147,6 +147,16 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+def pytest_configure(config):
+    """Ctrl-C as Python sets it up (KeyboardInterrupt), also where the suite was started in the background by a
+    shell without job control (`cmd &`, nohup), which starts it with SIGINT ignored: gpucore leaves a SIGINT handler
+    the program set (SIG_IGN too), so the tests of Ctrl-C, in this process and in the processes it starts (which
+    inherit an ignored signal), would see none."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pytest_collection_finish(session):
     """What collection imported (torch, gpucore, every test module) lives as long as the session: frozen out of the
     collector's reach, and young collections made rarer, the garbage collector took 1.8 CPU-s instead of 4.1 over four
@@ -422,7 +432,8 @@ def bench_all_quick(folder):
 
 
 def kill_trials(*args):
-    """tests/trials/kill_runs.py ARGS in a process of its own, for a prestarted job: (its exit status, what it printed)."""
+    """tests/trials/kill_runs.py ARGS in a process of its own, for a prestarted job: (its exit status, what it
+    printed)."""
     import subprocess
 
     script = pathlib.Path(__file__).resolve().parents[1] / "trials" / "kill_runs.py"
@@ -430,15 +441,21 @@ def kill_trials(*args):
     return done.returncode, done.stdout + done.stderr[-3000:]
 
 
-def started_together(calls):
-    """For a module fixture (`yield from`): each of `calls` (key -> (function, *arguments)) in a thread of its own,
-    all started now, as key -> its Future; a test takes its outcome with .result(), which raises there what the
-    function raised (its assertions). For process scenarios that mostly wait (process starts, sleeps, a peer's
-    timeout): together they take about the time of the longest on 2 cores. The fixture's end waits for every one."""
+def run_together(folder, calls):
+    """For a prestarted job: each of `calls` (key -> (function, *arguments)) called as function(its own new folder,
+    folder/KEY (a tuple's parts joined by "_"), *arguments), each in a thread of its own, all at once; returns when
+    every one has ended, key -> its Future, whose .result() gives its value or raises what it raised (its assertions)
+    in the test that takes it. For process scenarios that mostly wait (process starts, sleeps, a peer's timeout):
+    together they take about the time of the longest on 2 cores."""
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(len(calls)) as pool:
-        yield {key: pool.submit(*call) for key, call in calls.items()}
+        futures = {}
+        for key, (function, *arguments) in calls.items():
+            own = folder / "_".join(map(str, key if isinstance(key, tuple) else (key,)))
+            own.mkdir()
+            futures[key] = pool.submit(function, own, *arguments)
+    return futures
 
 
 def run_copy(run, folder):

@@ -16,7 +16,7 @@ import torch
 
 import gpucore
 from gpucore.training import distributed
-from conftest import assert_states_equal, started_together
+from conftest import assert_states_equal, run_together
 
 pytestmark = pytest.mark.slow  # spawns processes
 
@@ -86,16 +86,17 @@ def _clean_environment(**variables):
     return env
 
 
-def _torchrun(script, out, kill, cwd):
+def _torchrun(out, script, kill):
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--max-restarts=1",
                f"--master-port={distributed.free_port()}", str(script), str(out), kill]
-    return subprocess.run(command, env=_clean_environment(), cwd=cwd, capture_output=True, text=True, timeout=240)
+    return subprocess.run(command, env=_clean_environment(), cwd=script.parent, capture_output=True, text=True,
+                          timeout=240)
 
 
-def _start_two(script, out, variables_of_rank, cwd, kill="none"):
+def _start_two(script, out, variables_of_rank, kill="none"):
     return [subprocess.Popen([sys.executable, str(script), str(out), kill],
-                             env=_clean_environment(**variables_of_rank(rank)), cwd=cwd, stderr=subprocess.PIPE,
-                             text=True)
+                             env=_clean_environment(**variables_of_rank(rank)), cwd=script.parent,
+                             stderr=subprocess.PIPE, text=True)
             for rank in range(2)]
 
 
@@ -104,16 +105,16 @@ def _launched_like_devices(port):
                              WORLD_SIZE="2")
 
 
-def _two_processes(script, out, variables_of_rank, cwd):
-    for process in _start_two(script, out, variables_of_rank, cwd):
+def _two_processes(out, script, variables_of_rank):
+    for process in _start_two(script, out, variables_of_rank):
         _, err = process.communicate(timeout=240)
         assert process.returncode == 0, err[-3000:]
 
 
-def _rank_1_stopped(script, out, cwd):
+def _rank_1_stopped(out, script):
     """Two processes whose rank 1 stops itself (SIGSTOP) mid-epoch: rank 0's return code, stderr and when it ended;
     rank 1 is killed then."""
-    rank0, rank1 = _start_two(script, out, _launched_like_devices(distributed.free_port()), cwd, "sigstop")
+    rank0, rank1 = _start_two(script, out, _launched_like_devices(distributed.free_port()), "sigstop")
     try:
         _, err = rank0.communicate(timeout=120)
         ended = time.time()
@@ -136,50 +137,45 @@ def _assert_bitwise(weights, reference):
         assert_states_equal(rank_weights, reference)
 
 
-@pytest.fixture(scope="module")
-def worker(tmp_path_factory):
-    path = tmp_path_factory.mktemp("elastic") / "worker.py"
-    path.write_text(WORKER)
-    return path
-
-
 def _launched_by_srun(port):
     # The first host of the node list, 127.0.0.1, is rank 0's address.
     return lambda rank: dict(SLURM_NTASKS="2", SLURM_PROCID=str(rank), SLURM_LOCALID=str(rank),
                              SLURM_JOB_NODELIST="127.0.0.[1-2,7]", SLURM_JOB_NAME="train", MASTER_PORT=str(port))
 
 
-@pytest.fixture(scope="module")
-def jobs(worker):
-    """Every process job of this module, started together when the first test needs one: the uninterrupted srun-style
-    run ("slurm"), the two torchrun jobs that lose a rank ("mid_epoch", "checkpoint_write") and the run whose rank 1
-    hangs ("sigstop"). They mostly wait (process starts, torchrun's restart, a hang's dist_timeout), so together they
-    take about half their time one after another on 2 cores. Each test waits for its own."""
-    yield from started_together({
-        "slurm": (_two_processes, worker, worker.parent / "slurm", _launched_by_srun(distributed.free_port()),
-                  worker.parent),
-        "sigstop": (_rank_1_stopped, worker, worker.parent / "sigstop", worker.parent),
-        **{kill: (_torchrun, worker, worker.parent / kill, kill, worker.parent)
-           for kill in ("mid_epoch", "checkpoint_write")}})
+def jobs(folder):
+    """Every process job of this module, all at once: the uninterrupted srun-style run ("slurm"), the two torchrun
+    jobs that lose a rank ("mid_epoch", "checkpoint_write") and the run whose rank 1 hangs ("sigstop"), each writing
+    into folder/NAME (its `out`) beside the worker script. They mostly wait (process starts, torchrun's restart, a
+    hang's dist_timeout), so together they take about half their time one after another on 2 cores: (folder, a
+    Future each)."""
+    worker = folder / "worker.py"
+    worker.write_text(WORKER)
+    return folder, run_together(folder, {
+        "slurm": (_two_processes, worker, _launched_by_srun(distributed.free_port())),
+        "sigstop": (_rank_1_stopped, worker),
+        **{kill: (_torchrun, worker, kill) for kill in ("mid_epoch", "checkpoint_write")}})
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(worker, jobs):
+@pytest.fixture
+def uninterrupted(prestarted):
     """Weights and metrics.jsonl of the same two-process run, never killed, its ranks started as srun starts them
     (SLURM variables alone): the restarted torchrun jobs must end bitwise where it ends, so one two-process run
     (seconds of process starts) is both their reference and the check that srun tasks train like torchrun's."""
-    jobs["slurm"].result()
-    out = worker.parent / "slurm"
-    weights = _weights(out)
+    folder, futures = prestarted
+    futures["slurm"].result()
+    weights = _weights(folder / "slurm")
     _assert_bitwise(weights[1:], weights[0])
-    return weights[0], _rows(out)
+    return weights[0], _rows(folder / "slurm")
 
 
+@pytest.mark.prestarted(job=jobs)
 @pytest.mark.parametrize("kill", ["mid_epoch", "checkpoint_write"])
-def test_a_rank_killed_under_torchrun_restarts_and_ends_bitwise_like_an_uninterrupted_run(worker, jobs, uninterrupted,
+def test_a_rank_killed_under_torchrun_restarts_and_ends_bitwise_like_an_uninterrupted_run(prestarted, uninterrupted,
                                                                                         kill):
-    out = worker.parent / kill
-    finished = jobs[kill].result()
+    folder, futures = prestarted
+    out = folder / kill
+    finished = futures[kill].result()
     assert finished.returncode == 0, finished.stderr[-4000:]
     assert "failed (exitcode: -9)" in finished.stderr  # the first attempt did lose a rank
     assert "torchrun restart 1 (TORCHELASTIC_RESTART_COUNT) implies resume: auto; resuming from" in finished.stderr
@@ -217,10 +213,11 @@ def test_a_rank_killed_under_torchrun_restarts_and_ends_bitwise_like_an_uninterr
             assert history(key) == [(row["epoch"] * STEPS_PER_EPOCH, row[key]) for row in rows], key
 
 
-def test_two_srun_tasks_train_like_torchrun_from_slurm_variables_alone(worker, uninterrupted):
+@pytest.mark.prestarted(job=jobs)
+def test_two_srun_tasks_train_like_torchrun_from_slurm_variables_alone(prestarted, uninterrupted):
     # The srun-started run is the restart tests' reference (the fixture): its ranks agree bitwise there, and the
     # torchrun jobs end bitwise where it ends.
-    stats = json.load(open(worker.parent / "slurm" / "elastic" / "training_stats.json"))
+    stats = json.load(open(prestarted[0] / "slurm" / "elastic" / "training_stats.json"))
     assert stats["launcher"] == "slurm" and stats["world_size"] == 2 and stats["restart"] == 0
     assert stats["status"] == "completed" and [row["epoch"] for row in uninterrupted[1]] == list(range(1, EPOCHS + 1))
 
@@ -265,9 +262,11 @@ def test_bad_launcher_variables_name_the_variable_and_what_is_valid(variables, m
         distributed.environment(variables)
 
 
-def test_a_stopped_rank_ends_the_job_after_dist_timeout_naming_the_rank(worker, jobs):
-    out = worker.parent / "sigstop"
-    code, err, ended = jobs["sigstop"].result()
+@pytest.mark.prestarted(job=jobs)
+def test_a_stopped_rank_ends_the_job_after_dist_timeout_naming_the_rank(prestarted):
+    folder, futures = prestarted
+    out = folder / "sigstop"
+    code, err, ended = futures["sigstop"].result()
     assert code != 0
     assert f"a collective failed within dist_timeout {HANG_TIMEOUT} s: rank 1 of 2 did not arrive" in err, err[-3000:]
     # The collective's timeout, then at most 5 s for the live ranks to report, then the exit (a loaded machine).

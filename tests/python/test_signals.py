@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import gpucore
-from conftest import assert_states_equal, rows_without_times, started_together, train_interrupted
+from conftest import assert_states_equal, rows_without_times, run_together, train_interrupted
 from gpucore import signals
 
 STEPS_PER_EPOCH = 150  # a signal after the first step checkpoint (step 10) lands mid-run: 290 steps of 10 ms left
@@ -43,21 +43,19 @@ class Sleepy(nn.Module):
 """
 
 
-@pytest.fixture(scope="module", autouse=True)
-def sleepy_model(tmp_path_factory):
-    """SLEEPY_MODEL importable by the module's gpucore processes (on their PYTHONPATH) as sleepy_model."""
-    folder = tmp_path_factory.mktemp("sleepy_model")
-    (folder / "sleepy_model.py").write_text(SLEEPY_MODEL)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")])))
-        yield
+def process_environment(run_dir, **variables):
+    """The environment of the module's gpucore processes: one thread, and SLEEPY_MODEL (written to run_dir) on their
+    PYTHONPATH; `variables` added."""
+    (run_dir / "sleepy_model.py").write_text(SLEEPY_MODEL)
+    path = os.pathsep.join(filter(None, [str(run_dir), os.environ.get("PYTHONPATH")]))
+    return dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=path, **variables)
 
 
 def gpucore_train(run_dir, name, *extra, env=None):
     command = [sys.executable, "-m", "gpucore", "train", *ARGS, "--set", f"run_dir={run_dir}", "--set", f"name={name}",
                *extra]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {})))
+                            env=process_environment(run_dir, **(env or {})))
 
 
 def assert_resume_hint(stderr, signal_name, run_dir):
@@ -86,26 +84,23 @@ def uninterrupted_weights(folder, *extra):
     return weights(folder, "straight")
 
 
-@pytest.fixture(scope="module")
-def process_runs(tmp_path_factory, sleepy_model):
-    """The `gpucore train` processes of the tests below, started together when the first of them runs: the
-    uninterrupted one- and two-process references and each run stopped by a signal and resumed (its final weights).
-    Their processes mostly wait (the sleepy model's steps, process starts)."""
+def process_runs(folder):
+    """The `gpucore train` processes of the tests below, all at once: the uninterrupted one- and two-process
+    references and each run stopped by a signal and resumed (its final weights), a Future each. Their processes mostly
+    wait (the sleepy model's steps, process starts)."""
     two = ("--set", "devices=2", "--set", "device=cpu")
-    yield from started_together({
-        "one_process": (uninterrupted_weights, tmp_path_factory.mktemp("signals")),
-        "two_processes": (uninterrupted_weights, tmp_path_factory.mktemp("signals"), *two),
-        **{("mid_epoch", signum): (signal_mid_epoch, tmp_path_factory.mktemp("signals"), signum)
-           for signum in (signal.SIGTERM, signal.SIGUSR1)},
-        **{("launcher", signum): (signal_to_the_launcher, tmp_path_factory.mktemp("signals"), signum)
-           for signum in (signal.SIGTERM, signal.SIGINT)}})
+    return run_together(folder, {
+        "one_process": (uninterrupted_weights,), "two_processes": (uninterrupted_weights, *two),
+        **{("mid_epoch", signum): (signal_mid_epoch, signum) for signum in (signal.SIGTERM, signal.SIGUSR1)},
+        **{("launcher", signum): (signal_to_the_launcher, signum) for signum in (signal.SIGTERM, signal.SIGINT)}})
 
 
 @pytest.mark.slow
+@pytest.mark.prestarted(job=process_runs)
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1], ids=["SIGTERM", "SIGUSR1"])
 def test_a_signal_mid_epoch_checkpoints_exits_128_plus_it_and_the_resumed_run_is_bitwise_the_uninterrupted(
-        signum, process_runs):
-    assert_states_equal(process_runs["mid_epoch", signum].result(), process_runs["one_process"].result(),
+        signum, prestarted):
+    assert_states_equal(prestarted["mid_epoch", signum].result(), prestarted["one_process"].result(),
                         label="resumed != uninterrupted")
 
 
@@ -383,12 +378,13 @@ def alive(pid):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads the process tree from /proc")
+@pytest.mark.prestarted(job=process_runs)
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_a_signal_to_the_devices_2_launcher_stops_both_workers_cleanly(signum, process_runs):
-    resumed = process_runs["launcher", signum].result()
+def test_a_signal_to_the_devices_2_launcher_stops_both_workers_cleanly(signum, prestarted):
+    resumed = prestarted["launcher", signum].result()
     if signum == signal.SIGTERM:  # resumed as the hint says, two processes again, it ends where an uninterrupted
         # two-process run ends, bitwise
-        assert_states_equal(resumed, process_runs["two_processes"].result(), label="resumed")
+        assert_states_equal(resumed, prestarted["two_processes"].result(), label="resumed")
 
 
 def signal_to_the_launcher(tmp_path, signum):
@@ -418,7 +414,7 @@ def signal_to_the_launcher(tmp_path, signum):
     if signum == signal.SIGTERM:  # resumed as the hint says, two processes again
         resumed = subprocess.Popen([sys.executable, "-m", "gpucore", "train", "--resume", str(tmp_path / "stopped")],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   env=dict(os.environ, OMP_NUM_THREADS="1"))
+                                   env=process_environment(tmp_path))
         _, resumed_stderr = resumed.communicate(timeout=600)
         assert resumed.returncode == 0, resumed_stderr[-2000:]
         assert "per process x 2 processes" in resumed_stderr

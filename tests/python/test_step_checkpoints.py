@@ -22,7 +22,7 @@ from gpucore import _C, checkpoint
 from gpucore.errors import TrainingError
 from gpucore.training import distributed
 
-from conftest import assert_states_equal, kill_trials, started_together
+from conftest import assert_states_equal, kill_trials, run_together
 
 SAMPLES, BATCH = 256, 8
 # The kill tests compare subprocess runs (OMP_NUM_THREADS=1) with the in-process `uninterrupted` run.
@@ -270,18 +270,17 @@ def _stopped_and_resumed(tmp_path, before, after):
     return out, first, second, errors
 
 
-@pytest.fixture(scope="module")
-def world_size_changes(tmp_path_factory):
-    """_stopped_and_resumed for 2 -> 1 and 1 -> 2 processes, both at once when the first test needs one (their
-    processes mostly start up and wait on each other): a Future per (before, after)."""
-    yield from started_together({sizes: (_stopped_and_resumed, tmp_path_factory.mktemp("world_size"), *sizes)
-                                 for sizes in ((2, 1), (1, 2))})
+def world_size_changes(folder):
+    """_stopped_and_resumed for 2 -> 1 and 1 -> 2 processes, both at once (their processes mostly start up and wait on
+    each other): a Future per (before, after)."""
+    return run_together(folder, {sizes: (_stopped_and_resumed, *sizes) for sizes in ((2, 1), (1, 2))})
 
 
 @pytest.mark.slow
+@pytest.mark.prestarted(job=world_size_changes)
 @pytest.mark.parametrize("before, after", [(2, 1), (1, 2)])
-def test_a_run_checkpointed_by_n_processes_goes_on_with_m_each_sample_once(world_size_changes, before, after):
-    out, first, second, errors = world_size_changes[before, after].result()
+def test_a_run_checkpointed_by_n_processes_goes_on_with_m_each_sample_once(prestarted, before, after):
+    out, first, second, errors = prestarted[before, after].result()
     consumed = 6 * BATCH * before
     assert f"resuming {before} processes' checkpoint with {after}: epoch 1 goes on after {consumed} of its samples" \
            in errors[0]
