@@ -327,8 +327,8 @@ def captcha_run(tmp_path_factory):
 
 
 # Process jobs the tests wait for, run in the background from the end of collection. On 2 cores the suite's own
-# process keeps about one core busy (its CPU time is about 1.2x its wall time); these jobs, which only start processes
-# and wait for them, run on the other one instead of in their tests. A test names its job with
+# process keeps one to one and a half cores busy (its CPU time is 1.2-1.5x its wall time); these jobs, which only
+# start processes and wait for them, run on what is left instead of in their tests. A test names its job with
 # @pytest.mark.prestarted(job=J), J(folder) -> a value, and reads that value from its `prestarted` fixture (what the job
 # raised is raised there: its assertions, a skip). Jobs run one at a time, in the order their tests come; a test
 # that comes before its job has started runs it itself.
@@ -348,9 +348,11 @@ class PrestartedJobs:
         from concurrent.futures import Future
 
         with self._lock:
-            if job is None and self._waiting:
+            if job is None:
+                if not self._waiting:
+                    return None
                 job = self._waiting[0]
-            if job is None or job not in self._waiting and job in self._outcomes:
+            elif job in self._outcomes:  # started already
                 return None
             if job in self._waiting:
                 self._waiting.remove(job)
@@ -398,8 +400,7 @@ _PRESTARTED = {}
 
 
 def _start_prestarted_jobs(session):
-    jobs = [item.get_closest_marker("prestarted").kwargs["job"] for item in session.items
-            if item.get_closest_marker("prestarted") is not None]
+    jobs = [marker.kwargs["job"] for item in session.items if (marker := item.get_closest_marker("prestarted"))]
     if not session.config.option.collectonly:
         _PRESTARTED["jobs"] = PrestartedJobs(dict.fromkeys(jobs))  # each once, in the tests' order
 

@@ -11,6 +11,8 @@ from gpucore.data.builtin import find_fashion_mnist
 from gpucore.errors import ConfigError
 from gpucore.models import build_model
 
+from conftest import gpucore_process
+
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 SPEEDRUN = os.path.join(ROOT, "examples", "configs", "fashion_mnist_speedrun.yaml")
 
@@ -82,16 +84,12 @@ def speedrun_on_a_tenth(folder):
     """`gpucore train` of the recipe on a tenth of the data (6,000 training and 1,000 test images), its 4 epochs, in a
     process: the metrics.jsonl rows."""
     import json
-    import subprocess
-    import sys
 
     if find_fashion_mnist() is None:
         pytest.skip("needs the real Fashion-MNIST files (Debian's dataset-fashion-mnist)")
     settings = [f"run_dir={folder}", "progress=false", "report=false", "loggers=[]",
                 'data_kwargs={"train_size": 6000, "val_size": 1000}']
-    done = subprocess.run([sys.executable, "-m", "gpucore", "train", SPEEDRUN,
-                           *[word for setting in settings for word in ("--set", setting)]],
-                          capture_output=True, text=True, timeout=600)
+    done = gpucore_process("train", SPEEDRUN, *[word for setting in settings for word in ("--set", setting)])
     assert done.returncode == 0, done.stderr[-3000:]
     [metrics] = folder.glob("*/metrics.jsonl")
     return [json.loads(line) for line in metrics.read_text().splitlines()]
