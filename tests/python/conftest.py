@@ -155,6 +155,7 @@ def pytest_configure(config):
     import signal
 
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    _BACKGROUND["config"] = config
 
 
 def pytest_collection_finish(session):
@@ -401,6 +402,9 @@ _PRESTARTED = {}
 
 def _start_prestarted_jobs(session):
     jobs = [marker.kwargs["job"] for item in session.items if (marker := item.get_closest_marker("prestarted"))]
+    if "items" in _BACKGROUND:  # last: it starts when the jobs before it, and the busiest part of the suite, are done
+        _BACKGROUND["job"] = _background_pytest(session, _BACKGROUND["items"])
+        jobs.append(_BACKGROUND["job"])
     if not session.config.option.collectonly:
         _PRESTARTED["jobs"] = PrestartedJobs(dict.fromkeys(jobs))  # each once, in the tests' order
 
@@ -416,6 +420,147 @@ def prestarted(request):
     marker = request.node.get_closest_marker("prestarted")
     assert marker is not None, "the test needs @pytest.mark.prestarted(job=...)"
     return _PRESTARTED["jobs"].result(marker.kwargs["job"])
+
+
+# ---- a second pytest process for some test files -----------------------------------------------------------------
+
+# After its process jobs are done, the suite's second half kept one of the two cores busy (it made 950 s of which
+# its last 430 s ran at 1.0 core, 2-core AMD EPYC, 2026-11-30). The tests of these files run in a second pytest
+# process instead, started as the last prestarted job: in-process tests (no processes, jobs or shared session runs
+# of their own) that keep one core busy. This session moves them to its end and reports what that process reported
+# for each (its outcome, output, duration and warnings, as pytest-xdist relays a worker's). Where a session runs only
+# these files, under --pdb, or with GPUCORE_TESTS_BACKGROUND set (file names, comma-separated; empty: none), the
+# tests run here as any other.
+BACKGROUND_FILES = (
+    "test_callbacks.py", "test_conv_pool_norm.py", "test_cslr_models.py", "test_evaluate_data.py",
+    "test_finetune.py", "test_mask_values.py", "test_metric_definitions.py", "test_mixed_size_photos.py",
+    "test_pool_norm.py", "test_python_runs.py", "test_redact.py", "test_segmentation_models.py",
+    "test_segmentation_runs.py", "test_sign_layouts.py", "test_sign_report.py", "test_sign_runs.py",
+    "test_torch_datasets.py", "test_transforms_api.py", "test_transforms_color.py",
+    "test_transforms_color_policies.py", "test_transforms_geometric.py", "test_tta.py", "test_video_data.py",
+)
+_BACKGROUND = {}  # "items": this session's tests that the second process runs; "job": the job that runs them
+# Set in the second process's environment: its folder, holding items.txt (the node ids it runs) and reports.pickle.
+_BACKGROUND_FOLDER = "GPUCORE_TESTS_BACKGROUND_FOLDER"
+
+
+def _background_files():
+    named = os.environ.get("GPUCORE_TESTS_BACKGROUND")
+    return BACKGROUND_FILES if named is None else tuple(name for name in named.split(",") if name)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session, config, items):
+    if _BACKGROUND_FOLDER in os.environ:  # the second process: only the tests the session handed it
+        chosen = set((pathlib.Path(os.environ[_BACKGROUND_FOLDER]) / "items.txt").read_text().split("\n"))
+        items[:] = [item for item in items if item.nodeid in chosen]
+        return
+    files = _background_files()
+    background = [item for item in items if item.path.name in files]
+    if background and len(background) < len(items) and not config.getvalue("usepdb"):
+        items[:] = [item for item in items if item.path.name not in files] + background
+        _BACKGROUND["items"] = background
+
+
+def _background_pytest(session, items):
+    """The prestarted job that runs `items` in a second pytest process: (its exit status, its output, node id ->
+    its reports, its warnings)."""
+    import pickle
+    import subprocess
+
+    config = session.config
+    basetemp = config._tmp_path_factory.mktemp("background", numbered=False)
+
+    arguments = config.invocation_params.args
+    plugins = [f"-p{name}" for word, name in zip(("",) + arguments, arguments) if word == "-p"] + \
+        [word for word in arguments if word.startswith("-p") and word != "-p"]  # this session's -p NAME options
+
+    def background_pytest(folder):
+        (folder / "items.txt").write_text("\n".join(item.nodeid for item in items))
+        files = list(dict.fromkeys(str(item.path) for item in items))
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *plugins,
+                               *(["-c", str(config.inipath)] if config.inipath else []), f"--rootdir={config.rootpath}",
+                               f"--basetemp={basetemp}", *files],
+                              cwd=str(config.invocation_params.dir), capture_output=True, text=True,
+                              env=dict(os.environ, **{_BACKGROUND_FOLDER: str(folder)}))
+        reports, warnings = collections.defaultdict(list), []
+        if (folder / "reports.pickle").exists():
+            with open(folder / "reports.pickle", "rb") as handle:
+                while True:
+                    try:
+                        kind, record = pickle.load(handle)
+                    except EOFError:
+                        break
+                    if kind == "report":
+                        reports[record["nodeid"]].append(config.hook.pytest_report_from_serializable(config=config,
+                                                                                                    data=record))
+                    else:
+                        warnings.append(record)
+        return done.returncode, done.stdout + done.stderr, reports, warnings
+
+    return background_pytest
+
+
+def _write_background_record(kind, record):
+    import pickle
+
+    with open(pathlib.Path(os.environ[_BACKGROUND_FOLDER]) / "reports.pickle", "ab") as handle:
+        pickle.dump((kind, record), handle)
+
+
+def pytest_runtest_logreport(report):
+    if _BACKGROUND_FOLDER in os.environ:
+        config = _BACKGROUND["config"]
+        _write_background_record("report", config.hook.pytest_report_to_serializable(config=config, report=report))
+
+
+def pytest_warning_recorded(warning_message, when, nodeid, location):
+    if _BACKGROUND_FOLDER in os.environ:
+        import pickle
+        import warnings
+
+        message = warning_message.message
+        try:
+            pickle.dumps(message)
+        except Exception:  # a warning holding what cannot travel: its text
+            message = str(message)
+        _write_background_record("warning", dict(
+            warning_message=warnings.WarningMessage(message, warning_message.category, warning_message.filename,
+                                                    warning_message.lineno, line=warning_message.line),
+            when=when, nodeid=nodeid, location=location))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A test the second process ran: its reports, as if it had run here, then the teardown of this session's
+    fixtures that the next test does not share (as after any test)."""
+    if item not in _BACKGROUND.get("items", ()):
+        return None
+    from _pytest.outcomes import Exit
+    from _pytest.reports import TestReport
+    from _pytest.runner import CallInfo
+
+    returncode, output, reports, warnings = _PRESTARTED["jobs"].result(_BACKGROUND["job"])
+    if not _BACKGROUND.get("warned"):  # once, at its first test
+        _BACKGROUND["warned"] = True
+        for warning in warnings:
+            item.config.hook.pytest_warning_recorded.call_historic(kwargs=warning)
+    item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    own = {report.when: report for report in reports.get(item.nodeid, ())}
+    missing = "setup" if "setup" not in own else "call" if own["setup"].passed and "call" not in own else None
+    if missing:  # it ended before this test did
+        own[missing] = TestReport(item.nodeid, item.location, {}, "failed", when=missing,
+                                  longrepr=f"the second pytest process (exit status {returncode}) ended before this "
+                                           f"test's {missing} did; its output ends:\n{output[-5000:]}")
+    for when in ("setup", "call"):
+        if when in own:
+            item.ihook.pytest_runtest_logreport(report=own[when])
+    # pytest's own teardown step, without the hooks that undo a set-up this session did not make (capture, logging)
+    teardown = TestReport.from_item_and_call(item, CallInfo.from_call(
+        lambda: item.session._setupstate.teardown_exact(nextitem), "teardown", reraise=(Exit, KeyboardInterrupt)))
+    item.ihook.pytest_runtest_logreport(report=teardown if teardown.failed or "teardown" not in own else own["teardown"])
+    item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    return True
 
 
 def bench_all_quick(folder):
