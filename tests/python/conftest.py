@@ -155,7 +155,7 @@ def pytest_configure(config):
     import signal
 
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    _BACKGROUND["config"] = config
+    _BACKGROUND.update(config=config, configured=time.monotonic())
 
 
 def pytest_collection_finish(session):
@@ -405,6 +405,8 @@ def _start_prestarted_jobs(session):
     if "items" in _BACKGROUND:  # last: it starts when the jobs before it, and the busiest part of the suite, are done
         _BACKGROUND["job"] = _background_pytest(session, _BACKGROUND["items"])
         jobs.append(_BACKGROUND["job"])
+    if hasattr(session.config, "workerinput"):  # a pytest-xdist worker, which runs some of the tests: each its own job
+        jobs = []
     if not session.config.option.collectonly:
         _PRESTARTED["jobs"] = PrestartedJobs(dict.fromkeys(jobs))  # each once, in the tests' order
 
@@ -429,8 +431,8 @@ def prestarted(request):
 # process instead, started as the last prestarted job: in-process tests (no processes, jobs or shared session runs
 # of their own) that keep one core busy. This session moves them to its end and reports what that process reported
 # for each (its outcome, output, duration and warnings, as pytest-xdist relays a worker's). Where a session runs only
-# these files, under --pdb, or with GPUCORE_TESTS_BACKGROUND set (file names, comma-separated; empty: none), the
-# tests run here as any other.
+# these files, under --pdb or pytest-xdist, or with GPUCORE_TESTS_BACKGROUND set (file names, comma-separated;
+# empty: none), the tests run here as any other.
 BACKGROUND_FILES = (
     "test_callbacks.py", "test_conv_pool_norm.py", "test_cslr_models.py", "test_evaluate_data.py",
     "test_finetune.py", "test_mask_values.py", "test_metric_definitions.py", "test_mixed_size_photos.py",
@@ -457,7 +459,8 @@ def pytest_collection_modifyitems(session, config, items):
         return
     files = _background_files()
     background = [item for item in items if item.path.name in files]
-    if background and len(background) < len(items) and not config.getvalue("usepdb"):
+    if background and len(background) < len(items) and not config.getvalue("usepdb") \
+            and not hasattr(config, "workerinput"):  # not in a pytest-xdist worker, which runs some of the tests
         items[:] = [item for item in items if item.path.name not in files] + background
         _BACKGROUND["items"] = background
 
@@ -476,6 +479,7 @@ def _background_pytest(session, items):
         [word for word in arguments if word.startswith("-p") and word != "-p"]  # this session's -p NAME options
 
     def background_pytest(folder):
+        _BACKGROUND["started"] = time.monotonic()
         (folder / "items.txt").write_text("\n".join(item.nodeid for item in items))
         files = list(dict.fromkeys(str(item.path) for item in items))
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *plugins,
@@ -496,9 +500,21 @@ def _background_pytest(session, items):
                                                                                                     data=record))
                     else:
                         warnings.append(record)
+        _BACKGROUND["ended"] = time.monotonic()
         return done.returncode, done.stdout + done.stderr, reports, warnings
 
     return background_pytest
+
+
+def pytest_terminal_summary(terminalreporter):
+    """When the second process ran, when it did, and how long this session waited for it: where to move files
+    between the two when one waits for the other."""
+    if "ended" in _BACKGROUND:
+        start, end, asked = (_BACKGROUND[key] - _BACKGROUND["configured"] for key in ("started", "ended", "asked"))
+        terminalreporter.write_line(
+            f"second pytest process: {len(_BACKGROUND['items'])} tests in "
+            f"{len({item.path for item in _BACKGROUND['items']})} files, from {start:.0f} s to {end:.0f} s; this "
+            f"process's own tests ended at {asked:.0f} s, then waited {max(0.0, end - asked):.0f} s for it")
 
 
 def _write_background_record(kind, record):
@@ -540,6 +556,7 @@ def pytest_runtest_protocol(item, nextitem):
     from _pytest.reports import TestReport
     from _pytest.runner import CallInfo
 
+    _BACKGROUND.setdefault("asked", time.monotonic())
     returncode, output, reports, warnings = _PRESTARTED["jobs"].result(_BACKGROUND["job"])
     if not _BACKGROUND.get("warned"):  # once, at its first test
         _BACKGROUND["warned"] = True
