@@ -426,20 +426,23 @@ def prestarted(request):
 
 # ---- a second pytest process for some test files -----------------------------------------------------------------
 
-# After its process jobs are done, the suite's second half kept one of the two cores busy (it made 950 s of which
-# its last 430 s ran at 1.0 core, 2-core AMD EPYC, 2026-11-30). The tests of these files run in a second pytest
-# process instead, started as the last prestarted job: in-process tests (no processes, jobs or shared session runs
-# of their own) that keep one core busy. This session moves them to its end and reports what that process reported
-# for each (its outcome, output, duration and warnings, as pytest-xdist relays a worker's). Where a session runs only
-# these files, under --pdb or pytest-xdist, or with GPUCORE_TESTS_BACKGROUND set (file names, comma-separated;
-# empty: none), the tests run here as any other.
+# Once its process jobs were done (about 500 s into the suite on a 2-core AMD EPYC, 2026-11-30), the suite's own
+# process kept one of the two cores busy: its last 430 s ran at 1.0 core. The tests of these files run in a second
+# pytest process instead, started as the last prestarted job: in-process tests (no processes, jobs or shared session
+# runs of their own). This session moves them to its end and reports what that process reported for each (outcome,
+# output, duration, warnings: as pytest-xdist relays a worker's); its summary says when that process ran and how long
+# the session waited for it, which says where to move files when one side ends much later than the other. Where a
+# session runs only these files, under --pdb or pytest-xdist, or with GPUCORE_TESTS_BACKGROUND set (file names,
+# comma-separated; empty: none), their tests run here as any other.
 BACKGROUND_FILES = (
-    "test_callbacks.py", "test_conv_pool_norm.py", "test_cslr_models.py", "test_evaluate_data.py",
-    "test_finetune.py", "test_mask_values.py", "test_metric_definitions.py", "test_mixed_size_photos.py",
-    "test_pool_norm.py", "test_python_runs.py", "test_redact.py", "test_segmentation_models.py",
-    "test_segmentation_runs.py", "test_sign_layouts.py", "test_sign_report.py", "test_sign_runs.py",
-    "test_torch_datasets.py", "test_transforms_api.py", "test_transforms_color.py",
-    "test_transforms_color_policies.py", "test_transforms_geometric.py", "test_tta.py", "test_video_data.py",
+    "test_batch_cursor_op.py", "test_callbacks.py", "test_class_folders.py", "test_class_imbalance.py",
+    "test_conv_pool_norm.py", "test_crop_flip_augment.py", "test_cslr_models.py", "test_data_plan.py",
+    "test_datasets.py", "test_ema.py", "test_evaluate_data.py", "test_finetune.py", "test_frozen_layers.py",
+    "test_mask_values.py", "test_metric_definitions.py", "test_mixed_size_photos.py", "test_pool_norm.py",
+    "test_python_runs.py", "test_redact.py", "test_segmentation_models.py", "test_segmentation_runs.py",
+    "test_sign_layouts.py", "test_sign_report.py", "test_sign_runs.py", "test_torch_datasets.py",
+    "test_transforms_api.py", "test_transforms_color.py", "test_transforms_color_policies.py",
+    "test_transforms_geometric.py", "test_tta.py", "test_video_data.py",
 )
 _BACKGROUND = {}  # "items": this session's tests that the second process runs; "job": the job that runs them
 # Set in the second process's environment: its folder, holding items.txt (the node ids it runs) and reports.pickle.
