@@ -369,13 +369,15 @@ LIMIT = "limit: tensors in memory"
 
 
 class ProcessMeter:
-    """Peak RSS and CPU seconds of this process and its children (DataLoader workers) while a trainer runs,
-    sampled every 50 ms by a thread (a worker's last sample stands for it once it has exited)."""
+    """Peak RSS and CPU seconds of this process and the children it starts (DataLoader workers) while a trainer runs,
+    sampled every 50 ms by a thread (a worker's last sample stands for it once it has exited). Children that were
+    there before (a notebook's or a test session's other processes) are not the trainer's: left out."""
 
     def __enter__(self):
         import psutil
 
         self.process, self.peak, self.cpu = psutil.Process(), 0, {}
+        self._others = {child.pid for child in self.process.children(recursive=True)}
         self._base = self._cpu_of(self.process)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
@@ -394,6 +396,8 @@ class ProcessMeter:
         while True:
             rss = self.process.memory_info().rss
             for child in self.process.children(recursive=True):
+                if child.pid in self._others:
+                    continue
                 try:
                     rss += child.memory_info().rss
                     self.cpu[child.pid] = self._cpu_of(child)

@@ -165,6 +165,28 @@ def test_scale_bench_quick_form_segformer_b0(tmp_path):
     assert "input pipeline alone" not in table  # measured on the photo classes only
 
 
+def test_the_process_meter_counts_the_children_started_while_it_measures_and_no_other():
+    """A process that was there before (here one spinning through the whole measure, as the suite's second pytest
+    process does) is not the trainer's; a child started inside is counted."""
+    import subprocess
+    import sys
+    import time
+
+    meter_class = runpy.run_path(str(BENCH / "scale_bench.py"))["ProcessMeter"]
+    spin = "import time\nend = time.process_time() + {}\nwhile time.process_time() < end: pass"
+    before = subprocess.Popen([sys.executable, "-c", spin.format(30)])
+    try:
+        time.sleep(1.0)  # it has taken CPU time before the measure starts
+        with meter_class() as meter:
+            subprocess.run([sys.executable, "-c", spin.format(0.5)], check=True)
+        assert before.poll() is None  # it ran through the whole measure
+    finally:
+        before.kill()
+        before.wait()
+    # the child started inside: its 0.5 CPU-s and its start, and this process's waiting (next to nothing)
+    assert 0.4 < meter.cpu_seconds < 0.5 + meter.wall * 0.5, (meter.cpu_seconds, meter.wall)
+
+
 def test_scale_bench_trains_camera_photos_against_the_limit(tmp_path):
     """--data camera: the training workloads on the camera set (here 16 small ones); each gpucore row's share of
     the limit is its images/s over the limit's, later epochs and first epochs, as the table says."""
