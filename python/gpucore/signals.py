@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from typing import Iterator, List, Optional
 
 # What stops a run besides SIGINT; SIGUSR1 does not exist on Windows.
@@ -58,8 +59,13 @@ def _in_main_thread() -> bool:
 
 # How long a wait for other processes keeps a stop signal held (StepBoundaries.held) before it raises it: the ranks
 # of a run reach the epoch's exchanges within milliseconds of each other, and a peer that has not come by then may be
-# dead (torchrun SIGTERMs the ranks left, and SIGKILLs those still there 30 s later).
+# dead (torchrun SIGTERMs the ranks left, and SIGKILLs those still there 30 s later). Peers that took the stop signal
+# too (they voted, see StepBoundaries) are alive and stopping: they get VOTED_PEER_GRACE_S, under torchrun's 30 s.
 HELD_STOP_GRACE_S = 1.0
+VOTED_PEER_GRACE_S = 20.0
+# A rank whose peers did not take the stop signal (one process signalled by hand) stops alone once this many step
+# boundaries, and at least HELD_STOP_GRACE_S, passed since its vote; its peers' next collective then fails.
+LONE_STOP_BOUNDARIES = 3
 
 
 class StepBoundaries:
@@ -70,13 +76,27 @@ class StepBoundaries:
     pre-hook), the log and step-checkpoint callbacks, or the end of the epoch's steps; so does one during the epoch's
     end (`held`: its row, callbacks and checkpoints), raised at the next epoch's start, or in a wait for other
     processes once HELD_STOP_GRACE_S passed. Elsewhere (validation, the report, set-up) it is raised at once, as
-    Ctrl-C always was."""
+    Ctrl-C always was.
+
+    With several processes (`peers`, distributed.StopVotes) the ranks must stop at the same step boundary: a rank that
+    stopped a step before the others leaves them inside the next step's all-reduce, which fails ("Connection closed
+    by peer"), and the run ends "training failed" without interrupted.pt. torchrun, SLURM and `devices: N` signal
+    every rank, but each takes the signal at its own moment. So the ranks vote: each boundary is named by the
+    optimizer steps taken in this fit (`steps`, the same on every rank), a rank that takes a signal votes at once
+    (the next boundary, steps + 1), and a rank raises at boundary b only when every rank's vote is below b. A vote
+    for b is written before its rank ends boundary b, so every rank past the next step's all-reduce sees it: all
+    ranks decide alike, costing one step more than one process would and nothing before a signal."""
 
     running: Optional["StepBoundaries"] = None  # those installed in this process now: what a peer wait consults
 
-    def __init__(self):
+    def __init__(self, peers=None):
         self.holding = False
         self.pending: Optional[int] = None  # the first signal that arrived while holding; kept until the run ends
+        self.pending_since = 0.0  # when it arrived (time.monotonic())
+        self.peers = peers  # distributed.StopVotes with several processes, else None
+        self.steps = 0  # the last step boundary passed: optimizer steps taken in this fit
+        self.voted_at: Optional[int] = None  # the boundary this rank voted to stop after
+        self.boundaries_since_vote = 0  # distinct deciding boundaries passed since the vote
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
@@ -102,33 +122,59 @@ class StepBoundaries:
         if not self.holding:
             raise interrupt_for(signum)
         if self.pending is None:
-            self.pending = signum
+            self.pending, self.pending_since = signum, time.monotonic()
+            if self.peers is not None:
+                self.voted_at = self.steps + 1
+                self.peers.vote(self.voted_at)
 
-    def raise_pending(self) -> None:
-        """At a step boundary: raises the signal that arrived during the step, if any."""
-        if self.pending is not None:
-            raise interrupt_for(self.pending)
+    def raise_pending(self, steps: Optional[int] = None, decide: bool = True) -> None:
+        """At a step boundary, after `steps` optimizer steps of this fit (None: the last one named): raises the signal
+        that arrived before it, if any; with peers, once every rank voted before this boundary. decide False: a
+        boundary only this rank passes (rank 0's step checkpoints), where the ranks cannot decide alike."""
+        if steps is not None and steps != self.steps:
+            self.steps = steps
+            if self.voted_at is not None and decide:
+                self.boundaries_since_vote += 1
+        if self.pending is None:
+            return
+        if self.peers is not None:
+            if not decide or not self._peers_stop():
+                return
+        raise interrupt_for(self.pending)
+
+    def _peers_stop(self) -> bool:
+        if self.peers.all_voted_before(self.steps):
+            return True
+        # A vote alone (its peers took no signal) stops the rank after a grace: waiting on would keep it training.
+        return (self.boundaries_since_vote >= LONE_STOP_BOUNDARIES
+                and time.monotonic() - self.pending_since >= HELD_STOP_GRACE_S)
 
     @classmethod
-    def raise_held_in_peer_wait(cls) -> None:
-        """In a wait for other processes that has lasted HELD_STOP_GRACE_S: raises the stop signal a held section
-        keeps waiting, if any (a peer that died never comes; a rank waiting for it must answer torchrun's SIGTERM).
-        Outside one a signal was raised when it came, and is not raised again."""
-        if cls.running is not None and cls.running.holding:
-            cls.running.raise_pending()
+    def raise_held_in_peer_wait(cls, waited_s: float) -> None:
+        """In a wait for other processes of `waited_s` seconds: raises the stop signal a held section keeps waiting,
+        once it waited HELD_STOP_GRACE_S since the wait began and the signal came (a peer that died never comes; a
+        rank waiting for it must answer torchrun's SIGTERM), VOTED_PEER_GRACE_S when every peer voted to stop too
+        (they are alive and on their way). Outside one a signal was raised when it came, and is not raised again."""
+        boundaries = cls.running
+        if boundaries is None or not boundaries.holding or boundaries.pending is None:
+            return
+        grace = VOTED_PEER_GRACE_S if boundaries.peers is not None and boundaries.peers.all_voted() else HELD_STOP_GRACE_S
+        if min(waited_s, time.monotonic() - boundaries.pending_since) >= grace:
+            raise interrupt_for(boundaries.pending)
 
     @contextlib.contextmanager
-    def holding_steps(self, module, accumulate_grad_batches: int) -> Iterator[None]:
-        """While an epoch's steps run: signals wait for the step's end; the first forward of each optimizer step
-        (every accumulate_grad_batches-th call of `module`) raises one that arrived before it. module None: no such
-        hook (a torch.compile'd model, whose compiled code would be specialised on the hook's call count); the
-        signal then waits for the next log or step-checkpoint callback, or the epoch's end."""
+    def holding_steps(self, module, accumulate_grad_batches: int, steps_before: int) -> Iterator[None]:
+        """While an epoch's steps run (after `steps_before` optimizer steps of the fit): signals wait for the step's
+        end; the first forward of each optimizer step (every accumulate_grad_batches-th call of `module`) raises one
+        that arrived before it. module None: no such hook (a torch.compile'd model, whose compiled code would be
+        specialised on the hook's call count); the signal then waits for the next log or step-checkpoint callback, or
+        the epoch's end."""
         calls = 0
 
         def at_step_start(_module, _inputs):
             nonlocal calls
             if calls % accumulate_grad_batches == 0:
-                self.raise_pending()
+                self.raise_pending(steps_before + calls // accumulate_grad_batches)
             calls += 1
 
         hook = module.register_forward_pre_hook(at_step_start) if module is not None else None

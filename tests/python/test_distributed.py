@@ -16,14 +16,26 @@ pytestmark = pytest.mark.slow  # spawns processes
 
 MODELS = textwrap.dedent("""
     import os
+    import signal
     import torch
     from torch import nn
 
     def mlp(fail_rank=-1):
-        if int(os.environ.get("RANK", "0")) == fail_rank:
+        rank = int(os.environ.get("RANK", "0"))
+        if rank == fail_rank:
             raise RuntimeError("rank %d was told to fail" % fail_rank)
         torch.manual_seed(0)
-        return nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.Tanh(), nn.Linear(32, 10))
+        model = nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.Tanh(), nn.Linear(32, 10))
+        if "SIGTERM_AT_FORWARD" in os.environ:  # "N0,N1": rank r sends itself SIGTERM in its Nr-th training forward
+            at, calls = int(os.environ["SIGTERM_AT_FORWARD"].split(",")[rank]), [0]
+
+            def signal_itself(module, inputs):
+                if module.training:
+                    calls[0] += 1
+                    if calls[0] == at:
+                        os.kill(os.getpid(), signal.SIGTERM)
+            model.register_forward_pre_hook(signal_itself)
+        return model
 
     class Picky(nn.Module):  # runs out of memory above 16 samples per training batch, as a small GPU would
         def __init__(self):
@@ -51,6 +63,7 @@ MODELS = textwrap.dedent("""
 
 WORKER = textwrap.dedent("""
     import json, os, sys, torch, gpucore
+    from gpucore.signals import signal_name
     config = dict(model="ddp_models:mlp", epochs=2, batch_size=int(sys.argv[2]), optimizer="sgd", momentum=0.9,
                   lr=0.05, schedule="constant", shuffle=False, normalize=False, progress=False, run_dir=sys.argv[1],
                   name="ddp", weight_decay=0.0, accumulate_grad_batches=int(sys.argv[3]), val_fraction=0.0,
@@ -58,7 +71,12 @@ WORKER = textwrap.dedent("""
     config.update(json.loads(sys.argv[5]))
     generator = torch.Generator().manual_seed(1)
     x, y = torch.randn(256, 1, 8, 8, generator=generator), torch.randint(0, 10, (256,), generator=generator)
-    result = gpucore.train(config, train_data=(x, y))
+    try:
+        result = gpucore.train(config, train_data=(x, y))
+    except KeyboardInterrupt as stop:  # a stop signal: interrupted.pt is written
+        with open(os.path.join(sys.argv[1], "stopped_%s.json" % os.environ.get("RANK", "0")), "w") as out:
+            json.dump({"by": signal_name(stop), "steps": stop.result.steps}, out)
+        sys.exit(0)
     torch.save(result.model.state_dict(), os.path.join(sys.argv[1], "weights_%s.pt" % os.environ.get("RANK", "0")))
 """)
 
@@ -130,23 +148,27 @@ def environment(workdir, rank, world, port, launched=None):
     return env
 
 
-def start_workers(workdir, out, world, batch, accumulate, launched=None, device="cpu", keys=None, script="worker.py"):
+def start_workers(workdir, out, world, batch, accumulate, launched=None, device="cpu", keys=None, script="worker.py",
+                  env=None):
     """The `world` processes of one job, started: finish_workers waits for them."""
     port = distributed.free_port()
     processes = [subprocess.Popen([sys.executable, str(workdir / script), str(out), str(batch), str(accumulate),
                                    device, json.dumps(keys or {})],
-                                  env=environment(workdir, rank, world, port, launched), stderr=subprocess.PIPE,
-                                  text=True)
+                                  env=dict(environment(workdir, rank, world, port, launched), **(env or {})),
+                                  stderr=subprocess.PIPE, text=True)
                  for rank in range(world)]
     return out, processes
 
 
-def finish_workers(started):
-    """Each rank's final weights of a job start_workers started, once every process ended well."""
+def finish_workers(started, stopped=False):
+    """Each rank's final weights of a job start_workers started, once every process ended well; stopped: what each
+    rank's stop signal left instead (the worker's stopped_RANK.json)."""
     out, processes = started
     for process in processes:
         _, err = process.communicate(timeout=300)
         assert process.returncode == 0, err[-3000:]
+    if stopped:
+        return [json.load(open(out / f"stopped_{rank}.json")) for rank in range(len(processes))]
     return [torch.load(out / f"weights_{rank}.pt", weights_only=True) for rank in range(len(processes))]
 
 
@@ -181,6 +203,22 @@ def test_two_ranks_agree_and_equal_one_process_with_the_same_global_batch(workdi
     assert [row["epoch"] for row in two] == [1, 2]
     for metric in ("train_loss", "train_accuracy", "train_top5_accuracy"):
         assert [row[metric] for row in two] == pytest.approx([row[metric] for row in one], rel=1e-5), metric
+
+
+def test_ranks_that_take_sigterm_a_step_apart_stop_at_the_same_step_and_resume_bitwise(workdir):
+    # torchrun, SLURM and devices: N signal every rank, but each takes the signal at its own moment: here rank 1 a
+    # step before rank 0 (as under load in CI). Stopping each at its own next step boundary left rank 0 inside the
+    # next step's all-reduce ("Connection closed by peer"), and the run failed without interrupted.pt. The ranks vote
+    # through the store (the decisions, rank by rank, in test_ranks_vote_on_...): rank 1 in step 3 (for boundary 3),
+    # rank 0 in step 4; both stop after step 5, the first boundary past every vote.
+    stopping = start_workers(workdir, workdir / "stopped", 2, 16, 1, env={"SIGTERM_AT_FORWARD": "4,3"})
+    straight = start_workers(workdir, workdir / "straight", 2, 16, 1)
+    assert finish_workers(stopping, stopped=True) == [{"by": "SIGTERM", "steps": 5}] * 2
+    assert json.load(open(workdir / "stopped" / "ddp" / "training_stats.json"))["status"] == "interrupted"
+    resumed = run_workers(workdir, workdir / "stopped", 2, 16, 1, keys={"resume": "auto"})
+    reference = finish_workers(straight)
+    assert_states_equal(resumed[0], reference[0], label="resumed rank 0")
+    assert_states_equal(resumed[1], reference[0], label="resumed rank 1")
 
 
 def test_two_ranks_fine_tune_a_frozen_backbone_like_one_process(workdir):
@@ -382,3 +420,69 @@ def test_a_held_stop_waits_for_a_peer_that_comes_and_leaves_one_that_does_not_af
         distributed.wait_for_keys(store, ["later"])
     assert HELD_STOP_GRACE_S <= waited < HELD_STOP_GRACE_S + 0.5 and signal_name(stop.value) == "SIGTERM"
     assert StepBoundaries.running is None  # installed() leaves no boundaries behind
+
+
+def test_ranks_vote_on_the_step_boundary_a_stop_signal_stops_them_at(monkeypatch):
+    # Two ranks' StepBoundaries and StopVotes on one store, driven by hand as the fit loop drives them (the whole runs
+    # are in test_ranks_that_take_sigterm_a_step_apart_...): the first boundary past every vote stops both; a rank
+    # whose peer takes no signal stops alone after LONE_STOP_BOUNDARIES boundaries and HELD_STOP_GRACE_S; a boundary
+    # only one rank passes never decides; a store that stopped answering stops the rank at once.
+    import datetime
+    import itertools
+    import signal
+
+    from gpucore.signals import HELD_STOP_GRACE_S, LONE_STOP_BOUNDARIES, VOTED_PEER_GRACE_S, StepBoundaries
+
+    store = _store(timeout_s=5)
+
+    def ranks(fit):
+        monkeypatch.setattr(distributed, "_EXCHANGES", itertools.repeat(fit))  # as each process would number it
+        boundaries = [StepBoundaries(distributed.StopVotes(store, distributed.World(rank, 2))) for rank in range(2)]
+        for rank in boundaries:
+            rank.holding = True  # an epoch's steps run
+        return boundaries
+
+    def stops(boundaries, steps, decide=True):
+        try:
+            boundaries.raise_pending(steps, decide)
+        except KeyboardInterrupt:
+            return True
+        return False
+
+    first, second = ranks(fit=1)
+    for steps in (1, 2):
+        assert not stops(first, steps) and not stops(second, steps)
+    second.on_signal(signal.SIGTERM, None)  # in step 3: votes for boundary 3
+    assert not stops(first, 3) and not stops(second, 3)
+    first.on_signal(signal.SIGTERM, None)  # in step 4
+    assert not stops(second, 4) and not stops(first, 4, decide=False) and not stops(first, 4)
+    assert stops(second, 5) and stops(first, 5)
+    # In an exchange at the epoch's end (held): peers that voted too are alive and on their way, so a wait for them
+    # lasts up to VOTED_PEER_GRACE_S; for one that took no signal (dead), HELD_STOP_GRACE_S.
+    monkeypatch.setattr(StepBoundaries, "running", first)
+    first.pending_since -= VOTED_PEER_GRACE_S
+    StepBoundaries.raise_held_in_peer_wait(waited_s=VOTED_PEER_GRACE_S - 0.1)
+    with pytest.raises(KeyboardInterrupt):
+        StepBoundaries.raise_held_in_peer_wait(waited_s=VOTED_PEER_GRACE_S)
+
+    first, second = ranks(fit=2)  # a second fit: the first fit's votes do not count
+    second.on_signal(signal.SIGTERM, None)
+    assert not any(stops(second, steps) for steps in range(1, 1 + LONE_STOP_BOUNDARIES))
+    second.pending_since -= HELD_STOP_GRACE_S  # as if the grace had passed
+    assert not stops(second, LONE_STOP_BOUNDARIES, decide=False)  # one boundary more, but only this rank passes it
+    monkeypatch.setattr(StepBoundaries, "running", second)
+    StepBoundaries.raise_held_in_peer_wait(waited_s=HELD_STOP_GRACE_S - 0.1)
+    with pytest.raises(KeyboardInterrupt):
+        StepBoundaries.raise_held_in_peer_wait(waited_s=HELD_STOP_GRACE_S)
+    assert stops(second, LONE_STOP_BOUNDARIES + 1)
+    assert not stops(first, LONE_STOP_BOUNDARIES + 1)  # no signal came to it: it trains on (its next all-reduce fails)
+
+    host = torch.distributed.TCPStore("127.0.0.1", 0, 2, is_master=True, wait_for_workers=False)
+    client = torch.distributed.TCPStore("127.0.0.1", host.port, 2, is_master=False,
+                                        timeout=datetime.timedelta(seconds=1))
+    lost = StepBoundaries(distributed.StopVotes(client, distributed.World(1, 2)))
+    lost.holding = True
+    lost.on_signal(signal.SIGTERM, None)
+    assert not stops(lost, 1)  # rank 0 took no signal (yet)
+    del host  # rank 0, the store's host, is gone: no collective can succeed
+    assert stops(lost, 2)

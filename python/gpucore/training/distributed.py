@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import ConfigError, TrainingError
-from ..signals import HELD_STOP_GRACE_S, StepBoundaries
+from ..signals import StepBoundaries
 
 
 @dataclass(frozen=True)
@@ -219,8 +219,8 @@ _EXCHANGES = itertools.count()
 # store.wait or store.get runs in C++, where a handler never runs: a rank waiting for a peer that died (rank 0 killed
 # while writing a checkpoint) did not answer torchrun's SIGTERM, and torchrun SIGKILLed it 30 s later. Between
 # polls the handlers run: the fit loop's StepBoundaries raise the stop there; one that an epoch's end holds (its row,
-# callbacks and checkpoints are written whole) is raised once the wait has lasted HELD_STOP_GRACE_S (no store wait
-# happens during a step or inside interrupts_deferred). store.check, not store.wait with a short timeout: each
+# callbacks and checkpoints are written whole) is raised once the wait has lasted the grace that
+# StepBoundaries.raise_held_in_peer_wait names (no store wait happens during a step or inside interrupts_deferred). store.check, not store.wait with a short timeout: each
 # timed-out wait logs two c10d warnings, every slice.
 _LONGEST_POLL_S = 0.1
 
@@ -234,8 +234,7 @@ def _absent_after(store: dist.Store, keys: list, wait_s: float) -> list:
         now = time.monotonic()
         if now >= deadline:
             return [key for key in keys if not store.check([key])]
-        if now - started >= HELD_STOP_GRACE_S:
-            StepBoundaries.raise_held_in_peer_wait()
+        StepBoundaries.raise_held_in_peer_wait(now - started)
         time.sleep(min(pause, deadline - now))
         pause = min(pause * 2, _LONGEST_POLL_S)
     return []
@@ -250,7 +249,8 @@ def wait_for_keys(store: dist.Store, keys: list) -> None:
         raise dist.DistStoreError(f"wait timeout after {int(timeout * 1000)}ms, keys: {', '.join(absent)}")
 
 
-def _store() -> dist.Store:
+def default_store() -> dist.Store:
+    """The process group's store, which gpucore's own exchanges go through."""
     return dist.distributed_c10d._get_default_store()
 
 
@@ -262,11 +262,41 @@ def all_values(value):
     """Every rank's `value` (JSON), in rank order; [value] without a process group. Also a barrier."""
     if not dist.is_initialized():
         return [value]
-    store, number = _store(), next(_EXCHANGES)
+    store, number = default_store(), next(_EXCHANGES)
     store.set(_exchange_key(number, dist.get_rank()), json.dumps(value))
     keys = [_exchange_key(number, rank) for rank in range(dist.get_world_size())]
     wait_for_keys(store, keys)
     return [json.loads(store.get(key)) for key in keys]
+
+
+class StopVotes:
+    """The ranks' votes to stop, through the process group's store (signals.StepBoundaries says how they decide):
+    `vote(boundary)` once per fit, written from the signal's handler; `all_voted_before(boundary)` reads them at each
+    step boundary while this rank stops, and nothing is read before. A store that no longer answers (its host, rank 0,
+    is gone) counts as a decision to stop: no collective can succeed any more."""
+
+    def __init__(self, store: dist.Store, world: World):
+        number = next(_EXCHANGES)  # every rank makes one per fit, in the same order: a second fit's votes are apart
+        self.store, self.world = store, world
+        self.keys = [f"gpucore/stop/{number}/{rank}" for rank in range(world.size)]
+
+    def vote(self, boundary: int) -> None:
+        try:
+            self.store.set(self.keys[self.world.rank], str(boundary))
+        except RuntimeError:  # from a signal handler: never raise; the reads below then find the store gone
+            pass
+
+    def all_voted(self) -> bool:
+        try:
+            return self.store.check(self.keys)
+        except RuntimeError:
+            return False
+
+    def all_voted_before(self, boundary: int) -> bool:
+        try:
+            return self.store.check(self.keys) and all(int(vote) < boundary for vote in self.store.multi_get(self.keys))
+        except RuntimeError:
+            return True
 
 
 def check_same(value, what: str) -> None:
@@ -280,7 +310,7 @@ def broadcast(value):
     """Rank 0's value (JSON) on every rank."""
     if not dist.is_initialized():
         return value
-    store, number = _store(), next(_EXCHANGES)
+    store, number = default_store(), next(_EXCHANGES)
     if dist.get_rank() == 0:
         store.set(_exchange_key(number, 0), json.dumps(value))
     key = _exchange_key(number, 0)

@@ -110,7 +110,10 @@ class FitLoop:
         self.metric_modes = metric_modes
         self.callbacks, self.checkpointing, self.checkpoints, self.freeze = callbacks, checkpointing, checkpoints, freeze
         self.validation, self.oom, self.run_stats, self.step_checkpoints = validation, oom, run_stats, step_checkpoints
-        self.step_boundaries = StepBoundaries()  # where SIGTERM and SIGUSR1 are raised
+        # Where SIGTERM and SIGUSR1 are raised; with several processes, at a boundary the ranks agree on.
+        self.step_boundaries = StepBoundaries(
+            distributed.StopVotes(distributed.default_store(), world) if world.size > 1 else None)
+        self.steps_in_fit = 0  # optimizer steps taken since fit() began: names a step boundary alike on every rank
         # cuda_graphs: why the engine steps eagerly, as last said (setup warned of the reason it started with)
         self.eager_reason_said = training.engine.graph_stats()["reason"]
         self.train_forward = model.forward  # what the engine calls this epoch (FreezeBackbone's folded forward)
@@ -173,7 +176,8 @@ class FitLoop:
         # error would keep a streamed source, and its reader threads, alive after train()'s run.close().
         progress = None  # a signal may land before the epoch's bar exists (its source starting): the same save
         try:
-            self.step_boundaries.raise_pending()  # one held during the last epoch's end, now that its row is written
+            # one held during the last epoch's end, now that its row is written
+            self.step_boundaries.raise_pending(self.steps_in_fit)
             if position.unrecorded_row is None:  # else a resumed epoch whose pass was done: only its row is left
                 position.start_clock()
                 steps = position.batching.steps_in(
@@ -193,7 +197,7 @@ class FitLoop:
                     return  # out of memory: the epoch starts over with half the batch
                 with self.step_boundaries.held():  # a signal waits until interrupted.pt would keep the row's start
                     position.unrecorded_row = self._epoch_record(stats)
-                self.step_boundaries.raise_pending()  # a signal during the epoch's last step
+                self.step_boundaries.raise_pending(self.steps_in_fit)  # a signal during the epoch's last step
             record = dict(position.unrecorded_row)
             record.update(self.validation.run_epoch(position.epoch, self.training.engine))
             record.update(_memory(self.device))
@@ -230,9 +234,10 @@ class FitLoop:
         when it ran out of memory and will be retried."""
         config, data, position = self.config, self.data, self.position
         engine, epoch = self.training.engine, position.epoch
+        steps_before = self.steps_in_fit
 
         def on_log(metrics, steps_taken):  # after an optimizer step: a step boundary
-            self.step_boundaries.raise_pending()
+            self.step_boundaries.raise_pending(steps_before + engine.steps_in_pass())
             position.engine_read(steps_taken, metrics["skipped_steps"])
             progress.update(metrics, position.batching.samples_per_step(1))  # this process's
             self.callbacks.call("on_log", steps_taken, dict(metrics, epoch=epoch + 1))
@@ -241,7 +246,8 @@ class FitLoop:
 
         def on_step(steps_in_pass: int, checkpoint_due: bool):  # where the engine's step_calls ask: a step boundary
             position.steps_done(steps_in_pass)
-            self.step_boundaries.raise_pending()
+            # Without a step callback only rank 0 comes here (its step checkpoints): no place to decide a stop at.
+            self.step_boundaries.raise_pending(steps_before + steps_in_pass, decide=step_hook)
             if step_hook:  # before the step checkpoint, which then holds the callbacks' state after the step
                 self.callbacks.call("on_train_step_end", position.step_in_epoch(steps_in_pass))
             if checkpoint_due:
@@ -253,7 +259,7 @@ class FitLoop:
         self.oom.before_pass(engine)
         try:
             hooked = None if config.compile else self.train_forward  # see holding_steps
-            with self.step_boundaries.holding_steps(hooked, position.batching.accumulate_grad_batches):
+            with self.step_boundaries.holding_steps(hooked, position.batching.accumulate_grad_batches, steps_before):
                 position.begin_pass(data.train_set.current.remaining())
                 try:
                     stats = engine.train_epoch(
@@ -264,6 +270,7 @@ class FitLoop:
                         continue_metrics=position.continues_metrics)
                 finally:  # also after an interrupt: the steps done are where a resume goes on
                     position.steps_done(engine.steps_in_pass())
+                    self.steps_in_fit = steps_before + engine.steps_in_pass()
             position.engine_read(stats["steps_taken"], stats["metrics"].get("skipped_steps", 0))
             self._warn_on_eager_steps()
             return stats
