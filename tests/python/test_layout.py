@@ -211,14 +211,14 @@ def test_the_test_command_reruns_every_file_with_kernel_build_tests():
 
 
 def test_the_second_processs_files_exist_and_hold_only_in_process_tests():
-    """conftest.BACKGROUND_FILES run in a second pytest process: a name that no longer exists would leave that
+    """session_jobs.BACKGROUND_FILES run in a second pytest process: a name that no longer exists would leave that
     process idle, and a file with a prestarted job or a shared session run would do that work twice."""
-    from conftest import BACKGROUND_FILES
+    from session_jobs import BACKGROUND_FILES
 
     tests = os.path.dirname(os.path.abspath(__file__))
     for name in BACKGROUND_FILES:
         path = os.path.join(tests, name)
-        assert os.path.isfile(path), f"conftest.BACKGROUND_FILES names {name}, which is not in tests/python"
+        assert os.path.isfile(path), f"session_jobs.BACKGROUND_FILES names {name}, which is not in tests/python"
         source = open(path, encoding="utf-8").read()
         shared = re.findall(r"pytest\.mark\.prestarted|\bfashion_run\b|\bcaptcha_run\b", source)
         assert not shared, f"{name} runs in the second process but uses {sorted(set(shared))}"

@@ -1,5 +1,6 @@
-"""The suite's second pytest process (conftest.BACKGROUND_FILES): the tests it runs are reported in the session as
-they would have been had they run there (outcomes, failures with their output, skips, warnings), also when it dies."""
+"""The suite's second pytest process (session_jobs.BACKGROUND_FILES): the tests it runs are reported in the session
+as they would have been had they run there (outcomes, failures with their output, skips, warnings), also when it
+dies."""
 import os
 import pathlib
 import re
@@ -66,9 +67,9 @@ def test_z_after():
 """
 
 
-def run(tmp_path, background, die=False):
-    """pytest on the two files with this suite's conftest as a plugin, test_there.py in the second process when
-    `background` names it: (its output, the pids its tests ran in)."""
+def start(tmp_path, background, die=False):
+    """pytest on the two files with the suite's session_jobs plugin, test_there.py in the second process when
+    `background` names it, started: finish() reads (its output, the pids its tests ran in)."""
     folder = tmp_path / background.replace(".py", "") / ("die" if die else "live")
     (folder / "tests").mkdir(parents=True)
     (folder / "tests" / "test_here.py").write_text(HERE_TESTS)
@@ -76,10 +77,15 @@ def run(tmp_path, background, die=False):
     env = {key: value for key, value in os.environ.items() if key != "GPUCORE_TESTS_BACKGROUND_FOLDER"}
     env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")])), PIDS=str(folder / "pids"),
                GPUCORE_TESTS_BACKGROUND=background, **({"DIE": "1"} if die else {}))
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-rA",
-                           f"--rootdir={folder}", "tests"], cwd=folder, env=env, capture_output=True, text=True,
-                          timeout=300)
-    return done.stdout + done.stderr, (folder / "pids").read_text().split()
+    return folder, subprocess.Popen([sys.executable, "-m", "pytest", "-p", "session_jobs", "-p", "no:cacheprovider",
+                                     "-rA", f"--rootdir={folder}", "tests"], cwd=folder, env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finish(started):
+    folder, process = started
+    output, _ = process.communicate(timeout=300)
+    return output, (folder / "pids").read_text().split()
 
 
 def summary(output):
@@ -87,8 +93,8 @@ def summary(output):
 
 
 def test_the_second_process_reports_as_this_one_would_and_its_death_fails_what_it_did_not_end(tmp_path):
-    here, here_pids = run(tmp_path, "")
-    there, there_pids = run(tmp_path, "test_there.py", die=True)  # test_y_dies ends the second process
+    started = start(tmp_path, ""), start(tmp_path, "test_there.py", die=True)  # test_y_dies ends the second process
+    (here, here_pids), (there, there_pids) = map(finish, started)
     assert len(set(here_pids)) == 1 and len(set(there_pids)) == 2  # test_here and test_passes apart
     assert summary(here) == "1 failed, 5 passed, 1 skipped, 1 xfailed, 1 warning, 1 error"
     assert summary(there) == "2 failed, 3 passed, 1 skipped, 1 xfailed, 1 warning, 2 errors"
