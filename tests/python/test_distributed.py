@@ -127,13 +127,17 @@ RECORDING_WORKER = textwrap.dedent("""
 """)
 
 
+def write_workers(folder):
+    (folder / "ddp_models.py").write_text(MODELS)
+    (folder / "worker.py").write_text(WORKER)
+    (folder / "counting_worker.py").write_text(COUNTING_WORKER)
+    (folder / "recording_worker.py").write_text(RECORDING_WORKER)
+    return folder
+
+
 @pytest.fixture
 def workdir(tmp_path):
-    (tmp_path / "ddp_models.py").write_text(MODELS)
-    (tmp_path / "worker.py").write_text(WORKER)
-    (tmp_path / "counting_worker.py").write_text(COUNTING_WORKER)
-    (tmp_path / "recording_worker.py").write_text(RECORDING_WORKER)
-    return tmp_path
+    return write_workers(tmp_path)
 
 
 def environment(workdir, rank, world, port, launched=None):
@@ -183,14 +187,39 @@ def run_jobs(*jobs):
     return [finish_workers(job) for job in started]
 
 
-def test_two_ranks_agree_and_equal_one_process_with_the_same_global_batch(workdir):
+@pytest.fixture(scope="module")
+def plain_jobs(tmp_path_factory):
+    """Three jobs started at once (their processes mostly start up and wait on each other): a plain two-rank job
+    ("two", recording gpucore's use of torch.distributed's collectives), its one-process reference with the same
+    global batch ("one"), and the two-rank job again with SIGTERM to each rank a step apart ("stopped"). finish(name)
+    waits for one: its weights, or for "stopped" what each rank's stop left."""
+    workdir = write_workers(tmp_path_factory.mktemp("plain_jobs"))
+    started = {"two": start_workers(workdir, workdir / "two", 2, 16, 2, script="recording_worker.py"),
+               "one": start_workers(workdir, workdir / "one", 1, 32, 2, script="recording_worker.py"),
+               # rank 1 in its 5th forward (step 3, micro-batches of 16, 2 per step), rank 0 in its 7th (step 4)
+               "stopped": start_workers(workdir, workdir / "stopped", 2, 16, 2, env={"SIGTERM_AT_FORWARD": "7,5"})}
+    finished = {}
+
+    def finish(name):
+        if name not in finished:
+            finished[name] = finish_workers(started.pop(name), stopped=name == "stopped")
+        return finished[name]
+
+    yield workdir, finish
+    for _, processes in started.values():  # a job whose test did not run (-k)
+        for process in processes:
+            process.kill()
+            process.communicate()
+
+
+def test_two_ranks_agree_and_equal_one_process_with_the_same_global_batch(plain_jobs):
     # One two-process job and its one-process reference serve every check of a plain data-parallel run (each job
     # spawns its processes: seconds each). gpucore's own exchanges (the config and data-length checks, rank 0's run
     # directory, each epoch's metrics and the checkpoint barriers) go through the store, handing no tensor to the
     # backend; the training metrics still average over both ranks' samples: one process with the same global batch
     # trains on the same samples with the same weights.
-    two, (one,) = run_jobs(((workdir, workdir / "two", 2, 16, 2), {"script": "recording_worker.py"}),
-                           ((workdir, workdir / "one", 1, 32, 2), {"script": "recording_worker.py"}))
+    workdir, finish = plain_jobs
+    two, (one,) = finish("two"), finish("one")
     assert_states_equal(two[1], two[0])
     for name in one:
         torch.testing.assert_close(two[0][name], one[name], rtol=1e-5, atol=1e-6)
@@ -205,20 +234,19 @@ def test_two_ranks_agree_and_equal_one_process_with_the_same_global_batch(workdi
         assert [row[metric] for row in two] == pytest.approx([row[metric] for row in one], rel=1e-5), metric
 
 
-def test_ranks_that_take_sigterm_a_step_apart_stop_at_the_same_step_and_resume_bitwise(workdir):
+def test_ranks_that_take_sigterm_a_step_apart_stop_at_the_same_step_and_resume_bitwise(plain_jobs):
     # torchrun, SLURM and devices: N signal every rank, but each takes the signal at its own moment: here rank 1 a
     # step before rank 0 (as under load in CI). Stopping each at its own next step boundary left rank 0 inside the
     # next step's all-reduce ("Connection closed by peer"), and the run failed without interrupted.pt. The ranks vote
     # through the store (the decisions, rank by rank, in test_ranks_vote_on_...): rank 1 in step 3 (for boundary 3),
-    # rank 0 in step 4; both stop after step 5, the first boundary past every vote.
-    stopping = start_workers(workdir, workdir / "stopped", 2, 16, 1, env={"SIGTERM_AT_FORWARD": "4,3"})
-    straight = start_workers(workdir, workdir / "straight", 2, 16, 1)
-    assert finish_workers(stopping, stopped=True) == [{"by": "SIGTERM", "steps": 5}] * 2
+    # rank 0 in step 4; both stop after step 5, the first boundary past every vote. Resumed, the job ends bitwise
+    # where the plain two-rank job ends.
+    workdir, finish = plain_jobs
+    assert finish("stopped") == [{"by": "SIGTERM", "steps": 5}] * 2
     assert json.load(open(workdir / "stopped" / "ddp" / "training_stats.json"))["status"] == "interrupted"
-    resumed = run_workers(workdir, workdir / "stopped", 2, 16, 1, keys={"resume": "auto"})
-    reference = finish_workers(straight)
-    assert_states_equal(resumed[0], reference[0], label="resumed rank 0")
-    assert_states_equal(resumed[1], reference[0], label="resumed rank 1")
+    resumed = run_workers(workdir, workdir / "stopped", 2, 16, 2, keys={"resume": "auto"})
+    assert_states_equal(resumed[0], finish("two")[0], label="resumed rank 0")
+    assert_states_equal(resumed[1], finish("two")[0], label="resumed rank 1")
 
 
 def test_two_ranks_fine_tune_a_frozen_backbone_like_one_process(workdir):
