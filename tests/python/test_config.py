@@ -130,7 +130,9 @@ def test_config_files_not_utf8_and_json_duplicates(tmp_path):
 
 
 def test_training_input_errors(tmp_path):
-    run = {"run_dir": str(tmp_path), "progress": False, "epochs": 1, "data": "synthetic_fashion"}
+    # Small generated data: each error comes from the config, the model or the data's kind, not from its size.
+    run = {"run_dir": str(tmp_path), "progress": False, "epochs": 1, "data": "synthetic_fashion",
+           "data_kwargs": {"train_size": 64, "val_size": 16}}
     with pytest.raises(gpucore.ConfigError, match=r"'fashion_mnist' is not a built-in model.*Did you mean 'fashion_mnist_cnn'"):
         gpucore.train(dict(run, model="fashion_mnist"))
     with pytest.raises(gpucore.ConfigError, match="cannot import module 'no_such_pkg.models'"):
@@ -138,19 +140,18 @@ def test_training_input_errors(tmp_path):
     with pytest.raises(gpucore.ConfigError, match="model_kwargs' does not fit"):
         gpucore.train(dict(run, model_kwargs={"colours": 3}))
     with pytest.raises(gpucore.ConfigError, match="neither a built-in data set"):
-        gpucore.train(dict(run, data=str(tmp_path / "nothing_here")))
+        gpucore.train(dict(run, data=str(tmp_path / "nothing_here"), data_kwargs={}))
     with pytest.raises(gpucore.ConfigError, match=r"model's output has shape \[8, 10\]"):
-        gpucore.train(dict(run, data_kwargs={"train_size": 64, "val_size": 16}, batch_size=8, heads=3,
-                           loss="multilabel_soft_margin"))
+        gpucore.train(dict(run, batch_size=8, heads=3, loss="multilabel_soft_margin"))
     with pytest.raises(gpucore.ConfigError, match="'monitor': 'val_f1' is never reported with loss 'cross_entropy'; "
                                                   "reported: train_loss, train_accuracy, train_top5_accuracy, val_loss"):
-        gpucore.train(dict(run, data_kwargs={"train_size": 64, "val_size": 16}, monitor="val_f1"))
+        gpucore.train(dict(run, monitor="val_f1"))
     assert not os.path.exists(tmp_path / "fashion_mnist_cnn" / "metrics.jsonl")  # refused before training
     with pytest.raises(gpucore.ConfigError, match="'monitor': 'val_loss' is never reported with loss 'cross_entropy' "
                                                   "and no validation data"):
         gpucore.train(dict(run, data_kwargs={"train_size": 64, "val_size": 0}, val_fraction=0, monitor="val_loss"))
     with pytest.raises(gpucore.ConfigError, match="'heads' \\(4\\) is used by loss multilabel_soft_margin only"):
-        gpucore.train(dict(run, data_kwargs={"train_size": 64, "val_size": 16}, heads=4))
+        gpucore.train(dict(run, heads=4))
     for size in ({"train_size": 0}, {"train_size": -3}, {"val_size": -1}):
         with pytest.raises(gpucore.ConfigError, match="data_kwargs': (train|val)_size of data set 'synthetic_fashion' "
                                                       "must be an integer >= [01]"):
@@ -163,7 +164,7 @@ def test_training_input_errors(tmp_path):
     blocker.write_text("")
     with pytest.raises(gpucore.ConfigError,
                        match="'run_dir': cannot create .*a_file/fashion_mnist_cnn' \\(Not a directory\\)"):
-        gpucore.train(dict(run, run_dir=str(blocker), data_kwargs={"train_size": 64, "val_size": 16}))
+        gpucore.train(dict(run, run_dir=str(blocker)))
     with pytest.raises(gpucore.ConfigError, match="cuda_graphs.*valid.*auto"):
         gpucore.train(dict(run, cuda_graphs="sometimes"))
     with pytest.raises(gpucore.ConfigError, match="does not exist"):
