@@ -85,7 +85,9 @@ class StepBoundaries:
     optimizer steps taken in this fit (`steps`, the same on every rank), a rank that takes a signal votes at once
     (the next boundary, steps + 1), and a rank raises at boundary b only when every rank's vote is below b. A vote
     for b is written before its rank ends boundary b, so every rank past the next step's all-reduce sees it: all
-    ranks decide alike, costing one step more than one process would and nothing before a signal."""
+    ranks decide alike, costing one step more than one process would and nothing before a signal. Where not every
+    step's boundary passes here (no forward pre-hook: a compiled model), `steps` may be behind when the signal comes,
+    so the rank votes at the next boundary it passes instead."""
 
     running: Optional["StepBoundaries"] = None  # those installed in this process now: what a peer wait consults
 
@@ -95,6 +97,7 @@ class StepBoundaries:
         self.pending_since = 0.0  # when it arrived (time.monotonic())
         self.peers = peers  # distributed.StopVotes with several processes, else None
         self.steps = 0  # the last step boundary passed: optimizer steps taken in this fit
+        self.every_step = True  # whether each step's boundary is passed here (not so without the forward pre-hook)
         self.voted_at: Optional[int] = None  # the boundary this rank voted to stop after
         self.boundaries_since_vote = 0  # distinct deciding boundaries passed since the vote
 
@@ -123,9 +126,12 @@ class StepBoundaries:
             raise interrupt_for(signum)
         if self.pending is None:
             self.pending, self.pending_since = signum, time.monotonic()
-            if self.peers is not None:
-                self.voted_at = self.steps + 1
-                self.peers.vote(self.voted_at)
+            if self.peers is not None and self.every_step:  # else `steps` may be behind: the next boundary votes
+                self._vote(self.steps + 1)
+
+    def _vote(self, boundary: int) -> None:
+        self.voted_at = boundary
+        self.peers.vote(boundary)
 
     def raise_pending(self, steps: Optional[int] = None, decide: bool = True) -> None:
         """At a step boundary, after `steps` optimizer steps of this fit (None: the last one named): raises the signal
@@ -138,6 +144,8 @@ class StepBoundaries:
         if self.pending is None:
             return
         if self.peers is not None:
+            if self.voted_at is None:
+                self._vote(self.steps)
             if not decide or not self._peers_stop():
                 return
         raise interrupt_for(self.pending)
@@ -178,10 +186,12 @@ class StepBoundaries:
             calls += 1
 
         hook = module.register_forward_pre_hook(at_step_start) if module is not None else None
+        every_step, self.every_step = self.every_step, hook is not None
         try:
             with self.held():
                 yield
         finally:
+            self.every_step = every_step
             if hook is not None:
                 hook.remove()
 

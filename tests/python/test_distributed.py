@@ -505,6 +505,16 @@ def test_ranks_vote_on_the_step_boundary_a_stop_signal_stops_them_at(monkeypatch
     assert stops(second, LONE_STOP_BOUNDARIES + 1)
     assert not stops(first, LONE_STOP_BOUNDARIES + 1)  # no signal came to it: it trains on (its next all-reduce fails)
 
+    first, second = ranks(fit=3)  # no forward pre-hook (a compiled model): boundaries at the logs only
+    for rank in (first, second):
+        rank.every_step = False
+        assert not stops(rank, 10)
+    second.on_signal(signal.SIGTERM, None)  # in step 14, say: `steps` (10) is behind, so no vote for boundary 11
+    assert second.voted_at is None and not stops(first, 20) and not stops(second, 20)  # its vote: boundary 20
+    first.on_signal(signal.SIGTERM, None)
+    assert not stops(first, 30, decide=False) and not stops(second, 30)  # first's vote: boundary 30
+    assert stops(first, 40) and stops(second, 40)
+
     host = torch.distributed.TCPStore("127.0.0.1", 0, 2, is_master=True, wait_for_workers=False)
     client = torch.distributed.TCPStore("127.0.0.1", host.port, 2, is_master=False,
                                         timeout=datetime.timedelta(seconds=1))
