@@ -13,8 +13,9 @@ PY="${GPUCORE_VENV:-$ROOT/.venv}/bin/python"
 # The tests marked kernel_build (pyproject.toml says which: their values depend on torch's CPU kernel build) once
 # more on torch's baseline CPU kernels (what a CPU without AVX2 runs): gpucore rounds as torch and torchvision do on
 # either build. Only the files that hold such tests are collected (seconds; the whole suite's collection takes a
-# minute): tests/python/test_layout.py checks that this list names every one.
-ATEN_CPU_CAPABILITY=default "$PY" -m pytest -q -m kernel_build tests/python/test_transforms_api.py \
+# minute): tests/python/test_layout.py checks that this list names every one. All in this process: most of these files
+# are ones the full run hands to its second pytest process, which here would leave this one waiting for it.
+GPUCORE_TESTS_BACKGROUND= ATEN_CPU_CAPABILITY=default "$PY" -m pytest -q -m kernel_build tests/python/test_transforms_api.py \
   tests/python/test_transforms_geometric.py tests/python/test_transforms_color.py \
   tests/python/test_transforms_color_policies.py tests/python/test_cpu_kernel_paths.py \
   tests/python/test_mixed_size_photos.py tests/python/test_streaming.py tests/python/test_photos.py \

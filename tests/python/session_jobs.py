@@ -134,10 +134,10 @@ BACKGROUND_FILES = (
     "test_batch_cursor_op.py", "test_callbacks.py", "test_class_folders.py", "test_class_imbalance.py",
     "test_conv_pool_norm.py", "test_crop_flip_augment.py", "test_cslr_models.py", "test_data_plan.py",
     "test_datasets.py", "test_ema.py", "test_evaluate_data.py", "test_finetune.py", "test_frozen_layers.py",
-    "test_loggers.py", "test_mask_values.py", "test_metric_definitions.py", "test_mixed_size_photos.py",
-    "test_mixup.py", "test_pool_norm.py", "test_python_runs.py", "test_redact.py", "test_segmentation_models.py",
-    "test_segmentation_runs.py", "test_sign_layouts.py", "test_sign_report.py", "test_sign_runs.py",
-    "test_torch_datasets.py", "test_transforms_api.py", "test_transforms_color.py", "test_transforms_color_policies.py",
+    "test_mask_values.py", "test_metric_definitions.py", "test_mixed_size_photos.py", "test_pool_norm.py",
+    "test_python_runs.py", "test_redact.py", "test_segmentation_models.py", "test_segmentation_runs.py",
+    "test_sign_layouts.py", "test_sign_report.py", "test_sign_runs.py", "test_torch_datasets.py",
+    "test_transforms_api.py", "test_transforms_color.py", "test_transforms_color_policies.py",
     "test_transforms_geometric.py", "test_tta.py", "test_video_data.py",
 )
 _BACKGROUND = {}  # "items": this session's tests that the second process runs; "job": the job that runs them
