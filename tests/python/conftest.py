@@ -18,6 +18,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch import nn
 
+import forked_python  # noqa: E402
 from gpucore import _C
 from gpucore.data.png import encode_png
 from gpucore.device import select as gdevice
@@ -332,10 +333,8 @@ def bench_all_quick(folder):
     """`python -m bench all --quick --json FILE` (seconds of every benchmark; about 50 s on one core): (its JSON
     report, its stdout). test_examples checks the runner and every bench's result; test_scale_bench reads scale's
     result and printed table as its quick form (the same options), instead of training them again."""
-    import subprocess
-
     require("PIL")
-    done = subprocess.run([sys.executable, "-m", "bench", "all", "--quick", "--json", str(folder / "all.json")],
+    done = forked_python.run([sys.executable, "-m", "bench", "all", "--quick", "--json", str(folder / "all.json")],
                           cwd=str(pathlib.Path(__file__).resolve().parents[2]), capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -345,10 +344,8 @@ def bench_all_quick(folder):
 def kill_trials(*args):
     """tests/trials/kill_runs.py ARGS in a process of its own, for a prestarted job: (its exit status, what it
     printed)."""
-    import subprocess
-
     script = pathlib.Path(__file__).resolve().parents[1] / "trials" / "kill_runs.py"
-    done = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=900)
+    done = forked_python.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=900)
     return done.returncode, done.stdout + done.stderr[-3000:]
 
 
@@ -379,11 +376,10 @@ def run_copy(run, folder):
 
 
 def gpucore_process(*args, cwd=None):
-    """`python -m gpucore ARGS` in a process of its own (from `cwd`), for a test of what the process itself does: its
-    subprocess.CompletedProcess (text stdout and stderr). Tests import it with `from conftest import gpucore_process`."""
-    import subprocess
-
-    return subprocess.run([sys.executable, "-m", "gpucore", *map(str, args)], capture_output=True, text=True,
+    """`python -m gpucore ARGS` in a process of its own (from `cwd`; forked_python's), for a test of what the process
+    itself does: its subprocess.CompletedProcess (text stdout and stderr). Tests import it with `from conftest import
+    gpucore_process`."""
+    return forked_python.run([sys.executable, "-m", "gpucore", *map(str, args)], capture_output=True, text=True,
                           timeout=600, cwd=cwd)
 
 

@@ -10,6 +10,7 @@ import torch
 
 import gpucore
 from gpucore.training import distributed
+import forked_python
 from conftest import assert_states_equal
 
 pytestmark = pytest.mark.slow  # spawns processes
@@ -153,10 +154,11 @@ def environment(workdir, rank, world, port, launched=None):
 
 
 def start_workers(workdir, out, world, batch, accumulate, launched=None, device="cpu", keys=None, script="worker.py",
-                  env=None):
-    """The `world` processes of one job, started: finish_workers waits for them."""
+                  env=None, popen=forked_python.Popen):
+    """The `world` processes of one job, started (forked_python's, unless `popen` says otherwise): finish_workers
+    waits for them."""
     port = distributed.free_port()
-    processes = [subprocess.Popen([sys.executable, str(workdir / script), str(out), str(batch), str(accumulate),
+    processes = [popen([sys.executable, str(workdir / script), str(out), str(batch), str(accumulate),
                                    device, json.dumps(keys or {})],
                                   env=dict(environment(workdir, rank, world, port, launched), **(env or {})),
                                   stderr=subprocess.PIPE, text=True)
@@ -194,7 +196,10 @@ def plain_jobs(tmp_path_factory):
     global batch ("one"), and the two-rank job again with SIGTERM to each rank a step apart ("stopped"). finish(name)
     waits for one: its weights, or for "stopped" what each rank's stop left."""
     workdir = write_workers(tmp_path_factory.mktemp("plain_jobs"))
-    started = {"two": start_workers(workdir, workdir / "two", 2, 16, 2, script="recording_worker.py"),
+    # "two" as a launcher starts ranks (subprocess's processes): each draws its own string hash seed, which forked
+    # processes share, so an order that differs between ranks (a set of names) shows here.
+    started = {"two": start_workers(workdir, workdir / "two", 2, 16, 2, script="recording_worker.py",
+                                    popen=subprocess.Popen),
                "one": start_workers(workdir, workdir / "one", 1, 32, 2, script="recording_worker.py"),
                # rank 1 in its 5th forward (step 3, micro-batches of 16, 2 per step), rank 0 in its 7th (step 4)
                "stopped": start_workers(workdir, workdir / "stopped", 2, 16, 2, env={"SIGTERM_AT_FORWARD": "7,5"})}

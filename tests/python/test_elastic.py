@@ -16,6 +16,7 @@ import torch
 
 import gpucore
 from gpucore.training import distributed
+import forked_python
 from conftest import assert_states_equal, run_together
 
 pytestmark = pytest.mark.slow  # spawns processes
@@ -92,12 +93,12 @@ def _clean_environment(**variables):
 def _torchrun(out, script, kill):
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--max-restarts=1",
                f"--master-port={distributed.free_port()}", str(script), str(out), kill]
-    return subprocess.run(command, env=_clean_environment(), cwd=script.parent, capture_output=True, text=True,
+    return forked_python.run(command, env=_clean_environment(), cwd=script.parent, capture_output=True, text=True,
                           timeout=240)
 
 
 def _start_two(script, out, variables_of_rank, kill="none"):
-    return [subprocess.Popen([sys.executable, str(script), str(out), kill],
+    return [forked_python.Popen([sys.executable, str(script), str(out), kill],
                              env=_clean_environment(**variables_of_rank(rank)), cwd=script.parent,
                              stderr=subprocess.PIPE, text=True)
             for rank in range(2)]

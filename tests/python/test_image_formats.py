@@ -16,6 +16,7 @@ import torch
 import gpucore
 from gpucore import data
 from gpucore.data import pillow_formats
+import forked_python
 from conftest import require
 from test_decoding import first_batch, photo
 
@@ -254,7 +255,6 @@ def test_a_streamed_loader_dropped_while_its_readers_decode_through_pillow_does_
     # Dropping the loader joins its reader threads with the GIL held by Python; a reader inside Pillow needs the GIL
     # to finish, so the join must let it go. Photos large enough that the readers are still decoding the batches
     # they prefetch when the loader is dropped; a hang is the failure: a child process with a timeout tells.
-    import subprocess
 
     whole = Image.fromarray(photo("astronaut", top=0, left=0, height=512, width=512))
     for i in range(24):
@@ -270,5 +270,5 @@ for _ in range(2):
     gc.collect()
 print("dropped")
 """
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    done = forked_python.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "dropped", done.stderr[-2000:]

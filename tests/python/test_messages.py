@@ -2,7 +2,6 @@
 line naming the bad thing and what is valid, never a traceback; no silently wrong results."""
 import os
 import pathlib
-import subprocess
 import sys
 
 import numpy as np
@@ -12,6 +11,7 @@ import torch
 import gpucore
 from gpucore.data.synthetic import synthetic_fashion
 from gpucore.data.png import encode_png
+import forked_python
 from conftest import gpucore_command, run_copy
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -143,10 +143,10 @@ def test_csv_errors_name_the_file_and_line(tmp_path):
 
 def test_run_training_example_help_has_no_traceback():
     script = ROOT / "examples" / "classifier_gradcam" / "scripts" / "run_training.py"
-    result = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=300,
+    result = forked_python.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=300,
                             env=_env())
     assert result.returncode == 0 and "KEY=VALUE" in result.stdout and "Traceback" not in result.stderr
-    result = subprocess.run([sys.executable, str(script), "epochs"], capture_output=True, text=True, timeout=300,
+    result = forked_python.run([sys.executable, str(script), "epochs"], capture_output=True, text=True, timeout=300,
                             env=_env())
     assert result.returncode == 2 and "got 'epochs'" in result.stderr and "Traceback" not in result.stderr
 
@@ -161,7 +161,7 @@ def test_the_console_script_imports_a_model_from_the_current_folder(tmp_path):
     args = ["train", "--set", "model=mymodule:factory", "--set", "data=synthetic_fashion", "--set", "epochs=1",
             "--set", "device=cpu", "--set", "progress=false", "--set", f"run_dir={tmp_path / 'run'}",
             "--set", 'data_kwargs={"train_size": 64, "val_size": 16}', "--set", "report=false"]
-    result = subprocess.run([sys.executable, str(bin_dir / "gpucore"), *args], capture_output=True, text=True,
+    result = forked_python.run([sys.executable, str(bin_dir / "gpucore"), *args], capture_output=True, text=True,
                             timeout=600, cwd=tmp_path, env=_env())
     assert result.returncode == 0, result.stderr
     assert '"status": "completed"' in result.stdout

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import gpucore
+import forked_python
 from conftest import assert_states_equal, gpucore_command
 
 STEPS_PER_EPOCH, BATCH = 100, 16  # Ctrl-C after the first step checkpoint (step 10) lands mid-run: 190 steps left
@@ -49,7 +50,7 @@ def mlp():
 
 
 def gpucore_cli(cwd, *args):
-    return subprocess.Popen([sys.executable, "-m", "gpucore", *args], cwd=cwd, stdout=subprocess.PIPE,
+    return forked_python.Popen([sys.executable, "-m", "gpucore", *args], cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=ENV)
 
 

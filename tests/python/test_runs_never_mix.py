@@ -18,6 +18,7 @@ import torch
 
 import gpucore
 from gpucore.models import registry, torchvision_build
+import forked_python
 from conftest import settled
 from test_streaming import image_folder
 
@@ -33,7 +34,7 @@ def cli_sets(values):
 
 
 def gpucore_cli(cwd, values):
-    return subprocess.Popen([sys.executable, "-m", "gpucore", "train", *cli_sets(values)], cwd=cwd,
+    return forked_python.Popen([sys.executable, "-m", "gpucore", "train", *cli_sets(values)], cwd=cwd,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
 
 
@@ -233,7 +234,7 @@ def test_ctrl_c_in_a_script_looping_over_runs_stops_the_script_with_the_run_save
             gpucore.train(config, model=CtrlCAt(at=3 if lr == 0.01 else None))
             print("done", lr, flush=True)
     """))
-    sweep = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, env=ENV,
+    sweep = forked_python.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, env=ENV,
                            timeout=300)
     assert sweep.returncode == -signal.SIGINT, sweep.stderr[-2000:]  # as Python ends on Ctrl-C: a shell loop stops
     assert sweep.stdout.split("\n")[:-1] == ["done 0.1"]  # the third run never started

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import gpucore
+import forked_python
 from conftest import assert_states_equal, rows_without_times, run_together, train_interrupted
 from gpucore import signals
 
@@ -54,7 +55,7 @@ def process_environment(run_dir, **variables):
 def gpucore_train(run_dir, name, *extra, env=None):
     command = [sys.executable, "-m", "gpucore", "train", *ARGS, "--set", f"run_dir={run_dir}", "--set", f"name={name}",
                *extra]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    return forked_python.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=process_environment(run_dir, **(env or {})))
 
 
@@ -412,7 +413,7 @@ def signal_to_the_launcher(tmp_path, signum):
     assert recorded["status"] == "interrupted" and recorded["stopped_by"] == name
     assert (tmp_path / "stopped" / "checkpoints" / "interrupted.pt").is_file()
     if signum == signal.SIGTERM:  # resumed as the hint says, two processes again
-        resumed = subprocess.Popen([sys.executable, "-m", "gpucore", "train", "--resume", str(tmp_path / "stopped")],
+        resumed = forked_python.Popen([sys.executable, "-m", "gpucore", "train", "--resume", str(tmp_path / "stopped")],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                    env=process_environment(tmp_path))
         _, resumed_stderr = resumed.communicate(timeout=600)

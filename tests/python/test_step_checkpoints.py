@@ -22,6 +22,7 @@ from gpucore import _C, checkpoint
 from gpucore.errors import TrainingError
 from gpucore.training import distributed
 
+import forked_python
 from conftest import assert_states_equal, kill_trials, run_together
 
 SAMPLES, BATCH = 256, 8
@@ -243,7 +244,7 @@ def _environment(**variables):
 
 def _attempt(script, out, name, processes, stop_step):
     port = distributed.free_port()
-    started = [subprocess.Popen([sys.executable, str(script), str(out), name, str(stop_step)], text=True,
+    started = [forked_python.Popen([sys.executable, str(script), str(out), name, str(stop_step)], text=True,
                                 stderr=subprocess.PIPE,
                                 env=_environment(**({} if processes == 1 else dict(
                                     MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
@@ -359,14 +360,14 @@ def _kill_mid_write_worker(tmp_path):
 def test_killed_while_writing_a_step_checkpoint_the_previous_one_resumes_bitwise(tmp_path, uninterrupted):
     script = _kill_mid_write_worker(tmp_path)
     out = tmp_path / "out"
-    killed = subprocess.run([sys.executable, str(script), str(out), "kill"], env=_environment(), capture_output=True,
+    killed = forked_python.run([sys.executable, str(script), str(out), "kill"], env=_environment(), capture_output=True,
                             text=True, timeout=240)
     assert killed.returncode == -9, killed.stderr[-3000:]
     checkpoints = out / "run" / "checkpoints"
     left = sorted(os.listdir(checkpoints))
     assert left[0] == "step.pt" and len(left) == 2 and left[1].startswith("step.pt.tmp-")  # the torn one: hidden
     assert torch.load(checkpoints / "step.pt", weights_only=True)["samples_consumed"] == 2 * 5 * BATCH
-    finished = subprocess.run([sys.executable, str(script), str(out), "go"], env=_environment(), capture_output=True,
+    finished = forked_python.run([sys.executable, str(script), str(out), "go"], env=_environment(), capture_output=True,
                               text=True, timeout=240)
     assert finished.returncode == 0, finished.stderr[-3000:]
     weights = torch.load(out / "weights.pt", weights_only=True)

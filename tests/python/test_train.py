@@ -13,6 +13,7 @@ from torch import nn
 
 import gpucore
 from gpucore.config import load_config
+import forked_python
 from conftest import SMALL, assert_states_equal, mlp, plain, tensors
 
 
@@ -189,7 +190,6 @@ def _small_pooling_net(hidden):
 def _compiled_history(config, hidden, capability=None):
     """gpucore.train(config, model=_small_pooling_net(hidden)) with compile: true in a process of its own (under
     ATEN_CPU_CAPABILITY=`capability` if given): the run's history."""
-    import subprocess
     import sys
 
     script = ("import json, sys; import gpucore; from test_train import _small_pooling_net; "
@@ -199,7 +199,7 @@ def _compiled_history(config, hidden, capability=None):
     if capability is not None:
         env["ATEN_CPU_CAPABILITY"] = capability
     width = capability or "widest"
-    done = subprocess.run([sys.executable, "-c", script, json.dumps(dict(config, name=f"compiled-{width}")),
+    done = forked_python.run([sys.executable, "-c", script, json.dumps(dict(config, name=f"compiled-{width}")),
                            str(hidden)], capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, f"under {width}: {done.stderr[-2000:]}"
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -25,6 +25,9 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import forked_python  # noqa: E402  (the runs start forked from a process that imported torch: seconds each)
+
 EPOCHS = 3
 CONFIG = {"epochs": EPOCHS, "device": "cpu", "progress": False, "resume": "auto", "name": "killed",
           "save_every_n_epochs": 1, "keep_last_k": 2, "batch_size": 64,
@@ -37,8 +40,8 @@ def run_once(run_dir: str, kill_after: float | None, config: dict = CONFIG) -> i
     with open(config_path, "w") as handle:
         json.dump(dict(config, run_dir=run_dir), handle)
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    process = subprocess.Popen([sys.executable, "-m", "gpucore", "train", config_path], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, env=env)
+    process = forked_python.Popen([sys.executable, "-m", "gpucore", "train", config_path], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, env=env)
     if kill_after is None:
         _, err = process.communicate(timeout=600)
         if process.returncode != 0:
