@@ -29,16 +29,24 @@ sys.exit(int(os.environ.get("EXIT_WITH", "0")))
 """
 
 
-def both(args, **kwargs):
-    """`args` started by subprocess and by forked_python, in turn: (what each printed, its stderr, its status) and
-    whether forked_python forked it (its parent is the server, not this process)."""
+def started(args, **kwargs):
+    """`args` started by subprocess and by forked_python, both at once (they mostly wait on torch's import)."""
+    return [popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+            for popen in (subprocess.Popen, forked_python.Popen)]
+
+
+def finished(processes):
+    """For each of started()'s processes: what it printed, its stderr and its exit status."""
     seen = []
-    for popen in (subprocess.Popen, forked_python.Popen):
-        with popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                   **kwargs) as process:
+    for process in processes:
+        with process:
             out, err = process.communicate("what came on stdin", timeout=120)
         seen.append((out, err, process.returncode))
     return seen
+
+
+def both(args, **kwargs):
+    return finished(started(args, **kwargs))
 
 
 @pytest.fixture(scope="module")
@@ -58,9 +66,10 @@ def test_a_script_module_and_code_see_what_a_fresh_process_sees(folder):
     commands = {"script": [sys.executable, "scripts/probe.py", "an", "argument"],
                 "module": [sys.executable, "-m", "package.probe", "--flag"],
                 "code": [sys.executable, "-c", PROBE, "x"]}
-    for kind, args in commands.items():
-        (fresh_out, fresh_err, fresh_status), (forked_out, forked_err, forked_status) = both(
-            args, cwd=folder, env=env, start_new_session=kind == "script")
+    running = {kind: started(args, cwd=folder, env=env, start_new_session=kind == "script")
+               for kind, args in commands.items()}
+    for kind, processes in running.items():
+        (fresh_out, fresh_err, fresh_status), (forked_out, forked_err, forked_status) = finished(processes)
         assert fresh_status == forked_status == 3, (kind, fresh_err, forked_err)
         assert json.loads(forked_out) == json.loads(fresh_out), kind  # argv, sys.path, __main__, folder, threads ...
         fresh, forked = json.loads(fresh_err), json.loads(forked_err)
