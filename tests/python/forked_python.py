@@ -16,7 +16,8 @@ OMP_WAIT_POLICY, LD_PRELOAD, GLIBC_TUNABLES, PYTHON* settings, the locale ...), 
 _Server.MAX_SERVERS. A command beyond those, one that is not `sys.executable` with a script, -m or -c, and every
 command where fork is not available start as plain processes (subprocess's own start). Python's string hash seed
 is the server's in every forked process, where fresh processes draw their own: a test whose processes must differ
-there (a data-parallel job's ranks in a real launch) starts them with subprocess.
+there (a data-parallel job's ranks in a real launch) starts them with subprocess. `ps` (/proc/PID/cmdline,
+sys.orig_argv) shows a forked process under the server's command line.
 
 A test of what a process does at its start (imports, version checks, malloc settings) uses subprocess itself.
 """
