@@ -95,12 +95,10 @@ def serve(control_fd, listen_fd):
                     connection.close()
                 continue
             connection, _ = listener.accept()
-            header, fds, _, _ = socket.recv_fds(connection, 8, 3)
-            (size,) = struct.unpack("!q", header)
-            body = bytearray()
-            while len(body) < size:
-                body += connection.recv(size - len(body))
-            command = json.loads(body)
+            command, fds = _request(connection)
+            if command is None:
+                connection.close()
+                continue
             pid = os.fork()
             if pid == 0:  # the forked process: nothing of the server's stays open
                 selector.close()
@@ -121,6 +119,24 @@ def serve(control_fd, listen_fd):
                 connection.sendall(_STATUS.pack(pid))
             except OSError:
                 pass
+
+
+def _request(connection):
+    """The command a client sent and the stdio file descriptors that came with it; (None, []) where the client went
+    away before it had sent it all (its Popen interrupted): the server goes on serving the others."""
+    header, fds, _, _ = socket.recv_fds(connection, 8, 3)
+    size = struct.unpack("!q", header)[0] if len(header) == 8 else -1
+    body = bytearray()
+    while 0 <= len(body) < size:
+        part = connection.recv(size - len(body))
+        if not part:
+            break
+        body += part
+    if len(body) != size:
+        for fd in fds:
+            os.close(fd)
+        return None, []
+    return json.loads(body), fds
 
 
 def _set_up(command, fds, default_threads, base_path):

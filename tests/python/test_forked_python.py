@@ -131,3 +131,19 @@ def test_what_cannot_be_forked_starts_as_a_plain_process(folder):
     missing = forked_python.run([sys.executable, str(folder / "no_such_script.py")], capture_output=True, text=True,
                                 timeout=120)
     assert missing.returncode == 2 and "can't open file" in missing.stderr
+
+
+def test_a_client_that_leaves_mid_request_leaves_the_server_serving():
+    # A Popen interrupted while it sent its command (Ctrl-C in a test) must not stop the server for the others.
+    import socket
+    import struct
+
+    server = forked_python._Server.get(dict(os.environ))
+    for sent in (b"", b"abc", struct.pack("!q", 100) + b"{"):
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.connect(server.address)
+        client.sendall(sent)
+        client.close()
+    done = forked_python.run([sys.executable, "-c", "import os; print(os.getppid())"], capture_output=True, text=True,
+                             timeout=60)
+    assert done.returncode == 0 and int(done.stdout) == server.process.pid
