@@ -335,8 +335,8 @@ def bench_all_quick(folder):
     result and printed table as its quick form (the same options), instead of training them again."""
     require("PIL")
     done = forked_python.run([sys.executable, "-m", "bench", "all", "--quick", "--json", str(folder / "all.json")],
-                          cwd=str(pathlib.Path(__file__).resolve().parents[2]), capture_output=True, text=True,
-                          timeout=600)
+                             cwd=str(pathlib.Path(__file__).resolve().parents[2]), capture_output=True, text=True,
+                             timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads((folder / "all.json").read_text()), done.stdout
 
@@ -380,7 +380,7 @@ def gpucore_process(*args, cwd=None):
     itself does: its subprocess.CompletedProcess (text stdout and stderr). Tests import it with `from conftest import
     gpucore_process`."""
     return forked_python.run([sys.executable, "-m", "gpucore", *map(str, args)], capture_output=True, text=True,
-                          timeout=600, cwd=cwd)
+                             timeout=600, cwd=cwd)
 
 
 def gpucore_command(capsys, *args):

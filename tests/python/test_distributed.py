@@ -159,9 +159,9 @@ def start_workers(workdir, out, world, batch, accumulate, launched=None, device=
     waits for them."""
     port = distributed.free_port()
     processes = [popen([sys.executable, str(workdir / script), str(out), str(batch), str(accumulate),
-                                   device, json.dumps(keys or {})],
-                                  env=dict(environment(workdir, rank, world, port, launched), **(env or {})),
-                                  stderr=subprocess.PIPE, text=True)
+                        device, json.dumps(keys or {})],
+                       env=dict(environment(workdir, rank, world, port, launched), **(env or {})),
+                       stderr=subprocess.PIPE, text=True)
                  for rank in range(world)]
     return out, processes
 

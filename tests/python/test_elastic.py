@@ -94,13 +94,13 @@ def _torchrun(out, script, kill):
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--max-restarts=1",
                f"--master-port={distributed.free_port()}", str(script), str(out), kill]
     return forked_python.run(command, env=_clean_environment(), cwd=script.parent, capture_output=True, text=True,
-                          timeout=240)
+                             timeout=240)
 
 
 def _start_two(script, out, variables_of_rank, kill="none"):
     return [forked_python.Popen([sys.executable, str(script), str(out), kill],
-                             env=_clean_environment(**variables_of_rank(rank)), cwd=script.parent,
-                             stderr=subprocess.PIPE, text=True)
+                                env=_clean_environment(**variables_of_rank(rank)), cwd=script.parent,
+                                stderr=subprocess.PIPE, text=True)
             for rank in range(2)]
 
 

@@ -144,10 +144,10 @@ def test_csv_errors_name_the_file_and_line(tmp_path):
 def test_run_training_example_help_has_no_traceback():
     script = ROOT / "examples" / "classifier_gradcam" / "scripts" / "run_training.py"
     result = forked_python.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=300,
-                            env=_env())
+                               env=_env())
     assert result.returncode == 0 and "KEY=VALUE" in result.stdout and "Traceback" not in result.stderr
     result = forked_python.run([sys.executable, str(script), "epochs"], capture_output=True, text=True, timeout=300,
-                            env=_env())
+                               env=_env())
     assert result.returncode == 2 and "got 'epochs'" in result.stderr and "Traceback" not in result.stderr
 
 
@@ -162,6 +162,6 @@ def test_the_console_script_imports_a_model_from_the_current_folder(tmp_path):
             "--set", "device=cpu", "--set", "progress=false", "--set", f"run_dir={tmp_path / 'run'}",
             "--set", 'data_kwargs={"train_size": 64, "val_size": 16}', "--set", "report=false"]
     result = forked_python.run([sys.executable, str(bin_dir / "gpucore"), *args], capture_output=True, text=True,
-                            timeout=600, cwd=tmp_path, env=_env())
+                               timeout=600, cwd=tmp_path, env=_env())
     assert result.returncode == 0, result.stderr
     assert '"status": "completed"' in result.stdout

@@ -51,7 +51,7 @@ def mlp():
 
 def gpucore_cli(cwd, *args):
     return forked_python.Popen([sys.executable, "-m", "gpucore", *args], cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=ENV)
+                               stderr=subprocess.PIPE, text=True, env=ENV)
 
 
 def sets(name, **extra):

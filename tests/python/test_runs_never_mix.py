@@ -35,7 +35,7 @@ def cli_sets(values):
 
 def gpucore_cli(cwd, values):
     return forked_python.Popen([sys.executable, "-m", "gpucore", "train", *cli_sets(values)], cwd=cwd,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
 
 
 def epoch_rows(run_dir):
@@ -235,7 +235,7 @@ def test_ctrl_c_in_a_script_looping_over_runs_stops_the_script_with_the_run_save
             print("done", lr, flush=True)
     """))
     sweep = forked_python.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, env=ENV,
-                           timeout=300)
+                              timeout=300)
     assert sweep.returncode == -signal.SIGINT, sweep.stderr[-2000:]  # as Python ends on Ctrl-C: a shell loop stops
     assert sweep.stdout.split("\n")[:-1] == ["done 0.1"]  # the third run never started
     stopped = f"KeyboardInterrupt: SIGINT stopped the run in '{tmp_path / 'lr0.01'}' after 3 optimizer steps"

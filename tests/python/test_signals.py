@@ -56,7 +56,7 @@ def gpucore_train(run_dir, name, *extra, env=None):
     command = [sys.executable, "-m", "gpucore", "train", *ARGS, "--set", f"run_dir={run_dir}", "--set", f"name={name}",
                *extra]
     return forked_python.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=process_environment(run_dir, **(env or {})))
+                               env=process_environment(run_dir, **(env or {})))
 
 
 def assert_resume_hint(stderr, signal_name, run_dir):
@@ -414,8 +414,8 @@ def signal_to_the_launcher(tmp_path, signum):
     assert (tmp_path / "stopped" / "checkpoints" / "interrupted.pt").is_file()
     if signum == signal.SIGTERM:  # resumed as the hint says, two processes again
         resumed = forked_python.Popen([sys.executable, "-m", "gpucore", "train", "--resume", str(tmp_path / "stopped")],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   env=process_environment(tmp_path))
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      env=process_environment(tmp_path))
         _, resumed_stderr = resumed.communicate(timeout=600)
         assert resumed.returncode == 0, resumed_stderr[-2000:]
         assert "per process x 2 processes" in resumed_stderr

@@ -245,10 +245,10 @@ def _environment(**variables):
 def _attempt(script, out, name, processes, stop_step):
     port = distributed.free_port()
     started = [forked_python.Popen([sys.executable, str(script), str(out), name, str(stop_step)], text=True,
-                                stderr=subprocess.PIPE,
-                                env=_environment(**({} if processes == 1 else dict(
-                                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                                    LOCAL_RANK=str(rank), WORLD_SIZE=str(processes)))))
+                                   stderr=subprocess.PIPE,
+                                   env=_environment(**({} if processes == 1 else dict(
+                                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                                       LOCAL_RANK=str(rank), WORLD_SIZE=str(processes)))))
                for rank in range(processes)]
     errors = []
     for process in started:
@@ -361,14 +361,14 @@ def test_killed_while_writing_a_step_checkpoint_the_previous_one_resumes_bitwise
     script = _kill_mid_write_worker(tmp_path)
     out = tmp_path / "out"
     killed = forked_python.run([sys.executable, str(script), str(out), "kill"], env=_environment(), capture_output=True,
-                            text=True, timeout=240)
+                               text=True, timeout=240)
     assert killed.returncode == -9, killed.stderr[-3000:]
     checkpoints = out / "run" / "checkpoints"
     left = sorted(os.listdir(checkpoints))
     assert left[0] == "step.pt" and len(left) == 2 and left[1].startswith("step.pt.tmp-")  # the torn one: hidden
     assert torch.load(checkpoints / "step.pt", weights_only=True)["samples_consumed"] == 2 * 5 * BATCH
     finished = forked_python.run([sys.executable, str(script), str(out), "go"], env=_environment(), capture_output=True,
-                              text=True, timeout=240)
+                                 text=True, timeout=240)
     assert finished.returncode == 0, finished.stderr[-3000:]
     weights = torch.load(out / "weights.pt", weights_only=True)
     assert_states_equal(weights, uninterrupted.model)

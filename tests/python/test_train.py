@@ -200,7 +200,7 @@ def _compiled_history(config, hidden, capability=None):
         env["ATEN_CPU_CAPABILITY"] = capability
     width = capability or "widest"
     done = forked_python.run([sys.executable, "-c", script, json.dumps(dict(config, name=f"compiled-{width}")),
-                           str(hidden)], capture_output=True, text=True, timeout=600, env=env)
+                             str(hidden)], capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, f"under {width}: {done.stderr[-2000:]}"
     return json.loads(done.stdout.strip().splitlines()[-1])
 
