@@ -59,9 +59,7 @@ def serve(control_fd, listen_fd):
     import torch  # what the forked processes would each import: the server's reason to be
 
     default_threads = torch.get_num_threads()
-    server_pythonpath = os.environ.get("PYTHONPATH", "")
-    own = {os.path.abspath(entry) for entry in server_pythonpath.split(os.pathsep)} if server_pythonpath else set()
-    base_path = [entry for entry in sys.path[1:] if entry not in own]  # sys.path[0]: the -c's ''
+    base_path = sys.path[1:]  # sys.path[0]: the -c's ''; the server starts without PYTHONPATH (_Server)
     listener = socket.socket(fileno=listen_fd)
     wakeup_read, wakeup_write = os.pipe()
     os.set_blocking(wakeup_write, False)
@@ -141,7 +139,8 @@ def _request(connection):
 
 def _set_up(command, fds, default_threads, base_path):
     """The forked process made what `command` asks of a fresh one: session, stdio, folder, environment, threads,
-    random seeds, sys.argv and sys.path (base_path: the server's without its first entry and PYTHONPATH's)."""
+    random seeds, sys.argv and sys.path (base_path: the server's, started without PYTHONPATH, without its first
+    entry)."""
     import torch
 
     if command["new_session"]:
@@ -208,7 +207,9 @@ class _Server:
     _started = {}  # the LOADED_AT_START part of the environment, as sorted items -> its server
 
     def __init__(self, env):
-        self.env = {key: value for key, value in env.items() if key != "OMP_NUM_THREADS"}
+        # Without what each command applies for itself: a PYTHONPATH naming site-packages would otherwise drop it from
+        # the base path of every later command (test_messages' runs name the installed gpucore's folder).
+        self.env = {key: value for key, value in env.items() if key not in APPLIED}
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(f"\0gpucore-tests-fork-{os.getpid()}-{id(self)}")  # Linux's abstract names: no file
         self.listener.listen(64)

@@ -147,3 +147,21 @@ def test_a_client_that_leaves_mid_request_leaves_the_server_serving():
     done = forked_python.run([sys.executable, "-c", "import os; print(os.getppid())"], capture_output=True, text=True,
                              timeout=60)
     assert done.returncode == 0 and int(done.stdout) == server.process.pid
+
+
+def test_a_servers_first_command_does_not_shape_the_path_of_the_next(monkeypatch):
+    # A new server whose first command names site-packages on PYTHONPATH (test_messages' runs do): a later command
+    # without PYTHONPATH still finds what is installed there, as a fresh process does.
+    import gpucore
+
+    monkeypatch.setattr(forked_python._Server, "_started", {})  # a fresh server for this test (the others stay)
+    site = os.path.dirname(os.path.dirname(os.path.abspath(gpucore.__file__)))
+    first = forked_python.run([sys.executable, "-c", "import gpucore"], env=dict(os.environ, PYTHONPATH=site),
+                              capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    later = forked_python.run([sys.executable, "-c", "import gpucore, os; print(os.getppid())"], env=env,
+                              capture_output=True, text=True, timeout=120)
+    assert later.returncode == 0, later.stderr
+    (server,) = forked_python._Server._started.values()  # both from the one new server
+    assert int(later.stdout) == server.process.pid
