@@ -384,11 +384,11 @@ def gpucore_process(*args, cwd=None):
 
 
 def gpucore_command(capsys, *args):
-    """`gpucore ARGS` run in this process (cli.main, what the gpucore command runs), for a test of what a command does
-    on a run: its exit status, stdout and stderr as a subprocess.CompletedProcess (`returncode`, `stdout`, `stderr`). A
-    gpucore process would start torch again, seconds each; the tests of the command's process itself (the entry
-    point, signals, a fresh interpreter's imports) start one. An exception the command lets out fails the test, as a
-    traceback on the process' stderr would. Tests import it with `from conftest import gpucore_command`."""
+    """`gpucore ARGS` run in this process (cli.main, what the gpucore command's cli.command runs), for a test of what a
+    command does on a run: its exit status, stdout and stderr as a subprocess.CompletedProcess (`returncode`, `stdout`,
+    `stderr`). A gpucore process would start torch again, seconds each; the tests of the command's process itself (the
+    entry point, signals, a fresh interpreter's imports) start one. An exception the command lets out fails the test, as
+    a traceback on the process' stderr would. Tests import it with `from conftest import gpucore_command`."""
     import subprocess
 
     from gpucore import cli
