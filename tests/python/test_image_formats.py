@@ -255,7 +255,6 @@ def test_a_streamed_loader_dropped_while_its_readers_decode_through_pillow_does_
     # Dropping the loader joins its reader threads with the GIL held by Python; a reader inside Pillow needs the GIL
     # to finish, so the join must let it go. Photos large enough that the readers are still decoding the batches
     # they prefetch when the loader is dropped; a hang is the failure: a child process with a timeout tells.
-
     whole = Image.fromarray(photo("astronaut", top=0, left=0, height=512, width=512))
     for i in range(24):
         whole.rotate(15 * i).save(tmp_path / f"{i:02d}.webp", quality=80)

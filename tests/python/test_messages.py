@@ -157,7 +157,8 @@ def test_the_console_script_imports_a_model_from_the_current_folder(tmp_path):
                                           "    return nn.Sequential(nn.Flatten(), nn.Linear(784, num_classes))\n")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "gpucore").write_text("import sys\nfrom gpucore.cli import command\nsys.exit(command())\n")  # as pip writes it
+    # the console script as pip writes it
+    (bin_dir / "gpucore").write_text("import sys\nfrom gpucore.cli import command\nsys.exit(command())\n")
     args = ["train", "--set", "model=mymodule:factory", "--set", "data=synthetic_fashion", "--set", "epochs=1",
             "--set", "device=cpu", "--set", "progress=false", "--set", f"run_dir={tmp_path / 'run'}",
             "--set", 'data_kwargs={"train_size": 64, "val_size": 16}', "--set", "report=false"]

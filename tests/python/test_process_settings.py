@@ -77,9 +77,9 @@ def test_doctor_says_what_training_would_do(monkeypatch):
 def test_the_command_exits_with_mains_status_and_leaves_no_object_to_search_for_cycles():
     # gpucore.cli.command, what the console script and `python -m gpucore` run: main's status is the process's, and
     # as it exits, every object is frozen (none left in the collector's generations but the few the probe makes), so
-    # the interpreter's collections at exit do not search the objects torch's and gpucore's imports made (`gpucore runs`:
-    # 3.36 CPU-s with them, 2.67 without). Before it, thousands are there, also in this process forked after torch's
-    # import.
+    # the interpreter's collections at exit do not search the objects torch's and gpucore's imports made
+    # (`gpucore runs`: 3.36 CPU-s with them, 2.67 without). Before it, thousands are there, also in this process
+    # forked after torch's import.
     probe = textwrap.dedent("""
         import gc, os, sys
         from gpucore import cli
